@@ -1,0 +1,114 @@
+"""TaskAlignedAssigner: which anchors learn which ground-truth box (spec/yolov9-reference.md §4.3).
+
+Torch reference with (B, M, A) intermediates (B images, M boxes per image after padding, A anchors). It gives
+the same assignment as the published assigner but avoids its widest temporaries: the in-box test keeps a
+running minimum instead of a (B, M, A, 4) delta tensor, the top-k selection is a uint8 hit count instead of
+a (B, M, topk, A) int64 one-hot, and the class one-hot is never materialised.
+
+Test: python -m pytest -q tests/test_loss.py -k assign
+"""
+
+import torch
+
+from yolov9c.loss.boxes import bbox_ciou
+
+
+def anchors_in_boxes(points, gt_boxes, eps=1e-9):
+    """Which anchor centres lie strictly inside which boxes.
+
+    points: (A, 2) pixels; gt_boxes: (B, M, 4) xyxy pixels. Returns bool (B, M, A): min(l, t, r, b) > eps,
+    where l = x − x1, t = y − y1, r = x2 − x, b = y2 − y.
+    """
+    x, y = points[:, 0], points[:, 1]
+    x1, y1, x2, y2 = (gt_boxes[..., i : i + 1] for i in range(4))  # each (B, M, 1)
+    d = torch.minimum(x - x1, y - y1)
+    d = torch.minimum(d, x2 - x)
+    d = torch.minimum(d, y2 - y)
+    return d > eps
+
+
+def topk_mask(metric, topk, valid_gt):
+    """Per box, the `topk` anchors with the largest metric, as a bool (B, M, A) mask.
+
+    metric: (B, M, A) float; valid_gt: bool (B, M). Rows of padding boxes select nothing. Reproduces the
+    published rule "an anchor hit more than once in a row is dropped": top-k indices of a row are distinct,
+    so only a padding row (all indices replaced by 0) can hit an anchor twice, and such rows are empty here.
+    """
+    k = min(topk, metric.shape[-1])
+    idx = metric.topk(k, dim=-1, largest=True).indices  # (B, M, k)
+    hits = torch.zeros(metric.shape, dtype=torch.uint8, device=metric.device)
+    ones = torch.ones(1, dtype=torch.uint8, device=metric.device).expand(idx.shape)
+    hits.scatter_add_(-1, idx, ones)
+    return (hits == 1) & valid_gt[..., None]
+
+
+class TaskAlignedAssigner:
+    """Task-aligned label assignment (TOOD), parameters topk = 10, alpha = 0.5, beta = 6.0, eps = 1e-9.
+
+    Called without autograd on detached inputs:
+        scores (B, A, NC) sigmoid probabilities; boxes (B, A, 4) predicted xyxy in pixels;
+        points (A, 2) anchor centres in pixels; gt_labels (B, M, 1) class ids (float or int);
+        gt_boxes (B, M, 4) xyxy pixels; gt_mask (B, M, 1) bool/float, 1 for real boxes, 0 for padding.
+    Returns
+        target_labels (B, A) int64, class of the assigned box (box 0's class for background anchors);
+        target_boxes (B, A, 4) xyxy pixels of the assigned box (box 0 for background), dtype of gt_boxes;
+        target_scores (B, A, NC) float (dtype of the metric): for a foreground anchor, its box's class
+            column holds the normalised alignment, all else 0;
+        fg_mask (B, A) bool.
+    """
+
+    def __init__(self, num_classes, topk=10, alpha=0.5, beta=6.0, eps=1e-9):
+        self.num_classes = num_classes
+        self.topk = topk
+        self.alpha = alpha
+        self.beta = beta
+        self.eps = eps
+
+    @torch.no_grad()
+    def __call__(self, scores, boxes, points, gt_labels, gt_boxes, gt_mask):
+        B, A, NC = scores.shape
+        M = gt_boxes.shape[1]
+        device = scores.device
+        if M == 0:
+            return (
+                torch.full((B, A), self.num_classes, dtype=torch.long, device=device),
+                torch.zeros_like(boxes),
+                torch.zeros_like(scores),
+                torch.zeros((B, A), dtype=torch.bool, device=device),
+            )
+
+        labels = gt_labels.long().view(B, M)
+        valid_gt = gt_mask.view(B, M).bool()
+
+        # 1-3: alignment metric s^alpha · CIoU^beta between every box and every predicted box
+        cls_scores = scores.transpose(1, 2).gather(1, labels[..., None].expand(B, M, A))  # (B, M, A)
+        overlaps = bbox_ciou(gt_boxes[:, :, None, :], boxes[:, None, :, :]).clamp_(0)  # (B, M, A)
+        align = cls_scores.pow(self.alpha) * overlaps.pow(self.beta)
+
+        # 4-6: candidates = top-k of the metric among anchors strictly inside the box, real boxes only
+        inside = anchors_in_boxes(points, gt_boxes)
+        pos = topk_mask(align * inside, self.topk, valid_gt) & inside
+
+        # 7: an anchor positive for several boxes goes to the box of highest CIoU over ALL M boxes (even one
+        # it was not a candidate of, as in the published code)
+        n_pos = pos.sum(1)  # (B, A)
+        if M > 1 and bool((n_pos > 1).any()):
+            best = overlaps.argmax(1)  # (B, A); first index on ties
+            best_hot = torch.arange(M, device=device)[None, :, None] == best[:, None, :]
+            pos = torch.where((n_pos > 1)[:, None, :], best_hot, pos)
+        fg = pos.any(1)  # (B, A)
+        gt_idx = pos.to(torch.uint8).argmax(1)  # (B, A), 0 for background anchors
+
+        target_labels = labels.gather(1, gt_idx)
+        target_boxes = gt_boxes.gather(1, gt_idx[..., None].expand(B, A, 4))
+
+        # 9: per box, rescale the metric of its positives so that its max equals the box's best CIoU among its
+        # positives; each foreground anchor takes the max over boxes (its only box after step 7)
+        align = align * pos
+        box_max_align = align.amax(-1, keepdim=True)  # (B, M, 1)
+        box_max_iou = (overlaps * pos).amax(-1, keepdim=True)  # (B, M, 1)
+        norm = (align * box_max_iou / (box_max_align + self.eps)).amax(1)  # (B, A)
+
+        target_scores = torch.zeros((B, A, NC), dtype=norm.dtype, device=device)
+        target_scores.scatter_(-1, target_labels[..., None], (norm * fg)[..., None])
+        return target_labels, target_boxes, target_scores, fg

@@ -1,0 +1,245 @@
+"""The YOLOv9 detection losses: single-head (gelan-*, DDetect) and dual (yolov9-*, DualDDetect).
+
+Torch reference of the published loss_tal.py / loss_tal_dual.py (spec/yolov9-reference.md §4.1-4.6):
+
+    loss_fn = make_loss(model)                    # hyp defaults to configs/hyps/hyp.scratch-high.yaml
+    loss_total, loss_items = loss_fn(preds, targets)
+    loss_total.backward()                         # loss_total = (box + cls + dfl) · B, shape (1,)
+    # loss_items = detached [box, cls, dfl], shape (3,), what the console and results.csv show
+
+Per head branch: concat the three maps to (B, 64+NC, A); decode boxes with the DFL expectation; assign
+targets with the TaskAlignedAssigner (detached sigmoid scores and pixel boxes); BCE on the soft target
+scores, CIoU and DFL on the foreground anchors, all ÷ target_scores_sum. The dual loss adds the auxiliary
+branch's terms × 0.25 (its box/dfl terms only when it has a positive). Gains are fixed at box 7.5, cls 0.5,
+dfl 1.5 as in the published loss, which does not read the hyp keys box/cls/dfl.
+
+Differences from the published loss, on purpose:
+  * hyp['label_smoothing'] = eps acts (published: silently ignored): BCE targets t become
+    t·(1 − eps) + eps/2, so a hard 1 becomes 1 − eps/2 and a 0 becomes eps/2 (the published smooth_BCE
+    values) and soft TAL targets are shrunk the same way. eps = 0 skips the step (bit-identical).
+  * fp16/bf16 predictions: the BCE and the foreground box terms are computed in float32 (under autocast
+    the published BCE is float32 too). Float64 predictions keep the loss sums in float64 (published: a
+    float32 buffer). Ground-truth boxes are float32 (the default dtype), as published, whatever the
+    predictions' dtype: the assigner's CIoU then runs in float32 and so matches the published targets.
+
+Test: python -m pytest -q tests/test_loss.py tests/test_goldens_loss.py
+"""
+
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import yaml
+
+from yolov9c.loss.assigner import TaskAlignedAssigner
+from yolov9c.loss.bbox_loss import BboxLoss
+from yolov9c.loss.boxes import dist2bbox, make_anchors, xywh2xyxy
+
+DEFAULT_HYP = Path(__file__).resolve().parent.parent.parent / "configs" / "hyps" / "hyp.scratch-high.yaml"
+BOX_GAIN, CLS_GAIN, DFL_GAIN = 7.5, 0.5, 1.5  # hard-coded in the published loss (loss_tal_dual.py:247-249)
+AUX_WEIGHT = 0.25  # weight of the auxiliary (PGI) branch's terms in the dual loss
+FOCAL_ALPHA = 0.25  # published FocalLoss default, used only when hyp fl_gamma > 0
+
+
+def load_hyp(hyp=None):
+    """None -> the repo's hyp.scratch-high.yaml; a str/Path -> that yaml file; a dict -> a shallow copy."""
+    if hyp is None:
+        hyp = DEFAULT_HYP
+    if isinstance(hyp, (str, Path)):
+        with open(hyp, encoding="utf-8") as f:
+            return yaml.safe_load(f)
+    return dict(hyp)
+
+
+def pack_targets(targets, batch_size, scale, dtype):
+    """(N, 6) rows [image, class, x, y, w, h] (normalised xywh) -> (B, M, 5) [class, x1, y1, x2, y2] pixels.
+
+    M = the largest number of rows of one image (0 when N = 0); rows keep their order within an image and
+    unused slots are zero (a zero box marks padding). scale: (4,) = (W, H, W, H) image size in pixels.
+    """
+    device = scale.device
+    targets = targets.to(device=device, dtype=dtype)
+    if targets.shape[0] == 0:
+        return torch.zeros((batch_size, 0, 5), dtype=dtype, device=device)
+    img = targets[:, 0].long()
+    if int(img.min()) < 0 or int(img.max()) >= batch_size:
+        raise ValueError(f"loss: target image index out of range [0, {batch_size}): {img.min()}..{img.max()}")
+    counts = torch.bincount(img, minlength=batch_size)
+    order = torch.argsort(img, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    slot = torch.arange(img.numel(), device=device) - starts[img[order]]  # position within its image
+    out = torch.zeros((batch_size, int(counts.max()), 5), dtype=dtype, device=device)
+    out[img[order], slot] = targets[order, 1:6]
+    out[..., 1:5] = xywh2xyxy(out[..., 1:5] * scale)
+    return out
+
+
+class DetectionLoss:
+    """Single-head YOLOv9 loss (the published loss_tal.ComputeLoss), for DDetect heads.
+
+    nc: classes; reg_max: DFL bins (16); stride: per-level strides [8, 16, 32] (list or tensor); hyp: as
+    load_hyp. Call with preds = list of nl maps (B, 4·reg_max + nc, H_l, W_l) or a tuple whose [1] is that list
+    (eval-mode output), and targets (N, 6) [image, class, x, y, w, h] normalised. Returns (loss_total (1,),
+    loss_items (3,) detached [box, cls, dfl]), float32 (float64 for float64 predictions).
+    """
+
+    def __init__(self, nc, reg_max=16, stride=(8, 16, 32), hyp=None):
+        self.hyp = load_hyp(hyp)
+        self.nc = int(nc)
+        self.reg_max = int(reg_max)
+        self.no = self.nc + 4 * self.reg_max
+        self.stride = [float(s) for s in (stride.tolist() if torch.is_tensor(stride) else stride)]
+        self.cls_pw = float(self.hyp.get("cls_pw", 1.0))
+        self.fl_gamma = float(self.hyp.get("fl_gamma", 0.0))
+        self.label_smoothing = float(self.hyp.get("label_smoothing", 0.0) or 0.0)
+        # the published loss reads these environment overrides (YOLOM = topk, YOLOA = alpha, YOLOB = beta)
+        topk = int(os.getenv("YOLOM", 10))
+        alpha = float(os.getenv("YOLOA", 0.5))
+        beta = float(os.getenv("YOLOB", 6.0))
+        self.assigner = TaskAlignedAssigner(self.nc, topk=topk, alpha=alpha, beta=beta)
+        self.bbox_loss = BboxLoss(self.reg_max)
+
+    # -- input handling -------------------------------------------------------------------------------------
+
+    def _branches(self, preds):
+        """The list of branches (each a list of nl maps) in the order [aux, main] / [main]."""
+        maps = preds[1] if isinstance(preds, tuple) else preds
+        self._check_maps(maps, "preds")
+        return [list(maps)]
+
+    def _check_maps(self, maps, what):
+        if not isinstance(maps, (list, tuple)) or len(maps) != len(self.stride):
+            raise ValueError(f"loss: {what} must be a list of {len(self.stride)} maps, got {type(maps).__name__}")
+        for m in maps:
+            if not torch.is_tensor(m) or m.dim() != 4 or m.shape[1] != self.no:
+                shape = tuple(m.shape) if torch.is_tensor(m) else type(m).__name__
+                raise ValueError(f"loss: {what}: each map must be (B, {self.no}, H, W), got {shape}")
+
+    # -- one head branch ------------------------------------------------------------------------------------
+
+    def _branch(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col):
+        """Loss terms of one branch: (box, cls, dfl, has_fg), unweighted, each ÷ target_scores_sum.
+
+        maps: nl tensors (B, no, H, W); gt_*: packed targets (pixels); points (A, 2) grid units, stride_col
+        (A, 1). box/dfl are None when the branch has no foreground anchor.
+        """
+        B = maps[0].shape[0]
+        pred = torch.cat([m.reshape(B, self.no, -1) for m in maps], dim=2)  # (B, no, A)
+        pred_dist, pred_scores = pred.split((4 * self.reg_max, self.nc), dim=1)
+        pred_dist = pred_dist.permute(0, 2, 1).contiguous()  # (B, A, 4·reg_max)
+        pred_scores = pred_scores.permute(0, 2, 1).contiguous()  # (B, A, nc)
+
+        # DFL expectation: softmax over the bins of each side · [0, 1, …, reg_max−1] -> ltrb distances
+        proj = torch.arange(self.reg_max, device=pred.device, dtype=pred.dtype)
+        A = pred_dist.shape[1]
+        ltrb = pred_dist.view(B, A, 4, self.reg_max).softmax(-1).matmul(proj)
+        pred_boxes = dist2bbox(ltrb, points)  # (B, A, 4) xyxy, grid units
+
+        target_labels, target_boxes, target_scores, fg = self.assigner(
+            pred_scores.detach().sigmoid(),
+            (pred_boxes.detach() * stride_col).to(gt_boxes.dtype),
+            points * stride_col,
+            gt_labels,
+            gt_boxes,
+            gt_mask,
+        )
+        target_boxes = target_boxes / stride_col
+        target_scores_sum = target_scores.sum().clamp(min=1)
+
+        cls = self._cls_loss(pred_scores, target_scores).sum() / target_scores_sum
+        if not bool(fg.any()):
+            return None, cls, None, False
+        box, dfl = self.bbox_loss(pred_dist, pred_boxes, points, target_boxes, target_scores, target_scores_sum, fg)
+        return box, cls, dfl, True
+
+    def _cls_loss(self, logits, targets):
+        """Element-wise BCE-with-logits (pos_weight = cls_pw), optional focal factor and label smoothing.
+
+        logits (B, A, nc) any float dtype; targets (B, A, nc) in [0, 1]. Returns (B, A, nc) in float32 at least.
+        """
+        cdt = torch.promote_types(logits.dtype, torch.float32)
+        logits = logits.to(cdt)
+        targets = targets.to(cdt)
+        if self.label_smoothing > 0:
+            eps = self.label_smoothing
+            targets = targets * (1.0 - eps) + 0.5 * eps
+        pos_weight = torch.tensor([self.cls_pw], dtype=cdt, device=logits.device)
+        loss = F.binary_cross_entropy_with_logits(logits, targets, pos_weight=pos_weight, reduction="none")
+        if self.fl_gamma > 0:
+            p = logits.sigmoid()
+            p_t = targets * p + (1 - targets) * (1 - p)
+            alpha_t = targets * FOCAL_ALPHA + (1 - targets) * (1 - FOCAL_ALPHA)
+            loss = loss * (alpha_t * (1.0 - p_t) ** self.fl_gamma)
+        return loss
+
+    # -- the whole loss -------------------------------------------------------------------------------------
+
+    def __call__(self, preds, targets):
+        branches = self._branches(preds)
+        feats = branches[-1]
+        B = feats[0].shape[0]
+        dtype, device = feats[0].dtype, feats[0].device
+        acc = torch.promote_types(dtype, torch.float32)  # dtype of the loss sums
+        # The published loss packs the targets in the default dtype (float32), so its assigner compares
+        # float32 boxes even for a float64 model; the goldens depend on it at the 1e-7 level.
+        gt_dtype = torch.promote_types(torch.get_default_dtype(), torch.float32)
+
+        # image size (h, w) in pixels from the first map and the first stride
+        h, w = feats[0].shape[2] * self.stride[0], feats[0].shape[3] * self.stride[0]
+        scale = torch.tensor([w, h, w, h], dtype=gt_dtype, device=device)
+        gt = pack_targets(targets, B, scale, gt_dtype)
+        gt_labels, gt_boxes = gt.split((1, 4), dim=2)
+        gt_mask = gt_boxes.sum(2, keepdim=True) > 0  # (B, M, 1); padding rows are all-zero
+
+        points, stride_col = make_anchors(feats, self.stride, 0.5)
+        terms = [self._branch(maps, gt_labels, gt_boxes, gt_mask, points, stride_col) for maps in branches]
+
+        zero = torch.zeros((), dtype=acc, device=device)
+        box, cls, dfl = zero, zero, zero
+        for k, (b, c, d, has_fg) in enumerate(terms):
+            weight = AUX_WEIGHT if k < len(terms) - 1 else 1.0  # every branch but the last is auxiliary
+            cls = cls + weight * c
+            if has_fg:
+                box = box + weight * b
+                dfl = dfl + weight * d
+        loss = torch.stack((box * BOX_GAIN, cls * CLS_GAIN, dfl * DFL_GAIN)).to(acc)
+        return (loss.sum() * B).reshape(1), loss.detach()
+
+
+class DualDetectionLoss(DetectionLoss):
+    """The dual (PGI) loss of the published loss_tal_dual.ComputeLoss, for DualDDetect heads.
+
+    preds = [aux_maps, main_maps] (train mode) or a tuple (y, [aux_maps, main_maps]) (eval mode), each a list
+    of nl maps. The result is main + 0.25·aux for each of box, cls, dfl (aux box/dfl only with positives),
+    then the gains; everything else as DetectionLoss. Both branches share the targets but are assigned
+    independently.
+    """
+
+    def _branches(self, preds):
+        both = preds[1] if isinstance(preds, tuple) else preds
+        if not isinstance(both, (list, tuple)) or len(both) != 2:
+            raise ValueError("loss: dual preds must be [aux_maps, main_maps] or (y, [aux_maps, main_maps])")
+        self._check_maps(both[0], "aux preds")
+        self._check_maps(both[1], "main preds")
+        return [list(both[0]), list(both[1])]
+
+
+def make_loss(model, hyp=None):
+    """The loss for `model`: DualDetectionLoss for a DualDDetect head, DetectionLoss for a DDetect head.
+
+    model: a DetectionModel (or a DataParallel/DDP wrapper of one); nc, reg_max and stride come from its head
+    model.model[-1]. hyp: None (configs/hyps/hyp.scratch-high.yaml), a dict or a yaml path.
+    Returns a callable (preds, targets) -> (loss_total (1,), loss_items (3,) detached).
+    """
+    from yolov9c.models.head import DDetect, DualDDetect
+
+    model = getattr(model, "module", model)
+    head = model.model[-1]
+    if isinstance(head, DualDDetect):
+        cls = DualDetectionLoss
+    elif isinstance(head, DDetect):
+        cls = DetectionLoss
+    else:
+        raise TypeError(f"make_loss: the model's last layer is {type(head).__name__}, not DDetect/DualDDetect")
+    return cls(head.nc, head.reg_max, head.stride, hyp)
