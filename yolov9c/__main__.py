@@ -1,0 +1,11 @@
+"""`python -m yolov9c ...`: the package's command line (info, convert); see yolov9c/cli/main.py.
+
+Test: python -m pytest -q tests/test_cli.py
+"""
+
+import sys
+
+from yolov9c.cli.main import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Model summaries in the published layout: the layer table and `<name> summary: L layers, P parameters,
+G gradients, F GFLOPs`.
+
+GFLOPs are counted by hand, without thop: forward hooks on every nn.Conv2d record its output size during one
+forward pass, and each output element costs (c_in / groups)·k_h·k_w multiply-accumulates; FLOPs = 2·MACs.
+Bias additions, BatchNorm, activations, pooling and the head's decoding are not counted (the published
+figures count convolutions only: see tests/test_checkpoint.py for the check against them). As in the published
+code the pass runs on a small probe image and the count is scaled to `imgsz` by area, which is exact for every
+convolution when the image sides are multiples of the model's largest stride.
+
+    from yolov9c.models.info import model_summary, layer_table
+    print(layer_table(model)); print(model_summary(model, imgsz=640))
+
+Test: python -m pytest -q tests/test_checkpoint.py -k "flops or summary or table"
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def _pair(imgsz) -> tuple[int, int]:
+    """(h, w) from an int or a 1-/2-sequence."""
+    if isinstance(imgsz, int):
+        return imgsz, imgsz
+    imgsz = list(imgsz)
+    return (imgsz[0], imgsz[0]) if len(imgsz) == 1 else (imgsz[0], imgsz[1])
+
+
+def _max_stride(model: nn.Module) -> int:
+    stride = getattr(model, "stride", None)
+    if isinstance(stride, torch.Tensor) and stride.numel():
+        return max(int(stride.max()), 32)
+    return 32
+
+
+def conv_macs(model: nn.Module, x: torch.Tensor) -> int:
+    """Multiply-accumulates of every nn.Conv2d in one forward of `model` on `x` (B, C, H, W), per image.
+
+    Runs under no_grad in eval mode (BatchNorm statistics untouched) and restores the training flag."""
+    total = 0
+
+    def hook(m: nn.Conv2d, inputs, out):
+        nonlocal total
+        kh, kw = m.kernel_size
+        total += (out.numel() // out.shape[0]) * (m.in_channels // m.groups) * kh * kw
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.Conv2d)]
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return total
+
+
+def count_flops(model: nn.Module, imgsz=640, *, probe: int | None = None) -> float:
+    """GFLOPs (2 × conv MACs / 1e9) of one `imgsz` image (int or (h, w)).
+
+    The forward runs on a `probe`×`probe` image (default: twice the largest stride, 64 for these models) and
+    is scaled by (h·w)/probe²; with probe equal to a square imgsz the count is direct, with no scaling."""
+    h, w = _pair(imgsz)
+    p = probe if probe is not None else 2 * _max_stride(model)
+    try:
+        ref = next(model.parameters())
+        dtype, device = ref.dtype, ref.device
+    except StopIteration:
+        dtype, device = torch.float32, torch.device("cpu")
+    ch = 3
+    yaml_dict = getattr(model, "yaml", None)
+    if isinstance(yaml_dict, dict):
+        ch = int(yaml_dict.get("ch", 3))
+    macs = conv_macs(model, torch.zeros(1, ch, p, p, dtype=dtype, device=device))
+    return 2.0 * macs * (h / p) * (w / p) / 1e9
+
+
+def count_parameters(model: nn.Module) -> tuple[int, int]:
+    """(all parameters, parameters that require grad): the published "parameters" and "gradients" columns.
+    The DFL convolutions' 16 fixed weights count as parameters but not as gradients."""
+    n_p = sum(p.numel() for p in model.parameters())
+    n_g = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return n_p, n_g
+
+
+def model_name(model: nn.Module) -> str:
+    """The summary line's name: the yaml file stem (yolov9-s), else 'Model'."""
+    yaml_file = getattr(model, "yaml_file", "") or ""
+    return Path(str(yaml_file)).stem if yaml_file else "Model"
+
+
+def model_summary(model: nn.Module, imgsz=640, *, gflops: float | None = None) -> str:
+    """`<name> summary: L layers, P parameters, G gradients, F GFLOPs` (L = number of distinct sub-modules,
+    as published). `gflops` skips the count when already known."""
+    n_p, n_g = count_parameters(model)
+    n_layers = len(list(model.modules()))
+    if gflops is None:
+        gflops = count_flops(model, imgsz)
+    return f"{model_name(model)} summary: {n_layers} layers, {n_p} parameters, {n_g} gradients, {gflops:.1f} GFLOPs"
+
+
+def _yaml_rows(model: nn.Module) -> list:
+    yaml_dict = getattr(model, "yaml", None)
+    if not isinstance(yaml_dict, dict):
+        return []
+    return list(yaml_dict.get("backbone") or []) + list(yaml_dict.get("head") or [])
+
+
+def layer_table(model: nn.Module) -> str:
+    """The published parse table: one row per yaml layer with index, from, n, params, module and arguments.
+
+    Parameters are counted from the built layer; n and the arguments come from the layer's `n`/`args`
+    attributes when the builder set them (the arguments after channel resolution, as published), else from
+    the yaml row."""
+    rows = _yaml_rows(model)
+    lines = [f"{'':>3}{'from':>18}{'n':>3}{'params':>10}  {'module':<40}{'arguments':<30}"]
+    layers = getattr(model, "model", None)
+    if layers is None:
+        return lines[0]
+    for idx, m in enumerate(layers):
+        i = getattr(m, "i", idx)
+        row = rows[i] if i < len(rows) else None
+        f = getattr(m, "f", row[0] if row else -1)
+        n = getattr(m, "n", row[1] if row else 1)
+        t = getattr(m, "type", row[2] if row else type(m).__name__)
+        args = getattr(m, "args", row[3] if row else [])
+        n_params = sum(p.numel() for p in m.parameters())
+        lines.append(f"{i:>3}{str(f):>18}{n:>3}{n_params:10.0f}  {str(t):<40}{str(args):<30}")
+    return "\n".join(lines)
