@@ -1,0 +1,224 @@
+"""Build of yolov9c's one extension module, yolov9c._C (metadata lives in pyproject.toml).
+
+gcc compiles csrc/*.c as C11 against the CPython and NumPy C APIs (no C++, no torch headers). When nvcc is
+found (on PATH or under $CUDA_HOME / $CUDA_PATH), or YOLOV9C_CUDA=1, nvcc also compiles kernels/*.cu and the
+objects are linked into the same module with the static CUDA runtime, so the .so needs no libcudart at run
+time (only the NVIDIA driver).
+
+Switches (environment):
+    YOLOV9C_CUDA=0|1         0: CPU only; 1: CUDA or fail; unset: CUDA when nvcc is found
+    YOLOV9C_CUDA_ARCHS=90    restrict the GPU architectures (default 75,80,86,89,90; PTX for the highest)
+    YOLOV9C_WERROR=1         C (and CUDA host) warnings are errors (CI sets it)
+    YOLOV9C_JOBS=N           parallel nvcc processes (default: CPU count)
+
+Test: `pip install -e . --no-build-isolation --no-deps` (or `python setup.py build_ext --inplace`), then
+`python -m pytest -q tests/test_build.py`.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+DEFAULT_ARCHS = ["75", "80", "86", "89", "90"]
+
+
+def read_version():
+    text = (ROOT / "yolov9c" / "__init__.py").read_text()
+    m = re.search(r'^__version__\s*=\s*"([^"]+)"', text, re.M)
+    if not m:
+        raise RuntimeError("yolov9c: no __version__ in yolov9c/__init__.py")
+    return m.group(1)
+
+
+def find_nvcc():
+    """Path of nvcc: on PATH first, then $CUDA_HOME/bin, $CUDA_PATH/bin; None when absent."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    return None
+
+
+def cuda_home_of(nvcc):
+    """The toolkit root that holds include/cuda_runtime_api.h and the static runtime, found from nvcc
+    (which may be a wrapper script on PATH, so ask nvcc itself rather than trusting its location)."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home and (Path(home) / "include" / "cuda_runtime_api.h").is_file():
+            return Path(home)
+    out = subprocess.run([nvcc, "--dryrun", "-c", "x.cu"], capture_output=True, text=True)
+    m = re.search(r"TOP=(\S+)", out.stdout + out.stderr)
+    if m and (Path(m.group(1)) / "include" / "cuda_runtime_api.h").is_file():
+        return Path(m.group(1))
+    home = Path(os.path.realpath(nvcc)).parent.parent
+    if (home / "include" / "cuda_runtime_api.h").is_file():
+        return home
+    raise RuntimeError(f"yolov9c: found {nvcc} but not the CUDA toolkit's include/cuda_runtime_api.h; "
+                       "set CUDA_HOME to the toolkit root")
+
+
+def nvcc_version(nvcc):
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"release (\d+)\.(\d+)", out)
+    if not m:
+        raise RuntimeError(f"yolov9c: cannot read the CUDA version from `{nvcc} --version`:\n{out}")
+    return f"{m.group(1)}.{m.group(2)}"
+
+
+def parse_archs(text):
+    """'90' / '8.6,9.0' / 'sm_80;sm_90' -> ['86', '90'] (sorted, unique)."""
+    archs = set()
+    for tok in re.split(r"[,;\s]+", text.strip()):
+        tok = tok.lower().removeprefix("sm_").removeprefix("compute_").replace(".", "")
+        if not tok:
+            continue
+        if not tok.isdigit():
+            raise RuntimeError(f"yolov9c: bad YOLOV9C_CUDA_ARCHS entry {tok!r} (want e.g. 90 or 8.6)")
+        archs.add(tok)
+    if not archs:
+        raise RuntimeError("yolov9c: YOLOV9C_CUDA_ARCHS is empty")
+    return sorted(archs, key=int)
+
+
+def cuda_plan():
+    """Decide the build: None for CPU only, else a dict (nvcc, home, version, archs)."""
+    want = os.environ.get("YOLOV9C_CUDA", "").strip()
+    if want not in ("", "0", "1"):
+        raise RuntimeError(f"yolov9c: YOLOV9C_CUDA must be 0 or 1, not {want!r}")
+    if want == "0":
+        print("yolov9c: building CPU only (YOLOV9C_CUDA=0)", flush=True)
+        return None
+    nvcc = find_nvcc()
+    if nvcc is None:
+        if want == "1":
+            raise RuntimeError("yolov9c: YOLOV9C_CUDA=1 but nvcc was not found on PATH, in $CUDA_HOME/bin or "
+                               "in $CUDA_PATH/bin; install the CUDA toolkit or set CUDA_HOME")
+        print("yolov9c: building CPU only (nvcc not found)", flush=True)
+        return None
+    archs = parse_archs(os.environ.get("YOLOV9C_CUDA_ARCHS", ",".join(DEFAULT_ARCHS)))
+    plan = dict(nvcc=nvcc, home=cuda_home_of(nvcc), version=nvcc_version(nvcc), archs=archs)
+    print(f"yolov9c: building with CUDA {plan['version']} for "
+          f"{','.join('sm_' + a for a in archs)} + PTX compute_{archs[-1]} ({nvcc})", flush=True)
+    return plan
+
+
+def werror():
+    return os.environ.get("YOLOV9C_WERROR", "") == "1"
+
+
+class BuildExt(build_ext):
+    """build_ext that first compiles kernels/*.cu with nvcc (in parallel) and links the objects in."""
+
+    def build_extensions(self):
+        plan = PLAN
+        ext = self.extensions[0]
+        # A changed plan (CPU <-> CUDA, other arches) changes macros in the C files: rebuild them all.
+        stamp = Path(self.build_temp).resolve() / "yolov9c_plan.txt"
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        plan_text = repr(sorted((k, str(v)) for k, v in (plan or {}).items())) + repr(werror())
+        if not stamp.exists() or stamp.read_text() != plan_text:
+            self.force = True
+        if plan is not None:
+            objects = self.compile_cuda(plan)
+            ext.extra_objects = objects + list(ext.extra_objects or [])
+            ext.depends = list(ext.depends) + objects   # relink when a kernel object was rebuilt
+        super().build_extensions()
+        stamp.write_text(plan_text)
+
+    def compile_cuda(self, plan):
+        sources = sorted((ROOT / "kernels").glob("*.cu"))
+        headers = sorted((ROOT / "kernels").glob("*.cuh")) + sorted((ROOT / "kernels").glob("*.h"))
+        out_dir = Path(self.build_temp).resolve() / "kernels"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        gencode = []
+        for a in plan["archs"]:
+            gencode += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
+        top = plan["archs"][-1]
+        gencode += ["-gencode", f"arch=compute_{top},code=compute_{top}"]
+        # -lineinfo for profilers; no --use_fast_math: results must match the C references.
+        host_flags = "-fPIC,-fno-exceptions,-fno-rtti,-Wall,-Wextra" + (",-Werror" if werror() else "")
+        flags = (["-O3", "-lineinfo", "-std=c++17", "-Xcompiler", host_flags, "-I", str(ROOT / "kernels")]
+                 + (["-Werror", "all-warnings"] if werror() else []) + gencode)
+        stamp_text = " ".join([plan["nvcc"], plan["version"]] + flags)
+        newest_header = max((h.stat().st_mtime for h in headers), default=0.0)
+
+        def needs_build(src, obj):
+            stamp = obj.with_suffix(".flags")
+            if not obj.exists() or not stamp.exists() or stamp.read_text() != stamp_text:
+                return True
+            return obj.stat().st_mtime < max(src.stat().st_mtime, newest_header)
+
+        def compile_one(src):
+            obj = out_dir / (src.stem + ".o")
+            if not needs_build(src, obj):
+                return obj, None
+            cmd = [plan["nvcc"], "-c", str(src), "-o", str(obj)] + flags
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                return obj, f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+            if proc.stderr.strip():
+                print(proc.stderr, file=sys.stderr, flush=True)
+            obj.with_suffix(".flags").write_text(stamp_text)
+            return obj, None
+
+        jobs = int(os.environ.get("YOLOV9C_JOBS", "0")) or os.cpu_count() or 1
+        print(f"yolov9c: nvcc {len(sources)} file(s), {jobs} at a time", flush=True)
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(compile_one, sources))
+        failures = [err for _, err in results if err]
+        if failures:
+            # Fail the whole build with the compiler's own message; never fall back to CPU silently.
+            raise RuntimeError("yolov9c: CUDA compile failed\n" + "\n".join(failures))
+        return [str(obj) for obj, _ in results]
+
+
+def make_extension(plan):
+    version = read_version()
+    c_args = ["-std=c11", "-Wall", "-Wextra", "-O3",
+              # No fused multiply-add contraction: the C references must round exactly like the torch
+              # references and the CUDA kernels (which use explicit __f*_rn intrinsics where it matters).
+              "-ffp-contract=off",
+              "-fvisibility=hidden"]
+    if werror():
+        c_args.append("-Werror")
+    macros = [("YV_VERSION", f'"{version}"'), ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+    import numpy
+
+    # kernels/ holds yv_dtype.h (shared with the .cu files) and yv_kernels.h (the launcher prototypes).
+    include_dirs = [str(ROOT / "csrc"), str(ROOT / "kernels"), numpy.get_include()]
+    libraries, library_dirs, link_args = [], [], []
+    if plan is not None:
+        archs = ",".join(plan["archs"])
+        macros += [("YV_WITH_CUDA", "1"), ("YV_CUDA_ARCHS", f'"{archs}"')]
+        include_dirs.append(str(plan["home"] / "include"))
+        lib_dir = plan["home"] / "lib64"
+        if not (lib_dir / "libcudart_static.a").exists():
+            cands = list(plan["home"].glob("targets/*/lib/libcudart_static.a"))
+            if not cands:
+                raise RuntimeError(f"yolov9c: libcudart_static.a not found under {plan['home']}")
+            lib_dir = cands[0].parent
+        library_dirs.append(str(lib_dir))
+        # Static CUDA runtime: the module then depends only on the driver (libcuda.so, opened at run time),
+        # whatever libcudart torch ships. The static runtime is C++ inside, so it needs libstdc++ (which
+        # torch loads anyway), librt, libpthread and libdl.
+        libraries += ["cudart_static", "stdc++", "rt", "pthread", "dl"]
+    sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").glob("*.c"))
+    return Extension("yolov9c._C", sources=sources, include_dirs=include_dirs, define_macros=macros,
+                     extra_compile_args=c_args, libraries=libraries, library_dirs=library_dirs,
+                     extra_link_args=link_args,
+                     depends=[str(p.relative_to(ROOT)) for d in ("csrc", "kernels") for p in (ROOT / d).glob("*.h")])
+
+
+PLAN = cuda_plan()
+setup(ext_modules=[make_extension(PLAN)], cmdclass={"build_ext": BuildExt})

@@ -1,0 +1,76 @@
+"""The Python side of the C boundary: loading yolov9c._C and turning torch tensors into what it accepts.
+
+A CPU tensor crosses as a NumPy array sharing its memory (`t.numpy()`); a CUDA tensor as the descriptor
+tuple (data_ptr, dtype_code, shape, strides, device_index) that csrc/tensor.c parses, plus the stream handle
+of `torch.cuda.current_stream(device)` as a separate argument. Dtype codes are read from the module itself.
+Switches read at call time: YOLOV9C_FUSED=0 sends every op to its torch reference; YOLOV9C_SYNC=1 makes the
+C side synchronise after every CUDA op.
+
+Test: python -m pytest -q tests/test_build.py tests/test_nms.py
+"""
+
+import os
+
+import torch
+
+_BUILD_HINT = (
+    "yolov9c._C (the C/CUDA extension) is not built. Build it from the repository root with "
+    "`pip install -e .` (or `python setup.py build_ext --inplace`); set YOLOV9C_FUSED=0 to use the "
+    "plain-torch reference ops instead."
+)
+
+_module = None
+_dtype_codes = None
+
+
+def load():
+    """Return the yolov9c._C module, or raise ImportError saying how to build it."""
+    global _module
+    if _module is None:
+        try:
+            from yolov9c import _C
+        except ImportError as e:
+            raise ImportError(f"{_BUILD_HINT} ({e})") from e
+        _module = _C
+    return _module
+
+
+def fused_enabled():
+    """False when YOLOV9C_FUSED=0 (read at every call, so tests and users can switch it at run time)."""
+    return os.environ.get("YOLOV9C_FUSED", "1") != "0"
+
+
+def dtype_code(dtype):
+    """The module's code for a torch dtype (TypeError for a dtype no op accepts)."""
+    global _dtype_codes
+    if _dtype_codes is None:
+        C = load()
+        _dtype_codes = {
+            torch.float32: C.DTYPE_FLOAT32, torch.float16: C.DTYPE_FLOAT16, torch.bfloat16: C.DTYPE_BFLOAT16,
+            torch.float64: C.DTYPE_FLOAT64, torch.int8: C.DTYPE_INT8, torch.int16: C.DTYPE_INT16,
+            torch.int32: C.DTYPE_INT32, torch.int64: C.DTYPE_INT64, torch.uint8: C.DTYPE_UINT8,
+            torch.bool: C.DTYPE_BOOL,
+        }
+    try:
+        return _dtype_codes[dtype]
+    except KeyError:
+        raise TypeError(f"yolov9c._C has no dtype code for {dtype}") from None
+
+
+def arg(t):
+    """A tensor as a _C argument: None stays None; a CPU tensor becomes a NumPy array sharing its memory
+    (bfloat16 has no NumPy type: callers upcast it first); a CUDA tensor becomes its descriptor tuple."""
+    if t is None:
+        return None
+    if t.device.type == "cuda":
+        return (t.data_ptr(), dtype_code(t.dtype), tuple(t.shape), tuple(t.stride()), t.device.index)
+    if t.device.type == "cpu":
+        return t.detach().numpy()
+    raise ValueError(f"yolov9c._C takes CPU or CUDA tensors, not {t.device.type}")
+
+
+def stream_of(device):
+    """The handle of the current CUDA stream on `device` (0 for CPU), as the C launchers expect."""
+    if device.type == "cuda":
+        return torch.cuda.current_stream(device).cuda_stream
+    return 0
