@@ -1,0 +1,130 @@
+"""Dataset yaml files (the published schema) → a resolved config dict.
+
+Keys: `path` (dataset root; relative → against the yaml's folder, else the current folder as the published
+code does; absent → the yaml's folder), `train`, `val` (required), `test` (optional): each a folder, a `.txt`
+list of image paths or a list of those, relative to `path`; `names` as a list or an int-keyed dict
+(0 … nc−1); `nc` (optional; must equal len(names)). `download` is ignored (no network access).
+`synthetic` or `synthetic:SEED` (and `None`, the default of the CLIs) resolves to the built-in synthetic
+dataset (yolov9c/data/synthetic.py), generated on first use into the cache folder.
+
+Every problem raises DataConfigError naming the key (e.g. "data.yaml: 'val': path not found: …").
+
+Test: python -m pytest -q tests/test_data_yaml.py
+"""
+
+import os
+from pathlib import Path
+
+import yaml
+
+
+class DataConfigError(ValueError):
+    """A dataset yaml that cannot be used; the message names the file and the key."""
+
+
+def is_synthetic(data):
+    return data is None or str(data) == "synthetic" or str(data).startswith("synthetic:")
+
+
+def load_data_config(data, cache_dir=None):
+    """Resolve `data` (a yaml path, a dict in the yaml schema, 'synthetic[:SEED]' or None) to a dict:
+    path (str), train/val (lists of str paths that exist), test (list, possibly empty), nc (int),
+    names (list of str), yaml_file (str or '')."""
+    if is_synthetic(data):
+        from yolov9c.data.synthetic import synthetic_dataset
+
+        seed = 0
+        if data is not None and ":" in str(data):
+            try:
+                seed = int(str(data).split(":", 1)[1])
+            except ValueError:
+                raise DataConfigError(f"--data {data}: the seed after 'synthetic:' must be an integer") from None
+        data = synthetic_dataset(seed=seed, root=cache_dir)
+    if isinstance(data, dict):
+        cfg, where, base = dict(data), "data dict", Path.cwd()
+        yaml_file = ""
+    else:
+        f = Path(data).expanduser()
+        if not f.is_file():
+            raise DataConfigError(f"data yaml not found: {data}")
+        try:
+            cfg = yaml.safe_load(f.read_text())
+        except yaml.YAMLError as e:
+            raise DataConfigError(f"{f}: not valid yaml ({e})") from None
+        if not isinstance(cfg, dict):
+            raise DataConfigError(f"{f}: expected a mapping with keys train, val, names")
+        where, base = str(f), f.resolve().parent
+        yaml_file = str(f)
+
+    root = cfg.get("path")
+    if root in (None, ""):
+        root_path = base
+    else:
+        root_path = Path(str(root)).expanduser()
+        if not root_path.is_absolute():
+            # the yaml's folder first (our convention), the current folder as a fallback (published)
+            cand = [base / root_path, Path.cwd() / root_path]
+            root_path = next((c for c in cand if c.exists()), cand[0])
+        if not root_path.is_dir():
+            raise DataConfigError(f"{where}: 'path': dataset root not found: {root_path}")
+    root_path = root_path.resolve()
+
+    out = {"path": str(root_path), "yaml_file": yaml_file}
+    for key in ("train", "val", "test"):
+        v = cfg.get(key)
+        if v in (None, "", []):
+            if key in ("train", "val"):
+                raise DataConfigError(f"{where}: '{key}' is missing")
+            out[key] = []
+            continue
+        items = v if isinstance(v, (list, tuple)) else [v]
+        paths = []
+        for item in items:
+            p = Path(str(item)).expanduser()
+            p = p if p.is_absolute() else root_path / p
+            if not p.exists():
+                raise DataConfigError(f"{where}: '{key}': path not found: {p}")
+            paths.append(str(p))
+        out[key] = paths
+
+    names = cfg.get("names")
+    nc = cfg.get("nc")
+    if names is None:
+        if nc is None:
+            raise DataConfigError(f"{where}: 'names' is missing (and no 'nc')")
+        names = [str(i) for i in range(_as_int(nc, where, "nc"))]
+    elif isinstance(names, dict):
+        try:
+            keys = sorted(int(k) for k in names)
+        except (TypeError, ValueError):
+            raise DataConfigError(f"{where}: 'names': dict keys must be integers 0 … nc-1") from None
+        if keys != list(range(len(keys))):
+            raise DataConfigError(f"{where}: 'names': dict keys must be 0 … {len(keys) - 1} without gaps")
+        names = [str(names[k] if k in names else names[str(k)]) for k in keys]
+    elif isinstance(names, (list, tuple)):
+        names = [str(n) for n in names]
+    else:
+        raise DataConfigError(f"{where}: 'names' must be a list or an int-keyed dict")
+    if not names:
+        raise DataConfigError(f"{where}: 'names' is empty")
+    if nc is not None and _as_int(nc, where, "nc") != len(names):
+        raise DataConfigError(f"{where}: 'nc' is {nc} but 'names' has {len(names)} entries")
+    out["nc"] = len(names)
+    out["names"] = names
+    return out
+
+
+def _as_int(v, where, key):
+    try:
+        i = int(v)
+    except (TypeError, ValueError):
+        raise DataConfigError(f"{where}: '{key}' must be an integer, got {v!r}") from None
+    if i != v or i < 1:
+        raise DataConfigError(f"{where}: '{key}' must be a positive integer, got {v!r}")
+    return i
+
+
+def default_cache_root():
+    """`$YOLOV9C_CACHE` or ~/.cache/yolov9c."""
+    env = os.environ.get("YOLOV9C_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "yolov9c"

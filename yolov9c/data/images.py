@@ -1,0 +1,171 @@
+"""Image files: the accepted formats, reading with OpenCV, EXIF orientation, and the per-file check.
+
+Images are read with `cv2.imdecode` of the file's bytes (so paths OpenCV's imread cannot open — non-ASCII
+names on some platforms — still work) and returned as HWC BGR uint8 arrays.
+
+EXIF orientation: OpenCV's imread/imdecode apply the JPEG EXIF orientation themselves by default (verified
+with OpenCV 5.0: tag 6 turns a 40×100 image into 100×40). We do not rely on that: we decode with
+IMREAD_IGNORE_ORIENTATION, read the tag with the small parser below and apply it ourselves, so that the
+result does not depend on the OpenCV version and the scan can report which files were turned.
+tests/test_data_images.py checks our result against OpenCV's own for all eight orientations.
+
+Truncated JPEG (no FFD9 end marker): the published code re-saves such a file in place, which is
+destructive. We never write to the file: when the bytes do not decode as they are, we decode them with
+an end marker appended in memory (libjpeg then fills the missing rows with grey) and report a warning;
+the image and its labels are kept. A file that still does not decode is corrupt and skipped.
+
+Test: python -m pytest -q tests/test_data_images.py
+"""
+
+import struct
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+# the published whitelist (dataloaders.py:35)
+IMG_FORMATS = ("bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm")
+MIN_SIDE = 10  # published: images smaller than 10 px on a side are rejected
+
+_JPEG_EXT = ("jpg", "jpeg", "mpo")
+
+
+class BadImage(Exception):
+    """Raised by check_image/read_image with the reason as its message (e.g. 'empty file')."""
+
+
+def is_image_path(path):
+    """True when the file name ends in one of IMG_FORMATS (case-insensitive)."""
+    return Path(path).suffix[1:].lower() in IMG_FORMATS
+
+
+def exif_orientation(data):
+    """The EXIF orientation tag (1-8) of JPEG bytes `data`, or 1 when absent or unreadable.
+
+    Walks the JPEG markers up to the start of scan; in the APP1 'Exif' segment reads the TIFF header
+    (byte order), then the entries of IFD0 for tag 0x0112 (SHORT)."""
+    if len(data) < 4 or data[0] != 0xFF or data[1] != 0xD8:
+        return 1
+    i = 2
+    n = len(data)
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return 1
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0xD9, 0xDA):  # end of image / start of scan: no EXIF before the pixels
+            return 1
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length field
+            i += 2
+            continue
+        seg_len = struct.unpack(">H", data[i + 2:i + 4])[0]
+        seg = data[i + 4:i + 2 + seg_len]
+        if marker == 0xE1 and seg[:6] == b"Exif\x00\x00":
+            return _tiff_orientation(seg[6:])
+        i += 2 + seg_len
+    return 1
+
+
+def _tiff_orientation(tiff):
+    if len(tiff) < 8:
+        return 1
+    order = tiff[:2]
+    if order == b"II":
+        e = "<"
+    elif order == b"MM":
+        e = ">"
+    else:
+        return 1
+    ifd = struct.unpack(e + "I", tiff[4:8])[0]
+    if ifd + 2 > len(tiff):
+        return 1
+    count = struct.unpack(e + "H", tiff[ifd:ifd + 2])[0]
+    for k in range(count):
+        p = ifd + 2 + 12 * k
+        if p + 12 > len(tiff):
+            return 1
+        tag, typ = struct.unpack(e + "HH", tiff[p:p + 4])
+        if tag == 0x0112 and typ == 3:
+            value = struct.unpack(e + "H", tiff[p + 8:p + 10])[0]
+            return value if 1 <= value <= 8 else 1
+    return 1
+
+
+def apply_orientation(img, orientation):
+    """Turn decoded pixels `img` (H, W, C) as EXIF `orientation` (1-8) says, so the result is upright."""
+    if orientation == 2:
+        return cv2.flip(img, 1)
+    if orientation == 3:
+        return cv2.rotate(img, cv2.ROTATE_180)
+    if orientation == 4:
+        return cv2.flip(img, 0)
+    if orientation == 5:
+        return cv2.transpose(img)
+    if orientation == 6:
+        return cv2.rotate(img, cv2.ROTATE_90_CLOCKWISE)
+    if orientation == 7:
+        return cv2.rotate(cv2.transpose(img), cv2.ROTATE_180)
+    if orientation == 8:
+        return cv2.rotate(img, cv2.ROTATE_90_COUNTERCLOCKWISE)
+    return img
+
+
+def decode_image(data, is_jpeg):
+    """Decode file bytes `data` to (img HWC BGR uint8, notes list of str). Raises BadImage.
+
+    notes may hold 'EXIF orientation N applied' and 'truncated JPEG (no end marker): ...'."""
+    if len(data) == 0:
+        raise BadImage("empty file")
+    buf = np.frombuffer(data, np.uint8)
+    flags = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION
+    img = cv2.imdecode(buf, flags)
+    notes = []
+    if img is None and is_jpeg and data[:2] == b"\xff\xd8" and not data.rstrip(b"\x00").endswith(b"\xff\xd9"):
+        # OpenCV rejects a JPEG whose end marker is missing; give it one in memory, never on disk
+        img = cv2.imdecode(np.frombuffer(data + b"\xff\xd9", np.uint8), flags)
+        if img is not None:
+            notes.append("truncated JPEG (no end marker): decoded what is there, missing rows are grey, "
+                         "file left unchanged")
+    if img is None:
+        raise BadImage("corrupt image (does not decode)")
+    if is_jpeg:
+        o = exif_orientation(data)
+        if o != 1:
+            img = apply_orientation(img, o)
+            notes.append(f"EXIF orientation {o} applied")
+    if img.ndim == 2:  # IMREAD_COLOR always gives 3 channels; kept for safety across OpenCV versions
+        img = cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+    if img.dtype != np.uint8:
+        raise BadImage(f"unsupported pixel type {img.dtype}")
+    return np.ascontiguousarray(img), notes
+
+
+def read_image(path):
+    """Read image file `path` → HWC BGR uint8 array, upright (EXIF applied). Raises BadImage."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise BadImage(f"cannot read file ({e.strerror or e})") from None
+    img, _ = decode_image(data, path.suffix[1:].lower() in _JPEG_EXT)
+    return img
+
+
+def check_image(path):
+    """Check image file `path` for the scan. Returns ((h, w) upright, notes). Raises BadImage(reason) for
+    a file to skip: unsupported format, unreadable, empty, corrupt, smaller than MIN_SIDE."""
+    path = Path(path)
+    ext = path.suffix[1:].lower()
+    if ext not in IMG_FORMATS:
+        raise BadImage(f"unsupported image format '{path.suffix or '(none)'}' (accepted: {', '.join(IMG_FORMATS)})")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise BadImage(f"cannot read file ({e.strerror or e})") from None
+    img, notes = decode_image(data, ext in _JPEG_EXT)
+    h, w = img.shape[:2]
+    if h < MIN_SIDE or w < MIN_SIDE:
+        raise BadImage(f"image too small ({w}x{h}; each side must be >= {MIN_SIDE} px)")
+    return (h, w), notes

@@ -1,0 +1,116 @@
+"""YOLO label files: image → label path pairing, parsing and checking one `.txt` file.
+
+Format (published): one object per line, `class xc yc w h` normalised to [0, 1] (a box row), or
+`class x1 y1 x2 y2 … xk yk` with k ≥ 3 points (a polygon row, 7, 9, 11… columns) whose bounds give the box;
+polygons are kept for copy-paste. A missing or empty file is a background image.
+Unlike the published code, box and polygon rows may be mixed in one file (each row is read by its own
+column count; a box row gets its rectangle as polygon so that segments stay aligned with the rows).
+
+Checks (a file that fails one is skipped with `path: reason` naming the line): column count, non-numeric
+values, coordinates outside [0, 1] (values within 1e-6 of the range are accepted and clipped: float
+printing), zero-size boxes, class not a non-negative integer or ≥ nc. Exact duplicate rows are removed with
+a warning; the image is kept.
+
+Test: python -m pytest -q tests/test_data_labels.py
+"""
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+_EPS = 1e-6
+
+
+class BadLabels(Exception):
+    """Raised by parse_label_file with the reason as its message."""
+
+
+def label_path_for(img_path):
+    """The label file of an image, as published: the last `/images/` in the path becomes `/labels/`
+    and the extension becomes `.txt` (an image outside any `images` folder has its `.txt` beside it)."""
+    s = str(img_path)
+    a = f"{os.sep}images{os.sep}"
+    b = f"{os.sep}labels{os.sep}"
+    if a in s:
+        head, tail = s.rsplit(a, 1)
+        s = head + b + tail
+    return str(Path(s).with_suffix(".txt"))
+
+
+def parse_label_file(path, nc=None):
+    """Read and check label file `path`.
+
+    Returns (labels, segments, notes):
+      labels   float32 (n, 5) [cls, xc, yc, w, h], normalised, cls integer-valued;
+      segments list of n float32 (k, 2) normalised polygons when any row is a polygon, else [];
+      notes    list of str warnings (duplicates removed).
+    A missing or empty file gives (zeros (0, 5), [], []). Raises BadLabels(reason) for a file to skip."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return np.zeros((0, 5), np.float32), [], []
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadLabels(f"cannot read label file ({e})") from None
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        ncol = len(parts)
+        if ncol != 5 and (ncol < 7 or ncol % 2 == 0):
+            raise BadLabels(f"line {lineno}: {ncol} columns; expected 5 (class xc yc w h) "
+                            f"or an odd count >= 7 (class and >= 3 polygon points)")
+        try:
+            vals = [float(p) for p in parts]
+        except ValueError:
+            raise BadLabels(f"line {lineno}: non-numeric value in '{line.strip()}'") from None
+        if not all(np.isfinite(vals)):
+            raise BadLabels(f"line {lineno}: non-finite value in '{line.strip()}'")
+        c = vals[0]
+        if c < 0 or c != int(c):
+            raise BadLabels(f"line {lineno}: class {parts[0]} is not a non-negative integer")
+        if nc is not None and c >= nc:
+            raise BadLabels(f"line {lineno}: class {int(c)} >= nc ({nc})")
+        coords = vals[1:]
+        if min(coords) < -_EPS or max(coords) > 1 + _EPS:
+            raise BadLabels(f"line {lineno}: coordinate outside [0, 1] in '{line.strip()}'")
+        rows.append((lineno, vals))
+    if not rows:
+        return np.zeros((0, 5), np.float32), [], []
+
+    # exact duplicates (same class and same numbers) are dropped, keeping the first
+    seen = set()
+    unique = []
+    for lineno, vals in rows:
+        key = tuple(vals)
+        if key not in seen:
+            seen.add(key)
+            unique.append((lineno, vals))
+    notes = []
+    if len(unique) < len(rows):
+        notes.append(f"{len(rows) - len(unique)} duplicate label rows removed")
+
+    any_poly = any(len(v) > 5 for _, v in unique)
+    labels = np.zeros((len(unique), 5), np.float32)
+    segments = []
+    for j, (lineno, vals) in enumerate(unique):
+        c = vals[0]
+        if len(vals) == 5:
+            xc, yc, w, h = np.clip(vals[1:], 0.0, 1.0)
+            if w <= 0 or h <= 0:
+                raise BadLabels(f"line {lineno}: zero-size box (w={vals[3]:g}, h={vals[4]:g})")
+            if any_poly:
+                x1, y1, x2, y2 = xc - w / 2, yc - h / 2, xc + w / 2, yc + h / 2
+                segments.append(np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]], np.float32))
+        else:
+            pts = np.clip(np.array(vals[1:], np.float32).reshape(-1, 2), 0.0, 1.0)
+            x1, y1 = pts.min(0)
+            x2, y2 = pts.max(0)
+            w, h = x2 - x1, y2 - y1
+            if w <= 0 or h <= 0:
+                raise BadLabels(f"line {lineno}: polygon with zero-size bounds")
+            xc, yc = x1 + w / 2, y1 + h / 2
+            segments.append(pts)
+        labels[j] = (c, xc, yc, w, h)
+    return labels, segments, notes
