@@ -1,0 +1,430 @@
+"""Tests of the YOLOv9 loss (yolov9c/loss/): golden loss from the stored head maps, CIoU by hand, the
+assigner against a literal (B, M, topk, A) one-hot transcription of spec §4.3, assigner properties, edge cases.
+
+Run: python -m pytest -q tests/test_loss.py        (CPU, a few seconds)
+
+Tolerances:
+  * golden loss from stored maps: 2.5e-7 relative (measured worst 1.3e-7). The published loss keeps its
+    items in a float32 buffer (a few float32 roundings, ≤ 2^-24 relative each, between the float64 terms
+    and the stored items); re-rounding the stored float32 maps moves the items by < 1e-7 (measured with
+    ±2^-24 noise on the maps). Packing the targets in float64 instead of float32 (the published default
+    dtype) moves the items by up to 4.9e-7, so this tolerance tells the two apart.
+  * assigner vs literal transcription: bit-identical (torch.equal).
+  * CIoU by hand: 1e-6 absolute (the eps = 1e-7 terms are left out of the hand values).
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from yolov9c.loss.assigner import TaskAlignedAssigner, anchors_in_boxes
+from yolov9c.loss.bbox_loss import BboxLoss, dfl_loss
+from yolov9c.loss.boxes import bbox2dist, bbox_ciou, dist2bbox, make_anchors, xywh2xyxy
+from yolov9c.loss.detection import DetectionLoss, DualDetectionLoss, pack_targets
+
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "shared" / "spec" / "goldens"
+HYP = Path(__file__).resolve().parents[1] / "configs" / "hyps" / "hyp.scratch-high.yaml"
+CONFIGS = ["yolov9-t", "yolov9-s", "yolov9-m", "yolov9-c", "yolov9-e",
+           "gelan-t", "gelan-s", "gelan-m", "gelan-c", "gelan-e"]
+# recipe step 5 of spec/goldens/README.md: image, class, x, y, w, h (normalised)
+TARGETS = torch.tensor([
+    [0, 3, 0.50, 0.50, 0.30, 0.40],
+    [0, 17, 0.20, 0.25, 0.10, 0.12],
+    [0, 0, 0.80, 0.70, 0.25, 0.35],
+    [1, 79, 0.35, 0.60, 0.60, 0.50],
+    [1, 5, 0.85, 0.15, 0.08, 0.06],
+], dtype=torch.float64)
+GOLDEN_RTOL = 2.5e-7
+
+
+def golden_maps(cfg, dtype=torch.float64):
+    """The stored train-mode maps of `cfg` as preds for the loss, plus the npz."""
+    z = np.load(GOLDEN_DIR / f"{cfg}.npz")
+    maps = [torch.from_numpy(z[f"train_map{i}"]).to(dtype) for i in range(6) if f"train_map{i}" in z.files]
+    preds = [maps[:3], maps[3:]] if len(maps) == 6 else maps
+    return preds, z
+
+
+def loss_for(cfg, hyp=None):
+    cls = DualDetectionLoss if cfg.startswith("yolov9") else DetectionLoss
+    return cls(80, 16, [8, 16, 32], hyp if hyp is not None else HYP)
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return np.abs(a - b) / np.abs(b)
+
+
+# -- golden loss from the stored maps --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_golden_loss_from_stored_maps(cfg):
+    preds, z = golden_maps(cfg)
+    total, items = loss_for(cfg)(preds, TARGETS)
+    assert total.shape == (1,) and items.shape == (3,)
+    assert total.dtype == torch.float64 and not items.requires_grad
+    err_items = rel_err(items.numpy(), z["loss_items"])
+    err_total = rel_err(total.detach().numpy(), z["loss_total"])
+    assert err_items.max() < GOLDEN_RTOL, f"{cfg}: items {items.tolist()} vs {z['loss_items']} rel {err_items}"
+    assert err_total.max() < GOLDEN_RTOL, f"{cfg}: total rel {err_total}"
+    # loss_total = (box + cls + dfl) · B
+    assert torch.allclose(total.detach(), items.sum() * 2, rtol=1e-12)
+
+
+def test_eval_form_preds_give_the_same_loss():
+    preds, _ = golden_maps("yolov9-s")
+    fn = loss_for("yolov9-s")
+    t1, i1 = fn(preds, TARGETS)
+    t2, i2 = fn(([None, None], preds), TARGETS)  # eval-mode output: (y, [aux, main])
+    assert torch.equal(t1, t2) and torch.equal(i1, i2)
+    gpreds, _ = golden_maps("gelan-s")
+    g = loss_for("gelan-s")
+    assert torch.equal(g(gpreds, TARGETS)[1], g((None, gpreds), TARGETS)[1])
+
+
+def test_bad_preds_raise():
+    preds, _ = golden_maps("gelan-t")
+    with pytest.raises(ValueError):
+        loss_for("gelan-t")(preds[:2], TARGETS)
+    with pytest.raises(ValueError):
+        loss_for("yolov9-t")(preds, TARGETS)  # single-branch maps given to the dual loss
+
+
+# -- box helpers -----------------------------------------------------------------------------------------------
+
+
+def test_ciou_hand_values():
+    b = lambda *v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    # concentric, same aspect ratio: CIoU = IoU = 4 / 16
+    assert abs(bbox_ciou(b(0, 0, 2, 2), b(-1, -1, 3, 3)).item() - 0.25) < 1e-6
+    # disjoint, same shape, centres 3 apart: IoU 0, ρ² = 9, enclosing 5×2 -> c² = 29
+    assert abs(bbox_ciou(b(0, 0, 2, 2), b(3, 0, 5, 2)).item() - (-9 / 29)) < 1e-6
+    # different aspect ratios: (0,0,2,2) vs (0,0,2,1): IoU 1/2, ρ² = 0.25, c² = 8
+    v = 4 / math.pi**2 * (math.atan(2 / 1) - math.atan(2 / 2)) ** 2
+    alpha = v / (v - 0.5 + 1)
+    want = 0.5 - (0.25 / 8 + alpha * v)
+    assert abs(bbox_ciou(b(0, 0, 2, 2), b(0, 0, 2, 1)).item() - want) < 1e-6
+    # broadcasting (M, 1, 4) × (1, A, 4) -> (M, A), symmetric in its arguments
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(3, 1, 4, generator=g, dtype=torch.float64) + torch.tensor([0, 0, 1, 1], dtype=torch.float64)
+    y = torch.rand(1, 5, 4, generator=g, dtype=torch.float64) + torch.tensor([0, 0, 1, 1], dtype=torch.float64)
+    assert bbox_ciou(x, y).shape == (3, 5)
+    assert torch.allclose(bbox_ciou(x, y), bbox_ciou(y, x), rtol=1e-12)
+    assert (bbox_ciou(x, y) <= 1).all() and (bbox_ciou(x, y) > -1.5).all()
+
+
+def test_ciou_gradient_treats_alpha_as_constant():
+    """d CIoU / d box equals the numerical derivative of IoU − ρ²/c² − α₀·v with α frozen at its value."""
+    b1 = torch.tensor([1.0, 2.0, 4.0, 3.5], dtype=torch.float64, requires_grad=True)
+    b2 = torch.tensor([1.5, 1.0, 5.0, 5.0], dtype=torch.float64)
+    bbox_ciou(b1, b2).backward()
+    eps = 1e-7
+
+    def parts(x):
+        w1, h1 = x[2] - x[0], x[3] - x[1] + eps
+        w2, h2 = b2[2] - b2[0], b2[3] - b2[1] + eps
+        inter = (min(x[2], b2[2]) - max(x[0], b2[0])).clamp(0) * (min(x[3], b2[3]) - max(x[1], b2[1])).clamp(0)
+        iou = inter / (w1 * h1 + w2 * h2 - inter + eps)
+        c2 = (max(x[2], b2[2]) - min(x[0], b2[0])) ** 2 + (max(x[3], b2[3]) - min(x[1], b2[1])) ** 2 + eps
+        rho2 = ((b2[0] + b2[2] - x[0] - x[2]) ** 2 + (b2[1] + b2[3] - x[1] - x[3]) ** 2) / 4
+        v = 4 / math.pi**2 * (torch.atan(w2 / h2) - torch.atan(w1 / h1)) ** 2
+        return iou, rho2 / c2, v
+
+    x0 = b1.detach()
+    iou0, _, v0 = parts(x0)
+    alpha0 = v0 / (v0 - iou0 + 1 + eps)
+    f = lambda x: (lambda i, d, v: i - d - alpha0 * v)(*parts(x))  # noqa: E731
+    num = torch.stack([(f(x0 + h) - f(x0 - h)) / 2e-6 for h in torch.eye(4, dtype=torch.float64) * 1e-6])
+    assert torch.allclose(b1.grad, num, atol=1e-7), (b1.grad, num)
+    # and it differs from the full derivative (α depending on the box), so the freeze is what is tested
+    g = lambda x: (lambda i, d, v: i - d - v * v / (v - i + 1 + eps))(*parts(x))  # noqa: E731
+    full = torch.stack([(g(x0 + h) - g(x0 - h)) / 2e-6 for h in torch.eye(4, dtype=torch.float64) * 1e-6])
+    assert (full - num).abs().max() > 1e-4
+
+
+def test_anchor_grid_and_distances():
+    feats = [torch.zeros(1, 1, 4, 6), torch.zeros(1, 1, 2, 3)]
+    pts, st = make_anchors(feats, [8, 16])
+    assert pts.shape == (24 + 6, 2) and st.shape == (30, 1)
+    assert pts[0].tolist() == [0.5, 0.5] and pts[5].tolist() == [5.5, 0.5] and pts[6].tolist() == [0.5, 1.5]
+    assert pts[24].tolist() == [0.5, 0.5] and pts[-1].tolist() == [2.5, 1.5]
+    assert st[:24].eq(8).all() and st[24:].eq(16).all()
+    # dist2bbox and bbox2dist invert each other inside the clamp range, which is [0, 14.99]
+    d = torch.rand(2, 30, 4, dtype=torch.float64) * 14
+    boxes = dist2bbox(d, pts.double())
+    assert torch.allclose(bbox2dist(pts.double(), boxes, 14.99), d, atol=1e-12)
+    far = torch.tensor([[-30.0, 0.0, 40.0, 1.0]], dtype=torch.float64)
+    assert bbox2dist(torch.tensor([[0.5, 0.5]], dtype=torch.float64), far, 14.99).tolist() == [[14.99, 0.5, 14.99, 0.5]]
+    assert xywh2xyxy(torch.tensor([10.0, 20.0, 4.0, 6.0])).tolist() == [8.0, 17.0, 12.0, 23.0]
+
+
+def test_dfl_loss_is_two_bin_cross_entropy():
+    logits = torch.randn(5, 4, 16, dtype=torch.float64)
+    t = torch.rand(5, 4, dtype=torch.float64) * 14.99
+    got = dfl_loss(logits, t)
+    logp = F.log_softmax(logits, -1)
+    want = torch.zeros(5, 1, dtype=torch.float64)
+    for n in range(5):
+        for s in range(4):
+            lo = int(math.floor(t[n, s]))
+            want[n] -= (logp[n, s, lo] * (lo + 1 - t[n, s]) + logp[n, s, lo + 1] * (t[n, s] - lo)) / 4
+    assert torch.allclose(got, want, rtol=1e-12)
+    # minimised (over distributions) by the two-bin split: a sharp two-bin logit beats a one-bin one
+    t1 = torch.full((1, 4), 3.25, dtype=torch.float64)
+    two = torch.full((1, 4, 16), -30.0, dtype=torch.float64)
+    two[..., 3], two[..., 4] = math.log(0.75), math.log(0.25)
+    one = torch.full((1, 4, 16), -30.0, dtype=torch.float64)
+    one[..., 3] = 0.0
+    assert dfl_loss(two, t1).item() < dfl_loss(one, t1).item()
+
+
+def test_bbox_loss_by_hand():
+    """One image, three anchors, two of them foreground; a target side beyond the DFL range is clamped to 14.99."""
+    pts = torch.tensor([[2.5, 2.5], [5.5, 3.5], [9.5, 9.5]], dtype=torch.float64)
+    g = torch.Generator().manual_seed(3)
+    pred_dist = torch.randn(1, 3, 64, generator=g, dtype=torch.float64)
+    pred_boxes = torch.tensor([[[1.0, 1.0, 4.0, 5.0], [3.0, 2.0, 8.0, 6.0], [0.0, 0.0, 1.0, 1.0]]], dtype=torch.float64)
+    tboxes = torch.tensor([[[0.5, 1.5, 4.5, 4.0], [-20.0, 1.0, 9.0, 5.0], [0.0, 0.0, 0.0, 0.0]]], dtype=torch.float64)
+    tscores = torch.zeros(1, 3, 4, dtype=torch.float64)
+    tscores[0, 0, 1], tscores[0, 1, 3], tscores[0, 2, 0] = 0.6, 0.3, 0.9  # anchor 2 is background
+    fg = torch.tensor([[True, True, False]])
+    tss = torch.tensor(2.5, dtype=torch.float64)
+    loss_iou, loss_dfl = BboxLoss(16)(pred_dist, pred_boxes, pts, tboxes, tscores, tss, fg)
+    w = torch.tensor([0.6, 0.3], dtype=torch.float64)
+    ciou = torch.stack([bbox_ciou(pred_boxes[0, i], tboxes[0, i]) for i in range(2)])
+    assert torch.allclose(loss_iou, ((1 - ciou) * w).sum() / 2.5, rtol=1e-12)
+    ltrb = torch.tensor([[2.0, 1.0, 2.0, 1.5], [14.99, 2.5, 3.5, 1.5]], dtype=torch.float64)  # 25.5 -> 14.99
+    want = (dfl_loss(pred_dist[0, :2].view(2, 4, 16), ltrb)[:, 0] * w).sum() / 2.5
+    assert torch.allclose(loss_dfl, want, rtol=1e-12)
+
+
+def test_pack_targets_keeps_order_and_pads():
+    t = torch.tensor([[1, 4, 0.5, 0.5, 0.2, 0.2], [0, 1, 0.25, 0.25, 0.5, 0.5], [1, 7, 0.1, 0.2, 0.1, 0.2],
+                      [1, 2, 0.9, 0.9, 0.1, 0.1]], dtype=torch.float64)
+    scale = torch.tensor([100.0, 50.0, 100.0, 50.0], dtype=torch.float64)  # (W, H, W, H)
+    out = pack_targets(t, 3, scale, torch.float64)
+    assert out.shape == (3, 3, 5)
+    assert out[1, :, 0].tolist() == [4, 7, 2]  # order within image 1 kept
+    assert out[0, 0].tolist() == [1, 0.0, 0.0, 50.0, 25.0]
+    assert torch.allclose(out[1, 1], torch.tensor([7, 5.0, 5.0, 15.0, 15.0], dtype=torch.float64))
+    assert out[0, 1:].eq(0).all() and out[2].eq(0).all()  # padding rows are zero
+    assert pack_targets(t[:0], 2, scale, torch.float32).shape == (2, 0, 5)
+    with pytest.raises(ValueError):
+        pack_targets(t, 1, scale, torch.float64)  # image index 1 >= batch size 1
+
+
+# -- the assigner --------------------------------------------------------------------------------------------
+
+
+def literal_assign(scores, boxes, points, gt_labels, gt_boxes, gt_mask, topk=10, alpha=0.5, beta=6.0, eps=1e-9):
+    """Spec §4.3 written out step by step with the published tensor shapes (int64 one-hots, (B,M,A,4) deltas).
+    Also returns how many anchors were positive for more than one box before step 7."""
+    B, A, NC = scores.shape
+    M = gt_boxes.shape[1]
+    lab = gt_labels.long().view(B, M)
+    bbox_scores = torch.stack([scores[b][:, lab[b]].T for b in range(B)])  # (B, M, A)
+    overlaps = bbox_ciou(gt_boxes[:, :, None, :], boxes[:, None, :, :]).clamp(0)
+    align = bbox_scores.pow(alpha) * overlaps.pow(beta)
+    deltas = torch.cat((points[None, None] - gt_boxes[:, :, None, :2], gt_boxes[:, :, None, 2:] - points[None, None]), -1)
+    in_gts = (deltas.amin(-1) > eps).to(align.dtype)
+    idx = (align * in_gts).topk(topk, dim=-1).indices
+    idx = torch.where(gt_mask.view(B, M, 1).bool().expand(B, M, topk), idx, 0)
+    hits = F.one_hot(idx, A).sum(-2)
+    in_topk = torch.where(hits > 1, 0, hits).to(align.dtype)
+    mask_pos = in_topk * in_gts * gt_mask.view(B, M, 1).to(align.dtype)
+    fg = mask_pos.sum(-2)
+    n_multi = int((fg > 1).sum())
+    if fg.max() > 1:
+        multi = (fg[:, None, :] > 1).expand(B, M, A)
+        best = F.one_hot(overlaps.argmax(1), M).permute(0, 2, 1).to(align.dtype)
+        mask_pos = torch.where(multi, best, mask_pos)
+        fg = mask_pos.sum(-2)
+    gt_idx = mask_pos.argmax(-2)
+    labels = lab.gather(1, gt_idx)
+    tboxes = gt_boxes[torch.arange(B)[:, None], gt_idx]
+    tscores = F.one_hot(labels, NC) * (fg[..., None] > 0)
+    align = align * mask_pos
+    norm = (align * (overlaps * mask_pos).amax(-1, keepdim=True) / (align.amax(-1, keepdim=True) + eps)).amax(-2)
+    return labels, tboxes, tscores * norm[..., None], fg > 0, n_multi
+
+
+def random_scene(seed, B=2, M=7, n_real=(7, 4), size=96, nc=5, dtype=torch.float64):
+    """Anchors of a size×size image, random predictions and crowded, overlapping boxes (with padding)."""
+    g = torch.Generator().manual_seed(seed)
+    feats = [torch.zeros(1, 1, size // s, size // s) for s in (8, 16, 32)]
+    pts, st = make_anchors(feats, [8, 16, 32])
+    pts, st = (pts * st).to(dtype), st.to(dtype)
+    A = pts.shape[0]
+    scores = torch.rand(B, A, nc, generator=g, dtype=dtype)
+    ltrb = (torch.rand(B, A, 4, generator=g, dtype=dtype) * 3 + 0.5) * st
+    boxes = dist2bbox(ltrb, pts)
+    gt_boxes = torch.zeros(B, M, 4, dtype=dtype)
+    gt_labels = torch.zeros(B, M, 1, dtype=dtype)
+    for b in range(B):
+        n = n_real[b]
+        c = 30 + torch.rand(n, 2, generator=g, dtype=dtype) * 36  # crowd them in the middle
+        wh = 10 + torch.rand(n, 2, generator=g, dtype=dtype) * 40
+        gt_boxes[b, :n] = torch.cat((c - wh / 2, c + wh / 2), -1)
+        gt_labels[b, :n, 0] = torch.randint(0, nc, (n,), generator=g).to(dtype)
+    gt_mask = gt_boxes.sum(-1, keepdim=True) > 0
+    return scores, boxes, pts, gt_labels, gt_boxes, gt_mask
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_assigner_equals_literal_transcription(seed):
+    scene = random_scene(seed)
+    got = TaskAlignedAssigner(5)(*scene)
+    *want, n_multi = literal_assign(*scene)
+    assert n_multi > 0  # the crowded scenes exercise the multi-assignment step
+    for name, a, b in zip(("labels", "boxes", "scores", "fg"), got, want):
+        assert a.dtype == b.dtype or name == "scores", (name, a.dtype, b.dtype)
+        assert torch.equal(a, b.to(a.dtype)), name
+
+
+def test_assigner_float32_boxes_like_the_published_amp_path():
+    scores, boxes, pts, labels, gtb, mask = random_scene(5)
+    scene = (scores.half(), boxes.float(), pts.half(), labels.float(), gtb.float(), mask)
+    got = TaskAlignedAssigner(5)(*scene)
+    *want, _ = literal_assign(*scene)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b.to(a.dtype))
+
+
+def test_assigner_properties_on_separate_boxes():
+    """Boxes that do not overlap: ≤ topk positives per box, every positive's centre inside its box, targets
+    in [0, 1] with each box's best anchor getting that box's best CIoU, padding boxes never assigned."""
+    scores, boxes, pts, labels, _, _ = random_scene(7, n_real=(3, 1))
+    labels = labels[:, :3]
+    gtb = torch.zeros(2, 3, 4, dtype=torch.float64)
+    gtb[0, 0] = torch.tensor([2.0, 2.0, 40.0, 40.0])
+    gtb[0, 1] = torch.tensor([50.0, 5.0, 94.0, 30.0])
+    gtb[0, 2] = torch.tensor([60.0, 60.0, 70.0, 70.0])  # covers few anchors: fewer than topk positives
+    gtb[1, 0] = torch.tensor([10.0, 50.0, 90.0, 90.0])  # rows 1, 2 of image 1 are padding
+    mask = gtb.sum(-1, keepdim=True) > 0
+    asg = TaskAlignedAssigner(5, topk=10)
+    t_labels, t_boxes, t_scores, fg = asg(scores, boxes, pts, labels, gtb, mask)
+    inside = anchors_in_boxes(pts, gtb)
+    assert not (fg & (t_boxes == 0).all(-1)).any()  # no foreground anchor points at a (zero) padding row
+    for b in range(2):
+        for m in range(int(mask[b].sum())):
+            mine = fg[b] & (t_boxes[b] == gtb[b, m]).all(-1)
+            assert 1 <= int(mine.sum()) <= 10
+            assert inside[b, m][mine].all()
+            assert (t_labels[b][mine] == labels[b, m, 0].long()).all()
+            # the best positive gets max CIoU · a_max / (a_max + 1e-9), a = score^0.5 · CIoU^6
+            ciou = bbox_ciou(gtb[b, m], boxes[b][mine]).clamp(0)
+            a_max = (scores[b][mine, labels[b, m, 0].long()].sqrt() * ciou**6).max()
+            assert torch.allclose(t_scores[b][mine].amax(), ciou.max() * a_max / (a_max + 1e-9), rtol=1e-9)
+    assert int(fg[0].sum()) > int(fg[1].sum()) > 0
+    assert (t_scores >= 0).all() and (t_scores <= 1).all()
+    assert (t_scores.sum(-1) > 0)[~fg].sum() == 0
+
+
+def test_assigner_ignores_padding_rows():
+    """An image's assignment does not depend on the padding added for a more crowded image in the batch."""
+    scene = random_scene(11, n_real=(7, 2))
+    full = TaskAlignedAssigner(5)(*scene)
+    alone = TaskAlignedAssigner(5)(*(t[1:2, :2] if t.dim() == 3 and t.shape[1] == 7 else t[1:2] if t.dim() == 3 else t
+                                     for t in scene))
+    for a, b in zip(full, alone):
+        assert torch.equal(a[1:2], b)
+
+
+def test_shared_anchor_goes_to_the_box_of_higher_ciou():
+    """Two small boxes (fewer than topk anchors each) share one anchor centre; every prediction is the same
+    box P. The shared anchor is positive for both, so it goes to whichever box overlaps P more."""
+    pts = torch.tensor([[4.0, 4.0], [12.0, 4.0], [20.0, 4.0], [4.0, 12.0], [12.0, 12.0], [20.0, 12.0]],
+                       dtype=torch.float64)
+    A = pts.shape[0]
+    g1 = torch.tensor([1.0, 1.0, 14.0, 7.0], dtype=torch.float64)  # holds anchors 0, 1
+    g2 = torch.tensor([9.0, 1.0, 23.0, 6.5], dtype=torch.float64)  # holds anchors 1, 2
+    scores = torch.full((1, A, 2), 0.5, dtype=torch.float64)
+    labels = torch.tensor([[[0.0], [1.0]]], dtype=torch.float64)
+    gtb = torch.stack((g1, g2))[None]
+    mask = torch.ones(1, 2, 1, dtype=torch.bool)
+    for p, winner in ((torch.tensor([2.0, 1.0, 13.0, 7.0]), 0), (torch.tensor([10.0, 1.0, 22.0, 6.5]), 1)):
+        boxes = p.to(torch.float64).expand(1, A, 4)
+        assert bbox_ciou(gtb[0, winner], p) > bbox_ciou(gtb[0, 1 - winner], p)
+        t_labels, t_boxes, t_scores, fg = TaskAlignedAssigner(2, topk=10)(scores, boxes, pts, labels, gtb, mask)
+        assert fg[0].tolist() == [True, True, True, False, False, False]
+        assert int(t_labels[0, 1]) == winner and torch.equal(t_boxes[0, 1], gtb[0, winner])
+        assert t_labels[0, 0] == 0 and t_labels[0, 2] == 1
+
+
+# -- the loss: edge cases and options ------------------------------------------------------------------------
+
+
+def test_no_targets_gives_cls_only():
+    preds, _ = golden_maps("yolov9-t")
+    preds = [[m.clone().requires_grad_(True) for m in branch] for branch in preds]
+    total, items = loss_for("yolov9-t")(preds, torch.zeros(0, 6))
+    assert torch.isfinite(total).all() and items[0] == 0 and items[2] == 0 and items[1] > 0
+    total.backward()
+    assert all(torch.isfinite(m.grad).all() for branch in preds for m in branch)
+    # every class target is 0, so cls = 0.5 · (0.25·Σ softplus(x_aux) + Σ softplus(x_main)) (target_scores_sum = 1)
+    sp = [sum(F.softplus(m[:, 64:]).sum() for m in branch) for branch in preds]
+    assert torch.allclose(items[1], 0.5 * (0.25 * sp[0] + sp[1]), rtol=1e-12)
+
+
+def test_label_smoothing_acts_and_zero_is_identity():
+    preds, _ = golden_maps("gelan-s")
+    base = loss_for("gelan-s")(preds, TARGETS)[1]
+    zero = loss_for("gelan-s", {"cls_pw": 1.0, "fl_gamma": 0.0, "label_smoothing": 0.0})(preds, TARGETS)[1]
+    assert torch.equal(base, zero)
+    smooth = loss_for("gelan-s", {"cls_pw": 1.0, "fl_gamma": 0.0, "label_smoothing": 0.1})(preds, TARGETS)[1]
+    assert smooth[1] != base[1] and torch.equal(smooth[[0, 2]], base[[0, 2]])
+    # without boxes every target is 0 and target_scores_sum = 1; smoothing makes them eps/2:
+    # cls = 0.5 · Σ [(eps/2)·softplus(−x) + (1 − eps/2)·softplus(x)]
+    eps = 0.2
+    cls = loss_for("gelan-s", {"label_smoothing": eps})(preds, torch.zeros(0, 6))[1][1]
+    x = torch.cat([m[:, 64:].flatten() for m in preds])
+    want = 0.5 * ((eps / 2) * F.softplus(-x) + (1 - eps / 2) * F.softplus(x)).sum()
+    assert torch.allclose(cls, want, rtol=1e-12)
+
+
+def test_focal_gamma_lowers_cls_only():
+    preds, _ = golden_maps("gelan-t")
+    base = loss_for("gelan-t")(preds, TARGETS)[1]
+    focal = loss_for("gelan-t", {"cls_pw": 1.0, "fl_gamma": 1.5})(preds, TARGETS)[1]
+    assert torch.isfinite(focal).all() and 0 < focal[1] < base[1] and torch.equal(focal[[0, 2]], base[[0, 2]])
+
+
+def test_cls_pw_weights_positive_targets():
+    preds, _ = golden_maps("gelan-t")
+    base = loss_for("gelan-t")(preds, TARGETS)[1]
+    heavier = loss_for("gelan-t", {"cls_pw": 3.0, "fl_gamma": 0.0})(preds, TARGETS)[1]
+    assert heavier[1] > base[1] and torch.equal(heavier[[0, 2]], base[[0, 2]])
+
+
+def test_float32_and_float64_agree_and_gradients_flow():
+    p64, _ = golden_maps("yolov9-s")
+    p32 = [[m.float().requires_grad_(True) for m in b] for b in p64]
+    p64 = [[m.clone().requires_grad_(True) for m in b] for b in p64]
+    t64, i64 = loss_for("yolov9-s")(p64, TARGETS)
+    t32, i32 = loss_for("yolov9-s")(p32, TARGETS.float())
+    assert t32.dtype == torch.float32 and t64.dtype == torch.float64
+    assert rel_err(i32.double(), i64).max() < 1e-5
+    t64.backward()
+    t32.backward()
+    for b64, b32 in zip(p64, p32):
+        for m64, m32 in zip(b64, b32):
+            assert torch.isfinite(m64.grad).all() and m64.grad.abs().sum() > 0
+            assert torch.allclose(m32.grad.double(), m64.grad, rtol=1e-3, atol=1e-5 * m64.grad.abs().max())
+
+
+def test_float16_predictions():
+    p64, _ = golden_maps("gelan-t")
+    # the golden logits are in the hundreds; scale them into a range where fp16 is a fair comparison
+    p64 = [m / 8 for m in p64]
+    p16 = [m.half().requires_grad_(True) for m in p64]
+    t16, i16 = loss_for("gelan-t")(p16, TARGETS)
+    t32, i32 = loss_for("gelan-t")([m.float() for m in p64], TARGETS)
+    assert t16.dtype == torch.float32 and torch.isfinite(t16).all()
+    assert rel_err(i16, i32).max() < 2e-2, (i16, i32)
+    t16.backward()
+    assert all(torch.isfinite(m.grad).all() and m.grad.dtype == torch.float16 for m in p16)
