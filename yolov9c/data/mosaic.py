@@ -1,0 +1,118 @@
+"""4-image mosaic (hyp key mosaic) followed by copy-paste and random perspective: one training sample.
+
+Published semantics (spec §5, per-item pipeline step 1): a 2s x 2s canvas filled with grey 114; a centre
+(xc, yc), each drawn as int(U(s/2, 3s/2)); the requested image plus 3 more drawn with replacement from the
+dataset, in shuffled order, placed top-left, top-right, bottom-left, bottom-right of the centre, each touching
+the centre with its corner (the part that falls off the canvas is cut); labels and polygons shifted to the
+canvas and clipped to [0, 2s]; then `copy_paste` (p = hyp copy_paste, only with polygons) and
+`random_perspective` with border -s/2, which cuts the result back to s x s and drops lost boxes.
+
+Polygons: images whose labels carry polygons contribute them; when some images of a mosaic have polygons and
+others do not, the box-only rows get empty polygons (perspective then warps their corners, copy-paste skips
+them) so that polygons stay aligned with label rows.
+
+Test: python -m pytest -q tests/test_data_augment.py -k mosaic
+"""
+
+import threading
+
+import numpy as np
+
+from yolov9c.data.copy_paste import copy_paste
+from yolov9c.data.perspective import random_perspective
+
+HYP_KEYS = ("degrees", "translate", "scale", "shear", "perspective", "copy_paste")
+_EMPTY_POLYGON = np.zeros((0, 2), np.float32)
+_canvases = threading.local()  # one reusable 2s x 2s canvas per thread (and per worker process)
+
+
+def _canvas(s):
+    """A (2s, 2s, 3) uint8 canvas filled with 114, reused between calls of one thread: the canvas never
+    leaves load_mosaic (random_perspective always writes a new image), and refilling a warm buffer is
+    cheaper than faulting in a fresh 4.9 MB one for every sample at s = 640."""
+    buf = getattr(_canvases, "buf", None)
+    if buf is None or buf.shape[0] != 2 * s:
+        buf = np.empty((2 * s, 2 * s, 3), np.uint8)
+        _canvases.buf = buf
+    buf.fill(114)
+    return buf
+
+
+def _placement(i, xc, yc, w, h, s):
+    """Canvas rectangle (x1a, y1a, x2a, y2a) and image rectangle (x1b, y1b, x2b, y2b) of tile i (0 top-left,
+    1 top-right, 2 bottom-left, 3 bottom-right) for an image of w x h with its corner at the centre."""
+    if i == 0:
+        x1a, y1a, x2a, y2a = max(xc - w, 0), max(yc - h, 0), xc, yc
+        x1b, y1b, x2b, y2b = w - (x2a - x1a), h - (y2a - y1a), w, h
+    elif i == 1:
+        x1a, y1a, x2a, y2a = xc, max(yc - h, 0), min(xc + w, 2 * s), yc
+        x1b, y1b, x2b, y2b = 0, h - (y2a - y1a), min(w, x2a - x1a), h
+    elif i == 2:
+        x1a, y1a, x2a, y2a = max(xc - w, 0), yc, xc, min(2 * s, yc + h)
+        x1b, y1b, x2b, y2b = w - (x2a - x1a), 0, w, min(y2a - y1a, h)
+    else:
+        x1a, y1a, x2a, y2a = xc, yc, min(xc + w, 2 * s), min(2 * s, yc + h)
+        x1b, y1b, x2b, y2b = 0, 0, min(w, x2a - x1a), min(y2a - y1a, h)
+    return (x1a, y1a, x2a, y2a), (x1b, y1b, x2b, y2b)
+
+
+def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hyp):
+    """Build one mosaic training sample.
+
+    index: the requested image; n_images: how many images the 3 extra ones are drawn from (0..n_images-1).
+    load_image(i) -> (img (h, w, 3) uint8 BGR resized so its long side is img_size, (h0, w0), (h, w)).
+    labels[i]: (n, 5) float32 [cls, xc, yc, w, h] normalised to image i. segments[i]: list of normalised
+    (k, 2) polygons aligned with labels[i], or [] for none.
+    rng: numpy.random.Generator. hyp: dict with the keys in HYP_KEYS (the published hyp file).
+    Returns (img (s', s', 3) uint8 with s' = 2 * (s - s // 2), i.e. s for even s; labels (m, 5) float32
+    [cls, x1, y1, x2, y2] pixels; segments: [] or m (1000, 2) float32 pixel polygons).
+    """
+    missing = [k for k in HYP_KEYS if k not in hyp]
+    if missing:
+        raise KeyError(f"load_mosaic: hyp lacks {', '.join(missing)}")
+    s = int(img_size)
+    half = s // 2
+    yc = int(rng.uniform(half, 2 * s - half))
+    xc = int(rng.uniform(half, 2 * s - half))
+    indices = np.concatenate(([index], rng.integers(0, n_images, 3)))
+    rng.shuffle(indices)
+
+    canvas = _canvas(s)
+    labels4, segments4, any_polygons = [], [], False
+    for i, k in enumerate(indices):
+        img, _, _ = load_image(int(k))
+        h, w = img.shape[:2]
+        (x1a, y1a, x2a, y2a), (x1b, y1b, x2b, y2b) = _placement(i, xc, yc, w, h, s)
+        canvas[y1a:y2a, x1a:x2a] = img[y1b:y2b, x1b:x2b]
+        padw, padh = x1a - x1b, y1a - y1b
+
+        lab = np.asarray(labels[k], np.float32).reshape(-1, 5)
+        px = np.empty_like(lab)
+        px[:, 0] = lab[:, 0]
+        px[:, 1] = w * (lab[:, 1] - lab[:, 3] / 2) + padw
+        px[:, 2] = h * (lab[:, 2] - lab[:, 4] / 2) + padh
+        px[:, 3] = w * (lab[:, 1] + lab[:, 3] / 2) + padw
+        px[:, 4] = h * (lab[:, 2] + lab[:, 4] / 2) + padh
+        labels4.append(px)
+        segs = segments[k] if segments is not None else []
+        if len(segs):
+            if len(segs) != len(lab):
+                raise ValueError(f"load_mosaic: image {k} has {len(segs)} polygons for {len(lab)} labels")
+            any_polygons = True
+            segments4.append([np.asarray(p, np.float32) * (w, h) + (padw, padh) for p in segs])
+        else:
+            segments4.append([_EMPTY_POLYGON] * len(lab))
+
+    labels4 = np.concatenate(labels4, 0)
+    np.clip(labels4[:, 1:], 0, 2 * s, out=labels4[:, 1:])
+    if any_polygons:
+        segments4 = [np.clip(p, 0, 2 * s).astype(np.float32) for tile in segments4 for p in tile]
+        img, labels4, segments4 = copy_paste(canvas, labels4, segments4, rng, p=hyp["copy_paste"])
+    else:
+        segments4 = []
+
+    return random_perspective(
+        canvas, labels4, segments4, rng,
+        degrees=hyp["degrees"], translate=hyp["translate"], scale=hyp["scale"], shear=hyp["shear"],
+        perspective=hyp["perspective"], border=(-half, -half),
+    )
