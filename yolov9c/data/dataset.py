@@ -1,0 +1,209 @@
+"""YoloDataset: a split of a YOLO dataset as a torch Dataset — scan, filters, rect shapes, caching and the
+per-item pipeline of the published loader (spec §5).
+
+Per item, when augmenting:
+  1. with probability hyp mosaic (and while `self.mosaic` is on; close-mosaic turns it off):
+     4-image mosaic + copy-paste + random perspective (mosaic.py), then with probability hyp mixup a blend
+     with a second mosaic (mixup.py);
+  2. otherwise: letterbox to imgsz (or the batch's rect shape), up-scaling only when augmenting, then
+     random perspective (boxes only, as published);
+  3. labels → normalised xywh, clipped (eps 1e-3); HSV jitter; vertical and horizontal flips;
+Without augmentation only the letterbox of step 2. Always: HWC BGR → CHW RGB uint8.
+Returns (img uint8 (3, H, W) tensor, labels float32 (n, 6) tensor [0, cls, xc, yc, w, h] normalised (column 0
+is filled with the image's index in the batch by collate), image path str, shapes) where shapes is
+((h0, w0), ((h / h0, w / w0), (padw, padh))) for letterboxed items (what validation needs to map boxes back
+to the original image) and None for mosaics.
+
+Randomness: every draw of an item comes from a numpy Generator seeded by the item's key. The loader's
+sampler (loader.py) hands keys (index, seed words, mosaic flag) built in the main process, so the batches
+depend on the seed and the epoch only — not on the number of workers, and close-mosaic or new image weights
+reach persistent workers. A plain int index uses the key (seed, index) and `self.mosaic`.
+
+Test: python -m pytest -q tests/test_data_dataset.py
+"""
+
+import numpy as np
+import torch
+
+from yolov9c.data.image_cache import cache_images, resize_long_side
+from yolov9c.data.image_list import collect_image_files
+from yolov9c.data.images import read_image
+from yolov9c.data.rect import rect_batch_shapes, rect_order
+from yolov9c.data.scan import scan_split
+
+
+class DataError(ValueError):
+    """A split that cannot be used (no usable image, no labels for training)."""
+
+
+def xywhn_to_xyxy(x, w, h, padw=0.0, padh=0.0):
+    """(n, 4) normalised [xc, yc, w, h] → (n, 4) float32 pixel [x1, y1, x2, y2] for an image of w × h
+    placed at (padw, padh)."""
+    x = np.asarray(x, np.float32).reshape(-1, 4)
+    y = np.empty_like(x)
+    y[:, 0] = w * (x[:, 0] - x[:, 2] / 2) + padw
+    y[:, 1] = h * (x[:, 1] - x[:, 3] / 2) + padh
+    y[:, 2] = w * (x[:, 0] + x[:, 2] / 2) + padw
+    y[:, 3] = h * (x[:, 1] + x[:, 3] / 2) + padh
+    return y
+
+
+def xyxy_to_xywhn(x, w, h, eps=1e-3):
+    """(n, 4) pixel [x1, y1, x2, y2] → (n, 4) float32 normalised [xc, yc, w, h], boxes first clipped to
+    [0, w − eps] × [0, h − eps] (published)."""
+    x = np.asarray(x, np.float32).reshape(-1, 4).copy()
+    np.clip(x[:, 0::2], 0, w - eps, out=x[:, 0::2])
+    np.clip(x[:, 1::2], 0, h - eps, out=x[:, 1::2])
+    y = np.empty_like(x)
+    y[:, 0] = (x[:, 0] + x[:, 2]) / 2 / w
+    y[:, 1] = (x[:, 1] + x[:, 3]) / 2 / h
+    y[:, 2] = (x[:, 2] - x[:, 0]) / w
+    y[:, 3] = (x[:, 3] - x[:, 1]) / h
+    return y
+
+
+class YoloDataset(torch.utils.data.Dataset):
+    """One split. sources: folder(s) / .txt list(s) / images (as in the dataset yaml, resolved).
+
+    img_size: int (the long side, multiple of stride); batch_size: rect grouping size; augment: training
+    pipeline; hyp: dict with the augmentation keys (hyp.py); rect: rectangular batches (off with
+    image_weights, as published); cache: None/'ram'/'disk'/'val'…; single_cls: every class → 0;
+    stride: max model stride; pad: rect padding in strides (val 0.5); min_items: drop images with fewer
+    labels; nc: class count for the class < nc check; seed: base of every item's random draws;
+    label_cache: read/write the `*.cache` label cache; log: a print-like callable (lines of the scan)."""
+
+    def __init__(self, sources, img_size=640, batch_size=16, augment=False, hyp=None, rect=False,
+                 image_weights=False, cache=None, single_cls=False, stride=32, pad=0.0, min_items=0,
+                 prefix="", nc=None, seed=0, label_cache=True, log=print):
+        self.img_size = int(img_size)
+        self.augment = bool(augment)
+        self.hyp = hyp
+        if self.augment and hyp is None:
+            from yolov9c.data.hyp import augment_hyp
+
+            self.hyp = augment_hyp()
+        self.image_weights = bool(image_weights)
+        self.rect = False if self.image_weights else bool(rect)
+        self.mosaic = self.augment and not self.rect  # close-mosaic sets this False
+        self.stride = int(stride)
+        self.seed = int(seed)
+        self.prefix = prefix
+        self.nc = nc
+
+        try:
+            files = collect_image_files(sources)
+        except FileNotFoundError as e:
+            raise DataError(f"{prefix}{e}") from None
+        scan = scan_split(files, nc, sources=sources, use_cache=label_cache, log=log, prefix=prefix)
+        if scan.n_images == 0:
+            raise DataError(f"{prefix}no usable images in {sources}")
+        if self.augment and scan.n_images == scan.n_backgrounds:
+            raise DataError(f"{prefix}no labels found in {sources}: cannot train")
+        self.scan = scan
+        self.im_files = list(scan.im_files)
+        self.label_files = list(scan.label_files)
+        self.shapes = np.asarray(scan.shapes, np.int64).reshape(-1, 2)  # (h, w) upright originals
+        self.labels = [lb.copy() for lb in scan.labels]
+        self.segments = [list(s) for s in scan.segments]
+
+        if min_items:
+            keep = [i for i, lb in enumerate(self.labels) if len(lb) >= min_items]
+            log(f"{prefix}{len(self.labels) - len(keep)}/{len(self.labels)} images dropped by --min-items "
+                f"{min_items}")
+            self._select(keep)
+            if not self.im_files:
+                raise DataError(f"{prefix}no image has >= {min_items} labels (--min-items)")
+        if single_cls:
+            for lb in self.labels:
+                lb[:, 0] = 0
+
+        n = len(self.im_files)
+        self.batch_index = None
+        self.batch_shapes = None
+        if self.rect:
+            order = rect_order(self.shapes)
+            self._select(order.tolist())
+            self.batch_index, self.batch_shapes = rect_batch_shapes(self.shapes, batch_size, self.img_size,
+                                                                    self.stride, pad)
+        self.ims = [None] * n  # RAM cache
+        self.im_hw0 = [None] * n
+        self.im_hw = [None] * n
+        self.npy_files = [None] * n  # disk cache
+        self.cache = cache_images(self, cache, log=log, prefix=prefix)
+
+    def _select(self, idx):
+        self.im_files = [self.im_files[i] for i in idx]
+        self.label_files = [self.label_files[i] for i in idx]
+        self.shapes = self.shapes[np.asarray(idx, np.int64)].reshape(-1, 2)
+        self.labels = [self.labels[i] for i in idx]
+        self.segments = [self.segments[i] for i in idx]
+
+    def __len__(self):
+        return len(self.im_files)
+
+    def load_image(self, i):
+        """Image i resized so its long side is img_size → (img (h, w, 3) uint8 BGR, (h0, w0), (h, w)).
+        The RAM-cached array itself is returned: callers must not modify it in place."""
+        im = self.ims[i]
+        if im is not None:
+            return im, self.im_hw0[i], self.im_hw[i]
+        npy = self.npy_files[i]
+        img = np.load(npy, allow_pickle=False) if npy is not None else read_image(self.im_files[i])
+        return resize_long_side(img, self.img_size, self.augment)
+
+    def __getitem__(self, key):
+        if isinstance(key, (tuple, list)):
+            index, seed_words, mosaic_on = key
+        else:
+            index, seed_words, mosaic_on = int(key), (self.seed, int(key)), self.mosaic
+        rng = np.random.default_rng(list(seed_words))
+        hyp = self.hyp
+        shapes = None
+        if self.augment and mosaic_on and rng.random() < hyp["mosaic"]:
+            from yolov9c.data.mixup import mixup
+            from yolov9c.data.mosaic import load_mosaic
+
+            img, labels, _ = load_mosaic(index, len(self), self.load_image, self.labels, self.segments,
+                                         self.img_size, rng, hyp)
+            if rng.random() < hyp["mixup"]:
+                j = int(rng.integers(len(self)))
+                img2, labels2, _ = load_mosaic(j, len(self), self.load_image, self.labels, self.segments,
+                                               self.img_size, rng, hyp)
+                img, labels = mixup(img, labels, img2, labels2, rng)
+        else:
+            from yolov9c.data.letterbox import letterbox
+
+            img, (h0, w0), (h, w) = self.load_image(index)
+            shape = tuple(self.batch_shapes[self.batch_index[index]]) if self.rect else self.img_size
+            img, ratio, pad = letterbox(img, shape, auto=False, scaleup=self.augment)
+            shapes = (h0, w0), ((h / h0, w / w0), pad)
+            lab = self.labels[index]
+            labels = np.zeros((len(lab), 5), np.float32)
+            if len(lab):
+                labels[:, 0] = lab[:, 0]
+                labels[:, 1:] = xywhn_to_xyxy(lab[:, 1:], ratio[0] * w, ratio[1] * h, pad[0], pad[1])
+            if self.augment:
+                from yolov9c.data.perspective import random_perspective
+
+                img, labels, _ = random_perspective(img, labels, [], rng, degrees=hyp["degrees"],
+                                                    translate=hyp["translate"], scale=hyp["scale"],
+                                                    shear=hyp["shear"], perspective=hyp["perspective"])
+        labels = np.asarray(labels, np.float32).reshape(-1, 5)
+        if len(labels):
+            labels[:, 1:] = xyxy_to_xywhn(labels[:, 1:], img.shape[1], img.shape[0])
+        if self.augment:
+            from yolov9c.data.flip import random_flip
+            from yolov9c.data.hsv import augment_hsv
+
+            augment_hsv(img, rng, hgain=hyp["hsv_h"], sgain=hyp["hsv_s"], vgain=hyp["hsv_v"])
+            img, labels = random_flip(img, labels, rng, flipud=hyp["flipud"], fliplr=hyp["fliplr"])
+        out = torch.zeros((len(labels), 6), dtype=torch.float32)
+        if len(labels):
+            out[:, 1:] = torch.from_numpy(np.ascontiguousarray(labels))
+        chw = np.ascontiguousarray(img.transpose(2, 0, 1)[::-1])  # HWC BGR → CHW RGB
+        return torch.from_numpy(chw), out, self.im_files[index], shapes
+
+    @property
+    def n_boxes(self):
+        return int(sum(len(lb) for lb in self.labels))
+

@@ -1,0 +1,38 @@
+"""Augmentation hyper-parameters: the hyp file (published keys and meaning) and the CLI overrides.
+
+`--mosaic P` and `--mixup P` given on the command line win over the hyp file's `mosaic` and `mixup`.
+
+Test: python -m pytest -q tests/test_data_dataset.py -k hyp
+"""
+
+from pathlib import Path
+
+import yaml
+
+DEFAULT_HYP = Path(__file__).resolve().parents[2] / "configs" / "hyps" / "hyp.scratch-high.yaml"
+# the keys the data pipeline reads (spec §6)
+AUGMENT_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
+                "flipud", "fliplr", "mosaic", "mixup", "copy_paste")
+
+
+def augment_hyp(hyp=None, mosaic=None, mixup=None):
+    """hyp: None (configs/hyps/hyp.scratch-high.yaml), a yaml path or a dict. mosaic/mixup: CLI values
+    (None = not given). Returns a new dict; raises KeyError naming the keys the pipeline needs that are
+    missing, ValueError for a probability outside [0, 1]."""
+    if hyp is None:
+        hyp = DEFAULT_HYP
+    if isinstance(hyp, (str, Path)):
+        with open(hyp, encoding="utf-8") as f:
+            hyp = yaml.safe_load(f) or {}
+    hyp = dict(hyp)
+    if mosaic is not None:
+        hyp["mosaic"] = float(mosaic)
+    if mixup is not None:
+        hyp["mixup"] = float(mixup)
+    missing = [k for k in AUGMENT_KEYS if k not in hyp]
+    if missing:
+        raise KeyError(f"hyp lacks augmentation keys: {', '.join(missing)}")
+    for k in ("mosaic", "mixup", "copy_paste", "flipud", "fliplr"):
+        if not 0.0 <= float(hyp[k]) <= 1.0:
+            raise ValueError(f"hyp {k} = {hyp[k]} is a probability and must be in [0, 1]")
+    return hyp

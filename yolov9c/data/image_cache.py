@@ -1,0 +1,113 @@
+"""Image caching (`--cache ram | disk | val`) and the resize every image load ends with.
+
+- `ram`: keeps every image resized (long side = imgsz) in memory. First the memory it needs is computed
+  exactly from the image sizes the scan recorded (the published code samples 30 images); when
+  need × 1.1 exceeds the available memory, caching is turned off with a message and training goes on.
+- `disk`: writes each image, decoded and upright, at full resolution to a `.npy` next to it (rewritten
+  when the image is newer than its `.npy`); loading a `.npy` skips JPEG decoding. A folder that is not
+  writable gives a warning and those images are read from their files.
+- any other non-empty value (e.g. `val`, as train_dual passes for the val set): RAM without the check.
+
+Test: python -m pytest -q tests/test_data_cache.py
+"""
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from yolov9c.data.images import BadImage, read_image
+from yolov9c.data.label_cache import folder_writable
+
+
+def resize_long_side(img, img_size, augment):
+    """Resize `img` (h0, w0, 3) so its long side is `img_size` → (img, (h0, w0), (h, w)).
+    INTER_LINEAR when augmenting or enlarging, INTER_AREA when shrinking for evaluation (published)."""
+    h0, w0 = img.shape[:2]
+    r = img_size / max(h0, w0)
+    if r != 1:
+        interp = cv2.INTER_LINEAR if (augment or r > 1) else cv2.INTER_AREA
+        img = cv2.resize(img, (max(1, round(w0 * r)), max(1, round(h0 * r))), interpolation=interp)
+    return img, (h0, w0), img.shape[:2]
+
+
+def available_ram():
+    """Bytes of memory available to new allocations (MemAvailable of /proc/meminfo; sysconf fallback)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def ram_needed(shapes, img_size):
+    """Bytes that the resized uint8 BGR images of `shapes` (n, 2) (h, w) take."""
+    shapes = np.asarray(shapes, np.float64).reshape(-1, 2)
+    if len(shapes) == 0:
+        return 0
+    r = img_size / shapes.max(1)
+    return int((np.round(shapes[:, 0] * r) * np.round(shapes[:, 1] * r) * 3).sum())
+
+
+def npy_path_for(im_file):
+    return Path(im_file).with_suffix(".npy")
+
+
+def _write_npy(im_file):
+    """→ None or a warning line."""
+    npy = npy_path_for(im_file)
+    try:
+        if npy.is_file() and npy.stat().st_mtime_ns >= Path(im_file).stat().st_mtime_ns:
+            return None
+        if not folder_writable(npy.parent):
+            return f"{npy.parent}: not writable, disk cache off for its images"
+        img = read_image(im_file)
+        tmp = npy.with_name(f"{npy.name}.{os.getpid()}.tmp.npy")
+        np.save(tmp, img, allow_pickle=False)
+        os.replace(tmp, npy)
+    except (OSError, BadImage) as e:
+        return f"{im_file}: disk cache not written ({e})"
+    return None
+
+
+def cache_images(dataset, mode, log=print, prefix=""):
+    """Fill `dataset`'s image cache for `mode` ('ram', 'disk', other truthy = RAM unchecked, falsy = none).
+    Sets dataset.ims (list of arrays or None) or dataset.npy_files. Returns the mode in force."""
+    n = len(dataset.im_files)
+    if not mode or n == 0:
+        return None
+    if mode == "disk":
+        with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+            warnings = [w for w in pool.map(_write_npy, dataset.im_files) if w]
+        for w in sorted(set(warnings)):
+            log(f"{prefix}{w}")
+        dataset.npy_files = [npy_path_for(f) if npy_path_for(f).is_file() else None for f in dataset.im_files]
+        log(f"{prefix}disk cache: {sum(p is not None for p in dataset.npy_files)}/{n} images as .npy")
+        return "disk"
+    need = ram_needed(dataset.shapes, dataset.img_size)
+    if mode == "ram":
+        have = available_ram()
+        if need * 1.1 > have:
+            log(f"{prefix}--cache ram needs {need / 2**30:.1f} GiB (+10 % margin) but {have / 2**30:.1f} GiB is "
+                f"available: not caching images")
+            return None
+    ims = [None] * n
+    hw0 = [None] * n
+    hw = [None] * n
+
+    def load(i):
+        ims[i], hw0[i], hw[i] = dataset.load_image(i)
+
+    with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
+        list(pool.map(load, range(n)))
+    dataset.ims, dataset.im_hw0, dataset.im_hw = ims, hw0, hw
+    log(f"{prefix}RAM cache: {n} images, {need / 2**30:.2f} GiB")
+    return mode

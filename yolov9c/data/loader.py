@@ -1,0 +1,159 @@
+"""The training/validation DataLoader: worker count, seeded and reproducible sampling, DDP, collate.
+
+create_dataloader(...) builds a YoloDataset and a torch DataLoader around it:
+- workers = min(cpu_count // #GPUs, batch (0 when batch is 1), --workers), as published; persistent
+  workers (they stay alive between epochs; close-mosaic and new image weights still reach them because
+  the sampler, which runs in the main process, carries them);
+- ItemSampler yields item keys (index, seed words, mosaic flag): the order comes from the seed and the
+  epoch (shuffled with a seeded generator, or through torch's DistributedSampler under DDP, or drawn by
+  image weights), and each item's random draws from (seed, epoch, rank, position). Same seed → same
+  batches, with any number of workers. The epoch advances by one at each pass; `set_epoch(e)` sets it;
+- pin memory: `pin_memory` argument (--pin-memory/--no-pin-memory), default from the PIN_MEMORY
+  environment variable (default true, as published); only used when CUDA is available;
+- collate: uint8 images (B, 3, H, W) RGB stacked; labels (N, 6) [image index in batch, cls, xc, yc, w, h]
+  normalised; plus the tuples of paths and shapes. Images of different sizes (can only happen at the
+  padded end of a DDP rect epoch) are padded with grey 114 at the bottom/right and their labels rescaled.
+
+Test: python -m pytest -q tests/test_data_loader.py
+"""
+
+import os
+
+import cv2
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
+
+from yolov9c.data.dataset import YoloDataset
+from yolov9c.data.image_weights import image_weights as compute_image_weights
+
+
+class ItemSampler(Sampler):
+    """Yields (index, (seed, epoch, rank, position), mosaic) keys for YoloDataset.__getitem__.
+
+    weights: None, or (n,) per-image weights; when set, each epoch draws n indices with replacement with
+    these probabilities (--image-weights; the trainer may assign new weights between epochs)."""
+
+    def __init__(self, dataset, shuffle=False, seed=0, rank=-1, world_size=1, weights=None):
+        self.dataset = dataset
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed) & 0xFFFFFFFF
+        self.rank = max(int(rank), 0)
+        self.world_size = int(world_size)
+        self.weights = weights
+        self.epoch = 0
+        self.inner = None
+        if self.world_size > 1:
+            self.inner = DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank,
+                                            shuffle=self.shuffle, seed=self.seed)
+
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+
+    def __len__(self):
+        return len(self.inner) if self.inner is not None else len(self.dataset)
+
+    def order(self, epoch):
+        """Dataset indices of `epoch` for this rank (list of int)."""
+        n = len(self.dataset)
+        if self.weights is not None:
+            p = np.asarray(self.weights, np.float64)
+            if p.sum() <= 0:
+                raise ValueError("image weights sum to 0")
+            g = np.random.default_rng([self.seed, epoch, 0x1A6E])
+            return g.choice(n, n, replace=True, p=p / p.sum()).tolist()
+        if self.inner is not None:
+            self.inner.set_epoch(epoch)
+            return list(self.inner)
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed * 100003 + epoch)
+            return torch.randperm(n, generator=g).tolist()
+        return list(range(n))
+
+    def __iter__(self):
+        epoch = self.epoch
+        self.epoch += 1
+        order = self.order(epoch)
+        mosaic = bool(self.dataset.mosaic)
+        words = (self.seed, epoch & 0xFFFFFFFF, self.rank)
+        return iter([(i, words + (pos,), mosaic) for pos, i in enumerate(order)])
+
+
+def collate(batch):
+    """List of dataset items → (imgs uint8 (B, 3, H, W), labels float32 (N, 6) with the image index in
+    column 0, paths tuple, shapes tuple)."""
+    imgs, labels, paths, shapes = zip(*batch)
+    for i, lb in enumerate(labels):
+        lb[:, 0] = i
+    hs = {im.shape[1] for im in imgs}
+    ws = {im.shape[2] for im in imgs}
+    if len(hs) > 1 or len(ws) > 1:
+        H, W = max(hs), max(ws)
+        padded = []
+        for im, lb in zip(imgs, labels):
+            h, w = im.shape[1:]
+            out = torch.full((3, H, W), 114, dtype=torch.uint8)
+            out[:, :h, :w] = im
+            padded.append(out)
+            lb[:, [2, 4]] *= w / W  # normalised x, w of the unpadded image → of the padded one
+            lb[:, [3, 5]] *= h / H
+        imgs = padded
+    return torch.stack(imgs, 0), torch.cat(labels, 0), paths, shapes
+
+
+def _worker_init(worker_id):
+    # the global RNGs, for any code that uses them (ours does not); OpenCV single-threaded in each worker,
+    # so that W workers use W cores, not W × cores threads
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    import random
+
+    random.seed(seed)
+    cv2.setNumThreads(0)
+
+
+def _pin_default():
+    return str(os.getenv("PIN_MEMORY", "true")).lower() == "true"
+
+
+def create_dataloader(path, imgsz, batch_size, stride=32, single_cls=False, hyp=None, augment=False, cache=None,
+                      pad=0.0, rect=False, rank=-1, world_size=1, workers=8, image_weights=False, min_items=0,
+                      prefix="", shuffle=False, seed=0, pin_memory=None, persistent_workers=True, nc=None,
+                      label_cache=True, log=print):
+    """Build (loader, dataset) for split `path` (sources as in load_data_config's train/val lists).
+
+    batch_size: per rank; rank/world_size: DDP (-1/1 without); rect: rectangular batches (forces shuffle
+    off, with a message); image_weights: draw images by class-frequency weights (single process only);
+    other arguments as YoloDataset. Raises DataError for an unusable split."""
+    if rect and shuffle:
+        log(f"{prefix}--rect is incompatible with DataLoader shuffle, setting shuffle=False")
+        shuffle = False
+    if image_weights and world_size > 1:
+        raise ValueError("--image-weights is not supported with DDP (as in the published code)")
+    # under DDP a rank takes every world_size-th image, so a rect shape covers world_size batches
+    group = batch_size * max(world_size, 1)
+    dataset = YoloDataset(path, img_size=imgsz, batch_size=group, augment=augment, hyp=hyp, rect=rect,
+                          image_weights=image_weights, cache=cache, single_cls=single_cls, stride=stride,
+                          pad=pad, min_items=min_items, prefix=prefix, nc=nc, seed=seed,
+                          label_cache=label_cache, log=log)
+    batch_size = min(batch_size, len(dataset))
+    nd = torch.cuda.device_count()
+    nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, workers)
+    weights = None
+    if dataset.image_weights:
+        weights = compute_image_weights(dataset.labels, nc if nc is not None else _max_class(dataset) + 1)
+    sampler = ItemSampler(dataset, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size, weights=weights)
+    pin = _pin_default() if pin_memory is None else bool(pin_memory)
+    g = torch.Generator()
+    g.manual_seed(6148914691236517205 + seed)
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=nw,
+                        pin_memory=pin and torch.cuda.is_available(), collate_fn=collate,
+                        worker_init_fn=_worker_init, generator=g,
+                        persistent_workers=bool(persistent_workers) and nw > 0)
+    return loader, dataset
+
+
+def _max_class(dataset):
+    m = [int(lb[:, 0].max()) for lb in dataset.labels if len(lb)]
+    return max(m) if m else 0
