@@ -1,0 +1,117 @@
+"""Label files and the split scan (yolov9c/data/labels.py, scan.py): every bad-file class of issue 3 built
+here, its `path: reason` line, the summary counts, and that valid labels are never dropped silently.
+
+Run: python -m pytest -q tests/test_data_labels.py
+"""
+
+import cv2
+import numpy as np
+import pytest
+
+from yolov9c.data.image_list import collect_image_files
+from yolov9c.data.labels import BadLabels, parse_label_file
+from yolov9c.data.scan import scan_split
+
+
+def _write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("0 0.5 0.5 0.2\n", "4 columns"),
+    ("0 0.5 0.5 0.2 0.2 0.3\n", "6 columns"),
+    ("0 0.1 0.1 0.5 0.1 0.5 0.5 0.9\n", "8 columns"),
+    ("0 0.5 abc 0.2 0.2\n", "non-numeric"),
+    ("0 0.5 nan 0.2 0.2\n", "non-finite"),
+    ("0 1.2 0.5 0.2 0.2\n", "outside \\[0, 1\\]"),
+    ("0 0.5 0.5 -0.1 0.2\n", "outside \\[0, 1\\]"),
+    ("0 0.5 0.5 0 0.2\n", "zero-size box"),
+    ("1 0.2 0.2 0.2 0.2 0.2 0.2\n", "zero-size bounds"),
+    ("7 0.5 0.5 0.2 0.2\n", "class 7 >= nc \\(5\\)"),
+    ("-1 0.5 0.5 0.2 0.2\n", "not a non-negative integer"),
+    ("1.5 0.5 0.5 0.2 0.2\n", "not a non-negative integer"),
+])
+def test_bad_label_rows(tmp_path, text, reason):
+    f = _write(tmp_path / "a.txt", "1 0.5 0.5 0.1 0.1\n" + text)
+    with pytest.raises(BadLabels, match=reason) as e:
+        parse_label_file(f, nc=5)
+    assert "line 2" in str(e.value)
+
+
+def test_good_boxes_polygons_duplicates(tmp_path):
+    f = _write(tmp_path / "a.txt",
+               "2 0.5 0.5 0.2 0.4\n"
+               "  \n"
+               "2 0.5 0.5 0.2 0.4\n"               # duplicate: removed with a note
+               "1.0 0.1 0.1 0.3 0.1 0.2 0.4\n"     # polygon, class written as a float
+               "0 0.9 0.9 0.2 0.2\n"               # box reaching past the border: allowed, as published
+               "3 1.0000004 0.5 0.1 0.1\n")        # float printing overshoot within 1e-6: clipped
+    labels, segments, notes = parse_label_file(f, nc=4)
+    assert labels.dtype == np.float32 and labels.shape == (4, 5)
+    assert notes == ["1 duplicate label rows removed"]
+    np.testing.assert_allclose(labels[0], [2, 0.5, 0.5, 0.2, 0.4], atol=1e-7)
+    np.testing.assert_allclose(labels[1], [1, 0.2, 0.25, 0.2, 0.3], atol=1e-6)  # bounds of the polygon
+    assert labels[3, 1] == 1.0
+    # segments aligned with rows: the polygon as written, box rows as their rectangles
+    assert len(segments) == 4
+    np.testing.assert_allclose(segments[1], [[0.1, 0.1], [0.3, 0.1], [0.2, 0.4]], atol=1e-7)
+    np.testing.assert_allclose(segments[0], [[0.4, 0.3], [0.6, 0.3], [0.6, 0.7], [0.4, 0.7]], atol=1e-6)
+
+
+def test_missing_and_empty_are_background(tmp_path):
+    for f in (tmp_path / "none.txt", _write(tmp_path / "empty.txt", "\n \n")):
+        labels, segments, notes = parse_label_file(f, nc=3)
+        assert labels.shape == (0, 5) and segments == [] and notes == []
+
+
+def _img(path, h=48, w=64, value=100):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), np.full((h, w, 3), value, np.uint8))
+    return path
+
+
+def test_scan_reports_every_bad_file_and_counts(tmp_path):
+    im, lb = tmp_path / "images", tmp_path / "labels"
+    good = [_img(im / f"good{i}.jpg") for i in range(3)]
+    for i in range(3):
+        _write(lb / f"good{i}.txt", f"{i} 0.5 0.5 0.25 0.25\n0 0.2 0.2 0.1 0.1\n")
+    _img(im / "bg_missing.jpg")                      # no label file: background
+    _img(im / "bg_empty.jpg")
+    _write(lb / "bg_empty.txt", "")                  # empty label file: background
+    _img(im / "dup.jpg")
+    _write(lb / "dup.txt", "1 0.5 0.5 0.2 0.2\n1 0.5 0.5 0.2 0.2\n")
+    _img(im / "badcls.jpg")
+    _write(lb / "badcls.txt", "9 0.5 0.5 0.2 0.2\n")
+    _img(im / "badcol.jpg")
+    _write(lb / "badcol.txt", "1 0.5 0.5\n")
+    (im / "empty.jpg").write_bytes(b"")
+    (im / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(50))
+    ok, buf = cv2.imencode(".jpg", np.full((40, 40, 3), 200, np.uint8))
+    (im / "trunc.jpg").write_bytes(buf.tobytes()[:-2])
+    _write(lb / "trunc.txt", "2 0.5 0.5 0.5 0.5\n")
+    _img(im / "tiny.png", h=5, w=5)
+    (tmp_path / "list.txt").write_text("\n".join(sorted(str(p) for p in im.iterdir())) + f"\n{im}/doc.pdf\n")
+    (im / "doc.pdf").write_bytes(b"%PDF-1.4")
+
+    lines = []
+    files = collect_image_files(tmp_path / "list.txt")
+    res = scan_split(files, nc=3, sources=str(tmp_path / "list.txt"), log=lines.append, prefix="train: ")
+    out = "\n".join(lines)
+    # usable: 3 good, 2 backgrounds, dup, trunc; skipped: badcls, badcol, empty, corrupt, tiny, pdf
+    assert lines[-1] == "train: 7 images, 2 backgrounds, 6 corrupt"
+    assert (res.n_images, res.n_backgrounds, res.n_corrupt) == (7, 2, 6)
+    for name, reason in [("badcls.txt", "class 9 >= nc (3)"), ("badcol.txt", "3 columns"),
+                         ("empty.jpg", "empty file"), ("corrupt.png", "corrupt image"),
+                         ("tiny.png", "too small"), ("doc.pdf", "unsupported image format"),
+                         ("dup.txt", "1 duplicate label rows removed"), ("trunc.jpg", "truncated JPEG")]:
+        hit = [ln for ln in lines if ln.startswith("train: ") and name + ": " in ln]
+        assert len(hit) == 1, (name, out)
+        assert reason in hit[0], hit[0]
+    # one line per bad file, plus one per warning, plus the summary
+    assert len(lines) == 6 + 2 + 1
+    # every valid label kept: 2 per good image, 1 from dup, 1 from trunc
+    assert sum(len(x) for x in res.labels) == 3 * 2 + 1 + 1
+    assert sorted(str(p.name) for p in map(__import__("pathlib").Path, res.im_files)) == sorted(
+        ["good0.jpg", "good1.jpg", "good2.jpg", "bg_missing.jpg", "bg_empty.jpg", "dup.jpg", "trunc.jpg"])

@@ -1,0 +1,124 @@
+"""Dataset yaml resolution (yolov9c/data/dataset_yaml.py) and split file lists (image_list.py).
+
+Run: python -m pytest -q tests/test_data_yaml.py
+"""
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import yaml
+
+from yolov9c.data.dataset_yaml import DataConfigError, load_data_config
+from yolov9c.data.image_list import collect_image_files
+from yolov9c.data.labels import label_path_for
+
+
+def _img(path, h=32, w=48):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), np.full((h, w, 3), 90, np.uint8))
+    return path
+
+
+def _tree(root):
+    for split in ("train", "val"):
+        for i in range(3):
+            _img(root / "images" / split / f"{i}.jpg")
+    (root / "images" / "train" / "notes.md").write_text("not an image")
+    (root / "images" / "train" / "sub").mkdir()
+    _img(root / "images" / "train" / "sub" / "deep.png")
+    return root
+
+
+def _write(path, cfg):
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_folders_relative_to_yaml_and_names_dict(tmp_path):
+    root = _tree(tmp_path / "ds")
+    y = _write(root / "d.yaml", {"path": ".", "train": "images/train", "val": "images/val",
+                                 "names": {0: "cat", 1: "dog"}})
+    cfg = load_data_config(y)
+    assert cfg["path"] == str(root.resolve())
+    assert cfg["train"] == [str(root.resolve() / "images/train")]
+    assert cfg["nc"] == 2 and cfg["names"] == ["cat", "dog"] and cfg["test"] == []
+    files = collect_image_files(cfg["train"])
+    # recursive, image extensions only (notes.md ignored)
+    assert [Path(f).name for f in files] == ["0.jpg", "1.jpg", "2.jpg", "deep.png"]
+
+
+def test_path_absent_means_yaml_folder_and_list_of_sources(tmp_path):
+    root = _tree(tmp_path / "ds")
+    lst = root / "extra.txt"
+    lst.write_text("./images/val/0.jpg\nimages/val/1.jpg\n\n")
+    y = _write(root / "d.yaml", {"train": ["images/train", "extra.txt"], "val": "extra.txt", "nc": 3,
+                                 "names": ["a", "b", "c"]})
+    cfg = load_data_config(y)
+    assert len(cfg["train"]) == 2
+    files = collect_image_files(cfg["train"])
+    assert len(files) == 6  # 4 from the folder + 2 from the list
+    val = collect_image_files(cfg["val"])
+    assert val == sorted([str(root / "images/val/0.jpg"), str(root / "images/val/1.jpg")])
+
+
+def test_list_keeps_non_image_lines_for_the_scan_to_report(tmp_path):
+    root = _tree(tmp_path / "ds")
+    (root / "list.txt").write_text("./images/train/0.jpg\n./images/train/notes.md\n")
+    files = collect_image_files(root / "list.txt")
+    assert any(f.endswith("notes.md") for f in files)
+
+
+@pytest.mark.parametrize("cfg, key", [
+    ({"train": "images/train", "val": "images/nope", "names": ["a"]}, "'val'"),
+    ({"train": "images/missing", "val": "images/val", "names": ["a"]}, "'train'"),
+    ({"val": "images/val", "names": ["a"]}, "'train'"),
+    ({"train": "images/train", "val": "images/val", "test": "images/zzz", "names": ["a"]}, "'test'"),
+    ({"path": "no/such/root", "train": "images/train", "val": "images/val", "names": ["a"]}, "'path'"),
+    ({"train": "images/train", "val": "images/val", "nc": 3, "names": ["a", "b"]}, "'nc'"),
+    ({"train": "images/train", "val": "images/val"}, "'names'"),
+    ({"train": "images/train", "val": "images/val", "names": {0: "a", 2: "c"}}, "'names'"),
+    ({"train": "images/train", "val": "images/val", "nc": "many", "names": ["a"]}, "'nc'"),
+])
+def test_errors_name_the_key(tmp_path, cfg, key):
+    root = _tree(tmp_path / "ds")
+    y = _write(root / "d.yaml", cfg)
+    with pytest.raises(DataConfigError) as e:
+        load_data_config(y)
+    assert key in str(e.value) and str(y) in str(e.value)
+
+
+def test_missing_yaml_and_nc_only(tmp_path):
+    with pytest.raises(DataConfigError, match="not found"):
+        load_data_config(tmp_path / "none.yaml")
+    root = _tree(tmp_path / "ds")
+    cfg = load_data_config(_write(root / "d.yaml", {"train": "images/train", "val": "images/val", "nc": 2}))
+    assert cfg["names"] == ["0", "1"]
+
+
+def test_relative_root_falls_back_to_current_folder(tmp_path, monkeypatch):
+    # the published convention: `path: ../datasets/x` relative to where you run
+    root = _tree(tmp_path / "datasets" / "x")
+    ydir = tmp_path / "cfgs"
+    ydir.mkdir()
+    y = _write(ydir / "x.yaml", {"path": "datasets/x", "train": "images/train", "val": "images/val",
+                                 "names": ["a"]})
+    monkeypatch.chdir(tmp_path)
+    assert load_data_config(y)["path"] == str(root.resolve())
+
+
+def test_label_pairing():
+    assert label_path_for("/d/images/train/a.jpg") == "/d/labels/train/a.txt"
+    # the LAST /images/ is replaced, as published
+    assert label_path_for("/images/x/images/b.PNG") == "/images/x/labels/b.txt"
+    assert label_path_for("/d/pics/c.jpeg") == "/d/pics/c.txt"
+
+
+def test_coco128_yaml():
+    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128" / "data.yaml"
+    if not data.is_file():
+        pytest.skip("../shared/data/coco128 not present")
+    cfg = load_data_config(data)
+    assert cfg["nc"] == 80 and cfg["names"][0] == "person" and cfg["names"][79] == "toothbrush"
+    assert len(collect_image_files(cfg["train"])) == 128
