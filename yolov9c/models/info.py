@@ -37,18 +37,41 @@ def _max_stride(model: nn.Module) -> int:
     return 32
 
 
-def conv_macs(model: nn.Module, x: torch.Tensor) -> int:
-    """Multiply-accumulates of every nn.Conv2d in one forward of `model` on `x` (B, C, H, W), per image.
+# Operations per output element of the non-convolution layers, as the published code counts them (it calls
+# thop 0.1.1): BatchNorm normalises (2) and applies the affine transform (x2); nearest upsampling and average
+# pooling cost 1, ReLU-type activations 1; SiLU, max-pooling, concatenation and functional ops cost nothing.
+_UPSAMPLE_OPS = {"nearest": 1, "linear": 5, "bilinear": 11, "bicubic": 259, "trilinear": 31}
+_ELEMENTWISE_OPS = {nn.BatchNorm2d: 4, nn.SyncBatchNorm: 4, nn.AvgPool2d: 1, nn.ReLU: 1, nn.ReLU6: 1,
+                    nn.LeakyReLU: 1}
 
-    Runs under no_grad in eval mode (BatchNorm statistics untouched) and restores the training flag."""
-    total = 0
 
-    def hook(m: nn.Conv2d, inputs, out):
-        nonlocal total
+def count_ops(model: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+    """(conv multiply-accumulates, other ops) of one forward of `model` on `x` (B, C, H, W), per image.
+
+    Conv2d: (c_in/groups)·k_h·k_w per output element (bias not counted); other layers per _ELEMENTWISE_OPS /
+    _UPSAMPLE_OPS. Layers are matched by exact type, as thop does. Runs under no_grad in eval mode (BatchNorm
+    statistics untouched) and restores the training flag."""
+    macs = other = 0
+
+    def conv_hook(m, inputs, out):
+        nonlocal macs
         kh, kw = m.kernel_size
-        total += (out.numel() // out.shape[0]) * (m.in_channels // m.groups) * kh * kw
+        macs += (out.numel() // out.shape[0]) * (m.in_channels // m.groups) * kh * kw
 
-    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, nn.Conv2d)]
+    def elementwise_hook(m, inputs, out):
+        nonlocal other
+        if type(m) is nn.Upsample:
+            per = _UPSAMPLE_OPS.get(m.mode, 0)
+        else:
+            per = _ELEMENTWISE_OPS[type(m)]
+        other += per * (out.numel() // out.shape[0])
+
+    handles = []
+    for m in model.modules():
+        if type(m) is nn.Conv2d:
+            handles.append(m.register_forward_hook(conv_hook))
+        elif type(m) in _ELEMENTWISE_OPS or type(m) is nn.Upsample:
+            handles.append(m.register_forward_hook(elementwise_hook))
     was_training = model.training
     try:
         model.eval()
@@ -58,11 +81,13 @@ def conv_macs(model: nn.Module, x: torch.Tensor) -> int:
         for h in handles:
             h.remove()
         model.train(was_training)
-    return total
+    return macs, other
 
 
-def count_flops(model: nn.Module, imgsz=640, *, probe: int | None = None) -> float:
-    """GFLOPs (2 × conv MACs / 1e9) of one `imgsz` image (int or (h, w)).
+def count_flops(model: nn.Module, imgsz=640, *, probe: int | None = None, published: bool = True) -> float:
+    """GFLOPs of one `imgsz` image (int or (h, w)): 2 × (conv MACs + the other layers' ops) / 1e9, the other
+    layers counted as the published summary does (published=True; BatchNorm is most of it) or not at all
+    (published=False: convolutions only). Fused models have no BatchNorm, so both agree closely there.
 
     The forward runs on a `probe`×`probe` image (default: twice the largest stride, 64 for these models) and
     is scaled by (h·w)/probe²; with probe equal to a square imgsz the count is direct, with no scaling."""
@@ -77,8 +102,8 @@ def count_flops(model: nn.Module, imgsz=640, *, probe: int | None = None) -> flo
     yaml_dict = getattr(model, "yaml", None)
     if isinstance(yaml_dict, dict):
         ch = int(yaml_dict.get("ch", 3))
-    macs = conv_macs(model, torch.zeros(1, ch, p, p, dtype=dtype, device=device))
-    return 2.0 * macs * (h / p) * (w / p) / 1e9
+    macs, other = count_ops(model, torch.zeros(1, ch, p, p, dtype=dtype, device=device))
+    return 2.0 * (macs + (other if published else 0)) * (h / p) * (w / p) / 1e9
 
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:
