@@ -290,6 +290,8 @@ int yv_check_dtype(const yv_tensor *t, unsigned allowed)
 
 int yv_check_contiguous(const yv_tensor *t)
 {
+    if (t->numel == 0)   /* no element is ever addressed */
+        return 0;
     int64_t expect = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         /* A dimension of size 1 can have any stride without changing the layout. */

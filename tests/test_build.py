@@ -1,0 +1,142 @@
+"""Tests of the extension build: yolov9c._C's build_info, KernelError and dtype codes, and setup.py's CUDA
+switches (CPU-only build, YOLOV9C_CUDA=1 without nvcc, a failing CUDA compile), run in a temporary copy of
+the sources so the installed module is not touched.
+
+Conventions: the build tests compile C for real (about 5 s on 2 cores); the CUDA-compile case runs only
+where nvcc is installed. When nvcc is present and YOLOV9C_CUDA is not 0, the installed module must have
+been built with CUDA (a silent CPU fallback is a failure).
+Run: python -m pytest -q tests/test_build.py
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import yolov9c
+from yolov9c.ops import extension
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def find_nvcc():
+    if shutil.which("nvcc"):
+        return shutil.which("nvcc")
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    return None
+
+
+def test_build_info_keys_and_types():
+    C = extension.load()
+    info = C.build_info()
+    assert set(info) >= {"version", "cuda", "cuda_version", "archs"}
+    assert info["version"] == yolov9c.__version__ == C.__version__
+    assert isinstance(info["cuda"], bool)
+    assert isinstance(info["archs"], list) and all(isinstance(a, str) for a in info["archs"])
+    if info["cuda"]:
+        assert re.fullmatch(r"\d+\.\d+", info["cuda_version"])
+        assert info["archs"] and all(re.fullmatch(r"sm_\d+", a) for a in info["archs"])
+        assert info["ptx"] == "compute_" + info["archs"][-1][3:]
+    else:
+        assert info["cuda_version"] is None and info["archs"] == [] and info["ptx"] is None
+
+
+def test_kernel_error_is_an_exception():
+    C = extension.load()
+    assert issubclass(C.KernelError, RuntimeError) and issubclass(C.KernelError, Exception)
+    assert C.KernelError.__module__ == "yolov9c._C"
+    with pytest.raises(C.KernelError, match="boom"):
+        raise C.KernelError("nms_forward: boom")
+
+
+def test_dtype_codes_are_distinct_and_mapped():
+    import torch
+
+    C = extension.load()
+    names = [n for n in dir(C) if n.startswith("DTYPE_")]
+    codes = [getattr(C, n) for n in names]
+    assert len(names) == 10 and sorted(codes) == list(range(10))
+    assert extension.dtype_code(torch.float16) == C.DTYPE_FLOAT16
+    assert extension.dtype_code(torch.bfloat16) == C.DTYPE_BFLOAT16
+    with pytest.raises(TypeError, match="complex64"):
+        extension.dtype_code(torch.complex64)
+
+
+@pytest.mark.skipif(find_nvcc() is None or os.environ.get("YOLOV9C_CUDA") == "0",
+                    reason="nvcc absent or YOLOV9C_CUDA=0")
+def test_cuda_built_when_nvcc_present():
+    assert extension.load().build_info()["cuda"] is True
+
+
+def test_missing_extension_says_how_to_build(monkeypatch):
+    monkeypatch.setattr(extension, "_module", None)
+    # A None entry in sys.modules makes the import fail; the package attribute must go too.
+    monkeypatch.delattr(yolov9c, "_C", raising=False)
+    monkeypatch.setitem(sys.modules, "yolov9c._C", None)
+    with pytest.raises(ImportError, match=r"pip install -e \."):
+        extension.load()
+
+
+# ------------------------------------------------------------------------- setup.py in a scratch copy
+
+
+def scratch_copy(tmp_path, cu_files):
+    """Copy what setup.py needs into tmp_path; kernels/ gets the headers plus `cu_files` {name: text}."""
+    for name in ("setup.py", "pyproject.toml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "csrc", tmp_path / "csrc")
+    shutil.copytree(REPO / "yolov9c", tmp_path / "yolov9c", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    (tmp_path / "kernels").mkdir()
+    for header in list((REPO / "kernels").glob("*.h")) + list((REPO / "kernels").glob("*.cuh")):
+        shutil.copy(header, tmp_path / "kernels" / header.name)
+    for name, text in cu_files.items():
+        (tmp_path / "kernels" / name).write_text(text)
+    return tmp_path
+
+
+def run_setup(cwd, **env):
+    full = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH", "YOLOV9C_CUDA")}
+    full.update(env)
+    return subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=cwd, env=full,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_cpu_only_build_works(tmp_path):
+    src = scratch_copy(tmp_path, {})
+    proc = run_setup(src, YOLOV9C_CUDA="0", YOLOV9C_WERROR="1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "yolov9c: building CPU only (YOLOV9C_CUDA=0)" in proc.stdout
+    check = ("import torch, yolov9c._C as C; from yolov9c.ops.nms import nms; "
+             "assert C.__file__.startswith(%r), C.__file__; assert C.build_info()['cuda'] is False; "
+             "b = torch.tensor([[0., 0, 4, 4], [0, 0, 4, 3.9], [9, 9, 10, 10]]); "
+             "print(nms(b, torch.tensor([.5, .9, .1]), 0.5).tolist())" % str(src))
+    out = subprocess.run([sys.executable, "-c", check], cwd=src, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[1, 2]"
+
+
+def test_cuda_required_without_nvcc_fails_clearly(tmp_path):
+    path = "/usr/bin:/bin"
+    if shutil.which("nvcc", path=path):
+        pytest.skip("nvcc is on the minimal PATH")
+    src = scratch_copy(tmp_path, {})
+    proc = run_setup(src, YOLOV9C_CUDA="1", PATH=path)
+    assert proc.returncode != 0
+    assert "YOLOV9C_CUDA=1 but nvcc was not found" in proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+def test_failed_cuda_compile_fails_the_build(tmp_path):
+    src = scratch_copy(tmp_path, {"broken.cu": "__global__ void k(float *x) { x[0] = not_declared_here; }\n"})
+    proc = run_setup(src, YOLOV9C_CUDA_ARCHS="75")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "yolov9c: CUDA compile failed" in out and "not_declared_here" in out   # the compiler's message
+    assert not list(src.glob("yolov9c/_C*.so"))   # no CPU-only module left behind
