@@ -1,0 +1,170 @@
+"""The loader (yolov9c/data/loader.py): reproducible batches (same seed → same batches, with or without
+workers), collate format, DDP partition, image weights, close-mosaic reaching persistent workers, pin
+memory, multi-scale sizes.
+
+Run: python -m pytest -q tests/test_data_loader.py
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from yolov9c.data.dataset_yaml import load_data_config
+from yolov9c.data.hyp import augment_hyp
+from yolov9c.data.image_weights import class_weights, image_weights
+from yolov9c.data.loader import ItemSampler, collate, create_dataloader
+from yolov9c.data.multi_scale import multi_scale, multi_scale_size
+from yolov9c.data.synthetic import synthetic_dataset
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory):
+    y = synthetic_dataset(seed=2, root=tmp_path_factory.mktemp("syn"), n_train=24, n_val=8, imgsz=128)
+    return load_data_config(y)
+
+
+def _batches(cfg, n=3, **kw):
+    args = dict(imgsz=128, batch_size=4, augment=True, hyp=augment_hyp(), shuffle=True, seed=7, nc=8,
+                workers=0, log=lambda s: None)
+    args.update(kw)
+    loader, ds = create_dataloader(cfg["train"], **args)
+    out = []
+    for epoch in range(2):
+        for k, (imgs, labels, paths, shapes) in enumerate(loader):
+            if k == n:
+                break
+            out.append((epoch, imgs.clone(), labels.clone(), paths))
+    return out, loader, ds
+
+
+def _same(a, b):
+    return len(a) == len(b) and all(torch.equal(x[1], y[1]) and torch.equal(x[2], y[2]) and x[3] == y[3]
+                                    for x, y in zip(a, b))
+
+
+def test_collate_format(cfg):
+    batches, loader, ds = _batches(cfg, n=2)
+    _, imgs, labels, paths = batches[0]
+    assert imgs.dtype == torch.uint8 and imgs.shape == (4, 3, 128, 128)
+    assert labels.dtype == torch.float32 and labels.shape[1] == 6 and len(paths) == 4
+    assert set(labels[:, 0].long().tolist()) <= {0, 1, 2, 3}
+    assert ((labels[:, 1] >= 0) & (labels[:, 1] < 8)).all()
+    assert ((labels[:, 2:] >= 0) & (labels[:, 2:] <= 1)).all()
+    assert (labels[:, 0].diff() >= 0).all()  # rows grouped by image, in order
+
+
+def test_same_seed_same_batches_any_workers(cfg):
+    a, _, _ = _batches(cfg)
+    b, _, _ = _batches(cfg)
+    c, _, _ = _batches(cfg, workers=2)
+    assert _same(a, b) and _same(a, c)
+    d, _, _ = _batches(cfg, seed=8)
+    assert not _same(a, d)
+    # epochs differ from each other (order and augmentation)
+    e0 = [x for x in a if x[0] == 0]
+    e1 = [x for x in a if x[0] == 1]
+    assert not torch.equal(e0[0][1], e1[0][1])
+
+
+def test_set_epoch_replays_an_epoch(cfg):
+    loader, _ = create_dataloader(cfg["train"], 128, 4, augment=True, hyp=augment_hyp(), shuffle=True, seed=1,
+                                  nc=8, workers=0, log=lambda s: None)
+    loader.sampler.set_epoch(5)
+    first = next(iter(loader))
+    loader.sampler.set_epoch(5)
+    again = next(iter(loader))
+    assert torch.equal(first[0], again[0]) and first[2] == again[2]
+
+
+def test_close_mosaic_reaches_persistent_workers(cfg):
+    loader, ds = create_dataloader(cfg["train"], 128, 4, augment=True, hyp=augment_hyp(), shuffle=True, nc=8,
+                                   workers=2, log=lambda s: None)
+    assert loader.num_workers == 2 and loader.persistent_workers
+    shapes = [s for _, _, _, ss in loader for s in ss]
+    assert all(s is None for s in shapes)  # hyp mosaic 1.0: every item is a mosaic
+    ds.mosaic = False  # what train_dual does at epoch == epochs - close_mosaic
+    shapes = [s for _, _, _, ss in loader for s in ss]
+    assert all(s is not None for s in shapes)  # the same (persistent) workers now letterbox
+
+
+def test_ddp_ranks_partition_the_epoch(cfg):
+    seen = []
+    for rank in range(2):
+        loader, _ = create_dataloader(cfg["train"], 128, 4, augment=False, shuffle=True, seed=3, nc=8,
+                                      workers=0, rank=rank, world_size=2, log=lambda s: None)
+        assert isinstance(loader.sampler.inner, torch.utils.data.DistributedSampler)
+        assert len(loader.sampler) == 12
+        seen.append([p for _, _, paths, _ in loader for p in paths])
+    assert not set(seen[0]) & set(seen[1]) and len(set(seen[0]) | set(seen[1])) == 24
+    with pytest.raises(ValueError, match="image-weights"):
+        create_dataloader(cfg["train"], 128, 4, image_weights=True, rank=0, world_size=2, nc=8, log=lambda s: None)
+
+
+def test_image_weights(cfg):
+    labels = [np.array([[0, .5, .5, .1, .1]] * 3, np.float32), np.array([[1, .5, .5, .1, .1]], np.float32),
+              np.zeros((0, 5), np.float32)]
+    cw = class_weights(labels, 3)
+    np.testing.assert_allclose(cw, np.array([1 / 3, 1, 1]) / (1 / 3 + 2))  # unseen class counts as 1
+    np.testing.assert_allclose(image_weights(labels, 3, cw), [3 * cw[0], cw[1], 0])
+    loader, ds = create_dataloader(cfg["train"], 128, 4, image_weights=True, nc=8, workers=0,
+                                   log=lambda s: None)
+    assert not ds.rect and loader.sampler.weights is not None
+    # the trainer may set new weights: all the mass on image 5 → every draw is image 5
+    w = np.zeros(len(ds))
+    w[5] = 1
+    loader.sampler.weights = w
+    paths = [p for _, _, ps, _ in loader for p in ps]
+    assert len(paths) == len(ds) and set(paths) == {ds.im_files[5]}
+
+
+def test_rect_loader_batches_and_shuffle_off(cfg, tmp_path):
+    lines = []
+    loader, ds = create_dataloader(cfg["val"], 128, 4, rect=True, pad=0.5, shuffle=True, nc=8, workers=0,
+                                   log=lines.append)
+    assert any("shuffle=False" in ln for ln in lines) and not loader.sampler.shuffle
+    shapes = [tuple(b[0].shape[2:]) for b in loader]
+    assert shapes == [(160, 160), (160, 160)]  # square 128 images, pad 0.5: ceil(4 + 0.5) * 32
+
+
+def test_collate_pads_mixed_shapes():
+    a = (torch.full((3, 32, 64), 7, dtype=torch.uint8), torch.tensor([[0, 1, .5, .5, .5, .5]]), "a", None)
+    b = (torch.full((3, 64, 32), 9, dtype=torch.uint8), torch.tensor([[0, 2, .5, .5, 1., 1.]]), "b", None)
+    imgs, labels, paths, _ = collate([a, b])
+    assert imgs.shape == (2, 3, 64, 64) and paths == ("a", "b")
+    assert (imgs[0, :, 32:] == 114).all() and (imgs[1, :, :, 32:] == 114).all()
+    # the same pixels in normalised coordinates of the padded image
+    assert labels.tolist() == [[0, 1, .5, .25, .5, .25], [1, 2, .25, .5, .5, 1.]]
+
+
+def test_pin_memory_and_workers(cfg, monkeypatch):
+    loader, _ = create_dataloader(cfg["val"], 128, 1, nc=8, workers=8, pin_memory=True, log=lambda s: None)
+    assert loader.num_workers == 0  # batch 1 → no workers (published)
+    assert loader.pin_memory == torch.cuda.is_available()
+    loader, _ = create_dataloader(cfg["val"], 128, 4, nc=8, workers=8, pin_memory=False, log=lambda s: None)
+    assert not loader.pin_memory
+    assert loader.num_workers == min(8, 4, (__import__("os").cpu_count() or 1) // max(torch.cuda.device_count(), 1))
+    monkeypatch.setenv("PIN_MEMORY", "false")
+    loader, _ = create_dataloader(cfg["val"], 128, 4, nc=8, workers=0, log=lambda s: None)
+    assert not loader.pin_memory
+
+
+def test_sampler_keys(cfg):
+    loader, ds = create_dataloader(cfg["train"], 128, 4, augment=True, hyp=augment_hyp(), shuffle=False, seed=9,
+                                   nc=8, workers=0, log=lambda s: None)
+    s = ItemSampler(ds, shuffle=False, seed=9)
+    keys = list(iter(s))
+    assert [k[0] for k in keys] == list(range(len(ds)))
+    assert keys[3] == (3, (9, 0, 0, 3), True)
+    assert list(iter(s))[3][1] == (9, 1, 0, 3)  # next pass: epoch 1
+
+
+def test_multi_scale():
+    rng = np.random.default_rng(0)
+    sizes = {multi_scale_size(640, 32, rng) for _ in range(400)}
+    assert min(sizes) == 320 and max(sizes) == 960 and all(s % 32 == 0 for s in sizes)
+    imgs = torch.rand(2, 3, 640, 480)
+    rng = np.random.default_rng(1)
+    out = multi_scale(imgs, 640, 32, rng)
+    sz = multi_scale_size(640, 32, np.random.default_rng(1))
+    assert max(out.shape[2:]) == sz and all(x % 32 == 0 for x in out.shape[2:])
+    assert out.shape[2] / out.shape[3] == pytest.approx(640 / 480, rel=0.1)
