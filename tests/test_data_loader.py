@@ -53,11 +53,14 @@ def test_collate_format(cfg):
     assert (labels[:, 0].diff() >= 0).all()  # rows grouped by image, in order
 
 
-def test_same_seed_same_batches_any_workers(cfg):
+def test_same_seed_same_batches_any_workers(cfg, monkeypatch):
     a, _, _ = _batches(cfg)
     b, _, _ = _batches(cfg)
     c, _, _ = _batches(cfg, workers=2)
     assert _same(a, b) and _same(a, c)
+    monkeypatch.setenv("YOLOV9C_LOADER_THREADS", "3")  # items of a batch built by 3 threads per worker
+    t, _, ds = _batches(cfg, workers=1)
+    assert ds.item_threads == 3 and _same(a, t)
     d, _, _ = _batches(cfg, seed=8)
     assert not _same(a, d)
     # epochs differ from each other (order and augmentation)
@@ -168,3 +171,13 @@ def test_multi_scale():
     sz = multi_scale_size(640, 32, np.random.default_rng(1))
     assert max(out.shape[2:]) == sz and all(x % 32 == 0 for x in out.shape[2:])
     assert out.shape[2] / out.shape[3] == pytest.approx(640 / 480, rel=0.1)
+
+
+def test_chw_conversion_of_views():
+    from yolov9c.data.chw import to_chw_rgb
+
+    img = np.random.default_rng(0).integers(0, 256, (37, 53, 3), dtype=np.uint8)
+    for v in (img, img[::-1], img[:, ::-1], img[::-1, ::-1], img[5:20, 3:40], img[::2]):
+        out = to_chw_rgb(v)
+        assert out.shape == (3,) + v.shape[:2] and out.flags.c_contiguous
+        assert np.array_equal(out, np.ascontiguousarray(v.transpose(2, 0, 1)[::-1]))

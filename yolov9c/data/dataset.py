@@ -8,7 +8,7 @@ Per item, when augmenting:
   2. otherwise: letterbox to imgsz (or the batch's rect shape), up-scaling only when augmenting, then
      random perspective (boxes only, as published);
   3. labels → normalised xywh, clipped (eps 1e-3); HSV jitter; vertical and horizontal flips;
-Without augmentation only the letterbox of step 2. Always: HWC BGR → CHW RGB uint8.
+Without augmentation only the letterbox of step 2. Always: HWC BGR → CHW RGB uint8 (chw.py).
 Returns (img uint8 (3, H, W) tensor, labels float32 (n, 6) tensor [0, cls, xc, yc, w, h] normalised (column 0
 is filled with the image's index in the batch by collate), image path str, shapes) where shapes is
 ((h0, w0), ((h / h0, w / w0), (padw, padh))) for letterboxed items (what validation needs to map boxes back
@@ -22,9 +22,13 @@ reach persistent workers. A plain int index uses the key (seed, index) and `self
 Test: python -m pytest -q tests/test_data_dataset.py
 """
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import torch
 
+from yolov9c.data.chw import to_chw_rgb
 from yolov9c.data.image_cache import cache_images, resize_long_side
 from yolov9c.data.image_list import collect_image_files
 from yolov9c.data.images import read_image
@@ -129,6 +133,9 @@ class YoloDataset(torch.utils.data.Dataset):
         self.im_hw0 = [None] * n
         self.im_hw = [None] * n
         self.npy_files = [None] * n  # disk cache
+        self.item_threads = 1  # threads per process building a batch's items (loader.py sets it)
+        self._pool = None
+        self._pool_pid = None
         self.cache = cache_images(self, cache, log=log, prefix=prefix)
 
     def _select(self, idx):
@@ -200,8 +207,25 @@ class YoloDataset(torch.utils.data.Dataset):
         out = torch.zeros((len(labels), 6), dtype=torch.float32)
         if len(labels):
             out[:, 1:] = torch.from_numpy(np.ascontiguousarray(labels))
-        chw = np.ascontiguousarray(img.transpose(2, 0, 1)[::-1])  # HWC BGR → CHW RGB
-        return torch.from_numpy(chw), out, self.im_files[index], shapes
+        return torch.from_numpy(to_chw_rgb(img)), out, self.im_files[index], shapes
+
+    def __getitems__(self, keys):
+        """The items of one batch (torch's fetcher calls this when it exists). With item_threads > 1 they
+        are built by a thread pool of this process: OpenCV's decode, warp, colour and split calls release
+        the GIL, so one loader worker keeps several cores busy. Every item draws from its own Generator,
+        so the result does not depend on the thread count."""
+        if self.item_threads <= 1 or len(keys) < 2:
+            return [self[k] for k in keys]
+        if self._pool is None or self._pool_pid != os.getpid():  # a worker process builds its own pool
+            self._pool = ThreadPoolExecutor(self.item_threads)
+            self._pool_pid = os.getpid()
+        return list(self._pool.map(self.__getitem__, keys))
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_pool"] = None  # thread pools do not cross process boundaries
+        state["_pool_pid"] = None
+        return state
 
     @property
     def n_boxes(self):

@@ -1,0 +1,92 @@
+"""Benchmark of the training data loader: images/s of 640×640 mosaic training batches (published hyp:
+mosaic 1.0, mixup 0.15, scale 0.9, HSV, flips) at a given worker count, through create_dataloader exactly as
+training uses it (persistent workers, collate to uint8 CHW RGB + labels).
+
+Data: a dedicated synthetic set (yolov9c/data/synthetic.py) of --images JPEGs of 640×640 with 10–40 shapes
+each (up to 40 boxes per image), generated once into the cache root ($YOLOV9C_CACHE or ~/.cache/yolov9c,
+or --cache-dir); or --data D.yaml to time another dataset's train split.
+Timing: --warmup batches first (worker start-up, page cache), then the wall time of --batches batches,
+epochs chained. Prints one JSON line: img_per_s, s_per_batch and the configuration.
+Reference (issue 3): the published loader gives 254 img/s at 8 workers and about 1100 at 16 on the
+16-core GPU machine. Results go into benchmarks/RESULTS.md.
+
+Run: python benchmarks/bench_dataloader.py --workers 8 --batch 64 --imgsz 640 --batches 20
+"""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runs from a checkout without installing
+import cv2  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from yolov9c.data.dataset_yaml import load_data_config  # noqa: E402
+from yolov9c.data.hyp import augment_hyp  # noqa: E402
+from yolov9c.data.loader import create_dataloader  # noqa: E402
+from yolov9c.data.synthetic import synthetic_dataset  # noqa: E402
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--imgsz", type=int, default=640)
+    ap.add_argument("--batches", type=int, default=20, help="timed batches")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed batches first")
+    ap.add_argument("--images", type=int, default=512, help="size of the synthetic bench set")
+    ap.add_argument("--cache", default=None, help="image cache: ram / disk (default none, as published)")
+    ap.add_argument("--mosaic", type=float, default=None, help="override hyp mosaic")
+    ap.add_argument("--mixup", type=float, default=None, help="override hyp mixup")
+    ap.add_argument("--data", default=None, help="dataset yaml instead of the synthetic bench set")
+    ap.add_argument("--cache-dir", default=None, help="where the bench set is generated")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    if args.data:
+        cfg = load_data_config(args.data)
+        source, nc, what = cfg["train"], cfg["nc"], args.data
+    else:
+        y = synthetic_dataset(seed=0, root=args.cache_dir, n_train=args.images, n_val=0, imgsz=640,
+                              boxes=(10, 40), size=(0.03, 0.15), name="bench")
+        cfg = load_data_config(y)
+        source, nc, what = cfg["train"], cfg["nc"], f"synthetic bench set ({args.images} x 640x640, 10-40 boxes)"
+    t_data = time.perf_counter() - t0
+
+    hyp = augment_hyp(None, mosaic=args.mosaic, mixup=args.mixup)
+    loader, ds = create_dataloader(source, args.imgsz, args.batch, stride=32, hyp=hyp, augment=True,
+                                   cache=args.cache, workers=args.workers, shuffle=True, seed=args.seed, nc=nc,
+                                   log=lambda s: None)
+
+    def batches():
+        while True:
+            yield from loader
+
+    it = batches()
+    n_boxes = 0
+    for _ in range(args.warmup):
+        next(it)
+    t = time.perf_counter()
+    for _ in range(args.batches):
+        imgs, labels, _, _ = next(it)
+        n_boxes += len(labels)
+    dt = time.perf_counter() - t
+    n_img = args.batches * imgs.shape[0]
+    print(json.dumps({
+        "bench": "dataloader", "workers": loader.num_workers, "batch": args.batch, "imgsz": args.imgsz,
+        "batches": args.batches, "img_per_s": round(n_img / dt, 1), "s_per_batch": round(dt / args.batches, 4),
+        "boxes_per_img": round(n_boxes / n_img, 1), "cache": args.cache, "mosaic": hyp["mosaic"],
+        "mixup": hyp["mixup"], "data": what, "dataset_images": len(ds), "setup_s": round(t_data, 1),
+        "cpus": os.cpu_count(), "torch": torch.__version__, "opencv": cv2.__version__, "numpy": np.__version__,
+        "python": platform.python_version(),
+    }))
+
+
+if __name__ == "__main__":
+    main()
