@@ -10,7 +10,8 @@
  *       inter = iw * ih;   area = (x2 - x1) * (y2 - y1)
  *       IoU = inter / ((area_a + area_b) - inter)
  *   (compiled with -ffp-contract=off, so no fused multiply-add changes a rounding.)
- * Cost: sort O(n log n); suppression O(n * kept).
+ * Cost: sort O(n log n); suppression O(sum over classes of n_class * kept_class): boxes are grouped by
+ * class first, and the kept boxes are put back in global score order at the end.
  * Test: python -m pytest -q tests/test_nms.py
  */
 #include <stdlib.h>
@@ -21,11 +22,23 @@
 
 #define ALIGN_UP(x) (((x) + 63u) & ~(size_t)63u)
 
-/* Workspace layout: sort keys u64[n] | sorted boxes float[n][4] | sorted classes i64[n] | removed u8[n]. */
+/* One box in the class-then-score order: class, then the sort key of score_key below. */
+typedef struct nms_item {
+    int64_t cls;
+    uint64_t key;   /* high word ~score_key (ascending = score descending), low word the index */
+} nms_item;
+
+/* Workspace layout: items[n] | sorted boxes float[n][4] | areas float[n] | kept keys u64[n] | removed u8[n]. */
+#define WS_ITEMS(n) 0
+#define WS_BOXES(n) ALIGN_UP((n) * sizeof(nms_item))
+#define WS_AREAS(n) (WS_BOXES(n) + ALIGN_UP((n) * 16))
+#define WS_KEPT(n) (WS_AREAS(n) + ALIGN_UP((n) * 4))
+#define WS_REMOVED(n) (WS_KEPT(n) + ALIGN_UP((n) * 8))
+
 size_t yv_nms_workspace_size_ref(int64_t n)
 {
     size_t un = (size_t)(n > 0 ? n : 0);
-    return ALIGN_UP(un * 8) + ALIGN_UP(un * 16) + ALIGN_UP(un * 8) + ALIGN_UP(un);
+    return WS_REMOVED(un) + ALIGN_UP(un);
 }
 
 /* Monotone map of a float to u32 (a > b  =>  key(a) > key(b)); NaN above everything, -0 == +0. */
@@ -38,6 +51,14 @@ static inline uint32_t score_key(float s)
     uint32_t bits;
     memcpy(&bits, &s, sizeof(bits));
     return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+static int cmp_item(const void *a, const void *b)
+{
+    const nms_item *x = (const nms_item *)a, *y = (const nms_item *)b;
+    if (x->cls != y->cls)
+        return x->cls < y->cls ? -1 : 1;
+    return (x->key > y->key) - (x->key < y->key);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -53,7 +74,13 @@ static inline float load_float(const void *p, yv_dtype dtype, int64_t i)
     return ((const float *)p)[i];
 }
 
-static inline float iou(const float *a, const float *b)
+static inline float box_area(const float *b)
+{
+    return (b[2] - b[0]) * (b[3] - b[1]);
+}
+
+/* IoU(a, b) with a the higher-ranked box; areas precomputed with box_area (same value as inline). */
+static inline float iou(const float *a, const float *b, float area_a, float area_b)
 {
     float ix1 = a[0] > b[0] ? a[0] : b[0];
     float iy1 = a[1] > b[1] ? a[1] : b[1];
@@ -63,8 +90,6 @@ static inline float iou(const float *a, const float *b)
     iw = iw > 0.0f ? iw : 0.0f;
     ih = ih > 0.0f ? ih : 0.0f;
     float inter = iw * ih;
-    float area_a = (a[2] - a[0]) * (a[3] - a[1]);
-    float area_b = (b[2] - b[0]) * (b[3] - b[1]);
     return inter / ((area_a + area_b) - inter);
 }
 
@@ -74,42 +99,51 @@ int yv_nms_forward_ref(const void *boxes, const void *scores, yv_dtype dtype, co
 {
     size_t un = (size_t)n;
     char *ws = (char *)workspace;
-    uint64_t *keys = (uint64_t *)ws;
-    float *sboxes = (float *)(ws + ALIGN_UP(un * 8));
-    int64_t *scls = (int64_t *)(ws + ALIGN_UP(un * 8) + ALIGN_UP(un * 16));
-    uint8_t *removed = (uint8_t *)(ws + ALIGN_UP(un * 8) + ALIGN_UP(un * 16) + ALIGN_UP(un * 8));
+    nms_item *items = (nms_item *)(ws + WS_ITEMS(un));
+    float *sboxes = (float *)(ws + WS_BOXES(un));
+    float *areas = (float *)(ws + WS_AREAS(un));
+    uint64_t *kept_keys = (uint64_t *)(ws + WS_KEPT(un));
+    uint8_t *removed = (uint8_t *)(ws + WS_REMOVED(un));
 
-    /* Sort key: high word = ~score_key (ascending sort = score descending), low word = index (ties by
-     * lower index). The binding guarantees n < 2^32. */
-    for (int64_t i = 0; i < n; i++)
-        keys[i] = ((uint64_t)(~score_key(load_float(scores, dtype, i))) << 32) | (uint64_t)i;
-    qsort(keys, un, sizeof(uint64_t), cmp_u64);
-
+    /* Group by class, score order inside a class: boxes of different classes never interact, so the
+     * suppression loop only scans its own class. The binding guarantees n < 2^32 (index in 32 bits). */
+    for (int64_t i = 0; i < n; i++) {
+        if (classes == NULL)
+            items[i].cls = 0;
+        else if (cls_dtype == YV_INT32)
+            items[i].cls = ((const int32_t *)classes)[i];
+        else
+            items[i].cls = ((const int64_t *)classes)[i];
+        items[i].key = ((uint64_t)(~score_key(load_float(scores, dtype, i))) << 32) | (uint64_t)i;
+    }
+    qsort(items, un, sizeof(nms_item), cmp_item);
     for (int64_t r = 0; r < n; r++) {
-        int64_t i = (int64_t)(keys[r] & 0xffffffffu);
+        int64_t i = (int64_t)(items[r].key & 0xffffffffu);
         for (int k = 0; k < 4; k++)
             sboxes[4 * r + k] = load_float(boxes, dtype, 4 * i + k);
-        if (classes == NULL)
-            scls[r] = 0;
-        else if (cls_dtype == YV_INT32)
-            scls[r] = ((const int32_t *)classes)[i];
-        else
-            scls[r] = ((const int64_t *)classes)[i];
+        areas[r] = box_area(sboxes + 4 * r);
         removed[r] = 0;
     }
 
     int64_t kept = 0;
-    for (int64_t r = 0; r < n; r++) {
-        if (removed[r])
-            continue;
-        keep[kept++] = (int64_t)(keys[r] & 0xffffffffu);
-        const float *a = sboxes + 4 * r;
-        int64_t c = scls[r];
-        for (int64_t q = r + 1; q < n; q++) {
-            if (!removed[q] && scls[q] == c && iou(a, sboxes + 4 * q) > iou_thres)
-                removed[q] = 1;
+    for (int64_t start = 0, end; start < n; start = end) {
+        for (end = start + 1; end < n && items[end].cls == items[start].cls; end++)
+            ;
+        for (int64_t r = start; r < end; r++) {
+            if (removed[r])
+                continue;
+            kept_keys[kept++] = items[r].key;
+            const float *a = sboxes + 4 * r;
+            for (int64_t q = r + 1; q < end; q++) {
+                if (!removed[q] && iou(a, sboxes + 4 * q, areas[r], areas[q]) > iou_thres)
+                    removed[q] = 1;
+            }
         }
     }
+    /* Back to one global order: score descending, ties by lower index. */
+    qsort(kept_keys, (size_t)kept, sizeof(uint64_t), cmp_u64);
+    for (int64_t k = 0; k < kept; k++)
+        keep[k] = (int64_t)(kept_keys[k] & 0xffffffffu);
     count[0] = kept;
     return 0;
 }

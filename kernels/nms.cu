@@ -26,7 +26,9 @@
 
 #define NMS_RANK_THREADS 128
 #define NMS_SCAN_THREADS 256
-#define NMS_SCAN_SMEM_MAX (48 * 1024)
+/* Dynamic shared memory for the removed bits, leaving room for the static arrays under the 48 KiB a block
+ * may use without opting in: up to 5120 words, n <= 327 680. */
+#define NMS_SCAN_SMEM_MAX (40 * 1024)
 
 /* Same monotone key as csrc/nms_ref.c::score_key: NaN above +inf, -0 == +0. */
 __device__ __forceinline__ uint32_t nms_score_key(float s)

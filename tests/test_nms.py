@@ -451,11 +451,12 @@ def test_cuda_non_default_stream_and_sync(monkeypatch):
 @cuda
 def test_cuda_large_n():
     # The published NMS caps candidates at 30 000; bit-exact arithmetic is required here (no tie check).
-    boxes, scores, classes = clustered_boxes(30000, 600, 80, seed=12, device="cuda")
-    out, cpu, ref = cuda_cpu_ref(boxes, scores, 0.65, classes)
+    boxes, scores, classes = clustered_boxes(30000, 100, 4, seed=12, device="cuda")
+    out, cpu, ref = cuda_cpu_ref(boxes, scores, 0.5, classes)   # about 4400 kept
     assert torch.equal(out.cpu(), cpu) and torch.equal(out, ref)
-    out1 = nms(boxes, scores, 0.65)   # one class: far more suppression
-    assert torch.equal(out1.cpu(), nms(boxes.cpu(), scores.cpu(), 0.65))
+    out1 = nms(boxes, scores, 0.5)   # one class: more suppression
+    assert torch.equal(out1.cpu(), nms(boxes.cpu(), scores.cpu(), 0.5))
+    assert len(out1) < len(out)
 
 
 @cuda
