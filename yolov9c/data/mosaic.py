@@ -7,6 +7,15 @@ the centre with its corner (the part that falls off the canvas is cut); labels a
 canvas and clipped to [0, 2s]; then `copy_paste` (p = hyp copy_paste, only with polygons) and
 `random_perspective` with border -s/2, which cuts the result back to s x s and drops lost boxes.
 
+Two deliberate differences, both only visible with polygons or with degrees/shear/perspective > 0:
+- objects entirely off the canvas are dropped right after clipping. The published code keeps them as
+  zero-width (or zero-height) boxes on the canvas edge; with rotation, shear or perspective such a line warps
+  into a box with area, passes the filter (its area ratio divides by the zero area) and labels an object that
+  is not in the image;
+- polygons are clipped to the canvas as polygons (Sutherland-Hodgman), not by clamping each point: a clamped
+  point drags a segment along the canvas edge as far as the cut-off part reached, and the box later taken
+  from the polygon overshoots the visible part. A polygon row's box becomes its clipped polygon's bounds.
+
 Polygons: images whose labels carry polygons contribute them; when some images of a mosaic have polygons and
 others do not, the box-only rows get empty polygons (perspective then warps their corners, copy-paste skips
 them) so that polygons stay aligned with label rows.
@@ -36,6 +45,40 @@ def _canvas(s):
         _canvases.buf = buf
     buf.fill(114)
     return buf
+
+
+def _clip_half_plane(poly, axis, bound, keep_above):
+    """One Sutherland-Hodgman pass: the part of polygon poly (k, 2) with poly[:, axis] >= bound
+    (keep_above) or <= bound. Returns (k', 2), k' = 0 when nothing is left."""
+    v = poly[:, axis]
+    inside = v >= bound if keep_above else v <= bound
+    if inside.all() or not inside.any():
+        return poly if inside.all() else poly[:0]
+    nxt = np.roll(poly, -1, 0)
+    in_next = np.roll(inside, -1)
+    crossing = inside != in_next
+    t = np.zeros(len(poly), poly.dtype)
+    t[crossing] = (bound - v[crossing]) / (nxt[crossing, axis] - v[crossing])  # one end strictly outside: != 0
+    cut = poly + t[:, None] * (nxt - poly)
+    cut[:, axis] = bound
+    # For each edge i -> i+1 emit [the crossing point if it crosses] then [the next vertex if it is inside].
+    out = np.empty((2 * len(poly), 2), poly.dtype)
+    out[0::2], out[1::2] = cut, nxt
+    keep = np.empty(2 * len(poly), bool)
+    keep[0::2], keep[1::2] = crossing, in_next
+    return out[keep]
+
+
+def clip_polygon(poly, size):
+    """Clip polygon poly (k, 2) float32 to the square [0, size] x [0, size]. Returns poly itself when it
+    lies inside, else a new (k', 2) float32 array (k' = 0 when nothing is left)."""
+    if len(poly) == 0 or (poly.min() >= 0 and poly.max() <= size):
+        return poly
+    for axis, bound, keep_above in ((0, 0, True), (0, size, False), (1, 0, True), (1, size, False)):
+        poly = _clip_half_plane(poly, axis, bound, keep_above)
+        if len(poly) == 0:
+            break
+    return poly
 
 
 def _placement(i, xc, yc, w, h, s):
@@ -105,8 +148,24 @@ def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hy
 
     labels4 = np.concatenate(labels4, 0)
     np.clip(labels4[:, 1:], 0, 2 * s, out=labels4[:, 1:])
+    # Objects that fell off the canvas are now zero-width or zero-height boxes on its edge: drop them (the
+    # published code keeps them and makes phantom boxes under rotation; see the module docstring).
+    visible = (labels4[:, 3] > labels4[:, 1]) & (labels4[:, 4] > labels4[:, 2])
     if any_polygons:
-        segments4 = [np.clip(p, 0, 2 * s).astype(np.float32) for tile in segments4 for p in tile]
+        polygons = [p for tile in segments4 for p in tile]
+        for j in np.nonzero(visible)[0]:
+            q = clip_polygon(polygons[j], 2 * s)
+            if q is not polygons[j]:  # it was cut
+                polygons[j] = q
+                if len(q) < 3:
+                    visible[j] = False
+                    continue
+                box = (q[:, 0].min(), q[:, 1].min(), q[:, 0].max(), q[:, 1].max())
+                labels4[j, 1:] = box
+                visible[j] = box[2] > box[0] and box[3] > box[1]
+        segments4 = [p for p, v in zip(polygons, visible) if v]
+    labels4 = labels4[visible]
+    if any_polygons:
         img, labels4, segments4 = copy_paste(canvas, labels4, segments4, rng, p=hyp["copy_paste"])
     else:
         segments4 = []
