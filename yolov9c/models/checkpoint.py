@@ -278,6 +278,7 @@ def _allowed_globals() -> dict:
     allowed[("builtins", "set")] = set
     allowed[("builtins", "frozenset")] = frozenset
     allowed[("argparse", "Namespace")] = argparse.Namespace
+    allowed[("_codecs", "encode")] = _bytes_from_latin1
     for name in ("datetime", "date", "time", "timedelta", "timezone"):
         allowed[("datetime", name)] = getattr(datetime, name)
     # paths are rebuilt as pure paths: no file-system access, and a WindowsPath loads on Linux
@@ -304,6 +305,14 @@ def _allowed_globals() -> dict:
 
 
 _ALLOWED: dict | None = None
+
+
+def _bytes_from_latin1(text, encoding="latin1"):
+    """Protocol-2 pickles store bytes (e.g. a numpy array's buffer) as _codecs.encode(str, 'latin1'); this
+    stand-in does that and nothing else (no other codec is looked up)."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+        raise UnsafeCheckpointError(f"refusing _codecs.encode(..., {encoding!r}): only latin1 text is expected")
+    return text.encode("latin1")
 
 
 def _our_model_class(name: str):
@@ -421,13 +430,15 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
         with warnings.catch_warnings():  # the weights-only unpickler warns about protocol-4 pickles it may refuse
             warnings.simplefilter("ignore", UserWarning)
             raw = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
+    except pickle.UnpicklingError:  # globals outside torch's weights-only list: a published file, or hostile
         try:
             raw = torch.load(path, map_location="cpu", pickle_module=restricted_pickle, weights_only=False)
         except UnsafeCheckpointError as e:
             raise UnsafeCheckpointError(f"{path}: {e}") from None
-    except (RuntimeError, EOFError, OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({e})") from None
+        except Exception as e:  # truncated or corrupt data surfaces as many exception types
+            raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
+    except Exception as e:
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
 
     if isinstance(raw, dict) and raw.get("format") == FORMAT:
         if not isinstance(raw.get("version"), int) or raw["version"] > VERSION:

@@ -1,0 +1,501 @@
+"""Checkpoints and model summaries: yolov9c/models/checkpoint.py and yolov9c/models/info.py.
+
+- our format: plain data (torch.load weights_only=True), atomic writes (a write that fails midway leaves the old
+  file and no temp file), round trips of model/EMA/optimizer;
+- published YOLOv9 .pt files: built here in the published layout (a throw-away `models` package whose classes
+  carry the published module names, pickled with torch.save, then removed from sys.path/sys.modules) and read
+  back through the restricted unpickler: every tensor and the model outputs must match, fp16 and fp32,
+  yolov9-t and gelan-t;
+- hostile pickles (os.system, builtins.eval, subprocess.Popen, unknown models.foo.Bar, a non-class name in
+  models.common) are refused and never run (a marker file they would write must not exist);
+- GFLOPs/parameters/layers against figures printed by the published code.
+
+Run: python -m pytest -q tests/test_checkpoint.py
+"""
+
+import argparse
+import collections
+import copy
+import datetime
+import os
+import pickle
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from yolov9c.models import checkpoint as ck
+from yolov9c.models.common import Conv
+from yolov9c.models.info import count_flops, count_ops, layer_table, model_summary
+from yolov9c.models.model import DetectionModel
+
+# ---------------------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------------------
+
+_MODELS = {}
+
+
+def fresh_model(cfg, nc=None, seed=0):
+    """A DetectionModel with random weights and BN statistics (every tensor distinct, so swaps show)."""
+    key = (cfg, nc)
+    if key not in _MODELS:  # building runs a stride probe; build once per config and copy
+        _MODELS[key] = DetectionModel(cfg, nc=nc)
+    m = copy.deepcopy(_MODELS[key])
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for k, v in m.state_dict().items():
+            if not v.is_floating_point() or ".dfl" in k:
+                continue
+            r = torch.rand(v.shape, generator=g)
+            v.copy_(0.5 + r if k.endswith("running_var") else (r - 0.5) * 0.2)
+    return m
+
+
+def assert_same(got, expect, via=None):
+    """Same keys, and every tensor of `got` equals `expect`'s (after a round trip through dtype `via` for
+    floating tensors: the rounding a fp16 file applies)."""
+    assert list(got) == list(expect)
+    for k, v in expect.items():
+        if via is not None and v.is_floating_point():
+            v = v.to(via).to(v.dtype)
+        assert got[k].dtype == v.dtype and torch.equal(got[k], v), k
+
+
+def eval_output(model, x):
+    """Main-head eval output (B, 4+nc, A) for DDetect and DualDDetect models."""
+    model.eval()
+    with torch.no_grad():
+        y = model(x)[0]
+    return y[1] if isinstance(y, (list, tuple)) else y
+
+
+PUBLISHED_COMMON = ("Conv", "AConv", "ADown", "ELAN1", "RepNCSPELAN4", "RepNCSP", "RepNBottleneck", "RepConvN",
+                    "SPPELAN", "SP", "CBLinear", "CBFuse", "Silence", "Concat", "DFL")
+PUBLISHED_YOLO = ("DDetect", "DualDDetect", "DetectionModel")
+
+
+class PublishedLayout:
+    """A throw-away `models` package whose classes have the published names and modules (models.common.Conv,
+    models.yolo.DetectionModel, ...) and subclass ours. `save()` pickles one of our models as the published
+    code would (every module's class swapped to its published-named twin) and leaves nothing imported."""
+
+    def __init__(self, root):
+        self.root = root
+        pkg = root / "models"
+        pkg.mkdir(parents=True, exist_ok=True)
+        (pkg / "__init__.py").write_text("")
+        common = ["import yolov9c.models.common as _c", "import yolov9c.models.head as _h", ""]
+        for name in PUBLISHED_COMMON:
+            base = "_h" if name == "DFL" else "_c"
+            common.append(f"class {name}({base}.{name}):\n    pass\n")
+        (pkg / "common.py").write_text("\n".join(common))
+        yolo = ["import yolov9c.models.head as _h", "import yolov9c.models.model as _m", ""]
+        for name in PUBLISHED_YOLO:
+            base = "_m" if name == "DetectionModel" else "_h"
+            yolo.append(f"class {name}({base}.{name}):\n    pass\n")
+        (pkg / "yolo.py").write_text("\n".join(yolo))
+
+    def _imported(self):
+        sys.path.insert(0, str(self.root))
+        import importlib
+        return importlib.import_module("models.common"), importlib.import_module("models.yolo")
+
+    def _forget(self):
+        sys.path.remove(str(self.root))
+        for name in [n for n in sys.modules if n == "models" or n.startswith("models.")]:
+            del sys.modules[name]
+
+    def save(self, path, model, *, ema=None, half=True, extra=None):
+        """torch.save a published-layout checkpoint dict of `model` (and `ema`) to `path`."""
+        common, yolo = self._imported()
+        try:
+            twins = {name: getattr(common, name) for name in PUBLISHED_COMMON}
+            twins.update({name: getattr(yolo, name) for name in PUBLISHED_YOLO})
+
+            def published(m):
+                if m is None:
+                    return None
+                m = copy.deepcopy(m)
+                for sub in m.modules():
+                    twin = twins.get(type(sub).__name__)
+                    if twin is not None and type(sub).__module__.startswith("yolov9c."):
+                        sub.__class__ = twin
+                return m.half() if half else m
+
+            ckpt = {"epoch": -1, "best_fitness": None, "model": published(model), "ema": published(ema),
+                    "updates": None if ema is None else 1234, "optimizer": None,
+                    "opt": {"weights": "", "cfg": "models/detect/x.yaml", "batch_size": 16, "imgsz": 640},
+                    "git": None, "date": datetime.datetime.now().isoformat()}
+            ckpt.update(extra or {})
+            assert type(ckpt["model"]).__module__ == "models.yolo"  # really the published class path
+            torch.save(ckpt, path)
+        finally:
+            self._forget()
+        assert "models" not in sys.modules
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory):
+    return PublishedLayout(tmp_path_factory.mktemp("published"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# our format
+# ---------------------------------------------------------------------------------------------------------
+
+def test_our_checkpoint_is_plain_data_and_round_trips(tmp_path):
+    model = fresh_model("gelan-t", seed=1)
+    ema = fresh_model("gelan-t", seed=2)
+    model.hyp = {"lr0": 0.01, "momentum": 0.937}
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True)
+    model.train()
+    model(torch.rand(1, 3, 64, 64))[0].sum().backward()
+    opt.step()
+    args = argparse.Namespace(weights="", save_dir=tmp_path / "runs", freeze=[0], device="")
+    path = ck.save_checkpoint(tmp_path / "last.pt", model, ema=ema, optimizer=opt, epoch=7, opt=args,
+                              best_fitness=np.array([0.25]), updates=321, half=False)
+
+    raw = torch.load(path, weights_only=True)  # plain data only
+    assert raw["format"] == "yolov9c" and raw["version"] == ck.VERSION
+    assert raw["epoch"] == 7 and raw["updates"] == 321 and raw["best_fitness"] == [0.25]
+    assert raw["opt"]["save_dir"] == str(tmp_path / "runs") and raw["opt"]["freeze"] == [0]
+    assert raw["hyp"] == {"lr0": 0.01, "momentum": 0.937}
+    assert raw["nc"] == 80 and raw["names"] == model.names and raw["stride"] == [8.0, 16.0, 32.0]
+    assert raw["yaml"]["nc"] == 80 and raw["yaml"]["head"][-1][2] == "DDetect"
+    assert list(raw["model"]) == list(model.state_dict())
+    assert_same(raw["model"], model.state_dict())
+    assert_same(raw["ema"], ema.state_dict())
+
+    # optimizer state resumes in a fresh optimizer
+    opt2 = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.1)
+    opt2.load_state_dict(raw["optimizer"])
+    assert opt2.param_groups[0]["lr"] == 0.01 and opt2.param_groups[0]["nesterov"]
+    p0 = next(iter(model.parameters()))
+    assert torch.equal(opt2.state[p0]["momentum_buffer"], opt.state[p0]["momentum_buffer"])
+
+    # load_model prefers the EMA, returns float32 in eval mode, restores names and hyp
+    loaded = ck.load_model(path)
+    assert not loaded.training and next(loaded.parameters()).dtype == torch.float32
+    assert loaded.hyp == model.hyp and loaded.names == model.names
+    assert_same(loaded.state_dict(), ema.state_dict())
+    x = torch.rand(1, 3, 64, 64)
+    assert torch.equal(eval_output(loaded, x), eval_output(ema, x))
+    assert_same(ck.load_model(path, prefer_ema=False).state_dict(), model.state_dict())
+
+
+def test_half_checkpoint_stores_fp16_and_loads_rounded(tmp_path):
+    model = fresh_model("gelan-t", seed=3)
+    path = ck.save_checkpoint(tmp_path / "a.pt", model)  # default: fp16 like the published files
+    raw = torch.load(path, weights_only=True)
+    w = "model.0.conv.weight"
+    assert raw["model"][w].dtype == torch.float16
+    assert raw["model"]["model.0.bn.num_batches_tracked"].dtype == torch.int64
+    assert_same(ck.load_model(path).state_dict(), model.state_dict(), via=torch.float16)
+
+
+def test_atomic_save_keeps_old_file_when_the_write_fails(tmp_path, monkeypatch):
+    model = fresh_model("gelan-t", seed=4)
+    path = tmp_path / "last.pt"
+    ck.save_checkpoint(path, model, epoch=1)
+    before = path.read_bytes()
+    real_save = torch.save
+
+    def partial_then_fail(obj, f, *a, **k):
+        import io
+        buf = io.BytesIO()
+        real_save(obj, buf)
+        f.write(buf.getvalue()[: len(buf.getvalue()) // 2])  # half a file reaches the disk...
+        raise OSError(28, "No space left on device")  # ...then the write dies
+
+    monkeypatch.setattr(torch, "save", partial_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        ck.save_checkpoint(path, fresh_model("gelan-t", seed=5), epoch=2)
+
+    def interrupted(obj, f, *a, **k):
+        f.write(b"PK\x03\x04 torso")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save_checkpoint(path, model, epoch=3)
+    monkeypatch.setattr(torch, "save", real_save)
+
+    assert path.read_bytes() == before  # the old checkpoint is intact...
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # ...and no temp file is left
+    assert torch.load(path, weights_only=True)["epoch"] == 1
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # like a plain open(), not mkstemp's 0600
+
+
+def test_save_refuses_non_plain_data_and_writes_nothing(tmp_path):
+    model = fresh_model("gelan-t")
+    with pytest.raises(TypeError, match=r"opt\['callback'\]"):
+        ck.save_checkpoint(tmp_path / "x.pt", model, opt={"callback": lambda: None})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_strip_checkpoint_keeps_ema_as_fp16_model(tmp_path):
+    model, ema = fresh_model("gelan-t", seed=6), fresh_model("gelan-t", seed=7)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    path = ck.save_checkpoint(tmp_path / "best.pt", model, ema=ema, optimizer=opt, epoch=9, half=False,
+                              best_fitness=0.5)
+    ck.strip_checkpoint(path)
+    raw = torch.load(path, weights_only=True)
+    assert raw["ema"] is None and raw["optimizer"] is None and raw["best_fitness"] is None
+    assert raw["epoch"] == -1 and raw["updates"] is None
+    for k, v in ema.state_dict().items():
+        expect = v.half() if v.is_floating_point() else v
+        assert torch.equal(raw["model"][k], expect), k
+
+
+def test_transfer_weights_intersects_by_name_and_shape(tmp_path, caplog):
+    src = fresh_model("gelan-t", nc=3, seed=8)
+    # nc = 20: the final class convs differ in shape; the class branch width max(64, min(2·nc, 128)) does not
+    dst = DetectionModel("gelan-t", nc=20)
+    msd = dst.state_dict()
+    differ = {k for k, v in src.state_dict().items() if v.shape != msd[k].shape}
+    assert differ == {f"model.22.cv3.{i}.2.{p}" for i in range(3) for p in ("weight", "bias")}
+    with caplog.at_level("INFO", logger="yolov9c"):
+        n, total = ck.transfer_weights(dst, src.state_dict(), source="src.pt")
+    assert (n, total) == (len(msd) - 6, len(msd))
+    assert f"Transferred {len(msd) - 6}/{len(msd)} items from src.pt" in caplog.text
+    dsd = dst.state_dict()
+    for k, v in src.state_dict().items():
+        if k not in differ:
+            assert torch.equal(dsd[k], v), k
+    # strict loading names the mismatch instead of half-loading a model
+    path = ck.save_checkpoint(tmp_path / "s.pt", src, half=False)
+    with pytest.raises(ck.CheckpointError, match="shape differs"):
+        ck.load_model(path, cfg="gelan-s")
+
+
+def test_bare_state_dict_needs_cfg(tmp_path):
+    model = fresh_model("gelan-t", seed=9)
+    torch.save(model.state_dict(), tmp_path / "sd.pt")
+    with pytest.raises(ck.CheckpointError, match="no model yaml"):
+        ck.load_model(tmp_path / "sd.pt")
+    assert_same(ck.load_model(tmp_path / "sd.pt", cfg="gelan-t").state_dict(), model.state_dict())
+
+
+def test_missing_and_garbage_files(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        ck.read_checkpoint(tmp_path / "nope.pt")
+    (tmp_path / "junk.pt").write_bytes(b"this is not a checkpoint")
+    with pytest.raises(ck.CheckpointError):
+        ck.read_checkpoint(tmp_path / "junk.pt")
+    torch.save([1, 2, 3], tmp_path / "list.pt")
+    with pytest.raises(ck.CheckpointError, match="neither"):
+        ck.read_checkpoint(tmp_path / "list.pt")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# published files
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg", ["yolov9-t", "gelan-t"])
+@pytest.mark.parametrize("half", [True, False], ids=["fp16", "fp32"])
+def test_published_checkpoint_loads_exactly(layout, tmp_path, cfg, half):
+    model, ema = fresh_model(cfg, nc=5, seed=10), fresh_model(cfg, nc=5, seed=11)
+    model.names = ema.names = ["person", "car", "dog", "cat", "bus"]
+    path = tmp_path / f"{cfg}.pt"
+    layout.save(path, model, ema=ema, half=half,
+                extra={"best_fitness": np.array([0.4321])})  # an unstripped last.pt holds a numpy array
+
+    ckpt = ck.read_checkpoint(path)
+    assert ckpt["source"] == "published" and ckpt["updates"] == 1234 and ckpt["nc"] == 5
+    assert ckpt["names"] == model.names and ckpt["stride"] == [8.0, 16.0, 32.0]
+    assert ckpt["opt"]["batch_size"] == 16 and ckpt["best_fitness"] == [0.4321]
+    dtype = torch.float16 if half else torch.float32
+    for k, v in ema.state_dict().items():
+        stored = ckpt["ema"][k]
+        assert stored.dtype == (dtype if v.is_floating_point() else v.dtype), k
+        assert torch.equal(stored, v.to(stored.dtype)), k
+
+    loaded = ck.load_model(path)
+    assert type(loaded) is DetectionModel and type(loaded.model[-1]).__module__ == "yolov9c.models.head"
+    assert not loaded.training and loaded.nc == 5 and loaded.names == model.names
+    reference = copy.deepcopy(ema)
+    with torch.no_grad():
+        for k, v in reference.state_dict().items():
+            if v.is_floating_point():
+                v.copy_(v.to(dtype).float())  # the rounding the file applied
+    assert_same(loaded.state_dict(), reference.state_dict())
+    x = torch.rand(1, 3, 64, 64)
+    assert torch.equal(eval_output(loaded, x), eval_output(reference, x))
+    assert_same(ck.load_model(path, prefer_ema=False).state_dict(), model.state_dict(), via=dtype)
+
+
+def test_stripped_published_checkpoint(layout, tmp_path):
+    """strip_optimizer output: model = EMA (fp16), ema None, epoch -1."""
+    ema = fresh_model("gelan-t", seed=12)
+    layout.save(tmp_path / "best.pt", ema, ema=None)
+    assert_same(ck.load_model(tmp_path / "best.pt").state_dict(), ema.state_dict(), via=torch.float16)
+
+
+def test_published_checkpoint_with_trained_head_state(layout, tmp_path):
+    """After an eval forward the published head carries anchors/strides tensors and a torch.Size shape."""
+    model = fresh_model("gelan-t", seed=13)
+    eval_output(model, torch.rand(1, 3, 64, 64))
+    head = model.model[-1]
+    head.shape, head.anchors = torch.Size([1, 144, 8, 8]), torch.zeros(2, 84)
+    layout.save(tmp_path / "h.pt", model, ema=None)
+    assert_same(ck.load_model(tmp_path / "h.pt").state_dict(), model.state_dict(), via=torch.float16)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# hostile files: refused, never run
+# ---------------------------------------------------------------------------------------------------------
+
+HOSTILE = {"os.system": "system", "eval": "builtins.eval", "subprocess.Popen": "subprocess.Popen"}
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """{(target, legacy): path} of torch.save files whose 'model' entry, when unpickled, calls `target` so as to
+    create the marker file; written by one child process (torch.save of a local class needs a __main__)."""
+    root = tmp_path_factory.mktemp("hostile")
+    marker = root / "PWNED"
+    script = textwrap.dedent("""
+        import os, subprocess, sys, torch
+        root, marker = sys.argv[1], sys.argv[2]
+        class Evil:
+            def __init__(self, target):
+                self.target = target
+            def __reduce__(self):
+                if self.target == "os.system":
+                    return (os.system, ("touch " + marker,))
+                if self.target == "eval":
+                    return (eval, ("open(" + repr(marker) + ", 'w').close()",))
+                return (subprocess.Popen, (["touch", marker],))
+        for target in ("os.system", "eval", "subprocess.Popen"):
+            for legacy in (False, True):
+                path = os.path.join(root, target + ("_legacy" if legacy else "") + ".pt")
+                torch.save({"model": Evil(target), "epoch": -1}, path, _use_new_zipfile_serialization=not legacy)
+    """)
+    subprocess.run([sys.executable, "-c", script, str(root), str(marker)], check=True)
+    files = {(t, legacy): root / f"{t}{'_legacy' if legacy else ''}.pt" for t in HOSTILE for legacy in (False, True)}
+    return files, marker
+
+
+@pytest.mark.parametrize("target", list(HOSTILE))
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+def test_hostile_pickle_is_refused_and_not_run(hostile, target, legacy):
+    files, marker = hostile
+    path = files[(target, legacy)]
+    with pytest.raises(ck.UnsafeCheckpointError, match=HOSTILE[target]) as e:
+        ck.load_model(path)
+    assert "not a known YOLOv9 checkpoint" in str(e.value)
+    assert not marker.exists()
+    # the raw restricted loader refuses too, not only the weights-only first attempt
+    with pytest.raises(ck.UnsafeCheckpointError):
+        torch.load(path, map_location="cpu", pickle_module=ck.restricted_pickle, weights_only=False)
+    assert not marker.exists()
+
+
+def test_plain_pickle_file_is_refused(tmp_path):
+    marker = tmp_path / "PWNED"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    (tmp_path / "p.pt").write_bytes(pickle.dumps(Evil(), protocol=2))
+    with pytest.raises(ck.UnsafeCheckpointError):
+        ck.read_checkpoint(tmp_path / "p.pt")
+    assert not marker.exists()
+
+
+def test_unknown_published_names_are_refused(tmp_path):
+    """models.foo.Bar (unknown module) and models.common.autopad (a name we define, but not a model class)."""
+    root = tmp_path / "pkg"
+    (root / "models").mkdir(parents=True)
+    marker = tmp_path / "PWNED"
+    (root / "models" / "__init__.py").write_text("")
+    (root / "models" / "foo.py").write_text("import torch.nn as nn\nclass Bar(nn.Module):\n    pass\n")
+    (root / "models" / "common.py").write_text(f"def autopad(*a):\n    open({str(marker)!r}, 'w').close()\n")
+    script = textwrap.dedent("""
+        import sys, torch
+        sys.path.insert(0, sys.argv[1])
+        import models.foo, models.common
+        class CallAutopad:
+            def __reduce__(self):
+                return (models.common.autopad, (3,))
+        torch.save({"model": models.foo.Bar()}, sys.argv[2])
+        torch.save({"model": CallAutopad()}, sys.argv[3])
+    """)
+    bar, autopad = tmp_path / "bar.pt", tmp_path / "autopad.pt"
+    subprocess.run([sys.executable, "-c", script, str(root), str(bar), str(autopad)], check=True)
+    with pytest.raises(ck.UnsafeCheckpointError, match=r"models\.foo\.Bar"):
+        ck.read_checkpoint(bar)
+    with pytest.raises(ck.UnsafeCheckpointError, match=r"models\.common\.autopad"):
+        ck.read_checkpoint(autopad)
+    assert not marker.exists()
+
+
+def test_restricted_unpickler_allows_exactly_the_checkpoint_vocabulary():
+    u = ck.RestrictedUnpickler(__import__("io").BytesIO(b""))
+    assert u.find_class("models.common", "RepNCSPELAN4").__module__ == "yolov9c.models.common"
+    assert u.find_class("models.yolo", "DualDDetect").__module__ == "yolov9c.models.head"
+    assert u.find_class("models.common", "DFL").__module__ == "yolov9c.models.head"
+    assert u.find_class("__builtin__", "set") is set
+    assert u.find_class("collections", "OrderedDict") is collections.OrderedDict
+    assert u.find_class("torch.nn.modules.conv", "Conv2d") is nn.Conv2d
+    for module, name in [("builtins", "getattr"), ("builtins", "__import__"), ("torch", "load"),
+                         ("models.common", "torch"), ("models.common", "nn"), ("yolov9c.models.common", "Conv"),
+                         ("torch.nn.modules.module", "Module"), ("posix", "system"), ("models.yolo", "yaml")]:
+        with pytest.raises(ck.UnsafeCheckpointError):
+            u.find_class(module, name)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# model summary: GFLOPs, parameters, layers
+# ---------------------------------------------------------------------------------------------------------
+
+def test_flops_of_one_conv_by_hand():
+    m = nn.Sequential(Conv(3, 16, 3, 2))
+    macs, other = count_ops(m, torch.zeros(1, 3, 64, 64))
+    assert macs == 16 * 32 * 32 * (3 * 3 * 3)  # output elements × (c_in·k·k)
+    assert other == 4 * 16 * 32 * 32  # BatchNorm: 4 ops per element (normalise 2, affine ×2)
+    assert count_flops(m, 64, probe=64, published=False) == pytest.approx(2 * macs / 1e9)
+    g = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=4, bias=True), nn.Upsample(None, 2, "nearest"))
+    macs, other = count_ops(g, torch.zeros(1, 8, 10, 10))
+    assert macs == 8 * 10 * 10 * (2 * 3 * 3) and other == 8 * 20 * 20  # bias not counted; upsample 1/elt
+
+
+def test_flops_probe_scaling_equals_direct_count():
+    m = DetectionModel("gelan-t", nc=7)
+    direct = count_flops(m, 256, probe=256)
+    assert count_flops(m, 256) == pytest.approx(direct, rel=1e-12)
+    assert count_flops(m, (256, 128)) == pytest.approx(direct / 2, rel=1e-12)
+    assert m.training  # counting leaves the mode alone
+
+
+@pytest.mark.parametrize("cfg,nc,fuse,line", [
+    # the published code's own printouts (issues #505, #175) and README FLOPs of the converted models
+    ("gelan-s", 80, True, "gelan-s summary: 489 layers, 7105888 parameters, {g} gradients, 26.4 GFLOPs"),
+    ("gelan-c", 80, True, "gelan-c summary: 387 layers, 25288768 parameters, {g} gradients, 102.1 GFLOPs"),
+    ("yolov9-c", 3, False, "yolov9-c summary: 962 layers, 51004210 parameters, 51004178 gradients, 238.9 GFLOPs"),
+])
+def test_summary_matches_published_printouts(cfg, nc, fuse, line):
+    m = DetectionModel(cfg, nc=nc)
+    if fuse:
+        m.fuse()
+    g = sum(p.numel() for p in m.parameters() if p.requires_grad)  # fused gradients: see report
+    assert model_summary(m, 640) == line.format(g=g)
+
+
+def test_layer_table_rows():
+    m = DetectionModel("yolov9-s")
+    lines = layer_table(m).splitlines()
+    assert lines[0].split() == ["from", "n", "params", "module", "arguments"]
+    assert len(lines) == 1 + len(m.model)
+    # the published layout, including its overflow of long `from` lists into the index column
+    assert re.match(r" 29\[28, 25, 22, 15, 18, 21\]  1   3003776  DualDDetect +\[", lines[-1])  # spec §2.1
+    assert re.match(r"  0 +-1  1       928  Conv +\[", lines[1])
