@@ -6,7 +6,9 @@ Data: a dedicated synthetic set (yolov9c/data/synthetic.py) of --images JPEGs of
 each (up to 40 boxes per image), generated once into the cache root ($YOLOV9C_CACHE or ~/.cache/yolov9c,
 or --cache-dir); or --data D.yaml to time another dataset's train split.
 Timing: --warmup batches first (worker start-up, page cache), then the wall time of --batches batches,
-epochs chained. Prints one JSON line: img_per_s, s_per_batch and the configuration.
+epochs chained. Prints one JSON line: img_per_s, s_per_batch, main_cpu_ms_per_img (CPU time of the main
+process per image: the whole cost with --workers 0, which stays meaningful on a busy machine) and the
+configuration.
 Reference (issue 3): the published loader gives 254 img/s at 8 workers and about 1100 at 16 on the
 16-core GPU machine. Results go into benchmarks/RESULTS.md.
 
@@ -73,15 +75,18 @@ def main(argv=None):
     for _ in range(args.warmup):
         next(it)
     t = time.perf_counter()
+    c = time.process_time()
     for _ in range(args.batches):
         imgs, labels, _, _ = next(it)
         n_boxes += len(labels)
     dt = time.perf_counter() - t
+    cpu = time.process_time() - c
     n_img = args.batches * imgs.shape[0]
     print(json.dumps({
         "bench": "dataloader", "workers": loader.num_workers, "batch": args.batch, "imgsz": args.imgsz,
         "batches": args.batches, "img_per_s": round(n_img / dt, 1), "s_per_batch": round(dt / args.batches, 4),
-        "boxes_per_img": round(n_boxes / n_img, 1), "cache": args.cache, "mosaic": hyp["mosaic"],
+        "boxes_per_img": round(n_boxes / n_img, 1),
+        "main_cpu_ms_per_img": round(cpu / n_img * 1000, 2), "cache": args.cache, "mosaic": hyp["mosaic"],
         "mixup": hyp["mixup"], "data": what, "dataset_images": len(ds), "setup_s": round(t_data, 1),
         "cpus": os.cpu_count(), "torch": torch.__version__, "opencv": cv2.__version__, "numpy": np.__version__,
         "python": platform.python_version(),
