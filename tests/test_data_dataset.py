@@ -23,9 +23,9 @@ def _colour(c):
     return cv2.cvtColor(np.uint8([[[HUES[c], 255, 230]]]), cv2.COLOR_HSV2BGR)[0, 0].tolist()
 
 
-def _boxes_dataset(root, n=8, seed=0):
+def _boxes_dataset(root, n=8, seed=0, polygons=False):
     """Images of various sizes, grey (114, no saturation) with 3 filled rectangles of distinct classes;
-    class c has hue HUES[c]. Labels are exactly the rectangles."""
+    class c has hue HUES[c]. Labels are exactly the rectangles (as 4-point polygons with `polygons`)."""
     rng = np.random.default_rng(seed)
     im, lb = root / "images", root / "labels"
     im.mkdir(parents=True)
@@ -42,7 +42,12 @@ def _boxes_dataset(root, n=8, seed=0):
             y1 = int(rng.integers(2, h // 2))
             y2 = int(rng.integers(y1 + 12, h - 2))
             img[y1:y2, x1:x2] = _colour(int(c))
-            rows.append(f"{c} {(x1 + x2) / 2 / w:.6f} {(y1 + y2) / 2 / h:.6f} {(x2 - x1) / w:.6f} {(y2 - y1) / h:.6f}")
+            if polygons:
+                rows.append(f"{c} " + " ".join(f"{x / w:.6f} {y / h:.6f}"
+                                               for x, y in ((x1, y1), (x2, y1), (x2, y2), (x1, y2))))
+            else:
+                rows.append(f"{c} {(x1 + x2) / 2 / w:.6f} {(y1 + y2) / 2 / h:.6f} {(x2 - x1) / w:.6f} "
+                            f"{(y2 - y1) / h:.6f}")
         cv2.imwrite(str(im / f"{i}.png"), img)
         (lb / f"{i}.txt").write_text("\n".join(rows) + "\n")
     return im
@@ -95,11 +100,15 @@ def _hyp(**kw):
     return hyp
 
 
-@pytest.mark.parametrize("mosaic, degrees, shear", [(1.0, 0.0, 0.0), (1.0, 8.0, 3.0), (0.0, 8.0, 3.0)])
-def test_boxes_follow_pixels_through_the_pipeline(tmp_path, mosaic, degrees, shear):
-    im = _boxes_dataset(tmp_path)
-    ds = YoloDataset(str(im), img_size=160, augment=True, hyp=_hyp(mosaic=mosaic, degrees=degrees, shear=shear),
-                     nc=6, seed=3, label_cache=False, log=lambda s: None)
+@pytest.mark.parametrize("mosaic, degrees, shear, polygons", [(1.0, 0.0, 0.0, False), (1.0, 8.0, 3.0, False),
+                                                                (0.0, 8.0, 3.0, False), (1.0, 8.0, 3.0, True)])
+def test_boxes_follow_pixels_through_the_pipeline(tmp_path, mosaic, degrees, shear, polygons):
+    # with polygons: copy-paste on every mosaic (p = 1) and boxes from warped polygons
+    im = _boxes_dataset(tmp_path, polygons=polygons)
+    hyp = _hyp(mosaic=mosaic, degrees=degrees, shear=shear, copy_paste=1.0 if polygons else 0.0)
+    ds = YoloDataset(str(im), img_size=160, augment=True, hyp=hyp, nc=6, seed=3, label_cache=False,
+                     log=lambda s: None)
+    assert all(len(s) == (len(lb) if polygons else 0) for s, lb in zip(ds.segments, ds.labels))
     unc = tot = 0
     n_boxes = 0
     for i in range(24):
