@@ -349,6 +349,21 @@ def test_published_checkpoint_with_trained_head_state(layout, tmp_path):
     assert_same(ck.load_model(tmp_path / "h.pt").state_dict(), model.state_dict(), via=torch.float16)
 
 
+def test_convert_published_file_via_cli(layout, tmp_path):
+    """python -m yolov9c convert on a published-layout yolov9-t.pt (fp16, EMA) → gelan-t in our format."""
+    model, ema = fresh_model("yolov9-t", seed=14), fresh_model("yolov9-t", seed=15)
+    layout.save(tmp_path / "yolov9-t.pt", model, ema=ema)
+    out = tmp_path / "yolov9-t-converted.pt"
+    r = subprocess.run([sys.executable, "-m", "yolov9c", "convert", "--weights", str(tmp_path / "yolov9-t.pt"),
+                        "--cfg", "gelan-t", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "published checkpoint" in r.stdout and "EMA weights" in r.stdout
+    gelan = ck.load_model(out)
+    reference = copy.deepcopy(ema).half().float()  # the file's fp16 rounding
+    x = torch.rand(1, 3, 64, 64)
+    torch.testing.assert_close(eval_output(gelan, x), eval_output(reference, x), rtol=1e-6, atol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # hostile files: refused, never run
 # ---------------------------------------------------------------------------------------------------------
@@ -396,6 +411,14 @@ def test_hostile_pickle_is_refused_and_not_run(hostile, target, legacy):
     # the raw restricted loader refuses too, not only the weights-only first attempt
     with pytest.raises(ck.UnsafeCheckpointError):
         torch.load(path, map_location="cpu", pickle_module=ck.restricted_pickle, weights_only=False)
+    assert not marker.exists()
+
+
+def test_cli_refuses_hostile_file(hostile, tmp_path):
+    files, marker = hostile
+    r = subprocess.run([sys.executable, "-m", "yolov9c", "info", "--weights", str(files[("os.system", False)])],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "not a known YOLOv9 checkpoint" in r.stderr and "Traceback" not in r.stderr
     assert not marker.exists()
 
 

@@ -111,7 +111,7 @@ def _load(path: str):
 def cmd_convert(args) -> int:
     import torch
 
-    from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, model_from_checkpoint, save_checkpoint
+    from yolov9c.models.checkpoint import CheckpointError, model_from_checkpoint, read_checkpoint, save_checkpoint
 
     out = Path(args.out)
     src = Path(args.weights)
@@ -124,7 +124,7 @@ def cmd_convert(args) -> int:
     # resolve the target config first: an unknown name fails before the (slow) checkpoint read
     from yolov9c.models.parse import resolve_config
     try:
-        gelan_cfg, _, _ = resolve_config(args.cfg)
+        resolve_config(args.cfg)
     except (FileNotFoundError, ValueError, TypeError) as e:
         raise CliError(f"--cfg: {e}") from None
 
@@ -142,25 +142,19 @@ def cmd_convert(args) -> int:
 
     from yolov9c.models.reparam import reparameterize
     try:
-        gelan_cfg.setdefault("nc", model.nc)
-        if gelan_cfg.get("nc") != model.nc:
-            gelan_cfg["nc"] = model.nc  # the class count is the trained model's, whatever the yaml says
         with torch.no_grad():
-            gelan = reparameterize(model, gelan_cfg)
+            gelan = reparameterize(model, args.cfg)  # nc (and names) follow the trained model
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         raise CliError(f"cannot re-parameterise {src} into {args.cfg}: {e}") from None
     gelan.names = list(model.names)
     if getattr(model, "hyp", None) is not None:
         gelan.hyp = model.hyp
-    if not getattr(gelan, "yaml_file", ""):
-        gelan.yaml_file = Path(str(args.cfg)).name if str(args.cfg).endswith((".yaml", ".yml")) \
-            else f"{Path(str(args.cfg)).name}.yaml"
 
     save_checkpoint(out, gelan, half=not args.fp32)
     n_src = sum(p.numel() for p in model.parameters())
     n_dst = sum(p.numel() for p in gelan.parameters())
-    print(f"Re-parameterised {Path(getattr(model, 'yaml_file', '') or 'model').stem} -> "
-          f"{Path(gelan.yaml_file).stem}: {n_src} -> {n_dst} parameters (auxiliary branch dropped)")
+    print(f"Re-parameterised {Path(model.yaml_file or 'model').stem} -> {Path(gelan.yaml_file or 'gelan').stem}: "
+          f"{n_src} -> {n_dst} parameters (auxiliary branch and head dropped)")
     print(f"Saved {out} ({out.stat().st_size / 1e6:.1f} MB, {'fp32' if args.fp32 else 'fp16'}) "
           f"in {time.time() - t0:.1f}s")
     return 0

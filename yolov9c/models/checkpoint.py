@@ -3,7 +3,8 @@
 Our format is a dict of plain data only, so it loads with `torch.load(path, weights_only=True)`:
 
     format 'yolov9c', version 1, model (state_dict), ema (state_dict or None), updates, optimizer (state_dict or
-    None), epoch, best_fitness, opt (dict), hyp (dict), yaml (the model dict), names, nc, stride (list), date, git
+    None), epoch, best_fitness, opt (dict), hyp (dict), yaml (the model dict), yaml_file (its file name or ''),
+    names, nc, stride (list), date, git
 
 Published YOLOv9 files (train_dual.py's last.pt/best.pt, the released yolov9-c.pt, converted gelan files) pickle
 whole model objects (`models.yolo.DetectionModel`, `models.common.Conv`, ...). They are read through
@@ -46,7 +47,7 @@ VERSION = 1
 
 # Keys of a checkpoint dict in our format, in the order they are written.
 CHECKPOINT_KEYS = ("format", "version", "epoch", "best_fitness", "model", "ema", "updates", "optimizer", "opt",
-                   "hyp", "yaml", "names", "nc", "stride", "date", "git")
+                   "hyp", "yaml", "yaml_file", "names", "nc", "stride", "date", "git")
 
 
 class CheckpointError(RuntimeError):
@@ -196,6 +197,7 @@ def make_checkpoint(model: nn.Module, *, ema=None, optimizer=None, epoch: int = 
         "opt": to_plain(opt, "opt"),
         "hyp": to_plain(hyp, "hyp"),
         "yaml": to_plain(copy.deepcopy(yaml_dict), "yaml"),
+        "yaml_file": str(getattr(model, "yaml_file", "") or ""),
         "names": to_plain(names, "names"),
         "nc": None if nc is None else int(nc),
         "stride": to_plain(stride, "stride"),
@@ -408,6 +410,7 @@ def _from_published(raw: dict, path) -> dict:
         "opt": opt,
         "hyp": to_plain(getattr(ref, "hyp", None), "hyp") if isinstance(getattr(ref, "hyp", None), dict) else None,
         "yaml": to_plain(copy.deepcopy(yaml_dict), "yaml"),
+        "yaml_file": str(getattr(ref, "yaml_file", "") or ""),
         "names": to_plain(names, "names"),
         "nc": nc,
         "stride": stride,
@@ -516,8 +519,10 @@ def model_from_checkpoint(ckpt: dict, *, cfg=None, prefer_ema: bool = True, stri
                                   f"{getattr(model, 'yaml_file', '') or 'built from the stored yaml'}: {report}")
     counts = transfer_weights(model, sd, exclude=(), source=source)
     if ckpt.get("names") is not None:
-        names = ckpt["names"]
-        model.names = list(names.values()) if isinstance(names, dict) else list(names)
+        names = ckpt["names"]  # the published data loader may have made it a dict {0: 'person', ...}
+        model.names = [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
+    if cfg is None and ckpt.get("yaml_file") and not getattr(model, "yaml_file", ""):
+        model.yaml_file = ckpt["yaml_file"]  # built from the stored dict: keep the summary's name
     if ckpt.get("hyp") is not None:
         model.hyp = ckpt["hyp"]
     stored = ckpt.get("stride")
