@@ -106,3 +106,28 @@ def test_odd_path_and_grey_png(tmp_path):
     img = read_image(f)
     assert img.shape == (60, 70, 3) and img.dtype == np.uint8
     assert np.array_equal(img[..., 0], grey.astype(np.uint8)) and np.array_equal(img[..., 0], img[..., 2])
+
+
+def test_reduced_jpeg_decode_for_large_images(tmp_path):
+    # a JPEG >= 2x the training size is decoded at 1/2, 1/4 or 1/8 scale; sizes stay those of a full
+    # decode + resize, pixels stay close to it
+    from yolov9c.data.dataset import YoloDataset
+    from yolov9c.data.images import jpeg_reduction
+
+    assert [jpeg_reduction(n, 320) for n in (319, 639, 640, 1280, 2559, 2560, 9000)] == [1, 1, 2, 4, 4, 8, 8]
+    yy, xx = np.mgrid[0:900, 0:1300]
+    img = np.stack([(xx * 255 // 1299), (yy * 255 // 899), ((xx + yy) // 9) % 256], 2).astype(np.uint8)
+    img = cv2.GaussianBlur(img, (0, 0), 3)
+    d = tmp_path / "images"
+    d.mkdir()
+    (tmp_path / "labels").mkdir()
+    (tmp_path / "labels" / "big.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    (d / "big.jpg").write_bytes(_with_exif(_jpeg_bytes(img), 6))  # turned: upright 1300 tall x 900 wide
+    upright = cv2.rotate(img, cv2.ROTATE_90_CLOCKWISE)
+    for augment in (False, True):
+        ds = YoloDataset(str(d), img_size=320, augment=augment, nc=1, label_cache=False, log=lambda s: None)
+        assert jpeg_reduction(int(ds.shapes[0].max()), 320) == 4
+        out, hw0, hw = ds.load_image(0)
+        assert hw0 == (1300, 900) and hw == (320, 222) and out.shape == (320, 222, 3)
+        ref = cv2.resize(upright, (222, 320), interpolation=cv2.INTER_AREA)
+        assert np.abs(out.astype(int) - ref).mean() < 3

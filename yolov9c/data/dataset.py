@@ -31,7 +31,7 @@ import torch
 from yolov9c.data.chw import to_chw_rgb
 from yolov9c.data.image_cache import cache_images, resize_long_side
 from yolov9c.data.image_list import collect_image_files
-from yolov9c.data.images import read_image
+from yolov9c.data.images import jpeg_reduction, read_image
 from yolov9c.data.rect import rect_batch_shapes, rect_order
 from yolov9c.data.scan import scan_split
 
@@ -155,8 +155,12 @@ class YoloDataset(torch.utils.data.Dataset):
         if im is not None:
             return im, self.im_hw0[i], self.im_hw[i]
         npy = self.npy_files[i]
-        img = np.load(npy, allow_pickle=False) if npy is not None else read_image(self.im_files[i])
-        return resize_long_side(img, self.img_size, self.augment)
+        if npy is not None:
+            return resize_long_side(np.load(npy, allow_pickle=False), self.img_size, self.augment)
+        hw0 = tuple(int(v) for v in self.shapes[i])
+        # a JPEG at least twice the target size is decoded at 1/2, 1/4 or 1/8 scale (libjpeg DCT scaling)
+        k = jpeg_reduction(max(hw0), self.img_size)
+        return resize_long_side(read_image(self.im_files[i], k), self.img_size, self.augment, hw0)
 
     def __getitem__(self, key):
         if isinstance(key, (tuple, list)):

@@ -22,15 +22,19 @@ from yolov9c.data.images import BadImage, read_image
 from yolov9c.data.label_cache import folder_writable
 
 
-def resize_long_side(img, img_size, augment):
-    """Resize `img` (h0, w0, 3) so its long side is `img_size` → (img, (h0, w0), (h, w)).
-    INTER_LINEAR when augmenting or enlarging, INTER_AREA when shrinking for evaluation (published)."""
-    h0, w0 = img.shape[:2]
+def resize_long_side(img, img_size, augment, hw0=None):
+    """Resize `img` so its long side is `img_size` → (img, (h0, w0), (h, w)).
+    hw0: the original (h0, w0) when `img` was decoded at a reduced size (the output size is computed from
+    it, so it does not depend on the reduction). INTER_LINEAR when augmenting or enlarging, INTER_AREA when
+    shrinking for evaluation (published)."""
+    h0, w0 = hw0 if hw0 is not None else img.shape[:2]
     r = img_size / max(h0, w0)
-    if r != 1:
-        interp = cv2.INTER_LINEAR if (augment or r > 1) else cv2.INTER_AREA
-        img = cv2.resize(img, (max(1, round(w0 * r)), max(1, round(h0 * r))), interpolation=interp)
-    return img, (h0, w0), img.shape[:2]
+    size = (max(1, round(w0 * r)), max(1, round(h0 * r)))
+    if size != (img.shape[1], img.shape[0]):
+        enlarge = size[0] > img.shape[1]
+        interp = cv2.INTER_LINEAR if (augment or enlarge) else cv2.INTER_AREA
+        img = cv2.resize(img, size, interpolation=interp)
+    return img, (int(h0), int(w0)), img.shape[:2]
 
 
 def available_ram():
