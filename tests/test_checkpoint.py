@@ -111,8 +111,9 @@ class PublishedLayout:
         for name in [n for n in sys.modules if n == "models" or n.startswith("models.")]:
             del sys.modules[name]
 
-    def save(self, path, model, *, ema=None, half=True, extra=None):
-        """torch.save a published-layout checkpoint dict of `model` (and `ema`) to `path`."""
+    def save(self, path, model, *, ema=None, half=True, extra=None, bare=False):
+        """torch.save a published-layout checkpoint dict of `model` (and `ema`) to `path`; bare: the model
+        object alone."""
         common, yolo = self._imported()
         try:
             twins = {name: getattr(common, name) for name in PUBLISHED_COMMON}
@@ -134,7 +135,7 @@ class PublishedLayout:
                     "git": None, "date": datetime.datetime.now().isoformat()}
             ckpt.update(extra or {})
             assert type(ckpt["model"]).__module__ == "models.yolo"  # really the published class path
-            torch.save(ckpt, path)
+            torch.save(ckpt["model"] if bare else ckpt, path)
         finally:
             self._forget()
         assert "models" not in sys.modules
@@ -339,6 +340,16 @@ def test_stripped_published_checkpoint(layout, tmp_path):
     assert_same(ck.load_model(tmp_path / "best.pt").state_dict(), ema.state_dict(), via=torch.float16)
 
 
+def test_published_whole_model_file(layout, tmp_path):
+    """torch.save(model) without the checkpoint dict (a common user habit) loads too."""
+    model = fresh_model("gelan-t", seed=16)
+    layout.save(tmp_path / "dict.pt", model)
+    whole = torch.load(tmp_path / "dict.pt", map_location="cpu", pickle_module=ck.restricted_pickle,
+                       weights_only=False)["model"]  # our classes now; save it bare in the published layout
+    layout.save(tmp_path / "bare.pt", whole, half=True, bare=True)
+    assert_same(ck.load_model(tmp_path / "bare.pt").state_dict(), model.state_dict(), via=torch.float16)
+
+
 def test_published_checkpoint_with_trained_head_state(layout, tmp_path):
     """After an eval forward the published head carries anchors/strides tensors and a torch.Size shape."""
     model = fresh_model("gelan-t", seed=13)
@@ -457,7 +468,7 @@ def test_unknown_published_names_are_refused(tmp_path):
     subprocess.run([sys.executable, "-c", script, str(root), str(bar), str(autopad)], check=True)
     with pytest.raises(ck.UnsafeCheckpointError, match=r"models\.foo\.Bar"):
         ck.read_checkpoint(bar)
-    with pytest.raises(ck.UnsafeCheckpointError, match=r"models\.common\.autopad"):
+    with pytest.raises(ck.UnsafeCheckpointError, match=r"models\.common\.autopad.*not a model class"):
         ck.read_checkpoint(autopad)
     assert not marker.exists()
 

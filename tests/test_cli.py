@@ -55,7 +55,7 @@ def test_info_prints_table_and_published_parameter_count():
     assert [int(x.split()[0]) for x in rows[:10]] == list(range(10)) and "DDetect" in rows[22]
     summary = next(x for x in lines if " summary: " in x)
     params = json.loads((SHARED / "spec/goldens/summary.json").read_text())["gelan-t"]["params"]
-    assert summary.startswith(f"gelan-t summary: ") and f" {params} parameters, {params - 16} gradients" in summary
+    assert summary.startswith("gelan-t summary: ") and f" {params} parameters, {params - 16} gradients" in summary
     assert summary.endswith(" GFLOPs")
 
 
@@ -76,7 +76,7 @@ def test_info_nc_override_and_checkpoint(tmp_path):
     ck.save_checkpoint(tmp_path / "g.pt", model)
     r = cli("info", "--weights", tmp_path / "g.pt")
     assert r.returncode == 0, r.stderr
-    assert f"gelan-t summary: " in r.stdout and f" {expect} parameters" in r.stdout
+    assert "gelan-t summary: " in r.stdout and f" {expect} parameters" in r.stdout
 
 
 @pytest.mark.parametrize("args,needles", [

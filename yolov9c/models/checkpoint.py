@@ -347,6 +347,11 @@ class RestrictedUnpickler(pickle.Unpickler):
         obj = _ALLOWED.get((module, name))
         if obj is None and module in _PUBLISHED_MODEL_MODULES:
             obj = _our_model_class(name)
+        if obj is None and module in _PUBLISHED_MODEL_MODULES:
+            raise UnsafeCheckpointError(
+                f"refusing to unpickle '{module}.{name}': not a model class this package implements, so the file "
+                f"is not a known YOLOv9 checkpoint (YOLOv9/GELAN detection models only; nothing from the file was "
+                f"executed)")
         if obj is None:
             raise UnsafeCheckpointError(
                 f"refusing to unpickle '{module}.{name}': the file is not a known YOLOv9 checkpoint (it names a "
@@ -443,6 +448,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     except Exception as e:
         raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
 
+    if isinstance(raw, nn.Module):  # torch.save(model) of a whole published model, without the dict
+        raw = {"model": raw}
     if isinstance(raw, dict) and raw.get("format") == FORMAT:
         if not isinstance(raw.get("version"), int) or raw["version"] > VERSION:
             raise CheckpointError(f"{path}: yolov9c checkpoint version {raw.get('version')!r} is newer than this "
@@ -457,8 +464,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
         ckpt.update(format=FORMAT, version=VERSION, source="state_dict", epoch=-1,
                     model=collections.OrderedDict(raw))
         return ckpt
+    found = type(raw).__name__ + (f" with keys {list(raw)[:8]}" if isinstance(raw, dict) else "")
     raise CheckpointError(f"{path}: neither a yolov9c checkpoint, a published YOLOv9 checkpoint nor a "
-                          f"state_dict (found {type(raw).__name__}{' with keys ' + str(list(raw)[:8]) if isinstance(raw, dict) else ''})")
+                          f"state_dict (found {found})")
 
 
 # ----------------------------------------------------------------------------------------------------------
