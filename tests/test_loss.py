@@ -23,8 +23,9 @@ import torch.nn.functional as F
 
 from yolov9c.loss.assigner import TaskAlignedAssigner, anchors_in_boxes
 from yolov9c.loss.bbox_loss import BboxLoss, dfl_loss
-from yolov9c.loss.boxes import bbox2dist, bbox_ciou, dist2bbox, make_anchors, xywh2xyxy
+from yolov9c.loss.boxes import bbox2dist, bbox_ciou, xywh2xyxy
 from yolov9c.loss.detection import DetectionLoss, DualDetectionLoss, pack_targets
+from yolov9c.models.head import dist2bbox, make_anchors
 
 GOLDEN_DIR = Path(__file__).resolve().parents[2] / "shared" / "spec" / "goldens"
 HYP = Path(__file__).resolve().parents[1] / "configs" / "hyps" / "hyp.scratch-high.yaml"
@@ -156,7 +157,7 @@ def test_anchor_grid_and_distances():
     assert st[:24].eq(8).all() and st[24:].eq(16).all()
     # dist2bbox and bbox2dist invert each other inside the clamp range, which is [0, 14.99]
     d = torch.rand(2, 30, 4, dtype=torch.float64) * 14
-    boxes = dist2bbox(d, pts.double())
+    boxes = dist2bbox(d, pts.double(), xywh=False)
     assert torch.allclose(bbox2dist(pts.double(), boxes, 14.99), d, atol=1e-12)
     far = torch.tensor([[-30.0, 0.0, 40.0, 1.0]], dtype=torch.float64)
     assert bbox2dist(torch.tensor([[0.5, 0.5]], dtype=torch.float64), far, 14.99).tolist() == [[14.99, 0.5, 14.99, 0.5]]
@@ -262,7 +263,7 @@ def random_scene(seed, B=2, M=7, n_real=(7, 4), size=96, nc=5, dtype=torch.float
     A = pts.shape[0]
     scores = torch.rand(B, A, nc, generator=g, dtype=dtype)
     ltrb = (torch.rand(B, A, 4, generator=g, dtype=dtype) * 3 + 0.5) * st
-    boxes = dist2bbox(ltrb, pts)
+    boxes = dist2bbox(ltrb, pts, xywh=False)
     gt_boxes = torch.zeros(B, M, 4, dtype=dtype)
     gt_labels = torch.zeros(B, M, 1, dtype=dtype)
     for b in range(B):

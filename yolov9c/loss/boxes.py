@@ -1,10 +1,11 @@
-"""Box geometry used by the YOLOv9 loss: xywh -> xyxy, Complete-IoU, anchor grids, DFL distance <-> box.
+"""Box geometry used by the YOLOv9 loss: xywh -> xyxy, Complete-IoU, box -> DFL distances.
 
 Conventions (spec/yolov9-reference.md §4): boxes are xyxy (x1, y1, x2, y2) in the last dimension; anchor
 points are cell centres (+0.5) in grid units of their level; "distances" are (left, top, right, bottom) from
-an anchor point to the box sides, in grid units.
+an anchor point to the box sides, in grid units. The anchor grid (make_anchors) and distance -> box
+(dist2bbox) are shared with the heads and live in yolov9c/models/head.py.
 
-Test: python -m pytest -q tests/test_loss.py -k "ciou or anchors or dist"
+Test: python -m pytest -q tests/test_loss.py -k "ciou or anchor or dist"
 """
 
 import math
@@ -53,31 +54,6 @@ def bbox_ciou(box1, box2, eps=CIOU_EPS):
     with torch.no_grad():
         alpha = v / (v - iou + (1 + eps))
     return iou - (rho2 / c2 + v * alpha)
-
-
-def make_anchors(feats, strides, offset=0.5):
-    """Anchor points and per-anchor strides for a list of feature maps.
-
-    feats: list of L tensors (B, C, H_l, W_l) (only shape, dtype, device are used); strides: L numbers or a
-    tensor. Returns points (A, 2) = (x + offset, y + offset) in grid units of each level, row-major per level,
-    levels concatenated (A = Σ H_l·W_l), and stride (A, 1); both in the dtype/device of feats[0].
-    """
-    dtype, device = feats[0].dtype, feats[0].device
-    points, stride_col = [], []
-    for f, s in zip(feats, strides):
-        h, w = f.shape[-2:]
-        xs = torch.arange(w, device=device, dtype=dtype) + offset
-        ys = torch.arange(h, device=device, dtype=dtype) + offset
-        gy, gx = torch.meshgrid(ys, xs, indexing="ij")
-        points.append(torch.stack((gx, gy), dim=-1).reshape(-1, 2))
-        stride_col.append(torch.full((h * w, 1), float(s), device=device, dtype=dtype))
-    return torch.cat(points), torch.cat(stride_col)
-
-
-def dist2bbox(dist, points):
-    """(…, A, 4) ltrb distances + (A, 2) anchor points -> (…, A, 4) xyxy boxes (same units as the inputs)."""
-    lt, rb = dist.split(2, dim=-1)
-    return torch.cat((points - lt, points + rb), dim=-1)
 
 
 def bbox2dist(points, boxes, max_dist):

@@ -34,7 +34,8 @@ import yaml
 
 from yolov9c.loss.assigner import TaskAlignedAssigner
 from yolov9c.loss.bbox_loss import BboxLoss
-from yolov9c.loss.boxes import dist2bbox, make_anchors, xywh2xyxy
+from yolov9c.loss.boxes import xywh2xyxy
+from yolov9c.models.head import dist2bbox, make_anchors
 
 DEFAULT_HYP = Path(__file__).resolve().parent.parent.parent / "configs" / "hyps" / "hyp.scratch-high.yaml"
 BOX_GAIN, CLS_GAIN, DFL_GAIN = 7.5, 0.5, 1.5  # hard-coded in the published loss (loss_tal_dual.py:247-249)
@@ -134,7 +135,7 @@ class DetectionLoss:
         proj = torch.arange(self.reg_max, device=pred.device, dtype=pred.dtype)
         A = pred_dist.shape[1]
         ltrb = pred_dist.view(B, A, 4, self.reg_max).softmax(-1).matmul(proj)
-        pred_boxes = dist2bbox(ltrb, points)  # (B, A, 4) xyxy, grid units
+        pred_boxes = dist2bbox(ltrb, points, xywh=False)  # (B, A, 4) xyxy, grid units
 
         target_labels, target_boxes, target_scores, fg = self.assigner(
             pred_scores.detach().sigmoid(),
