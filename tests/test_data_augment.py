@@ -25,7 +25,7 @@ from yolov9c.data.hsv import augment_hsv
 from yolov9c.data.letterbox import letterbox
 from yolov9c.data.mixup import mixup
 from yolov9c.data.mosaic import load_mosaic
-from yolov9c.data.perspective import box_candidates, random_perspective, resample_polygons
+from yolov9c.data.perspective import box_candidates, clip_polygon, random_perspective, warp_image
 
 # BGR, class k has colour PALETTE[k]. Saturated primaries/secondaries: far from the grey background, from the
 # grey fill (114) and from each other, also after the strongest HSV jitter of hyp.scratch-high.
@@ -335,27 +335,49 @@ def test_perspective_polygons_give_tight_boxes():
         out, lab_s, seg_s = random_perspective(img, px, segs, np.random.default_rng(seed), **kw)
         out2, lab_c, seg_c = random_perspective(img, px, [], np.random.default_rng(seed), **kw)
         assert np.array_equal(out, out2) and seg_c == []
-        assert len(seg_s) == len(lab_s) and all(p.shape == (1000, 2) for p in seg_s)
+        assert len(seg_s) == len(lab_s)
         assert box_pixel_problems(out, lab_s, margin=3) == []
         loose = box_pixel_problems(out, lab_c, margin=3)
         assert loose and all("off by" in p for p in loose)  # corner boxes contain but do not fit diamonds
-        # each kept polygon lies inside its box (which may be clipped to the image)
+        # each kept polygon is the visible part of the warped diamond, and the box bounds it exactly
         for p, b in zip(seg_s, lab_s):
-            inside = (p[:, 0] >= 0) & (p[:, 0] <= 320) & (p[:, 1] >= 0) & (p[:, 1] <= 320)
-            q = p[inside]
-            assert np.allclose((q[:, 0].min(), q[:, 1].min(), q[:, 0].max(), q[:, 1].max()), b[1:], atol=1e-3)
+            assert (p >= -1e-4).all() and (p[:, 0] <= 320 + 1e-4).all() and (p[:, 1] <= 320 + 1e-4).all()
+            assert np.allclose((p[:, 0].min(), p[:, 1].min(), p[:, 0].max(), p[:, 1].max()), b[1:], atol=1e-3)
+            assert len(p) == 4 or (p.min() < 1e-3 or p.max() > 320 - 1e-3)  # 4 corners unless cut
 
 
-def test_resample_polygons_and_box_candidates():
-    sq = np.array([[0, 0], [10, 0], [10, 10], [0, 10]], np.float32)
-    tri = np.array([[0, 0], [6, 0], [0, 6]], np.float32)
-    r = resample_polygons([sq, tri], n=9)
-    assert r.shape == (2, 9, 2)
-    assert np.allclose(r[0, [0, 8]], [[0, 0], [0, 0]]) and np.allclose(r[0, 2], [10, 0])  # t = 0, 1, 2 ... 4
-    assert np.allclose(r[1, 0], [0, 0]) and np.allclose(r[1, -1], [0, 0])
+def test_warp_through_bgra_is_bit_identical():
+    """warp_image sends 3-channel images through BGRA (OpenCV's fast path): same pixels as a direct warp."""
+    img = make_source(14, 200, 240)[0]
+    M = np.array([[0.9, 0.2, 10.5], [-0.15, 1.1, -7.25], [0.0, 0.0, 1.0]])
+    grey = (114, 114, 114)
+    assert np.array_equal(warp_image(img, M, (220, 180), 0), cv2.warpAffine(img, M[:2], (220, 180), borderValue=grey))
+    M[2, :2] = (2e-4, -3e-4)
+    assert np.array_equal(warp_image(img, M, (220, 180), 1e-4),
+                          cv2.warpPerspective(img, M, (220, 180), borderValue=grey))
+
+
+def test_box_candidates():
     before = np.array([[0, 0, 10, 10]] * 4, float).T
     after = np.array([[0, 0, 10, 10], [0, 0, 2, 10], [0, 0, 3, 3], [0, 0, 10, 0.09]], float).T
     assert box_candidates(before, after).tolist() == [True, False, False, False]
+    assert box_candidates(before, after, area_thr=0.01).tolist() == [True, False, True, False]
+
+
+def test_clip_polygon():
+    inside = np.array([[1, 1], [9, 1], [5, 9]], np.float32)
+    assert clip_polygon(inside, 10, 10) is inside
+    # a diamond centred 10 px left of the edge: the part at x >= 0 is the triangle (0,35) (30,50) (0,65);
+    # clamping its points instead would keep the full height 30..70
+    diamond = np.array([[-10, 30], [30, 50], [-10, 70], [-50, 50]], np.float32)
+    q = clip_polygon(diamond, 100, 100)
+    assert len(q) == 3 and abs(cv2.contourArea(q) - 450) < 1e-3
+    assert np.allclose((q[:, 0].min(), q[:, 1].min(), q[:, 0].max(), q[:, 1].max()), (0, 35, 30, 65))
+    assert len(clip_polygon(diamond - (60, 0), 100, 100)) == 0  # entirely off
+    corner = np.array([[80, 40], [130, 40], [130, 90], [80, 90]], np.float32)
+    assert abs(cv2.contourArea(clip_polygon(corner, 100, 60)) - 400) < 1e-3  # 20 x 20 left in a 100 x 60 frame
+    big = np.array([[-5, -5], [105, -5], [105, 105], [-5, 105]], np.float32)
+    assert abs(cv2.contourArea(clip_polygon(big, 100, 50)) - 5000) < 1e-3
 
 
 # ------------------------------------------------------------------------------------------------------ HSV
@@ -553,7 +575,7 @@ def test_mosaic_with_polygons_copy_paste_and_perspective():
     for seed in range(5):
         hyp = dict(HYP, degrees=20.0, copy_paste=1.0, scale=0.3)
         img, lab, segs = mosaic(seed, srcs, s, hyp, polygons=True)
-        assert len(segs) == len(lab) and all(p.shape == (1000, 2) for p in segs)
+        assert len(segs) == len(lab) and all(p.ndim == 2 and p.shape[1] == 2 for p in segs)
         assert box_pixel_problems(img, lab, margin=warp_margin(hyp), rotated=True) == [], seed
         img0, lab0, _ = mosaic(seed, srcs, s, dict(STILL, copy_paste=0.0), polygons=True)
         img1, lab1, seg1 = mosaic(seed, srcs, s, dict(STILL, copy_paste=1.0), polygons=True)
@@ -588,6 +610,20 @@ def test_mosaic_draws_three_extra_images_with_replacement_in_shuffled_order():
             assert (positions > 25).all(), positions  # the requested image lands in every quadrant
         else:
             assert repeats > 150  # with replacement: 4 distinct images only 6 times in 64
+
+
+def test_mosaic_mixed_polygon_and_box_images():
+    """Two images with polygons, two without: polygons stay aligned with label rows (box-only rows get empty
+    polygons, are warped by their corners and never pasted)."""
+    s = 256
+    imgs, labels, polys = make_sources(4, s, seed=5)
+    polys = [polys[0], polys[1], [], []]
+    for seed in range(6):
+        for hyp in (dict(STILL, copy_paste=1.0), dict(HYP, copy_paste=1.0, degrees=10.0, scale=0.3)):
+            img, lab, segs = mosaic(seed, (imgs, labels, polys), s, hyp, polygons=True)
+            assert len(segs) == len(lab)
+            rotated = bool(hyp["degrees"])
+            assert box_pixel_problems(img, lab, margin=warp_margin(hyp), rotated=rotated) == [], (seed, hyp)
 
 
 def test_mosaic_determinism_and_hyp_keys():

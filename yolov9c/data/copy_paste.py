@@ -27,7 +27,8 @@ def box_ioa(boxes1, boxes2, eps=1e-7):
 def copy_paste(img, labels, segments, rng, p=0.5):
     """Paste mirrored copies of some objects.
 
-    img: (H, W, 3) uint8 BGR, modified in place. labels: (n, 5) float32 [cls, x1, y1, x2, y2] pixels.
+    img: (H, W, C) uint8 (BGR, or the mosaic's BGRA canvas), modified in place.
+    labels: (n, 5) float32 [cls, x1, y1, x2, y2] pixels.
     segments: list of n (k, 2) float32 pixel polygons aligned with labels, or [] (then a no-op); rows with
     an empty polygon (box-only labels) are never pasted.
     rng: numpy.random.Generator. p: the fraction of the candidates pasted.
@@ -48,14 +49,21 @@ def copy_paste(img, labels, segments, rng, p=0.5):
         return img, labels, segments
     chosen = rng.choice(candidates, size=k, replace=False)
 
-    # Pixel column c lands on w - 1 - c. Work inside the bounding rectangle of the chosen polygons only.
-    mask = np.zeros((h, w), np.uint8)
-    cv2.drawContours(mask, [segments[j].astype(np.int32) for j in chosen], -1, 1, cv2.FILLED)
-    x, y, bw, bh = cv2.boundingRect(mask)
-    if bw and bh:
-        src = img[y:y + bh, x:x + bw, :][:, ::-1].copy()  # copied: it may overlap its own destination
-        where = mask[y:y + bh, x:x + bw][:, ::-1, None].astype(bool)
-        np.copyto(img[y:y + bh, w - x - bw:w - x], src, where=where)
+    # Pixel column c lands on w - 1 - c. Work object by object inside each polygon's bounding rectangle
+    # (cheap, however spread out the objects are); read every source before writing any destination so
+    # that all pastes come from the image as it was, like one flip of the whole image would.
+    pieces = []
+    for j in chosen:
+        poly = segments[j].astype(np.int32)  # truncation, as the published drawContours call does
+        x, y, bw, bh = cv2.boundingRect(poly)
+        x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + bw, w), min(y + bh, h)
+        if x1 <= x0 or y1 <= y0:
+            continue
+        mask = np.zeros((y1 - y0, x1 - x0), np.uint8)
+        cv2.drawContours(mask, [poly], -1, 1, cv2.FILLED, offset=(-x0, -y0))
+        pieces.append((x0, y0, x1, y1, cv2.flip(mask, 1), cv2.flip(img[y0:y1, x0:x1], 1)))
+    for x0, y0, x1, y1, mask, src in pieces:
+        cv2.copyTo(src, mask, img[y0:y1, w - x1:w - x0])  # writes into the view
 
     new_labels = np.concatenate((labels[chosen, :1], mirrored[chosen]), 1).astype(np.float32)
     labels = np.concatenate((labels, new_labels), 0)

@@ -3,7 +3,8 @@
 Published semantics (spec §5 "HSV"): three gains r = 1 + U(-1, 1) * (hgain, sgain, vgain) drawn once per image;
 in OpenCV's 8-bit HSV space (hue 0..179) hue -> (hue * r_h) mod 180, saturation and value -> clip(x * r, 0, 255),
 truncated to uint8; all three gains zero -> the image is left untouched and nothing is drawn from `rng`.
-Speed: one 3-channel cv2.LUT between the two colour conversions; no per-channel split/merge.
+Speed: split, three in-place single-channel cv2.LUT calls, merge (measured 0.5 ms at 640 x 640, where one
+3-channel cv2.LUT takes 1.1 ms), between the two colour conversions.
 
 Test: python -m pytest -q tests/test_data_augment.py -k hsv
 """
@@ -14,13 +15,12 @@ import numpy as np
 _X = np.arange(256, dtype=np.float64)
 
 
-def hsv_lut(r):
-    """The (256, 1, 3) uint8 look-up table for gains r = (r_h, r_s, r_v) on an OpenCV HSV image."""
-    lut = np.empty((256, 1, 3), np.uint8)
-    lut[:, 0, 0] = np.mod(_X * r[0], 180)  # float -> uint8 truncates, as the published astype does
-    lut[:, 0, 1] = np.clip(_X * r[1], 0, 255)
-    lut[:, 0, 2] = np.clip(_X * r[2], 0, 255)
-    return lut
+def hsv_luts(r):
+    """The three (256,) uint8 look-up tables for gains r = (r_h, r_s, r_v) on OpenCV's 8-bit HSV."""
+    lut_h = np.mod(_X * r[0], 180).astype(np.uint8)  # float -> uint8 truncates, as the published astype does
+    lut_s = np.clip(_X * r[1], 0, 255).astype(np.uint8)
+    lut_v = np.clip(_X * r[2], 0, 255).astype(np.uint8)
+    return lut_h, lut_s, lut_v
 
 
 def augment_hsv(img, rng, hgain=0.5, sgain=0.5, vgain=0.5):
@@ -33,7 +33,10 @@ def augment_hsv(img, rng, hgain=0.5, sgain=0.5, vgain=0.5):
         return img
     r = rng.uniform(-1, 1, 3) * (hgain, sgain, vgain) + 1
     hsv = cv2.cvtColor(img, cv2.COLOR_BGR2HSV)
-    cv2.LUT(hsv, hsv_lut(r), dst=hsv)
+    planes = cv2.split(hsv)
+    for plane, lut in zip(planes, hsv_luts(r)):
+        cv2.LUT(plane, lut, dst=plane)
+    cv2.merge(planes, dst=hsv)
     if img.flags.c_contiguous:
         cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR, dst=img)
     else:  # e.g. a flipped view: OpenCV cannot write into negative strides

@@ -23,62 +23,21 @@ them) so that polygons stay aligned with label rows.
 Test: python -m pytest -q tests/test_data_augment.py -k mosaic
 """
 
-import threading
-
+import cv2
 import numpy as np
 
 from yolov9c.data.copy_paste import copy_paste
-from yolov9c.data.perspective import random_perspective
+from yolov9c.data.perspective import polygon_boxes, random_perspective
 
 HYP_KEYS = ("degrees", "translate", "scale", "shear", "perspective", "copy_paste")
 _EMPTY_POLYGON = np.zeros((0, 2), np.float32)
-_canvases = threading.local()  # one reusable 2s x 2s canvas per thread (and per worker process)
 
 
-def _canvas(s):
-    """A (2s, 2s, 3) uint8 canvas filled with 114, reused between calls of one thread: the canvas never
-    leaves load_mosaic (random_perspective always writes a new image), and refilling a warm buffer is
-    cheaper than faulting in a fresh 4.9 MB one for every sample at s = 640."""
-    buf = getattr(_canvases, "buf", None)
-    if buf is None or buf.shape[0] != 2 * s:
-        buf = np.empty((2 * s, 2 * s, 3), np.uint8)
-        _canvases.buf = buf
-    buf.fill(114)
-    return buf
-
-
-def _clip_half_plane(poly, axis, bound, keep_above):
-    """One Sutherland-Hodgman pass: the part of polygon poly (k, 2) with poly[:, axis] >= bound
-    (keep_above) or <= bound. Returns (k', 2), k' = 0 when nothing is left."""
-    v = poly[:, axis]
-    inside = v >= bound if keep_above else v <= bound
-    if inside.all() or not inside.any():
-        return poly if inside.all() else poly[:0]
-    nxt = np.roll(poly, -1, 0)
-    in_next = np.roll(inside, -1)
-    crossing = inside != in_next
-    t = np.zeros(len(poly), poly.dtype)
-    t[crossing] = (bound - v[crossing]) / (nxt[crossing, axis] - v[crossing])  # one end strictly outside: != 0
-    cut = poly + t[:, None] * (nxt - poly)
-    cut[:, axis] = bound
-    # For each edge i -> i+1 emit [the crossing point if it crosses] then [the next vertex if it is inside].
-    out = np.empty((2 * len(poly), 2), poly.dtype)
-    out[0::2], out[1::2] = cut, nxt
-    keep = np.empty(2 * len(poly), bool)
-    keep[0::2], keep[1::2] = crossing, in_next
-    return out[keep]
-
-
-def clip_polygon(poly, size):
-    """Clip polygon poly (k, 2) float32 to the square [0, size] x [0, size]. Returns poly itself when it
-    lies inside, else a new (k', 2) float32 array (k' = 0 when nothing is left)."""
-    if len(poly) == 0 or (poly.min() >= 0 and poly.max() <= size):
-        return poly
-    for axis, bound, keep_above in ((0, 0, True), (0, size, False), (1, 0, True), (1, size, False)):
-        poly = _clip_half_plane(poly, axis, bound, keep_above)
-        if len(poly) == 0:
-            break
-    return poly
+def _place(tile, dst):
+    """Copy a BGR tile (h, w, 3) into a view dst (h, w, 4) of the BGRA canvas."""
+    out = cv2.cvtColor(tile, cv2.COLOR_BGR2BGRA, dst=dst)
+    if not np.shares_memory(out, dst):  # OpenCV could not write into the view: copy the slow way
+        dst[..., :3] = tile
 
 
 def _placement(i, xc, yc, w, h, s):
@@ -108,7 +67,7 @@ def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hy
     (k, 2) polygons aligned with labels[i], or [] for none.
     rng: numpy.random.Generator. hyp: dict with the keys in HYP_KEYS (the published hyp file).
     Returns (img (s', s', 3) uint8 with s' = 2 * (s - s // 2), i.e. s for even s; labels (m, 5) float32
-    [cls, x1, y1, x2, y2] pixels; segments: [] or m (1000, 2) float32 pixel polygons).
+    [cls, x1, y1, x2, y2] pixels; segments: [] or m (k, 2) float32 pixel polygons, the visible parts).
     """
     missing = [k for k in HYP_KEYS if k not in hyp]
     if missing:
@@ -120,13 +79,16 @@ def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hy
     indices = np.concatenate(([index], rng.integers(0, n_images, 3)))
     rng.shuffle(indices)
 
-    canvas = _canvas(s)
+    # A BGRA canvas: OpenCV's bilinear warp is fast for 4 channels only (see perspective.warp_image); the
+    # tiles are converted while they are placed, which costs no more than copying them.
+    canvas = np.full((2 * s, 2 * s, 4), 114, np.uint8)
     labels4, segments4, any_polygons = [], [], False
     for i, k in enumerate(indices):
         img, _, _ = load_image(int(k))
         h, w = img.shape[:2]
         (x1a, y1a, x2a, y2a), (x1b, y1b, x2b, y2b) = _placement(i, xc, yc, w, h, s)
-        canvas[y1a:y2a, x1a:x2a] = img[y1b:y2b, x1b:x2b]
+        if x2a > x1a and y2a > y1a:
+            _place(img[y1b:y2b, x1b:x2b], canvas[y1a:y2a, x1a:x2a])
         padw, padh = x1a - x1b, y1a - y1b
 
         lab = np.asarray(labels[k], np.float32).reshape(-1, 5)
@@ -153,16 +115,14 @@ def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hy
     visible = (labels4[:, 3] > labels4[:, 1]) & (labels4[:, 4] > labels4[:, 2])
     if any_polygons:
         polygons = [p for tile in segments4 for p in tile]
-        for j in np.nonzero(visible)[0]:
-            q = clip_polygon(polygons[j], 2 * s)
-            if q is not polygons[j]:  # it was cut
-                polygons[j] = q
-                if len(q) < 3:
-                    visible[j] = False
-                    continue
-                box = (q[:, 0].min(), q[:, 1].min(), q[:, 0].max(), q[:, 1].max())
-                labels4[j, 1:] = box
-                visible[j] = box[2] > box[0] and box[3] > box[1]
+        rows = [j for j in np.nonzero(visible)[0] if len(polygons[j])]
+        if rows:
+            boxes, clipped = polygon_boxes([polygons[j] for j in rows], 2 * s, 2 * s)
+            for j, box, q in zip(rows, boxes, clipped):
+                if q is not polygons[j]:  # it was cut: the box shrinks to the part left on the canvas
+                    polygons[j] = q.astype(np.float32)
+                    labels4[j, 1:] = box
+                    visible[j] = len(q) >= 3 and box[2] > box[0] and box[3] > box[1]
         segments4 = [p for p, v in zip(polygons, visible) if v]
     labels4 = labels4[visible]
     if any_polygons:
@@ -170,8 +130,9 @@ def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hy
     else:
         segments4 = []
 
-    return random_perspective(
+    img, labels4, segments4 = random_perspective(
         canvas, labels4, segments4, rng,
         degrees=hyp["degrees"], translate=hyp["translate"], scale=hyp["scale"], shear=hyp["shear"],
         perspective=hyp["perspective"], border=(-half, -half),
     )
+    return cv2.cvtColor(img, cv2.COLOR_BGRA2BGR), labels4, segments4

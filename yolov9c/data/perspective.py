@@ -7,11 +7,19 @@ by U(1 - scale, 1 + scale), S shears by U(-shear, shear) degrees on both axes, a
 U(0.5 - translate, 0.5 + translate) * output size. The output is (H + 2*border[0], W + 2*border[1]); the
 mosaic passes border = (-s/2, -s/2) to cut its 2s x 2s canvas back to s x s. Grey (114) fills what comes from
 outside the input. Boxes are the bounds of their 4 warped corners or, when every label has a polygon, the
-bounds of the polygon resampled to 1000 points and warped (tighter under rotation); then clipped to the output
-and filtered by `box_candidates`. Random draws are taken from `rng` in the published order, always all eight,
+bounds of the warped polygon's part inside the output (tighter under rotation); then clipped to the output and
+filtered by `box_candidates`. Random draws are taken from `rng` in the published order, always all eight,
 so the stream does not depend on which parameters are zero.
 
-Test: python -m pytest -q tests/test_data_augment.py -k perspective
+Polygon boxes: the published code resamples each polygon to 1000 points, warps them and bounds the points
+that land inside the output. Here the polygon's vertices are warped and the polygon is clipped to the output
+(Sutherland-Hodgman): affine and (small) perspective maps keep edges straight, so the extremes lie at vertices
+or on the border, and the box is the exact bound of the visible part where the published one is a sampled
+approximation of it (short by up to 1/250 of an edge at a vertex). Same filter (area ratio 0.01 with
+polygons), a fraction of the cost. Assumes perspective small enough that no point of the input maps behind
+the camera (the published range, 0 to 0.001, at 640).
+
+Test: python -m pytest -q tests/test_data_augment.py -k "perspective or polygon or warp or candidates"
 """
 
 import math
@@ -19,8 +27,7 @@ import math
 import cv2
 import numpy as np
 
-GREY = (114, 114, 114)
-SEGMENT_POINTS = 1000  # points per resampled polygon, as published
+GREY = (114, 114, 114, 114)
 
 
 def box_candidates(box1, box2, wh_thr=2, ar_thr=100, area_thr=0.1, eps=1e-16):
@@ -37,38 +44,62 @@ def box_candidates(box1, box2, wh_thr=2, ar_thr=100, area_thr=0.1, eps=1e-16):
     return (w2 > wh_thr) & (h2 > wh_thr) & (w2 * h2 / (w1 * h1 + eps) > area_thr) & (ar < ar_thr)
 
 
-def resample_polygons(segments, n=SEGMENT_POINTS):
-    """Resample closed polygons to n points each, evenly spaced along the vertex index (as published:
-    interpolation over the vertex sequence with the first vertex appended, not over arc length).
+def _clip_half_plane(poly, axis, bound, keep_above):
+    """One Sutherland-Hodgman pass: the part of polygon poly (k, 2) with poly[:, axis] >= bound
+    (keep_above) or <= bound. Returns (k', 2), k' = 0 when nothing is left."""
+    v = poly[:, axis]
+    inside = v >= bound if keep_above else v <= bound
+    if inside.all() or not inside.any():
+        return poly if inside.all() else poly[:0]
+    nxt = np.roll(poly, -1, 0)
+    in_next = np.roll(inside, -1)
+    crossing = inside != in_next
+    t = np.zeros(len(poly), poly.dtype)
+    t[crossing] = (bound - v[crossing]) / (nxt[crossing, axis] - v[crossing])  # one end strictly outside: != 0
+    cut = poly + t[:, None] * (nxt - poly)
+    cut[:, axis] = bound
+    # For each edge i -> i+1 emit [the crossing point if it crosses] then [the next vertex if it is inside].
+    out = np.empty((2 * len(poly), 2), poly.dtype)
+    out[0::2], out[1::2] = cut, nxt
+    keep = np.empty(2 * len(poly), bool)
+    keep[0::2], keep[1::2] = crossing, in_next
+    return out[keep]
 
-    segments: list of m (k_i, 2) arrays, every k_i >= 1. Returns (m, n, 2) float64.
-    """
-    ks = np.array([len(s) for s in segments], np.int64)
-    closed = np.concatenate([np.concatenate((s, s[:1]), 0) for s in segments], 0).astype(np.float64)
-    starts = np.concatenate(([0], np.cumsum(ks + 1)[:-1]))
-    t = np.linspace(0.0, 1.0, n)[None, :] * ks[:, None]  # (m, n) position along the vertex index
-    i0 = np.minimum(t.astype(np.int64), ks[:, None] - 1)
-    f = (t - i0)[..., None]
-    g = starts[:, None] + i0
-    return closed[g] * (1.0 - f) + closed[g + 1] * f
+
+def clip_polygon(poly, width, height):
+    """Clip polygon poly (k, 2) to the rectangle [0, width] x [0, height] (Sutherland-Hodgman).
+    Returns poly itself when it lies inside, else a new (k', 2) array (k' = 0 when nothing is left)."""
+    if len(poly) == 0 or ((poly >= 0).all() and (poly[:, 0] <= width).all() and (poly[:, 1] <= height).all()):
+        return poly
+    for axis, bound, keep_above in ((0, 0, True), (0, width, False), (1, 0, True), (1, height, False)):
+        poly = _clip_half_plane(poly, axis, bound, keep_above)
+        if len(poly) == 0:
+            break
+    return poly
 
 
-def _polygon_boxes(xy, width, height):
-    """Bounds of the polygon points that fall inside the output image; zeros when none does.
-    xy: (m, n, 2). Returns (m, 4) float64 x1 y1 x2 y2."""
-    x, y = xy[..., 0], xy[..., 1]
-    inside = (x >= 0) & (y >= 0) & (x <= width) & (y <= height)
-    boxes = np.stack(
-        (
-            np.where(inside, x, np.inf).min(1),
-            np.where(inside, y, np.inf).min(1),
-            np.where(inside, x, -np.inf).max(1),
-            np.where(inside, y, -np.inf).max(1),
-        ),
-        1,
-    )
-    boxes[~inside.any(1)] = 0.0
-    return boxes
+def polygon_boxes(polys, width, height):
+    """Boxes of the parts of polygons inside [0, width] x [0, height].
+
+    polys: list of m (k_i, 2) float polygons, every k_i >= 1. Returns (boxes (m, 4) float64 x1 y1 x2 y2,
+    zeros where nothing is left; the list of clipped polygons, where an uncut polygon is the input object
+    itself and a polygon with nothing left is (0, 2))."""
+    ks = np.array([len(q) for q in polys])
+    starts = np.concatenate(([0], np.cumsum(ks)[:-1]))
+    pts = np.concatenate(polys, 0).astype(np.float64, copy=False)
+    boxes = np.stack((np.minimum.reduceat(pts[:, 0], starts), np.minimum.reduceat(pts[:, 1], starts),
+                      np.maximum.reduceat(pts[:, 0], starts), np.maximum.reduceat(pts[:, 1], starts)), 1)
+    inside = (boxes[:, 0] >= 0) & (boxes[:, 1] >= 0) & (boxes[:, 2] <= width) & (boxes[:, 3] <= height)
+    outside = (boxes[:, 2] < 0) | (boxes[:, 3] < 0) | (boxes[:, 0] > width) | (boxes[:, 1] > height)
+    polys = list(polys)
+    for i in np.nonzero(outside)[0]:
+        polys[i] = polys[i][:0]
+    boxes[outside] = 0.0
+    for i in np.nonzero(~inside & ~outside)[0]:  # only the polygons the border cuts
+        q = clip_polygon(polys[i], width, height)
+        polys[i] = q
+        boxes[i] = (q[:, 0].min(), q[:, 1].min(), q[:, 0].max(), q[:, 1].max()) if len(q) else 0.0
+    return boxes, polys
 
 
 def _warp_points(xy, M, perspective):
@@ -108,27 +139,39 @@ def random_matrix(rng, in_hw, out_hw, degrees=0.0, translate=0.1, scale=0.5, she
     return T @ S @ R @ P @ C, s
 
 
+def warp_image(img, M, size, perspective):
+    """Warp img with the 3x3 matrix M (bilinear, grey 114 outside) to size (w, h); same channel count.
+
+    OpenCV's bilinear warps have a fast SIMD path for 4 channels only: a 3-channel image goes through
+    BGRA and back, bit-identical and about 2x faster (measured 1.7 vs 3.6 ms for 640 x 640)."""
+    three = img.ndim == 3 and img.shape[2] == 3
+    src = cv2.cvtColor(img, cv2.COLOR_BGR2BGRA) if three else img
+    if perspective:
+        out = cv2.warpPerspective(src, M, size, borderValue=GREY)
+    else:  # affine: cheaper than warpPerspective for the same result
+        out = cv2.warpAffine(src, M[:2], size, borderValue=GREY)
+    return cv2.cvtColor(out, cv2.COLOR_BGRA2BGR) if three else out
+
+
 def random_perspective(img, labels, segments, rng, degrees=0.0, translate=0.1, scale=0.5, shear=0.0,
                        perspective=0.0, border=(0, 0)):
     """Warp an image and its labels with one random transform.
 
-    img: (H, W, 3) uint8 BGR (not modified). labels: (n, 5) float32 [cls, x1, y1, x2, y2] pixels of img.
+    img: (H, W, 3) uint8 BGR, or (H, W, 4) BGRA (the mosaic's canvas), not modified.
+    labels: (n, 5) float32 [cls, x1, y1, x2, y2] pixels of img.
     segments: [] or a list of n (k, 2) float32 pixel polygons aligned with the label rows (an empty
     polygon row falls back to that box's corners). rng: numpy.random.Generator. border: (by, bx) pixels
     added to each side of the output (negative crops).
-    Returns (img (H + 2by, W + 2bx, 3) uint8 -- `img` itself only when the warp is the identity,
-    labels (n', 5) float32 of the kept boxes, segments: [] without polygons, else a list of n' (1000, 2)
-    float32 warped, resampled polygons, not clipped).
+    Returns (img (H + 2by, W + 2bx, C) uint8 -- `img` itself only when the warp is the identity,
+    labels (n', 5) float32 of the kept boxes, segments: [] without polygons, else a list of n' (k, 2)
+    float32 warped polygons clipped to the output: the visible parts that the boxes bound).
     """
     h_in, w_in = img.shape[:2]
     height, width = h_in + 2 * int(border[0]), w_in + 2 * int(border[1])
     M, s = random_matrix(rng, (h_in, w_in), (height, width), degrees, translate, scale, shear, perspective)
 
     if border[0] or border[1] or (M != np.eye(3)).any():
-        if perspective:
-            img = cv2.warpPerspective(img, M, (width, height), borderValue=GREY)
-        else:  # affine: cheaper than warpPerspective for the same result
-            img = cv2.warpAffine(img, M[:2], (width, height), borderValue=GREY)
+        img = warp_image(img, M, (width, height), perspective)
 
     labels = np.asarray(labels, np.float32).reshape(-1, 5)
     n = len(labels)
@@ -140,8 +183,9 @@ def random_perspective(img, labels, segments, rng, degrees=0.0, translate=0.1, s
     use_segments = len(segments) == n and any(len(p) for p in segments)
     if use_segments:
         polys = [p if len(p) else labels[i, [1, 2, 3, 2, 3, 4, 1, 4]].reshape(4, 2) for i, p in enumerate(segments)]
-        xy = _warp_points(resample_polygons(polys), M, perspective)  # (n, 1000, 2)
-        new = _polygon_boxes(xy, width, height)
+        ks = [len(p) for p in polys]
+        warped = _warp_points(np.concatenate(polys, 0).astype(np.float64), M, perspective)
+        new, visible = polygon_boxes(np.split(warped, np.cumsum(ks)[:-1]), width, height)
     else:
         corners = labels[:, [1, 2, 3, 4, 1, 4, 3, 2]].astype(np.float64).reshape(n, 4, 2)
         xy = _warp_points(corners, M, perspective)
@@ -152,5 +196,5 @@ def random_perspective(img, labels, segments, rng, degrees=0.0, translate=0.1, s
     keep = box_candidates(labels[:, 1:5].T * s, new.T, area_thr=0.01 if use_segments else 0.10)
     labels = labels[keep]
     labels[:, 1:5] = new[keep]
-    segments = list(xy[keep].astype(np.float32)) if use_segments else []
+    segments = [visible[i].astype(np.float32) for i in np.nonzero(keep)[0]] if use_segments else []
     return img, labels, segments
