@@ -14,7 +14,7 @@ Two deliberate differences, both only visible with polygons or with degrees/shea
   is not in the image;
 - polygons are clipped to the canvas as polygons (Sutherland-Hodgman), not by clamping each point: a clamped
   point drags a segment along the canvas edge as far as the cut-off part reached, and the box later taken
-  from the polygon overshoots the visible part. A polygon row's box becomes its clipped polygon's bounds.
+  from the polygon overshoots the visible part.
 
 Polygons: images whose labels carry polygons contribute them; when some images of a mosaic have polygons and
 others do not, the box-only rows get empty polygons (perspective then warps their corners, copy-paste skips
@@ -119,9 +119,8 @@ def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hy
         if rows:
             boxes, clipped = polygon_boxes([polygons[j] for j in rows], 2 * s, 2 * s)
             for j, box, q in zip(rows, boxes, clipped):
-                if q is not polygons[j]:  # it was cut: the box shrinks to the part left on the canvas
+                if q is not polygons[j]:  # it was cut (the box stays the clipped label, as published)
                     polygons[j] = q.astype(np.float32)
-                    labels4[j, 1:] = box
                     visible[j] = len(q) >= 3 and box[2] > box[0] and box[3] > box[1]
         segments4 = [p for p, v in zip(polygons, visible) if v]
     labels4 = labels4[visible]
