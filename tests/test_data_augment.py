@@ -6,8 +6,11 @@ augmentation, and after the training chain mosaic -> copy-paste -> perspective -
 must hold pixels of its class colour, tightly (each side of the colour's bounding box within a few pixels of
 the label's side) when nothing overlaps it, and every pixel of a class colour must lie inside a box of that
 class unless it belongs to a remnant the published filter drops (cut by the image border, or under 5 px).
-Plus: letterbox shapes and padding, determinism, mixup ratio and labels, copy-paste only where IoA < 0.3,
-HSV identity at zero gains, and the hyp keys (zero range -> no change).
+(So an object that fell off the mosaic canvas must leave no label: the published code would keep a phantom box
+for it under rotation, see yolov9c/data/mosaic.py.) Plus: letterbox shapes and padding, determinism, the
+mosaic's draws, mixup ratio and labels, copy-paste only where IoA < 0.3, HSV identity at zero gains and hue
+wrap-around, rotation sign, the published box filter, polygon clipping, and the hyp keys (zero range -> no
+change).
 
 Run: python -m pytest -q tests/test_data_augment.py   (CPU only, about 10 s)
 """
