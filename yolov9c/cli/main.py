@@ -3,6 +3,7 @@
     python -m yolov9c info --cfg yolov9-s.yaml [--nc 80] [--imgsz 640] [--fuse]
     python -m yolov9c info --weights yolov9-c.pt            # the model inside a checkpoint
     python -m yolov9c convert --weights yolov9-c.pt --cfg gelan-c.yaml --out yolov9-c-converted.pt
+    python -m yolov9c check-data --data D.yaml               # scan a dataset (yolov9c/cli/check_data.py)
 
 `info` prints the published parse table and `<name> summary: L layers, P parameters, G gradients, F GFLOPs`.
 `convert` re-parameterises a trained yolov9-X (ours or a published .pt) into the gelan-X inference model and
@@ -51,6 +52,10 @@ def _build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--out", required=True, help="output checkpoint path")
     conv.add_argument("--fp32", action="store_true",
                       help="store float32 weights (default fp16, like the published converted files)")
+
+    from yolov9c.cli import check_data
+
+    check_data.add_parser(sub)
     return parser
 
 
@@ -166,7 +171,7 @@ def main(argv=None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)  # argparse itself exits with 2 on a usage error
     try:
-        return {"info": cmd_info, "convert": cmd_convert}[args.command](args)
+        return {"info": cmd_info, "convert": cmd_convert}.get(args.command, getattr(args, "func", None))(args)
     except CliError as e:
         print(f"{parser.prog} {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
