@@ -30,7 +30,8 @@ def _check(out, ref, tol, what):
     """Relative-norm and elementwise (against the largest reference magnitude) comparison."""
     rel = ((out - ref).norm() / ref.norm()).item()
     worst = ((out - ref).abs().max() / ref.abs().max()).item()
-    assert rel <= tol and worst <= tol, f"{what}: relative error {rel:.2e}, worst element {worst:.2e} (tolerance {tol:.1e})"
+    assert rel <= tol and worst <= tol, \
+        f"{what}: relative error {rel:.2e}, worst element {worst:.2e} (tolerance {tol:.1e})"
     return rel
 
 

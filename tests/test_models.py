@@ -5,7 +5,6 @@ Layout and counts are checked against spec/goldens/<cfg>.keys.txt and summary.js
 forward tests use small float32 inputs. Run: pytest tests/test_models.py (≈10-20 s on 2 cores).
 """
 
-import copy
 import json
 import math
 
@@ -260,7 +259,8 @@ def _with_row(cfg, i, row):
     ("gelan-t", 9, [-1, 1, "SPPELAN", ["x", 64]], "output channel"),
     ("yolov9-t", 29, [[28, 25, 22, 15, 18], 1, "DualDDetect", ["nc"]], "even number"),
     ("yolov9-c", 30, [[23, 24, 25, -1], 1, "CBFuse", [[0, 1, 0]]], "channel mismatch"),
-    ("yolov9-c", 23, [5, 1, "CBLinear", [[128]]], "row 30 ([[23, 24, 25, -1], 1, CBFuse, [[0, 0, 0]]]): channel mismatch"),
+    ("yolov9-c", 23, [5, 1, "CBLinear", [[128]]],
+     "row 30 ([[23, 24, 25, -1], 1, CBFuse, [[0, 0, 0]]]): channel mismatch"),
     ("yolov9-c", 30, [[23, 24, 25, -1], 1, "CBFuse", [[0, 0, 5]]], "out of range"),
     ("yolov9-c", 26, [23, 1, "Conv", [64, 3, 2]], "CBLinear output"),
     ("gelan-t", 4, [-1, 1, "RepNCSPELAN4", [64, 64, 32, "__import__('os')"]], "cannot build"),
@@ -308,3 +308,18 @@ def test_string_args_resolved_safely():
     assert model.model[10].scale_factor == 2 and model.model[10].size is None and model.model[10].mode == "nearest"
     d["head"][1] = [-1, 1, "nn.Upsample", ["None", 2, "__import__('os').system('echo pwned')"]]
     assert "row 10" in _build_error(d)
+
+
+def test_pickle_roundtrip_restores_through_dict():
+    # unpickling an nn.Module restores its __dict__ without running __init__, as for published objects
+    import pickle
+
+    model = DetectionModel("yolov9-t").eval()
+    x = torch.rand(1, 3, 64, 64)
+    with torch.no_grad():
+        ref = model(x)[0][1]  # also fills the anchor cache, which travels with the pickle
+        clone = pickle.loads(pickle.dumps(model))
+        assert torch.equal(clone(x)[0][1], ref)
+        assert clone(torch.rand(1, 3, 32, 32))[0][1].shape == (1, 84, 16 + 4 + 1)
+        fused = pickle.loads(pickle.dumps(model.fuse()))
+        assert torch.allclose(fused(x)[0][1], ref, rtol=1e-4, atol=1e-4)

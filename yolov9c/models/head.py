@@ -108,7 +108,8 @@ class DDetect(nn.Module):
     def _anchors_for(self, x):
         """Refresh the anchor cache when the input shape, dtype or device changed."""
         shape = x[0].shape
-        if self.dynamic or self.shape != shape or self.anchors.dtype != x[0].dtype or self.anchors.device != x[0].device:
+        stale = self.anchors.dtype != x[0].dtype or self.anchors.device != x[0].device
+        if self.dynamic or self.shape != shape or stale:
             self.anchors, self.strides = (t.transpose(0, 1) for t in make_anchors(x, self.stride, 0.5))
             self.shape = shape
 

@@ -278,7 +278,8 @@ def parse_model(d, ch_in=3, label="model config"):
             c2 = c_in[0]
             if m is nn.Upsample:
                 scale = args[1] if len(args) > 1 else None
-                stride = stride / scale if stride is not None and isinstance(scale, (int, float)) and scale > 0 else None
+                known = stride is not None and isinstance(scale, (int, float)) and scale > 0
+                stride = stride / scale if known else None
             elif m is SP:
                 s = args[1] if len(args) > 1 else 1
                 stride = stride * s if stride is not None and _is_int(s) else None
