@@ -25,6 +25,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_ARCHS = ["75", "80", "86", "89", "90"]
@@ -221,4 +222,14 @@ def make_extension(plan):
 
 
 PLAN = cuda_plan()
-setup(ext_modules=[make_extension(PLAN)], cmdclass={"build_ext": BuildExt})
+class BuildPy(build_py):
+    """build_py that also copies the repo's configs/ (model yamls, hyps) into the wheel as yolov9c/configs/, so a
+    regular (non-editable) install finds them; yolov9c/resources.py looks there first."""
+
+    def run(self):
+        super().run()
+        if not self.dry_run:
+            shutil.copytree(ROOT / "configs", Path(self.build_lib) / "yolov9c" / "configs", dirs_exist_ok=True)
+
+
+setup(ext_modules=[make_extension(PLAN)], cmdclass={"build_ext": BuildExt, "build_py": BuildPy})

@@ -5,11 +5,8 @@
 Test: python -m pytest -q tests/test_data_dataset.py -k hyp
 """
 
-from pathlib import Path
+from yolov9c.resources import load_hyp
 
-import yaml
-
-DEFAULT_HYP = Path(__file__).resolve().parents[2] / "configs" / "hyps" / "hyp.scratch-high.yaml"
 # the keys the data pipeline reads (spec §6)
 AUGMENT_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
                 "flipud", "fliplr", "mosaic", "mixup", "copy_paste")
@@ -19,12 +16,7 @@ def augment_hyp(hyp=None, mosaic=None, mixup=None):
     """hyp: None (configs/hyps/hyp.scratch-high.yaml), a yaml path or a dict. mosaic/mixup: CLI values
     (None = not given). Returns a new dict; raises KeyError naming the keys the pipeline needs that are
     missing, ValueError for a probability outside [0, 1]."""
-    if hyp is None:
-        hyp = DEFAULT_HYP
-    if isinstance(hyp, (str, Path)):
-        with open(hyp, encoding="utf-8") as f:
-            hyp = yaml.safe_load(f) or {}
-    hyp = dict(hyp)
+    hyp = load_hyp(hyp)
     if mosaic is not None:
         hyp["mosaic"] = float(mosaic)
     if mixup is not None:

@@ -26,31 +26,20 @@ Test: python -m pytest -q tests/test_loss.py tests/test_goldens_loss.py
 """
 
 import os
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import yaml
 
 from yolov9c.loss.assigner import TaskAlignedAssigner
 from yolov9c.loss.bbox_loss import BboxLoss
 from yolov9c.loss.boxes import xywh2xyxy
 from yolov9c.models.head import dist2bbox, make_anchors
+from yolov9c.resources import load_hyp
 
-DEFAULT_HYP = Path(__file__).resolve().parent.parent.parent / "configs" / "hyps" / "hyp.scratch-high.yaml"
 BOX_GAIN, CLS_GAIN, DFL_GAIN = 7.5, 0.5, 1.5  # hard-coded in the published loss (loss_tal_dual.py:247-249)
 AUX_WEIGHT = 0.25  # weight of the auxiliary (PGI) branch's terms in the dual loss
 FOCAL_ALPHA = 0.25  # published FocalLoss default, used only when hyp fl_gamma > 0
 
-
-def load_hyp(hyp=None):
-    """None -> the repo's hyp.scratch-high.yaml; a str/Path -> that yaml file; a dict -> a shallow copy."""
-    if hyp is None:
-        hyp = DEFAULT_HYP
-    if isinstance(hyp, (str, Path)):
-        with open(hyp, encoding="utf-8") as f:
-            return yaml.safe_load(f)
-    return dict(hyp)
 
 
 def pack_targets(targets, batch_size, scale, dtype):

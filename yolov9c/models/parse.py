@@ -23,8 +23,7 @@ import yaml
 from yolov9c.models.common import (ADown, AConv, CBFuse, CBLinear, Concat, Conv, ELAN1, RepConvN,
                                    RepNBottleneck, RepNCSP, RepNCSPELAN4, SP, SPPELAN, Silence)
 from yolov9c.models.head import DDetect, DualDDetect, make_divisible
-
-CONFIG_DIR = Path(__file__).resolve().parent.parent.parent / "configs" / "models" / "detect"
+from yolov9c.resources import MODEL_CONFIG_DIR as CONFIG_DIR
 
 # Every module name a yaml row may use (the published YOLOv9 set that this package implements, plus
 # parameter-free torch.nn layers that keep the channel count).

@@ -1,0 +1,50 @@
+"""Bundled configs: found from the package in a checkout/editable install and inside a regular (non-editable)
+wheel install; load_hyp errors name the file.
+
+Run: python -m pytest -q tests/test_resources.py
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from yolov9c.resources import CONFIGS_DIR, DEFAULT_HYP, MODEL_CONFIG_DIR, load_hyp
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_bundled_configs_are_found():
+    assert DEFAULT_HYP.is_file()
+    names = {p.stem for p in MODEL_CONFIG_DIR.glob("*.yaml")}
+    assert {f"{m}-{s}" for m in ("yolov9", "gelan") for s in "tsmce"} <= names
+    assert load_hyp()["lr0"] == 0.01 and load_hyp()["mixup"] == 0.15
+    assert CONFIGS_DIR.name == "configs"
+
+
+def test_load_hyp_errors_name_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.yaml"):
+        load_hyp(tmp_path / "nope.yaml")
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(ValueError, match="list.yaml"):
+        load_hyp(bad)
+    assert load_hyp({"lr0": 0.1}) == {"lr0": 0.1}
+
+
+def test_wheel_carries_the_configs(tmp_path):
+    """setup.py's build_py copies configs/ into the package: a wheel built from this checkout holds
+    yolov9c/configs/models/detect/yolov9-s.yaml and the hyp file (CPU-only build to keep it quick)."""
+    import zipfile
+
+    env = {**os.environ, "YOLOV9C_CUDA": "0"}
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(tmp_path), str(REPO)], capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (wheel,) = tmp_path.glob("yolov9c-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "yolov9c/configs/models/detect/yolov9-s.yaml" in names
+    assert "yolov9c/configs/hyps/hyp.scratch-high.yaml" in names
+    assert any(n.startswith("yolov9c/_C") for n in names)
