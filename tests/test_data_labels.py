@@ -74,7 +74,8 @@ def _img(path, h=48, w=64, value=100):
 
 def test_scan_reports_every_bad_file_and_counts(tmp_path):
     im, lb = tmp_path / "images", tmp_path / "labels"
-    good = [_img(im / f"good{i}.jpg") for i in range(3)]
+    for i in range(3):
+        _img(im / f"good{i}.jpg")
     for i in range(3):
         _write(lb / f"good{i}.txt", f"{i} 0.5 0.5 0.25 0.25\n0 0.2 0.2 0.1 0.1\n")
     _img(im / "bg_missing.jpg")                      # no label file: background

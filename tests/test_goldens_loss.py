@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import yolov9c
 
