@@ -9,7 +9,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+from shared_paths import SHARED  # noqa: E402,F401
 
 
 def pytest_configure(config):

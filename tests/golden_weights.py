@@ -16,11 +16,9 @@ golden comparison of such a map is only meaningful to within its measured sensit
 with `ulp_perturbed` and widen (or skip) only those comparisons.
 """
 
-from pathlib import Path
-
 import torch
 
-GOLDEN_DIR = Path(__file__).resolve().parents[2] / "shared" / "spec" / "goldens"
+from shared_paths import GOLDEN_DIR  # noqa: F401  (re-exported to the golden tests)
 
 CONFIGS = ["yolov9-t", "yolov9-s", "yolov9-m", "yolov9-c", "yolov9-e",
            "gelan-t", "gelan-s", "gelan-m", "gelan-c", "gelan-e"]

@@ -20,7 +20,7 @@ from yolov9c.models import checkpoint as ck
 from yolov9c.models.model import DetectionModel
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+from shared_paths import SHARED  # noqa: E402
 
 
 def cli(*args, cwd=None):

@@ -4,7 +4,6 @@ batch shapes, min-items, single-cls, close-mosaic, hyp overrides, item format, a
 Run: python -m pytest -q tests/test_data_dataset.py
 """
 
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -15,7 +14,7 @@ from yolov9c.data.dataset import DataError, YoloDataset
 from yolov9c.data.hyp import augment_hyp
 from yolov9c.data.rect import rect_batch_shapes
 
-COCO128 = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128"
+from shared_paths import COCO128  # noqa: E402
 HUES = (0, 30, 60, 90, 120, 150)  # OpenCV hue of class c = HUES[c]
 
 

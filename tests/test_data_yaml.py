@@ -13,6 +13,7 @@ import yaml
 from yolov9c.data.dataset_yaml import DataConfigError, load_data_config
 from yolov9c.data.image_list import collect_image_files
 from yolov9c.data.labels import label_path_for
+from shared_paths import COCO128  # noqa: E402
 
 
 def _img(path, h=32, w=48):
@@ -116,7 +117,7 @@ def test_label_pairing():
 
 
 def test_coco128_yaml():
-    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128" / "data.yaml"
+    data = COCO128 / "data.yaml"
     if not data.is_file():
         pytest.skip("../shared/data/coco128 not present")
     cfg = load_data_config(data)

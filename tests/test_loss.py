@@ -27,7 +27,7 @@ from yolov9c.loss.boxes import bbox2dist, bbox_ciou, xywh2xyxy
 from yolov9c.loss.detection import DetectionLoss, DualDetectionLoss, pack_targets
 from yolov9c.models.head import dist2bbox, make_anchors
 
-GOLDEN_DIR = Path(__file__).resolve().parents[2] / "shared" / "spec" / "goldens"
+from shared_paths import GOLDEN_DIR  # noqa: E402
 HYP = Path(__file__).resolve().parents[1] / "configs" / "hyps" / "hyp.scratch-high.yaml"
 CONFIGS = ["yolov9-t", "yolov9-s", "yolov9-m", "yolov9-c", "yolov9-e",
            "gelan-t", "gelan-s", "gelan-m", "gelan-c", "gelan-e"]
