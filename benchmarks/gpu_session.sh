@@ -16,6 +16,6 @@ t0=$(date +%s)
 timeout 330 python3 -m pytest -q -p no:cacheprovider tests > "$OUT/pytest.log" 2>&1; echo "pytest rc=$? $(( $(date +%s) - t0 )) s"
 tail -3 "$OUT/pytest.log"
 for w in ${LOADER_WORKERS:-8 16}; do
-  timeout 150 python3 benchmarks/bench_dataloader.py --workers "$w" --batch 64 --imgsz 640 --batches 20 \
+  timeout 150 python3 benchmarks/bench_dataloader.py --workers "$w" --batch 64 --imgsz 640 --batches 64 --warmup 16 \
     2>>"$OUT/bench_dataloader.err" | tee -a "$OUT/bench_dataloader.jsonl"
 done
