@@ -217,6 +217,8 @@ def test_pack_targets_keeps_order_and_pads():
     assert pack_targets(t[:0], 2, scale, torch.float32).shape == (2, 0, 5)
     with pytest.raises(ValueError):
         pack_targets(t, 1, scale, torch.float64)  # image index 1 >= batch size 1
+    with pytest.raises(ValueError, match="outside the model's classes"):
+        pack_targets(t, 3, scale, torch.float64, nc=int(t[:, 1].max()))  # the largest class == nc
 
 
 # -- the assigner --------------------------------------------------------------------------------------------

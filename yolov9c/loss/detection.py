@@ -42,11 +42,12 @@ FOCAL_ALPHA = 0.25  # published FocalLoss default, used only when hyp fl_gamma >
 
 
 
-def pack_targets(targets, batch_size, scale, dtype):
+def pack_targets(targets, batch_size, scale, dtype, nc=None):
     """(N, 6) rows [image, class, x, y, w, h] (normalised xywh) -> (B, M, 5) [class, x1, y1, x2, y2] pixels.
 
     M = the largest number of rows of one image (0 when N = 0); rows keep their order within an image and
     unused slots are zero (a zero box marks padding). scale: (4,) = (W, H, W, H) image size in pixels.
+    nc: when given, a class outside [0, nc) raises ValueError (the dataset and the model disagree).
     """
     device = scale.device
     targets = targets.to(device=device, dtype=dtype)
@@ -55,6 +56,12 @@ def pack_targets(targets, batch_size, scale, dtype):
     img = targets[:, 0].long()
     if int(img.min()) < 0 or int(img.max()) >= batch_size:
         raise ValueError(f"loss: target image index out of range [0, {batch_size}): {img.min()}..{img.max()}")
+    if nc is not None:
+        cls = targets[:, 1]
+        if float(cls.min()) < 0 or float(cls.max()) >= nc:
+            raise ValueError(f"loss: target class {int(cls.max()) if float(cls.max()) >= nc else int(cls.min())} "
+                             f"is outside the model's classes [0, {nc}): the data's names/nc and the model's nc "
+                             f"differ (build the model with nc={int(cls.max()) + 1} or more, or fix the labels)")
     counts = torch.bincount(img, minlength=batch_size)
     order = torch.argsort(img, stable=True)
     starts = torch.cumsum(counts, 0) - counts
@@ -178,7 +185,7 @@ class DetectionLoss:
         # image size (h, w) in pixels from the first map and the first stride
         h, w = feats[0].shape[2] * self.stride[0], feats[0].shape[3] * self.stride[0]
         scale = torch.tensor([w, h, w, h], dtype=gt_dtype, device=device)
-        gt = pack_targets(targets, B, scale, gt_dtype)
+        gt = pack_targets(targets, B, scale, gt_dtype, nc=self.nc)
         gt_labels, gt_boxes = gt.split((1, 4), dim=2)
         gt_mask = gt_boxes.sum(2, keepdim=True) > 0  # (B, M, 1); padding rows are all-zero
 
