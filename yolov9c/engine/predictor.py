@@ -1,0 +1,240 @@
+"""The detect workflow of detect_dual.py: weights → fused model → sources → NMS → annotated files and labels.
+
+`detect(weights=..., source=..., ...)` runs it and returns a summary dict; `yolov9c/cli/detect.py` is its
+command line. Published behaviour (spec §8): the model is fused for inference; inputs are letterboxed with
+minimal stride padding; the **main** head's output is used (y[1] of a DualDDetect model, y of a DDetect /
+converted gelan model); single-label NMS (conf 0.25, IoU 0.45, max_det 1000 by default); boxes are scaled
+back to the original image. Outputs in `runs/detect/exp{N}`:
+- annotated images under the same file name, videos as `<stem>.mp4` (mp4v), unless `nosave`;
+- `labels/<stem>.txt` (`_<frame>` for video frames) with one `class xc yc w h [conf]` row per box,
+  normalised to the original image, when `save_txt` (conf column with `save_conf`);
+- `crops/<class name>/<stem>.jpg` (`<stem>2.jpg`, … for further boxes) when `save_crop`.
+One log line per image/frame (`image 1/3 path: 128x160 2 ellipses, 4.1ms`), then the speed summary.
+
+Test: python -m pytest -q tests/test_detect_predictor.py
+"""
+
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import torch
+
+from yolov9c.engine.annotate import class_color, crop_box, detection_label, draw_detection
+from yolov9c.engine.sources import MediaSource, resolve_sources
+
+
+def inference_device(spec=""):
+    """--device string → torch.device: '' (CUDA 0 when available, else CPU), 'cpu', '0' or '0,1' (the first
+    listed GPU: detection runs on one device). Raises ValueError for a GPU request without CUDA."""
+    spec = str(spec).strip().lower().replace("cuda:", "")
+    if spec in ("", None):
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    ids = [s for s in spec.replace(" ", "").split(",") if s]
+    if not ids or not all(s.isdigit() for s in ids):
+        raise ValueError(f"--device {spec!r}: expected 'cpu', a GPU index such as 0, or a list such as 0,1")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {spec}: CUDA is not available on this machine (use --device cpu)")
+    if int(ids[0]) >= torch.cuda.device_count():
+        raise ValueError(f"--device {spec}: GPU {ids[0]} does not exist ({torch.cuda.device_count()} visible)")
+    return torch.device(f"cuda:{ids[0]}")
+
+
+def load_detector(weights, device="cpu", half=False, fuse=True):
+    """The model of checkpoint `weights` (ours, a published YOLOv9 .pt, or a converted gelan file), ready for
+    inference: eval mode, fused (BatchNorm folded, RepConvN merged) when `fuse`, on `device`, fp16 when
+    `half` (CUDA only). Raises FileNotFoundError / CheckpointError from the loader."""
+    from yolov9c import load_model
+
+    model = load_model(weights)
+    if fuse:
+        model.fuse()
+    model = model.to(device).eval()
+    return model.half() if half else model.float()
+
+
+def main_head_output(out):
+    """The main head's decoded predictions from an eval-mode forward: DDetect (y, maps) → y; DualDDetect
+    ([y_aux, y_main], maps) → y_main; a bare tensor passes. Returns (B, 4+nc, A)."""
+    y = out[0] if isinstance(out, tuple) else out
+    if isinstance(y, (list, tuple)):
+        y = y[-1]  # [aux, main]: the published detect_dual.py takes pred[0][1]
+    return y
+
+
+def scale_boxes(boxes, from_shape, to_shape):
+    """Map xyxy boxes from a letterboxed image back to the original, in place, and clip them to it.
+
+    boxes: (n, 4) float tensor, pixels of the letterboxed image of shape from_shape (h, w). to_shape: (h0, w0)
+    of the original. The letterbox is recomputed from the two shapes (one scale, even padding), as published."""
+    gain = min(from_shape[0] / to_shape[0], from_shape[1] / to_shape[1])
+    pad_x = (from_shape[1] - to_shape[1] * gain) / 2
+    pad_y = (from_shape[0] - to_shape[0] * gain) / 2
+    boxes[:, [0, 2]] -= pad_x
+    boxes[:, [1, 3]] -= pad_y
+    boxes[:, :4] /= gain
+    boxes[:, [0, 2]] = boxes[:, [0, 2]].clamp(0, to_shape[1])
+    boxes[:, [1, 3]] = boxes[:, [1, 3]].clamp(0, to_shape[0])
+    return boxes
+
+
+def label_rows(det, shape, save_conf=False):
+    """Label-file lines for detections `det` ((n, 6) [x1, y1, x2, y2, conf, cls], original pixels) of an
+    image of shape (h, w): 'cls xc yc w h[ conf]' normalised, numbers in %g format."""
+    h, w = shape[:2]
+    rows = []
+    for x1, y1, x2, y2, conf, c in det.tolist():
+        vals = [int(c), (x1 + x2) / 2 / w, (y1 + y2) / 2 / h, (x2 - x1) / w, (y2 - y1) / h]
+        if save_conf:
+            vals.append(conf)
+        rows.append(" ".join(f"{v:g}" for v in vals))
+    return rows
+
+
+def next_run_dir(project, name, exist_ok=False):
+    """project/name, or project/name2, name3, … (the first that does not exist) unless exist_ok.
+    Created; returned as a Path."""
+    base = Path(project) / name
+    path, n = base, 2
+    while path.exists() and not exist_ok:
+        path = base.with_name(f"{base.name}{n}")
+        n += 1
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _unique_file(path):
+    """path, or stem2, stem3, … beside it: the first name not taken (crops of several boxes of one image)."""
+    path, n = Path(path), 2
+    out = path
+    while out.exists():
+        out = path.with_name(f"{path.stem}{n}{path.suffix}")
+        n += 1
+    return out
+
+
+def _counts_text(det, names):
+    """'2 ellipses, 1 star, ' (published plural: an 's' appended) for the log line."""
+    parts = []
+    for c in det[:, 5].unique().tolist():
+        n = int((det[:, 5] == c).sum())
+        parts.append(f"{n} {_name(names, c)}{'s' * (n > 1)}, ")
+    return "".join(parts)
+
+
+def _name(names, c):
+    c = int(c)
+    return names[c] if 0 <= c < len(names) else str(c)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def detect(weights=None, source=None, imgsz=(640, 640), conf_thres=0.25, iou_thres=0.45, max_det=1000,
+           device="", save_txt=False, save_conf=False, save_crop=False, nosave=False, classes=None,
+           agnostic_nms=False, project="runs/detect", name="exp", exist_ok=False, line_thickness=3,
+           hide_labels=False, hide_conf=False, half=False, vid_stride=1, model=None, log=print):
+    """Run detection and write the outputs; returns {'save_dir': Path, 'frames': int, 'detections': int,
+    'labels': int (label files written), 'speed': (pre, inference, nms) ms per image}.
+
+    weights: checkpoint path (ignored when `model` is given: an eval-mode module with `stride` and `names`
+    whose eval forward returns the published structures). source: what resolve_sources accepts.
+    imgsz: int or (h, w). classes: None or class ids to keep. half: fp16 (CUDA only; on the CPU a note is
+    logged and fp32 used). Raises SourceError / FileNotFoundError / CheckpointError / ValueError."""
+    from yolov9c.engine.postprocess import non_max_suppression
+
+    files = resolve_sources(source)
+    dev = inference_device(device)
+    if half and dev.type != "cuda":
+        log("half precision needs CUDA: running in float32 on the CPU")
+        half = False
+    if model is None:
+        model = load_detector(weights, dev, half)
+    stride = int(max(float(s) for s in torch.as_tensor(model.stride).flatten()))
+    names = list(getattr(model, "names", []) or [])
+    imgsz = (int(imgsz), int(imgsz)) if np.isscalar(imgsz) else tuple(int(v) for v in imgsz)
+    if len(imgsz) == 1:
+        imgsz = imgsz * 2
+    fixed = tuple(-(-v // stride) * stride for v in imgsz)  # published check_img_size: round up to stride
+    if fixed != imgsz:
+        log(f"WARNING: --imgsz {list(imgsz)} must be a multiple of max stride {stride}, updating to {list(fixed)}")
+        imgsz = fixed
+
+    save_dir = next_run_dir(project, name, exist_ok)
+    if save_txt:
+        (save_dir / "labels").mkdir(exist_ok=True)
+    dtype = torch.float16 if half else torch.float32
+    writers = {}  # video path -> cv2.VideoWriter
+    totals = np.zeros(3)
+    frames = n_det = 0
+    label_files = set()
+    try:
+        for fr in MediaSource(files, imgsz, stride, auto=True, vid_stride=vid_stride):
+            t0 = time.perf_counter()
+            x = torch.from_numpy(fr.img).to(dev).to(dtype)[None] / 255
+            _sync(dev)
+            t1 = time.perf_counter()
+            with torch.inference_mode():
+                pred = main_head_output(model(x))
+            _sync(dev)
+            t2 = time.perf_counter()
+            det = non_max_suppression(pred, conf_thres, iou_thres, classes=classes, agnostic=agnostic_nms,
+                                      multi_label=False, max_det=max_det)[0]
+            _sync(dev)
+            t3 = time.perf_counter()
+            totals += (t1 - t0, t2 - t1, t3 - t2)
+            frames += 1
+
+            det = det.float().cpu()
+            scale_boxes(det, x.shape[2:], fr.img0.shape[:2])
+            n_det += len(det)
+            p = Path(fr.path)
+            msg = fr.describe() + f"{x.shape[2]}x{x.shape[3]} " + (_counts_text(det, names) if len(det) else
+                                                                    "(no detections), ")
+            log(f"{msg}{(t2 - t1) * 1e3:.1f}ms")
+
+            if save_txt and len(det):
+                lf = save_dir / "labels" / (p.stem + (f"_{fr.frame}" if fr.is_video else "") + ".txt")
+                with open(lf, "a") as f:  # append, as published (one file per image / frame)
+                    f.write("".join(r + "\n" for r in label_rows(det, fr.img0.shape, save_conf)))
+                label_files.add(lf)
+            if save_crop and len(det):
+                for *xyxy, conf, c in det.tolist():
+                    folder = save_dir / "crops" / _name(names, c)
+                    folder.mkdir(parents=True, exist_ok=True)
+                    cv2.imwrite(str(_unique_file(folder / f"{p.stem}.jpg")), crop_box(fr.img0, xyxy))
+            if nosave:
+                continue
+            im = fr.img0  # drawn in place: crops were cut first
+            for *xyxy, conf, c in det.tolist():
+                draw_detection(im, xyxy, detection_label(_name(names, c), conf, hide_labels, hide_conf),
+                               class_color(c), line_thickness)
+            if fr.is_video:
+                w = writers.get(fr.path)
+                if w is None:
+                    out = str(save_dir / f"{p.stem}.mp4")
+                    w = cv2.VideoWriter(out, cv2.VideoWriter_fourcc(*"mp4v"), fr.fps or 30.0,
+                                        (im.shape[1], im.shape[0]))
+                    if not w.isOpened():
+                        raise RuntimeError(f"cannot write video {out} (OpenCV has no mp4v encoder?)")
+                    writers[fr.path] = w
+                w.write(im)
+            else:
+                cv2.imwrite(str(save_dir / p.name), im)
+    finally:
+        for w in writers.values():
+            w.release()
+
+    speed = tuple(totals / max(frames, 1) * 1e3)
+    log(f"Speed: {speed[0]:.1f}ms pre-process, {speed[1]:.1f}ms inference, {speed[2]:.1f}ms NMS per image at "
+        f"shape {(1, 3, *imgsz)}")
+    saved = f"\n{len(label_files)} labels saved to {save_dir / 'labels'}" if save_txt else ""
+    if save_txt or not nosave or save_crop:
+        log(f"Results saved to {save_dir}{saved}")
+    return {"save_dir": save_dir, "frames": frames, "detections": n_det, "labels": len(label_files),
+            "speed": speed}
