@@ -14,7 +14,6 @@ Tolerances:
 """
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,18 +26,9 @@ from yolov9c.loss.boxes import bbox2dist, bbox_ciou, xywh2xyxy
 from yolov9c.loss.detection import DetectionLoss, DualDetectionLoss, pack_targets
 from yolov9c.models.head import dist2bbox, make_anchors
 
-from shared_paths import GOLDEN_DIR  # noqa: E402
-HYP = Path(__file__).resolve().parents[1] / "configs" / "hyps" / "hyp.scratch-high.yaml"
-CONFIGS = ["yolov9-t", "yolov9-s", "yolov9-m", "yolov9-c", "yolov9-e",
-           "gelan-t", "gelan-s", "gelan-m", "gelan-c", "gelan-e"]
-# recipe step 5 of spec/goldens/README.md: image, class, x, y, w, h (normalised)
-TARGETS = torch.tensor([
-    [0, 3, 0.50, 0.50, 0.30, 0.40],
-    [0, 17, 0.20, 0.25, 0.10, 0.12],
-    [0, 0, 0.80, 0.70, 0.25, 0.35],
-    [1, 79, 0.35, 0.60, 0.60, 0.50],
-    [1, 5, 0.85, 0.15, 0.08, 0.06],
-], dtype=torch.float64)
+from golden_weights import CONFIGS, GOLDEN_DIR, GOLDEN_TARGETS as TARGETS  # noqa: E402
+from yolov9c.resources import DEFAULT_HYP as HYP  # noqa: E402
+
 GOLDEN_RTOL = 2.5e-7
 
 
