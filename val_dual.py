@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""val_dual.py: the published YOLOv9 `val_dual.py` entry point (same flags, same run folders).
+"""val_dual.py: the published YOLOv9 `val_dual.py` entry point (same flags, same run folders runs/val/exp*).
 
-Thin wrapper around yolov9c.cli; the val workflow lands in a later issue. Until then this prints a clear
-error and exits with code 2. Run: python val_dual.py --help
+Thin wrapper around yolov9c/cli/val.py (flags, defaults and refusals documented there and in docs/val.md).
+Run: python val_dual.py --weights runs/train/exp/weights/best.pt --data path/to/data.yaml
+Test: python -m pytest -q tests/test_val_cli.py
 """
 
 import sys
 
-from yolov9c.cli.unavailable import main
+from yolov9c.cli.val import main
 
 if __name__ == "__main__":
-    sys.exit(main("val_dual.py", sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], prog="val_dual.py"))

@@ -1,0 +1,162 @@
+"""`val_dual.py`: validate a checkpoint on a dataset with the published flags (spec §7) and run folders.
+
+    python val_dual.py --weights runs/train/exp/weights/best.pt [--data D.yaml] [--imgsz 640] [--batch-size 32]
+
+Loads ours, a published YOLOv9 .pt or a converted gelan file (yolov9c.load_model; fused for speed), builds
+the val loader (rect, pad 0.5, no augmentation), runs yolov9c.engine.validator.validate and writes
+runs/val/exp* (labels/*.txt with --save-txt, predictions.json with --save-json, confusion matrix, curves,
+val_batch images). --task val|test picks the split; speed runs at conf 0.25 / iou 0.45 without plots; study
+sweeps --imgsz 256…1536 and writes study_<data>_<weights>.txt. --data defaults to the built-in synthetic
+dataset. Refused with an argparse-style error: --augment (TTA not implemented), --dnn (ONNX only).
+Bad input (missing weights, bad data yaml) gives one error line and exit code 2.
+
+Test: python -m pytest -q tests/test_val_cli.py
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+_REFUSED = {
+    "augment": "--augment (test-time augmentation) is not supported by yolov9c's val_dual.py",
+    "dnn": "--dnn (OpenCV DNN for ONNX models) is not supported: yolov9c validates PyTorch weights",
+}
+
+
+def build_parser(prog="val_dual.py"):
+    p = argparse.ArgumentParser(prog=prog, description="Validate a YOLOv9 checkpoint (published val_dual.py flags).")
+    p.add_argument("--data", type=str, default=None,
+                   help="dataset yaml, or synthetic[:SEED] (default: the built-in synthetic dataset)")
+    p.add_argument("--weights", nargs="+", type=str, default=None, help="model.pt path")
+    p.add_argument("--batch-size", "--batch", type=int, default=32, help="batch size")
+    p.add_argument("--imgsz", "--img", "--img-size", type=int, default=640, help="inference size (pixels)")
+    p.add_argument("--conf-thres", type=float, default=0.001, help="confidence threshold")
+    p.add_argument("--iou-thres", type=float, default=0.7, help="NMS IoU threshold")
+    p.add_argument("--max-det", type=int, default=300, help="maximum detections per image")
+    p.add_argument("--task", default="val", choices=("train", "val", "test", "speed", "study"),
+                   help="train, val, test, speed or study")
+    p.add_argument("--device", default="", help="cuda device, i.e. 0 or cpu")
+    p.add_argument("--workers", type=int, default=8, help="max dataloader workers")
+    p.add_argument("--single-cls", action="store_true", help="treat as single-class dataset")
+    p.add_argument("--augment", action="store_true", help="augmented inference (refused: not supported)")
+    p.add_argument("--verbose", action="store_true", help="report mAP by class")
+    p.add_argument("--save-txt", action="store_true", help="save results to *.txt")
+    p.add_argument("--save-hybrid", action="store_true", help="save label+prediction hybrid results to *.txt")
+    p.add_argument("--save-conf", action="store_true", help="save confidences in --save-txt labels")
+    p.add_argument("--save-json", action="store_true", help="save a COCO-JSON results file")
+    p.add_argument("--project", default="runs/val", help="save to project/name")
+    p.add_argument("--name", default="exp", help="save to project/name")
+    p.add_argument("--exist-ok", action="store_true", help="existing project/name ok, do not increment")
+    p.add_argument("--half", action="store_true", help="use FP16 half-precision inference (CUDA only)")
+    p.add_argument("--dnn", action="store_true", help="use OpenCV DNN for ONNX inference (refused)")
+    return p
+
+
+def _check(parser, opt):
+    for key, why in _REFUSED.items():
+        if getattr(opt, key):
+            parser.error(why)
+    if not opt.weights:
+        parser.error("--weights is required: a checkpoint such as runs/train/exp/weights/best.pt, a published "
+                     "YOLOv9 .pt or a converted gelan file")
+    if len(opt.weights) > 1:
+        parser.error(f"--weights: one file expected, got {len(opt.weights)} (model ensembles are not supported)")
+    if opt.batch_size < 1:
+        parser.error(f"--batch-size must be >= 1, got {opt.batch_size}")
+    if opt.imgsz < 32:
+        parser.error(f"--imgsz must be >= 32, got {opt.imgsz}")
+    if not 0 <= opt.conf_thres <= 1:
+        parser.error(f"--conf-thres must be in [0, 1], got {opt.conf_thres}")
+    if not 0 <= opt.iou_thres <= 1:
+        parser.error(f"--iou-thres must be in [0, 1], got {opt.iou_thres}")
+    if opt.max_det < 1:
+        parser.error(f"--max-det must be >= 1, got {opt.max_det}")
+    if opt.workers < 0:
+        parser.error(f"--workers must be >= 0, got {opt.workers}")
+
+
+def _device(spec):
+    from yolov9c.engine.predictor import inference_device
+
+    return inference_device(spec)
+
+
+def _coco_class_map():
+    """COCO's 80 training classes → the 91 category ids of its annotation files."""
+    missing = {12, 26, 29, 30, 45, 66, 68, 69, 71, 83}
+    return [i for i in range(1, 91) if i not in missing]
+
+
+def run(opt, log=print):
+    """Run one validation as `opt` says; returns the validate() result dict (study: the last one)."""
+    from yolov9c.data.dataset_yaml import load_data_config
+    from yolov9c.data.loader import create_dataloader
+    from yolov9c.engine.run_dir import increment_path
+    from yolov9c.engine.validator import validate
+    from yolov9c.models.checkpoint import load_model
+
+    device = _device(opt.device)
+    cfg = load_data_config(opt.data)
+    model = load_model(opt.weights[0]).to(device)
+    model.fuse()
+    nc = 1 if opt.single_cls else cfg["nc"]
+    head_nc = int(getattr(model.model[-1], "nc", nc))
+    if head_nc != nc and not opt.single_cls:
+        raise ValueError(f"{opt.weights[0]} has {head_nc} classes but {opt.data or 'synthetic'} has {nc}: pass "
+                         f"the dataset the model was trained on")
+    names = ["item"] if opt.single_cls else cfg["names"]
+    stride = max(int(model.stride.max()), 32)
+    split = "test" if opt.task == "test" and cfg.get("test") else ("train" if opt.task == "train" else "val")
+    save_dir = increment_path(Path(opt.project) / opt.name, exist_ok=opt.exist_ok, mkdir=True)
+    conf, iou, plots = opt.conf_thres, opt.iou_thres, True
+    if opt.task == "speed":
+        conf, iou, plots = 0.25, 0.45, False
+    sizes = list(range(256, 1536 + 128, 128)) if opt.task == "study" else [opt.imgsz]
+    is_coco = str(opt.data or "").endswith("coco.yaml")
+    anno = Path(cfg["path"]) / "annotations" / "instances_val2017.json"
+    rows, result = [], None
+    for imgsz in sizes:
+        loader, _ = create_dataloader(cfg[split], imgsz=imgsz, batch_size=opt.batch_size, stride=stride,
+                                      single_cls=opt.single_cls, augment=False, rect=True, pad=0.5,
+                                      workers=opt.workers, nc=cfg["nc"], prefix=f"{split}: ", log=log)
+        result = validate(model, loader, nc=nc, names=names, conf_thres=conf, iou_thres=iou,
+                          max_det=opt.max_det, half=opt.half and device.type == "cuda", single_cls=opt.single_cls,
+                          save_dir=save_dir, plots=plots and opt.task != "study",
+                          verbose=opt.verbose, log=log, save_txt=opt.save_txt or opt.save_hybrid,
+                          save_conf=opt.save_conf, save_hybrid=opt.save_hybrid,
+                          save_json=opt.save_json or is_coco, anno_json=anno if (opt.save_json or is_coco) else None,
+                          class_map=_coco_class_map() if is_coco else None)
+        rows.append([imgsz, result["mp"], result["mr"], result["map50"], result["map"], *result["speed"]])
+    if opt.task == "study":
+        f = save_dir / f"study_{Path(str(opt.data or 'synthetic')).stem}_{Path(opt.weights[0]).stem}.txt"
+        f.write_text("".join(("%10.4g" * len(r)) % tuple(r) + "\n" for r in rows))
+        log(f"Saved {f}")
+    if opt.save_txt or opt.save_hybrid:
+        n = len(list((save_dir / "labels").glob("*.txt")))
+        log(f"{n} labels saved to {save_dir / 'labels'}")
+    return result
+
+
+def main(argv=None, prog="val_dual.py"):
+    """Parse `argv` (default sys.argv[1:]), validate, return the exit code (0 ok, 2 usage/input error)."""
+    from yolov9c.data.dataset import DataError
+    from yolov9c.data.dataset_yaml import DataConfigError
+    from yolov9c.models.checkpoint import CheckpointError
+
+    parser = build_parser(prog)
+    opt = parser.parse_args(argv)
+    _check(parser, opt)
+    if not Path(opt.weights[0]).is_file():
+        print(f"{prog}: error: --weights {opt.weights[0]}: file not found", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        run(opt)
+    except (FileNotFoundError, CheckpointError, DataConfigError, DataError, ValueError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
