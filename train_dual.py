@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """train_dual.py: the published YOLOv9 `train_dual.py` entry point (same flags, same run folders).
 
-Thin wrapper around yolov9c.cli; the train workflow lands in a later issue. Until then this prints a clear
-error and exits with code 2. Run: python train_dual.py --help
+Thin wrapper around yolov9c.cli.train (argparse + main) and yolov9c.engine.trainer (the loop).
+Run: python train_dual.py --cfg gelan-t.yaml --img 160 --epochs 3 --batch 16   (built-in synthetic data)
+Test: python -m pytest -q tests/test_train_cli.py tests/test_train_e2e.py
 """
 
 import sys
 
-from yolov9c.cli.unavailable import main
+from yolov9c.cli.train import main
 
 if __name__ == "__main__":
-    sys.exit(main("train_dual.py", sys.argv[1:]))
+    sys.exit(main())

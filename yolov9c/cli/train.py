@@ -1,0 +1,217 @@
+"""The command line of train_dual.py: every published flag (spec §1.1) plus yolov9c's memory knobs.
+
+    python train_dual.py --cfg gelan-t.yaml --img 160 --epochs 3 --batch 16      # built-in synthetic data
+    python train_dual.py --data data.yaml --cfg yolov9-c.yaml --batch 16 --accumulate 4 --img 640
+
+Published names, defaults, nargs and bare-flag values (`--resume` alone = True, `--cache` alone = 'ram',
+`--evolve` alone = 300), the `--img`/`--img-size` aliases, `--local_rank` and `--local-rank`; argparse's prefix
+matching keeps `--batch` working. Defaults that differ from the published ones (the published defaults name files
+that do not exist here): `--data` synthetic (the built-in dataset), `--cfg` yolov9-t.yaml (the smallest training
+model: CPU-friendly first runs), `--hyp` the bundled hyp.scratch-high.yaml (a bare file name is looked up in
+configs/hyps/).
+Added: `--backend {torch,c}`, `--accumulate N`, `--amp/--no-amp`, `--ckpt`, `--val-period N`,
+`--pin-memory/--no-pin-memory`, `--mosaic P`, `--mixup P`, `--deterministic`.
+
+Test: python -m pytest -q tests/test_train_cli.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+OPTIMIZERS = ("SGD", "Adam", "AdamW", "LION")
+CACHE_CHOICES = ("ram", "disk", "val")
+
+
+def _int_at_least(lo, what):
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer >= {lo}, got {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer >= {lo}, got {v}")
+        return v
+    parse.__name__ = "int"
+    return parse
+
+
+def _probability(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1], got {text!r}") from None
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1], got {v}")
+    return v
+
+
+def _batch_size(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (or -1 for AutoBatch), got {text!r}") from None
+    if v == 0 or v < -1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (or -1 for AutoBatch), got {v}")
+    return v
+
+
+def _freeze_index(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"layer indices must be integers >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"layer indices must be integers >= 0, got {v}")
+    return v
+
+
+def _smoothing(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {v}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="train_dual.py",
+                                description="Train a YOLOv9 / GELAN detector (the published train_dual.py flags).")
+    # --- the published flags, in the published order (train_dual.py:438-487) ---
+    p.add_argument("--weights", type=str, default="", help="initial weights path (ours or a published .pt)")
+    p.add_argument("--cfg", type=str, default="yolov9-t.yaml",
+                   help="model yaml: a bare name (configs/models/detect/) or a path (default yolov9-t.yaml; "
+                        "published default yolo.yaml does not exist); '' with --weights: the checkpoint's model")
+    p.add_argument("--data", type=str, default="synthetic",
+                   help="dataset yaml, or synthetic[:SEED] for the built-in dataset (default)")
+    p.add_argument("--hyp", type=str, default="hyp.scratch-high.yaml",
+                   help="hyperparameter yaml; a bare file name is looked up in configs/hyps/")
+    p.add_argument("--epochs", type=_int_at_least(1, "--epochs"), default=100, help="total training epochs")
+    p.add_argument("--batch-size", type=_batch_size, default=16,
+                   help="total batch size for all GPUs, -1 for AutoBatch")
+    p.add_argument("--imgsz", "--img", "--img-size", type=_int_at_least(32, "--imgsz"), default=640,
+                   help="train, val image size (pixels)")
+    p.add_argument("--rect", action="store_true", help="rectangular training")
+    p.add_argument("--resume", nargs="?", const=True, default=False,
+                   help="resume most recent training (bare flag) or from the given last.pt")
+    p.add_argument("--nosave", action="store_true", help="only save final checkpoint")
+    p.add_argument("--noval", action="store_true", help="only validate final epoch")
+    p.add_argument("--noautoanchor", action="store_true", help="disable AutoAnchor (inert, as published)")
+    p.add_argument("--noplots", action="store_true", help="save no plot files")
+    p.add_argument("--evolve", type=int, nargs="?", const=300,
+                   help="evolve hyperparameters for x generations (not implemented yet: refused)")
+    p.add_argument("--bucket", type=str, default="", help="gsutil bucket (evolve only; unused)")
+    p.add_argument("--cache", type=str, nargs="?", const="ram", choices=CACHE_CHOICES,
+                   help="image --cache ram/disk/val (bare flag: ram)")
+    p.add_argument("--image-weights", action="store_true", help="use weighted image selection for training")
+    p.add_argument("--device", default="", help="cuda device, i.e. 0 or 0,1,2,3 or cpu")
+    p.add_argument("--multi-scale", action="store_true", help="vary img-size +/- 50%%")
+    p.add_argument("--single-cls", action="store_true", help="train multi-class data as single-class")
+    p.add_argument("--optimizer", type=str, choices=OPTIMIZERS, default="SGD", help="optimizer")
+    p.add_argument("--sync-bn", action="store_true", help="use SyncBatchNorm, only available in DDP mode")
+    p.add_argument("--workers", type=_int_at_least(0, "--workers"), default=8,
+                   help="max dataloader workers (per RANK in DDP mode)")
+    p.add_argument("--project", default="runs/train", help="save to project/name")
+    p.add_argument("--name", default="exp", help="save to project/name ('cfg': the model yaml's stem)")
+    p.add_argument("--exist-ok", action="store_true", help="existing project/name ok, do not increment")
+    p.add_argument("--quad", action="store_true", help="quad dataloader (loss x4)")
+    p.add_argument("--cos-lr", action="store_true", help="cosine LR scheduler")
+    p.add_argument("--flat-cos-lr", action="store_true", help="flat cosine LR scheduler")
+    p.add_argument("--fixed-lr", action="store_true", help="fixed LR scheduler")
+    p.add_argument("--label-smoothing", type=_smoothing, default=0.0, help="label smoothing epsilon")
+    p.add_argument("--patience", type=_int_at_least(0, "--patience"), default=100,
+                   help="EarlyStopping patience (epochs without improvement; 0 = never stop)")
+    p.add_argument("--freeze", nargs="+", type=_freeze_index, default=[0],
+                   help="freeze layers: backbone=10, first3=0 1 2")
+    p.add_argument("--save-period", type=int, default=-1, help="save checkpoint every x epochs (disabled if < 1)")
+    p.add_argument("--seed", type=int, default=0, help="global training seed")
+    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=-1,
+                   help="automatic DDP multi-GPU argument, do not modify")
+    p.add_argument("--min-items", type=_int_at_least(0, "--min-items"), default=0,
+                   help="drop training images with fewer labels (experimental)")
+    p.add_argument("--close-mosaic", type=_int_at_least(0, "--close-mosaic"), default=0,
+                   help="turn mosaic off for the last N epochs (experimental)")
+    # W&B arguments: accepted for compatibility, not used
+    p.add_argument("--entity", default=None, help="W&B entity (unused)")
+    p.add_argument("--upload_dataset", nargs="?", const=True, default=False, help="W&B upload (unused)")
+    p.add_argument("--bbox_interval", type=int, default=-1, help="W&B bbox interval (unused)")
+    p.add_argument("--artifact_alias", type=str, default="latest", help="W&B artifact version (unused)")
+    # --- yolov9c additions ---
+    p.add_argument("--backend", choices=("torch", "c"), default="torch",
+                   help="execution backend: torch (plain PyTorch, the reference) or c (not available yet)")
+    p.add_argument("--accumulate", type=_int_at_least(1, "--accumulate"), default=None,
+                   help="micro-batches per optimizer step (default: round(64 / batch), the nominal-64 rule)")
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
+                   help="mixed precision on CUDA (default on; no effect on the CPU)")
+    p.add_argument("--ckpt", action="store_true",
+                   help="activation checkpointing per model layer (less memory, ~30-40%% more time)")
+    p.add_argument("--val-period", type=_int_at_least(1, "--val-period"), default=1,
+                   help="validate every N epochs (the last epoch always)")
+    p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=None,
+                   help="pinned host memory for batches (default: PIN_MEMORY env, true; CUDA only)")
+    p.add_argument("--mosaic", type=_probability, default=None, help="mosaic probability (overrides the hyp file)")
+    p.add_argument("--mixup", type=_probability, default=None, help="mixup probability (overrides the hyp file)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic algorithms (torch.use_deterministic_algorithms; slower; off by default)")
+    return p
+
+
+def parse_opt(argv=None) -> argparse.Namespace:
+    """Parse `argv` (default sys.argv[1:]); argparse errors exit with code 2. Records in `opt.given` the
+    destinations set explicitly on the command line (resume uses them to override the stored options)."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    opt = parser.parse_args(argv)
+    # which options did the user type? parse again with every default replaced by a sentinel
+    probe = build_parser()
+    for a in probe._actions:
+        a.default = argparse.SUPPRESS
+    opt.given = sorted(vars(probe.parse_args(argv)))
+    if sum((opt.cos_lr, opt.flat_cos_lr, opt.fixed_lr)) > 1:
+        parser.error("--cos-lr, --flat-cos-lr and --fixed-lr are alternatives: give at most one")
+    return opt
+
+
+def main(argv=None) -> int:
+    """train_dual.py's main: parse, then train. Returns the exit code (0 done, 2 usage or input error)."""
+    opt = parse_opt(argv)
+    if opt.backend == "c":
+        print("train_dual.py: error: --backend c: the c backend is not available yet in this version of "
+              "yolov9c; use --backend torch (the default)", file=sys.stderr)
+        return 2
+    if opt.evolve is not None:
+        print("train_dual.py: error: --evolve: hyperparameter evolution is not available yet in this version of "
+              "yolov9c", file=sys.stderr)
+        return 2
+    if opt.batch_size == -1:
+        print("train_dual.py: error: --batch-size -1 (AutoBatch) is not available yet; give a batch size",
+              file=sys.stderr)
+        return 2
+    from yolov9c.engine.trainer import TrainError, train
+
+    try:
+        train(opt)
+    except TrainError as e:
+        print(f"train_dual.py: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("train_dual.py: interrupted; resume with --resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+def resolve_hyp_path(hyp: str) -> Path:
+    """A hyp argument → an existing file: the path itself, else a bare name in configs/hyps/."""
+    from yolov9c.resources import CONFIGS_DIR
+
+    p = Path(hyp)
+    if p.is_file():
+        return p
+    cand = CONFIGS_DIR / "hyps" / p.name
+    if cand.is_file():
+        return cand
+    raise FileNotFoundError(f"--hyp {hyp}: file not found (nor {cand})")

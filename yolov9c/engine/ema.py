@@ -1,0 +1,48 @@
+"""Exponential moving average of the model's weights (published ModelEMA, spec §1.6).
+
+decay(updates) = 0.9999 · (1 − exp(−updates / 2000)); after each optimizer step every floating-point
+state_dict entry (parameters and BN buffers) becomes d·ema + (1 − d)·model. The EMA copy is float32, in eval
+mode, without gradients; it is what validation sees and what the stripped checkpoint keeps.
+
+Test: python -m pytest -q tests/test_train_parts.py -k ema
+"""
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+
+def _bare(model):
+    while isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+        model = model.module
+    return model
+
+
+class ModelEMA:
+    def __init__(self, model, decay=0.9999, tau=2000, updates=0):
+        self.ema = copy.deepcopy(_bare(model)).float().eval()
+        self.updates = int(updates)
+        self.decay_max, self.tau = decay, tau
+        for p in self.ema.parameters():
+            p.requires_grad_(False)
+
+    def decay(self, updates=None):
+        u = self.updates if updates is None else updates
+        return self.decay_max * (1 - math.exp(-u / self.tau))
+
+    @torch.no_grad()
+    def update(self, model):
+        self.updates += 1
+        d = self.decay()
+        msd = _bare(model).state_dict()
+        for k, v in self.ema.state_dict().items():
+            if v.dtype.is_floating_point:
+                v.mul_(d).add_(msd[k].detach().to(v.dtype), alpha=1 - d)
+
+    def update_attr(self, model, names=("yaml", "nc", "hyp", "names", "stride", "class_weights")):
+        m = _bare(model)
+        for k in names:
+            if hasattr(m, k):
+                setattr(self.ema, k, getattr(m, k))

@@ -1,0 +1,119 @@
+"""Run-folder outputs of training: results.csv (published columns + ours), results.png, train_batch*.jpg,
+labels.jpg.
+
+results.csv: one row per epoch; header cells '%20s', values '%20.5g', comma-separated, as published. Columns:
+the published 14 (epoch, train/*_loss, metrics/*, val/*_loss, x/lr0..2; val losses here are really computed)
+and ours: gpu_mem_peak_alloc, gpu_mem_reserved (GiB; 0 on the CPU), epoch_seconds, images_per_s.
+
+Test: python -m pytest -q tests/test_train_parts.py -k results
+"""
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+COLUMNS = ("epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision", "metrics/recall",
+           "metrics/mAP_0.5", "metrics/mAP_0.5:0.95", "val/box_loss", "val/cls_loss", "val/dfl_loss",
+           "x/lr0", "x/lr1", "x/lr2", "gpu_mem_peak_alloc", "gpu_mem_reserved", "epoch_seconds", "images_per_s")
+
+
+def append_row(path, values):
+    """Append one epoch's row (len(COLUMNS) numbers) to results.csv, writing the header first if new."""
+    path = Path(path)
+    if len(values) != len(COLUMNS):
+        raise ValueError(f"results row has {len(values)} values, expected {len(COLUMNS)}")
+    head = "" if path.exists() else ("%20s," * len(COLUMNS) % COLUMNS).rstrip(",") + "\n"
+    with open(path, "a") as f:
+        f.write(head + ("%20.5g," * len(COLUMNS) % tuple(values)).rstrip(",") + "\n")
+
+
+def read_results(path):
+    """results.csv → dict column name (stripped) → float64 array."""
+    with open(path) as f:
+        rows = [[c.strip() for c in r] for r in csv.reader(f)]
+    head, body = rows[0], rows[1:]
+    return {h: np.array([float(r[i]) for r in body], np.float64) for i, h in enumerate(head)}
+
+
+def plot_results(path):
+    """results.png next to results.csv: 2×5 panels (train/val losses, P, R, mAP50, mAP50-95) as published."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    data = read_results(path)
+    x = data["epoch"]
+    keys = ("train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision", "metrics/recall",
+            "val/box_loss", "val/cls_loss", "val/dfl_loss", "metrics/mAP_0.5", "metrics/mAP_0.5:0.95")
+    fig, ax = plt.subplots(2, 5, figsize=(12, 6), tight_layout=True)
+    for a, k in zip(ax.ravel(), keys):
+        a.plot(x, data[k], marker=".", linewidth=2, markersize=8)
+        a.set_title(k, fontsize=12)
+    out = path.with_name("results.png")
+    fig.savefig(out, dpi=200)
+    plt.close(fig)
+    return out
+
+
+def _color(c):
+    """A distinct BGR colour per class (golden-angle hues)."""
+    import cv2
+    hsv = np.uint8([[[(int(c) * 47) % 180, 220, 230]]])
+    return tuple(int(v) for v in cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR)[0, 0])
+
+
+def plot_train_batch(imgs, targets, path, names=None, max_images=16):
+    """A grid of up to 16 images of a batch with their label boxes, written with cv2.
+
+    imgs: uint8 (B, 3, H, W) RGB tensor or array; targets: (N, 6) [image index, cls, xc, yc, w, h] normalised."""
+    import cv2
+
+    imgs = np.asarray(imgs.cpu() if hasattr(imgs, "cpu") else imgs)
+    targets = np.asarray(targets.cpu() if hasattr(targets, "cpu") else targets)
+    b, _, h, w = imgs.shape
+    b = min(b, max_images)
+    ns = int(np.ceil(b ** 0.5))
+    grid = np.full((ns * h, ns * w, 3), 255, np.uint8)
+    for i in range(b):
+        y0, x0 = (i // ns) * h, (i % ns) * w
+        tile = np.ascontiguousarray(imgs[i].transpose(1, 2, 0)[:, :, ::-1])  # RGB → BGR for cv2
+        for t in targets[targets[:, 0] == i]:
+            c, xc, yc, bw, bh = t[1:]
+            p1 = (int((xc - bw / 2) * w), int((yc - bh / 2) * h))
+            p2 = (int((xc + bw / 2) * w), int((yc + bh / 2) * h))
+            cv2.rectangle(tile, p1, p2, _color(c), 1)
+            label = names[int(c)] if names is not None and int(c) < len(names) else str(int(c))
+            cv2.putText(tile, label, (p1[0], max(p1[1] - 2, 8)), cv2.FONT_HERSHEY_SIMPLEX, 0.3, _color(c), 1)
+        grid[y0:y0 + h, x0:x0 + w] = tile
+        cv2.rectangle(grid, (x0, y0), (x0 + w - 1, y0 + h - 1), (255, 255, 255), 1)
+    cv2.imwrite(str(path), grid)
+    return path
+
+
+def plot_labels(labels, names, path):
+    """labels.jpg: class histogram, box centres (x, y) and box sizes (w, h).
+    labels: list of (k, 5) arrays [cls, xc, yc, w, h] normalised (a dataset's labels)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lb = np.concatenate([np.asarray(x).reshape(-1, 5) for x in labels], 0) if labels else np.zeros((0, 5))
+    nc = max(len(names), int(lb[:, 0].max()) + 1 if len(lb) else 1)
+    fig, ax = plt.subplots(1, 3, figsize=(12, 4), tight_layout=True)
+    counts = np.bincount(lb[:, 0].astype(int), minlength=nc)
+    ax[0].bar(range(nc), counts, color=[np.array(_color(i)[::-1]) / 255 for i in range(nc)])
+    ax[0].set_ylabel("instances")
+    if nc <= 30:
+        ax[0].set_xticks(range(nc), [str(n) for n in list(names)[:nc]] + [str(i) for i in range(len(names), nc)],
+                         rotation=90, fontsize=8)
+    ax[1].hist2d(lb[:, 1], lb[:, 2], bins=50, range=[[0, 1], [0, 1]], cmap="Blues")
+    ax[1].set_xlabel("x")
+    ax[1].set_ylabel("y")
+    ax[2].hist2d(lb[:, 3], lb[:, 4], bins=50, range=[[0, 1], [0, 1]], cmap="Blues")
+    ax[2].set_xlabel("width")
+    ax[2].set_ylabel("height")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
