@@ -1,0 +1,169 @@
+"""The pieces of the training loop: parameter groups and optimizers (LION against its formula), LR lambdas and
+warm-up (spec §1.4 values), the accumulation ramp, EMA decay and update, run-folder increments, results.csv.
+
+Run: python -m pytest -q tests/test_train_parts.py
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from yolov9c.engine import results as R
+from yolov9c.engine.ema import ModelEMA
+from yolov9c.engine.optim import Lion, build_optimizer, param_groups
+from yolov9c.engine.run_dir import increment_path, latest_last_pt
+from yolov9c.engine.schedule import lr_lambda, warmup, warmup_accumulate, warmup_iterations
+
+HYP = dict(lr0=0.01, lrf=0.01, momentum=0.937, weight_decay=5e-4, warmup_bias_lr=0.1, warmup_momentum=0.8)
+
+
+def _net():
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 2, 1, bias=True))
+
+
+def test_optim_groups_cover_each_parameter_once():
+    net = _net()
+    bias, decay, norm = param_groups(net)
+    assert [id(p) for p in bias] == [id(net[0].bias), id(net[1].bias), id(net[2].bias)]
+    assert [id(p) for p in decay] == [id(net[0].weight), id(net[2].weight)]
+    assert [id(p) for p in norm] == [id(net[1].weight)]
+
+
+@pytest.mark.parametrize("name,cls", [("SGD", torch.optim.SGD), ("Adam", torch.optim.Adam),
+                                      ("AdamW", torch.optim.AdamW), ("LION", Lion)])
+def test_optim_settings(name, cls):
+    lines = []
+    opt = build_optimizer(_net(), name, lr=0.01, momentum=0.937, decay=5e-4, log=lines.append)
+    assert isinstance(opt, cls)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.0, 5e-4, 0.0]
+    assert [len(g["params"]) for g in opt.param_groups] == [3, 2, 1]
+    g0 = opt.param_groups[0]
+    if name == "SGD":
+        assert g0["nesterov"] and g0["momentum"] == 0.937
+    elif name == "LION":
+        assert g0["betas"] == (0.937, 0.99)
+    else:
+        assert g0["betas"] == (0.937, 0.999)
+        assert g0.get("amsgrad", False) == (name == "AdamW")
+    assert lines == [f"optimizer: {cls.__name__}(lr=0.01) with parameter groups 1 weight(decay=0.0), "
+                     f"2 weight(decay=0.0005), 3 bias"]
+
+
+def test_optim_lion_step_matches_the_formula():
+    torch.manual_seed(0)
+    p = nn.Parameter(torch.randn(5, dtype=torch.float64))
+    opt = Lion([p], lr=0.1, betas=(0.9, 0.99), weight_decay=0.01)
+    p0, m = p.detach().clone(), torch.zeros(5, dtype=torch.float64)
+    for _ in range(3):
+        g = torch.randn(5, dtype=torch.float64)
+        p.grad = g.clone()
+        opt.step()
+        upd = torch.sign(0.9 * m + 0.1 * g)
+        p0 = p0 * (1 - 0.1 * 0.01) - 0.1 * upd
+        m = 0.99 * m + 0.01 * g
+        torch.testing.assert_close(p.detach(), p0, rtol=0, atol=1e-15)
+
+
+def test_schedule_lambdas():
+    lin = lr_lambda("linear", 100, 0.01)
+    assert lin(0) == 1.0 and math.isclose(lin(50), 0.505) and math.isclose(lin(100), 0.01)
+    cos = lr_lambda("cos", 100, 0.01)
+    assert cos(0) == 1.0 and math.isclose(cos(50), 0.505) and math.isclose(cos(100), 0.01)
+    flat = lr_lambda("flat-cos", 100, 0.01)
+    assert flat(0) == flat(49) == flat(50) == 1.0
+    assert math.isclose(flat(75), 0.505) and math.isclose(flat(100), 0.01)
+    assert lr_lambda("fixed", 100, 0.01)(77) == 1.0
+    with pytest.raises(ValueError):
+        lr_lambda("step", 10, 0.1)
+
+
+def test_schedule_warmup_ramps():
+    assert warmup_iterations(3, 8) == 100 and warmup_iterations(3, 1000) == 3000
+    opt = build_optimizer(_net(), "SGD", lr=0.01, momentum=0.937, decay=5e-4, log=lambda s: None)
+    for g in opt.param_groups:
+        g["initial_lr"] = 0.01
+    lf = lr_lambda("linear", 10, 0.01)
+    warmup(opt, 0, 100, 0, lf, HYP)
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 0.0, 0.0]
+    assert opt.param_groups[0]["momentum"] == 0.8
+    warmup(opt, 50, 100, 0, lf, HYP)
+    assert math.isclose(opt.param_groups[0]["lr"], 0.055) and math.isclose(opt.param_groups[1]["lr"], 0.005)
+    assert math.isclose(opt.param_groups[2]["momentum"], 0.8685)
+    warmup(opt, 100, 100, 1, lf, HYP)
+    assert all(math.isclose(g["lr"], 0.01 * lf(1)) for g in opt.param_groups)
+    # accumulation: 1 at the start, round(64 / batch) at the end of warm-up
+    assert warmup_accumulate(0, 100, 64, 16) == 1 and warmup_accumulate(100, 100, 64, 16) == 4
+    assert warmup_accumulate(50, 100, 64, 16) == 2 and warmup_accumulate(100, 100, 64, 128) == 1
+
+
+def test_ema_decay_and_update():
+    torch.manual_seed(0)
+    net = _net()
+    ema = ModelEMA(net)
+    assert ema.decay(0) == 0.0 and math.isclose(ema.decay(2000), 0.9999 * (1 - math.exp(-1)))
+    assert not any(p.requires_grad for p in ema.ema.parameters())
+    before = {k: v.clone() for k, v in ema.ema.state_dict().items()}
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(1.0)
+        net[1].running_mean.add_(2.0)
+    ema.updates = 999
+    ema.update(net)
+    d = 0.9999 * (1 - math.exp(-1000 / 2000))
+    msd = net.state_dict()
+    for k, v in ema.ema.state_dict().items():
+        if v.dtype.is_floating_point:
+            torch.testing.assert_close(v, d * before[k] + (1 - d) * msd[k])
+        else:
+            assert torch.equal(v, before[k])  # num_batches_tracked is not averaged
+    assert ema.updates == 1000
+
+
+def test_run_dir_increment_and_latest(tmp_path):
+    assert increment_path(tmp_path / "exp") == tmp_path / "exp"
+    (tmp_path / "exp").mkdir()
+    assert increment_path(tmp_path / "exp") == tmp_path / "exp2"
+    (tmp_path / "exp2").mkdir()
+    assert increment_path(tmp_path / "exp", mkdir=True) == tmp_path / "exp3" and (tmp_path / "exp3").is_dir()
+    assert increment_path(tmp_path / "exp", exist_ok=True) == tmp_path / "exp"
+    assert latest_last_pt(tmp_path) is None
+    import os
+    for i, d in enumerate(("exp", "exp2")):
+        f = tmp_path / d / "weights" / "last.pt"
+        f.parent.mkdir()
+        f.write_bytes(b"x")
+        os.utime(f, (1000 + i, 1000 + (1 - i) * 10))
+    assert latest_last_pt(tmp_path) == tmp_path / "exp" / "weights" / "last.pt"
+
+
+def test_results_csv_format(tmp_path):
+    f = tmp_path / "results.csv"
+    R.append_row(f, list(range(len(R.COLUMNS))))
+    R.append_row(f, [x / 3 for x in range(len(R.COLUMNS))])
+    lines = f.read_text().splitlines()
+    assert len(lines) == 3
+    assert lines[0].split(",")[0] == "%20s" % "epoch" and len(lines[0].split(",")) == len(R.COLUMNS)
+    assert lines[2].split(",")[1] == "%20.5g" % (1 / 3)
+    data = R.read_results(f)
+    assert list(data) == list(R.COLUMNS)
+    np.testing.assert_allclose(data["x/lr0"], [11, 11 / 3], rtol=1e-4)
+    with pytest.raises(ValueError):
+        R.append_row(f, [1, 2])
+    out = R.plot_results(f)
+    assert out.name == "results.png" and out.stat().st_size > 1000
+
+
+def test_results_train_batch_and_labels_images(tmp_path):
+    import cv2
+    imgs = torch.full((3, 3, 64, 64), 114, dtype=torch.uint8)
+    targets = torch.tensor([[0, 1, 0.5, 0.5, 0.5, 0.5], [2, 0, 0.25, 0.25, 0.2, 0.2]])
+    R.plot_train_batch(imgs, targets, tmp_path / "train_batch0.jpg", names=["a", "b"])
+    im = cv2.imread(str(tmp_path / "train_batch0.jpg"))
+    assert im.shape == (128, 128, 3)
+    assert (np.abs(im[:64, :64].astype(int) - 114) > 40).any()  # a box was drawn on image 0
+    R.plot_labels([np.array([[0, .5, .5, .2, .2], [1, .3, .3, .1, .1]]), np.zeros((0, 5))], ["a", "b"],
+                  tmp_path / "labels.jpg")
+    assert cv2.imread(str(tmp_path / "labels.jpg")) is not None
