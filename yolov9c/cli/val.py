@@ -98,13 +98,13 @@ def run(opt, log=print):
 
     device = _device(opt.device)
     cfg = load_data_config(opt.data)
-    model = load_model(opt.weights[0]).to(device)
-    model.fuse()
+    model = load_model(opt.weights[0])
     nc = 1 if opt.single_cls else cfg["nc"]
     head_nc = int(getattr(model.model[-1], "nc", nc))
     if head_nc != nc and not opt.single_cls:
         raise ValueError(f"{opt.weights[0]} has {head_nc} classes but {opt.data or 'synthetic'} has {nc}: pass "
                          f"the dataset the model was trained on")
+    model = model.to(device).fuse()
     names = ["item"] if opt.single_cls else cfg["names"]
     stride = max(int(model.stride.max()), 32)
     split = "test" if opt.task == "test" and cfg.get("test") else ("train" if opt.task == "train" else "val")

@@ -169,6 +169,8 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
                 raise ValueError("compute_loss needs the raw maps: the model's eval output has none")
             loss += torch.as_tensor(compute_loss(raw, targets)[1], device=device).float().view(-1)[:3]
         targets = targets.clone()
+        if single_cls:  # the loader does this with single_cls=True; repeated so any val loader works
+            targets[:, 1] = 0
         targets[:, 2:] *= torch.tensor((width, height, width, height), device=device)  # to pixels
         hybrid = [targets[targets[:, 0] == i, 1:] for i in range(bs)] if save_hybrid else None
         with dt[2]:

@@ -1,0 +1,90 @@
+"""val_dual.py as a script: validates a checkpoint file on a small synthetic dataset (exit 0, table printed,
+runs/val/exp then exp2, labels with --save-txt, predictions.json with --save-json), and bad input errors
+(exit 2, one error line, no traceback).
+
+Run: python -m pytest -q tests/test_val_cli.py
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import yolov9c
+from yolov9c.data.synthetic import synthetic_dataset
+from yolov9c.models.checkpoint import save_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("valcli")
+    data = synthetic_dataset(seed=5, root=root, n_train=2, n_val=4, imgsz=128)
+    weights = root / "gelan-t.pt"
+    save_checkpoint(weights, yolov9c.build_model("gelan-t", nc=8))
+    return root, data, weights
+
+
+def run(args, cwd):
+    return subprocess.run([sys.executable, str(REPO / "val_dual.py"), *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_val_dual_on_checkpoint(setup):
+    root, data, weights = setup
+    args = ["--weights", str(weights), "--data", str(data), "--img", "64", "--batch", "4", "--device", "cpu",
+            "--workers", "0", "--save-txt", "--save-json", "--verbose"]
+    r = run(args, root)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    assert "mAP50-95" in out and "Speed:" in out
+    assert any(line.split()[:2] == ["all", "4"] for line in out.splitlines())
+    exp = root / "runs" / "val" / "exp"
+    assert exp.is_dir() and (exp / "labels").is_dir()
+    assert isinstance(json.loads((exp / "predictions.json").read_text()), list)
+    assert (exp / "confusion_matrix.png").is_file()
+    r2 = run(args[:10], root)
+    assert r2.returncode == 0, r2.stderr
+    assert (root / "runs" / "val" / "exp2").is_dir()
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--augment"], "--augment"),
+    (["--dnn"], "--dnn"),
+    (["--conf-thres", "2"], "--conf-thres"),
+    (["--task", "bogus"], "invalid choice"),
+    (["--data", "nowhere.yaml"], "nowhere.yaml"),
+    ([], "--weights is required"),
+])
+def test_val_dual_bad_input(setup, extra, needle, capsys):
+    from yolov9c.cli.val import main
+
+    _, _, weights = setup
+    args = ([] if not extra else ["--weights", str(weights)]) + extra + ["--device", "cpu", "--img", "64"]
+    try:
+        code = main(args)
+    except SystemExit as e:  # argparse errors
+        code = e.code
+    assert code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_val_dual_missing_weights_script(setup):
+    root, _, _ = setup
+    r = run(["--weights", "missing.pt", "--device", "cpu"], root)
+    assert r.returncode == 2 and "missing.pt" in r.stderr and "not found" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_val_dual_wrong_class_count(setup, tmp_path, capsys):
+    root, data, _ = setup
+    weights = tmp_path / "nc3.pt"
+    save_checkpoint(weights, yolov9c.build_model("gelan-t", nc=3))
+    from yolov9c.cli.val import main
+
+    code = main(["--weights", str(weights), "--data", str(data), "--device", "cpu", "--img", "64",
+                 "--project", str(tmp_path)])
+    assert code == 2 and "3 classes" in capsys.readouterr().err
