@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from yolov9c.engine.metrics import (ConfusionMatrix, ap_per_class, box_iou, compute_ap, fitness, match_predictions,
-                                    smooth)
+from yolov9c.engine.metrics import (
+    ConfusionMatrix,
+    ap_per_class,
+    box_iou,
+    compute_ap,
+    fitness,
+    match_predictions,
+    smooth,
+)
 
 
 def test_box_iou_hand_cases():

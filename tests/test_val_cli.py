@@ -30,7 +30,7 @@ def setup(tmp_path_factory):
 
 def run(args, cwd):
     return subprocess.run([sys.executable, str(REPO / "val_dual.py"), *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+                          cwd=cwd, timeout=300, check=False)
 
 
 def test_val_dual_on_checkpoint(setup):
@@ -80,7 +80,7 @@ def test_val_dual_missing_weights_script(setup):
 
 
 def test_val_dual_wrong_class_count(setup, tmp_path, capsys):
-    root, data, _ = setup
+    _, data, _ = setup
     weights = tmp_path / "nc3.pt"
     save_checkpoint(weights, yolov9c.build_model("gelan-t", nc=3))
     from yolov9c.cli.val import main

@@ -74,7 +74,7 @@ def test_perfect_predictor_scores_perfect(val_data, tmp_path):
         got = np.loadtxt(txt, ndmin=2)
         img = next(p for p in loader.dataset.im_files if Path(p).stem == txt.stem)
         ref = np.loadtxt(img.replace("/images/", "/labels/").rsplit(".", 1)[0] + ".txt", ndmin=2)
-        key = lambda m: m[np.lexsort(m.T[::-1])]  # noqa: E731
+        key = lambda m: m[np.lexsort(m.T[::-1])]
         assert got.shape == ref.shape
         assert np.abs(key(got) - key(ref)).max() < 1.5 / 160
     assert len(list((tmp_path / "labels").glob("*.txt"))) == 8
@@ -82,7 +82,7 @@ def test_perfect_predictor_scores_perfect(val_data, tmp_path):
 
 def test_wrong_classes_and_empty_predictions_score_lower(val_data):
     cfg, loader = val_data
-    quiet = dict(nc=cfg["nc"], names=cfg["names"], log=lambda *_: None)
+    quiet = {"nc": cfg["nc"], "names": cfg["names"], "log": lambda *_: None}
     r = validate(PerfectPredictor(loader, cfg["nc"], wrong=3), loader, **quiet)
     assert 0.2 < r["map50"] < 0.9 and r["mr"] < 1
     empty = PerfectPredictor(loader, cfg["nc"])

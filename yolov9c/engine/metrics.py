@@ -126,8 +126,8 @@ def ap_per_class(tp, conf, pred_cls, target_cls, eps=EPS):
     p, r, f1 = p_curve[:, best], r_curve[:, best], f1_curve[:, best]
     tp_count = (r * n_labels).round()
     fp_count = (tp_count / (p + eps) - tp_count).round()
-    return dict(classes=classes, ap=ap, p=p, r=r, f1=f1, tp_count=tp_count, fp_count=fp_count, px=px,
-                p_curve=p_curve, r_curve=r_curve, f1_curve=f1_curve, pr_curve=pr_curve, n_labels=n_labels)
+    return {"classes": classes, "ap": ap, "p": p, "r": r, "f1": f1, "tp_count": tp_count, "fp_count": fp_count, "px": px,
+                "p_curve": p_curve, "r_curve": r_curve, "f1_curve": f1_curve, "pr_curve": pr_curve, "n_labels": n_labels}
 
 
 class ConfusionMatrix:

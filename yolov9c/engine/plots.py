@@ -87,7 +87,7 @@ def plot_confusion_matrix(cm, names, save_dir, normalize=True):
         ax.set_title("Confusion Matrix")
         fig.savefig(Path(save_dir) / "confusion_matrix.png", dpi=150)
         plt.close(fig)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - a plot never ends a run
         warnings.warn(f"confusion matrix plot: {e}", stacklevel=2)
 
 
@@ -124,5 +124,5 @@ def plot_metric_curves(curves, names, save_dir):
             ax.legend(bbox_to_anchor=(1.04, 1), loc="upper left")
             fig.savefig(Path(save_dir) / fname, dpi=150)
             plt.close(fig)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - a plot never ends a run
         warnings.warn(f"metric curves plot: {e}", stacklevel=2)

@@ -18,7 +18,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from yolov9c.engine.metrics import IOU_THRESHOLDS, ConfusionMatrix, ap_per_class, match_predictions
+from yolov9c.engine.metrics import (
+    IOU_THRESHOLDS,
+    ConfusionMatrix,
+    ap_per_class,
+    match_predictions,
+)
 from yolov9c.engine.postprocess import non_max_suppression, xywh_to_xyxy
 
 HEADER = ("%22s" + "%11s" * 6) % ("Class", "Images", "Instances", "P", "R", "mAP50", "mAP50-95")
@@ -96,7 +101,7 @@ def _coco_eval(json_path, anno_json, image_ids, log):
         ev.accumulate()
         ev.summarize()
         return float(ev.stats[1]), float(ev.stats[0])
-    except Exception as e:  # the published code only logs COCO failures too
+    except Exception as e:  # noqa: BLE001 - the published code only logs COCO failures too
         log(f"--save-json: COCO evaluation failed: {e}")
         return None
 
@@ -279,5 +284,5 @@ def _summarise(stats, nc, names, seen, verbose, training, log):
     for i, c in enumerate(ap_class):
         if c < nc:
             maps[c] = ap[i]
-    return dict(mp=float(mp), mr=float(mr), map50=float(map50), map=float(map5095), maps=maps,
-                ap_class=ap_class, ap50=ap50, nt=nt, curves=res)
+    return {"mp": float(mp), "mr": float(mr), "map50": float(map50), "map": float(map5095), "maps": maps,
+                "ap_class": ap_class, "ap50": ap50, "nt": nt, "curves": res}
