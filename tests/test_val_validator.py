@@ -124,3 +124,11 @@ def test_curves_written_when_there_are_true_positives(val_data, tmp_path):
              save_dir=tmp_path, plots=True, log=lambda *_: None)
     for f in ("PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png", "confusion_matrix.png"):
         assert (tmp_path / f).stat().st_size > 1000, f
+
+
+def test_caller_weights_untouched(val_data):
+    cfg, loader = val_data
+    model = PerfectPredictor(loader, cfg["nc"]).double().train()
+    r = validate(model, loader, nc=cfg["nc"], names=cfg["names"], log=lambda *_: None)
+    assert r["map50"] == pytest.approx(0.995, abs=1e-6)
+    assert model.w.dtype == torch.float64 and model.training  # ran on a float32 copy, mode restored

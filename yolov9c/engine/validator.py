@@ -11,6 +11,7 @@ verbose) and a speed line. Optional outputs in save_dir: labels/*.txt (save_txt)
 Test: python -m pytest -q tests/test_val_validator.py
 """
 
+import copy
 import json
 import time
 from pathlib import Path
@@ -143,8 +144,12 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
     names = list(names) if names is not None else [str(i) for i in range(nc)]
     device = _device_of(model)
     half = bool(half) and device.type == "cuda"
-    model = model.half() if half else model.float()
-    was_training = model.training
+    caller, was_training = model, model.training
+    # a converted copy, never the caller's weights in place: an fp16 round trip would quantise the EMA
+    # (the published code leaves the training EMA in fp16 after the first validation)
+    dtype = torch.float16 if half else torch.float32
+    if any(p.is_floating_point() and p.dtype != dtype for p in model.parameters()):
+        model = copy.deepcopy(model).to(dtype)
     model.eval()
     save_dir = Path(save_dir) if save_dir is not None else None
     if save_dir is not None:
@@ -239,9 +244,7 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
             log("--save-json: predictions written; COCO evaluation needs annotations/instances_val2017.json")
     loss = (loss / max(nb, 1)).cpu().tolist()
     result.update(box_loss=loss[0], cls_loss=loss[1], dfl_loss=loss[2], speed=speed, seen=seen)
-    model.float()
-    if was_training:
-        model.train()
+    caller.train(was_training)
     if save_dir is not None and not training:
         log(f"Results saved to {save_dir}")
     return result
