@@ -1,6 +1,6 @@
 """The loader (yolov9c/data/loader.py): reproducible batches (same seed → same batches, with or without
-workers), collate format, DDP partition, image weights, close-mosaic reaching persistent workers, pin
-memory, multi-scale sizes.
+workers), collate format, DDP partition, image weights, close-mosaic reaching persistent workers, workers
+running on across epoch ends with the same batches as a cold start, pin memory, multi-scale sizes.
 
 Run: python -m pytest -q tests/test_data_loader.py
 """
@@ -88,6 +88,45 @@ def test_close_mosaic_reaches_persistent_workers(cfg):
     ds.mosaic = False  # what train_dual does at epoch == epochs - close_mosaic
     shapes = [s for _, _, _, ss in loader for s in ss]
     assert all(s is not None for s in shapes)  # the same (persistent) workers now letterbox
+
+
+def _script(cfg, workers):
+    """Batches of a run of passes that changes the loader's state between (and inside) epochs."""
+    loader, ds = create_dataloader(cfg["train"], 128, 4, augment=True, hyp=augment_hyp(), shuffle=True, seed=4,
+                                   nc=8, workers=workers, log=lambda s: None)
+    out, ahead = [], []
+
+    def take(n=None):
+        for k, (imgs, labels, paths, _) in enumerate(loader):
+            if k == n:
+                break
+            out.append((imgs.clone(), labels.clone(), paths))
+        ahead.append(sorted(loader.stream.states) if workers else [])
+
+    take()  # epoch 0
+    take()  # epoch 1
+    ds.mosaic = False  # close-mosaic
+    take()  # epoch 2
+    ds.mosaic = True
+    loader.sampler.set_epoch(1)  # replay epoch 1, left after 2 batches
+    take(2)
+    loader.sampler.weights = np.arange(len(ds), dtype=np.float64)  # new image weights
+    take()  # epoch 2 again, weighted
+    take()  # epoch 3, same weights
+    return out, ahead, len(loader)
+
+
+def test_workers_run_across_epochs_same_batches(cfg, monkeypatch):
+    a, _, nb = _script(cfg, 0)
+    b, ahead, _ = _script(cfg, 2)
+    monkeypatch.setenv("YOLOV9C_LOADER_THREADS", "2")
+    c, _, _ = _script(cfg, 1)
+    assert len(a) == 5 * nb + 2
+    for x, y, z in zip(a, b, c):
+        assert torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) and x[2] == y[2]
+        assert torch.equal(x[0], z[0]) and torch.equal(x[1], z[1]) and x[2] == z[2]
+    assert ahead[0] == [0, 1]  # by the end of epoch 0 the workers had been given epoch 1's batches
+    assert ahead[-1] == [3, 4]
 
 
 def test_ddp_ranks_partition_the_epoch(cfg):
