@@ -6,7 +6,8 @@
   crops land in crops/<class>/ with the published gain/pad, --nosave writes no image.
 - Real tiny models from checkpoints saved in the test (random weights, nc=8): gelan-t and yolov9-t on
   synthetic images and a generated mp4v video: files, label format (5 or 6 columns, normalised), frame
-  suffixes, the output video, and yolov9-t (main head) giving the same labels as its converted gelan-t.
+  suffixes, the output video, yolov9-t (main head) giving the same labels as its converted gelan-t, and a
+  published-layout .pt of the same weights giving the same labels as our checkpoint.
 
 Run: python -m pytest -q tests/test_detect_predictor.py
 """
@@ -163,6 +164,11 @@ def checkpoints(tmp_path_factory):
     gelan = reparameterize(y9, "gelan-t")
     save_checkpoint(d / "yolov9-t.pt", y9, half=False)
     save_checkpoint(d / "gelan-t.pt", gelan, half=False)
+    # the same weights as a published YOLOv9 file (pickled model objects, fp16) and as ours in fp16
+    from test_checkpoint import PublishedLayout
+
+    PublishedLayout(d / "published").save(d / "published-yolov9-t.pt", y9, ema=y9, half=True)
+    save_checkpoint(d / "yolov9-t-fp16.pt", y9, half=True)
     return d
 
 
@@ -210,3 +216,12 @@ def test_video_labels_frames_and_mp4(checkpoints, tmp_path):
         assert ok and frame.shape == (64, 96, 3)
     finally:
         cap.release()
+
+
+def test_published_pt_gives_the_same_labels_as_ours(synthetic_val, checkpoints, tmp_path):
+    got = []
+    for w in ("published-yolov9-t", "yolov9-t-fp16"):
+        r = detect(weights=checkpoints / f"{w}.pt", source=synthetic_val[0], imgsz=160, conf_thres=0.25, max_det=5,
+                   project=tmp_path, name=w, save_txt=True, save_conf=True, nosave=True, log=lambda s: None)
+        got.append((r["save_dir"] / "labels" / f"{synthetic_val[0].stem}.txt").read_text())
+    assert got[0] == got[1] and got[0].count("\n") >= 1
