@@ -225,3 +225,16 @@ def test_published_pt_gives_the_same_labels_as_ours(synthetic_val, checkpoints, 
                    project=tmp_path, name=w, save_txt=True, save_conf=True, nosave=True, log=lambda s: None)
         got.append((r["save_dir"] / "labels" / f"{synthetic_val[0].stem}.txt").read_text())
     assert got[0] == got[1] and got[0].count("\n") >= 1
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_half_on_cuda_matches_float32(synthetic_val, checkpoints, tmp_path):
+    got = {}
+    for half in (False, True):
+        r = detect(weights=checkpoints / "yolov9-t.pt", source=synthetic_val[0], imgsz=160, conf_thres=0.25,
+                   max_det=5, device="0", half=half, project=tmp_path, name=f"h{half}", save_txt=True,
+                   save_conf=True, nosave=True, log=lambda s: None)
+        got[half] = np.array(_read_labels(r["save_dir"] / "labels" / f"{synthetic_val[0].stem}.txt"))
+    assert got[True].shape == got[False].shape
+    assert np.allclose(got[True], got[False], atol=5e-3)  # fp16 rounding of boxes and scores

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from yolov9c.engine.annotate import class_color, crop_box, detection_label, draw_detection
+from yolov9c.engine.run_dir import increment_path
 from yolov9c.engine.sources import MediaSource, resolve_sources
 
 
@@ -94,18 +95,6 @@ def label_rows(det, shape, save_conf=False):
     return rows
 
 
-def next_run_dir(project, name, exist_ok=False):
-    """project/name, or project/name2, name3, … (the first that does not exist) unless exist_ok.
-    Created; returned as a Path."""
-    base = Path(project) / name
-    path, n = base, 2
-    while path.exists() and not exist_ok:
-        path = base.with_name(f"{base.name}{n}")
-        n += 1
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def _unique_file(path):
     """path, or stem2, stem3, … beside it: the first name not taken (crops of several boxes of one image)."""
     path, n = Path(path), 2
@@ -165,7 +154,7 @@ def detect(weights=None, source=None, imgsz=(640, 640), conf_thres=0.25, iou_thr
         log(f"WARNING: --imgsz {list(imgsz)} must be a multiple of max stride {stride}, updating to {list(fixed)}")
         imgsz = fixed
 
-    save_dir = next_run_dir(project, name, exist_ok)
+    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok, mkdir=True)  # exp, exp2, …
     if save_txt:
         (save_dir / "labels").mkdir(exist_ok=True)
     dtype = torch.float16 if half else torch.float32
