@@ -272,9 +272,12 @@ def train(opt, *, stop_after_epoch=None, log=print):
     # --- batch, accumulation, optimizer, schedule ---
     batch_size = opt.batch_size
     if ckpt is not None and "accumulate" not in opt.given and ckpt.get("nominal_batch"):
-        accumulate = max(round(ckpt["nominal_batch"] / batch_size), 1)  # keep the run's nominal batch
+        nominal = ckpt["nominal_batch"]  # resume with another --batch-size keeps the run's nominal batch
+        fixed_accumulate = max(round(nominal / batch_size), 1) if opt.accumulate else None
     else:
-        accumulate = opt.accumulate or max(round(NBS / batch_size), 1)
+        fixed_accumulate = opt.accumulate  # --accumulate N: N micro-batches per step from the first iteration
+        nominal = batch_size * opt.accumulate if opt.accumulate else NBS
+    accumulate = fixed_accumulate or max(round(nominal / batch_size), 1)
     if ckpt is None:
         hyp["weight_decay"] *= batch_size * accumulate / NBS
     optimizer = build_optimizer(model, opt.optimizer, hyp["lr0"], hyp["momentum"], hyp["weight_decay"], log=log)
@@ -319,13 +322,13 @@ def train(opt, *, stop_after_epoch=None, log=print):
             data["train"], imgsz, per_rank, gs, single_cls=opt.single_cls, hyp=hyp, augment=True,
             cache=None if opt.cache == "val" else opt.cache, rect=opt.rect, rank=local_rank if world > 1 else -1,
             world_size=world, workers=opt.workers, image_weights=opt.image_weights, min_items=opt.min_items,
-            prefix="train: ", shuffle=True, seed=opt.seed, pin_memory=opt.pin_memory, nc=nc, log=log)
+            prefix="train: ", shuffle=True, seed=opt.seed, pin_memory=opt.pin_memory, nc=int(data["nc"]), log=log)
         val_loader = None
         if main_proc:
             val_loader, _ = create_dataloader(
                 data["val"], imgsz, per_rank, gs, single_cls=opt.single_cls, hyp=hyp, augment=False,
                 cache=None if opt.noval else ("ram" if opt.cache == "val" else opt.cache), rect=True, pad=0.5,
-                workers=opt.workers * 2, prefix="val: ", seed=opt.seed, pin_memory=opt.pin_memory, nc=nc,
+                workers=opt.workers * 2, prefix="val: ", seed=opt.seed, pin_memory=opt.pin_memory, nc=int(data["nc"]),
                 log=log)
     except (DataError, ValueError) as e:
         raise TrainError(str(e)) from None
@@ -387,8 +390,8 @@ def train(opt, *, stop_after_epoch=None, log=print):
             imgs = imgs.to(device, non_blocking=True).float() / 255
             n_images += imgs.shape[0]
             if ni <= nw:  # warm-up
-                if not opt.accumulate:
-                    accumulate = warmup_accumulate(ni, nw, NBS, batch_size)
+                if not fixed_accumulate:
+                    accumulate = warmup_accumulate(ni, nw, nominal, batch_size)
                 warmup(optimizer, ni, nw, epoch, lf, hyp)
             if opt.multi_scale:
                 from yolov9c.data.multi_scale import multi_scale
@@ -450,7 +453,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
                                      best_fitness=best_fitness, half=False)
                 ck.update(scaler=scaler.state_dict(), rng=_rng_state(), last_opt_step=last_opt_step,
                           best_epoch=best_epoch, metrics=metrics, maps=maps.tolist(),
-                          nominal_batch=batch_size * accumulate)
+                          nominal_batch=nominal)
                 atomic_torch_save(ck, wdir / "last.pt")
                 if best_fitness == fi:
                     atomic_torch_save(ck, wdir / "best.pt")
