@@ -191,6 +191,8 @@ def main(argv=None) -> int:
         print("train_dual.py: error: --batch-size -1 (AutoBatch) is not available yet; give a batch size",
               file=sys.stderr)
         return 2
+    if _wants_ddp(opt):
+        return _launch_ddp(opt, sys.argv[1:] if argv is None else list(argv))
     from yolov9c.engine.trainer import TrainError, train
 
     try:
@@ -215,3 +217,39 @@ def resolve_hyp_path(hyp: str) -> Path:
     if cand.is_file():
         return cand
     raise FileNotFoundError(f"--hyp {hyp}: file not found (nor {cand})")
+
+
+def _wants_ddp(opt):
+    """--device 0,1[,…] in a plain `python train_dual.py` (no torchrun variables) on a CUDA machine."""
+    import os
+
+    ids = [d for d in str(opt.device).replace("cuda:", "").split(",") if d.strip()]
+    if len(ids) < 2 or os.getenv("RANK") is not None or str(opt.device).strip().lower() == "cpu":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _launch_ddp(opt, argv):
+    """Start one process per listed GPU through torch.distributed.run (DDP, NCCL) instead of DataParallel;
+    returns its exit code. CUDA_VISIBLE_DEVICES restricts the processes to the listed GPUs."""
+    import os
+    import subprocess
+
+    ids = [d.strip() for d in str(opt.device).replace("cuda:", "").split(",") if d.strip()]
+    if opt.batch_size % len(ids):
+        print(f"train_dual.py: error: --batch-size {opt.batch_size} must be a multiple of the {len(ids)} GPUs",
+              file=sys.stderr)
+        return 2
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(ids))
+    script = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == "train_dual.py" else None
+    target = [str(script)] if script else ["-m", "yolov9c.cli.train"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={len(ids)}", *target,
+           *argv]
+    print("train_dual.py: starting DDP: " + " ".join(cmd), file=sys.stderr)
+    return subprocess.call(cmd, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
