@@ -11,10 +11,10 @@ Parts (--parts, any of):
             3x640x640 uint8 tensor each), our collate, W workers, pin memory as in training → img/s ceiling.
   loader    create_dataloader as bench_dataloader.py uses it, W workers, with variants patched in (see
             VARIANTS): per-batch time spent in the workers building items and collating, and img/s.
-Prints one JSON line per measurement.
+Prints one JSON line per measurement. What it found on the 16-core GPU machine: benchmarks/RESULTS.md.
 
 Run: python benchmarks/diag_loader.py --parts faults items transfer loader --workers 8 16 \
-         --loader 16:base 16:shm 16:malloc 16:shm+malloc
+         --loader 16:base 16:cold 16:private 16:malloc
 """
 
 import argparse
@@ -160,8 +160,8 @@ def part_items(args, ds):
 class ReadyItems(torch.utils.data.Dataset):
     """Items made in no time: a fresh copy of one 3x640x640 uint8 image and 40 label rows."""
 
-    def __init__(self, n=4096):
-        self.n = n
+    def __init__(self, n=1 << 24):
+        self.n = n  # more items than any measurement takes: one pass, no epoch end
         self.img = torch.randint(0, 255, (3, 640, 640), dtype=torch.uint8)
 
     def __len__(self):
@@ -184,7 +184,7 @@ def _time_loader(dl, warm, dur):
 def part_transfer(args):
     cuda = torch.cuda.is_available()
     for w in args.workers:
-        for pin, name in ((cuda, "base"), (cuda, "shm"), (False, "shm")):
+        for pin, name in ((cuda, "private"), (cuda, "base"), (False, "base")):
             fn = VARIANTS[name][0]
             dl = torch.utils.data.DataLoader(ReadyItems(), batch_size=64, num_workers=w, collate_fn=fn,
                                              pin_memory=pin, persistent_workers=True)
@@ -195,16 +195,13 @@ def part_transfer(args):
 
 # ---- loader (with variants) -----------------------------------------------------------------------------
 
-def collate_shm(batch):
-    """Our collate, but the image batch is stacked straight into shared memory when in a worker (what
-    torch's default_collate does), instead of a private tensor that pickling then copies into a new one."""
+def collate_private(batch):
+    """The collate before 57eac83: the image batch stacked into a private tensor, which pickling then copies
+    into a new shared-memory one."""
     imgs, labels, paths, shapes = zip(*batch)
     for i, lb in enumerate(labels):
         lb[:, 0] = i
-    out = None
-    if torch.utils.data.get_worker_info() is not None and len({im.shape for im in imgs}) == 1:
-        out = torch.empty((len(imgs),) + tuple(imgs[0].shape), dtype=torch.uint8).share_memory_()
-    return torch.stack(imgs, 0, out=out), torch.cat(labels, 0), paths, shapes
+    return torch.stack(imgs, 0), torch.cat(labels, 0), paths, shapes
 
 
 def _tune_malloc():
@@ -219,11 +216,11 @@ def _init_malloc(worker_id, _base=loader_mod._worker_init):
     _tune_malloc()
 
 
-VARIANTS = {  # name: (collate, worker_init)
-    "base": (loader_mod.collate, loader_mod._worker_init),
-    "shm": (collate_shm, loader_mod._worker_init),
-    "malloc": (loader_mod.collate, _init_malloc),
-    "shm+malloc": (collate_shm, _init_malloc),
+VARIANTS = {  # name: (collate, worker_init, cold): cold = a plain DataLoader per epoch, as before 57eac83
+    "base": (loader_mod.collate, loader_mod._worker_init, False),
+    "private": (collate_private, loader_mod._worker_init, False),
+    "malloc": (loader_mod.collate, _init_malloc, False),
+    "cold": (loader_mod.collate, loader_mod._worker_init, True),
 }
 
 STATS = None  # shared (workers x 4) float64: build s, collate s, batches, minflt during build
@@ -259,12 +256,21 @@ def part_loader(args, source, nc):
     for config in args.loader:
         w, v = config.split(":")
         w = int(w)
-        collate_fn, init = VARIANTS[v]
+        collate_fn, init, cold = VARIANTS[v]
         STATS = np.frombuffer(CTX.RawArray("d", w * 4), np.float64).reshape(w, 4)
         loader_mod.collate, loader_mod._worker_init = _timed(collate_fn), init
         dl, ds = loader_mod.create_dataloader(source, 640, 64, stride=32, hyp=augment_hyp(), augment=True,
                                               workers=w, shuffle=True, seed=0, nc=nc, log=lambda s: None)
-        it = iter(dl)
+        if cold:  # one DataLoader pass per epoch: the workers idle at each epoch end
+            dl = torch.utils.data.DataLoader(ds, batch_size=64, sampler=dl.sampler, num_workers=w,
+                                             pin_memory=dl.pin_memory, collate_fn=loader_mod.collate,
+                                             worker_init_fn=init, persistent_workers=True)
+
+        def endless(dl=dl):
+            while True:
+                yield from dl
+
+        it = endless()
         for _ in range(args.warmup):
             next(it)
         STATS[:] = 0
@@ -279,14 +285,14 @@ def part_loader(args, source, nc):
              worker_minflt_per_img=round(STATS[:, 3].sum() / max(b, 1) / 64, 1),
              batches_built_in_window=int(b), pin=dl.pin_memory)
         del it, dl
-    loader_mod.collate, loader_mod._worker_init = VARIANTS["base"]
+    loader_mod.collate, loader_mod._worker_init = VARIANTS["base"][:2]
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--parts", nargs="+", default=["faults", "items", "transfer", "loader"])
     ap.add_argument("--workers", type=int, nargs="+", default=[8, 16])
-    ap.add_argument("--loader", nargs="+", default=["8:base", "16:base", "16:shm+malloc"],
+    ap.add_argument("--loader", nargs="+", default=["8:base", "16:base", "16:cold"],
                     help="loader part: WORKERS:VARIANT, variants: " + " ".join(VARIANTS))
     ap.add_argument("--dur", type=float, default=4.0, help="seconds per faults/items/transfer measurement")
     ap.add_argument("--batches", type=int, default=32, help="timed batches of the loader part")
