@@ -358,6 +358,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
     epochs = opt.epochs
     log(f"Image sizes {imgsz} train, {imgsz} val\nUsing {train_loader.num_workers} dataloader workers\n"
         f"Logging results to {save_dir}\nStarting training for {epochs} epochs...")
+    tb = _tensorboard(save_dir, log) if main_proc else None
     t_start = time.time()
     epoch = start_epoch - 1
     stop = False
@@ -446,8 +447,12 @@ def train(opt, *, stop_after_epoch=None, log=print):
                 best_fitness = fi
             peak = torch.cuda.max_memory_allocated(device) / GIB if cuda else 0.0
             reserved = torch.cuda.memory_reserved(device) / GIB if cuda else 0.0
-            R.append_row(save_dir / "results.csv", [epoch, *mloss.tolist(), *metrics, *lr, peak, reserved,
-                                                   train_s, n_images * world / max(train_s, 1e-9)])
+            row = [epoch, *mloss.tolist(), *metrics, *lr, peak, reserved, train_s,
+                   n_images * world / max(train_s, 1e-9)]
+            R.append_row(save_dir / "results.csv", row)
+            if tb is not None:
+                for k, v in zip(R.COLUMNS[1:], row[1:]):
+                    tb.add_scalar(k, v, epoch)
             if (not opt.nosave) or final_epoch:
                 ck = make_checkpoint(model, ema=ema, optimizer=optimizer, epoch=epoch, opt=_plain_opt(opt), hyp=hyp,
                                      best_fitness=best_fitness, half=False)
@@ -491,6 +496,8 @@ def train(opt, *, stop_after_epoch=None, log=print):
         if plots and (save_dir / "results.csv").exists():
             R.plot_results(save_dir / "results.csv")
         log(f"Results saved to {save_dir}")
+        if tb is not None:
+            tb.close()
     if world > 1:
         import torch.distributed as dist
         dist.destroy_process_group()
@@ -515,6 +522,16 @@ def _validate(model, loader, nc, names, amp, single_cls, compute_loss, save_dir,
 
     return validate(model, loader, nc=nc, names=names, half=amp, single_cls=single_cls, compute_loss=compute_loss,
                     save_dir=save_dir, plots=plots, verbose=verbose, log=log, training=True)
+
+
+def _tensorboard(save_dir, log):
+    """A SummaryWriter on the run folder when TensorBoard is installed (as published), else None."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    log(f"TensorBoard: Start with 'tensorboard --logdir {save_dir.parent}', view at http://localhost:6006/")
+    return SummaryWriter(str(save_dir))
 
 
 def _silent(*args, **kwargs):
