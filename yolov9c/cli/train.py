@@ -179,6 +179,8 @@ def parse_opt(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     """train_dual.py's main: parse, then train. Returns the exit code (0 done, 2 usage or input error)."""
     opt = parse_opt(argv)
+    import logging
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # "Transferred X/Y items" and data messages
     if opt.backend == "c":
         print("train_dual.py: error: --backend c: the c backend is not available yet in this version of "
               "yolov9c; use --backend torch (the default)", file=sys.stderr)
