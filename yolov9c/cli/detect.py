@@ -16,6 +16,8 @@ Test: python -m pytest -q tests/test_detect_cli.py
 import argparse
 import sys
 
+from yolov9c.cli.weights_args import check_refused_and_weights
+
 EXIT_USAGE = 2
 
 _REFUSED = {
@@ -68,14 +70,7 @@ def build_parser(prog="detect_dual.py"):
 
 def _check(parser, opt):
     """Argparse-style errors (exit 2) for values the parser's types cannot catch."""
-    for key, why in _REFUSED.items():
-        if getattr(opt, key):
-            parser.error(why)
-    if not opt.weights:
-        parser.error("--weights is required: a checkpoint such as runs/train/exp/weights/best.pt, a published "
-                     "YOLOv9 .pt or a converted gelan file")
-    if len(opt.weights) > 1:
-        parser.error(f"--weights: one file expected, got {len(opt.weights)} (model ensembles are not supported)")
+    check_refused_and_weights(parser, opt, _REFUSED)
     if len(opt.imgsz) not in (1, 2) or min(opt.imgsz) < 1:
         parser.error(f"--imgsz: one or two positive sizes expected, got {opt.imgsz}")
     if not 0 <= opt.conf_thres <= 1:

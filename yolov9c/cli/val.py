@@ -17,6 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from yolov9c.cli.weights_args import check_refused_and_weights
+
 EXIT_USAGE = 2
 _REFUSED = {
     "augment": "--augment (test-time augmentation) is not supported by yolov9c's val_dual.py",
@@ -54,14 +56,7 @@ def build_parser(prog="val_dual.py"):
 
 
 def _check(parser, opt):
-    for key, why in _REFUSED.items():
-        if getattr(opt, key):
-            parser.error(why)
-    if not opt.weights:
-        parser.error("--weights is required: a checkpoint such as runs/train/exp/weights/best.pt, a published "
-                     "YOLOv9 .pt or a converted gelan file")
-    if len(opt.weights) > 1:
-        parser.error(f"--weights: one file expected, got {len(opt.weights)} (model ensembles are not supported)")
+    check_refused_and_weights(parser, opt, _REFUSED)
     if opt.batch_size < 1:
         parser.error(f"--batch-size must be >= 1, got {opt.batch_size}")
     if opt.imgsz < 32:
