@@ -16,7 +16,7 @@ Test: python -m pytest -q tests/test_detect_cli.py
 import argparse
 import sys
 
-from yolov9c.cli.weights_args import check_refused_and_weights
+from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights
 
 EXIT_USAGE = 2
 
@@ -73,12 +73,7 @@ def _check(parser, opt):
     check_refused_and_weights(parser, opt, _REFUSED)
     if len(opt.imgsz) not in (1, 2) or min(opt.imgsz) < 1:
         parser.error(f"--imgsz: one or two positive sizes expected, got {opt.imgsz}")
-    if not 0 <= opt.conf_thres <= 1:
-        parser.error(f"--conf-thres must be in [0, 1], got {opt.conf_thres}")
-    if not 0 <= opt.iou_thres <= 1:
-        parser.error(f"--iou-thres must be in [0, 1], got {opt.iou_thres}")
-    if opt.max_det < 1:
-        parser.error(f"--max-det must be >= 1, got {opt.max_det}")
+    check_nms_args(parser, opt)
     if opt.vid_stride < 1:
         parser.error(f"--vid-stride must be >= 1, got {opt.vid_stride}")
     if opt.line_thickness < 1:

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from yolov9c.cli.weights_args import check_refused_and_weights
+from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights
 
 EXIT_USAGE = 2
 _REFUSED = {
@@ -61,12 +61,7 @@ def _check(parser, opt):
         parser.error(f"--batch-size must be >= 1, got {opt.batch_size}")
     if opt.imgsz < 32:
         parser.error(f"--imgsz must be >= 32, got {opt.imgsz}")
-    if not 0 <= opt.conf_thres <= 1:
-        parser.error(f"--conf-thres must be in [0, 1], got {opt.conf_thres}")
-    if not 0 <= opt.iou_thres <= 1:
-        parser.error(f"--iou-thres must be in [0, 1], got {opt.iou_thres}")
-    if opt.max_det < 1:
-        parser.error(f"--max-det must be >= 1, got {opt.max_det}")
+    check_nms_args(parser, opt)
     if opt.workers < 0:
         parser.error(f"--workers must be >= 0, got {opt.workers}")
 

@@ -1,4 +1,5 @@
-"""Checks shared by the val_dual.py and detect_dual.py command lines: refused flags and the one --weights file.
+"""Checks shared by the val_dual.py and detect_dual.py command lines: refused flags, the one --weights file,
+the NMS settings.
 
 Test: python -m pytest -q tests/test_val_cli.py tests/test_detect_cli.py
 """
@@ -15,3 +16,13 @@ def check_refused_and_weights(parser, opt, refused):
                      "YOLOv9 .pt or a converted gelan file")
     if len(opt.weights) > 1:
         parser.error(f"--weights: one file expected, got {len(opt.weights)} (model ensembles are not supported)")
+
+
+def check_nms_args(parser, opt):
+    """Argparse-style errors for the NMS settings both CLIs share: --conf-thres, --iou-thres, --max-det."""
+    if not 0 <= opt.conf_thres <= 1:
+        parser.error(f"--conf-thres must be in [0, 1], got {opt.conf_thres}")
+    if not 0 <= opt.iou_thres <= 1:
+        parser.error(f"--iou-thres must be in [0, 1], got {opt.iou_thres}")
+    if opt.max_det < 1:
+        parser.error(f"--max-det must be >= 1, got {opt.max_det}")
