@@ -23,6 +23,8 @@ kernels/bn_silu.cu on the current stream.
 Test: python -m pytest -q tests/test_bn_silu.py
 """
 
+import contextlib
+
 import torch
 
 from yolov9c.ops import extension
@@ -292,33 +294,107 @@ def _check_bn2_backward_args(op, z1, mean1, invstd1, weight1, bias1, z2, mean2, 
 
 
 # ---------------------------------------------------------------------------------------------------------
-# raw implementations behind the public functions (no autograd; inputs detached)
+# raw implementations behind the public functions (no autograd; inputs detached): C/CUDA through yolov9c._C
+
+def _use_reference(*ts):
+    """The torch reference serves empty tensors and bfloat16 on the CPU (NumPy has no bfloat16)."""
+    z = ts[0]
+    if z.numel() == 0:
+        return True
+    return z.device.type == "cpu" and any(t is not None and t.dtype == torch.bfloat16 for t in ts)
+
+
+def _device_guard(device):
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _workspace(C, z):
+    B, Cc, H, W = z.shape
+    nbytes = C.bn_workspace_size(B, Cc, H, W, z.device.type == "cuda")
+    return torch.empty(nbytes, dtype=torch.uint8, device=z.device) if nbytes else None
+
 
 def _stats_impl(z, running_mean, running_var, momentum, eps):
-    return bn_stats_reference(z, running_mean, running_var, momentum, eps)
+    if _use_reference(z):
+        return bn_stats_reference(z, running_mean, running_var, momentum, eps)
+    C = extension.load()
+    mean = torch.empty(z.shape[1], dtype=torch.float32, device=z.device)
+    invstd = torch.empty_like(mean)
+    a = extension.arg
+    with _device_guard(z.device):
+        C.bn_stats_forward(a(z), a(running_mean), a(running_var), float(momentum), float(eps), a(mean), a(invstd),
+                           a(_workspace(C, z)), extension.stream_of(z.device))
+    return mean, invstd
 
 
 def _forward_impl(z, mean, invstd, weight, bias, act, out, residual, batch_stats):
-    with torch.no_grad():
-        if residual is None:
-            return bn_silu_reference(z, mean, invstd, weight, bias, act, out, batch_stats)
-        return bn_silu_add_reference(z, mean, invstd, weight, bias, residual, act, out, batch_stats)
+    if _use_reference(z, out, residual):
+        with torch.no_grad():
+            if residual is None:
+                return bn_silu_reference(z, mean, invstd, weight, bias, act, out, batch_stats)
+            return bn_silu_add_reference(z, mean, invstd, weight, bias, residual, act, out, batch_stats)
+    C = extension.load()
+    y = out if out is not None else _empty_like(z)
+    a = extension.arg
+    with _device_guard(z.device):
+        C.bn_silu_forward(a(z), a(mean), a(invstd), a(weight), a(bias), None, None, None, None, None, a(residual),
+                          act, a(y), extension.stream_of(z.device))
+    return y
 
 
 def _forward2_impl(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, out, batch_stats):
-    with torch.no_grad():
-        return bn2_silu_reference(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, out,
-                                  batch_stats)
+    if _use_reference(z1, z2, out):
+        with torch.no_grad():
+            return bn2_silu_reference(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, out,
+                                      batch_stats)
+    C = extension.load()
+    y = out if out is not None else _empty_like(z1)
+    a = extension.arg
+    with _device_guard(z1.device):
+        C.bn_silu_forward(a(z1), a(mean1), a(invstd1), a(weight1), a(bias1), a(z2), a(mean2), a(invstd2),
+                          a(weight2), a(bias2), None, "silu", a(y), extension.stream_of(z1.device))
+    return y
 
 
 def _backward_impl(z, mean, invstd, weight, bias, grad_out, act, dz, accumulate, batch_stats):
-    return bn_silu_backward_reference(z, mean, invstd, weight, bias, grad_out, act, dz, accumulate, batch_stats)
+    if _use_reference(z, grad_out, dz):
+        return bn_silu_backward_reference(z, mean, invstd, weight, bias, grad_out, act, dz, accumulate,
+                                          batch_stats)
+    C = extension.load()
+    accumulate = accumulate and dz is not None
+    dz = dz if dz is not None else _empty_like(z)
+    dw = torch.empty(z.shape[1], dtype=torch.float32, device=z.device)
+    db = torch.empty_like(dw)
+    a = extension.arg
+    with _device_guard(z.device):
+        C.bn_silu_backward(a(z), a(mean), a(invstd), a(weight), a(bias), None, None, None, None, None, a(grad_out),
+                           act, bool(batch_stats), a(dz), None, accumulate, a(dw), a(db), None, None,
+                           a(_workspace(C, z)), extension.stream_of(z.device))
+    return dz, dw, db
 
 
 def _backward2_impl(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, grad_out, dz1, dz2,
                     accumulate, batch_stats):
-    return bn2_silu_backward_reference(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2,
-                                       grad_out, dz1, dz2, accumulate, batch_stats)
+    if _use_reference(z1, z2, grad_out, dz1, dz2):
+        return bn2_silu_backward_reference(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2,
+                                           grad_out, dz1, dz2, accumulate, batch_stats)
+    C = extension.load()
+    # A freshly allocated dz is written, never accumulated into.
+    acc1, acc2 = accumulate and dz1 is not None, accumulate and dz2 is not None
+    if acc1 != acc2:
+        dz1 = dz1 if dz1 is not None else torch.zeros_like(z1, memory_format=_format_of(z1))
+        dz2 = dz2 if dz2 is not None else torch.zeros_like(z2, memory_format=_format_of(z2))
+        acc1 = acc2 = True
+    dz1 = dz1 if dz1 is not None else _empty_like(z1)
+    dz2 = dz2 if dz2 is not None else _empty_like(z2)
+    dw1 = torch.empty(z1.shape[1], dtype=torch.float32, device=z1.device)
+    db1, dw2, db2 = torch.empty_like(dw1), torch.empty_like(dw1), torch.empty_like(dw1)
+    a = extension.arg
+    with _device_guard(z1.device):
+        C.bn_silu_backward(a(z1), a(mean1), a(invstd1), a(weight1), a(bias1), a(z2), a(mean2), a(invstd2),
+                           a(weight2), a(bias2), a(grad_out), "silu", bool(batch_stats), a(dz1), a(dz2), acc1,
+                           a(dw1), a(db1), a(dw2), a(db2), a(_workspace(C, z1)), extension.stream_of(z1.device))
+    return dz1, dw1, db1, dz2, dw2, db2
 
 
 # ---------------------------------------------------------------------------------------------------------
