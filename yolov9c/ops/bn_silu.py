@@ -400,6 +400,12 @@ def _backward2_impl(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weig
 # ---------------------------------------------------------------------------------------------------------
 # autograd Functions. `out` comes first so that autograd's in-place-on-a-view handling (CopySlices) treats
 # it as the tensor being modified: a buffer written through channel slices then carries every slice's graph.
+# The overwritten old contents of `out` get a zero gradient, returned as an expanded zero (no memory): with
+# None, CopySlices drops the gradient of the whole buffer (the other slices' graphs too).
+
+
+def _out_grad(out_given, grad_out):
+    return grad_out.new_zeros(()).expand_as(grad_out) if out_given else None
 
 class BNSiLUFunction(torch.autograd.Function):
     """y = act(BN(z)) with the full training BN backward; saves z, mean, invstd, weight, bias only."""
@@ -409,6 +415,7 @@ class BNSiLUFunction(torch.autograd.Function):
         y = _forward_impl(z, mean, invstd, weight, bias, act, out, None, batch_stats)
         ctx.save_for_backward(z, mean, invstd, weight, bias)
         ctx.act, ctx.batch_stats = act, batch_stats
+        ctx.out_given = out is not None
         if out is not None:
             ctx.mark_dirty(out)
         return y
@@ -418,8 +425,8 @@ class BNSiLUFunction(torch.autograd.Function):
         z, mean, invstd, weight, bias = ctx.saved_tensors
         dz, dw, db = _backward_impl(z, mean, invstd, weight, bias, grad_out, ctx.act, None, False, ctx.batch_stats)
         need = ctx.needs_input_grad
-        return (None, dz if need[1] else None, None, None, dw if need[4] else None, db if need[5] else None,
-                None, None)
+        return (_out_grad(ctx.out_given, grad_out), dz if need[1] else None, None, None, dw if need[4] else None,
+                db if need[5] else None, None, None)
 
 
 class BNSiLUAddFunction(torch.autograd.Function):
@@ -430,6 +437,7 @@ class BNSiLUAddFunction(torch.autograd.Function):
         y = _forward_impl(z, mean, invstd, weight, bias, act, out, residual, batch_stats)
         ctx.save_for_backward(z, mean, invstd, weight, bias)
         ctx.act, ctx.batch_stats = act, batch_stats
+        ctx.out_given = out is not None
         if out is not None:
             ctx.mark_dirty(out)
         return y
@@ -442,8 +450,8 @@ class BNSiLUAddFunction(torch.autograd.Function):
         if need[1] or need[4] or need[5]:
             dz, dw, db = _backward_impl(z, mean, invstd, weight, bias, grad_out, ctx.act, None, False,
                                         ctx.batch_stats)
-        return (None, dz if need[1] else None, None, None, dw if need[4] else None, db if need[5] else None,
-                grad_out if need[6] else None, None, None)
+        return (_out_grad(ctx.out_given, grad_out), dz if need[1] else None, None, None, dw if need[4] else None,
+                db if need[5] else None, grad_out if need[6] else None, None, None)
 
 
 class BN2SiLUFunction(torch.autograd.Function):
@@ -455,6 +463,7 @@ class BN2SiLUFunction(torch.autograd.Function):
                            batch_stats)
         ctx.save_for_backward(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2)
         ctx.batch_stats = batch_stats
+        ctx.out_given = out is not None
         if out is not None:
             ctx.mark_dirty(out)
         return y
@@ -466,8 +475,9 @@ class BN2SiLUFunction(torch.autograd.Function):
                                                        weight2, bias2, grad_out, None, None, False,
                                                        ctx.batch_stats)
         need = ctx.needs_input_grad
-        return (None, dz1 if need[1] else None, None, None, dw1 if need[4] else None, db1 if need[5] else None,
-                dz2 if need[6] else None, None, None, dw2 if need[9] else None, db2 if need[10] else None, None)
+        return (_out_grad(ctx.out_given, grad_out), dz1 if need[1] else None, None, None, dw1 if need[4] else None,
+                db1 if need[5] else None, dz2 if need[6] else None, None, None, dw2 if need[9] else None,
+                db2 if need[10] else None, None)
 
 
 # ---------------------------------------------------------------------------------------------------------
