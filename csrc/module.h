@@ -24,6 +24,8 @@ typedef struct yv_state {
 /* --- bindings (METH_FASTCALL, positional-only); each lives in csrc/<op>.c --- */
 PyObject *yv_py_nms_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_nms_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_tal_assign_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_tal_assign_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* --- helpers (csrc/launch.c) --- */
 /* Arity check: "op() takes exactly N arguments (M given)" as TypeError. */
