@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "yv_dtype.h"
+#include "yv_levels.h"
 
 /* ---- nms (csrc/nms_ref.c) ----
  * boxes   (n, 4) xyxy, scores (n,): `dtype` YV_FLOAT32 or YV_FLOAT16 (IoU computed in float32)
@@ -22,5 +23,24 @@ size_t yv_nms_workspace_size_ref(int64_t n);
 int yv_nms_forward_ref(const void *boxes, const void *scores, yv_dtype dtype, const void *classes,
                        yv_dtype cls_dtype, int64_t n, float iou_thres, void *workspace, int64_t *keep,
                        int64_t *count);
+
+/* ---- det_loss (csrc/det_loss_ref.c; maths stated there) ----
+ * maps    the nl level maps of one branch (yv_levels.h), C = 4·reg_max + NC, `dtype` YV_FLOAT32/FLOAT16/FLOAT64
+ * labels  (B, A) int32/int64 by `label_dtype`; read on foreground anchors only, must be in [0, NC)
+ * tboxes  (B, A, 4) xyxy pixels and tnorm (B, A), `target_dtype` YV_FLOAT32/FLOAT64; fg (B, A) bool (0/1)
+ * tss     target_scores_sum (> 0); eps label smoothing; max_dist DFL target clamp (reg_max − 1.01)
+ * out     (3,) = (box, cls, dfl) / tss; grad_out (3,) their incoming gradients; grads: maps of the same
+ *         shape and dtype, every element written (=). decode: boxes (B, A, 4) float32 xyxy pixels.
+ * Return 0, or -1 when a foreground label is outside [0, NC).
+ */
+int yv_det_loss_forward_ref(const yv_levels *maps, yv_dtype dtype, int reg_max, const void *labels,
+                            yv_dtype label_dtype, const void *tboxes, const void *tnorm, yv_dtype target_dtype,
+                            const uint8_t *fg, double tss, double eps, double pos_weight, double max_dist,
+                            double out[3]);
+int yv_det_loss_backward_ref(const yv_levels *maps, yv_dtype dtype, int reg_max, const void *labels,
+                             yv_dtype label_dtype, const void *tboxes, const void *tnorm, yv_dtype target_dtype,
+                             const uint8_t *fg, double tss, double eps, double pos_weight, double max_dist,
+                             const double grad_out[3], const yv_levels *grads);
+int yv_det_loss_decode_ref(const yv_levels *maps, yv_dtype dtype, int reg_max, float *boxes);
 
 #endif /* YV_REFS_H */

@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "yv_dtype.h"
+#include "yv_levels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +33,30 @@ size_t yv_nms_workspace_size(int64_t n);
 cudaError_t yv_nms_forward(const void *boxes, const void *scores, yv_dtype dtype, const void *classes,
                            yv_dtype cls_dtype, int64_t n, float iou_thres, void *workspace, int64_t *keep,
                            int64_t *count, cudaStream_t stream);
+
+/* ---- det_loss (kernels/det_loss.cu; maths in csrc/det_loss_ref.c) ----
+ * maps    the nl level maps of one branch (yv_levels.h, any strides), C = 4·reg_max + NC, reg_max <= 64,
+ *         `dtype` YV_FLOAT32, YV_FLOAT16 or YV_BFLOAT16 (float32 arithmetic, fp32 partial sums)
+ * labels  (B, A) YV_INT32/YV_INT64 by `label_dtype`; tboxes (B, A, 4) float32 xyxy pixels; tnorm (B, A)
+ *         float32; fg (B, A) bool; tss (1,) float32 target_scores_sum (device, > 0, read by the kernels)
+ * workspace: yv_det_loss_workspace_size(B, A) bytes: per-block partial sums + an error flag
+ * out     (3,) float32 = (box, cls, dfl) / tss, reduced in a fixed order (deterministic); NaN when a
+ *         foreground label is outside [0, NC) (flagged on the device, no host synchronisation)
+ * grad_out (3,) float32 (device); grads: maps of the maps' shape and dtype (own strides), written (=).
+ * decode: boxes (B, A, 4) float32 xyxy pixels (DFL expectation, detached).
+ */
+size_t yv_det_loss_workspace_size(int64_t B, int64_t A);
+cudaError_t yv_det_loss_forward(const yv_levels *maps, yv_dtype dtype, int reg_max, const void *labels,
+                                yv_dtype label_dtype, const float *tboxes, const float *tnorm,
+                                const uint8_t *fg, const float *tss, float eps, float pos_weight, float max_dist,
+                                void *workspace, float *out, cudaStream_t stream);
+cudaError_t yv_det_loss_backward(const yv_levels *maps, yv_dtype dtype, int reg_max, const void *labels,
+                                 yv_dtype label_dtype, const float *tboxes, const float *tnorm,
+                                 const uint8_t *fg, const float *tss, float eps, float pos_weight,
+                                 float max_dist, const float *grad_out, const yv_levels *grads,
+                                 cudaStream_t stream);
+cudaError_t yv_det_loss_decode(const yv_levels *maps, yv_dtype dtype, int reg_max, float *boxes,
+                               cudaStream_t stream);
 
 #ifdef __cplusplus
 }
