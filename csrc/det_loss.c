@@ -469,6 +469,8 @@ PyObject *yv_py_det_loss_decode(PyObject *module, PyObject *const *args, Py_ssiz
         || yv_check_dim(&boxes, 2, 4) < 0 || yv_check_dtype(&boxes, YV_DT(YV_FLOAT32)) < 0
         || yv_check_contiguous(&boxes) < 0 || yv_check_same_device(&boxes, &first) < 0)
         return NULL;
+    if (cuda && yv_check_alignment(&boxes, 16) < 0)   /* the kernel stores one float4 per anchor */
+        return NULL;
     if (!cuda) {
         if (stream != 0) {
             PyErr_SetString(PyExc_ValueError, DEC ": stream must be 0 for CPU tensors");
