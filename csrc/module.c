@@ -116,6 +116,23 @@ PyDoc_STRVAR(det_loss_decode_doc,
 PyDoc_STRVAR(det_loss_workspace_size_doc,
 "det_loss_workspace_size(B, A, cuda, /) -> int\n\nBytes of uint8 workspace det_loss_forward needs (0 on the CPU).");
 
+PyDoc_STRVAR(tal_assign_forward_doc,
+"tal_assign_forward(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, topk, alpha, beta, eps,\n"
+"                   logits, round_dtype, workspace, target_labels, target_boxes, target_norm, fg_mask,\n"
+"                   target_gt_idx, stream, /) -> None\n\n"
+"Task-aligned label assignment without (B, M, A) arrays (maths: csrc/tal_assign_ref.c). scores (B, A, NC)\n"
+"float32/float16 (bfloat16 on CUDA, float64 on the CPU), any strides; pred_boxes (B, A, 4), points (A, 2),\n"
+"gt_boxes (B, M, 4) float32; gt_labels (B, M) int64; gt_mask (B, M) bool; M >= 1; topk int (<= 32 on\n"
+"CUDA); alpha, beta, eps floats; logits bool (sigmoid on read); round_dtype: DTYPE_* code of the scores'\n"
+"dtype (DTYPE_BFLOAT16 for bfloat16 scores upcast on the CPU); workspace uint8\n"
+"(tal_assign_workspace_size bytes); outputs (written): target_labels (B, A) int64, target_boxes (B, A, 4)\n"
+"float32, target_norm (B, A) float32 (float64 for float64 scores), fg_mask (B, A) bool, target_gt_idx\n"
+"(B, A) int64; stream: the CUDA stream handle (0 for CPU). All contiguous except scores, on one device.");
+
+PyDoc_STRVAR(tal_assign_workspace_size_doc,
+"tal_assign_workspace_size(B, M, A, topk, cuda, /) -> int\n\nBytes of uint8 workspace tal_assign_forward "
+"needs on the CPU (cuda false) or a GPU (cuda true): O(A + M + topk) on the CPU, O(B·A + B·M·topk) on a GPU.");
+
 static PyMethodDef module_methods[] = {
     {"build_info", build_info, METH_NOARGS, build_info_doc},
     {"nms_forward", (PyCFunction)(void (*)(void))yv_py_nms_forward, METH_FASTCALL, nms_forward_doc},
@@ -127,6 +144,10 @@ static PyMethodDef module_methods[] = {
     {"det_loss_decode", (PyCFunction)(void (*)(void))yv_py_det_loss_decode, METH_FASTCALL, det_loss_decode_doc},
     {"det_loss_workspace_size", (PyCFunction)(void (*)(void))yv_py_det_loss_workspace_size, METH_FASTCALL,
      det_loss_workspace_size_doc},
+    {"tal_assign_forward", (PyCFunction)(void (*)(void))yv_py_tal_assign_forward, METH_FASTCALL,
+     tal_assign_forward_doc},
+    {"tal_assign_workspace_size", (PyCFunction)(void (*)(void))yv_py_tal_assign_workspace_size, METH_FASTCALL,
+     tal_assign_workspace_size_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -28,6 +28,8 @@ PyObject *yv_py_det_loss_forward(PyObject *module, PyObject *const *args, Py_ssi
 PyObject *yv_py_det_loss_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_det_loss_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_det_loss_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_tal_assign_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_tal_assign_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* --- helpers (csrc/launch.c) --- */
 /* Arity check: "op() takes exactly N arguments (M given)" as TypeError. */

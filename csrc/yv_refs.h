@@ -43,4 +43,23 @@ int yv_det_loss_backward_ref(const yv_levels *maps, yv_dtype dtype, int reg_max,
                              const double grad_out[3], const yv_levels *grads);
 int yv_det_loss_decode_ref(const yv_levels *maps, yv_dtype dtype, int reg_max, float *boxes);
 
+/* ---- tal_assign (csrc/tal_assign_ref.c) ----
+ * scores (B, A, NC) YV_FLOAT32/YV_FLOAT16/YV_FLOAT64 by `score_dtype`, any non-negative strides
+ *   `score_strides` (elements); logits != 0: sigmoid on read; `round_dtype`: the dtype whose arithmetic the
+ *   reference rounds the sigmoid and s^alpha to (the scores' dtype, or YV_BFLOAT16 for upcast bfloat16)
+ * pred_boxes (B, A, 4) xyxy float32; points (A, 2) float32; gt_labels (B, M) int64 in [0, NC);
+ * gt_boxes (B, M, 4) float32; gt_mask (B, M) uint8/bool (nonzero: a real box); M >= 1, topk >= 1
+ * workspace: yv_tal_assign_workspace_size_ref(B, M, A, topk) bytes, 16-byte aligned (O(A + M + topk))
+ * out (all written): target_labels (B, A) int64, target_boxes (B, A, 4) float32, target_norm (B, A) float32
+ *   (float64 when score_dtype is YV_FLOAT64), fg (B, A) bool, gt_idx (B, A) int64.
+ * Returns 0, or -1 when a label lies outside [0, NC).
+ */
+size_t yv_tal_assign_workspace_size_ref(int64_t B, int64_t M, int64_t A, int64_t topk);
+int yv_tal_assign_forward_ref(const void *scores, yv_dtype score_dtype, const int64_t score_strides[3],
+                              yv_dtype round_dtype, int logits, int64_t B, int64_t A, int64_t NC,
+                              const float *pred_boxes, const float *points, const int64_t *gt_labels,
+                              const float *gt_boxes, const uint8_t *gt_mask, int64_t M, int64_t topk,
+                              double alpha, double beta, double eps, void *workspace, int64_t *target_labels,
+                              float *target_boxes, void *target_norm, uint8_t *fg, int64_t *gt_idx);
+
 #endif /* YV_REFS_H */

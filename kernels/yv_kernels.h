@@ -58,6 +58,25 @@ cudaError_t yv_det_loss_backward(const yv_levels *maps, yv_dtype dtype, int reg_
 cudaError_t yv_det_loss_decode(const yv_levels *maps, yv_dtype dtype, int reg_max, float *boxes,
                                cudaStream_t stream);
 
+/* ---- tal_assign (kernels/tal_assign.cu) ----
+ * scores (B, A, NC) YV_FLOAT32/YV_FLOAT16/YV_BFLOAT16 by `score_dtype`, any non-negative strides
+ *   `score_strides` (elements); logits != 0: sigmoid on read (rounded to the scores' dtype)
+ * pred_boxes (B, A, 4) xyxy float32; points (A, 2) float32; gt_labels (B, M) int64 (a label outside
+ *   [0, NC) reads score 0); gt_boxes (B, M, 4) float32; gt_mask (B, M) uint8/bool; M >= 1;
+ *   1 <= topk <= YV_TAL_MAX_TOPK; A, M < INT32_MAX
+ * workspace: yv_tal_assign_workspace_size(B, M, A, topk) bytes, 256-byte aligned: O(B·A + B·M·topk)
+ * out (all written): target_labels (B, A) int64, target_boxes (B, A, 4) float32, target_norm (B, A)
+ *   float32, fg (B, A) bool, gt_idx (B, A) int64. Same results as yv_tal_assign_forward_ref.
+ */
+#define YV_TAL_MAX_TOPK 32
+size_t yv_tal_assign_workspace_size(int64_t B, int64_t M, int64_t A, int64_t topk);
+cudaError_t yv_tal_assign_forward(const void *scores, yv_dtype score_dtype, const int64_t score_strides[3],
+                                  int logits, int64_t B, int64_t A, int64_t NC, const float *pred_boxes,
+                                  const float *points, const int64_t *gt_labels, const float *gt_boxes,
+                                  const uint8_t *gt_mask, int64_t M, int topk, double alpha, double beta,
+                                  double eps, void *workspace, int64_t *target_labels, float *target_boxes,
+                                  float *target_norm, uint8_t *fg, int64_t *gt_idx, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

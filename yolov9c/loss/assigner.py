@@ -2,8 +2,10 @@
 
 Torch reference with (B, M, A) intermediates (B images, M boxes per image after padding, A anchors). It gives
 the same assignment as the published assigner but avoids its widest temporaries: the in-box test keeps a
-running minimum instead of a (B, M, A, 4) delta tensor, the top-k selection is a uint8 hit count instead of
-a (B, M, topk, A) int64 one-hot, and the class one-hot is never materialised.
+running minimum instead of a (B, M, A, 4) delta tensor, the top-k selection is a threshold at each box's k-th
+value instead of a (B, M, topk, A) int64 one-hot, and the class one-hot is never materialised. Ties in the
+top-k resolve by lower anchor index (see topk_mask). `assign()` gives the same assignment without the
+(B, A, NC) target scores (used by yolov9c/ops/tal_assign.py, the C/CUDA assigner without (B, M, A) tensors).
 
 Test: python -m pytest -q tests/test_loss.py -k assign
 """
@@ -33,13 +35,20 @@ def topk_mask(metric, topk, valid_gt):
     metric: (B, M, A) float; valid_gt: bool (B, M). Rows of padding boxes select nothing. Reproduces the
     published rule "an anchor hit more than once in a row is dropped": top-k indices of a row are distinct,
     so only a padding row (all indices replaced by 0) can hit an anchor twice, and such rows are empty here.
+
+    Ties: equal metric values rank by lower anchor index first (what torch's CUDA top-k does; its CPU top-k
+    picks among tied values by heap/introselect order). Ties happen in practice at 0: a box with fewer than
+    topk anchors of nonzero metric inside fills its list with zero-metric anchors, and those that are inside
+    the box (score 0 or CIoU <= 0) become positives. Deterministic here so that the C/CUDA assigner
+    (yolov9c/ops/tal_assign.py) can give the same result; without ties it is torch.topk's selection.
     """
     k = min(topk, metric.shape[-1])
-    idx = metric.topk(k, dim=-1, largest=True).indices  # (B, M, k)
-    hits = torch.zeros(metric.shape, dtype=torch.uint8, device=metric.device)
-    ones = torch.ones(1, dtype=torch.uint8, device=metric.device).expand(idx.shape)
-    hits.scatter_add_(-1, idx, ones)
-    return (hits == 1) & valid_gt[..., None]
+    kth = metric.topk(k, dim=-1, largest=True).values[..., -1:]  # (B, M, 1) the k-th largest value
+    above = metric > kth
+    tied = metric == kth
+    room = k - above.sum(-1, keepdim=True, dtype=torch.int32)  # slots left for the tied values (>= 1)
+    first_tied = tied.to(torch.int32).cumsum_(-1) <= room
+    return (above | (tied & first_tied)) & valid_gt[..., None]
 
 
 class TaskAlignedAssigner:
@@ -66,6 +75,19 @@ class TaskAlignedAssigner:
 
     @torch.no_grad()
     def __call__(self, scores, boxes, points, gt_labels, gt_boxes, gt_mask):
+        target_labels, target_boxes, norm, fg, _ = self.assign(scores, boxes, points, gt_labels, gt_boxes, gt_mask)
+        B, A, NC = scores.shape
+        target_scores = torch.zeros((B, A, NC), dtype=norm.dtype, device=scores.device)
+        if gt_boxes.shape[1] > 0:
+            target_scores.scatter_(-1, target_labels[..., None], norm[..., None])
+        return target_labels, target_boxes, target_scores, fg
+
+    @torch.no_grad()
+    def assign(self, scores, boxes, points, gt_labels, gt_boxes, gt_mask):
+        """The assignment without the (B, A, NC) target scores: (target_labels, target_boxes, norm, fg,
+        gt_idx). norm (B, A) is the normalised alignment of a foreground anchor (0 for background; dtype of
+        the metric), so target_scores = one_hot(target_labels) · norm[..., None]; gt_idx (B, A) int64 is the
+        assigned box's row (0 for background)."""
         B, A, NC = scores.shape
         M = gt_boxes.shape[1]
         device = scores.device
@@ -73,8 +95,9 @@ class TaskAlignedAssigner:
             return (
                 torch.full((B, A), self.num_classes, dtype=torch.long, device=device),
                 torch.zeros_like(boxes),
-                torch.zeros_like(scores),
+                torch.zeros((B, A), dtype=scores.dtype, device=device),
                 torch.zeros((B, A), dtype=torch.bool, device=device),
+                torch.zeros((B, A), dtype=torch.long, device=device),
             )
 
         labels = gt_labels.long().view(B, M)
@@ -109,6 +132,4 @@ class TaskAlignedAssigner:
         box_max_iou = (overlaps * pos).amax(-1, keepdim=True)  # (B, M, 1)
         norm = (align * box_max_iou / (box_max_align + self.eps)).amax(1)  # (B, A)
 
-        target_scores = torch.zeros((B, A, NC), dtype=norm.dtype, device=device)
-        target_scores.scatter_(-1, target_labels[..., None], (norm * fg)[..., None])
-        return target_labels, target_boxes, target_scores, fg
+        return target_labels, target_boxes, norm * fg, fg, gt_idx
