@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
-from yolov9c.loss.detection import DualDetectionLoss  # noqa: E402
+from yolov9c.loss.detection import DualDetectionLoss
 
 GIB = 1024 ** 3
 
@@ -61,8 +61,8 @@ def bench_one(backend, batch, imgsz, nc, n, dtype, device, reps, warmup):
     maps = [m for b in preds for m in b]
     grad_bytes = sum(m.numel() * m.element_size() for m in maps)
     loss_fn = DualDetectionLoss(nc, 16, [8, 16, 32], fused=backend == "c")
-    row = dict(device=str(device), backend=backend, batch=batch, imgsz=imgsz, nc=nc, boxes_per_img=n,
-               dtype=str(dtype).replace("torch.", ""))
+    row = {"device": str(device), "backend": backend, "batch": batch, "imgsz": imgsz, "nc": nc, "boxes_per_img": n,
+           "dtype": str(dtype).replace("torch.", "")}
 
     def step():
         for m in maps:
@@ -96,18 +96,12 @@ def bench_one(backend, batch, imgsz, nc, n, dtype, device, reps, warmup):
                        head_outputs_gib=round(grad_bytes / GIB, 4))
     except torch.cuda.OutOfMemoryError:
         row.update(error="out of memory")
-    finally:
-        for m in maps:
-            m.grad = None
-        del preds, maps
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
     return row
 
 
 def markdown(rows):
-    out = ["| boxes/img | backend | ms (median) | extra GiB (peak − head outputs) | extra w/o map grads | "
-           "reserved GiB | loss items |", "|---|---|---|---|---|---|---|"]
+    out = [("| boxes/img | backend | ms (median) | extra GiB (peak − head outputs) | extra w/o map grads | "
+            "reserved GiB | loss items |"), "|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             out.append(f"| {r['boxes_per_img']} | {r['backend']} | {r['error']} | | | | |")
@@ -137,6 +131,8 @@ def main():
     for n in args.boxes:
         for backend in args.backends:
             row = bench_one(backend, args.batch, args.imgsz, args.nc, n, dtype, device, args.reps, args.warmup)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()   # the next row starts from the same empty cache
             print(json.dumps(row), flush=True)
             rows.append(row)
     if args.markdown:

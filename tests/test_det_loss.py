@@ -13,13 +13,16 @@ CPU cases always run (a few seconds); CUDA cases skip without a GPU.
 Run: python -m pytest -q tests/test_det_loss.py
 """
 
-import numpy as np
 import pytest
 import torch
 
 from yolov9c.ops import extension
-from yolov9c.ops.det_loss import (DetLossFunction, det_loss, det_loss_decode, det_loss_decode_reference,
-                                  det_loss_reference)
+from yolov9c.ops.det_loss import (
+    det_loss,
+    det_loss_decode,
+    det_loss_decode_reference,
+    det_loss_reference,
+)
 
 C = extension.load()
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -55,10 +58,8 @@ def scene(B=2, nc=5, reg_max=16, shapes=((9, 7), (5, 4), (3, 2)), dtype=torch.fl
     wh = torch.rand(B, A, 2, generator=g, dtype=torch.float64) * stride_col[None, :, None] * 34 + 1
     boxes = torch.cat((centre - wh / 2, centre + wh / 2), -1).float()
     fg = torch.rand(B, A, generator=g) < fg_frac
-    targets = dict(target_labels=torch.randint(0, nc, (B, A), generator=g),
-                   target_boxes=boxes,
-                   target_norm=torch.where(fg, torch.rand(B, A, generator=g), 0.0).float(),
-                   fg_mask=fg)
+    targets = {"target_labels": torch.randint(0, nc, (B, A), generator=g), "target_boxes": boxes,
+               "target_norm": torch.where(fg, torch.rand(B, A, generator=g), 0.0).float(), "fg_mask": fg}
     targets["target_scores_sum"] = targets["target_norm"].sum().clamp(min=1)
     maps = [m.to(dtype) for m in maps]
     if layout == "channels_last":

@@ -14,17 +14,16 @@ Tolerances:
 The model-level goldens through the c loss are in tests/test_goldens_loss.py.
 """
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from golden_weights import CONFIGS
+from golden_weights import GOLDEN_TARGETS as TARGETS
+from test_loss import GOLDEN_RTOL, golden_maps, loss_for, rel_err
 
-import yolov9c.loss.detection as detection
+from yolov9c.loss import detection
 from yolov9c.loss.detection import DetectionLoss, DualDetectionLoss
-
-from golden_weights import CONFIGS, GOLDEN_TARGETS as TARGETS  # noqa: E402
-from test_loss import GOLDEN_RTOL, golden_maps, loss_for, rel_err  # noqa: E402
-from yolov9c.resources import DEFAULT_HYP as HYP  # noqa: E402
+from yolov9c.resources import DEFAULT_HYP as HYP
 
 
 def c_loss_for(cfg, hyp=None):
@@ -160,7 +159,7 @@ def test_dense_image_5000_boxes(monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_c_loss_matches_reference():
-    preds, z = golden_maps("yolov9-s")
+    preds, _ = golden_maps("yolov9-s")
     p32 = convert(preds, lambda m: m.float().cuda())
     pc, pr = leaf(p32), leaf(p32)
     tc, ic = c_loss_for("yolov9-s")(pc, TARGETS.cuda())

@@ -114,8 +114,8 @@ class DetLossFunction(torch.autograd.Function):
         labels = target_labels.detach().contiguous()
         boxes = _targets_for_c(target_boxes.detach(), cuda)
         norm = _targets_for_c(target_norm.detach(), cuda)
-        if boxes.dtype != norm.dtype:
-            boxes, norm = boxes.to(norm.dtype), norm
+        if boxes.dtype != norm.dtype:   # the C reference reads both in one dtype
+            boxes = boxes.to(norm.dtype)
         fg = fg_mask.detach().contiguous()
         tss = tss.detach().to(torch.float32 if cuda else acc).reshape(1).contiguous()
         B, A = labels.shape
