@@ -171,8 +171,8 @@ static inline float ciou(const float *g, float g_atan, const float *p, float p_a
     float w2 = p[2] - p[0], h2 = (p[3] - p[1]) + CIOU_EPS;
     float iw = min_f(g[2], p[2]) - max_f(g[0], p[0]);
     float ih = min_f(g[3], p[3]) - max_f(g[1], p[1]);
-    iw = iw < 0.0f ? 0.0f : iw;
-    ih = ih < 0.0f ? 0.0f : ih;
+    iw = iw > 0.0f ? iw : 0.0f;
+    ih = ih > 0.0f ? ih : 0.0f;
     float inter = iw * ih;
     float iou = inter / (((w1 * h1 + w2 * h2) - inter) + CIOU_EPS);
     float cw = max_f(g[2], p[2]) - min_f(g[0], p[0]);
@@ -185,7 +185,7 @@ static inline float ciou(const float *g, float g_atan, const float *p, float p_a
     float v = V_COEF * (d * d);
     float alpha = v / ((v - iou) + ONE_PLUS_EPS);
     float c = iou - (rho2 / c2 + v * alpha);
-    return c < 0.0f ? 0.0f : c;
+    return c > 0.0f ? c : 0.0f;
 }
 
 static inline int inside(const float *pt, const float *g)
