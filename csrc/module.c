@@ -116,6 +116,30 @@ PyDoc_STRVAR(bn_silu_backward_doc,
 "Full training BatchNorm backward of bn_silu_forward (without residual): dz1/dz2 (z's dtype or float32,\n"
 "any strides, or None to skip) written or, with accumulate, added to; dweight/dbias float32 (C,) written\n"
 "(dweight2/dbias2 None without z2). batch_stats false drops the statistics' terms (eval statistics).");
+PyDoc_STRVAR(det_loss_forward_doc,
+"det_loss_forward(maps, strides, reg_max, target_labels, target_boxes, target_norm, fg_mask,\n"
+"                 target_scores_sum, label_smoothing, pos_weight, max_dist, workspace, out, stream, /) -> None\n\n"
+"The loss terms of one detection head branch (maths: csrc/det_loss_ref.c). maps: tuple of nl level maps\n"
+"(B, 4*reg_max + NC, H, W), one dtype (float32/float16; bfloat16 on CUDA, float64 on the CPU), any strides;\n"
+"strides: nl floats (pixels per cell); target_labels (B, A) int32/int64; target_boxes (B, A, 4) xyxy pixels\n"
+"and target_norm (B, A): float32 (float64 too on the CPU); fg_mask (B, A) bool; target_scores_sum (1,);\n"
+"label_smoothing, pos_weight, max_dist: floats; workspace uint8 (det_loss_workspace_size(B, A, cuda) bytes);\n"
+"out (3,) float32 (float64 allowed on the CPU) = (box, cls, dfl) / target_scores_sum; stream: the CUDA stream\n"
+"handle (0 for CPU).");
+
+PyDoc_STRVAR(det_loss_backward_doc,
+"det_loss_backward(maps, strides, reg_max, target_labels, target_boxes, target_norm, fg_mask,\n"
+"                  target_scores_sum, label_smoothing, pos_weight, max_dist, grad_out, grads, stream, /) -> None\n\n"
+"Gradients of det_loss_forward's (3,) output w.r.t. the maps, recomputed from the maps and targets: grad_out\n"
+"(3,) float32/float64 (float32 on CUDA); grads: tuple of nl tensors shaped and typed like the maps (own\n"
+"strides, no zero strides), every element written.");
+
+PyDoc_STRVAR(det_loss_decode_doc,
+"det_loss_decode(maps, strides, reg_max, boxes, stream, /) -> None\n\n"
+"DFL expectation of every anchor -> boxes (B, A, 4) float32 xyxy in pixels (what the assigner reads).");
+
+PyDoc_STRVAR(det_loss_workspace_size_doc,
+"det_loss_workspace_size(B, A, cuda, /) -> int\n\nBytes of uint8 workspace det_loss_forward needs (0 on the CPU).");
 
 PyDoc_STRVAR(tal_assign_forward_doc,
 "tal_assign_forward(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, topk, alpha, beta, eps,\n"
@@ -145,6 +169,12 @@ static PyMethodDef module_methods[] = {
     {"bn_silu_forward", (PyCFunction)(void (*)(void))yv_py_bn_silu_forward, METH_FASTCALL, bn_silu_forward_doc},
     {"bn_silu_backward", (PyCFunction)(void (*)(void))yv_py_bn_silu_backward, METH_FASTCALL,
      bn_silu_backward_doc},
+    {"det_loss_forward", (PyCFunction)(void (*)(void))yv_py_det_loss_forward, METH_FASTCALL, det_loss_forward_doc},
+    {"det_loss_backward", (PyCFunction)(void (*)(void))yv_py_det_loss_backward, METH_FASTCALL,
+     det_loss_backward_doc},
+    {"det_loss_decode", (PyCFunction)(void (*)(void))yv_py_det_loss_decode, METH_FASTCALL, det_loss_decode_doc},
+    {"det_loss_workspace_size", (PyCFunction)(void (*)(void))yv_py_det_loss_workspace_size, METH_FASTCALL,
+     det_loss_workspace_size_doc},
     {"tal_assign_forward", (PyCFunction)(void (*)(void))yv_py_tal_assign_forward, METH_FASTCALL,
      tal_assign_forward_doc},
     {"tal_assign_workspace_size", (PyCFunction)(void (*)(void))yv_py_tal_assign_workspace_size, METH_FASTCALL,

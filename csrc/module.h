@@ -28,6 +28,10 @@ PyObject *yv_py_bn_workspace_size(PyObject *module, PyObject *const *args, Py_ss
 PyObject *yv_py_bn_stats_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_bn_silu_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_bn_silu_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_det_loss_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_det_loss_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_det_loss_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_det_loss_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_tal_assign_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_tal_assign_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 

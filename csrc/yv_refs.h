@@ -12,6 +12,7 @@
 
 #include "bn_silu.h"
 #include "yv_dtype.h"
+#include "yv_levels.h"
 
 /* ---- nms (csrc/nms_ref.c) ----
  * boxes   (n, 4) xyxy, scores (n,): `dtype` YV_FLOAT32 or YV_FLOAT16 (IoU computed in float32)
@@ -40,6 +41,25 @@ int yv_bn_silu_forward_ref(yv_bn_shape s, yv_view4 z1, yv_bn_params p1, yv_view4
 int yv_bn_silu_backward_ref(yv_bn_shape s, yv_view4 z1, yv_bn_params p1, yv_view4 z2, yv_bn_params p2,
                             yv_view4 grad_out, int silu, int batch_stats, yv_view4 dz1, yv_view4 dz2, int accumulate,
                             float *dweight1, float *dbias1, float *dweight2, float *dbias2);
+/* ---- det_loss (csrc/det_loss_ref.c; maths stated there) ----
+ * maps    the nl level maps of one branch (yv_levels.h), C = 4·reg_max + NC, `dtype` YV_FLOAT32/FLOAT16/FLOAT64
+ * labels  (B, A) int32/int64 by `label_dtype`; read on foreground anchors only, must be in [0, NC)
+ * tboxes  (B, A, 4) xyxy pixels and tnorm (B, A), `target_dtype` YV_FLOAT32/FLOAT64; fg (B, A) bool (0/1)
+ * tss     target_scores_sum (> 0); eps label smoothing; max_dist DFL target clamp (reg_max − 1.01)
+ * out     (3,) = (box, cls, dfl) / tss; grad_out (3,) their incoming gradients; grads: maps of the same
+ *         shape and dtype, every element written (=). decode: boxes (B, A, 4) float32 xyxy pixels.
+ * Return 0, or -1 when a foreground label is outside [0, NC).
+ */
+int yv_det_loss_forward_ref(const yv_levels *maps, yv_dtype dtype, int reg_max, const void *labels,
+                            yv_dtype label_dtype, const void *tboxes, const void *tnorm, yv_dtype target_dtype,
+                            const uint8_t *fg, double tss, double eps, double pos_weight, double max_dist,
+                            double out[3]);
+int yv_det_loss_backward_ref(const yv_levels *maps, yv_dtype dtype, int reg_max, const void *labels,
+                             yv_dtype label_dtype, const void *tboxes, const void *tnorm, yv_dtype target_dtype,
+                             const uint8_t *fg, double tss, double eps, double pos_weight, double max_dist,
+                             const double grad_out[3], const yv_levels *grads);
+int yv_det_loss_decode_ref(const yv_levels *maps, yv_dtype dtype, int reg_max, float *boxes);
+
 /* ---- tal_assign (csrc/tal_assign_ref.c) ----
  * scores (B, A, NC) YV_FLOAT32/YV_FLOAT16/YV_FLOAT64 by `score_dtype`, any non-negative strides
  *   `score_strides` (elements); logits != 0: sigmoid on read; `round_dtype`: the dtype whose arithmetic the

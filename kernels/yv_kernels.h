@@ -17,6 +17,7 @@
 
 #include "bn_silu.h"
 #include "yv_dtype.h"
+#include "yv_levels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,6 +52,30 @@ cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_params p1, yv_
                                 yv_view4 grad_out, int silu, int batch_stats, yv_view4 dz1, yv_view4 dz2,
                                 int accumulate, float *dweight1, float *dbias1, float *dweight2, float *dbias2,
                                 void *workspace, cudaStream_t stream);
+/* ---- det_loss (kernels/det_loss.cu; maths in csrc/det_loss_ref.c) ----
+ * maps    the nl level maps of one branch (yv_levels.h, any strides), C = 4·reg_max + NC, reg_max <= 64,
+ *         `dtype` YV_FLOAT32, YV_FLOAT16 or YV_BFLOAT16 (float32 arithmetic, fp32 partial sums)
+ * labels  (B, A) YV_INT32/YV_INT64 by `label_dtype`; tboxes (B, A, 4) float32 xyxy pixels; tnorm (B, A)
+ *         float32; fg (B, A) bool; tss (1,) float32 target_scores_sum (device, > 0, read by the kernels)
+ * workspace: yv_det_loss_workspace_size(B, A) bytes: per-block partial sums + an error flag
+ * out     (3,) float32 = (box, cls, dfl) / tss, reduced in a fixed order (deterministic); NaN when a
+ *         foreground label is outside [0, NC) (flagged on the device, no host synchronisation)
+ * grad_out (3,) float32 (device); grads: maps of the maps' shape and dtype (own strides), written (=).
+ * decode: boxes (B, A, 4) float32 xyxy pixels (DFL expectation, detached).
+ */
+size_t yv_det_loss_workspace_size(int64_t B, int64_t A);
+cudaError_t yv_det_loss_forward(const yv_levels *maps, yv_dtype dtype, int reg_max, const void *labels,
+                                yv_dtype label_dtype, const float *tboxes, const float *tnorm,
+                                const uint8_t *fg, const float *tss, float eps, float pos_weight, float max_dist,
+                                void *workspace, float *out, cudaStream_t stream);
+cudaError_t yv_det_loss_backward(const yv_levels *maps, yv_dtype dtype, int reg_max, const void *labels,
+                                 yv_dtype label_dtype, const float *tboxes, const float *tnorm,
+                                 const uint8_t *fg, const float *tss, float eps, float pos_weight,
+                                 float max_dist, const float *grad_out, const yv_levels *grads,
+                                 cudaStream_t stream);
+cudaError_t yv_det_loss_decode(const yv_levels *maps, yv_dtype dtype, int reg_max, float *boxes,
+                               cudaStream_t stream);
+
 /* ---- tal_assign (kernels/tal_assign.cu) ----
  * scores (B, A, NC) YV_FLOAT32/YV_FLOAT16/YV_BFLOAT16 by `score_dtype`, any non-negative strides
  *   `score_strides` (elements); logits != 0: sigmoid on read (rounded to the scores' dtype)

@@ -22,11 +22,12 @@ def load_model(path):
     return _load(path)
 
 
-def make_loss(model, hyp=None):
+def make_loss(model, hyp=None, backend="torch"):
     """Return a callable (preds, targets) -> (loss_total, loss_items) for `model`: the dual loss for
     models with a DualDDetect head, the single-head loss otherwise. `targets` is (N, 6) float:
     image index, class, x, y, w, h (normalised). `hyp` is a dict or a hyp yaml path (default
-    configs/hyps/hyp.scratch-high.yaml)."""
+    configs/hyps/hyp.scratch-high.yaml). `backend` "torch" is the reference; "c" computes the same loss
+    with the C/CUDA assigner and loss kernels (no batch × boxes × anchors tensors)."""
     from yolov9c.loss.detection import make_loss as _make
 
-    return _make(model, hyp)
+    return _make(model, hyp, backend=backend)

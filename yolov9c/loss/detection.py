@@ -13,6 +13,15 @@ scores, CIoU and DFL on the foreground anchors, all ÷ target_scores_sum. The du
 branch's terms × 0.25 (its box/dfl terms only when it has a positive). Gains are fixed at box 7.5, cls 0.5,
 dfl 1.5 as in the published loss, which does not read the hyp keys box/cls/dfl.
 
+The c path (make_loss(model, backend="c"), i.e. DetectionLoss(..., fused=True)) computes the same terms
+without (B, M, A) or (B, A, NC) tensors: per branch, the boxes for the assigner come from
+yolov9c.ops.det_loss.det_loss_decode, the targets from yolov9c.ops.tal_assign.tal_assign (labels, boxes and
+the per-anchor soft score `target_norm`: target_scores = one_hot(labels)·target_norm, never built), and the
+three terms with their gradients from yolov9c.ops.det_loss.det_loss, which reads the level maps in place.
+The only (B, ·, A) temporary is a transient copy of the class logits (B, NC, A) in the maps' dtype for the
+assigner, freed before the loss kernels run. With hyp fl_gamma > 0 (focal loss, off in every published hyp)
+the c path uses the reference branch.
+
 Differences from the published loss, on purpose:
   * hyp['label_smoothing'] = eps acts (published: silently ignored): BCE targets t become
     t·(1 − eps) + eps/2, so a hard 1 becomes 1 − eps/2 and a 0 becomes eps/2 (the published smooth_BCE
@@ -34,6 +43,7 @@ from yolov9c.loss.assigner import TaskAlignedAssigner
 from yolov9c.loss.bbox_loss import BboxLoss
 from yolov9c.loss.boxes import xywh2xyxy
 from yolov9c.models.head import dist2bbox, make_anchors
+from yolov9c.ops.det_loss import det_loss, det_loss_decode
 from yolov9c.resources import load_hyp
 
 BOX_GAIN, CLS_GAIN, DFL_GAIN = 7.5, 0.5, 1.5  # hard-coded in the published loss (loss_tal_dual.py:247-249)
@@ -81,8 +91,9 @@ class DetectionLoss:
     loss_items (3,) detached [box, cls, dfl]), float32 (float64 for float64 predictions).
     """
 
-    def __init__(self, nc, reg_max=16, stride=(8, 16, 32), hyp=None):
+    def __init__(self, nc, reg_max=16, stride=(8, 16, 32), hyp=None, fused=False):
         self.hyp = load_hyp(hyp)
+        self.fused = bool(fused)  # the c path: tal_assign + det_loss kernels (module docstring)
         self.nc = int(nc)
         self.reg_max = int(reg_max)
         self.no = self.nc + 4 * self.reg_max
@@ -121,6 +132,8 @@ class DetectionLoss:
         maps: nl tensors (B, no, H, W); gt_*: packed targets (pixels); points (A, 2) grid units, stride_col
         (A, 1). box/dfl are None when the branch has no foreground anchor.
         """
+        if self.fused and self.fl_gamma == 0:
+            return self._branch_fused(maps, gt_labels, gt_boxes, gt_mask, points, stride_col)
         B = maps[0].shape[0]
         pred = torch.cat([m.reshape(B, self.no, -1) for m in maps], dim=2)  # (B, no, A)
         pred_dist, pred_scores = pred.split((4 * self.reg_max, self.nc), dim=1)
@@ -149,6 +162,26 @@ class DetectionLoss:
             return None, cls, None, False
         box, dfl = self.bbox_loss(pred_dist, pred_boxes, points, target_boxes, target_scores, target_scores_sum, fg)
         return box, cls, dfl, True
+
+    def _branch_fused(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col):
+        """The c path of _branch: same terms, returned as (box, cls, dfl, True) (box = dfl = 0 without a
+        foreground anchor, which adds nothing, so no host synchronisation is needed to test for one)."""
+        B, R, nc = maps[0].shape[0], self.reg_max, self.nc
+        a = self.assigner
+        with torch.no_grad():
+            pred_boxes = det_loss_decode(maps, self.stride, R)  # (B, A, 4) float32 pixels
+            # the class logits as one (B, NC, A) tensor (a transient copy in the maps' dtype, freed below);
+            # tal_assign reads it through a (B, A, NC) view and applies the sigmoid itself
+            logits = torch.cat([m.detach()[:, 4 * R:].reshape(B, nc, -1) for m in maps], dim=2)
+            labels, boxes, norm, fg, _ = _tal_assign()(
+                logits.transpose(1, 2), pred_boxes, (points * stride_col).float(), gt_labels, gt_boxes, gt_mask, nc,
+                topk=a.topk, alpha=a.alpha, beta=a.beta, eps=a.eps, logits=True)
+            del logits, pred_boxes
+            norm = torch.where(fg, norm, 0.0)
+            target_scores_sum = norm.sum().clamp(min=1)
+        out = det_loss(maps, self.stride, labels, boxes, norm, fg, target_scores_sum, R, self.label_smoothing,
+                       self.cls_pw)
+        return out[0], out[1], out[2], True
 
     def _cls_loss(self, logits, targets):
         """Element-wise BCE-with-logits (pos_weight = cls_pw), optional focal factor and label smoothing.
@@ -222,13 +255,42 @@ class DualDetectionLoss(DetectionLoss):
         return [list(both[0]), list(both[1])]
 
 
-def make_loss(model, hyp=None):
+def _tal_assign():
+    """yolov9c.ops.tal_assign.tal_assign (the assigner kernels); until that op is in the tree, the same API
+    over the reference TaskAlignedAssigner (_tal_assign_reference)."""
+    try:
+        from yolov9c.ops.tal_assign import tal_assign
+    except ImportError:
+        return _tal_assign_reference
+    return tal_assign
+
+
+def _tal_assign_reference(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_classes, topk=10,
+                          alpha=0.5, beta=6.0, eps=1e-9, logits=False):
+    """tal_assign's API on the reference assigner: (target_labels (B, A) int64, target_boxes (B, A, 4),
+    target_norm (B, A) float32, fg_mask (B, A) bool, target_gt_idx None). Builds the (B, M, A) and (B, A, NC)
+    tensors tal_assign avoids; a stop-gap, not the c path's memory."""
+    probs = scores.sigmoid() if logits else scores
+    assigner = TaskAlignedAssigner(num_classes, topk=topk, alpha=alpha, beta=beta, eps=eps)
+    labels, boxes, target_scores, fg = assigner(probs, pred_boxes, points, gt_labels, gt_boxes, gt_mask)
+    # with no boxes at all the reference labels every anchor num_classes (out of range): no score to read
+    norm = target_scores.gather(-1, labels.clamp(0, num_classes - 1)[..., None]).squeeze(-1)
+    return labels, boxes, norm.float(), fg, None
+
+
+BACKENDS = ("torch", "c")
+
+
+def make_loss(model, hyp=None, backend="torch"):
     """The loss for `model`: DualDetectionLoss for a DualDDetect head, DetectionLoss for a DDetect head.
 
     model: a DetectionModel (or a DataParallel/DDP wrapper of one); nc, reg_max and stride come from its head
-    model.model[-1]. hyp: None (configs/hyps/hyp.scratch-high.yaml), a dict or a yaml path.
+    model.model[-1]. hyp: None (configs/hyps/hyp.scratch-high.yaml), a dict or a yaml path. backend: "torch"
+    (the reference) or "c" (the same loss through the tal_assign and det_loss kernels, fused=True).
     Returns a callable (preds, targets) -> (loss_total (1,), loss_items (3,) detached).
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"make_loss: backend must be one of {BACKENDS}, got {backend!r}")
     from yolov9c.models.head import DDetect, DualDDetect
 
     model = getattr(model, "module", model)
@@ -239,4 +301,4 @@ def make_loss(model, hyp=None):
         cls = DetectionLoss
     else:
         raise TypeError(f"make_loss: the model's last layer is {type(head).__name__}, not DDetect/DualDDetect")
-    return cls(head.nc, head.reg_max, head.stride, hyp)
+    return cls(head.nc, head.reg_max, head.stride, hyp, fused=backend == "c")

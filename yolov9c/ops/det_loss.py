@@ -1,0 +1,262 @@
+"""The loss terms of one detection head branch, read straight from the head's level maps: `det_loss()`
+(C/CUDA through yolov9c._C, autograd via `DetLossFunction`), `det_loss_decode()` (the boxes the assigner
+reads) and their stock-torch references `det_loss_reference()` / `det_loss_decode_reference()`.
+
+    out = det_loss(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum,
+                   reg_max=16, label_smoothing=0.0, pos_weight=1.0)        # (3,) = [box, cls, dfl]
+
+maps: the nl maps (B, 4·reg_max + NC, H_l, W_l) of one branch as the head produced them (float32 / float16 /
+bfloat16, float64 on the CPU; any strides, channels-last included); strides: nl floats (8, 16, 32). Targets
+come from yolov9c.ops.tal_assign.tal_assign: target_labels (B, A) int64, target_boxes (B, A, 4) xyxy pixels
+float32, target_norm (B, A) float32 (the soft score of the assigned class; the reference's target_scores is
+one_hot(target_labels)·target_norm·fg), fg_mask (B, A) bool; target_scores_sum: a number or a 0-dim/(1,)
+tensor (≥ 1, see yolov9c/loss/detection.py). Returns a (3,) tensor, float32 (float64 for float64 maps):
+    box = Σ_fg (1 − CIoU)·norm / tss,   cls = Σ_{b,a,c} BCE(x, t) / tss,   dfl = Σ_fg DFL·norm / tss,
+exactly the published terms (spec §4.4-4.6; maths in csrc/det_loss_ref.c), label smoothing and pos_weight
+(hyp cls_pw) included. No (B, A, NC) or (B, A, 4·reg_max) tensor is built: the kernels read the maps in place
+with float32 arithmetic and fixed-order partial sums (deterministic); backward recomputes everything from the
+saved maps (alive anyway) and the (B, A)-sized targets and writes the map gradients in the maps' dtype.
+
+Dispatch: CUDA float32/float16/bfloat16 -> kernels/det_loss.cu; CPU -> csrc/det_loss_ref.c (float64
+arithmetic; bfloat16 maps go through a transient float32 copy because NumPy has no bfloat16); CUDA float64
+maps and YOLOV9C_FUSED=0 -> the torch reference.
+Test: python -m pytest -q tests/test_det_loss.py; speed and memory: python benchmarks/bench_loss.py
+"""
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+
+from yolov9c.ops import extension
+
+_FLOAT_TYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def dfl_max_dist(reg_max):
+    """The DFL target clamp, (reg_max − 1) − 0.01 = 14.99 for 16 bins (yolov9c/loss/bbox_loss.py)."""
+    return (reg_max - 1) - 0.01
+
+
+# ----------------------------------------------------------------------------------------------- checks
+
+
+def _check_maps(maps, strides, reg_max, op):
+    if not isinstance(maps, (list, tuple)) or not maps or not all(isinstance(m, torch.Tensor) for m in maps):
+        raise TypeError(f"{op}: maps must be a non-empty list of tensors")
+    if len(maps) > 4:
+        raise ValueError(f"{op}: at most 4 level maps are supported, got {len(maps)}")
+    if not isinstance(strides, (list, tuple)) or len(strides) != len(maps):
+        raise ValueError(f"{op}: strides must hold one float per level map ({len(maps)})")
+    m0 = maps[0]
+    for m in maps:
+        if m.ndim != 4 or m.shape[:2] != m0.shape[:2]:
+            raise ValueError(f"{op}: every map must be (B, C, H, W) with the first map's B and C, got "
+                             f"{tuple(m.shape)} and {tuple(m0.shape)}")
+        if m.dtype != m0.dtype or m.dtype not in _FLOAT_TYPES:
+            raise TypeError(f"{op}: maps must share one float dtype (float32/float16/bfloat16/float64), got {m.dtype}")
+        if m.device != m0.device:
+            raise ValueError(f"{op}: maps must be on one device, got {m.device} and {m0.device}")
+    if isinstance(reg_max, bool) or not isinstance(reg_max, int) or not 2 <= reg_max <= 64:
+        raise ValueError(f"{op}: reg_max must be an int in [2, 64], got {reg_max!r}")
+    if m0.shape[1] <= 4 * reg_max:
+        raise ValueError(f"{op}: maps have {m0.shape[1]} channels, need 4·reg_max + NC = {4 * reg_max} + NC")
+
+
+def _check_targets(maps, target_labels, target_boxes, target_norm, fg_mask):
+    B, A = maps[0].shape[0], sum(m.shape[2] * m.shape[3] for m in maps)
+    device = maps[0].device
+    for name, t, shape in (("target_labels", target_labels, (B, A)), ("target_boxes", target_boxes, (B, A, 4)),
+                           ("target_norm", target_norm, (B, A)), ("fg_mask", fg_mask, (B, A))):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"det_loss: {name} must be a tensor, got {type(t).__name__}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"det_loss: {name} must have shape {shape}, got {tuple(t.shape)}")
+        if t.device != device:
+            raise ValueError(f"det_loss: {name} is on {t.device}, the maps on {device}")
+    if target_labels.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"det_loss: target_labels must be int32/int64, got {target_labels.dtype}")
+    if fg_mask.dtype != torch.bool:
+        raise TypeError(f"det_loss: fg_mask must be bool, got {fg_mask.dtype}")
+    if not target_boxes.dtype.is_floating_point or not target_norm.dtype.is_floating_point:
+        raise TypeError("det_loss: target_boxes and target_norm must be float tensors")
+
+
+# ------------------------------------------------------------------------------------------ C/CUDA path
+
+
+def _device_ctx(device):
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _targets_for_c(t, cuda):
+    """Targets as the kernels read them: contiguous; float32 on CUDA, float32 or float64 on the CPU."""
+    if t.dtype.is_floating_point and (cuda or t.dtype != torch.float64):
+        t = t.float()
+    return t.contiguous()
+
+
+class DetLossFunction(torch.autograd.Function):
+    """autograd.Function of det_loss. forward(cfg, target_labels, target_boxes, target_norm, fg_mask, tss,
+    *maps) with cfg = (strides, reg_max, label_smoothing, pos_weight) -> (3,) [box, cls, dfl].
+    Saved for backward: the maps themselves (no copy) and the (B, A)-sized targets; nothing (B, A, C)-sized."""
+
+    @staticmethod
+    def forward(ctx, cfg, target_labels, target_boxes, target_norm, fg_mask, tss, *maps):
+        strides, reg_max, eps, pos_weight = cfg
+        C = extension.load()
+        device = maps[0].device
+        cuda = device.type == "cuda"
+        cmaps = [m.detach() for m in maps]
+        if not cuda and cmaps[0].dtype == torch.bfloat16:
+            cmaps = [m.float() for m in cmaps]   # NumPy has no bfloat16: a transient float32 copy on the CPU
+        acc = torch.float64 if cmaps[0].dtype == torch.float64 else torch.float32
+        labels = target_labels.detach().contiguous()
+        boxes = _targets_for_c(target_boxes.detach(), cuda)
+        norm = _targets_for_c(target_norm.detach(), cuda)
+        if boxes.dtype != norm.dtype:   # the C reference reads both in one dtype
+            boxes = boxes.to(norm.dtype)
+        fg = fg_mask.detach().contiguous()
+        tss = tss.detach().to(torch.float32 if cuda else acc).reshape(1).contiguous()
+        B, A = labels.shape
+        workspace = torch.empty(C.det_loss_workspace_size(B, A, cuda), dtype=torch.uint8, device=device)
+        out = torch.empty(3, dtype=acc, device=device)
+        arg = extension.arg
+        with _device_ctx(device):
+            C.det_loss_forward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max, arg(labels),
+                               arg(boxes), arg(norm), arg(fg), arg(tss), float(eps), float(pos_weight),
+                               float(dfl_max_dist(reg_max)), arg(workspace), arg(out), extension.stream_of(device))
+        ctx.cfg = cfg
+        ctx.save_for_backward(labels, boxes, norm, fg, tss, *maps)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        strides, reg_max, eps, pos_weight = ctx.cfg
+        labels, boxes, norm, fg, tss, *maps = ctx.saved_tensors
+        C = extension.load()
+        device = maps[0].device
+        cuda = device.type == "cuda"
+        cmaps = [m.detach() for m in maps]
+        upcast = not cuda and cmaps[0].dtype == torch.bfloat16
+        if upcast:
+            cmaps = [m.float() for m in cmaps]
+        grads = [torch.empty_like(m) for m in cmaps]
+        grad_out = grad_out.to(torch.float32 if cuda else tss.dtype).contiguous()
+        arg = extension.arg
+        with _device_ctx(device):
+            C.det_loss_backward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max,
+                                arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss), float(eps), float(pos_weight),
+                                float(dfl_max_dist(reg_max)), arg(grad_out), tuple(arg(g) for g in grads),
+                                extension.stream_of(device))
+        if upcast:
+            grads = [g.to(torch.bfloat16) for g in grads]
+        return (None, None, None, None, None, None, *grads)
+
+
+def _tss_tensor(target_scores_sum, like):
+    if isinstance(target_scores_sum, torch.Tensor):
+        if target_scores_sum.numel() != 1:
+            raise ValueError(f"det_loss: target_scores_sum must hold one value, got shape "
+                             f"{tuple(target_scores_sum.shape)}")
+        return target_scores_sum.detach().reshape(()).to(like.device)
+    return torch.tensor(float(target_scores_sum), dtype=torch.float64, device=like.device)
+
+
+def det_loss(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum, reg_max=16,
+             label_smoothing=0.0, pos_weight=1.0):
+    """The (3,) loss terms [box, cls, dfl] of one branch; see the module docstring."""
+    maps = list(maps)
+    _check_maps(maps, strides, reg_max, "det_loss")
+    _check_targets(maps, target_labels, target_boxes, target_norm, fg_mask)
+    tss = _tss_tensor(target_scores_sum, maps[0])
+    if (not extension.fused_enabled()) or (maps[0].is_cuda and maps[0].dtype == torch.float64):
+        return det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, fg_mask, tss, reg_max,
+                                  label_smoothing, pos_weight)
+    cfg = (tuple(float(s) for s in strides), int(reg_max), float(label_smoothing), float(pos_weight))
+    return DetLossFunction.apply(cfg, target_labels, target_boxes, target_norm, fg_mask, tss, *maps)
+
+
+@torch.no_grad()
+def det_loss_decode(maps, strides, reg_max=16):
+    """DFL expectation of every anchor as boxes (B, A, 4) float32 xyxy in pixels, detached: what the assigner
+    reads. Computed in float32 on CUDA and in float64 (rounded to float32) on the CPU."""
+    maps = list(maps)
+    _check_maps(maps, strides, reg_max, "det_loss_decode")
+    if (not extension.fused_enabled()) or (maps[0].is_cuda and maps[0].dtype == torch.float64):
+        return det_loss_decode_reference(maps, strides, reg_max)
+    C = extension.load()
+    device = maps[0].device
+    cuda = device.type == "cuda"
+    cmaps = [m.detach() for m in maps]
+    if not cuda and cmaps[0].dtype == torch.bfloat16:
+        cmaps = [m.float() for m in cmaps]
+    B, A = cmaps[0].shape[0], sum(m.shape[2] * m.shape[3] for m in cmaps)
+    boxes = torch.empty((B, A, 4), dtype=torch.float32, device=device)
+    with _device_ctx(device):
+        C.det_loss_decode(tuple(extension.arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max,
+                          extension.arg(boxes), extension.stream_of(device))
+    return boxes
+
+
+# ------------------------------------------------------------------------------------------- references
+
+
+def _concat(maps, reg_max):
+    """The reference's (B, A, 4·reg_max) DFL logits and (B, A, NC) class logits (permuted copies)."""
+    B, C = maps[0].shape[:2]
+    pred = torch.cat([m.reshape(B, C, -1) for m in maps], dim=2)
+    pred_dist, pred_scores = pred.split((4 * reg_max, C - 4 * reg_max), dim=1)
+    return pred_dist.permute(0, 2, 1).contiguous(), pred_scores.permute(0, 2, 1).contiguous()
+
+
+def _decode_grid(pred_dist, points, reg_max):
+    from yolov9c.models.head import dist2bbox
+
+    B, A = pred_dist.shape[:2]
+    proj = torch.arange(reg_max, device=pred_dist.device, dtype=pred_dist.dtype)
+    ltrb = pred_dist.view(B, A, 4, reg_max).softmax(-1).matmul(proj)
+    return dist2bbox(ltrb, points, xywh=False)
+
+
+@torch.no_grad()
+def det_loss_decode_reference(maps, strides, reg_max=16):
+    """det_loss_decode from stock torch ops, as the published loss decodes (in the maps' dtype), as float32."""
+    from yolov9c.models.head import make_anchors
+
+    points, stride_col = make_anchors(maps, strides, 0.5)
+    pred_dist, _ = _concat([m.detach() for m in maps], reg_max)
+    return (_decode_grid(pred_dist, points, reg_max) * stride_col).float()
+
+
+def det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum,
+                       reg_max=16, label_smoothing=0.0, pos_weight=1.0):
+    """det_loss from stock torch ops: the published loss_tal_dual.py branch terms (via yolov9c.loss.BboxLoss),
+    building the (B, A, NC) target_scores = one_hot(target_labels)·target_norm·fg it never needs in C."""
+    from yolov9c.loss.bbox_loss import BboxLoss
+    from yolov9c.models.head import make_anchors
+
+    maps = list(maps)
+    tss = _tss_tensor(target_scores_sum, maps[0])
+    points, stride_col = make_anchors(maps, strides, 0.5)
+    pred_dist, pred_scores = _concat(maps, reg_max)
+    pred_boxes = _decode_grid(pred_dist, points, reg_max)
+    nc = pred_scores.shape[-1]
+    norm = torch.where(fg_mask, target_norm, torch.zeros((), dtype=target_norm.dtype, device=target_norm.device))
+    target_scores = torch.zeros(pred_scores.shape, dtype=target_norm.dtype, device=target_norm.device)
+    target_scores.scatter_(-1, target_labels.long().clamp(0, nc - 1)[..., None], norm[..., None])
+
+    cdt = torch.promote_types(pred_scores.dtype, torch.float32)
+    targets = target_scores.to(cdt)
+    if label_smoothing > 0:
+        targets = targets * (1.0 - label_smoothing) + 0.5 * label_smoothing
+    pw = torch.tensor([pos_weight], dtype=cdt, device=targets.device)
+    tss = tss.to(cdt)
+    cls = F.binary_cross_entropy_with_logits(pred_scores.to(cdt), targets, pos_weight=pw, reduction="none").sum() / tss
+    if bool(fg_mask.any()):
+        box, dfl = BboxLoss(reg_max)(pred_dist, pred_boxes, points, target_boxes / stride_col, target_scores, tss,
+                                     fg_mask)
+    else:
+        box = dfl = torch.zeros((), dtype=cdt, device=targets.device)
+    return torch.stack((box.to(cdt), cls, dfl.to(cdt)))
