@@ -91,11 +91,43 @@ PyDoc_STRVAR(nms_workspace_size_doc,
 "nms_workspace_size(n, cuda, /) -> int\n\nBytes of uint8 workspace nms_forward needs for n boxes on the CPU "
 "(cuda false) or a GPU (cuda true).");
 
+PyDoc_STRVAR(bn_workspace_size_doc,
+"bn_workspace_size(B, C, H, W, cuda, /) -> int\n\nBytes of uint8 workspace bn_stats_forward and bn_silu_backward\n"
+"need for z of shape (B, C, H, W) on a GPU (cuda true); 0 on the CPU.");
+
+PyDoc_STRVAR(bn_stats_forward_doc,
+"bn_stats_forward(z, running_mean, running_var, momentum, eps, mean, invstd, workspace, stream, /) -> None\n\n"
+"Per-channel batch statistics of z (B, C, H, W), any strides, float32/float16 (bfloat16 on CUDA):\n"
+"mean and invstd = 1/sqrt(biased_var + eps) written to float32 (C,) arrays; running_mean/running_var\n"
+"(float32 (C,) or None) updated in place like torch's training BatchNorm. B*H*W must exceed 1.\n"
+"workspace: uint8, bn_workspace_size bytes, 256-byte aligned (None on the CPU).");
+
+PyDoc_STRVAR(bn_silu_forward_doc,
+"bn_silu_forward(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, residual, act,\n"
+"                out, stream, /) -> None\n\n"
+"out = act(BN1(z1) [+ BN2(z2)]) [+ residual], BN(z) = (z - mean)*invstd*weight + bias. 4-D operands share\n"
+"z1's shape, any strides and storage dtype; (C,) operands float32 contiguous. z2..bias2 and residual may\n"
+"be None; act 'silu' or 'identity' ('silu' with z2).");
+
+PyDoc_STRVAR(bn_silu_backward_doc,
+"bn_silu_backward(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, grad_out, act,\n"
+"                 batch_stats, dz1, dz2, accumulate, dweight1, dbias1, dweight2, dbias2, workspace,\n"
+"                 stream, /) -> None\n\n"
+"Full training BatchNorm backward of bn_silu_forward (without residual): dz1/dz2 (z's dtype or float32,\n"
+"any strides, or None to skip) written or, with accumulate, added to; dweight/dbias float32 (C,) written\n"
+"(dweight2/dbias2 None without z2). batch_stats false drops the statistics' terms (eval statistics).");
+
 static PyMethodDef module_methods[] = {
     {"build_info", build_info, METH_NOARGS, build_info_doc},
     {"nms_forward", (PyCFunction)(void (*)(void))yv_py_nms_forward, METH_FASTCALL, nms_forward_doc},
     {"nms_workspace_size", (PyCFunction)(void (*)(void))yv_py_nms_workspace_size, METH_FASTCALL,
      nms_workspace_size_doc},
+    {"bn_workspace_size", (PyCFunction)(void (*)(void))yv_py_bn_workspace_size, METH_FASTCALL,
+     bn_workspace_size_doc},
+    {"bn_stats_forward", (PyCFunction)(void (*)(void))yv_py_bn_stats_forward, METH_FASTCALL, bn_stats_forward_doc},
+    {"bn_silu_forward", (PyCFunction)(void (*)(void))yv_py_bn_silu_forward, METH_FASTCALL, bn_silu_forward_doc},
+    {"bn_silu_backward", (PyCFunction)(void (*)(void))yv_py_bn_silu_backward, METH_FASTCALL,
+     bn_silu_backward_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,6 +24,10 @@ typedef struct yv_state {
 /* --- bindings (METH_FASTCALL, positional-only); each lives in csrc/<op>.c --- */
 PyObject *yv_py_nms_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_nms_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_bn_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_bn_stats_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_bn_silu_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_bn_silu_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* --- helpers (csrc/launch.c) --- */
 /* Arity check: "op() takes exactly N arguments (M given)" as TypeError. */

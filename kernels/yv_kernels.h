@@ -15,6 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bn_silu.h"
 #include "yv_dtype.h"
 
 #ifdef __cplusplus
@@ -32,6 +33,24 @@ size_t yv_nms_workspace_size(int64_t n);
 cudaError_t yv_nms_forward(const void *boxes, const void *scores, yv_dtype dtype, const void *classes,
                            yv_dtype cls_dtype, int64_t n, float iou_thres, void *workspace, int64_t *keep,
                            int64_t *count, cudaStream_t stream);
+
+/* ---- bn_silu (kernels/bn_silu.cu): fused training BatchNorm + SiLU; maths at the top of that file ----
+ * Views are strided device arrays of shape s (kernels/bn_silu.h; float32/float16/bfloat16 storage, any
+ * strides, 64-bit offsets); yv_bn_params arrays are float32 (C,). workspace: yv_bn_workspace_size(s) bytes,
+ * 256-byte aligned (per-block float64 partial sums and per-channel coefficients).
+ * stats:    z -> mean, invstd (C,) written; running_mean/running_var (C,) updated in place unless NULL.
+ * forward:  out = act(BN1(z1) [+ BN2(z2)]) [+ residual] (=); z2.data / residual.data NULL when absent.
+ * backward: dz1, dz2 (= or += by `accumulate`; data NULL: skipped), dweight/dbias (C,) written.
+ */
+size_t yv_bn_workspace_size(yv_bn_shape s);
+cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *running_mean, float *running_var, double momentum,
+                                double eps, float *mean, float *invstd, void *workspace, cudaStream_t stream);
+cudaError_t yv_bn_silu_forward(yv_bn_shape s, yv_view4 z1, yv_bn_params p1, yv_view4 z2, yv_bn_params p2,
+                               yv_view4 residual, int silu, yv_view4 out, cudaStream_t stream);
+cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_params p1, yv_view4 z2, yv_bn_params p2,
+                                yv_view4 grad_out, int silu, int batch_stats, yv_view4 dz1, yv_view4 dz2,
+                                int accumulate, float *dweight1, float *dbias1, float *dweight2, float *dbias2,
+                                void *workspace, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

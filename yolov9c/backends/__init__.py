@@ -1,0 +1,49 @@
+"""Execution backends of a built model: "torch" (the plain PyTorch reference) and "c" (yolov9c/backends/c).
+
+    from yolov9c.backends import apply, backend_of
+    model = apply(model, "c")      # after building and moving the model, before DDP wrapping and EMA creation
+    backend_of(model)              # "c"
+    apply(model, "torch")          # plain execution again
+
+apply() changes how the layers execute, never the parameters, buffers, state_dict keys or module names, so
+a checkpoint saved under one backend loads under the other. It is idempotent and returns the model. A model
+wrapped in DataParallel/DistributedDataParallel is unwrapped first (apply before wrapping is the intended
+order). The c backend runs in training mode only; in eval mode every layer runs its torch forward.
+YOLOV9C_FUSED=0 keeps the c structure but sends every op to its torch reference.
+Test: python -m pytest -q tests/test_backend_c.py
+"""
+
+from torch import nn
+
+BACKENDS = ("torch", "c")
+_ATTR = "_yolov9c_backend"
+
+
+def _bare(model):
+    while isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+        model = model.module
+    return model
+
+
+def apply(model, name):
+    """Switch `model` (a DetectionModel, possibly wrapped) to backend `name` ("torch" or "c"); returns model."""
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    bare = _bare(model)
+    layers = getattr(bare, "model", None)
+    if not isinstance(layers, nn.Sequential) or not all(hasattr(m, "f") and hasattr(m, "i") for m in layers):
+        raise TypeError(f"backend {name!r}: expected a DetectionModel (layers in .model with .i/.f), "
+                        f"got {type(bare).__name__}")
+    from yolov9c.backends import c
+
+    if name == "c":
+        c.install(bare)
+    else:
+        c.uninstall(bare)
+    bare.__dict__[_ATTR] = name
+    return model
+
+
+def backend_of(model):
+    """"torch" or "c": the backend `model` (possibly wrapped) executes with."""
+    return _bare(model).__dict__.get(_ATTR, "torch")

@@ -1,0 +1,141 @@
+"""Convolutions that read a lazy input: activate on the fly, keep only the stored leaves, recompute in backward.
+
+    zs = lazy_conv(x, [conv_a, conv_b])   # x: a lazy value (lazy.py); conv_*: nn.Conv2d reading it
+
+One autograd Function (LazyConvFunction) does: materialise x into one temporary buffer (a concat is
+written slice by slice into it, never stored), run every conv on it through torch (cuDNN on CUDA), free it.
+It saves only x's leaves (pre-BN conv outputs z, statistics, BN parameters, plain tensors) and the conv
+weights. Its backward rebuilds the buffer from those leaves with grad enabled (through the differentiable
+ops of yolov9c.ops.bn_silu, whose backward is the full training-BN backward), computes the conv gradients
+with aten.convolution_backward on it, and sends the input gradient back into the leaves with
+torch.autograd.grad. A z read by several consumers receives each consumer's share of dz; autograd adds
+them (BN's backward is linear in the incoming gradient, so the sum is the exact dz).
+
+Several convs reading the same input (RepConvN's 3×3 and 1×1, RepNCSP's cv1/cv2, a detect level's box and
+class branches) share one Function, so the input is materialised once forward and once backward.
+Autocast: the convs run in the autocast dtype (fp16/bf16), so z is stored in it; BN arithmetic stays fp32
+inside the ops. Inside the Function autocast is off and every cast is explicit, so forward and the
+backward recompute produce the same values.
+Test: python -m pytest -q tests/test_backend_c.py
+"""
+
+import torch
+import torch.nn.functional as F
+
+from yolov9c.backends.c.lazy import Evaluator, memory_format_of
+
+
+class _Plan:
+    """What LazyConvFunction needs besides tensors: the input's tree with leaf indices in place of tensors,
+    the conv geometry, and the compute dtype / memory format."""
+
+    __slots__ = ("template", "n_leaves", "convs", "dtype", "fmt", "device_type")
+
+    def __init__(self, template, n_leaves, convs, dtype, fmt, device_type):
+        self.template, self.n_leaves, self.convs = template, n_leaves, convs
+        self.dtype, self.fmt, self.device_type = dtype, fmt, device_type
+
+
+def compute_dtype(weight):
+    """The dtype convolutions run in: the autocast dtype when autocast is on for the weight's device."""
+    dev = weight.device.type
+    if torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return weight.dtype
+
+
+def _geometry(conv):
+    return (tuple(conv.stride), tuple(conv.padding), tuple(conv.dilation), conv.groups, conv.bias is not None)
+
+
+def conv_supported(conv):
+    """A conv this Function can run: zero padding given as integers (not 'same'/'valid'), not transposed."""
+    return (isinstance(conv, torch.nn.Conv2d) and conv.padding_mode == "zeros"
+            and not isinstance(conv.padding, str) and not conv.transposed)
+
+
+class LazyConvFunction(torch.autograd.Function):
+    """forward(plan, *leaves, w_0, b_0, w_1, b_1, ...) -> conv outputs (one per conv). See module docstring."""
+
+    @staticmethod
+    def forward(ctx, plan, *args):
+        n = plan.n_leaves
+        leaves, params = args[:n], args[n:]
+        tree = plan.template.map(lambda i: leaves[i], {})
+        with torch.autocast(plan.device_type, enabled=False):
+            a = Evaluator(plan.dtype, plan.fmt, grad=False).run(tree)
+            outs = []
+            for k, (stride, padding, dilation, groups, _) in enumerate(plan.convs):
+                w, b = params[2 * k], params[2 * k + 1]
+                outs.append(F.conv2d(a, w.to(plan.dtype), None if b is None else b.to(plan.dtype),
+                                     stride, padding, dilation, groups))
+        del a  # the activated input is a temporary: it is rebuilt in backward
+        ctx.plan = plan
+        ctx.save_for_backward(*leaves, *params)
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        plan = ctx.plan
+        n = plan.n_leaves
+        saved = ctx.saved_tensors
+        leaves, params = saved[:n], saved[n:]
+        need = ctx.needs_input_grad[1:]
+        need_leaf = [bool(need[i]) for i in range(n)]
+        want_input = any(need_leaf)
+        with torch.autocast(plan.device_type, enabled=False):
+            with torch.set_grad_enabled(want_input):
+                sub = [t.detach().requires_grad_(need_leaf[i]) for i, t in enumerate(leaves)]
+                tree = plan.template.map(lambda i: sub[i], {})
+                a = Evaluator(plan.dtype, plan.fmt, grad=want_input).run(tree)
+            a_data = a.detach()
+            grad_a = None
+            param_grads = [None] * len(params)
+            for k, (stride, padding, dilation, groups, has_bias) in enumerate(plan.convs):
+                g = grads[k]
+                if g is None:
+                    continue
+                w = params[2 * k]
+                mask = [want_input, bool(need[n + 2 * k]), has_bias and bool(need[n + 2 * k + 1])]
+                if not any(mask):
+                    continue
+                gi, gw, gb = torch.ops.aten.convolution_backward(
+                    g.to(plan.dtype), a_data, w.to(plan.dtype), [w.shape[0]] if has_bias else None,
+                    list(stride), list(padding), list(dilation), False, [0, 0], groups, mask)
+                if gi is not None:
+                    grad_a = gi if grad_a is None else grad_a.add_(gi)
+                if gw is not None:
+                    param_grads[2 * k] = gw.to(w.dtype)
+                if gb is not None:
+                    param_grads[2 * k + 1] = gb.to(params[2 * k + 1].dtype)
+            del a_data
+            leaf_grads = [None] * n
+            if want_input and grad_a is not None:
+                idx = [i for i in range(n) if need_leaf[i]]
+                got = torch.autograd.grad(a, [sub[i] for i in idx], grad_a, allow_unused=True)
+                for i, gi in zip(idx, got):
+                    leaf_grads[i] = gi
+        return (None, *leaf_grads, *param_grads)
+
+
+def lazy_conv(x, convs):
+    """Run nn.Conv2d modules `convs` on the lazy value x; returns a list of their outputs (B, Co, H', W')
+    in the compute dtype (see compute_dtype), differentiable w.r.t. x's leaves and the conv parameters."""
+    leaves, index = [], {}
+
+    def register(t):
+        k = id(t)
+        if k not in index:
+            index[k] = len(leaves)
+            leaves.append(t)
+        return index[k]
+
+    template = x.map(register, {})
+    w0 = convs[0].weight
+    dtype = compute_dtype(w0)
+    plan = _Plan(template, len(leaves), [_geometry(c) for c in convs], dtype,
+                 memory_format_of(x.first_tensor()), w0.device.type)
+    params = []
+    for c in convs:
+        params += [c.weight, c.bias]
+    return list(LazyConvFunction.apply(plan, *leaves, *params))

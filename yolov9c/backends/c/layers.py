@@ -1,0 +1,256 @@
+"""The c-backend forward of every yaml layer type, on lazy values (lazy.py) and lazy convs (conv.py).
+
+`layer_forward(m, x)` replaces a top-level layer's forward while the backend is applied. In training mode
+each layer takes lazy values or tensors and hands on lazy values; the detect head returns plain tensors (the
+loss reads them). What is stored per layer: each conv's output z (the compute dtype), per-channel batch
+statistics, and the head's final conv outputs — never an activated tensor, a concat or a pool output.
+
+Layers run through plain torch (their own forward, on materialised inputs) when:
+  - the layer is in eval mode (validation/inference: nothing is stored for backward anyway; a fused or
+    re-parameterised deploy model is always evaluated this way);
+  - a BatchNorm is missing (fused), not in training mode, not affine, or not float32; a conv is not a plain
+    zero-padded nn.Conv2d; the parameters are not float32 (float64 has no kernel);
+  - the layer type is unknown here (users' own modules), or it is random in training (nn.Dropout with p > 0:
+    a recompute would draw a different mask).
+A Conv whose activation is neither SiLU nor identity (a yaml `activation:` such as nn.LeakyReLU) keeps its
+lazy conv but applies its BatchNorm and activation with torch, which stores the activated tensor as the
+torch backend does: correct, only without the memory saving for that Conv.
+Test: python -m pytest -q tests/test_backend_c.py
+"""
+
+import functools
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from yolov9c.backends.c.conv import conv_supported, lazy_conv
+from yolov9c.backends.c.lazy import BNAct, Cat, Node, Plain, RepAct, Spatial, Sum, materialise_any
+from yolov9c.models.common import (ADown, AConv, CBFuse, CBLinear, Concat, Conv, ELAN1, RepConvN, RepNBottleneck,
+                                   RepNCSP, RepNCSPELAN4, SP, SPPELAN, Silence)
+from yolov9c.models.head import DFL, DDetect, DualDDetect
+from yolov9c.ops import bn_silu as ops
+
+
+def _node(x):
+    """A tensor as a lazy leaf; lazy values pass through."""
+    return x if isinstance(x, Node) else Plain(x)
+
+
+def _act_name(act):
+    if type(act) is nn.SiLU:
+        return "silu"
+    if type(act) is nn.Identity:
+        return "identity"
+    return None
+
+
+def _stats(bn, z):
+    """Batch (mean, invstd) of z, updating bn's running statistics and num_batches_tracked exactly as
+    nn.BatchNorm2d.forward does in training mode (momentum None = cumulative average)."""
+    momentum = 0.0 if bn.momentum is None else bn.momentum
+    if bn.track_running_stats:
+        bn.num_batches_tracked.add_(1)
+        if bn.momentum is None:
+            momentum = 1.0 / float(bn.num_batches_tracked)
+        return ops.bn_stats(z.detach(), bn.running_mean, bn.running_var, momentum, bn.eps)
+    return ops.bn_stats(z.detach(), None, None, momentum, bn.eps)
+
+
+def _bn_act(m, z):
+    """Conv m's BN + activation on its conv output z, as a lazy value."""
+    act = _act_name(m.act)
+    if act is None:  # no fused kernel for this activation: torch BN + act, stored as in the torch backend
+        return Plain(m.act(m.bn(z)))
+    mean, invstd = _stats(m.bn, z)
+    return BNAct(z, mean, invstd, m.bn.weight, m.bn.bias, act)
+
+
+def conv(m, x):
+    """Conv: lazy conv → lazy BN-act."""
+    return _bn_act(m, lazy_conv(_node(x), [m.conv])[0])
+
+
+def convs(ms, x):
+    """Several Convs reading the same input (one materialisation of x)."""
+    zs = lazy_conv(_node(x), [m.conv for m in ms])
+    return [_bn_act(m, z) for m, z in zip(ms, zs)]
+
+
+def repconvn(m, x):
+    z1, z2 = lazy_conv(_node(x), [m.conv1.conv, m.conv2.conv])
+    if type(m.act) is not nn.SiLU:  # no fused kernel: torch BNs + act on the stored conv outputs
+        return Plain(m.act(m.conv1.bn(z1) + m.conv2.bn(z2)))
+    s1, s2 = _stats(m.conv1.bn, z1), _stats(m.conv2.bn, z2)
+    return RepAct((z1, *s1, m.conv1.bn.weight, m.conv1.bn.bias), (z2, *s2, m.conv2.bn.weight, m.conv2.bn.bias))
+
+
+def repnbottleneck(m, x):
+    x = _node(x)
+    y = run(m.cv2, run(m.cv1, x))
+    return Sum([x, y]) if m.add else y
+
+
+def repncsp(m, x):
+    a, b = convs([m.cv1, m.cv2], x)
+    a = run(m.m, a)
+    return conv(m.cv3, Cat([a, b]))
+
+
+def elan(m, x):
+    """RepNCSPELAN4 and ELAN1: the cv1 output's halves, two stages, and a concat-free cv4."""
+    y0 = conv(m.cv1, x)
+    c = y0.shape[1]
+    h = (c + 1) // 2  # Tensor.chunk(2, 1) sizes
+    y1, y2 = y0.slice(0, h), y0.slice(h, c)
+    y3 = run(m.cv2, y2)
+    y4 = run(m.cv3, y3)
+    return conv(m.cv4, Cat([y1, y2, y3, y4]))
+
+
+def _avg2(t):
+    return F.avg_pool2d(t, 2, 1, 0, False, True)
+
+
+def _max3s2(t):
+    return F.max_pool2d(t, 3, 2, 1)
+
+
+def aconv(m, x):
+    return conv(m.cv1, Spatial(_avg2, _node(x)))
+
+
+def adown(m, x):
+    p = Spatial(_avg2, _node(x))
+    c = p.shape[1]
+    h = (c + 1) // 2
+    a = conv(m.cv1, p.slice(0, h))
+    b = conv(m.cv2, Spatial(_max3s2, p.slice(h, c)))
+    return Cat([a, b])
+
+
+def sppelan(m, x):
+    y = [conv(m.cv1, x)]
+    for sp in (m.cv2, m.cv3, m.cv4):
+        y.append(run(sp, y[-1]))
+    return conv(m.cv5, Cat(y))
+
+
+def spatial(m, x):
+    """SP, nn.MaxPool2d, nn.AvgPool2d, nn.Upsample, nn.ZeroPad2d: per-channel, applied after activation."""
+    m = m.m if isinstance(m, SP) else m
+    # the class's forward: a top-level layer's own `forward` attribute is the c forward (this function)
+    return Spatial(functools.partial(type(m).forward, m), _node(x))
+
+
+def identity(m, x):
+    return x
+
+
+def concat(m, xs):
+    if m.d not in (1, -3):
+        return torch.cat(materialise_any(xs), m.d)
+    return Cat([_node(x) for x in xs])
+
+
+def cblinear(m, x):
+    """CBLinear's conv output is stored as is (biased, no BN); its chunks are lazy plain slices of it."""
+    z = lazy_conv(_node(x), [m.conv])[0]
+    out, off = [], 0
+    for c in m.c2s:
+        out.append(Plain(z, off, off + c))
+        off += c
+    return tuple(out)
+
+
+def cbfuse(m, xs):
+    last = _node(xs[-1])
+    size = tuple(last.shape[2:])
+    resize = functools.partial(F.interpolate, size=size, mode="nearest")
+    picked = [Spatial(resize, _node(x[m.idx[i]])) for i, x in enumerate(xs[:-1])]
+    return Sum(picked + [last])
+
+
+def conv2d(m, x):
+    """A bare nn.Conv2d (a detect branch's last conv): its output is stored as a plain tensor."""
+    return Plain(lazy_conv(_node(x), [m])[0])
+
+
+def sequential(m, x):
+    for sub in m:
+        x = run(sub, x)
+    return x
+
+
+def _branch(seq_a, seq_b, x):
+    """A detect level: box and class branches on one input; the first Convs share the materialisation."""
+    x = _node(x)
+    if isinstance(seq_a[0], Conv) and isinstance(seq_b[0], Conv):
+        a, b = convs([seq_a[0], seq_b[0]], x)
+        start = 1
+    else:
+        a = b = x
+        start = 0
+    for sub in list(seq_a)[start:]:
+        a = run(sub, a)
+    for sub in list(seq_b)[start:]:
+        b = run(sub, b)
+    a, b = materialise_any(a), materialise_any(b)  # plain conv outputs: returned to the loss as maps
+    return torch.cat((a, b), 1)
+
+
+def ddetect(m, xs):
+    if type(m) is DualDDetect:
+        nl = m.nl
+        d1 = [_branch(m.cv2[i], m.cv3[i], xs[i]) for i in range(nl)]
+        d2 = [_branch(m.cv4[i], m.cv5[i], xs[nl + i]) for i in range(nl)]
+        return [d1, d2]
+    return [_branch(m.cv2[i], m.cv3[i], xs[i]) for i in range(m.nl)]
+
+
+FORWARDS = {
+    Conv: conv, RepConvN: repconvn, RepNBottleneck: repnbottleneck, RepNCSP: repncsp, RepNCSPELAN4: elan,
+    ELAN1: elan, AConv: aconv, ADown: adown, SPPELAN: sppelan, SP: spatial, nn.MaxPool2d: spatial,
+    nn.AvgPool2d: spatial, nn.Upsample: spatial, nn.ZeroPad2d: spatial, nn.Identity: identity,
+    Silence: identity, nn.Dropout: identity, Concat: concat, CBLinear: cblinear, CBFuse: cbfuse,
+    nn.Conv2d: conv2d, nn.Sequential: sequential, DDetect: ddetect, DualDDetect: ddetect,
+}
+
+
+def run(m, x):
+    """The c forward of sub-module m (its structure was checked by supported())."""
+    return FORWARDS[type(m)](m, x)
+
+
+def _module_ok(m):
+    """Whether sub-module m can run (or be read) by the c forwards; see the module docstring."""
+    t = type(m)
+    if t is nn.BatchNorm2d:
+        f32 = m.weight is not None and m.weight.dtype == torch.float32
+        return m.training and m.affine and f32 and (m.running_mean is None or m.running_mean.dtype == torch.float32)
+    if t is Conv:
+        return getattr(m, "bn", None) is not None and conv_supported(m.conv)
+    if t is RepConvN:
+        return m._modules.get("conv") is None  # fuse_convs() not run
+    if t is nn.Conv2d:
+        return conv_supported(m)
+    if t is nn.MaxPool2d:
+        return not m.return_indices
+    if t is nn.Dropout:
+        return m.p == 0
+    if t in FORWARDS or t in (nn.ModuleList, DFL):
+        return True
+    return t.__module__ == "torch.nn.modules.activation"  # applied through torch by _bn_act / repconvn
+
+
+def supported(layer):
+    """True when `layer` is in training mode and every sub-module has a c forward (or is a parameter holder
+    or an activation) and meets its conditions."""
+    return layer.training and type(layer) in FORWARDS and all(_module_ok(m) for m in layer.modules())
+
+
+def layer_forward(self, x):
+    """The forward of a top-level layer while the c backend is applied."""
+    if supported(self):
+        return run(self, x)
+    return type(self).forward(self, materialise_any(x))

@@ -1,0 +1,391 @@
+"""Lazy activations: what a layer of the c backend hands on instead of its activated output.
+
+A lazy value is a small expression tree whose leaves hold stored tensors; nothing activated is kept:
+    BNAct(z, mean, invstd, γ, β, act)    act(BN(z)), a Conv–BN–act output (z: the conv output, the only
+                                         full-size tensor stored for it)
+    RepAct(z1, ..., z2, ...)             silu(BN1(z1) + BN2(z2)), RepConvN's training form
+    Plain(t)                             an ordinary tensor (the image, a CBLinear conv output, a fallback)
+    Sum(children)                        elementwise sum (RepNBottleneck's shortcut, CBFuse)
+    Cat(children)                        channel concatenation (ELAN/GELAN, ADown, yaml Concat rows)
+    Spatial(fn, child)                   a per-channel spatial op applied after activation (max/avg pool,
+                                         nearest upsample/resize, zero pad)
+Every leaf node carries a channel range [c0, c1) of its tensors, so a channel slice (the chunk of an ELAN
+block, ADown's halves) is pushed down to the leaves and never copies anything: slicing commutes with every
+node type (BN, activation and the spatial ops are per-channel).
+
+`Evaluator.value(node)` computes the activated tensor; `Evaluator.fill(node, out)` writes it into a given
+view (a channel slice of a concat buffer), so a concat is built in place. With grad enabled the same code
+builds an autograd graph through the differentiable ops of yolov9c.ops.bn_silu (used by the backward
+recompute in conv.py and by layers that fall back to plain torch).
+Shapes: (B, C, H, W). Test: python -m pytest -q tests/test_backend_c.py
+"""
+
+import torch
+
+from yolov9c.ops import bn_silu as ops
+
+
+def _sl(t, c0, c1, full):
+    """Channels [c0, c1) of a (C,) or (B, C, H, W) tensor; the tensor itself when that is all of it."""
+    if c0 == 0 and c1 == full:
+        return t
+    return t[c0:c1] if t.ndim == 1 else t[:, c0:c1]
+
+
+class Node:
+    """Base of the lazy values. `shape` is the activated tensor's (B, C, H, W)."""
+
+    __slots__ = ("shape",)
+
+    def slice(self, c0, c1):
+        """The lazy value of channels [c0, c1) of this one."""
+        raise NotImplementedError
+
+    def map(self, fn, memo):
+        """A copy with every tensor t replaced by fn(t); shared sub-nodes stay shared (memo: id → copy)."""
+        raise NotImplementedError
+
+    def tensors(self):
+        """Every tensor the node reads (with repeats)."""
+        raise NotImplementedError
+
+    def first_tensor(self):
+        raise NotImplementedError
+
+
+class _Leaf(Node):
+    __slots__ = ("c0", "c1", "full")
+
+    def _range(self, c0, c1):
+        """(c0, c1) of this node's own channel range after slicing it to [c0, c1)."""
+        if not 0 <= c0 < c1 <= self.c1 - self.c0:
+            raise ValueError(f"lazy slice [{c0}, {c1}) out of range for {self.c1 - self.c0} channels")
+        return self.c0 + c0, self.c0 + c1
+
+    def _memo(self, memo, make):
+        k = id(self)
+        if k not in memo:
+            memo[k] = make()
+        return memo[k]
+
+
+class BNAct(_Leaf):
+    """act(BN(z)) with batch statistics (mean, invstd); act is 'silu' or 'identity'."""
+
+    __slots__ = ("z", "mean", "invstd", "weight", "bias", "act")
+
+    def __init__(self, z, mean, invstd, weight, bias, act, c0=0, c1=None, shape=None):
+        self.z, self.mean, self.invstd, self.weight, self.bias, self.act = z, mean, invstd, weight, bias, act
+        self.full = z.shape[1] if shape is None else shape[1]  # channel count of z
+        self.c0, self.c1 = c0, self.full if c1 is None else c1
+        s = z.shape if shape is None else shape
+        self.shape = (s[0], self.c1 - self.c0, s[2], s[3])
+
+    def _args(self):
+        c0, c1, f = self.c0, self.c1, self.full
+        return (_sl(self.z, c0, c1, f), _sl(self.mean, c0, c1, f), _sl(self.invstd, c0, c1, f),
+                _sl(self.weight, c0, c1, f), _sl(self.bias, c0, c1, f))
+
+    def slice(self, c0, c1):
+        a, b = self._range(c0, c1)
+        return BNAct(self.z, self.mean, self.invstd, self.weight, self.bias, self.act, a, b,
+                     (self.shape[0], self.full, self.shape[2], self.shape[3]))
+
+    def map(self, fn, memo):
+        full = (self.shape[0], self.full, self.shape[2], self.shape[3])
+        return self._memo(memo, lambda: BNAct(fn(self.z), fn(self.mean), fn(self.invstd), fn(self.weight),
+                                              fn(self.bias), self.act, self.c0, self.c1, full))
+
+    def tensors(self):
+        return (self.z, self.mean, self.invstd, self.weight, self.bias)
+
+    def first_tensor(self):
+        return self.z
+
+    def fill(self, out, ev):
+        return ops.bn_silu(*self._args(), act=self.act, out=out)
+
+    def compute(self, ev):
+        return ops.bn_silu(*self._args(), act=self.act)
+
+
+class RepAct(_Leaf):
+    """silu(BN1(z1) + BN2(z2)): RepConvN's two branches (3×3 and 1×1 convs of one input)."""
+
+    __slots__ = ("t1", "t2")
+
+    def __init__(self, t1, t2, c0=0, c1=None, shape=None):
+        self.t1, self.t2 = tuple(t1), tuple(t2)  # (z, mean, invstd, weight, bias) each
+        self.full = t1[0].shape[1] if shape is None else shape[1]
+        self.c0, self.c1 = c0, self.full if c1 is None else c1
+        s = t1[0].shape if shape is None else shape
+        self.shape = (s[0], self.c1 - self.c0, s[2], s[3])
+
+    def slice(self, c0, c1):
+        a, b = self._range(c0, c1)
+        return RepAct(self.t1, self.t2, a, b, (self.shape[0], self.full, self.shape[2], self.shape[3]))
+
+    def map(self, fn, memo):
+        full = (self.shape[0], self.full, self.shape[2], self.shape[3])
+        return self._memo(memo, lambda: RepAct([fn(t) for t in self.t1], [fn(t) for t in self.t2],
+                                               self.c0, self.c1, full))
+
+    def tensors(self):
+        return self.t1 + self.t2
+
+    def first_tensor(self):
+        return self.t1[0]
+
+    def fill(self, out, ev):
+        c0, c1, f = self.c0, self.c1, self.full
+        a1 = [_sl(t, c0, c1, f) for t in self.t1]
+        a2 = [_sl(t, c0, c1, f) for t in self.t2]
+        return ops.bn2_silu(*a1, *a2, out=out)
+
+    def compute(self, ev):
+        c0, c1, f = self.c0, self.c1, self.full
+        return ops.bn2_silu(*[_sl(t, c0, c1, f) for t in self.t1], *[_sl(t, c0, c1, f) for t in self.t2])
+
+
+class Plain(_Leaf):
+    """An ordinary tensor t (B, C, H, W), channels [c0, c1)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t, c0=0, c1=None, shape=None):
+        self.t = t
+        self.full = t.shape[1] if shape is None else shape[1]
+        self.c0, self.c1 = c0, self.full if c1 is None else c1
+        s = t.shape if shape is None else shape
+        self.shape = (s[0], self.c1 - self.c0, s[2], s[3])
+
+    def slice(self, c0, c1):
+        a, b = self._range(c0, c1)
+        return Plain(self.t, a, b, (self.shape[0], self.full, self.shape[2], self.shape[3]))
+
+    def map(self, fn, memo):
+        full = (self.shape[0], self.full, self.shape[2], self.shape[3])
+        return self._memo(memo, lambda: Plain(fn(self.t), self.c0, self.c1, full))
+
+    def tensors(self):
+        return (self.t,)
+
+    def first_tensor(self):
+        return self.t
+
+    def view(self):
+        return _sl(self.t, self.c0, self.c1, self.full)
+
+    def fill(self, out, ev):
+        return out.copy_(self.view())
+
+    def compute(self, ev):
+        return self.view()
+
+
+class Sum(Node):
+    """Elementwise sum of same-shape children (nested sums are flattened)."""
+
+    __slots__ = ("children",)
+
+    def __init__(self, children):
+        flat = []
+        for c in children:
+            flat.extend(c.children if isinstance(c, Sum) else [c])
+        if any(tuple(c.shape) != tuple(flat[0].shape) for c in flat):
+            raise ValueError(f"lazy sum of different shapes: {[tuple(c.shape) for c in flat]}")
+        self.children = flat
+        self.shape = tuple(flat[0].shape)
+
+    def slice(self, c0, c1):
+        return Sum([c.slice(c0, c1) for c in self.children])
+
+    def map(self, fn, memo):
+        k = id(self)
+        if k not in memo:
+            memo[k] = Sum([c.map(fn, memo) for c in self.children])
+        return memo[k]
+
+    def tensors(self):
+        return tuple(t for c in self.children for t in c.tensors())
+
+    def first_tensor(self):
+        return self.children[0].first_tensor()
+
+    def fill(self, out, ev):
+        ev.fill(self.children[0], out)
+        for c in self.children[1:]:
+            if isinstance(c, BNAct):
+                # out = out + act(BN(z)) in one pass; reading and writing the same element is safe for an
+                # elementwise kernel (fill() runs without grad only; see Evaluator).
+                ops.bn_silu_add(*c._args(), residual=out, act=c.act, out=out)
+            else:
+                out.add_(ev.value(c))
+        return out
+
+    def compute(self, ev):
+        y = ev.value(self.children[0])
+        for c in self.children[1:]:
+            y = y + ev.value(c)
+        return y
+
+
+class Cat(Node):
+    """Channel concatenation of children with equal B, H, W (nested concats are flattened)."""
+
+    __slots__ = ("children",)
+
+    def __init__(self, children):
+        flat = []
+        for c in children:
+            flat.extend(c.children if isinstance(c, Cat) else [c])
+        b, _, h, w = flat[0].shape
+        if any((c.shape[0], c.shape[2], c.shape[3]) != (b, h, w) for c in flat):
+            raise ValueError(f"lazy concat of different sizes: {[tuple(c.shape) for c in flat]}")
+        self.children = flat
+        self.shape = (b, sum(c.shape[1] for c in flat), h, w)
+
+    def slice(self, c0, c1):
+        parts, off = [], 0
+        for c in self.children:
+            n = c.shape[1]
+            a, b = max(c0, off), min(c1, off + n)
+            if a < b:
+                parts.append(c if (a, b) == (off, off + n) else c.slice(a - off, b - off))
+            off += n
+        return parts[0] if len(parts) == 1 else Cat(parts)
+
+    def map(self, fn, memo):
+        k = id(self)
+        if k not in memo:
+            memo[k] = Cat([c.map(fn, memo) for c in self.children])
+        return memo[k]
+
+    def tensors(self):
+        return tuple(t for c in self.children for t in c.tensors())
+
+    def first_tensor(self):
+        return self.children[0].first_tensor()
+
+    def fill(self, out, ev):
+        off = 0
+        for c in self.children:
+            n = c.shape[1]
+            ev.fill(c, out[:, off:off + n])
+            off += n
+        return out
+
+    def compute(self, ev):
+        return torch.cat([ev.value(c) for c in self.children], 1)
+
+
+class Spatial(Node):
+    """fn(child) for a per-channel spatial op fn (a module such as nn.MaxPool2d, or a function)."""
+
+    __slots__ = ("fn", "child")
+
+    def __init__(self, fn, child, shape=None):
+        self.fn, self.child = fn, child
+        if shape is None:  # the op's own shape rule, on a data-less tensor
+            shape = fn(torch.empty(tuple(child.shape), device="meta")).shape
+        self.shape = tuple(shape)
+
+    def slice(self, c0, c1):
+        b, _, h, w = self.shape
+        return Spatial(self.fn, self.child.slice(c0, c1), (b, c1 - c0, h, w))
+
+    def map(self, fn, memo):
+        k = id(self)
+        if k not in memo:
+            memo[k] = Spatial(self.fn, self.child.map(fn, memo), self.shape)
+        return memo[k]
+
+    def tensors(self):
+        return self.child.tensors()
+
+    def first_tensor(self):
+        return self.child.first_tensor()
+
+    def fill(self, out, ev):
+        return out.copy_(self.fn(ev.value(self.child)))
+
+    def compute(self, ev):
+        return self.fn(ev.value(self.child))
+
+
+def memory_format_of(t):
+    """channels-last when t's channel stride is 1 (also a channel slice of a channels-last tensor)."""
+    return torch.channels_last if (t.ndim == 4 and t.stride(1) == 1 and t.shape[1] > 1) else torch.contiguous_format
+
+
+class Evaluator:
+    """Computes lazy values in `dtype` and memory format `fmt`. Values computed within one evaluation are
+    reused (memo by node identity), e.g. SPPELAN's chained max-pools read the previous pool's output.
+
+    Without grad (forward), values are written in place: a concat into channel slices of one buffer, a
+    residual sum into its first term, and fill() remembers the view it wrote so that later reads take it
+    from there. With grad (the backward recompute, the torch fallbacks) every node is computed functionally
+    (torch.cat, out-of-place sums): no in-place writes into views that autograd would have to track."""
+
+    def __init__(self, dtype, fmt, grad):
+        self.dtype, self.fmt, self.grad = dtype, fmt, grad
+        self.memo = {}
+        self._device = None
+
+    def empty(self, shape):
+        return torch.empty(shape, dtype=self.dtype, device=self._device).contiguous(memory_format=self.fmt)
+
+    def fill(self, node, out):
+        """Write node's value into `out` (without grad only)."""
+        got = self.memo.get(id(node))
+        if got is not None:
+            return out.copy_(got)
+        node.fill(out, self)
+        if not isinstance(node, Plain):
+            self.memo[id(node)] = out
+        return out
+
+    def value(self, node):
+        """The activated tensor of `node` in self.dtype (a Plain leaf is returned as its own view when its
+        dtype fits)."""
+        if isinstance(node, Plain):
+            v = node.view()
+            return v if v.dtype == self.dtype else v.to(self.dtype)
+        got = self.memo.get(id(node))
+        if got is not None:
+            return got
+        if self.grad:
+            out = node.compute(self)
+            if out.dtype != self.dtype:
+                out = out.to(self.dtype)
+        else:
+            out = node.fill(self.empty(node.shape), self)
+        self.memo[id(node)] = out
+        return out
+
+    def run(self, node):
+        self._device = node.first_tensor().device
+        return self.value(node)
+
+
+def natural_dtype(node):
+    """The dtype a lazy value is materialised in outside a conv: its first stored tensor's."""
+    return node.first_tensor().dtype
+
+
+def materialise(node):
+    """The activated tensor of a lazy value (differentiable when grad is enabled): used where a consumer
+    needs a real tensor (layers that fall back to plain torch)."""
+    if isinstance(node, Plain):
+        return node.view()
+    t = node.first_tensor()
+    return Evaluator(natural_dtype(node), memory_format_of(t), torch.is_grad_enabled()).run(node)
+
+
+def materialise_any(x):
+    """materialise() through lists and tuples (the inputs of multi-input layers); tensors pass through."""
+    if isinstance(x, Node):
+        return materialise(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(materialise_any(v) for v in x)
+    return x
