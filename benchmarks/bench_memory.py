@@ -2,7 +2,7 @@
 
     python benchmarks/bench_memory.py                                   # yolov9-s and yolov9-c, batch 64, 640, CUDA
     python benchmarks/bench_memory.py --models yolov9-s --markdown      # + the table for benchmarks/RESULTS.md
-    python benchmarks/bench_memory.py --device cpu --batch 2 --img 64 --steps 2 --models yolov9-t   # smoke run
+    python benchmarks/bench_memory.py --device cpu --batch 2 --img 64 --steps 2 --models yolov9-t --threads 1
     python benchmarks/bench_memory.py --table out.jsonl                 # the table of saved JSON lines
 
 One step is what train_dual.py does per batch: uint8 images (random, on the device) → float/255 → forward and the
@@ -61,6 +61,7 @@ def build_parser():
     p.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (cuDNN choices, allocator)")
     p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
+    p.add_argument("--threads", type=int, default=0, help="CPU threads of torch (0: torch's default)")
     p.add_argument("--no-amp", dest="amp", action="store_false", help="float32 on CUDA (default fp16 autocast)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per configuration")
     p.add_argument("--markdown", action="store_true", help="also print the markdown table")
@@ -93,6 +94,8 @@ def run_one(model_name, config, args):
     from yolov9c.engine.trainer import _bn_buffers, _checkpointed_forward
 
     backend, channels_last, ckpt = CONFIGS[config]
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     amp = cuda and args.amp
@@ -181,7 +184,7 @@ def run_one(model_name, config, args):
 def child_argv(args, model_name, config):
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", model_name, config, "--batch", str(args.batch),
             "--img", str(args.img), "--boxes", str(args.boxes), "--nc", str(args.nc), "--steps", str(args.steps),
-            "--warmup", str(args.warmup), "--device", args.device]
+            "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads)]
     return argv + ([] if args.amp else ["--no-amp"])
 
 

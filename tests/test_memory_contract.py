@@ -33,6 +33,16 @@ C_MAX = 2.1  # B per conv-output element kept by the c backend (fp16); 2.0 is th
 TORCH_MIN = 5.0  # eager PyTorch keeps ≈ 6
 GELAN_CONV_CHANNELS = 416  # sum of the conv-output channels of RepNCSPELAN4(64, 64, 64, 32, 1), see above
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: tiny tensors gain nothing from more, and on a shared CPU two OpenMP threads wait
+    on each other (measured 40x slower steps under load)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 
 class Layers(nn.Module):
     """Layers run in sequence, with the .model/.i/.f structure yolov9c.backends.apply reads; the output is a
