@@ -25,10 +25,10 @@ def test_entry_point_help(script):
     assert "--weights" in r.stdout and "--device" in r.stdout
 
 
-def test_train_dual_c_backend_is_a_clear_error():
-    r = _run(REPO / "train_dual.py", "--backend", "c", "--epochs", "1")
+def test_train_dual_refused_option_is_a_clear_error():
+    r = _run(REPO / "train_dual.py", "--evolve", "--epochs", "1")
     assert r.returncode == 2
-    assert "the c backend is not available yet" in r.stderr
+    assert "--evolve" in r.stderr and "not available yet" in r.stderr
     assert "Traceback" not in r.stderr
 
 

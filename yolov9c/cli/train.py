@@ -9,8 +9,9 @@ matching keeps `--batch` working. Defaults that differ from the published ones (
 that do not exist here): `--data` synthetic (the built-in dataset), `--cfg` yolov9-t.yaml (the smallest training
 model: CPU-friendly first runs), `--hyp` the bundled hyp.scratch-high.yaml (a bare file name is looked up in
 configs/hyps/).
-Added: `--backend {torch,c}`, `--accumulate N`, `--amp/--no-amp`, `--ckpt`, `--val-period N`,
-`--pin-memory/--no-pin-memory`, `--mosaic P`, `--mixup P`, `--deterministic`.
+Added: `--backend {torch,c}` (default c on a CUDA GPU, torch on the CPU), `--channels-last`, `--accumulate N`,
+`--amp/--no-amp`, `--ckpt`, `--val-period N`, `--pin-memory/--no-pin-memory`, `--mosaic P`, `--mixup P`,
+`--deterministic`. PYTORCH_CUDA_ALLOC_CONF defaults to expandable_segments:True (set before CUDA starts).
 
 Test: python -m pytest -q tests/test_train_cli.py
 """
@@ -141,14 +142,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bbox_interval", type=int, default=-1, help="W&B bbox interval (unused)")
     p.add_argument("--artifact_alias", type=str, default="latest", help="W&B artifact version (unused)")
     # --- yolov9c additions ---
-    p.add_argument("--backend", choices=("torch", "c"), default="torch",
-                   help="execution backend: torch (plain PyTorch, the reference) or c (not available yet)")
+    p.add_argument("--backend", choices=("torch", "c"), default=None,
+                   help="execution backend: c (C/CUDA kernels, lazy activations: about a third of the activation "
+                        "memory) or torch (plain PyTorch, the reference); default: c when training on a CUDA GPU, "
+                        "torch on the CPU (c also runs on the CPU, through the C implementations)")
+    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="channels-last model and batches on CUDA (default: on with --backend c, off with torch)")
     p.add_argument("--accumulate", type=_int_at_least(1, "--accumulate"), default=None,
                    help="micro-batches per optimizer step (default: round(64 / batch), the nominal-64 rule)")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
                    help="mixed precision on CUDA (default on; no effect on the CPU)")
     p.add_argument("--ckpt", action="store_true",
-                   help="activation checkpointing per model layer (less memory, ~30-40%% more time)")
+                   help="activation checkpointing per model layer (less memory, ~30-40%% more time); "
+                        "torch backend only (ignored with a warning under --backend c)")
     p.add_argument("--val-period", type=_int_at_least(1, "--val-period"), default=1,
                    help="validate every N epochs (the last epoch always)")
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=None,
@@ -181,10 +187,6 @@ def main(argv=None) -> int:
     opt = parse_opt(argv)
     import logging
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # "Transferred X/Y items" and data messages
-    if opt.backend == "c":
-        print("train_dual.py: error: --backend c: the c backend is not available yet in this version of "
-              "yolov9c; use --backend torch (the default)", file=sys.stderr)
-        return 2
     if opt.evolve is not None:
         print("train_dual.py: error: --evolve: hyperparameter evolution is not available yet in this version of "
               "yolov9c", file=sys.stderr)
@@ -193,6 +195,9 @@ def main(argv=None) -> int:
         print("train_dual.py: error: --batch-size -1 (AutoBatch) is not available yet; give a batch size",
               file=sys.stderr)
         return 2
+    import os
+    # before CUDA starts: variable-size temporaries (loss, multi-scale) fragment fixed segments (DESIGN.md)
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     if _wants_ddp(opt):
         return _launch_ddp(opt, sys.argv[1:] if argv is None else list(argv))
     from yolov9c.engine.trainer import TrainError, train

@@ -12,6 +12,12 @@ epoch. Each epoch: validation of the EMA (every --val-period epochs and always t
 0.1·mAP50 + 0.9·mAP50-95, results.csv row, last.pt / best.pt / epochN.pt. At the end: last.pt and best.pt
 stripped (EMA → model, fp16) and best.pt validated with plots.
 
+Backend (--backend, default c on a CUDA GPU, torch on the CPU): yolov9c.backends.apply rewrites the training
+model's execution after it is built, placed (device, channels-last with c on CUDA) and copied into the EMA, and
+before DDP; parameters and state_dict stay the same, so the EMA, validation and every checkpoint are plain
+torch and move freely between backends. --ckpt (per-layer torch.utils.checkpoint) applies to the torch backend
+only and is ignored with a warning under c, which already stores one tensor per conv layer.
+
 Checkpoints are written in float32 with the optimizer, GradScaler, RNG states and loop counters, so that
 --resume continues exactly where the run stopped (an interrupted then resumed CPU run ends with the same
 weights as an uninterrupted one).
@@ -44,7 +50,7 @@ NBS = 64  # nominal batch size: gradients of ~64 images per optimizer step
 GIB = 2 ** 30
 # options that --resume takes from the command line instead of the stored opt.yaml (memory knobs and placement)
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
-                    "val_period", "noplots")
+                    "val_period", "noplots", "backend", "channels_last")
 
 
 class TrainError(RuntimeError):
@@ -152,6 +158,44 @@ def _checkpointed_forward(self, x):
     return x
 
 
+def _resolve_backend(opt, device, world, log):
+    """The backend to train with: --backend as given, else c on a CUDA GPU and torch on the CPU. c needs the
+    built extension (unless YOLOV9C_FUSED=0 routes every op to its torch reference) and computes BatchNorm
+    statistics per process, so --sync-bn under DDP keeps the torch backend (an error when c was asked for)."""
+    auto = opt.backend is None
+    backend = ("c" if device.type == "cuda" else "torch") if auto else opt.backend
+    if backend == "c" and world > 1 and opt.sync_bn:
+        if not auto:
+            raise TrainError("--backend c does not synchronise BatchNorm statistics across processes (--sync-bn); "
+                             "use --backend torch with --sync-bn")
+        log("WARNING: --sync-bn: the c backend does not synchronise BatchNorm statistics; using --backend torch")
+        backend = "torch"
+    if backend == "c":
+        from yolov9c.ops.extension import fused_enabled, load
+        if fused_enabled():
+            try:
+                load()
+            except ImportError as e:
+                raise TrainError(f"--backend c: {e}") from None
+    return backend
+
+
+def _apply_backend(model, backend):
+    """yolov9c.backends.apply(model, backend): the same module, parameters and state_dict, other execution.
+    The optimizer already holds the parameters, so a backend that replaced them would train nothing: checked."""
+    try:
+        from yolov9c.backends import apply
+    except ImportError as e:
+        raise TrainError(f"--backend {backend}: yolov9c.backends is not available in this installation ({e})") \
+            from None
+    before = [id(p) for p in model.parameters()]
+    out = apply(model, backend)
+    model = model if out is None else out
+    if [id(p) for p in model.parameters()] != before:
+        raise RuntimeError(f"yolov9c.backends.apply(model, {backend!r}) replaced the model's parameters")
+    return model
+
+
 def _bn_buffers(model):
     return [b for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
             for b in (m.running_mean, m.running_var, m.num_batches_tracked) if b is not None]
@@ -206,6 +250,11 @@ def train(opt, *, stop_after_epoch=None, log=print):
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     cuda = device.type == "cuda"
     amp = cuda and bool(opt.amp)
+    # resolved values go to opt.yaml (and so to --resume)
+    opt.backend = _resolve_backend(opt, device, world, log)
+    if getattr(opt, "channels_last", None) is None:
+        opt.channels_last = cuda and opt.backend == "c"
+    memory_format = torch.channels_last if opt.channels_last else torch.contiguous_format
 
     # --- run folder, hyp ---
     if ckpt is not None:
@@ -260,7 +309,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
                              exclude=("anchor",) if opt.cfg else (), source=str(opt.weights))
     else:
         model = _build(DetectionModel, opt.cfg, nc)
-    model = model.to(device)
+    model = model.to(device, memory_format=memory_format)
     n_frozen = _freeze(model, opt.freeze)
     if n_frozen:
         log(f"freezing {n_frozen} parameter tensors of layers {opt.freeze}")
@@ -344,10 +393,18 @@ def train(opt, *, stop_after_epoch=None, log=print):
     model.nc, model.names, model.hyp = nc, names, hyp
     from yolov9c.data.image_weights import class_weights
     model.class_weights = torch.from_numpy(class_weights(dataset.labels, nc)).float().to(device) * nc
-    compute_loss = make_loss(model, hyp)
-    if opt.ckpt:
+    compute_loss = make_loss(model, hyp)  # reads the plain head: before the backend rewrites execution
+    # the backend goes on last, after EMA (a plain copy), half().float() and the loss, before DDP
+    log(f"backend: {opt.backend}{', channels-last' if opt.channels_last else ''}")
+    if opt.backend != "torch":
+        model = _apply_backend(model, opt.backend)
+    ckpt_layers = opt.ckpt and opt.backend == "torch"
+    if opt.ckpt and not ckpt_layers:
+        log(f"WARNING: --ckpt is torch-backend checkpointing; --backend {opt.backend} already stores one tensor "
+            f"per layer and recomputes the rest: --ckpt ignored")
+    if ckpt_layers:
         model.forward = types.MethodType(_checkpointed_forward, model)
-    bn_buffers = _bn_buffers(model) if opt.ckpt else []
+    bn_buffers = _bn_buffers(model) if ckpt_layers else []
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model, device_ids=[local_rank] if cuda else None, static_graph=True)
@@ -388,7 +445,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
             ni = i + nb * epoch
             if plots and ni < 3:
                 R.plot_train_batch(imgs, targets, save_dir / f"train_batch{ni}.jpg", names)
-            imgs = imgs.to(device, non_blocking=True).float() / 255
+            imgs = imgs.to(device, non_blocking=True).contiguous(memory_format=memory_format).float() / 255
             n_images += imgs.shape[0]
             if ni <= nw:  # warm-up
                 if not fixed_accumulate:

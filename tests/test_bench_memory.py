@@ -1,0 +1,98 @@
+"""CPU smoke run of benchmarks/bench_memory.py: each configuration runs in its own process and prints one JSON
+line with the documented fields; ratios refer to the torch-nchw row; --markdown and --table print the table; a
+configuration that fails becomes an error row instead of stopping the run. A tiny dual-head yaml keeps it fast
+(the GPU figures come from benchmarks/gpu_issue5.sh). Run: python -m pytest -q tests/test_bench_memory.py
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import bench_memory  # noqa: E402
+
+TINY_DUAL = """\
+nc: 3
+depth_multiple: 1.0
+width_multiple: 1.0
+backbone:
+  [[-1, 1, Conv, [16, 3, 2]],
+   [-1, 1, Conv, [16, 3, 2]],
+   [-1, 1, AConv, [16]],
+   [-1, 1, RepNCSPELAN4, [16, 16, 8, 1]],
+   [-1, 1, ADown, [16]],
+   [-1, 1, ADown, [16]],
+  ]
+head:
+  [[3, 1, Conv, [16, 1, 1]],
+   [4, 1, Conv, [16, 1, 1]],
+   [5, 1, Conv, [16, 1, 1]],
+   [[6, 7, 8, 3, 4, 5], 1, DualDDetect, [nc]],
+  ]
+"""
+FIELDS = ("model", "config", "backend", "layout", "ckpt", "device", "batch", "img", "boxes", "status", "step_ms",
+          "img_per_s", "peak_alloc_gib", "peak_reserved_gib", "static_alloc_gib", "alloc_ratio", "reserved_ratio",
+          "step_ratio", "first_loss")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    p = tmp_path_factory.mktemp("bench") / "tiny-dual.yaml"
+    p.write_text(TINY_DUAL)
+    return p
+
+
+def test_cpu_smoke_run(tiny, tmp_path):
+    cmd = [sys.executable, str(REPO / "benchmarks" / "bench_memory.py"), "--device", "cpu", "--batch", "2",
+           "--img", "64", "--steps", "2", "--warmup", "1", "--models", str(tiny), "--nc", "3",
+           "--configs", "c-cl", "torch-ckpt", "torch-nchw", "--markdown", "--threads", "1"]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(s) for s in r.stdout.splitlines() if s.startswith("{")]
+    assert [x["config"] for x in rows] == ["torch-nchw", "c-cl", "torch-ckpt"]  # the reference row first
+    for row in rows:
+        assert row["status"] == "ok", row
+        assert set(FIELDS) <= set(row), set(FIELDS) - set(row)
+        assert (row["device"], row["batch"], row["img"], row["boxes"]) == ("cpu", 2, 64, 20)
+        assert row["step_ms"] > 0 and row["img_per_s"] > 0 and row["first_loss"] > 0
+        assert row["peak_alloc_gib"] is None and row["alloc_ratio"] is None  # no allocator figures on the CPU
+        assert row["step_ratio"] == pytest.approx(row["step_ms"] / rows[0]["step_ms"], rel=1e-2)
+    assert [(x["backend"], x["layout"], x["ckpt"]) for x in rows] == \
+        [("torch", "nchw", False), ("c", "channels_last", False), ("torch", "nchw", True)]
+    # same seed, same weights and data: the backends and layouts agree on the first loss (float32)
+    assert rows[1]["first_loss"] == pytest.approx(rows[0]["first_loss"], rel=1e-4)
+    assert rows[2]["first_loss"] == pytest.approx(rows[0]["first_loss"], rel=1e-6)
+    table = r.stdout[r.stdout.index("| model |"):].strip().splitlines()
+    assert len(table) == 2 + len(rows) and "| torch-ckpt | ok |" in table[-1]
+
+    saved = tmp_path / "rows.jsonl"
+    saved.write_text("\n".join(json.dumps(x) for x in rows) + "\n")
+    t = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_memory.py"), "--table", str(saved)],
+                       capture_output=True, text=True, timeout=120)
+    assert t.returncode == 0 and t.stdout.strip().splitlines() == table
+
+
+def test_failing_configuration_is_a_row(tmp_path):
+    args = bench_memory.build_parser().parse_args(["--device", "cpu", "--batch", "1", "--img", "64", "--steps", "1",
+                                                   "--warmup", "0"])
+    row = bench_memory.run_config(args, str(tmp_path / "missing.yaml"), "torch-nchw")
+    assert row["status"] == "error" and "missing.yaml" in row["error"]
+    assert (row["model"], row["config"], row["backend"]) == (str(tmp_path / "missing.yaml"), "torch-nchw", "torch")
+
+
+def test_ratios_and_table():
+    rows = [{"model": "m", "config": "torch-nchw", "status": "ok", "peak_alloc_gib": 10.0, "peak_reserved_gib": 12.0,
+             "step_ms": 100.0},
+            {"model": "m", "config": "c-cl", "status": "ok", "peak_alloc_gib": 4.0, "peak_reserved_gib": 6.0,
+             "step_ms": 80.0},
+            {"model": "m", "config": "torch-cl", "status": "oom"}]
+    bench_memory.add_ratios(rows)
+    assert (rows[1]["alloc_ratio"], rows[1]["reserved_ratio"], rows[1]["step_ratio"]) == (0.4, 0.5, 0.8)
+    assert rows[2]["alloc_ratio"] is None and rows[2]["step_ratio"] is None
+    table = bench_memory.markdown(rows).splitlines()
+    assert table[3].startswith("| m | c-cl | ok | 4.00 | 0.40 | 6.00 | 0.50 |")
+    assert table[4].startswith("| m | torch-cl | oom | — |")
