@@ -393,7 +393,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
     model.nc, model.names, model.hyp = nc, names, hyp
     from yolov9c.data.image_weights import class_weights
     model.class_weights = torch.from_numpy(class_weights(dataset.labels, nc)).float().to(device) * nc
-    compute_loss = make_loss(model, hyp)  # reads the plain head: before the backend rewrites execution
+    compute_loss = make_loss(model, hyp, backend=opt.backend)  # reads the plain head: before the backend rewrites execution
     # the backend goes on last, after EMA (a plain copy), half().float() and the loss, before DDP
     log(f"backend: {opt.backend}{', channels-last' if opt.channels_last else ''}")
     if opt.backend != "torch":
