@@ -108,7 +108,8 @@ def run_one(model_name, config, args):
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     model = build_model(model_name, nc=args.nc).to(device, memory_format=fmt).train()
-    loss_fn = make_loss(model)  # reads the plain head, as the trainer does: before the backend
+    # the loss of the same backend (c: tal_assign + det_loss kernels), built before the backend as the trainer does
+    loss_fn = make_loss(model, backend=backend)
     if backend != "torch":
         from yolov9c.backends import apply
 
