@@ -76,7 +76,7 @@ def assert_same(got, ref, what=""):
             excess = (a - b).abs() - (NORM_ATOL + NORM_RTOL * b.abs())
             assert excess.max() <= 0, (what, f"target_norm off by {float((a - b).abs().max()):.3g}")
         else:
-            diff = int((a.cpu() != b.cpu()).sum()) if name != "target_boxes" else int((a != b).any(-1).sum())
+            diff = int((a.cpu() != b.cpu()).sum()) if name != "target_boxes" else int((a.cpu() != b.cpu()).any(-1).sum())
             assert diff == 0, (what, name, f"{diff} anchors differ")
 
 
