@@ -65,6 +65,8 @@ def build_parser():
     p.add_argument("--no-amp", dest="amp", action="store_false", help="float32 on CUDA (default fp16 autocast)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per configuration")
     p.add_argument("--markdown", action="store_true", help="also print the markdown table")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after timing, profile N steps (torch.profiler tables to stderr)")
     p.add_argument("--table", metavar="JSONL", help="only print the markdown table of saved JSON lines")
     p.add_argument("--one", nargs=2, metavar=("MODEL", "CONFIG"), help=argparse.SUPPRESS)  # the subprocess
     return p
@@ -164,6 +166,8 @@ def run_one(model_name, config, args):
     except torch.cuda.OutOfMemoryError as e:
         row.update(status="oom", error=str(e).splitlines()[0][:300])
         return row
+    if getattr(args, "profile", 0):
+        _profile(step, sync, args.profile, f"{model_name} {config}")
     times.sort()
     n = len(times)
     ms = 1000 * (times[n // 2] if n % 2 else (times[n // 2 - 1] + times[n // 2]) / 2)
@@ -178,6 +182,26 @@ def run_one(model_name, config, args):
     return row
 
 
+def _profile(step, sync, steps, label):
+    """torch.profiler over `steps` steps: the top kernels by GPU time and the top ops by CPU time, to stderr,
+    plus GPU-busy time per step (sum of kernel times) — a step much longer than it is launch/host bound."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    sync()
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    ka = prof.key_averages()
+    dev_attr = "self_device_time_total" if hasattr(ka[0], "self_device_time_total") else "self_cuda_time_total"
+    busy = sum(getattr(e, dev_attr) for e in ka if e.device_type == torch.autograd.DeviceType.CUDA)
+    print(f"== profile {label}: GPU kernel time {busy / 1000 / steps:.1f} ms/step", file=sys.stderr)
+    print(ka.table(sort_by=dev_attr, row_limit=45, max_name_column_width=70), file=sys.stderr)
+    print(ka.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70), file=sys.stderr)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The driver: one subprocess per configuration, ratios, table
 # ---------------------------------------------------------------------------------------------------------
@@ -185,7 +209,7 @@ def run_one(model_name, config, args):
 def child_argv(args, model_name, config):
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", model_name, config, "--batch", str(args.batch),
             "--img", str(args.img), "--boxes", str(args.boxes), "--nc", str(args.nc), "--steps", str(args.steps),
-            "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads)]
+            "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads), "--profile", str(args.profile)]
     return argv + ([] if args.amp else ["--no-amp"])
 
 
@@ -201,6 +225,8 @@ def run_config(args, model_name, config):
                            timeout=args.timeout)
     except subprocess.TimeoutExpired:
         return {**base, "status": "timeout", "error": f"no result within {args.timeout:g} s"}
+    if args.profile and r.stderr:
+        sys.stderr.write(r.stderr)  # the profiler tables
     for line in reversed(r.stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
