@@ -206,6 +206,8 @@ def train(opt, *, stop_after_epoch=None, log=print):
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     cuda = device.type == "cuda"
     amp = cuda and bool(opt.amp)
+    # a generation of --evolve (yolov9c/engine/evolve.py): no hyp.yaml/opt.yaml, checkpoints or plots
+    evolving = getattr(opt, "evolve", None) is not None
 
     # --- run folder, hyp ---
     if ckpt is not None:
@@ -224,8 +226,8 @@ def train(opt, *, stop_after_epoch=None, log=print):
     hyp["anchor_t"] = 5.0  # forced as published (anchor-free heads do not read it)
     opt.save_dir = str(save_dir)
     if main_proc:
-        wdir.mkdir(parents=True, exist_ok=True)
-        if ckpt is None:
+        (save_dir if evolving else wdir).mkdir(parents=True, exist_ok=True)
+        if ckpt is None and not evolving:
             (save_dir / "hyp.yaml").write_text(yaml.safe_dump(to_plain(hyp), sort_keys=False))
             stored = {k: v for k, v in vars(opt).items() if k != "given"}
             stored["hyp"] = hyp
@@ -333,7 +335,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
     except (DataError, ValueError) as e:
         raise TrainError(str(e)) from None
     nb = len(train_loader)
-    plots = main_proc and not opt.noplots
+    plots = main_proc and not opt.noplots and not evolving
     if plots and ckpt is None:
         log(f"Plotting labels to {save_dir / 'labels.jpg'}... ")
         R.plot_labels(dataset.labels, names, save_dir / "labels.jpg")
@@ -358,7 +360,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
     epochs = opt.epochs
     log(f"Image sizes {imgsz} train, {imgsz} val\nUsing {train_loader.num_workers} dataloader workers\n"
         f"Logging results to {save_dir}\nStarting training for {epochs} epochs...")
-    tb = _tensorboard(save_dir, log) if main_proc else None
+    tb = _tensorboard(save_dir, log) if main_proc and not evolving else None
     t_start = time.time()
     epoch = start_epoch - 1
     stop = False
@@ -453,7 +455,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
             if tb is not None:
                 for k, v in zip(R.COLUMNS[1:], row[1:]):
                     tb.add_scalar(k, v, epoch)
-            if (not opt.nosave) or final_epoch:
+            if ((not opt.nosave) or final_epoch) and not evolving:
                 ck = make_checkpoint(model, ema=ema, optimizer=optimizer, epoch=epoch, opt=_plain_opt(opt), hyp=hyp,
                                      best_fitness=best_fitness, half=False)
                 ck.update(scaler=scaler.state_dict(), rng=_rng_state(), last_opt_step=last_opt_step,
