@@ -276,10 +276,26 @@ def train(opt, *, stop_after_epoch=None, log=print):
     if ckpt is not None and "accumulate" not in opt.given and ckpt.get("nominal_batch"):
         nominal = ckpt["nominal_batch"]  # resume with another --batch-size keeps the run's nominal batch
         fixed_accumulate = max(round(nominal / batch_size), 1) if opt.accumulate else None
+        if fixed_accumulate:
+            opt.accumulate = fixed_accumulate
     else:
         fixed_accumulate = opt.accumulate  # --accumulate N: N micro-batches per step from the first iteration
         nominal = batch_size * opt.accumulate if opt.accumulate else NBS
     accumulate = fixed_accumulate or max(round(nominal / batch_size), 1)
+    if ckpt is not None:
+        old_nominal = ckpt.get("nominal_batch") or nominal
+        old_batch = int((ckpt.get("opt") or {}).get("batch_size") or batch_size)
+        log(f"Resuming with --batch-size {batch_size} (was {old_batch}) x accumulate "
+            f"{fixed_accumulate or 'warm-up ramp to ' + str(accumulate)} = nominal batch {nominal}")
+        if nominal != old_nominal:
+            log(f"WARNING: the nominal batch changes from {old_nominal} to {nominal} images per optimizer step "
+                f"(--batch-size x --accumulate); weight decay stays scaled for {old_nominal}. Keep "
+                f"--batch-size x --accumulate = {old_nominal} to continue the run unchanged")
+        if main_proc:  # as published, opt.yaml is rewritten on resume: it now shows the new memory knobs
+            stored = {k: v for k, v in vars(opt).items() if k != "given"}
+            old = yaml.safe_load((save_dir / "opt.yaml").read_text()) or {}
+            stored["hyp"] = old.get("hyp", hyp)
+            (save_dir / "opt.yaml").write_text(yaml.safe_dump(to_plain(stored), sort_keys=False))
     if ckpt is None:
         hyp["weight_decay"] *= batch_size * accumulate / NBS
     optimizer = build_optimizer(model, opt.optimizer, hyp["lr0"], hyp["momentum"], hyp["weight_decay"], log=log)
@@ -335,6 +351,10 @@ def train(opt, *, stop_after_epoch=None, log=print):
     except (DataError, ValueError) as e:
         raise TrainError(str(e)) from None
     nb = len(train_loader)
+    if ckpt is not None and old_batch != batch_size:
+        # iteration numbers ni count batches of the new size now; gradients are zeroed at every epoch start, so
+        # the first step of the resumed epoch comes after `accumulate` micro-batches
+        last_opt_step = nb * start_epoch - 1
     plots = main_proc and not opt.noplots and not evolving
     if plots and ckpt is None:
         log(f"Plotting labels to {save_dir / 'labels.jpg'}... ")
