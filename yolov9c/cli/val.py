@@ -4,11 +4,12 @@
 
 Loads ours, a published YOLOv9 .pt or a converted gelan file (yolov9c.load_model; fused for speed), builds
 the val loader (rect, pad 0.5, no augmentation), runs yolov9c.engine.validator.validate and writes
-runs/val/exp* (labels/*.txt with --save-txt, predictions.json with --save-json, confusion matrix, curves,
-val_batch images). --save-json writes <weights stem>_predictions.json and evaluates it with pycocotools (or
-faster-coco-eval) against <path>/annotations/instances_val2017.json (yolov9c/engine/coco.py). --task val|test picks the split; speed runs at conf 0.25 / iou 0.45 without plots; study
-sweeps --imgsz 256…1536 and writes study_<data>_<weights>.txt. --data defaults to the built-in synthetic
-dataset. Refused with an argparse-style error: --augment (TTA not implemented), --dnn (ONNX only).
+runs/val/exp* (labels/*.txt with --save-txt, <weights stem>_predictions.json with --save-json, evaluated by
+pycocotools or faster-coco-eval against <path>/annotations/instances_val2017.json: yolov9c/engine/coco.py;
+confusion matrix, curves, val_batch images). --task val|test picks the split; speed runs at conf 0.25 / iou
+0.45 without plots and json; study sweeps --imgsz 256…1536 and writes study_<data>_<weights>.txt. --data
+defaults to the built-in synthetic dataset. Refused with an argparse-style error: --augment (TTA not
+implemented), --dnn (ONNX only).
 Bad input (missing weights, bad data yaml) gives one error line and exit code 2.
 
 Test: python -m pytest -q tests/test_val_cli.py
@@ -107,7 +108,7 @@ def run(opt, log=print):
         loader, dataset = create_dataloader(cfg[split], imgsz=imgsz, batch_size=opt.batch_size, stride=stride,
                                             single_cls=opt.single_cls, augment=False, rect=True, pad=0.5,
                                             workers=opt.workers, nc=cfg["nc"], prefix=f"{split}: ", log=log)
-        is_coco, anno, class_map, image_ids = coco_layout(cfg, cfg[split], dataset.im_files)
+        _is_coco, anno, class_map, image_ids = coco_layout(cfg, cfg[split], dataset.im_files)
         result = validate(model, loader, nc=nc, names=names, conf_thres=conf, iou_thres=iou,
                           max_det=opt.max_det, half=opt.half and device.type == "cuda", single_cls=opt.single_cls,
                           save_dir=save_dir, plots=plots and opt.task != "study",

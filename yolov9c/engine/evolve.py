@@ -175,7 +175,7 @@ def evolve(opt, *, train_fn=None, log=print):
     from yolov9c.engine.trainer import TrainError, train
 
     train_fn = train_fn or (lambda o: train(o, log=log))
-    if int(os.getenv("WORLD_SIZE", 1)) > 1:
+    if int(os.getenv("WORLD_SIZE", "1")) > 1:
         raise TrainError("--evolve is not compatible with DDP (as published): run it in one process")
     generations = int(opt.evolve)
     if generations < 1:
