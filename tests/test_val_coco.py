@@ -7,7 +7,7 @@ within TOL (ours integrates a 101-point interpolated curve with the published en
 a perfect detector); boxes shifted to IoU 0.72 are right at 5 of the 10 IoU thresholds, so both evaluators give
 mAP@0.5:0.95 = 0.5 (ours within TOL). Also: the rows (image_id from the file name, 80→91 category id, top-left
 xywh bbox in original pixels rounded to 3 decimals, score to 5), a missing annotations file (message, no crash),
-and val_dual.py --data .../coco.yaml end to end. Needs pycocotools (the [test] extra); skips without it.
+val_dual.py --data .../coco.yaml end to end, and training on it writing the final _predictions.json. Needs pycocotools (the [test] extra); skips without it.
 
 Run: python -m pytest -q tests/test_val_coco.py
 """
@@ -197,3 +197,20 @@ def test_val_dual_save_json_on_coco_layout(coco, tmp_path):
     assert rows and {r_["image_id"] for r_ in rows} <= set(IMAGES)
     assert {r_["category_id"] for r_ in rows} <= set(coco80_to_coco91())
     assert "Average Precision" in r.stdout + r.stderr
+
+
+def test_training_on_coco_writes_the_final_json(coco, tmp_path):
+    """As published, the final validation of best.pt on COCO data writes _predictions.json (COCO ids)."""
+    from yolov9c.cli.train import parse_opt
+    from yolov9c.engine.trainer import train
+
+    lines = []
+    out = train(parse_opt(["--data", str(coco), "--cfg", "gelan-t.yaml", "--img", str(IMGSZ), "--batch", "3",
+                           "--epochs", "1", "--workers", "0", "--noplots", "--project", str(tmp_path)]),
+                log=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    rows = json.loads((out["save_dir"] / "_predictions.json").read_text())
+    assert {r["category_id"] for r in rows} <= set(coco80_to_coco91())
+    text = "\n".join(lines)
+    assert f"Saving {out['save_dir'] / '_predictions.json'}" in text
+    # 1 epoch from scratch may leave every score under conf 0.001; with predictions COCO must have run
+    assert ("Average Precision" in text) if rows else ("no predictions above the confidence threshold" in text)

@@ -512,8 +512,12 @@ def train(opt, *, stop_after_epoch=None, log=print):
         if best.exists() and not opt.noval:
             from yolov9c.models.checkpoint import load_model
             log(f"\nValidating {best}...")
+            from yolov9c.engine.coco import coco_layout
+            is_coco, anno, class_map, ids = coco_layout(data, data["val"], val_loader.dataset.im_files)
+            coco = dict(save_json=True, anno_json=anno, class_map=class_map, image_ids=ids,
+                        json_name="_predictions.json") if is_coco else {}  # COCO data only, as published
             res = _validate(load_model(best).to(device), val_loader, nc, names, amp, opt.single_cls, compute_loss,
-                            save_dir, log, plots=plots, verbose=True)
+                            save_dir, log, plots=plots, verbose=True, **coco)
             out["final"] = res
         if plots and (save_dir / "results.csv").exists():
             R.plot_results(save_dir / "results.csv")
@@ -539,11 +543,12 @@ def _plain_opt(opt):
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opt).items()}
 
 
-def _validate(model, loader, nc, names, amp, single_cls, compute_loss, save_dir, log, plots=False, verbose=False):
+def _validate(model, loader, nc, names, amp, single_cls, compute_loss, save_dir, log, plots=False, verbose=False,
+              **coco):
     from yolov9c.engine.validator import validate
 
     return validate(model, loader, nc=nc, names=names, half=amp, single_cls=single_cls, compute_loss=compute_loss,
-                    save_dir=save_dir, plots=plots, verbose=verbose, log=log, training=True)
+                    save_dir=save_dir, plots=plots, verbose=verbose, log=log, training=True, **coco)
 
 
 def _tensorboard(save_dir, log):
