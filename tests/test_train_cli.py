@@ -137,8 +137,8 @@ def test_bad_values_are_argparse_errors(argv, says, capsys):
 
 
 def test_refused_features_exit_2_with_a_reason(capsys):
-    assert main(["--evolve"]) == 2
-    assert "--evolve" in capsys.readouterr().err
+    assert main(["--evolve", "0"]) == 2
+    assert "--evolve 0: the number of generations must be >= 1" in capsys.readouterr().err
 
 
 def test_bare_hyp_name_resolves_in_configs(tmp_path):

@@ -6,6 +6,8 @@ Tiny on purpose: 16 synthetic training images of 96 px, gelan-t at --img 64, bat
 Run: python -m pytest -q tests/test_train_resume.py
 """
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -69,3 +71,105 @@ def test_resume_of_a_stripped_checkpoint_refuses(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(TrainError, match="no last.pt"):
         train(parse_opt(["--resume", "--project", str(tmp_path / "empty")]), log=lambda *a, **k: None)
+
+
+@pytest.fixture(scope="module")
+def interrupted(data, tmp_path_factory):
+    """A run interrupted after epoch 0 of 2 at --batch 8 --accumulate 1 (nominal 8: 2 optimizer steps of 8
+    images per epoch), Adam, --save-period 1; its best fitness set to 0.5, a value it cannot beat."""
+    first = parse_opt(["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8", "--accumulate", "1",
+                       "--epochs", "2", "--workers", "0", "--noplots", "--noval", "--optimizer", "Adam",
+                       "--save-period", "1", "--project", str(tmp_path_factory.mktemp("interrupted"))])
+    run = train(first, stop_after_epoch=0, log=lambda *a, **k: None)["save_dir"]
+    last = run / "weights" / "last.pt"
+    ck = _load(last)
+    assert ck["epoch"] == 0 and ck["nominal_batch"] == 8 and ck["updates"] == 2
+    assert {int(s["step"]) for s in ck["optimizer"]["state"].values()} == {2}
+    ck["best_fitness"] = 0.5
+    torch.save(ck, last)
+    return run
+
+
+def _copy_run(run, tmp_path):
+    import shutil
+
+    return Path(shutil.copytree(run, tmp_path / run.name))
+
+
+def test_resume_with_other_memory_knobs_keeps_the_nominal_batch(interrupted, tmp_path):
+    """Resumed with --batch-size 4 --accumulate 2 --workers 1: the run finishes, opt.yaml shows the new knobs,
+    epoch 1 still makes 2 optimizer steps of 8 images, and the optimizer (Adam's step counts), EMA, epoch and
+    best fitness came back from the checkpoint."""
+    import yaml
+
+    run = _copy_run(interrupted, tmp_path)
+    last = run / "weights" / "last.pt"
+    hyp_before = yaml.safe_load((run / "opt.yaml").read_text())["hyp"]
+    lines = []
+    out = train(parse_opt(["--resume", str(last), "--batch-size", "4", "--accumulate", "2", "--workers", "1"]),
+                log=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    assert out["save_dir"] == run and out["epochs_done"] == 2
+    text = "\n".join(lines)
+    assert "Resuming training from" in text and "from epoch 1 to 2" in text
+    assert "Resuming with --batch-size 4 (was 8) x accumulate 2 = nominal batch 8" in text
+    assert "WARNING: the nominal batch changes" not in text
+    stored = yaml.safe_load((run / "opt.yaml").read_text())
+    assert (stored["batch_size"], stored["accumulate"], stored["workers"]) == (4, 2, 1)
+    assert stored["hyp"] == hyp_before and stored["epochs"] == 2
+    e1 = _load(run / "weights" / "epoch1.pt")  # --save-period 1 came back from opt.yaml; not stripped
+    assert e1["epoch"] == 1 and e1["nominal_batch"] == 8
+    assert e1["updates"] == 4  # EMA: 2 steps in epoch 0 (batch 8) + 2 steps of 2 x 4 images in epoch 1
+    assert {int(s["step"]) for s in e1["optimizer"]["state"].values()} == {4}  # Adam state continued
+    assert e1["best_fitness"] == 0.5 and e1["best_epoch"] == 0
+    assert e1["opt"]["batch_size"] == 4
+    rows = (run / "results.csv").read_text().splitlines()
+    assert [r.split(",")[0].strip() for r in rows[1:]] == ["0", "1"]
+    assert _load(last)["epoch"] == -1  # finished: stripped
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_resume_with_a_changed_nominal_batch_warns(interrupted, tmp_path):
+    run = _copy_run(interrupted, tmp_path)
+    lines = []
+
+    def log(*a, **k):
+        lines.append(" ".join(map(str, a)))
+        if lines[-1].startswith("WARNING: the nominal batch"):
+            raise _Stop  # the warning comes before any data is loaded: no need to train on
+
+    with pytest.raises(_Stop):
+        train(parse_opt(["--resume", str(run / "weights" / "last.pt"), "--batch-size", "4", "--accumulate", "1"]),
+              log=log)
+    assert "changes from 8 to 4 images per optimizer step" in lines[-1]
+    assert "Resuming with --batch-size 4 (was 8) x accumulate 1 = nominal batch 4" in lines[-2]
+
+
+def test_weights_transfer_from_another_class_count(data, tmp_path, caplog):
+    """--weights with a checkpoint of 80 classes on 8-class data: every tensor whose name and shape match is
+    transferred (logged "Transferred X/Y items"), the class convolutions of the head are skipped."""
+    import logging
+
+    from yolov9c import build_model
+    from yolov9c.data.dataset_yaml import load_data_config
+    from yolov9c.models.checkpoint import save_checkpoint
+
+    src = build_model("gelan-t", nc=80)
+    save_checkpoint(tmp_path / "src.pt", src)  # fp16, so the published half().float() keeps the values
+    nc = load_data_config(data)["nc"]
+    assert nc != 80
+    dst = build_model("gelan-t", nc=nc).state_dict()
+    ssd = src.state_dict()
+    same = [k for k, v in dst.items() if k in ssd and ssd[k].shape == v.shape]
+    assert 0 < len(same) < len(dst)
+    with caplog.at_level(logging.INFO):
+        out = train(_opt(data, tmp_path, "--weights", str(tmp_path / "src.pt"), "--epochs", "1", "--freeze", "10",
+                         "--nosave"), stop_after_epoch=0, log=lambda *a, **k: None)
+    assert f"Transferred {len(same)}/{len(dst)} items from {tmp_path / 'src.pt'}" in caplog.text
+    ck = _load(out["save_dir"] / "weights" / "last.pt")
+    w = ck["model"]["model.0.conv.weight"]  # frozen: still the transferred weights
+    assert torch.equal(w.float(), ssd["model.0.conv.weight"].half().float())
+    head = [k for k in dst if k not in same]
+    assert all(ck["model"][k].shape == dst[k].shape for k in head)

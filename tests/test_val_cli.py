@@ -44,7 +44,7 @@ def test_val_dual_on_checkpoint(setup):
     assert any(line.split()[:2] == ["all", "4"] for line in out.splitlines())
     exp = root / "runs" / "val" / "exp"
     assert exp.is_dir() and (exp / "labels").is_dir()
-    assert isinstance(json.loads((exp / "predictions.json").read_text()), list)
+    assert isinstance(json.loads((exp / "gelan-t_predictions.json").read_text()), list)
     assert (exp / "confusion_matrix.png").is_file()
     r2 = run(args[:10], root)
     assert r2.returncode == 0, r2.stderr

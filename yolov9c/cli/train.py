@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noautoanchor", action="store_true", help="disable AutoAnchor (inert, as published)")
     p.add_argument("--noplots", action="store_true", help="save no plot files")
     p.add_argument("--evolve", type=int, nargs="?", const=300,
-                   help="evolve hyperparameters for x generations (not implemented yet: refused)")
+                   help="evolve hyperparameters for x generations (runs/evolve/exp: evolve.csv, hyp_evolve.yaml)")
     p.add_argument("--bucket", type=str, default="", help="gsutil bucket (evolve only; unused)")
     p.add_argument("--cache", type=str, nargs="?", const="ram", choices=CACHE_CHOICES,
                    help="image --cache ram/disk/val (bare flag: ram)")
@@ -187,9 +187,9 @@ def main(argv=None) -> int:
     opt = parse_opt(argv)
     import logging
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # "Transferred X/Y items" and data messages
-    if opt.evolve is not None:
-        print("train_dual.py: error: --evolve: hyperparameter evolution is not available yet in this version of "
-              "yolov9c", file=sys.stderr)
+    if opt.evolve is not None and opt.evolve < 1:
+        print(f"train_dual.py: error: --evolve {opt.evolve}: the number of generations must be >= 1",
+              file=sys.stderr)
         return 2
     if opt.batch_size == -1:
         print("train_dual.py: error: --batch-size -1 (AutoBatch) is not available yet; give a batch size",
@@ -199,11 +199,19 @@ def main(argv=None) -> int:
     # before CUDA starts: variable-size temporaries (loss, multi-scale) fragment fixed segments (DESIGN.md)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     if _wants_ddp(opt):
+        if opt.evolve is not None:
+            print("train_dual.py: error: --evolve is not compatible with multi-GPU DDP (as published): give one "
+                  "--device", file=sys.stderr)
+            return 2
         return _launch_ddp(opt, sys.argv[1:] if argv is None else list(argv))
     from yolov9c.engine.trainer import TrainError, train
 
     try:
-        train(opt)
+        if opt.evolve is not None:
+            from yolov9c.engine.evolve import evolve
+            evolve(opt)
+        else:
+            train(opt)
     except TrainError as e:
         print(f"train_dual.py: error: {e}", file=sys.stderr)
         return 2

@@ -4,10 +4,12 @@
 
 Loads ours, a published YOLOv9 .pt or a converted gelan file (yolov9c.load_model; fused for speed), builds
 the val loader (rect, pad 0.5, no augmentation), runs yolov9c.engine.validator.validate and writes
-runs/val/exp* (labels/*.txt with --save-txt, predictions.json with --save-json, confusion matrix, curves,
-val_batch images). --task val|test picks the split; speed runs at conf 0.25 / iou 0.45 without plots; study
-sweeps --imgsz 256…1536 and writes study_<data>_<weights>.txt. --data defaults to the built-in synthetic
-dataset. Refused with an argparse-style error: --augment (TTA not implemented), --dnn (ONNX only).
+runs/val/exp* (labels/*.txt with --save-txt, <weights stem>_predictions.json with --save-json, evaluated by
+pycocotools or faster-coco-eval against <path>/annotations/instances_val2017.json: yolov9c/engine/coco.py;
+confusion matrix, curves, val_batch images). --task val|test picks the split; speed runs at conf 0.25 / iou
+0.45 without plots and json; study sweeps --imgsz 256…1536 and writes study_<data>_<weights>.txt. --data
+defaults to the built-in synthetic dataset. Refused with an argparse-style error: --augment (TTA not
+implemented), --dnn (ONNX only).
 Bad input (missing weights, bad data yaml) gives one error line and exit code 2.
 
 Test: python -m pytest -q tests/test_val_cli.py
@@ -72,16 +74,11 @@ def _device(spec):
     return inference_device(spec)
 
 
-def _coco_class_map():
-    """COCO's 80 training classes → the 91 category ids of its annotation files."""
-    missing = {12, 26, 29, 30, 45, 66, 68, 69, 71, 83}
-    return [i for i in range(1, 91) if i not in missing]
-
-
 def run(opt, log=print):
     """Run one validation as `opt` says; returns the validate() result dict (study: the last one)."""
     from yolov9c.data.dataset_yaml import load_data_config
     from yolov9c.data.loader import create_dataloader
+    from yolov9c.engine.coco import coco_layout
     from yolov9c.engine.run_dir import increment_path
     from yolov9c.engine.validator import validate
     from yolov9c.models.checkpoint import load_model
@@ -103,20 +100,22 @@ def run(opt, log=print):
     if opt.task == "speed":
         conf, iou, plots = 0.25, 0.45, False
     sizes = list(range(256, 1536 + 128, 128)) if opt.task == "study" else [opt.imgsz]
-    is_coco = str(opt.data or "").endswith("coco.yaml")
-    anno = Path(cfg["path"]) / "annotations" / "instances_val2017.json"
+    # published: on for coco.yaml, off for --task speed
+    save_json = opt.save_json or str(opt.data or "").endswith("coco.yaml")
+    json_name = f"{Path(opt.weights[0]).stem}_predictions.json"
     rows, result = [], None
     for imgsz in sizes:
-        loader, _ = create_dataloader(cfg[split], imgsz=imgsz, batch_size=opt.batch_size, stride=stride,
-                                      single_cls=opt.single_cls, augment=False, rect=True, pad=0.5,
-                                      workers=opt.workers, nc=cfg["nc"], prefix=f"{split}: ", log=log)
+        loader, dataset = create_dataloader(cfg[split], imgsz=imgsz, batch_size=opt.batch_size, stride=stride,
+                                            single_cls=opt.single_cls, augment=False, rect=True, pad=0.5,
+                                            workers=opt.workers, nc=cfg["nc"], prefix=f"{split}: ", log=log)
+        _is_coco, anno, class_map, image_ids = coco_layout(cfg, cfg[split], dataset.im_files)
         result = validate(model, loader, nc=nc, names=names, conf_thres=conf, iou_thres=iou,
                           max_det=opt.max_det, half=opt.half and device.type == "cuda", single_cls=opt.single_cls,
                           save_dir=save_dir, plots=plots and opt.task != "study",
                           verbose=opt.verbose, log=log, save_txt=opt.save_txt or opt.save_hybrid,
                           save_conf=opt.save_conf, save_hybrid=opt.save_hybrid,
-                          save_json=opt.save_json or is_coco, anno_json=anno if (opt.save_json or is_coco) else None,
-                          class_map=_coco_class_map() if is_coco else None)
+                          save_json=save_json and opt.task != "speed", anno_json=anno, class_map=class_map,
+                          image_ids=image_ids, json_name=json_name)
         rows.append([imgsz, result["mp"], result["mr"], result["map50"], result["map"], *result["speed"]])
     if opt.task == "study":
         f = save_dir / f"study_{Path(str(opt.data or 'synthetic')).stem}_{Path(opt.weights[0]).stem}.txt"

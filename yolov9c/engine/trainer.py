@@ -255,6 +255,8 @@ def train(opt, *, stop_after_epoch=None, log=print):
     if getattr(opt, "channels_last", None) is None:
         opt.channels_last = cuda and opt.backend == "c"
     memory_format = torch.channels_last if opt.channels_last else torch.contiguous_format
+    # a generation of --evolve (yolov9c/engine/evolve.py): no hyp.yaml/opt.yaml, checkpoints or plots
+    evolving = getattr(opt, "evolve", None) is not None
 
     # --- run folder, hyp ---
     if ckpt is not None:
@@ -273,8 +275,8 @@ def train(opt, *, stop_after_epoch=None, log=print):
     hyp["anchor_t"] = 5.0  # forced as published (anchor-free heads do not read it)
     opt.save_dir = str(save_dir)
     if main_proc:
-        wdir.mkdir(parents=True, exist_ok=True)
-        if ckpt is None:
+        (save_dir if evolving else wdir).mkdir(parents=True, exist_ok=True)
+        if ckpt is None and not evolving:
             (save_dir / "hyp.yaml").write_text(yaml.safe_dump(to_plain(hyp), sort_keys=False))
             stored = {k: v for k, v in vars(opt).items() if k != "given"}
             stored["hyp"] = hyp
@@ -323,10 +325,26 @@ def train(opt, *, stop_after_epoch=None, log=print):
     if ckpt is not None and "accumulate" not in opt.given and ckpt.get("nominal_batch"):
         nominal = ckpt["nominal_batch"]  # resume with another --batch-size keeps the run's nominal batch
         fixed_accumulate = max(round(nominal / batch_size), 1) if opt.accumulate else None
+        if fixed_accumulate:
+            opt.accumulate = fixed_accumulate
     else:
         fixed_accumulate = opt.accumulate  # --accumulate N: N micro-batches per step from the first iteration
         nominal = batch_size * opt.accumulate if opt.accumulate else NBS
     accumulate = fixed_accumulate or max(round(nominal / batch_size), 1)
+    if ckpt is not None:
+        old_nominal = ckpt.get("nominal_batch") or nominal
+        old_batch = int((ckpt.get("opt") or {}).get("batch_size") or batch_size)
+        log(f"Resuming with --batch-size {batch_size} (was {old_batch}) x accumulate "
+            f"{fixed_accumulate or 'warm-up ramp to ' + str(accumulate)} = nominal batch {nominal}")
+        if nominal != old_nominal:
+            log(f"WARNING: the nominal batch changes from {old_nominal} to {nominal} images per optimizer step "
+                f"(--batch-size x --accumulate); weight decay stays scaled for {old_nominal}. Keep "
+                f"--batch-size x --accumulate = {old_nominal} to continue the run unchanged")
+        if main_proc:  # as published, opt.yaml is rewritten on resume: it now shows the new memory knobs
+            stored = {k: v for k, v in vars(opt).items() if k != "given"}
+            old = yaml.safe_load((save_dir / "opt.yaml").read_text()) or {}
+            stored["hyp"] = old.get("hyp", hyp)
+            (save_dir / "opt.yaml").write_text(yaml.safe_dump(to_plain(stored), sort_keys=False))
     if ckpt is None:
         hyp["weight_decay"] *= batch_size * accumulate / NBS
     optimizer = build_optimizer(model, opt.optimizer, hyp["lr0"], hyp["momentum"], hyp["weight_decay"], log=log)
@@ -382,7 +400,11 @@ def train(opt, *, stop_after_epoch=None, log=print):
     except (DataError, ValueError) as e:
         raise TrainError(str(e)) from None
     nb = len(train_loader)
-    plots = main_proc and not opt.noplots
+    if ckpt is not None and old_batch != batch_size:
+        # iteration numbers ni count batches of the new size now; gradients are zeroed at every epoch start, so
+        # the first step of the resumed epoch comes after `accumulate` micro-batches
+        last_opt_step = nb * start_epoch - 1
+    plots = main_proc and not opt.noplots and not evolving
     if plots and ckpt is None:
         log(f"Plotting labels to {save_dir / 'labels.jpg'}... ")
         R.plot_labels(dataset.labels, names, save_dir / "labels.jpg")
@@ -415,7 +437,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
     epochs = opt.epochs
     log(f"Image sizes {imgsz} train, {imgsz} val\nUsing {train_loader.num_workers} dataloader workers\n"
         f"Logging results to {save_dir}\nStarting training for {epochs} epochs...")
-    tb = _tensorboard(save_dir, log) if main_proc else None
+    tb = _tensorboard(save_dir, log) if main_proc and not evolving else None
     t_start = time.time()
     epoch = start_epoch - 1
     stop = False
@@ -510,7 +532,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
             if tb is not None:
                 for k, v in zip(R.COLUMNS[1:], row[1:]):
                     tb.add_scalar(k, v, epoch)
-            if (not opt.nosave) or final_epoch:
+            if ((not opt.nosave) or final_epoch) and not evolving:
                 ck = make_checkpoint(model, ema=ema, optimizer=optimizer, epoch=epoch, opt=_plain_opt(opt), hyp=hyp,
                                      best_fitness=best_fitness, half=False)
                 ck.update(scaler=scaler.state_dict(), rng=_rng_state(), last_opt_step=last_opt_step,
@@ -547,8 +569,12 @@ def train(opt, *, stop_after_epoch=None, log=print):
         if best.exists() and not opt.noval:
             from yolov9c.models.checkpoint import load_model
             log(f"\nValidating {best}...")
+            from yolov9c.engine.coco import coco_layout
+            is_coco, anno, class_map, ids = coco_layout(data, data["val"], val_loader.dataset.im_files)
+            coco = dict(save_json=True, anno_json=anno, class_map=class_map, image_ids=ids,
+                        json_name="_predictions.json") if is_coco else {}  # COCO data only, as published
             res = _validate(load_model(best).to(device), val_loader, nc, names, amp, opt.single_cls, compute_loss,
-                            save_dir, log, plots=plots, verbose=True)
+                            save_dir, log, plots=plots, verbose=True, **coco)
             out["final"] = res
         if plots and (save_dir / "results.csv").exists():
             R.plot_results(save_dir / "results.csv")
@@ -574,11 +600,12 @@ def _plain_opt(opt):
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(opt).items()}
 
 
-def _validate(model, loader, nc, names, amp, single_cls, compute_loss, save_dir, log, plots=False, verbose=False):
+def _validate(model, loader, nc, names, amp, single_cls, compute_loss, save_dir, log, plots=False, verbose=False,
+              **coco):
     from yolov9c.engine.validator import validate
 
     return validate(model, loader, nc=nc, names=names, half=amp, single_cls=single_cls, compute_loss=compute_loss,
-                    save_dir=save_dir, plots=plots, verbose=verbose, log=log, training=True)
+                    save_dir=save_dir, plots=plots, verbose=verbose, log=log, training=True, **coco)
 
 
 def _tensorboard(save_dir, log):

@@ -5,10 +5,11 @@ for DualDDetect, y for DDetect; the raw maps go to compute_loss when given, so t
 computed) → multi-label NMS (agnostic when single_cls) → boxes mapped back to each original image with the
 loader's shapes ((h0, w0), ((gain_h, gain_w), (pad_w, pad_h))) → matching at IoU 0.50:0.05:0.95 → metrics.
 Prints the published table (`Class Images Instances P R mAP50 mAP50-95`, the `all` line, per class when
-verbose) and a speed line. Optional outputs in save_dir: labels/*.txt (save_txt), predictions.json
-(save_json; COCO evaluation when pycocotools or faster_coco_eval is installed), plots.
+verbose) and a speed line. Optional outputs in save_dir: labels/*.txt (save_txt), the COCO-JSON predictions
+(save_json, file json_name; COCO's evaluator then replaces mAP50 and mAP50-95 when it is installed and
+anno_json exists: yolov9c/engine/coco.py), plots.
 
-Test: python -m pytest -q tests/test_val_validator.py
+Test: python -m pytest -q tests/test_val_validator.py tests/test_val_coco.py
 """
 
 import copy
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from yolov9c.engine.coco import coco_evaluate, json_rows
 from yolov9c.engine.metrics import (
     IOU_THRESHOLDS,
     ConfusionMatrix,
@@ -77,45 +79,6 @@ class _Timer:
         self.t += time.perf_counter() - self.start
 
 
-def _coco_eval(json_path, anno_json, image_ids, log):
-    """(map50, map) from COCO's evaluator, or None with a message when it cannot run."""
-    try:
-        try:
-            from pycocotools.coco import COCO
-            from pycocotools.cocoeval import COCOeval
-        except ImportError:
-            from faster_coco_eval import COCO
-            from faster_coco_eval import COCOeval_faster as COCOeval
-    except ImportError:
-        log("--save-json: predictions written; COCO evaluation skipped: install pycocotools or "
-            "faster-coco-eval to get COCO's mAP")
-        return None
-    if not Path(anno_json).is_file():
-        log(f"--save-json: predictions written; COCO evaluation skipped: annotations not found: {anno_json}")
-        return None
-    try:
-        anno = COCO(str(anno_json))
-        pred = anno.loadRes(str(json_path))
-        ev = COCOeval(anno, pred, "bbox")
-        ev.params.imgIds = [i for i in image_ids if isinstance(i, int)] or ev.params.imgIds
-        ev.evaluate()
-        ev.accumulate()
-        ev.summarize()
-        return float(ev.stats[1]), float(ev.stats[0])
-    except Exception as e:  # noqa: BLE001 - the published code only logs COCO failures too
-        log(f"--save-json: COCO evaluation failed: {e}")
-        return None
-
-
-def _json_rows(predn, path, class_map):
-    stem = Path(path).stem
-    image_id = int(stem) if stem.isnumeric() else stem
-    box = predn[:, :4].clone()
-    box[:, 2:] -= box[:, :2]  # xyxy → top-left xywh
-    return [{"image_id": image_id, "category_id": class_map[int(c)], "bbox": [round(float(v), 3) for v in b],
-             "score": round(float(s), 5)} for b, s, c in zip(box.tolist(), predn[:, 4].tolist(), predn[:, 5])]
-
-
 def _save_txt(predn, shape0, path, save_conf):
     h0, w0 = shape0
     lines = []
@@ -132,13 +95,16 @@ def _save_txt(predn, shape0, path, save_conf):
 def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, max_det=300, half=False,
              single_cls=False, compute_loss=None, save_dir=None, plots=False, verbose=False, log=print,
              save_txt=False, save_conf=False, save_hybrid=False, save_json=False, anno_json=None,
-             class_map=None, time_limit=None, training=False):
+             class_map=None, image_ids=None, json_name="predictions.json", time_limit=None, training=False):
     """Validate `model` on `dataloader` (a val loader: rect, pad 0.5, no augmentation).
 
     Returns dict: mp, mr, map50, map (floats), maps (nc,) numpy per-class mAP50-95 (classes without labels
     get the mean), box_loss, cls_loss, dfl_loss (mean per batch; 0 without compute_loss), fitness-ready
     values, speed (pre, inference, nms) in ms per image, ap_class (classes with labels), nt (nc,) label
-    counts, seen (images). names: list or dict of class names. class_map: class → COCO category id."""
+    counts, seen (images), coco_stats (COCOeval's 12 stats when COCO evaluated, else None). names: list or dict
+    of class names. save_json: write save_dir/json_name; class_map: class → category id (None: the index);
+    anno_json: COCO annotations to evaluate against (None: write only); image_ids: the images COCO evaluates
+    (None: all of anno_json)."""
     if isinstance(names, dict):
         names = [names[k] for k in sorted(names)]
     names = list(names) if names is not None else [str(i) for i in range(nc)]
@@ -156,7 +122,6 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
         save_dir.mkdir(parents=True, exist_ok=True)
     if save_txt and save_dir is not None:
         (save_dir / "labels").mkdir(parents=True, exist_ok=True)
-    class_map = class_map or list(range(max(nc, 1000)))
     iouv = IOU_THRESHOLDS.to(device)
     cm = ConfusionMatrix(nc=nc)
     dt = [_Timer(device), _Timer(device), _Timer(device)]
@@ -213,7 +178,7 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
             if save_txt and save_dir is not None:
                 _save_txt(predn, shape0, save_dir / "labels" / (Path(paths[si]).stem + ".txt"), save_conf)
             if save_json:
-                jdict += _json_rows(predn, paths[si], class_map)
+                jdict += json_rows(predn, paths[si], class_map)
         if plots and save_dir is not None and batch_i < 3:
             from yolov9c.engine.plots import plot_images
 
@@ -232,18 +197,22 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
         plot_confusion_matrix(cm, names, save_dir)
         if result["curves"] is not None:
             plot_metric_curves(result["curves"], names, save_dir)
+    coco_stats = None
     if save_json and save_dir is not None:
-        jpath = save_dir / "predictions.json"
+        jpath = save_dir / json_name
         jpath.write_text(json.dumps(jdict))
-        log(f"Saving {jpath}...")
-        if anno_json is not None:
-            coco = _coco_eval(jpath, anno_json, sorted({d["image_id"] for d in jdict}, key=str), log)
-            if coco is not None:
-                result["map50"], result["map"] = coco
+        log(f"Saving {jpath}... ({len(jdict)} predictions)")
+        if anno_json is None:
+            log("--save-json: predictions written; no COCO annotations given, COCO evaluation skipped")
+        elif not jdict:
+            log("--save-json: no predictions above the confidence threshold; COCO evaluation skipped")
         else:
-            log("--save-json: predictions written; COCO evaluation needs annotations/instances_val2017.json")
+            coco_stats = coco_evaluate(jpath, anno_json, image_ids, log)
+            if coco_stats is not None:
+                result["map"], result["map50"] = coco_stats[0], coco_stats[1]
     loss = (loss / max(nb, 1)).cpu().tolist()
-    result.update(box_loss=loss[0], cls_loss=loss[1], dfl_loss=loss[2], speed=speed, seen=seen)
+    result.update(box_loss=loss[0], cls_loss=loss[1], dfl_loss=loss[2], speed=speed, seen=seen,
+                  coco_stats=coco_stats)
     caller.train(was_training)
     if save_dir is not None and not training:
         log(f"Results saved to {save_dir}")
