@@ -41,8 +41,8 @@ def _train(data, project, monkeypatch, backend, *extra):
     seen = []
     real = detection.make_loss
 
-    def recording_make_loss(model, hyp=None):
-        fn = real(model, hyp)
+    def recording_make_loss(model, hyp=None, backend="torch"):
+        fn = real(model, hyp, backend=backend)
 
         def loss(preds, targets):
             out = fn(preds, targets)
