@@ -50,8 +50,9 @@ def make_z(shape, layout, dtype, device="cpu", seed=0, loc=1.0, scale=2.0):
     g = torch.Generator().manual_seed(seed)
     B, C, H, W = shape
     base = torch.randn(B, C + 5, H, W, generator=g) * scale + loc
-    # per-channel offsets so that channels differ
-    base = base + torch.linspace(-1, 1, C + 5).view(1, -1, 1, 1) * loc
+    # per-channel offsets so that channels differ; every channel mean stays in [loc, 2·loc], away from 0,
+    # so that per-channel relative checks of the mean are meaningful
+    base = base + torch.linspace(0, 1, C + 5).view(1, -1, 1, 1) * loc
     if layout == "nchw":
         t = base[:, :C].contiguous()
     elif layout == "cl":
@@ -116,14 +117,15 @@ def check_all(z, act="silu", device="cpu", seed=0):
     y = ops.bn_silu(zg, mean, invstd, wg, bg, act=act)
     assert y.dtype == dtype and y.shape == z.shape
     close(y, truth["y"], tol, "y")
+    # Backward with float16/bfloat16 storage: dy reaches the op rounded to the storage dtype too.
+    gtol = tol if dtype == torch.float32 else 2 * tol
     (y.float() * gy).sum().backward()
-    close(zg.grad, truth["dz"], tol, "dz (autograd)")
-    close(wg.grad, truth["dw"], max(tol, 1e-5), "dweight (autograd)")
-    close(bg.grad, truth["db"], max(tol, 1e-5), "dbias (autograd)")
+    close(zg.grad, truth["dz"], gtol, "dz (autograd)")
+    close(wg.grad, truth["dw"], gtol, "dweight (autograd)")
+    close(bg.grad, truth["db"], gtol, "dbias (autograd)")
 
-    dz, dw, db = ops.bn_silu_backward(z, mean, invstd, w, b, gy.to(dtype) if dtype != torch.float32 else gy, act=act)
+    dz, dw, db = ops.bn_silu_backward(z, mean, invstd, w, b, gy.to(dtype), act=act)
     assert dz.dtype == dtype and dw.dtype == db.dtype == torch.float32
-    gtol = tol if dtype == torch.float32 else 2 * tol   # grad_out rounded to the storage dtype too
     close(dz, truth["dz"], gtol, "dz (raw)")
     close(dw, truth["dw"], gtol, "dweight (raw)")
     close(db, truth["db"], gtol, "dbias (raw)")
@@ -449,7 +451,7 @@ def test_cuda_stats_large_mean_and_n(layout):
     truth_var, truth_mean = torch.var_mean(z.double(), dim=(0, 2, 3), unbiased=False)
     rm, rv = torch.zeros(4, device="cuda"), torch.ones(4, device="cuda")
     mean, invstd = ops.bn_stats(z, rm, rv, momentum=MOMENTUM, eps=EPS)
-    per_channel_close(mean, truth_mean, 1e-6, "mean")
+    per_channel_close(mean, truth_mean, 1e-5, "mean")
     per_channel_close(invstd, 1 / torch.sqrt(truth_var + EPS), 1e-5, "invstd")
     n = 64 * 160 * 160
     per_channel_close(rv, (1 - MOMENTUM) + MOMENTUM * truth_var * n / (n - 1), 1e-5, "running_var")
