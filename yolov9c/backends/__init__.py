@@ -1,7 +1,7 @@
 """Execution backends of a built model: "torch" (the plain PyTorch reference) and "c" (yolov9c/backends/c).
 
     from yolov9c.backends import apply, backend_of
-    model = apply(model, "c")      # after building and moving the model, before DDP wrapping and EMA creation
+    model = apply(model, "c")      # after building and moving the model, before DDP wrapping
     backend_of(model)              # "c"
     apply(model, "torch")          # plain execution again
 
