@@ -706,10 +706,11 @@ __global__ void __launch_bounds__(BN_THREADS) bn_fwd_fast_kernel(bn_args a, bn_g
                 for (int e = 0; e < V; e++)
                     u[e] += z[e] * q2.scale[e];
             }
-            if (a.silu)
+            if (a.silu) {
 #pragma unroll
                 for (int e = 0; e < V; e++)
                     u[e] = u[e] * bn_sigmoid(u[e]);
+            }
             if (a.res.data != NULL) {
                 bn_vload<T, V>(&a.res, k, c0, z);
 #pragma unroll
