@@ -8,8 +8,9 @@
  *   forward   x̂ = (z - mean)·invstd, u = x̂·γ + β [+ x̂2·γ2 + β2], y = act(u) [+ residual]
  *   backward  g = dy·act'(u), silu'(u) = s·(1 + u·(1 - s)), s = sigmoid(u); dβ = Σg, dγ = Σg·x̂;
  *             dz = γ·invstd·(g - Σg/n - x̂·Σ(g·x̂)/n)  (batch statistics), γ·invstd·g  (batch_stats = 0)
- * Per-element arithmetic is float32. Sums: each thread adds up to 32 elements in float32, then folds them
- * into float64 accumulators; blocks write float64 partial sums; a per-channel pass adds those in float64.
+ * Per-element arithmetic is float32. Sums: each thread adds up to 32 elements per channel in float32, then
+ * folds them into float64 accumulators; blocks write float64 partial sums; a per-channel pass adds those in
+ * float64 in a fixed order (no atomics: results are the same run to run).
  *
  * Saved for backward (by the caller, yolov9c/ops/bn_silu.py): z in its storage dtype (2 B/element in fp16)
  * plus mean, invstd (C,) float32: no normalised or activated tensor. y and dz are recomputed from z.
@@ -17,17 +18,35 @@
  * are written; running statistics are updated in place.
  *
  * Passes (all on the caller's stream, no host synchronisation):
- *   stats     bn_reduce_*   float64 partial sums [3][S][C] into the workspace
- *             bn_stats_finish_kernel   one thread per channel: mean, invstd, running update
- *   forward   bn_fwd_*      one elementwise pass
- *   backward  bn_reduce_*   partial Σg, Σg·x̂1, Σg·x̂2;  bn_bwd_finish_kernel: dγ, dβ and the dz coefficients
- *             bn_bwd_*      one elementwise pass writing dz1 (and dz2)
- * Layouts: the iteration follows z1. Channel stride 1 (channels-last, also a channel slice of a
- * channels-last buffer): "rows" kernels, a warp per (b, h, w) row with lanes over channels. Otherwise
- * "planar" kernels over (b, c) planes. Before launching, (H, W) and then (B, H·W) are merged when every
- * operand's strides allow it, so the dense layouts need no division per element; other strides work through
- * a general (slower) index decomposition. All offsets are 64-bit: tensors over 2^31 elements are fine.
- * Test: python -m pytest -q tests/test_bn_silu.py (CUDA cases)
+ *   stats     reduce        float64 partial sums [2][S][C] (Σ(z-K), Σ(z-K)²) into the workspace: reads z once
+ *             bn_stats_finish_kernel   blocks of 32 channels × 16 lanes over S: mean, invstd, running update
+ *   forward   one elementwise pass: reads z (z2, residual), writes out
+ *   backward  reduce        partial Σg, Σg·x̂1 [, Σg·x̂2] [2 or 3][S][C]: reads z (z2) and dy once
+ *             bn_bwd_finish_kernel: dγ, dβ and the dz coefficients [5][C] (k1, k2_1, k2_2, a1, a2)
+ *             one elementwise pass: reads z (z2), dy [, dz for +=], writes dz1 (dz2)
+ * So a training step moves ~2 reads (stats, forward) + 1 write of z-sized data forward and ~4 (+1 for +=)
+ * backward, every pass a single sweep at memory bandwidth in the fast path.
+ *
+ * Layouts: the iteration follows z1. Before launching, (H, W) and then (B, H·W) are merged when every
+ * operand's strides allow it. Three kernel families:
+ *   fast      "row-uniform" operands: after the merge B == H == 1 and channel stride 1 (C == 1: any), so element
+ *             (row k, channel c) is at k·rs + c with the operand's own row stride rs: channels-last tensors and
+ *             channel slices of a channels-last buffer (rs = C_total > C). Every operand in z1's dtype. Kernels
+ *             are specialised on the storage type T (half, bfloat16, float) and the vector width V: V elements
+ *             (16 bytes: 8 halfs or 4 floats; backward passes 8 bytes to bound registers) per load/store when
+ *             C % V == 0 and every pointer and row stride is V-aligned, else 2 or 1. Blocks are (tx, ty) =
+ *             (min(C/V, 256) channel vectors, 256/tx rows): a thread keeps its channels for the whole pass, so
+ *             the per-channel scale = invstd·γ, shift = β − mean·scale (and x̂ = (z − mean)·invstd for the
+ *             backward) live in registers and no element needs a division. Elementwise passes are grid-stride
+ *             over groups of ty rows; reductions give block s the contiguous rows [s·chunk, (s+1)·chunk), with
+ *             S chosen for >= ~4 blocks per SM and >= ~64 rows per block (at most BN_FAST_SPLITS), summed over
+ *             ty in shared memory in a fixed order.
+ *   rows      channel stride 1 otherwise (mixed dtypes, unmerged strides): a warp per (b, h, w) row with lanes
+ *             over channels, scalar loads (generic, slow).
+ *   planar    everything else: (b, c) planes, tiles of contiguous elements.
+ * Other strides work through a general (slower) index decomposition. All offsets are 64-bit: tensors over
+ * 2^31 elements are fine.
+ * Test: python -m pytest -q tests/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
  */
 #include <stdint.h>
 #include <string.h>
@@ -41,6 +60,7 @@
 #define BN_FOLD 32             /* float32 elements per thread before folding into float64 */
 #define BN_MAX_GRID (1 << 20)
 #define BN_NSUM 3
+#define BN_FIN_Y 16           /* finish kernels: lanes over S per channel */
 
 typedef struct bn_geom {
     int64_t B, C, H, W, HW, n;
@@ -285,24 +305,42 @@ __global__ void bn_reduce_rows_kernel(bn_args a, bn_geom g)
     }
 }
 
-__device__ __forceinline__ double bn_partial_sum(const bn_args *a, int j, int64_t c, int64_t C)
+/* Finish kernels: block (32 channels, BN_FIN_Y lanes over S); lane y adds partials s = y, y + BN_FIN_Y, ...
+ * (coalesced over channels), then lane 0 adds the BN_FIN_Y results in order. */
+__device__ __forceinline__ void bn_finish_sums(const bn_args *a, const bn_geom *g, int ns, int64_t c,
+                                               double sh[BN_NSUM][BN_FIN_Y][32], double out[BN_NSUM])
 {
-    double x = 0.0;
-    for (int64_t s = 0; s < a->S; s++)
-        x += a->partial[((int64_t)j * a->S + s) * C + c];
-    return x;
+    for (int j = 0; j < ns; j++) {
+        double x = 0.0;
+        if (c < g->C)
+            for (int64_t s = threadIdx.y; s < a->S; s += BN_FIN_Y)
+                x += a->partial[((int64_t)j * a->S + s) * g->C + c];
+        sh[j][threadIdx.y][threadIdx.x] = x;
+    }
+    __syncthreads();
+    for (int j = 0; j < BN_NSUM; j++) {
+        double x = 0.0;
+        if (j < ns && threadIdx.y == 0)
+            for (int i = 0; i < BN_FIN_Y; i++)
+                x += sh[j][i][threadIdx.x];
+        out[j] = x;
+    }
 }
 
-__global__ void bn_stats_finish_kernel(bn_args a, bn_geom g, float *running_mean, float *running_var, double momentum,
-                                       double eps, float *mean, float *invstd)
+__global__ void __launch_bounds__(32 * BN_FIN_Y) bn_stats_finish_kernel(bn_args a, bn_geom g, float *running_mean,
+                                                                         float *running_var, double momentum,
+                                                                         double eps, float *mean, float *invstd)
 {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= g.C)
+    __shared__ double sh[BN_NSUM][BN_FIN_Y][32];
+    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    double sum[BN_NSUM];
+    bn_finish_sums(&a, &g, 2, c, sh, sum);
+    if (threadIdx.y != 0 || c >= g.C)
         return;
     double n = (double)g.n;
     double K = bn_load(&a.z1, bn_off(&a.z1, 0, c, 0, 0));
-    double m1 = bn_partial_sum(&a, 0, c, g.C) / n;
-    double var = bn_partial_sum(&a, 1, c, g.C) / n - m1 * m1;
+    double m1 = sum[0] / n;
+    double var = sum[1] / n - m1 * m1;
     var = var > 0.0 ? var : 0.0;
     double m = K + m1;
     mean[c] = (float)m;
@@ -313,20 +351,22 @@ __global__ void bn_stats_finish_kernel(bn_args a, bn_geom g, float *running_mean
         running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * var * n / (n - 1.0));
 }
 
-__global__ void bn_bwd_finish_kernel(bn_args a, bn_geom g, int batch_stats, float *coef, float *dweight1,
-                                     float *dbias1, float *dweight2, float *dbias2)
+__global__ void __launch_bounds__(32 * BN_FIN_Y) bn_bwd_finish_kernel(bn_args a, bn_geom g, int batch_stats,
+                                                                       float *coef, float *dweight1, float *dbias1,
+                                                                       float *dweight2, float *dbias2)
 {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= g.C)
+    __shared__ double sh[BN_NSUM][BN_FIN_Y][32];
+    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    double sum[BN_NSUM];
+    bn_finish_sums(&a, &g, a.z2.data != NULL ? 3 : 2, c, sh, sum);
+    if (threadIdx.y != 0 || c >= g.C)
         return;
     int64_t C = g.C;
     double n = (double)g.n;
-    double sg = bn_partial_sum(&a, 0, c, C), sgx1 = bn_partial_sum(&a, 1, c, C);
+    double sg = sum[0], sgx1 = sum[1], sgx2 = sum[2];
     dbias1[c] = (float)sg;
     dweight1[c] = (float)sgx1;
-    double sgx2 = 0.0;
     if (a.z2.data != NULL) {
-        sgx2 = bn_partial_sum(&a, 2, c, C);
         dbias2[c] = (float)sg;
         dweight2[c] = (float)sgx2;
     }
@@ -391,6 +431,334 @@ __global__ void bn_bwd_rows_kernel(bn_args a, bn_geom g)
     BN_ROWS_LOOP(g, bn_bwd_elem(&a, &g, b, c, h, w));
 }
 
+/* ---- fast path: row-uniform operands, storage type T and vector width V fixed at compile time ---- */
+
+#define BN_FAST_SPLITS 1024    /* fast reductions: at most this many blocks (S) */
+#define BN_FAST_MIN_BLOCKS 528 /* ~4 blocks per SM on a 132-SM H200 */
+#define BN_FAST_ROWS 256       /* rows per block when the grid is large enough anyway */
+#define BN_FAST_MIN_ROWS 64    /* never fewer rows per block than this (unless n is smaller) */
+#define BN_VEC_BYTES 16        /* stats and forward: 16-byte loads */
+#define BN_BWD_VEC_BYTES 8     /* backward: 8-byte loads (more per-channel constants per thread) */
+
+__device__ __forceinline__ float bn_tof(float x) { return x; }
+__device__ __forceinline__ float bn_tof(__half x) { return __half2float(x); }
+__device__ __forceinline__ float bn_tof(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void bn_fromf(float x, float *d) { *d = x; }
+__device__ __forceinline__ void bn_fromf(float x, __half *d) { *d = __float2half_rn(x); }
+__device__ __forceinline__ void bn_fromf(float x, __nv_bfloat16 *d) { *d = __float2bfloat16_rn(x); }
+
+/* V elements of one row, loaded/stored as one aligned access of V·sizeof(T) bytes. */
+template <typename T, int V> struct alignas(sizeof(T) * V) bn_vec {
+    T v[V];
+};
+
+/* Element (row k, channel c) of a row-uniform operand: k·rs + c. */
+template <typename T> __device__ __forceinline__ T *bn_at(const yv_view4 *v, int64_t k, int64_t c)
+{
+    return (T *)v->data + k * v->stride[3] + c;
+}
+
+template <typename T, int V> __device__ __forceinline__ void bn_vload(const yv_view4 *v, int64_t k, int64_t c, float x[V])
+{
+    bn_vec<T, V> r = *(const bn_vec<T, V> *)bn_at<T>(v, k, c);
+#pragma unroll
+    for (int e = 0; e < V; e++)
+        x[e] = bn_tof(r.v[e]);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void bn_vstore(const yv_view4 *v, int64_t k, int64_t c, const float x[V], int accumulate)
+{
+    bn_vec<T, V> *p = (bn_vec<T, V> *)bn_at<T>(v, k, c);
+    bn_vec<T, V> r;
+    if (accumulate) {
+        r = *p;
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            bn_fromf(bn_tof(r.v[e]) + x[e], &r.v[e]);
+    }
+    else {
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            bn_fromf(x[e], &r.v[e]);
+    }
+    *p = r;
+}
+
+/* Per-channel constants of one BN for channels c0 .. c0+V-1. */
+template <int V> struct bn_chan {
+    float mean[V], invstd[V], scale[V], shift[V];
+};
+
+template <int V> __device__ __forceinline__ void bn_chan_load(const yv_bn_params *p, int64_t c0, bn_chan<V> *k)
+{
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        k->mean[e] = p->mean[c0 + e];
+        k->invstd[e] = p->invstd[c0 + e];
+        k->scale[e] = k->invstd[e] * p->weight[c0 + e];
+        k->shift[e] = p->bias[c0 + e] - k->mean[e] * k->scale[e];
+    }
+}
+
+/* Block sum over ty of one float64 value per (thread, channel lane e): thread t = ty·bx + tx holds channels
+ * (cv0 + tx)·V + e; dst[o] (o = channel - cv0·V < nch) gets Σ_ty, added in ty order. */
+template <int V>
+__device__ __forceinline__ void bn_block_sum(double *sh, const double v[V], double *dst, int nch)
+{
+    int bx = blockDim.x, by = blockDim.y, t = threadIdx.y * bx + threadIdx.x;
+    __syncthreads();   /* sh may still be read by the previous call */
+#pragma unroll
+    for (int e = 0; e < V; e++)
+        sh[t * V + e] = v[e];
+    __syncthreads();
+    for (int o = t; o < nch; o += bx * by) {
+        double x = 0.0;
+        for (int r = 0; r < by; r++)
+            x += sh[r * bx * V + o];
+        dst[o] = x;
+    }
+}
+
+/* Rows [k0, k1) of block s: S blocks over n rows. */
+__device__ __forceinline__ void bn_fast_chunk(const bn_args *a, const bn_geom *g, int64_t *k0, int64_t *k1)
+{
+    int64_t chunk = (g->n + a->S - 1) / a->S;
+    *k0 = (int64_t)blockIdx.x * chunk;
+    *k1 = *k0 + chunk < g->n ? *k0 + chunk : g->n;
+}
+
+/* Stats reduction: Σ(z - K), Σ(z - K)² per channel, K = z[row 0]. Grid (S), block (tx, ty). */
+template <typename T, int V, int Z2>   /* Z2 unused */
+__global__ void __launch_bounds__(BN_THREADS) bn_stats_fast_kernel(bn_args a, bn_geom g)
+{
+    __shared__ double sh[BN_THREADS * V];
+    int64_t k0, k1, Cv = g.C / V;
+    bn_fast_chunk(&a, &g, &k0, &k1);
+    for (int64_t cv0 = 0; cv0 < Cv; cv0 += blockDim.x) {
+        int64_t c0 = (cv0 + threadIdx.x) * V;
+        int on = cv0 + threadIdx.x < Cv;
+        double d0[V], d1[V];
+        float f0[V], f1[V], K[V];
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            d0[e] = d1[e] = 0.0;
+            f0[e] = f1[e] = 0.0f;
+        }
+        if (on) {
+            bn_vload<T, V>(&a.z1, 0, c0, K);
+            int64_t step = blockDim.y;
+            for (int64_t kr = k0 + threadIdx.y; kr < k1; kr += BN_FOLD * step) {
+                /* one float32 run of at most BN_FOLD rows, unrolled so that several loads are in flight */
+                int64_t kend = kr + BN_FOLD * step < k1 ? kr + BN_FOLD * step : k1;
+#pragma unroll 4
+                for (int64_t k = kr; k < kend; k += step) {
+                    float x[V];
+                    bn_vload<T, V>(&a.z1, k, c0, x);
+#pragma unroll
+                    for (int e = 0; e < V; e++) {
+                        float d = x[e] - K[e];
+                        f0[e] += d;
+                        f1[e] += d * d;
+                    }
+                }
+#pragma unroll
+                for (int e = 0; e < V; e++) {
+                    d0[e] += f0[e];
+                    d1[e] += f1[e];
+                    f0[e] = f1[e] = 0.0f;
+                }
+            }
+        }
+        int64_t left = Cv - cv0;
+        int nch = (int)((left < (int64_t)blockDim.x ? left : (int64_t)blockDim.x) * V);
+        bn_block_sum<V>(sh, d0, a.partial + (int64_t)blockIdx.x * g.C + cv0 * V, nch);
+        bn_block_sum<V>(sh, d1, a.partial + ((int64_t)a.S + blockIdx.x) * g.C + cv0 * V, nch);
+    }
+}
+
+/* u, x̂1, x̂2 and g = dy·act'(u) of V channels of row k (backward). */
+template <typename T, int V, int Z2>
+__device__ __forceinline__ void bn_fast_g(const bn_args *a, int64_t k, int64_t c0, const bn_chan<V> *k1,
+                                          const bn_chan<V> *k2, float shift[V], float gg[V], float xh1[V],
+                                          float xh2[V])
+{
+    float z[V], dy[V], u[V];
+    bn_vload<T, V>(&a->z1, k, c0, z);
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        u[e] = z[e] * k1->scale[e] + shift[e];
+        xh1[e] = (z[e] - k1->mean[e]) * k1->invstd[e];
+        xh2[e] = 0.0f;
+    }
+    if (Z2) {
+        bn_vload<T, V>(&a->z2, k, c0, z);
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            u[e] += z[e] * k2->scale[e];
+            xh2[e] = (z[e] - k2->mean[e]) * k2->invstd[e];
+        }
+    }
+    bn_vload<T, V>(&a->gy, k, c0, dy);
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        float s = bn_sigmoid(u[e]);
+        gg[e] = a->silu ? dy[e] * (s * (1.0f + u[e] * (1.0f - s))) : dy[e];
+    }
+}
+
+/* shift1 + shift2 (bn2 form: u = z1·s1 + z2·s2 + (t1 + t2)). */
+template <int V, int Z2>
+__device__ __forceinline__ void bn_fast_consts(const bn_args *a, int64_t c0, bn_chan<V> *k1, bn_chan<V> *k2,
+                                               float shift[V])
+{
+    bn_chan_load<V>(&a->p1, c0, k1);
+    if (Z2)
+        bn_chan_load<V>(&a->p2, c0, k2);
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        if (!Z2)
+            k2->mean[e] = k2->invstd[e] = k2->scale[e] = k2->shift[e] = 0.0f;
+        shift[e] = k1->shift[e] + k2->shift[e];
+    }
+}
+
+/* Backward reduction: Σg, Σg·x̂1 [, Σg·x̂2]. Grid (S), block (tx, ty). */
+template <typename T, int V, int Z2>
+__global__ void __launch_bounds__(BN_THREADS) bn_bwd_red_fast_kernel(bn_args a, bn_geom g)
+{
+    __shared__ double sh[BN_THREADS * V];
+    const int ns = Z2 ? 3 : 2;
+    int64_t k0, k1, Cv = g.C / V;
+    bn_fast_chunk(&a, &g, &k0, &k1);
+    for (int64_t cv0 = 0; cv0 < Cv; cv0 += blockDim.x) {
+        int64_t c0 = (cv0 + threadIdx.x) * V;
+        int on = cv0 + threadIdx.x < Cv;
+        double d[ns][V];
+        float f[ns][V];
+#pragma unroll
+        for (int j = 0; j < ns; j++)
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                d[j][e] = 0.0;
+                f[j][e] = 0.0f;
+            }
+        if (on) {
+            bn_chan<V> q1, q2;
+            float shift[V];
+            bn_fast_consts<V, Z2>(&a, c0, &q1, &q2, shift);
+            int64_t step = blockDim.y;
+            for (int64_t kr = k0 + threadIdx.y; kr < k1; kr += BN_FOLD * step) {
+                int64_t kend = kr + BN_FOLD * step < k1 ? kr + BN_FOLD * step : k1;
+#pragma unroll 2
+                for (int64_t k = kr; k < kend; k += step) {
+                    float gg[V], xh1[V], xh2[V];
+                    bn_fast_g<T, V, Z2>(&a, k, c0, &q1, &q2, shift, gg, xh1, xh2);
+#pragma unroll
+                    for (int e = 0; e < V; e++) {
+                        f[0][e] += gg[e];
+                        f[1][e] += gg[e] * xh1[e];
+                        if (Z2)
+                            f[ns - 1][e] += gg[e] * xh2[e];
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < ns; j++)
+#pragma unroll
+                    for (int e = 0; e < V; e++) {
+                        d[j][e] += f[j][e];
+                        f[j][e] = 0.0f;
+                    }
+            }
+        }
+        int64_t left = Cv - cv0;
+        int nch = (int)((left < (int64_t)blockDim.x ? left : (int64_t)blockDim.x) * V);
+#pragma unroll
+        for (int j = 0; j < ns; j++)
+            bn_block_sum<V>(sh, d[j], a.partial + ((int64_t)j * a.S + blockIdx.x) * g.C + cv0 * V, nch);
+    }
+}
+
+/* Elementwise passes: block (tx, ty), grid-stride over groups of ty rows; channel vector cv fixed per thread
+ * (loops over cv only when C/V > 256). */
+template <typename T, int V, int Z2>   /* Z2 unused: z2 is a runtime branch here */
+__global__ void __launch_bounds__(BN_THREADS) bn_fwd_fast_kernel(bn_args a, bn_geom g)
+{
+    int64_t Cv = g.C / V;
+    for (int64_t cv = threadIdx.x; cv < Cv; cv += blockDim.x) {
+        int64_t c0 = cv * V;
+        bn_chan<V> q1, q2;
+        float shift[V];
+        if (a.z2.data != NULL)
+            bn_fast_consts<V, 1>(&a, c0, &q1, &q2, shift);
+        else
+            bn_fast_consts<V, 0>(&a, c0, &q1, &q2, shift);
+        for (int64_t k = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; k < g.n;
+             k += (int64_t)gridDim.x * blockDim.y) {
+            float z[V], u[V];
+            bn_vload<T, V>(&a.z1, k, c0, z);
+#pragma unroll
+            for (int e = 0; e < V; e++)
+                u[e] = z[e] * q1.scale[e] + shift[e];
+            if (a.z2.data != NULL) {
+                bn_vload<T, V>(&a.z2, k, c0, z);
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    u[e] += z[e] * q2.scale[e];
+            }
+            if (a.silu) {
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    u[e] = u[e] * bn_sigmoid(u[e]);
+            }
+            if (a.res.data != NULL) {
+                bn_vload<T, V>(&a.res, k, c0, z);
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    u[e] = z[e] + u[e];
+            }
+            bn_vstore<T, V>(&a.out, k, c0, u, 0);
+        }
+    }
+}
+
+template <typename T, int V, int Z2>
+__global__ void __launch_bounds__(BN_THREADS) bn_bwd_fast_kernel(bn_args a, bn_geom g)
+{
+    int64_t Cv = g.C / V, C = g.C;
+    for (int64_t cv = threadIdx.x; cv < Cv; cv += blockDim.x) {
+        int64_t c0 = cv * V;
+        bn_chan<V> q1, q2;
+        float shift[V], k0[V], k1[V], k2[V], a1[V], a2[V];
+        bn_fast_consts<V, Z2>(&a, c0, &q1, &q2, shift);
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            k0[e] = a.coef[c0 + e];
+            k1[e] = a.coef[C + c0 + e];
+            k2[e] = Z2 ? a.coef[2 * C + c0 + e] : 0.0f;
+            a1[e] = a.coef[3 * C + c0 + e];
+            a2[e] = Z2 ? a.coef[4 * C + c0 + e] : 0.0f;
+        }
+        for (int64_t k = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; k < g.n;
+             k += (int64_t)gridDim.x * blockDim.y) {
+            float gg[V], xh1[V], xh2[V], dz[V];
+            bn_fast_g<T, V, Z2>(&a, k, c0, &q1, &q2, shift, gg, xh1, xh2);
+            if (a.dz1.data != NULL) {
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    dz[e] = a1[e] * ((gg[e] - k0[e]) - xh1[e] * k1[e]);
+                bn_vstore<T, V>(&a.dz1, k, c0, dz, a.accumulate);
+            }
+            if (Z2 && a.dz2.data != NULL) {
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    dz[e] = a2[e] * ((gg[e] - k0[e]) - xh2[e] * k2[e]);
+                bn_vstore<T, V>(&a.dz2, k, c0, dz, a.accumulate);
+            }
+        }
+    }
+}
+
 /* ---- host side ---- */
 
 static int64_t bn_splits(int64_t n)
@@ -399,9 +767,23 @@ static int64_t bn_splits(int64_t n)
     return s < 1 ? 1 : (s > BN_MAX_SPLITS ? BN_MAX_SPLITS : s);
 }
 
+/* Fast reductions: S = n/BN_FAST_ROWS blocks, raised towards BN_FAST_MIN_BLOCKS while blocks keep
+ * >= BN_FAST_MIN_ROWS rows, at most BN_FAST_SPLITS. */
+static int64_t bn_fast_splits(int64_t n)
+{
+    int64_t s = yv_ceil_div(n, BN_FAST_ROWS);
+    if (s < BN_FAST_MIN_BLOCKS) {
+        int64_t most = yv_ceil_div(n, BN_FAST_MIN_ROWS);
+        s = most < BN_FAST_MIN_BLOCKS ? most : BN_FAST_MIN_BLOCKS;
+    }
+    return s < 1 ? 1 : (s > BN_FAST_SPLITS ? BN_FAST_SPLITS : s);
+}
+
 static size_t bn_partial_bytes(yv_bn_shape s)
 {
-    return yv_align256((size_t)BN_NSUM * (size_t)bn_splits(s.B * s.H * s.W) * (size_t)s.C * sizeof(double));
+    int64_t n = s.B * s.H * s.W, S = bn_splits(n), Sf = bn_fast_splits(n);
+    S = S > Sf ? S : Sf;
+    return yv_align256((size_t)BN_NSUM * (size_t)S * (size_t)s.C * sizeof(double));
 }
 
 extern "C" size_t yv_bn_workspace_size(yv_bn_shape s)
@@ -450,6 +832,66 @@ static int bn_rows_layout(const yv_view4 *z, int64_t C)
     return C > 1 && z->stride[1] == 1;
 }
 
+/* The fast path's vector width: the largest V <= max_v (a power of two) with C % V == 0 and every present
+ * operand row-uniform (B == H == 1 after the merge, channel stride 1 unless C == 1), in z1's dtype, with a
+ * V-aligned pointer and row stride. 0: not row-uniform (generic kernels). */
+static int bn_fast_vec(const bn_geom *g, yv_view4 *ops[], int nops, int max_bytes)
+{
+    if (g->B != 1 || g->H != 1 || g->n < 1)
+        return 0;
+    yv_dtype dt = ops[0]->dtype;
+    size_t es = dt == YV_FLOAT32 ? 4 : 2;
+    if (dt != YV_FLOAT32 && dt != YV_FLOAT16 && dt != YV_BFLOAT16)
+        return 0;
+    for (int i = 0; i < nops; i++) {
+        if (ops[i]->data == NULL)
+            continue;
+        if (ops[i]->dtype != dt || (g->C > 1 && ops[i]->stride[1] != 1) || ops[i]->stride[3] < 0)
+            return 0;
+    }
+    int v = (int)(max_bytes / es);
+    for (; v > 1; v >>= 1) {
+        int ok = g->C % v == 0;
+        for (int i = 0; ok && i < nops; i++)
+            if (ops[i]->data != NULL
+                && ((uintptr_t)ops[i]->data % (v * es) != 0 || ops[i]->stride[3] % v != 0))
+                ok = 0;
+        if (ok)
+            break;
+    }
+    return v;
+}
+
+/* Block (tx, ty) of the fast kernels for vector width v. */
+static dim3 bn_fast_block(const bn_geom *g, int v)
+{
+    int64_t cv = g->C / v;
+    unsigned tx = (unsigned)(cv < BN_THREADS ? cv : BN_THREADS);
+    return dim3(tx, BN_THREADS / tx);
+}
+
+/* Launch KERNEL<T, V, Z2> for z1's dtype and the vector width v (16-byte vectors at most); Z2: the bn2 form
+ * (backward kernels; the others ignore it). */
+#define BN_FAST_CASES(KERNEL, Z2, T, vec, grid, block, a, g, stream)                                                  \
+    switch (vec) {                                                                                              \
+    case 8: KERNEL<T, (sizeof(T) == 2 ? 8 : 4), Z2><<<grid, block, 0, stream>>>(a, g); break;                      \
+    case 4: KERNEL<T, 4, Z2><<<grid, block, 0, stream>>>(a, g); break;                                              \
+    case 2: KERNEL<T, 2, Z2><<<grid, block, 0, stream>>>(a, g); break;                                              \
+    default: KERNEL<T, 1, Z2><<<grid, block, 0, stream>>>(a, g); break;                                             \
+    }
+#define BN_FAST_LAUNCH(KERNEL, Z2, dtype, v, grid, block, a, g, stream)                                            \
+    do {                                                                                                        \
+        if ((dtype) == YV_FLOAT16) {                                                                            \
+            BN_FAST_CASES(KERNEL, Z2, __half, v, grid, block, a, g, stream)                                            \
+        }                                                                                                       \
+        else if ((dtype) == YV_BFLOAT16) {                                                                      \
+            BN_FAST_CASES(KERNEL, Z2, __nv_bfloat16, v, grid, block, a, g, stream)                                     \
+        }                                                                                                       \
+        else {                                                                                                  \
+            BN_FAST_CASES(KERNEL, Z2, float, v, grid, block, a, g, stream)                                             \
+        }                                                                                                       \
+    } while (0)
+
 static unsigned bn_grid(int64_t blocks)
 {
     return (unsigned)(blocks < 1 ? 1 : (blocks > BN_MAX_GRID ? BN_MAX_GRID : blocks));
@@ -484,12 +926,19 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
     yv_view4 *ops[] = {&a.z1};
     int rows = bn_rows_layout(&a.z1, s.C);
     bn_geom g = bn_merge(s, ops, 1);
-    a.S = bn_splits(g.n);
     a.partial = (double *)workspace;
     if (g.C > INT32_MAX)
         return cudaErrorInvalidValue;
-    bn_launch_reduce(&a, &g, rows, stream);
-    bn_stats_finish_kernel<<<(unsigned)yv_ceil_div(g.C, BN_THREADS), BN_THREADS, 0, stream>>>(
+    int v = bn_fast_vec(&g, ops, 1, BN_VEC_BYTES);
+    if (v > 0) {
+        a.S = bn_fast_splits(g.n);
+        BN_FAST_LAUNCH(bn_stats_fast_kernel, 0, a.z1.dtype, v, (unsigned)a.S, bn_fast_block(&g, v), a, g, stream);
+    }
+    else {
+        a.S = bn_splits(g.n);
+        bn_launch_reduce(&a, &g, rows, stream);
+    }
+    bn_stats_finish_kernel<<<(unsigned)yv_ceil_div(g.C, 32), dim3(32, BN_FIN_Y), 0, stream>>>(
         a, g, running_mean, running_var, momentum, eps, mean, invstd);
     return cudaGetLastError();
 }
@@ -509,7 +958,13 @@ extern "C" cudaError_t yv_bn_silu_forward(yv_bn_shape s, yv_view4 z1, yv_bn_para
     yv_view4 *ops[] = {&a.z1, &a.z2, &a.res, &a.out};
     int rows = bn_rows_layout(&a.z1, s.C);
     bn_geom g = bn_merge(s, ops, 4);
-    if (rows) {
+    int v = bn_fast_vec(&g, ops, 4, BN_VEC_BYTES);
+    if (v > 0) {
+        dim3 block = bn_fast_block(&g, v);
+        unsigned grid = bn_grid(yv_ceil_div(g.n, block.y));
+        BN_FAST_LAUNCH(bn_fwd_fast_kernel, 0, a.z1.dtype, v, grid, block, a, g, stream);
+    }
+    else if (rows) {
         bn_fwd_rows_kernel<<<bn_grid(yv_ceil_div(g.n, BN_THREADS / 32)), BN_THREADS, 0, stream>>>(a, g);
     }
     else {
@@ -541,16 +996,35 @@ extern "C" cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_par
     bn_geom g = bn_merge(s, ops, 5);
     if (g.C > INT32_MAX)
         return cudaErrorInvalidValue;
-    a.S = bn_splits(g.n);
     a.partial = (double *)workspace;
     float *coef = (float *)((char *)workspace + bn_partial_bytes(s));
     a.coef = coef;
-    bn_launch_reduce(&a, &g, rows, stream);
-    bn_bwd_finish_kernel<<<(unsigned)yv_ceil_div(g.C, BN_THREADS), BN_THREADS, 0, stream>>>(
+    /* the reduction reads z1, z2, dy; the elementwise pass also writes dz1, dz2 (their own eligibility) */
+    int vr = bn_fast_vec(&g, ops, 3, BN_BWD_VEC_BYTES), v = bn_fast_vec(&g, ops, 5, BN_BWD_VEC_BYTES);
+    if (vr > 0) {
+        a.S = bn_fast_splits(g.n);
+        if (a.z2.data != NULL)
+            BN_FAST_LAUNCH(bn_bwd_red_fast_kernel, 1, a.z1.dtype, vr, (unsigned)a.S, bn_fast_block(&g, vr), a, g, stream);
+        else
+            BN_FAST_LAUNCH(bn_bwd_red_fast_kernel, 0, a.z1.dtype, vr, (unsigned)a.S, bn_fast_block(&g, vr), a, g, stream);
+    }
+    else {
+        a.S = bn_splits(g.n);
+        bn_launch_reduce(&a, &g, rows, stream);
+    }
+    bn_bwd_finish_kernel<<<(unsigned)yv_ceil_div(g.C, 32), dim3(32, BN_FIN_Y), 0, stream>>>(
         a, g, batch_stats, coef, dweight1, dbias1, dweight2, dbias2);
     if (a.dz1.data == NULL && a.dz2.data == NULL)
         return cudaGetLastError();
-    if (rows) {
+    if (v > 0) {
+        dim3 block = bn_fast_block(&g, v);
+        unsigned grid = bn_grid(yv_ceil_div(g.n, block.y));
+        if (a.z2.data != NULL)
+            BN_FAST_LAUNCH(bn_bwd_fast_kernel, 1, a.z1.dtype, v, grid, block, a, g, stream);
+        else
+            BN_FAST_LAUNCH(bn_bwd_fast_kernel, 0, a.z1.dtype, v, grid, block, a, g, stream);
+    }
+    else if (rows) {
         bn_bwd_rows_kernel<<<bn_grid(yv_ceil_div(g.n, BN_THREADS / 32)), BN_THREADS, 0, stream>>>(a, g);
     }
     else {
