@@ -20,6 +20,8 @@ recompute in conv.py and by layers that fall back to plain torch).
 Shapes: (B, C, H, W). Test: python -m pytest -q tests/test_backend_c.py
 """
 
+import functools
+
 import torch
 
 from yolov9c.ops import bn_silu as ops
@@ -326,6 +328,29 @@ class Cat(Node):
             off += n
 
 
+_SHAPES = {}
+
+
+def _spatial_shape(fn, shape):
+    """fn's output shape for an input of `shape`: the op's own shape rule on a data-less tensor, cached
+    (running an op on a meta tensor costs ~0.5 ms of host time). A functools.partial is keyed by its
+    function, arguments (modules by identity) and keywords."""
+    if isinstance(fn, functools.partial):
+        fkey = (fn.func, fn.args, tuple(sorted(fn.keywords.items())))
+    else:
+        fkey = fn
+    key = (fkey, shape)
+    try:
+        got = _SHAPES.get(key)
+    except TypeError:  # an unhashable argument: not cached
+        return tuple(fn(torch.empty(shape, device="meta")).shape)
+    if got is None:
+        if len(_SHAPES) > 4096:
+            _SHAPES.clear()
+        got = _SHAPES[key] = tuple(fn(torch.empty(shape, device="meta")).shape)
+    return got
+
+
 class Spatial(Node):
     """fn(child) for a per-channel spatial op fn (a module such as nn.MaxPool2d, or a function)."""
 
@@ -333,8 +358,8 @@ class Spatial(Node):
 
     def __init__(self, fn, child, shape=None):
         self.fn, self.child = fn, child
-        if shape is None:  # the op's own shape rule, on a data-less tensor
-            shape = fn(torch.empty(tuple(child.shape), device="meta")).shape
+        if shape is None:
+            shape = _spatial_shape(fn, tuple(child.shape))
         self.shape = tuple(shape)
 
     def slice(self, c0, c1):
