@@ -82,6 +82,21 @@ def pack_targets(targets, batch_size, scale, dtype, nc=None):
     return out
 
 
+def pack_targets_host(targets, batch_size, size, dtype, device, nc=None):
+    """pack_targets computed on the host and sent to `device` in one transfer: (B, M, 5) as pack_targets.
+
+    size: (W, H) image size in pixels. The checks, M (the largest row count of one image) and the scatter
+    all read host memory, so targets on the CPU (as the data loader yields them) cost no synchronisation
+    with the device; targets on a device are brought over once. On CUDA the result goes through pinned
+    memory with a non-blocking copy (a pageable copy would wait for the stream)."""
+    w, h = size
+    host = pack_targets(targets.detach().to("cpu"), batch_size, torch.tensor([w, h, w, h], dtype=dtype), dtype,
+                        nc=nc)
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
+
+
 class DetectionLoss:
     """Single-head YOLOv9 loss (the published loss_tal.ComputeLoss), for DDetect heads.
 
@@ -217,8 +232,11 @@ class DetectionLoss:
 
         # image size (h, w) in pixels from the first map and the first stride
         h, w = feats[0].shape[2] * self.stride[0], feats[0].shape[3] * self.stride[0]
-        scale = torch.tensor([w, h, w, h], dtype=gt_dtype, device=device)
-        gt = pack_targets(targets, B, scale, gt_dtype, nc=self.nc)
+        if self.fused:  # the c path: packed on the host, one transfer, no host synchronisation
+            gt = pack_targets_host(targets, B, (w, h), gt_dtype, device, nc=self.nc)
+        else:
+            scale = torch.tensor([w, h, w, h], dtype=gt_dtype, device=device)
+            gt = pack_targets(targets, B, scale, gt_dtype, nc=self.nc)
         gt_labels, gt_boxes = gt.split((1, 4), dim=2)
         gt_mask = gt_boxes.sum(2, keepdim=True) > 0  # (B, M, 1); padding rows are all-zero
 

@@ -22,7 +22,7 @@ Test: python -m pytest -q tests/test_backend_c.py
 import torch
 import torch.nn.functional as F
 
-from yolov9c.backends.c.lazy import Evaluator, memory_format_of
+from yolov9c.backends.c.lazy import Evaluator, Grads, memory_format_of
 
 
 class _Plan:
@@ -64,43 +64,44 @@ class LazyConvFunction(torch.autograd.Function):
         tree = plan.template.map(lambda i: leaves[i], {})
         with torch.autocast(plan.device_type, enabled=False):
             a = Evaluator(plan.dtype, plan.fmt, grad=False).run(tree)
-            outs = []
+            outs, cast = [], []
             for k, (stride, padding, dilation, groups, _) in enumerate(plan.convs):
                 w, b = params[2 * k], params[2 * k + 1]
-                outs.append(F.conv2d(a, w.to(plan.dtype), None if b is None else b.to(plan.dtype),
-                                     stride, padding, dilation, groups))
+                wc = w.to(plan.dtype)  # kept for backward (w itself when no cast is needed)
+                cast.append(wc)
+                outs.append(F.conv2d(a, wc, None if b is None else b.to(plan.dtype), stride, padding, dilation,
+                                     groups))
         del a  # the activated input is a temporary: it is rebuilt in backward
         ctx.plan = plan
-        ctx.save_for_backward(*leaves, *params)
+        ctx.save_for_backward(*leaves, *params, *cast)
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grads):
         plan = ctx.plan
-        n = plan.n_leaves
+        n, nc = plan.n_leaves, len(plan.convs)
         saved = ctx.saved_tensors
-        leaves, params = saved[:n], saved[n:]
+        leaves, params, cast = saved[:n], saved[n:n + 2 * nc], saved[n + 2 * nc:]
         need = ctx.needs_input_grad[1:]
         need_leaf = [bool(need[i]) for i in range(n)]
         want_input = any(need_leaf)
-        with torch.autocast(plan.device_type, enabled=False):
-            with torch.set_grad_enabled(want_input):
-                sub = [t.detach().requires_grad_(need_leaf[i]) for i, t in enumerate(leaves)]
-                tree = plan.template.map(lambda i: sub[i], {})
-                a = Evaluator(plan.dtype, plan.fmt, grad=want_input).run(tree)
-            a_data = a.detach()
+        with torch.autocast(plan.device_type, enabled=False), torch.no_grad():
+            # the same evaluation as forward (same kernels, same in-place buffer): bit-identical input
+            tree = plan.template.map(lambda i: leaves[i], {})
+            ev = Evaluator(plan.dtype, plan.fmt, grad=False)
+            a = ev.run(tree)
             grad_a = None
             param_grads = [None] * len(params)
             for k, (stride, padding, dilation, groups, has_bias) in enumerate(plan.convs):
                 g = grads[k]
                 if g is None:
                     continue
-                w = params[2 * k]
                 mask = [want_input, bool(need[n + 2 * k]), has_bias and bool(need[n + 2 * k + 1])]
                 if not any(mask):
                     continue
+                w = params[2 * k]
                 gi, gw, gb = torch.ops.aten.convolution_backward(
-                    g.to(plan.dtype), a_data, w.to(plan.dtype), [w.shape[0]] if has_bias else None,
+                    g.to(plan.dtype), a, cast[k], [w.shape[0]] if has_bias else None,
                     list(stride), list(padding), list(dilation), False, [0, 0], groups, mask)
                 if gi is not None:
                     grad_a = gi if grad_a is None else grad_a.add_(gi)
@@ -108,13 +109,14 @@ class LazyConvFunction(torch.autograd.Function):
                     param_grads[2 * k] = gw.to(w.dtype)
                 if gb is not None:
                     param_grads[2 * k + 1] = gb.to(params[2 * k + 1].dtype)
-            del a_data
+            del a
             leaf_grads = [None] * n
             if want_input and grad_a is not None:
-                idx = [i for i in range(n) if need_leaf[i]]
-                got = torch.autograd.grad(a, [sub[i] for i in idx], grad_a, allow_unused=True)
-                for i, gi in zip(idx, got):
-                    leaf_grads[i] = gi
+                # dL/da sent down the tree by hand (lazy.Node.backward): each leaf's gradient is written
+                # into one buffer, channel slice by slice, by the fused BN backward (dz=, accumulate=)
+                acc = Grads(leaves, need_leaf)
+                tree.backward(grad_a, ev, acc)
+                leaf_grads = acc.result()
         return (None, *leaf_grads, *param_grads)
 
 

@@ -20,6 +20,8 @@ recompute in conv.py and by layers that fall back to plain torch).
 Shapes: (B, C, H, W). Test: python -m pytest -q tests/test_backend_c.py
 """
 
+import functools
+
 import torch
 
 from yolov9c.ops import bn_silu as ops
@@ -108,6 +110,17 @@ class BNAct(_Leaf):
     def compute(self, ev):
         return ops.bn_silu(*self._args(), act=self.act)
 
+    def backward(self, g, ev, acc):
+        need_z, need_w, need_b = acc.needs(self.z), acc.needs(self.weight), acc.needs(self.bias)
+        if not (need_z or need_w or need_b):
+            return
+        dz, accumulate = acc.slot(self.z, self.c0, self.c1) if need_z else (None, False)
+        _, dw, db = ops.bn_silu_backward(*self._args(), g, act=self.act, dz=dz, accumulate=accumulate)
+        if need_w:
+            acc.put(self.weight, self.c0, self.c1, dw)
+        if need_b:
+            acc.put(self.bias, self.c0, self.c1, db)
+
 
 class RepAct(_Leaf):
     """silu(BN1(z1) + BN2(z2)): RepConvN's two branches (3×3 and 1×1 convs of one input)."""
@@ -146,6 +159,23 @@ class RepAct(_Leaf):
         c0, c1, f = self.c0, self.c1, self.full
         return ops.bn2_silu(*[_sl(t, c0, c1, f) for t in self.t1], *[_sl(t, c0, c1, f) for t in self.t2])
 
+    def backward(self, g, ev, acc):
+        (z1, _, _, w1, b1), (z2, _, _, w2, b2) = self.t1, self.t2
+        if not any(acc.needs(t) for t in (z1, w1, b1, z2, w2, b2)):
+            return
+        c0, c1, f = self.c0, self.c1, self.full
+        dz1, acc1 = acc.slot(z1, c0, c1) if acc.needs(z1) else (None, False)
+        dz2, acc2 = acc.slot(z2, c0, c1) if acc.needs(z2) else (None, False)
+        if dz1 is not None and dz2 is not None and acc1 != acc2:
+            (dz2 if acc1 else dz1).zero_()  # the kernel takes one accumulate flag for both
+            acc1 = acc2 = True
+        accumulate = acc1 if dz1 is not None else acc2
+        r = ops.bn2_silu_backward(*[_sl(t, c0, c1, f) for t in self.t1], *[_sl(t, c0, c1, f) for t in self.t2], g,
+                                  dz1=dz1, dz2=dz2, accumulate=accumulate)
+        for t, v in ((w1, r[1]), (b1, r[2]), (w2, r[4]), (b2, r[5])):
+            if acc.needs(t):
+                acc.put(t, c0, c1, v)
+
 
 class Plain(_Leaf):
     """An ordinary tensor t (B, C, H, W), channels [c0, c1)."""
@@ -182,6 +212,10 @@ class Plain(_Leaf):
     def compute(self, ev):
         return self.view()
 
+    def backward(self, g, ev, acc):
+        if acc.needs(self.t):
+            acc.put(self.t, self.c0, self.c1, g)
+
 
 class Sum(Node):
     """Elementwise sum of same-shape children (nested sums are flattened)."""
@@ -213,7 +247,11 @@ class Sum(Node):
         return self.children[0].first_tensor()
 
     def fill(self, out, ev):
-        ev.fill(self.children[0], out)
+        first = self.children[0]
+        known = id(first) in ev.memo
+        ev.fill(first, out)
+        if not known:  # out is overwritten by the sum below: it no longer holds the first term's value
+            ev.memo.pop(id(first), None)
         for c in self.children[1:]:
             if isinstance(c, BNAct):
                 # out = out + act(BN(z)) in one pass; reading and writing the same element is safe for an
@@ -228,6 +266,10 @@ class Sum(Node):
         for c in self.children[1:]:
             y = y + ev.value(c)
         return y
+
+    def backward(self, g, ev, acc):
+        for c in self.children:
+            c.backward(g, ev, acc)
 
 
 class Cat(Node):
@@ -278,6 +320,36 @@ class Cat(Node):
     def compute(self, ev):
         return torch.cat([ev.value(c) for c in self.children], 1)
 
+    def backward(self, g, ev, acc):
+        off = 0
+        for c in self.children:
+            n = c.shape[1]
+            c.backward(g[:, off:off + n], ev, acc)
+            off += n
+
+
+_SHAPES = {}
+
+
+def _spatial_shape(fn, shape):
+    """fn's output shape for an input of `shape`: the op's own shape rule on a data-less tensor, cached
+    (running an op on a meta tensor costs ~0.5 ms of host time). A functools.partial is keyed by its
+    function, arguments (modules by identity) and keywords."""
+    if isinstance(fn, functools.partial):
+        fkey = (fn.func, fn.args, tuple(sorted(fn.keywords.items())))
+    else:
+        fkey = fn
+    key = (fkey, shape)
+    try:
+        got = _SHAPES.get(key)
+    except TypeError:  # an unhashable argument: not cached
+        return tuple(fn(torch.empty(shape, device="meta")).shape)
+    if got is None:
+        if len(_SHAPES) > 4096:
+            _SHAPES.clear()
+        got = _SHAPES[key] = tuple(fn(torch.empty(shape, device="meta")).shape)
+    return got
+
 
 class Spatial(Node):
     """fn(child) for a per-channel spatial op fn (a module such as nn.MaxPool2d, or a function)."""
@@ -286,8 +358,8 @@ class Spatial(Node):
 
     def __init__(self, fn, child, shape=None):
         self.fn, self.child = fn, child
-        if shape is None:  # the op's own shape rule, on a data-less tensor
-            shape = fn(torch.empty(tuple(child.shape), device="meta")).shape
+        if shape is None:
+            shape = _spatial_shape(fn, tuple(child.shape))
         self.shape = tuple(shape)
 
     def slice(self, c0, c1):
@@ -311,6 +383,13 @@ class Spatial(Node):
 
     def compute(self, ev):
         return self.fn(ev.value(self.child))
+
+    def backward(self, g, ev, acc):
+        # the op's own backward through autograd, on the child's value (memoised by the recompute)
+        with torch.enable_grad():
+            v = ev.value(self.child).detach().requires_grad_()
+            (gv,) = torch.autograd.grad(self.fn(v), v, g)
+        self.child.backward(gv, ev, acc)
 
 
 def memory_format_of(t):
@@ -366,6 +445,78 @@ class Evaluator:
     def run(self, node):
         self._device = node.first_tensor().device
         return self.value(node)
+
+
+class Grads:
+    """Gradients of a lazy value's leaf tensors, accumulated by Node.backward without autograd.
+
+    leaves: the stored tensors; needed: which of them want a gradient. A leaf's gradient is one full-size
+    buffer (the leaf's dtype and strides), allocated uninitialised on first use; each channel range a node
+    writes is recorded, so the first write of a range is a plain store (the kernels' dz=, a copy_) and only
+    a range written before is accumulated into (accumulate=True, add_). result() zeroes the ranges nobody
+    wrote (a chunk read by another consumer) and returns one gradient per leaf (None: not needed/unreached)."""
+
+    def __init__(self, leaves, needed):
+        self.leaves = leaves
+        self.index = {id(t): i for i, t in enumerate(leaves)}
+        self.needed = needed
+        self.bufs = [None] * len(leaves)
+        self.done = [None] * len(leaves)  # per leaf: list of written [c0, c1) ranges
+
+    def needs(self, t):
+        return self.needed[self.index[id(t)]]
+
+    def slot(self, t, c0, c1):
+        """(view, accumulate): channels [c0, c1) of t's gradient buffer and whether it already holds a value
+        (a partly written range gets its unwritten parts zeroed first, so accumulate covers all of it)."""
+        i = self.index[id(t)]
+        if self.bufs[i] is None:
+            self.bufs[i] = torch.empty_like(t)
+            self.done[i] = []
+        buf, done = self.bufs[i], self.done[i]
+        gaps = _gaps(done, c0, c1)
+        full = t.shape[0] if t.ndim == 1 else t.shape[1]
+        view = _sl(buf, c0, c1, full)
+        if gaps == [(c0, c1)]:
+            accumulate = False
+        else:
+            for a, b in gaps:
+                _sl(buf, a, b, full).zero_()
+            accumulate = True
+        done.append((c0, c1))
+        return view, accumulate
+
+    def put(self, t, c0, c1, value):
+        """Add value (channels [c0, c1) of t's gradient) in."""
+        view, accumulate = self.slot(t, c0, c1)
+        if accumulate:
+            view.add_(value)
+        else:
+            view.copy_(value)
+
+    def result(self):
+        for i, buf in enumerate(self.bufs):
+            if buf is not None:
+                full = buf.shape[0] if buf.ndim == 1 else buf.shape[1]
+                for a, b in _gaps(self.done[i], 0, full):
+                    _sl(buf, a, b, full).zero_()
+        return self.bufs
+
+
+def _gaps(done, c0, c1):
+    """The parts of [c0, c1) not covered by the ranges in done."""
+    gaps, pos = [], c0
+    for a, b in sorted(done):
+        if b <= pos or a >= c1:
+            continue
+        if a > pos:
+            gaps.append((pos, a))
+        pos = max(pos, b)
+        if pos >= c1:
+            break
+    if pos < c1:
+        gaps.append((pos, c1))
+    return gaps
 
 
 def natural_dtype(node):
