@@ -3,8 +3,22 @@ published run folder (hyp.yaml, opt.yaml, weights/last.pt + best.pt stripped + e
 published and added columns and really computed validation losses, results.png, labels.jpg,
 train_batch0-2.jpg, final validation plots), and the rarely used switches run together without error.
 
-Not checked here: that mAP@0.5 rises (from scratch it needs tens of epochs, minutes per epoch on a 2-core CI
-machine). Run: python -m pytest -q tests/test_train_e2e.py
+test_map_rises: a short from-scratch CPU run whose final validation mAP@0.5 rises clearly above zero and whose
+training losses fall. Configuration (chosen for a ~1-minute run on 2 idle cores): synthetic data seed 0, 64
+training / 16 validation images of 96 px with 1-4 shapes of 15-45 % of the image; gelan-t, --img 96, --batch 8,
+--epochs 30, --accumulate 1 (a step per batch), --mosaic 0 --mixup 0, hyp.scratch-high with warmup_epochs 0
+(the published floor keeps 100 warm-up iterations of the 240) and scale 0.5, --noval (the last epoch is still
+validated), --workers 0. Equivalent command:
+    python train_dual.py --data <synthetic_dataset(seed=0, n_train=64, n_val=16, imgsz=96, boxes=(1, 4),
+        size=(0.15, 0.45))> --cfg gelan-t.yaml --hyp <scratch-high, warmup_epochs 0, scale 0.5> --img 96 --batch 8
+        --epochs 30 --accumulate 1 --mosaic 0 --mixup 0 --noval --noplots --workers 0 --seed S
+Measured final mAP@0.5 (EMA, last epoch): seed 0: 0.559, seed 1: SEED1, seed 2: SEED2; losses (box, cls, dfl)
+from ~(6.6, 4.9, 4.3) in epoch 0 to ~(1.6, 1.3, 1.3) in epoch 29. Asserted: mAP@0.5 > MAP_MIN (about half the worst
+seed) and each loss of the last epoch < 0.6 × epoch 0's.
+With the box (CIoU) loss deliberately zeroed (not committed) seed 0 reached mAP@0.5 BROKEN.
+Wall time: RUNTIME.
+
+Run: python -m pytest -q tests/test_train_e2e.py
 """
 
 import subprocess
@@ -13,6 +27,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.results import COLUMNS, read_results
@@ -67,3 +82,30 @@ def test_rare_switches_together(data, tmp_path):
     assert sorted(p.name for p in (run / "weights").iterdir()) == ["best.pt", "last.pt"]
     res = read_results(run / "results.csv")
     assert len(res["epoch"]) == 2
+
+
+MAP_MIN = 0.0  # set from the measurements in the docstring
+
+
+def test_map_rises(tmp_path):
+    from yolov9c.cli.train import parse_opt
+    from yolov9c.engine.trainer import train
+    from yolov9c.resources import load_hyp
+
+    data = synthetic_dataset(seed=0, root=tmp_path / "syn", n_train=64, n_val=16, imgsz=96, boxes=(1, 4),
+                             size=(0.15, 0.45))
+    hyp = load_hyp(None)
+    hyp.update(warmup_epochs=0.0, scale=0.5)
+    hyp_file = tmp_path / "hyp.yaml"
+    hyp_file.write_text(yaml.safe_dump(hyp))
+    opt = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--hyp", str(hyp_file), "--img", "96", "--batch",
+                     "8", "--epochs", "30", "--accumulate", "1", "--mosaic", "0", "--mixup", "0", "--noval",
+                     "--noplots", "--workers", "0", "--seed", "0", "--project", str(tmp_path / "runs")])
+    out = train(opt, log=lambda *a, **k: None)
+    res = read_results(out["save_dir"] / "results.csv")
+    assert res["epoch"].tolist() == [float(e) for e in range(30)]
+    for k in ("train/box_loss", "train/cls_loss", "train/dfl_loss"):
+        assert res[k][-1] < 0.6 * res[k][0], (k, res[k][0], res[k][-1])
+    map50 = float(res["metrics/mAP_0.5"][-1])
+    assert out["metrics"]["map50"] == pytest.approx(map50, abs=1e-4)
+    assert map50 > MAP_MIN, f"mAP@0.5 {map50:.3f} after 30 epochs (measured 0.56 with seed 0)"

@@ -13,9 +13,12 @@ create_dataloader(...) builds a YoloDataset and a RepeatingLoader (a torch DataL
   another epoch, a pass left half-way) are dropped and the stream restarts, so the batches are exactly
   those of a cold start;
 - ItemSampler yields item keys (index, seed words, mosaic flag): the order comes from the seed and the
-  epoch (shuffled with a seeded generator, or through torch's DistributedSampler under DDP, or drawn by
-  image weights), and each item's random draws from (seed, epoch, rank, position). Same seed → same
-  batches, with any number of workers. The epoch advances by one at each pass; `set_epoch(e)` sets it;
+  epoch (through torch's DistributedSampler, with one replica in a single process, or drawn by image
+  weights), and each item's random draws from (seed, epoch, position in the whole epoch's order). Same
+  seed → same batches, with any number of workers. The epoch advances by one at each pass; `set_epoch(e)`
+  sets it. Because a DDP rank takes every world_size-th item of that same order, the ranks' k-th batches
+  together are exactly the single-process k-th batch of the same total batch size (same images, same
+  augmentation draws): DDP training sees the data of the single-process run (tests/test_train_ddp.py);
 - pin memory: `pin_memory` argument (--pin-memory/--no-pin-memory), default from the PIN_MEMORY
   environment variable (default true, as published); only used when CUDA is available;
 - threads: each worker builds its batch's items with `item_threads` threads (default cores // (workers ×
@@ -40,8 +43,12 @@ from yolov9c.data.image_weights import image_weights as compute_image_weights
 
 
 class ItemSampler(Sampler):
-    """Yields (index, (seed, epoch, rank, position), mosaic) keys for YoloDataset.__getitem__.
+    """Yields (index, (seed, epoch, 0, position), mosaic) keys for YoloDataset.__getitem__.
 
+    The order of an epoch is torch's DistributedSampler's (seeded permutation, padded to a multiple of
+    world_size, rank r takes positions r, r + world_size, ...), also in a single process (one replica);
+    `position` is the item's place in that whole order, so an item's random draws do not depend on the
+    number of ranks. (The 0 is where an earlier version put the rank.)
     weights: None, or (n,) per-image weights; when set, each epoch draws n indices with replacement with
     these probabilities (--image-weights; the trainer may assign new weights between epochs)."""
 
@@ -53,16 +60,15 @@ class ItemSampler(Sampler):
         self.world_size = int(world_size)
         self.weights = weights
         self.epoch = 0
-        self.inner = None
-        if self.world_size > 1:
-            self.inner = DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank,
-                                            shuffle=self.shuffle, seed=self.seed)
+        # one replica in a single process too: the same permutation as the ranks of a DDP run share
+        self.inner = DistributedSampler(dataset, num_replicas=max(self.world_size, 1), rank=self.rank,
+                                        shuffle=self.shuffle, seed=self.seed)
 
     def set_epoch(self, epoch):
         self.epoch = int(epoch)
 
     def __len__(self):
-        return len(self.inner) if self.inner is not None else len(self.dataset)
+        return len(self.inner)
 
     def order(self, epoch):
         """Dataset indices of `epoch` for this rank (list of int)."""
@@ -73,21 +79,18 @@ class ItemSampler(Sampler):
                 raise ValueError("image weights sum to 0")
             g = np.random.default_rng([self.seed, epoch, 0x1A6E])
             return g.choice(n, n, replace=True, p=p / p.sum()).tolist()
-        if self.inner is not None:
-            self.inner.set_epoch(epoch)
-            return list(self.inner)
-        if self.shuffle:
-            g = torch.Generator()
-            g.manual_seed(self.seed * 100003 + epoch)
-            return torch.randperm(n, generator=g).tolist()
-        return list(range(n))
+        self.inner.set_epoch(epoch)
+        return list(self.inner)
 
     def keys(self, epoch):
         """The item keys of `epoch` for this rank, with the mosaic flag and image weights as they are now."""
         order = self.order(epoch)
         mosaic = bool(self.dataset.mosaic)
-        words = (self.seed, epoch & 0xFFFFFFFF, self.rank)
-        return [(i, words + (pos,), mosaic) for pos, i in enumerate(order)]
+        words = (self.seed, epoch & 0xFFFFFFFF, 0)
+        # the j-th item of rank r is at place r + j * world_size of the whole epoch's order (image weights:
+        # single process only, so place = j)
+        w = max(self.world_size, 1)
+        return [(i, words + (self.rank + j * w,), mosaic) for j, i in enumerate(order)]
 
     def state(self):
         """What an epoch's keys depend on besides its number: (mosaic flag, copy of the weights or None)."""

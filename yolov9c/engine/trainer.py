@@ -274,6 +274,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
         hyp = dict(ckpt["hyp"])  # the run's own (already weight-decay-scaled) values
     hyp["anchor_t"] = 5.0  # forced as published (anchor-free heads do not read it)
     opt.save_dir = str(save_dir)
+    opt.world_size, opt.global_rank = world, rank  # as published (opt.yaml records them)
     if main_proc:
         (save_dir if evolving else wdir).mkdir(parents=True, exist_ok=True)
         if ckpt is None and not evolving:
@@ -376,11 +377,11 @@ def train(opt, *, stop_after_epoch=None, log=print):
         log(f"Resuming training from {opt.resume} from epoch {start_epoch} to {opt.epochs} total epochs")
     scheduler.last_epoch = start_epoch - 1
 
-    if world > 1 and opt.sync_bn:
+    if world > 1 and opt.sync_bn and cuda:  # as published: CUDA only (torch's SyncBatchNorm refuses CPU input)
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
         log("Using SyncBatchNorm()")
     elif opt.sync_bn:
-        log("WARNING: --sync-bn only applies under DDP (torchrun); ignored")
+        log("WARNING: --sync-bn only applies under DDP (torchrun) on CUDA devices; ignored")
 
     # --- data loaders ---
     per_rank = batch_size // world
