@@ -12,11 +12,15 @@ validated), --workers 0. Equivalent command:
     python train_dual.py --data <synthetic_dataset(seed=0, n_train=64, n_val=16, imgsz=96, boxes=(1, 4),
         size=(0.15, 0.45))> --cfg gelan-t.yaml --hyp <scratch-high, warmup_epochs 0, scale 0.5> --img 96 --batch 8
         --epochs 30 --accumulate 1 --mosaic 0 --mixup 0 --noval --noplots --workers 0 --seed S
-Measured final mAP@0.5 (EMA, last epoch): seed 0: 0.559, seed 1: SEED1, seed 2: SEED2; losses (box, cls, dfl)
-from ~(6.6, 4.9, 4.3) in epoch 0 to ~(1.6, 1.3, 1.3) in epoch 29. Asserted: mAP@0.5 > MAP_MIN (about half the worst
-seed) and each loss of the last epoch < 0.6 × epoch 0's.
-With the box (CIoU) loss deliberately zeroed (not committed) seed 0 reached mAP@0.5 BROKEN.
-Wall time: RUNTIME.
+Measured final mAP@0.5 (EMA, last epoch; runs with the measurement script through the same trainer API, one
+thread): seed 0: 0.620, seed 1: 0.825 (two threads), seed 2: 0.403; (seed 0 with the loader's earlier
+single-process order: 0.559). Losses (box, cls, dfl) fell from ~(6.6, 4.9, 4.3) in epoch 0 to ~(1.4-1.6, 1.1-1.6,
+1.2-1.3) in epoch 29. Asserted: mAP@0.5 > 0.2 (half the worst seed, far above the broken runs) and each
+training loss of the last epoch < 0.6 × epoch 0's.
+Deliberately broken runs (seed 0, not committed): box (CIoU) and DFL losses zeroed: mAP@0.5 0.000; class loss
+zeroed: 0.000. The box (CIoU) loss alone zeroed does not break it (0.872: the DFL term alone learns the boxes).
+Runtime: an epoch takes 1.3 s on this 2-core machine when idle (so ≈ 50 s for the run, estimated); under
+the load of other jobs a whole run took 84 s to 13 min (pytest of this test, one thread: 191 s).
 
 Run: python -m pytest -q tests/test_train_e2e.py
 """
@@ -84,7 +88,7 @@ def test_rare_switches_together(data, tmp_path):
     assert len(res["epoch"]) == 2
 
 
-MAP_MIN = 0.0  # set from the measurements in the docstring
+MAP_MIN = 0.2  # measured 0.62 / 0.82 / 0.40 (seeds 0-2), broken losses 0.0: see the docstring
 
 
 def test_map_rises(tmp_path):
@@ -108,4 +112,4 @@ def test_map_rises(tmp_path):
         assert res[k][-1] < 0.6 * res[k][0], (k, res[k][0], res[k][-1])
     map50 = float(res["metrics/mAP_0.5"][-1])
     assert out["metrics"]["map50"] == pytest.approx(map50, abs=1e-4)
-    assert map50 > MAP_MIN, f"mAP@0.5 {map50:.3f} after 30 epochs (measured 0.56 with seed 0)"
+    assert map50 > MAP_MIN, f"mAP@0.5 {map50:.3f} after 30 epochs (measured 0.62 with seed 0)"
