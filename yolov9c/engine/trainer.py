@@ -480,7 +480,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
 
             with torch.autocast(device.type, enabled=amp):
                 pred = model(imgs)
-                loss, loss_items = compute_loss(pred, targets.to(device))
+                loss, loss_items = compute_loss(pred, targets)  # host targets: the loss copies them (c: one pinned copy, no sync)
                 if world > 1:
                     loss = loss * world  # DDP averages gradients over ranks; the loss is a per-rank sum
                 if opt.quad:
