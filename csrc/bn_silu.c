@@ -20,23 +20,6 @@
 
 #define FLOATS (YV_DT(YV_FLOAT32) | YV_DT(YV_FLOAT16) | YV_DT(YV_BFLOAT16))
 
-static int bn_parse_stream(PyObject *obj, const char *op, uintptr_t *stream)
-{
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: stream must be an int (a CUDA stream handle, 0 for CPU), got %.80s",
-                     op, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s: stream must be a non-negative handle", op);
-        return -1;
-    }
-    *stream = (uintptr_t)v;
-    return 0;
-}
-
 static int parse_flag(PyObject *obj, const char *op, const char *arg, int *out)
 {
     if (!PyBool_Check(obj) && !PyLong_Check(obj)) {
@@ -66,23 +49,6 @@ static int parse_act(PyObject *obj, const char *op, int *silu)
         PyErr_Format(PyExc_ValueError, "%s: act must be 'silu' or 'identity', got %R", op, obj);
         return -1;
     }
-    return 0;
-}
-
-static int parse_real(PyObject *obj, const char *op, const char *arg, double *out)
-{
-    if (PyBool_Check(obj) || !(PyFloat_Check(obj) || PyLong_Check(obj))) {
-        PyErr_Format(PyExc_TypeError, "%s: %s must be a float, got %.80s", op, arg, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    double v = PyFloat_AsDouble(obj);
-    if (v == -1.0 && PyErr_Occurred())
-        return -1;
-    if (!isfinite(v)) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be finite", op, arg);
-        return -1;
-    }
-    *out = v;
     return 0;
 }
 
@@ -253,11 +219,11 @@ PyObject *yv_py_bn_stats_forward(PyObject *module, PyObject *const *args, Py_ssi
     if (yv_tensor_parse_optional(args[1], op, "running_mean", 1, &rm) < 0
         || yv_tensor_parse_optional(args[2], op, "running_var", 1, &rv) < 0
         || (rm.ndim != -1 && check_vec(&rm, &z) < 0) || (rv.ndim != -1 && check_vec(&rv, &z) < 0)
-        || parse_real(args[3], op, "momentum", &momentum) < 0 || parse_real(args[4], op, "eps", &eps) < 0
+        || yv_parse_finite(args[3], op, "momentum", &momentum) < 0 || yv_parse_finite(args[4], op, "eps", &eps) < 0
         || yv_tensor_parse(args[5], op, "mean", 1, &mean) < 0 || check_vec(&mean, &z) < 0
         || yv_tensor_parse(args[6], op, "invstd", 1, &invstd) < 0 || check_vec(&invstd, &z) < 0
         || yv_tensor_parse_optional(args[7], op, "workspace", 1, &ws) < 0
-        || bn_parse_stream(args[8], op, &stream) < 0 || check_cpu_stream(cuda, stream, op) < 0)
+        || yv_parse_stream(args[8], op, &stream) < 0 || check_cpu_stream(cuda, stream, op) < 0)
         return NULL;
     if (momentum < 0.0 || momentum > 1.0) {
         PyErr_Format(PyExc_ValueError, "%s: momentum must be in [0, 1], got %g", op, momentum);
@@ -353,7 +319,7 @@ PyObject *yv_py_bn_silu_forward(PyObject *module, PyObject *const *args, Py_ssiz
         || (res.ndim != -1 && check_like(&res, &z1, dtypes, 0) < 0)
         || parse_act(args[11], op, &silu) < 0
         || yv_tensor_parse(args[12], op, "out", 1, &out) < 0 || check_like(&out, &z1, dtypes, 1) < 0
-        || bn_parse_stream(args[13], op, &stream) < 0 || check_cpu_stream(cuda, stream, op) < 0)
+        || yv_parse_stream(args[13], op, &stream) < 0 || check_cpu_stream(cuda, stream, op) < 0)
         return NULL;
     if (z2.ndim != -1 && !silu) {
         PyErr_Format(PyExc_ValueError, "%s: the two-BN form (z2 given) has act 'silu' only", op);
@@ -460,7 +426,7 @@ PyObject *yv_py_bn_silu_backward(PyObject *module, PyObject *const *args, Py_ssi
         return NULL;
     }
     if (yv_tensor_parse_optional(args[20], op, "workspace", 1, &ws) < 0
-        || bn_parse_stream(args[21], op, &stream) < 0 || check_cpu_stream(cuda, stream, op) < 0
+        || yv_parse_stream(args[21], op, &stream) < 0 || check_cpu_stream(cuda, stream, op) < 0
         || check_workspace(&ws, &z1, workspace_need(cuda, s)) < 0)
         return NULL;
     yv_view4 v1 = view_of(&z1), v2 = view_of(&z2), vg = view_of(&gy), vd1 = view_of(&dz1), vd2 = view_of(&dz2);

@@ -20,37 +20,6 @@
 #define MAX_REG_MAX 64   /* the CUDA kernels keep no per-bin arrays, but bound R for the index arithmetic */
 
 /* Same contract as csrc/nms.c's stream argument: an int handle, 0 for the CPU. */
-static int parse_stream(PyObject *obj, const char *op, uintptr_t *stream)
-{
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: stream must be an int (a CUDA stream handle, 0 for CPU), got %.80s",
-                     op, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s: stream must be a non-negative handle", op);
-        return -1;
-    }
-    *stream = (uintptr_t)v;
-    return 0;
-}
-
-static int parse_double(PyObject *obj, const char *op, const char *arg, double *v)
-{
-    *v = PyFloat_AsDouble(obj);
-    if (*v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s: %s must be a float, got %.80s", op, arg, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    if (!isfinite(*v)) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be finite, got %R", op, arg, obj);
-        return -1;
-    }
-    return 0;
-}
 
 static int parse_reg_max(PyObject *obj, const char *op, int *reg_max)
 {
@@ -128,7 +97,7 @@ static int parse_levels(PyObject *maps, PyObject *strides, const char *op, const
         A += t.shape[2] * t.shape[3];
         if (strides != NULL) {
             double s;
-            if (parse_double(PySequence_Fast_GET_ITEM(strides, l), op, "strides", &s) < 0)
+            if (yv_parse_finite(PySequence_Fast_GET_ITEM(strides, l), op, "strides", &s) < 0)
                 return -1;
             if (!(s > 0.0)) {
                 PyErr_Format(PyExc_ValueError, "%s: strides must be positive, got %g at level %zd", op, s, l);
@@ -206,8 +175,8 @@ static int parse_targets(PyObject *const *args, const char *op, const yv_levels 
 static int parse_scalars(PyObject *const *args, const char *op, int reg_max, double *eps, double *pos_weight,
                          double *max_dist)
 {
-    if (parse_double(args[0], op, "label_smoothing", eps) < 0 || parse_double(args[1], op, "pos_weight", pos_weight) < 0
-        || parse_double(args[2], op, "max_dist", max_dist) < 0)
+    if (yv_parse_finite(args[0], op, "label_smoothing", eps) < 0 || yv_parse_finite(args[1], op, "pos_weight", pos_weight) < 0
+        || yv_parse_finite(args[2], op, "max_dist", max_dist) < 0)
         return -1;
     if (*eps < 0.0 || *eps > 1.0) {
         PyErr_Format(PyExc_ValueError, "%s: label_smoothing must be in [0, 1], got %g", op, *eps);
@@ -288,7 +257,7 @@ PyObject *yv_py_det_loss_forward(PyObject *module, PyObject *const *args, Py_ssi
                                                                               &pos_weight, &max_dist) < 0)
         return NULL;
     if (yv_tensor_parse(args[11], FWD, "workspace", 1, &workspace) < 0
-        || yv_tensor_parse(args[12], FWD, "out", 1, &out) < 0 || parse_stream(args[13], FWD, &stream) < 0)
+        || yv_tensor_parse(args[12], FWD, "out", 1, &out) < 0 || yv_parse_stream(args[13], FWD, &stream) < 0)
         return NULL;
     if (yv_check_ndim(&workspace, 1) < 0 || yv_check_dtype(&workspace, YV_DT(YV_UINT8)) < 0
         || yv_check_same_device(&workspace, &first) < 0 || yv_check_contiguous(&workspace) < 0
@@ -378,7 +347,7 @@ PyObject *yv_py_det_loss_backward(PyObject *module, PyObject *const *args, Py_ss
                                                                               &pos_weight, &max_dist) < 0)
         return NULL;
     if (yv_tensor_parse(args[11], BWD, "grad_out", 0, &grad_out) < 0
-        || parse_levels(args[12], NULL, BWD, "grads", 1, &G, &gfirst) < 0 || parse_stream(args[13], BWD, &stream) < 0)
+        || parse_levels(args[12], NULL, BWD, "grads", 1, &G, &gfirst) < 0 || yv_parse_stream(args[13], BWD, &stream) < 0)
         return NULL;
     if (yv_check_ndim(&grad_out, 1) < 0 || yv_check_dim(&grad_out, 0, 3) < 0
         || yv_check_same_device(&grad_out, &first) < 0 || yv_check_contiguous(&grad_out) < 0
@@ -463,7 +432,7 @@ PyObject *yv_py_det_loss_decode(PyObject *module, PyObject *const *args, Py_ssiz
     int cuda = first.device != YV_CPU;
     if (check_map_dtype(&first, cuda) < 0 || check_reg_max_fits(&L, reg_max, DEC) < 0)
         return NULL;
-    if (yv_tensor_parse(args[3], DEC, "boxes", 1, &boxes) < 0 || parse_stream(args[4], DEC, &stream) < 0)
+    if (yv_tensor_parse(args[3], DEC, "boxes", 1, &boxes) < 0 || yv_parse_stream(args[4], DEC, &stream) < 0)
         return NULL;
     if (yv_check_ndim(&boxes, 3) < 0 || yv_check_dim(&boxes, 0, L.B) < 0 || yv_check_dim(&boxes, 1, L.A) < 0
         || yv_check_dim(&boxes, 2, 4) < 0 || yv_check_dtype(&boxes, YV_DT(YV_FLOAT32)) < 0

@@ -19,23 +19,6 @@
 /* The CPU sort key packs the index into 32 bits and the CUDA kernels index with int32. */
 #define NMS_MAX_N ((int64_t)INT32_MAX)
 
-static int parse_stream(PyObject *obj, const char *op, uintptr_t *stream)
-{
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: stream must be an int (a CUDA stream handle, 0 for CPU), got %.80s",
-                     op, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s: stream must be a non-negative handle", op);
-        return -1;
-    }
-    *stream = (uintptr_t)v;
-    return 0;
-}
-
 PyObject *yv_py_nms_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
@@ -85,7 +68,7 @@ PyObject *yv_py_nms_forward(PyObject *module, PyObject *const *args, Py_ssize_t 
     if (yv_tensor_parse(args[4], OP, "workspace", 1, &workspace) < 0
         || yv_tensor_parse(args[5], OP, "keep", 1, &keep) < 0
         || yv_tensor_parse(args[6], OP, "count", 1, &count) < 0
-        || parse_stream(args[7], OP, &stream) < 0)
+        || yv_parse_stream(args[7], OP, &stream) < 0)
         return NULL;
 
     int cuda = boxes.device != YV_CPU;

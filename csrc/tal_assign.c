@@ -20,23 +20,6 @@
 /* Anchor and box indices are int32 in the workspaces and kernels. */
 #define TAL_MAX_INDEX ((int64_t)INT32_MAX - 1)
 
-static int tal_parse_stream(PyObject *obj, const char *op, uintptr_t *stream)
-{
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s: stream must be an int (a CUDA stream handle, 0 for CPU), got %.80s",
-                     op, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s: stream must be a non-negative handle", op);
-        return -1;
-    }
-    *stream = (uintptr_t)v;
-    return 0;
-}
-
 static int parse_int(PyObject *obj, const char *op, const char *arg, int64_t lo, int64_t hi, int64_t *out)
 {
     if (!PyLong_Check(obj)) {
@@ -52,22 +35,6 @@ static int parse_int(PyObject *obj, const char *op, const char *arg, int64_t lo,
         return -1;
     }
     *out = (int64_t)v;
-    return 0;
-}
-
-static int parse_finite(PyObject *obj, const char *op, const char *arg, double *out)
-{
-    double v = PyFloat_AsDouble(obj);
-    if (v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s: %s must be a float, got %.80s", op, arg, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    if (!isfinite(v)) {
-        PyErr_Format(PyExc_ValueError, "%s: %s must be finite", op, arg);
-        return -1;
-    }
-    *out = v;
     return 0;
 }
 
@@ -127,8 +94,8 @@ PyObject *yv_py_tal_assign_forward(PyObject *module, PyObject *const *args, Py_s
         || yv_tensor_parse(args[4], OP, "gt_boxes", 0, &gt) < 0
         || yv_tensor_parse(args[5], OP, "gt_mask", 0, &mask) < 0
         || parse_int(args[6], OP, "topk", 1, TAL_MAX_INDEX, &topk) < 0
-        || parse_finite(args[7], OP, "alpha", &alpha) < 0 || parse_finite(args[8], OP, "beta", &beta) < 0
-        || parse_finite(args[9], OP, "eps", &eps) < 0)
+        || yv_parse_finite(args[7], OP, "alpha", &alpha) < 0 || yv_parse_finite(args[8], OP, "beta", &beta) < 0
+        || yv_parse_finite(args[9], OP, "eps", &eps) < 0)
         return NULL;
     int logits = PyObject_IsTrue(args[10]);
     if (logits < 0)
@@ -140,7 +107,7 @@ PyObject *yv_py_tal_assign_forward(PyObject *module, PyObject *const *args, Py_s
         || yv_tensor_parse(args[15], OP, "target_norm", 1, &t_norm) < 0
         || yv_tensor_parse(args[16], OP, "fg_mask", 1, &fg) < 0
         || yv_tensor_parse(args[17], OP, "target_gt_idx", 1, &idx) < 0
-        || tal_parse_stream(args[18], OP, &stream) < 0)
+        || yv_parse_stream(args[18], OP, &stream) < 0)
         return NULL;
 
     int cuda = scores.device != YV_CPU;

@@ -342,3 +342,37 @@ int yv_check_alignment(const yv_tensor *t, size_t bytes)
     PyErr_Format(PyExc_ValueError, "%s: %s data pointer is not aligned to %zu bytes", t->op, t->arg, bytes);
     return -1;
 }
+
+int yv_parse_stream(PyObject *obj, const char *op, uintptr_t *stream)
+{
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: stream must be an int (a CUDA stream handle, 0 for CPU), got %.80s",
+                     op, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s: stream must be a non-negative handle", op);
+        return -1;
+    }
+    *stream = (uintptr_t)v;
+    return 0;
+}
+
+int yv_parse_finite(PyObject *obj, const char *op, const char *arg, double *out)
+{
+    if (PyBool_Check(obj) || !(PyFloat_Check(obj) || PyLong_Check(obj))) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a float, got %.80s", op, arg, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    double v = PyFloat_AsDouble(obj);
+    if (v == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!isfinite(v)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be finite, got %R", op, arg, obj);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}

@@ -54,4 +54,8 @@ size_t yv_dtype_size(yv_dtype dtype);
 /* The module's constants DTYPE_FLOAT32 ... so that Python reads the codes instead of repeating them. */
 int yv_add_dtype_constants(PyObject *module);
 
+/* Scalar arguments shared by every binding (TypeError/ValueError naming op and argument on failure). */
+int yv_parse_stream(PyObject *obj, const char *op, uintptr_t *stream);  /* CUDA stream handle, 0 for CPU */
+int yv_parse_finite(PyObject *obj, const char *op, const char *arg, double *out);  /* float or int, not bool */
+
 #endif /* YV_TENSOR_H */
