@@ -412,7 +412,9 @@ class Evaluator:
         self._device = None
 
     def empty(self, shape):
-        return torch.empty(shape, dtype=self.dtype, device=self._device).contiguous(memory_format=self.fmt)
+        # allocated in its memory format directly (an NCHW empty followed by .contiguous(channels_last) would
+        # copy the whole uninitialised buffer: one full-size strided copy kernel per materialised input)
+        return torch.empty(shape, dtype=self.dtype, device=self._device, memory_format=self.fmt)
 
     def fill(self, node, out):
         """Write node's value into `out` (without grad only)."""
