@@ -105,7 +105,7 @@ class BNAct(_Leaf):
         return self.z
 
     def fill(self, out, ev):
-        return ops.bn_silu(*self._args(), act=self.act, out=out)
+        return ops.bn_silu_nograd(*self._args(), act=self.act, out=out)
 
     def compute(self, ev):
         return ops.bn_silu(*self._args(), act=self.act)
@@ -153,7 +153,7 @@ class RepAct(_Leaf):
         c0, c1, f = self.c0, self.c1, self.full
         a1 = [_sl(t, c0, c1, f) for t in self.t1]
         a2 = [_sl(t, c0, c1, f) for t in self.t2]
-        return ops.bn2_silu(*a1, *a2, out=out)
+        return ops.bn2_silu_nograd(*a1, *a2, out=out)
 
     def compute(self, ev):
         c0, c1, f = self.c0, self.c1, self.full
@@ -256,7 +256,7 @@ class Sum(Node):
             if isinstance(c, BNAct):
                 # out = out + act(BN(z)) in one pass; reading and writing the same element is safe for an
                 # elementwise kernel (fill() runs without grad only; see Evaluator).
-                ops.bn_silu_add(*c._args(), residual=out, act=c.act, out=out)
+                ops.bn_silu_nograd(*c._args(), act=c.act, out=out, residual=out)
             else:
                 out.add_(ev.value(c))
         return out
