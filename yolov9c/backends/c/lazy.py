@@ -117,9 +117,9 @@ class BNAct(_Leaf):
         dz, accumulate = acc.slot(self.z, self.c0, self.c1) if need_z else (None, False)
         _, dw, db = ops.bn_silu_backward(*self._args(), g, act=self.act, dz=dz, accumulate=accumulate)
         if need_w:
-            acc.put(self.weight, self.c0, self.c1, dw)
+            acc.put(self.weight, self.c0, self.c1, dw, owned=True)
         if need_b:
-            acc.put(self.bias, self.c0, self.c1, db)
+            acc.put(self.bias, self.c0, self.c1, db, owned=True)
 
 
 class RepAct(_Leaf):
@@ -174,7 +174,7 @@ class RepAct(_Leaf):
                                   dz1=dz1, dz2=dz2, accumulate=accumulate)
         for t, v in ((w1, r[1]), (b1, r[2]), (w2, r[4]), (b2, r[5])):
             if acc.needs(t):
-                acc.put(t, c0, c1, v)
+                acc.put(t, c0, c1, v, owned=True)
 
 
 class Plain(_Leaf):
@@ -439,6 +439,12 @@ class Evaluator:
             out = node.compute(self)
             if out.dtype != self.dtype:
                 out = out.to(self.dtype)
+        elif isinstance(node, Spatial):
+            # the op's own output when it already has the dtype and layout (a pool of a channels-last input
+            # is channels-last): no buffer to allocate and copy it into
+            out = node.compute(self)
+            if out.dtype != self.dtype or not out.is_contiguous(memory_format=self.fmt):
+                out = self.empty(node.shape).copy_(out)
         else:
             out = node.fill(self.empty(node.shape), self)
         self.memo[id(node)] = out
@@ -488,8 +494,16 @@ class Grads:
         done.append((c0, c1))
         return view, accumulate
 
-    def put(self, t, c0, c1, value):
-        """Add value (channels [c0, c1) of t's gradient) in."""
+    def put(self, t, c0, c1, value, owned=False):
+        """Add value (channels [c0, c1) of t's gradient) in. owned=True: value is a fresh tensor nobody else
+        reads (a BN parameter gradient); when it is the first write of all of t's gradient it becomes the
+        buffer itself (no allocation and copy)."""
+        i = self.index[id(t)]
+        if (owned and self.bufs[i] is None and c0 == 0 and c1 == (t.shape[0] if t.ndim == 1 else t.shape[1])
+                and value.dtype == t.dtype and value.shape == t.shape and value.stride() == t.stride()):
+            self.bufs[i] = value
+            self.done[i] = [(c0, c1)]
+            return
         view, accumulate = self.slot(t, c0, c1)
         if accumulate:
             view.add_(value)
