@@ -23,8 +23,6 @@ kernels/bn_silu.cu on the current stream.
 Test: python -m pytest -q tests/test_bn_silu.py
 """
 
-import contextlib
-
 import torch
 
 from yolov9c.ops import extension
@@ -305,7 +303,7 @@ def _use_reference(*ts):
 
 
 def _device_guard(device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    return extension.device_guard(device)
 
 
 def _workspace(C, z):
