@@ -69,6 +69,45 @@ def test_dtype_codes_are_distinct_and_mapped():
         extension.dtype_code(torch.complex64)
 
 
+def test_arg_of_a_cpu_tensor_and_errors():
+    import torch
+
+    t = torch.arange(6.0).reshape(2, 3).requires_grad_()
+    a = extension.arg(t)
+    assert a.shape == (2, 3) and a[1, 2] == 5.0  # a NumPy view (detached)
+    assert extension.arg(None) is None
+    assert extension.stream_of(torch.device("cpu")) == 0
+    with extension.device_guard(torch.device("cpu")):
+        pass
+    with pytest.raises(ValueError, match="meta"):
+        extension.arg(torch.empty(2, device="meta"))
+
+
+@pytest.mark.cuda
+def test_arg_stream_and_device_guard_on_cuda():
+    import torch
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    t = torch.empty(2, 3, 4, 5, dtype=torch.float16, device=dev).contiguous(memory_format=torch.channels_last)[:, 1:]
+    ptr, code, shape, strides, index = extension.arg(t)
+    assert (ptr, code, tuple(shape), tuple(strides), index) == (
+        t.data_ptr(), extension.dtype_code(torch.float16), (2, 2, 4, 5), t.stride(), dev.index)
+    with pytest.raises(TypeError, match="complex64"):
+        extension.arg(torch.empty(2, dtype=torch.complex64, device=dev))
+    # the raw handle is the current stream's, also inside a stream context
+    assert extension.stream_of(dev) == torch.cuda.current_stream(dev).cuda_stream
+    s = torch.cuda.Stream(dev)
+    with torch.cuda.stream(s):
+        assert extension.stream_of(dev) == s.cuda_stream != torch.cuda.default_stream(dev).cuda_stream
+    assert extension.stream_of(torch.device("cuda")) == torch.cuda.current_stream().cuda_stream
+    # the guard makes the tensor's device current (and restores the previous one)
+    last = torch.device("cuda", torch.cuda.device_count() - 1)
+    before = torch.cuda.current_device()
+    with extension.device_guard(last):
+        assert torch.cuda.current_device() == last.index
+    assert torch.cuda.current_device() == before
+
+
 @pytest.mark.skipif(find_nvcc() is None or os.environ.get("YOLOV9C_CUDA") == "0",
                     reason="nvcc absent or YOLOV9C_CUDA=0")
 def test_cuda_built_when_nvcc_present():

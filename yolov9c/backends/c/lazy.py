@@ -105,7 +105,7 @@ class BNAct(_Leaf):
         return self.z
 
     def fill(self, out, ev):
-        return ops.bn_silu(*self._args(), act=self.act, out=out)
+        return ops.bn_silu_nograd(*self._args(), act=self.act, out=out)
 
     def compute(self, ev):
         return ops.bn_silu(*self._args(), act=self.act)
@@ -117,9 +117,9 @@ class BNAct(_Leaf):
         dz, accumulate = acc.slot(self.z, self.c0, self.c1) if need_z else (None, False)
         _, dw, db = ops.bn_silu_backward(*self._args(), g, act=self.act, dz=dz, accumulate=accumulate)
         if need_w:
-            acc.put(self.weight, self.c0, self.c1, dw)
+            acc.put(self.weight, self.c0, self.c1, dw, owned=True)
         if need_b:
-            acc.put(self.bias, self.c0, self.c1, db)
+            acc.put(self.bias, self.c0, self.c1, db, owned=True)
 
 
 class RepAct(_Leaf):
@@ -153,7 +153,7 @@ class RepAct(_Leaf):
         c0, c1, f = self.c0, self.c1, self.full
         a1 = [_sl(t, c0, c1, f) for t in self.t1]
         a2 = [_sl(t, c0, c1, f) for t in self.t2]
-        return ops.bn2_silu(*a1, *a2, out=out)
+        return ops.bn2_silu_nograd(*a1, *a2, out=out)
 
     def compute(self, ev):
         c0, c1, f = self.c0, self.c1, self.full
@@ -174,7 +174,7 @@ class RepAct(_Leaf):
                                   dz1=dz1, dz2=dz2, accumulate=accumulate)
         for t, v in ((w1, r[1]), (b1, r[2]), (w2, r[4]), (b2, r[5])):
             if acc.needs(t):
-                acc.put(t, c0, c1, v)
+                acc.put(t, c0, c1, v, owned=True)
 
 
 class Plain(_Leaf):
@@ -256,7 +256,7 @@ class Sum(Node):
             if isinstance(c, BNAct):
                 # out = out + act(BN(z)) in one pass; reading and writing the same element is safe for an
                 # elementwise kernel (fill() runs without grad only; see Evaluator).
-                ops.bn_silu_add(*c._args(), residual=out, act=c.act, out=out)
+                ops.bn_silu_nograd(*c._args(), act=c.act, out=out, residual=out)
             else:
                 out.add_(ev.value(c))
         return out
@@ -412,7 +412,9 @@ class Evaluator:
         self._device = None
 
     def empty(self, shape):
-        return torch.empty(shape, dtype=self.dtype, device=self._device).contiguous(memory_format=self.fmt)
+        # allocated in its memory format directly (an NCHW empty followed by .contiguous(channels_last) would
+        # copy the whole uninitialised buffer: one full-size strided copy kernel per materialised input)
+        return torch.empty(shape, dtype=self.dtype, device=self._device, memory_format=self.fmt)
 
     def fill(self, node, out):
         """Write node's value into `out` (without grad only)."""
@@ -437,6 +439,12 @@ class Evaluator:
             out = node.compute(self)
             if out.dtype != self.dtype:
                 out = out.to(self.dtype)
+        elif isinstance(node, Spatial):
+            # the op's own output when it already has the dtype and layout (a pool of a channels-last input
+            # is channels-last): no buffer to allocate and copy it into
+            out = node.compute(self)
+            if out.dtype != self.dtype or not out.is_contiguous(memory_format=self.fmt):
+                out = self.empty(node.shape).copy_(out)
         else:
             out = node.fill(self.empty(node.shape), self)
         self.memo[id(node)] = out
@@ -486,8 +494,16 @@ class Grads:
         done.append((c0, c1))
         return view, accumulate
 
-    def put(self, t, c0, c1, value):
-        """Add value (channels [c0, c1) of t's gradient) in."""
+    def put(self, t, c0, c1, value, owned=False):
+        """Add value (channels [c0, c1) of t's gradient) in. owned=True: value is a fresh tensor nobody else
+        reads (a BN parameter gradient); when it is the first write of all of t's gradient it becomes the
+        buffer itself (no allocation and copy)."""
+        i = self.index[id(t)]
+        if (owned and self.bufs[i] is None and c0 == 0 and c1 == (t.shape[0] if t.ndim == 1 else t.shape[1])
+                and value.dtype == t.dtype and value.shape == t.shape and value.stride() == t.stride()):
+            self.bufs[i] = value
+            self.done[i] = [(c0, c1)]
+            return
         view, accumulate = self.slot(t, c0, c1)
         if accumulate:
             view.add_(value)
