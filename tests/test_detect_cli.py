@@ -41,7 +41,6 @@ def test_every_published_flag_parses_and_defaults_match():
     ([], "--weights is required"),
     (["--weights", "a.pt", "b.pt"], "one file expected"),
     (["--weights", "w.pt", "--view-img"], "needs a display"),
-    (["--weights", "w.pt", "--augment"], "not supported"),
     (["--weights", "w.pt", "--dnn"], "PyTorch weights"),
     (["--weights", "w.pt", "--conf-thres", "1.5"], "--conf-thres must be in"),
     (["--weights", "w.pt", "--vid-stride", "0"], "--vid-stride must be"),

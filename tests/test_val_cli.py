@@ -52,7 +52,6 @@ def test_val_dual_on_checkpoint(setup):
 
 
 @pytest.mark.parametrize("extra, needle", [
-    (["--augment"], "--augment"),
     (["--dnn"], "--dnn"),
     (["--conf-thres", "2"], "--conf-thres"),
     (["--task", "bogus"], "invalid choice"),

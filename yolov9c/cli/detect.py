@@ -7,7 +7,7 @@ Defaults that differ from the published ones, because those would not work here:
 (the published `yolo.pt` does not exist; a missing flag is a usage error), `--source` defaults to the
 built-in synthetic validation images (generated on first use), `--data` (names for non-PyTorch backends)
 is accepted and unused. Flags whose feature this package does not provide (`--view-img`: headless OpenCV,
-`--visualize`, `--augment`, `--dnn`, `--update`, more than one `--weights`) are refused with a message.
+`--visualize`, `--dnn`, `--update`, more than one `--weights`) are refused with a message.
 Every user error prints `detect_dual.py: error: …` and returns exit code 2, as argparse does.
 
 Test: python -m pytest -q tests/test_detect_cli.py
@@ -24,7 +24,6 @@ _REFUSED = {
     "view_img": "--view-img needs a display; OpenCV here is headless. The annotated files are written to "
                 "runs/detect/exp*",
     "visualize": "--visualize (feature-map dumps) is not supported by yolov9c",
-    "augment": "--augment (test-time augmentation) is not supported by yolov9c yet",
     "dnn": "--dnn (OpenCV DNN for ONNX files) is not supported: yolov9c runs PyTorch weights (.pt) only",
     "update": "--update is not needed: yolov9c reads published .pt files as they are (to strip a checkpoint "
               "use yolov9c.models.checkpoint.strip_checkpoint)",
@@ -53,7 +52,7 @@ def build_parser(prog="detect_dual.py"):
     p.add_argument("--nosave", action="store_true", help="do not save images/videos")
     p.add_argument("--classes", nargs="+", type=int, help="filter by class: --classes 0, or --classes 0 2 3")
     p.add_argument("--agnostic-nms", action="store_true", help="class-agnostic NMS")
-    p.add_argument("--augment", action="store_true", help="augmented inference (not supported)")
+    p.add_argument("--augment", action="store_true", help="augmented inference (TTA: scales 1, 0.83, 0.67 with a flip)")
     p.add_argument("--visualize", action="store_true", help="visualize features (not supported)")
     p.add_argument("--update", action="store_true", help="update all models (not needed here)")
     p.add_argument("--project", default="runs/detect", help="save results to project/name")
@@ -103,7 +102,7 @@ def main(argv=None, prog="detect_dual.py"):
                save_conf=opt.save_conf, save_crop=opt.save_crop, nosave=opt.nosave, classes=opt.classes,
                agnostic_nms=opt.agnostic_nms, project=opt.project, name=opt.name, exist_ok=opt.exist_ok,
                line_thickness=opt.line_thickness, hide_labels=opt.hide_labels, hide_conf=opt.hide_conf,
-               half=opt.half, vid_stride=opt.vid_stride)
+               half=opt.half, vid_stride=opt.vid_stride, augment=opt.augment)
     except (FileNotFoundError, CheckpointError, SourceError, DataConfigError, ValueError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_USAGE

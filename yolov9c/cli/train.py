@@ -191,13 +191,13 @@ def main(argv=None) -> int:
         print(f"train_dual.py: error: --evolve {opt.evolve}: the number of generations must be >= 1",
               file=sys.stderr)
         return 2
-    if opt.batch_size == -1:
-        print("train_dual.py: error: --batch-size -1 (AutoBatch) is not available yet; give a batch size",
-              file=sys.stderr)
-        return 2
     import os
     # before CUDA starts: variable-size temporaries (loss, multi-scale) fragment fixed segments (DESIGN.md)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    if opt.batch_size == -1 and (_wants_ddp(opt) or int(os.getenv("WORLD_SIZE", 1)) > 1):
+        print("train_dual.py: error: --batch-size -1 (AutoBatch) is single-GPU only (as published): give a batch "
+              "size", file=sys.stderr)
+        return 2
     if _wants_ddp(opt):
         if opt.evolve is not None:
             print("train_dual.py: error: --evolve is not compatible with multi-GPU DDP (as published): give one "

@@ -8,8 +8,8 @@ runs/val/exp* (labels/*.txt with --save-txt, <weights stem>_predictions.json wit
 pycocotools or faster-coco-eval against <path>/annotations/instances_val2017.json: yolov9c/engine/coco.py;
 confusion matrix, curves, val_batch images). --task val|test picks the split; speed runs at conf 0.25 / iou
 0.45 without plots and json; study sweeps --imgsz 256…1536 and writes study_<data>_<weights>.txt. --data
-defaults to the built-in synthetic dataset. Refused with an argparse-style error: --augment (TTA not
-implemented), --dnn (ONNX only).
+defaults to the built-in synthetic dataset. --augment runs test-time augmentation (yolov9c/engine/tta.py:
+scales 1, 0.83, 0.67 with a left-right flip). Refused with an argparse-style error: --dnn (ONNX only).
 Bad input (missing weights, bad data yaml) gives one error line and exit code 2.
 
 Test: python -m pytest -q tests/test_val_cli.py
@@ -23,7 +23,6 @@ from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights
 
 EXIT_USAGE = 2
 _REFUSED = {
-    "augment": "--augment (test-time augmentation) is not supported by yolov9c's val_dual.py",
     "dnn": "--dnn (OpenCV DNN for ONNX models) is not supported: yolov9c validates PyTorch weights",
 }
 
@@ -43,7 +42,7 @@ def build_parser(prog="val_dual.py"):
     p.add_argument("--device", default="", help="cuda device, i.e. 0 or cpu")
     p.add_argument("--workers", type=int, default=8, help="max dataloader workers")
     p.add_argument("--single-cls", action="store_true", help="treat as single-class dataset")
-    p.add_argument("--augment", action="store_true", help="augmented inference (refused: not supported)")
+    p.add_argument("--augment", action="store_true", help="augmented inference (TTA: scales 1, 0.83, 0.67 with a flip)")
     p.add_argument("--verbose", action="store_true", help="report mAP by class")
     p.add_argument("--save-txt", action="store_true", help="save results to *.txt")
     p.add_argument("--save-hybrid", action="store_true", help="save label+prediction hybrid results to *.txt")
@@ -115,7 +114,7 @@ def run(opt, log=print):
                           verbose=opt.verbose, log=log, save_txt=opt.save_txt or opt.save_hybrid,
                           save_conf=opt.save_conf, save_hybrid=opt.save_hybrid,
                           save_json=save_json and opt.task != "speed", anno_json=anno, class_map=class_map,
-                          image_ids=image_ids, json_name=json_name)
+                          image_ids=image_ids, json_name=json_name, augment=opt.augment)
         rows.append([imgsz, result["mp"], result["mr"], result["map50"], result["map"], *result["speed"]])
     if opt.task == "study":
         f = save_dir / f"study_{Path(str(opt.data or 'synthetic')).stem}_{Path(opt.weights[0]).stem}.txt"

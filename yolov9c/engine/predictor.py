@@ -127,15 +127,16 @@ def _sync(device):
 def detect(weights=None, source=None, imgsz=(640, 640), conf_thres=0.25, iou_thres=0.45, max_det=1000,
            device="", save_txt=False, save_conf=False, save_crop=False, nosave=False, classes=None,
            agnostic_nms=False, project="runs/detect", name="exp", exist_ok=False, line_thickness=3,
-           hide_labels=False, hide_conf=False, half=False, vid_stride=1, model=None, log=print):
+           hide_labels=False, hide_conf=False, half=False, vid_stride=1, model=None, log=print, augment=False):
     """Run detection and write the outputs; returns {'save_dir': Path, 'frames': int, 'detections': int,
     'labels': int (label files written), 'speed': (pre, inference, nms) ms per image}.
 
     weights: checkpoint path (ignored when `model` is given: an eval-mode module with `stride` and `names`
     whose eval forward returns the published structures). source: what resolve_sources accepts.
     imgsz: int or (h, w). classes: None or class ids to keep. half: fp16 (CUDA only; on the CPU a note is
-    logged and fp32 used). Raises SourceError / FileNotFoundError / CheckpointError / ValueError."""
+    logged and fp32 used). augment: test-time augmentation (yolov9c/engine/tta.py). Raises SourceError / FileNotFoundError / CheckpointError / ValueError."""
     from yolov9c.engine.postprocess import non_max_suppression
+    from yolov9c.engine.tta import augmented_inference
 
     files = resolve_sources(source)
     dev = inference_device(device)
@@ -169,7 +170,7 @@ def detect(weights=None, source=None, imgsz=(640, 640), conf_thres=0.25, iou_thr
             _sync(dev)
             t1 = time.perf_counter()
             with torch.inference_mode():
-                pred = main_head_output(model(x))
+                pred = augmented_inference(model, x) if augment else main_head_output(model(x))
             _sync(dev)
             t2 = time.perf_counter()
             det = non_max_suppression(pred, conf_thres, iou_thres, classes=classes, agnostic=agnostic_nms,

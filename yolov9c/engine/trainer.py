@@ -322,6 +322,11 @@ def train(opt, *, stop_after_epoch=None, log=print):
         log(f"WARNING: --img-size {opt.imgsz} must be a multiple of max stride {gs}, updating to {imgsz}")
 
     # --- batch, accumulation, optimizer, schedule ---
+    if opt.batch_size == -1:  # AutoBatch (yolov9c/engine/autobatch.py): before the loaders and the weight decay
+        if world > 1:
+            raise TrainError("--batch-size -1 (AutoBatch) is single-GPU only (as published): give a batch size")
+        from yolov9c.engine.autobatch import autobatch
+        opt.batch_size = autobatch(model, imgsz, hyp, device, backend=opt.backend, amp=amp, log=log)
     batch_size = opt.batch_size
     if ckpt is not None and "accumulate" not in opt.given and ckpt.get("nominal_batch"):
         nominal = ckpt["nominal_batch"]  # resume with another --batch-size keeps the run's nominal batch

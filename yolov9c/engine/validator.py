@@ -95,7 +95,8 @@ def _save_txt(predn, shape0, path, save_conf):
 def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, max_det=300, half=False,
              single_cls=False, compute_loss=None, save_dir=None, plots=False, verbose=False, log=print,
              save_txt=False, save_conf=False, save_hybrid=False, save_json=False, anno_json=None,
-             class_map=None, image_ids=None, json_name="predictions.json", time_limit=None, training=False):
+             class_map=None, image_ids=None, json_name="predictions.json", time_limit=None, training=False,
+             augment=False):
     """Validate `model` on `dataloader` (a val loader: rect, pad 0.5, no augmentation).
 
     Returns dict: mp, mr, map50, map (floats), maps (nc,) numpy per-class mAP50-95 (classes without labels
@@ -104,7 +105,8 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
     counts, seen (images), coco_stats (COCOeval's 12 stats when COCO evaluated, else None). names: list or dict
     of class names. save_json: write save_dir/json_name; class_map: class → category id (None: the index);
     anno_json: COCO annotations to evaluate against (None: write only); image_ids: the images COCO evaluates
-    (None: all of anno_json)."""
+    (None: all of anno_json). augment: test-time augmentation (yolov9c/engine/tta.py; the loss, when asked,
+    is computed on the plain scale-1 pass)."""
     if isinstance(names, dict):
         names = [names[k] for k in sorted(names)]
     names = list(names) if names is not None else [str(i) for i in range(nc)]
@@ -137,8 +139,12 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
         bs, _, height, width = imgs.shape
         shape = (height, width)
         with dt[1]:
-            out = model(imgs)
-        preds, raw = split_outputs(out)
+            if augment:
+                from yolov9c.engine.tta import augmented_inference
+
+                preds, raw = augmented_inference(model, imgs, return_maps=True)
+            else:
+                preds, raw = split_outputs(model(imgs))
         if compute_loss is not None:
             if raw is None:
                 raise ValueError("compute_loss needs the raw maps: the model's eval output has none")
