@@ -26,9 +26,9 @@ def test_entry_point_help(script):
 
 
 def test_train_dual_refused_option_is_a_clear_error():
-    r = _run(REPO / "train_dual.py", "--evolve", "--epochs", "1")
+    r = _run(REPO / "train_dual.py", "--evolve", "0", "--epochs", "1")
     assert r.returncode == 2
-    assert "--evolve" in r.stderr and "not available yet" in r.stderr
+    assert "--evolve 0: the number of generations must be >= 1" in r.stderr
     assert "Traceback" not in r.stderr
 
 
