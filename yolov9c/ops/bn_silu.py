@@ -405,18 +405,24 @@ def _backward2_impl(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weig
 def _out_grad(out_given, grad_out):
     return grad_out.new_zeros(()).expand_as(grad_out) if out_given else None
 
+
+def _save_forward(ctx, out, z, mean, invstd, weight, bias, residual, act, batch_stats):
+    """The forward of BNSiLUFunction / BNSiLUAddFunction: compute, save only z, the statistics and γ/β."""
+    y = _forward_impl(z, mean, invstd, weight, bias, act, out, residual, batch_stats)
+    ctx.save_for_backward(z, mean, invstd, weight, bias)
+    ctx.act, ctx.batch_stats = act, batch_stats
+    ctx.out_given = out is not None
+    if out is not None:
+        ctx.mark_dirty(out)
+    return y
+
+
 class BNSiLUFunction(torch.autograd.Function):
     """y = act(BN(z)) with the full training BN backward; saves z, mean, invstd, weight, bias only."""
 
     @staticmethod
     def forward(ctx, out, z, mean, invstd, weight, bias, act, batch_stats):
-        y = _forward_impl(z, mean, invstd, weight, bias, act, out, None, batch_stats)
-        ctx.save_for_backward(z, mean, invstd, weight, bias)
-        ctx.act, ctx.batch_stats = act, batch_stats
-        ctx.out_given = out is not None
-        if out is not None:
-            ctx.mark_dirty(out)
-        return y
+        return _save_forward(ctx, out, z, mean, invstd, weight, bias, None, act, batch_stats)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -432,13 +438,7 @@ class BNSiLUAddFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, out, z, mean, invstd, weight, bias, residual, act, batch_stats):
-        y = _forward_impl(z, mean, invstd, weight, bias, act, out, residual, batch_stats)
-        ctx.save_for_backward(z, mean, invstd, weight, bias)
-        ctx.act, ctx.batch_stats = act, batch_stats
-        ctx.out_given = out is not None
-        if out is not None:
-            ctx.mark_dirty(out)
-        return y
+        return _save_forward(ctx, out, z, mean, invstd, weight, bias, residual, act, batch_stats)
 
     @staticmethod
     def backward(ctx, grad_out):
