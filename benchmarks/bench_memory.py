@@ -94,7 +94,7 @@ def run_one(model_name, config, args):
     import torch
 
     from yolov9c.api import build_model, make_loss
-    from yolov9c.engine.trainer import _bn_buffers, _checkpointed_forward
+    from yolov9c.engine.train.trainer import _bn_buffers, _checkpointed_forward
 
     backend, channels_last, ckpt = CONFIGS[config]
     if args.threads > 0:

@@ -1,4 +1,4 @@
-"""AutoBatch (`train_dual.py --batch-size -1`, yolov9c/engine/autobatch.py):
+"""AutoBatch (`train_dual.py --batch-size -1`, yolov9c/engine/train/autobatch.py):
 - select_batch on given (batch, reserved GiB) samples: an exact line gives the batch at 80 % of the free memory;
   an out-of-memory sample at 16 fits only the sizes that worked and keeps the choice below 16; a noisy fit
   lands near the true answer; too few samples or a flat line fall back to 16 with a warning; clamping;
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from yolov9c.engine.autobatch import autobatch, profile_step, select_batch
+from yolov9c.engine.train.autobatch import autobatch, profile_step, select_batch
 
 
 def _line(slope, intercept, sizes=(1, 2, 4, 8, 16)):

@@ -1,4 +1,4 @@
-"""Drawing and cropping for detect outputs (yolov9c/engine/annotate.py): the box lands where asked with the
+"""Drawing and cropping for detect outputs (yolov9c/engine/detect/annotate.py): the box lands where asked with the
 asked thickness, the label tag appears only when there is text, label text follows --hide-labels/--hide-conf,
 crops are the enlarged (gain 1.02, pad 10) box clipped to the image.
 
@@ -7,7 +7,7 @@ Run: python -m pytest -q tests/test_detect_annotate.py
 
 import numpy as np
 
-from yolov9c.engine.annotate import class_color, crop_box, detection_label, draw_detection
+from yolov9c.engine.detect.annotate import class_color, crop_box, detection_label, draw_detection
 
 
 def _changed(a, b):

@@ -1,4 +1,4 @@
-"""The detect workflow (yolov9c/engine/predictor.py) end to end on the CPU.
+"""The detect workflow (yolov9c/engine/detect/predictor.py) end to end on the CPU.
 
 - A "perfect" model (a fixed-output module, no weights) whose boxes are placed in the letterboxed input:
   the label files must hold the boxes mapped back to the original image exactly as computed by hand, NMS
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from yolov9c.engine.predictor import detect, main_head_output, scale_boxes
+from yolov9c.engine.detect.predictor import detect, main_head_output, scale_boxes
 
 NAMES = ["zero", "one", "two", "three"]
 

@@ -1,4 +1,4 @@
-"""Detect sources (yolov9c/engine/sources.py): which --source strings resolve to which files, the letterboxed
+"""Detect sources (yolov9c/engine/detect/sources.py): which --source strings resolve to which files, the letterboxed
 model input of images (shape, stride padding, RGB order), video frames with --vid-stride, and the errors for
 webcams, streams, screens and missing or empty sources.
 
@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from yolov9c.engine.sources import MediaSource, SourceError, resolve_sources
+from yolov9c.engine.detect.sources import MediaSource, SourceError, resolve_sources
 
 
 def _write_image(path, h, w, bgr=(0, 0, 255)):

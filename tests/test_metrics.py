@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from yolov9c.engine.metrics import (
+from yolov9c.engine.val.metrics import (
     ConfusionMatrix,
     ap_per_class,
     box_iou,

@@ -16,7 +16,7 @@ import yaml
 import yolov9c.loss.detection as detection
 from yolov9c.cli.train import main
 from yolov9c.data.synthetic import synthetic_dataset
-from yolov9c.engine.results import read_results
+from yolov9c.engine.train.results import read_results
 
 REL_TOL = 1e-4  # fp32 on the CPU; the backends differ only in summation order
 
@@ -87,7 +87,7 @@ def test_c_backend_trains_and_matches_torch(data, tmp_path, monkeypatch, capsys)
 
 def test_default_backend_follows_the_device():
     from yolov9c.cli.train import parse_opt
-    from yolov9c.engine.trainer import TrainError, _resolve_backend
+    from yolov9c.engine.train.trainer import TrainError, _resolve_backend
 
     said = []
     opt = parse_opt([])

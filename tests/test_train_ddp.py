@@ -57,7 +57,7 @@ import torch
 import yaml
 
 from yolov9c.data.synthetic import synthetic_dataset
-from yolov9c.engine.results import read_results
+from yolov9c.engine.train.results import read_results
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = 5

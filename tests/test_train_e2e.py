@@ -34,7 +34,7 @@ import torch
 import yaml
 
 from yolov9c.data.synthetic import synthetic_dataset
-from yolov9c.engine.results import COLUMNS, read_results
+from yolov9c.engine.train.results import COLUMNS, read_results
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,7 +93,7 @@ MAP_MIN = 0.2  # measured 0.62 / 0.82 / 0.40 (seeds 0-2), broken losses 0.0: see
 
 def test_map_rises(tmp_path):
     from yolov9c.cli.train import parse_opt
-    from yolov9c.engine.trainer import train
+    from yolov9c.engine.train.trainer import train
     from yolov9c.resources import load_hyp
 
     data = synthetic_dataset(seed=0, root=tmp_path / "syn", n_train=64, n_val=16, imgsz=96, boxes=(1, 4),

@@ -1,4 +1,4 @@
-"""train_dual.py --evolve (yolov9c/engine/evolve.py): two real generations of 1 epoch on tiny synthetic data write
+"""train_dual.py --evolve (yolov9c/engine/train/evolve.py): two real generations of 1 epoch on tiny synthetic data write
 runs/evolve/exp/evolve.csv (header + 2 rows: 7 results then every hyperparameter), hyp_evolve.yaml (the best row)
 and no checkpoints; with a stand-in training function (fast): 25 generations stay inside META's bounds, the same
 --seed repeats the same mutations and another seed does not, the fittest row becomes hyp_evolve.yaml, and an
@@ -13,7 +13,7 @@ import yaml
 
 from yolov9c.cli.train import main, parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
-from yolov9c.engine.evolve import META, RESULT_KEYS, evolve, mutate, read_evolve_csv, row_fitness
+from yolov9c.engine.train.evolve import META, RESULT_KEYS, evolve, mutate, read_evolve_csv, row_fitness
 
 QUIET = dict(log=lambda *a, **k: None)
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-from yolov9c.engine import results as R
-from yolov9c.engine.ema import ModelEMA
-from yolov9c.engine.optim import Lion, build_optimizer, param_groups
+from yolov9c.engine.train import results as R
+from yolov9c.engine.train.ema import ModelEMA
+from yolov9c.engine.train.optim import Lion, build_optimizer, param_groups
 from yolov9c.engine.run_dir import increment_path, latest_last_pt
-from yolov9c.engine.schedule import lr_lambda, warmup, warmup_accumulate, warmup_iterations
+from yolov9c.engine.train.schedule import lr_lambda, warmup, warmup_accumulate, warmup_iterations
 
 HYP = dict(lr0=0.01, lrf=0.01, momentum=0.937, weight_decay=5e-4, warmup_bias_lr=0.1, warmup_momentum=0.8)
 

@@ -13,7 +13,7 @@ import torch
 
 from yolov9c.cli.train import parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
-from yolov9c.engine.trainer import TrainError, train
+from yolov9c.engine.train.trainer import TrainError, train
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""COCO-JSON evaluation (--save-json, yolov9c/engine/coco.py) on a tiny dataset written in COCO's layout:
+"""COCO-JSON evaluation (--save-json, yolov9c/engine/val/coco.py) on a tiny dataset written in COCO's layout:
 coco/images/val2017/<12-digit id>.jpg, coco/labels/val2017/*.txt, coco/val2017.txt and
 coco/annotations/instances_val2017.json (the published code evaluates json with COCO's ids only for such data).
 
@@ -26,8 +26,8 @@ from torch import nn
 
 from yolov9c.data.dataset_yaml import load_data_config
 from yolov9c.data.loader import create_dataloader
-from yolov9c.engine.coco import coco80_to_coco91, coco_layout, image_id, is_coco_val, json_rows
-from yolov9c.engine.validator import validate
+from yolov9c.engine.val.coco import coco80_to_coco91, coco_layout, image_id, is_coco_val, json_rows
+from yolov9c.engine.val.validator import validate
 
 pytest.importorskip("pycocotools")
 REPO = Path(__file__).resolve().parents[1]
@@ -202,7 +202,7 @@ def test_val_dual_save_json_on_coco_layout(coco, tmp_path):
 def test_training_on_coco_writes_the_final_json(coco, tmp_path):
     """As published, the final validation of best.pt on COCO data writes _predictions.json (COCO ids)."""
     from yolov9c.cli.train import parse_opt
-    from yolov9c.engine.trainer import train
+    from yolov9c.engine.train.trainer import train
 
     lines = []
     out = train(parse_opt(["--data", str(coco), "--cfg", "gelan-t.yaml", "--img", str(IMGSZ), "--batch", "3",

@@ -19,7 +19,7 @@ import yolov9c
 from yolov9c.data.dataset_yaml import load_data_config
 from yolov9c.data.loader import create_dataloader
 from yolov9c.data.synthetic import synthetic_dataset
-from yolov9c.engine.validator import validate
+from yolov9c.engine.val.validator import validate
 
 
 @pytest.fixture(scope="module")

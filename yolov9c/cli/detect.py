@@ -1,4 +1,4 @@
-"""The command line of detect_dual.py: the published flags (spec §8), run through yolov9c.engine.predictor.
+"""The command line of detect_dual.py: the published flags (spec §8), run through yolov9c.engine.detect.predictor.
 
     python detect_dual.py --weights runs/train/exp/weights/best.pt --source path/to/images --img 640
     python detect_dual.py --weights yolov9-c.pt --source video.mp4 --save-txt --save-conf --save-crop
@@ -82,7 +82,7 @@ def _check(parser, opt):
 def main(argv=None, prog="detect_dual.py"):
     """Parse `argv` (default sys.argv[1:]), run detection, return the exit code (0 ok, 2 usage/input error)."""
     from yolov9c.data.dataset_yaml import DataConfigError
-    from yolov9c.engine.sources import SourceError
+    from yolov9c.engine.detect.sources import SourceError
     from yolov9c.models.checkpoint import CheckpointError
 
     parser = build_parser(prog)
@@ -95,7 +95,7 @@ def main(argv=None, prog="detect_dual.py"):
             from yolov9c.data.dataset_yaml import load_data_config
 
             source = load_data_config("synthetic")["val"][0]
-        from yolov9c.engine.predictor import detect
+        from yolov9c.engine.detect.predictor import detect
 
         detect(weights=opt.weights[0], source=source, imgsz=imgsz, conf_thres=opt.conf_thres,
                iou_thres=opt.iou_thres, max_det=opt.max_det, device=opt.device, save_txt=opt.save_txt,

@@ -204,11 +204,11 @@ def main(argv=None) -> int:
                   "--device", file=sys.stderr)
             return 2
         return _launch_ddp(opt, sys.argv[1:] if argv is None else list(argv))
-    from yolov9c.engine.trainer import TrainError, train
+    from yolov9c.engine.train.trainer import TrainError, train
 
     try:
         if opt.evolve is not None:
-            from yolov9c.engine.evolve import evolve
+            from yolov9c.engine.train.evolve import evolve
             evolve(opt)
         else:
             train(opt)

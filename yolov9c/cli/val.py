@@ -3,9 +3,9 @@
     python val_dual.py --weights runs/train/exp/weights/best.pt [--data D.yaml] [--imgsz 640] [--batch-size 32]
 
 Loads ours, a published YOLOv9 .pt or a converted gelan file (yolov9c.load_model; fused for speed), builds
-the val loader (rect, pad 0.5, no augmentation), runs yolov9c.engine.validator.validate and writes
+the val loader (rect, pad 0.5, no augmentation), runs yolov9c.engine.val.validator.validate and writes
 runs/val/exp* (labels/*.txt with --save-txt, <weights stem>_predictions.json with --save-json, evaluated by
-pycocotools or faster-coco-eval against <path>/annotations/instances_val2017.json: yolov9c/engine/coco.py;
+pycocotools or faster-coco-eval against <path>/annotations/instances_val2017.json: yolov9c/engine/val/coco.py;
 confusion matrix, curves, val_batch images). --task val|test picks the split; speed runs at conf 0.25 / iou
 0.45 without plots and json; study sweeps --imgsz 256…1536 and writes study_<data>_<weights>.txt. --data
 defaults to the built-in synthetic dataset. --augment runs test-time augmentation (yolov9c/engine/tta.py:
@@ -68,7 +68,7 @@ def _check(parser, opt):
 
 
 def _device(spec):
-    from yolov9c.engine.predictor import inference_device
+    from yolov9c.engine.detect.predictor import inference_device
 
     return inference_device(spec)
 
@@ -77,9 +77,9 @@ def run(opt, log=print):
     """Run one validation as `opt` says; returns the validate() result dict (study: the last one)."""
     from yolov9c.data.dataset_yaml import load_data_config
     from yolov9c.data.loader import create_dataloader
-    from yolov9c.engine.coco import coco_layout
+    from yolov9c.engine.val.coco import coco_layout
     from yolov9c.engine.run_dir import increment_path
-    from yolov9c.engine.validator import validate
+    from yolov9c.engine.val.validator import validate
     from yolov9c.models.checkpoint import load_model
 
     device = _device(opt.device)

@@ -1,5 +1,9 @@
-"""The training engine: trainer (the loop), optimizers, LR schedule, EMA, run folders, results files;
-validator/metrics/postprocess (validation) and predictor (detection) live here too.
+"""The engine, split by workflow:
 
-Test: python -m pytest -q tests/test_train_parts.py tests/test_train_e2e.py
+    yolov9c/engine/train/    the training loop (trainer), optimizers, LR schedule, EMA, AutoBatch, evolve, results
+    yolov9c/engine/val/      validation: validator, metrics, COCO json evaluation, plots
+    yolov9c/engine/detect/   detection: predictor, media sources, annotation
+    yolov9c/engine/          shared by val and detect: postprocess (NMS), tta; run_dir (run folders)
+
+Test: python -m pytest -q tests/test_train_parts.py tests/test_val_validator.py tests/test_detect_predictor.py
 """

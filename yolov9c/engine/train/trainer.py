@@ -1,7 +1,7 @@
 """The training loop of train_dual.py (spec §1.3-1.9), readable top to bottom in train().
 
     from yolov9c.cli.train import parse_opt
-    from yolov9c.engine.trainer import train
+    from yolov9c.engine.train.trainer import train
     train(parse_opt(["--cfg", "gelan-t.yaml", "--img", "160", "--epochs", "3"]))
 
 One iteration: uint8 batch → float/255 on the device (→ multi-scale resize) → forward and loss under autocast
@@ -40,11 +40,11 @@ import torch
 import yaml
 from torch import nn
 
-from yolov9c.engine import results as R
-from yolov9c.engine.ema import ModelEMA
-from yolov9c.engine.optim import build_optimizer
+from yolov9c.engine.train import results as R
+from yolov9c.engine.train.ema import ModelEMA
+from yolov9c.engine.train.optim import build_optimizer
 from yolov9c.engine.run_dir import increment_path, latest_last_pt
-from yolov9c.engine.schedule import lr_lambda, warmup, warmup_accumulate, warmup_iterations
+from yolov9c.engine.train.schedule import lr_lambda, warmup, warmup_accumulate, warmup_iterations
 
 NBS = 64  # nominal batch size: gradients of ~64 images per optimizer step
 GIB = 2 ** 30
@@ -255,7 +255,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
     if getattr(opt, "channels_last", None) is None:
         opt.channels_last = cuda and opt.backend == "c"
     memory_format = torch.channels_last if opt.channels_last else torch.contiguous_format
-    # a generation of --evolve (yolov9c/engine/evolve.py): no hyp.yaml/opt.yaml, checkpoints or plots
+    # a generation of --evolve (yolov9c/engine/train/evolve.py): no hyp.yaml/opt.yaml, checkpoints or plots
     evolving = getattr(opt, "evolve", None) is not None
 
     # --- run folder, hyp ---
@@ -322,10 +322,10 @@ def train(opt, *, stop_after_epoch=None, log=print):
         log(f"WARNING: --img-size {opt.imgsz} must be a multiple of max stride {gs}, updating to {imgsz}")
 
     # --- batch, accumulation, optimizer, schedule ---
-    if opt.batch_size == -1:  # AutoBatch (yolov9c/engine/autobatch.py): before the loaders and the weight decay
+    if opt.batch_size == -1:  # AutoBatch (yolov9c/engine/train/autobatch.py): before the loaders and the weight decay
         if world > 1:
             raise TrainError("--batch-size -1 (AutoBatch) is single-GPU only (as published): give a batch size")
-        from yolov9c.engine.autobatch import autobatch
+        from yolov9c.engine.train.autobatch import autobatch
         opt.batch_size = autobatch(model, imgsz, hyp, device, backend=opt.backend, amp=amp, log=log)
     batch_size = opt.batch_size
     if ckpt is not None and "accumulate" not in opt.given and ckpt.get("nominal_batch"):
@@ -575,7 +575,7 @@ def train(opt, *, stop_after_epoch=None, log=print):
         if best.exists() and not opt.noval:
             from yolov9c.models.checkpoint import load_model
             log(f"\nValidating {best}...")
-            from yolov9c.engine.coco import coco_layout
+            from yolov9c.engine.val.coco import coco_layout
             is_coco, anno, class_map, ids = coco_layout(data, data["val"], val_loader.dataset.im_files)
             coco = dict(save_json=True, anno_json=anno, class_map=class_map, image_ids=ids,
                         json_name="_predictions.json") if is_coco else {}  # COCO data only, as published
@@ -608,7 +608,7 @@ def _plain_opt(opt):
 
 def _validate(model, loader, nc, names, amp, single_cls, compute_loss, save_dir, log, plots=False, verbose=False,
               **coco):
-    from yolov9c.engine.validator import validate
+    from yolov9c.engine.val.validator import validate
 
     return validate(model, loader, nc=nc, names=names, half=amp, single_cls=single_cls, compute_loss=compute_loss,
                     save_dir=save_dir, plots=plots, verbose=verbose, log=log, training=True, **coco)

@@ -168,11 +168,11 @@ def plot_evolve(csv, log=print):
 def evolve(opt, *, train_fn=None, log=print):
     """Run opt.evolve generations; returns the run folder (Path). opt: a parse_opt Namespace with .evolve set.
     train_fn(opt) → dict with "metrics" (mp, mr, map50, map, box_loss, cls_loss, dfl_loss), default
-    yolov9c.engine.trainer.train (tests pass a stand-in)."""
+    yolov9c.engine.train.trainer.train (tests pass a stand-in)."""
     from yolov9c.cli.train import resolve_hyp_path
     from yolov9c.data.hyp import augment_hyp
     from yolov9c.engine.run_dir import increment_path
-    from yolov9c.engine.trainer import TrainError, train
+    from yolov9c.engine.train.trainer import TrainError, train
 
     train_fn = train_fn or (lambda o: train(o, log=log))
     if int(os.getenv("WORLD_SIZE", "1")) > 1:

@@ -21,9 +21,9 @@ import cv2
 import numpy as np
 import torch
 
-from yolov9c.engine.annotate import class_color, crop_box, detection_label, draw_detection
+from yolov9c.engine.detect.annotate import class_color, crop_box, detection_label, draw_detection
 from yolov9c.engine.run_dir import increment_path
-from yolov9c.engine.sources import MediaSource, resolve_sources
+from yolov9c.engine.detect.sources import MediaSource, resolve_sources
 
 
 def inference_device(spec=""):

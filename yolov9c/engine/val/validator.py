@@ -7,7 +7,7 @@ loader's shapes ((h0, w0), ((gain_h, gain_w), (pad_w, pad_h))) → matching at I
 Prints the published table (`Class Images Instances P R mAP50 mAP50-95`, the `all` line, per class when
 verbose) and a speed line. Optional outputs in save_dir: labels/*.txt (save_txt), the COCO-JSON predictions
 (save_json, file json_name; COCO's evaluator then replaces mAP50 and mAP50-95 when it is installed and
-anno_json exists: yolov9c/engine/coco.py), plots.
+anno_json exists: yolov9c/engine/val/coco.py), plots.
 
 Test: python -m pytest -q tests/test_val_validator.py tests/test_val_coco.py
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from yolov9c.engine.coco import coco_evaluate, json_rows
-from yolov9c.engine.metrics import (
+from yolov9c.engine.val.coco import coco_evaluate, json_rows
+from yolov9c.engine.val.metrics import (
     IOU_THRESHOLDS,
     ConfusionMatrix,
     ap_per_class,
@@ -186,7 +186,7 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
             if save_json:
                 jdict += json_rows(predn, paths[si], class_map)
         if plots and save_dir is not None and batch_i < 3:
-            from yolov9c.engine.plots import plot_images
+            from yolov9c.engine.val.plots import plot_images
 
             plot_images(imgs, targets, paths, save_dir / f"val_batch{batch_i}_labels.jpg", names)
             plot_images(imgs, _dets_as_targets(dets), paths, save_dir / f"val_batch{batch_i}_pred.jpg", names)
@@ -198,7 +198,7 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
             f"{(dataloader.batch_size if hasattr(dataloader, 'batch_size') else '?', 3, *(shape or (0, 0)))}"
             % speed)
     if plots and save_dir is not None:
-        from yolov9c.engine.plots import plot_confusion_matrix, plot_metric_curves
+        from yolov9c.engine.val.plots import plot_confusion_matrix, plot_metric_curves
 
         plot_confusion_matrix(cm, names, save_dir)
         if result["curves"] is not None:

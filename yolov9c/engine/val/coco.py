@@ -1,6 +1,6 @@
 """COCO-JSON predictions and COCO's own evaluator for val_dual.py --save-json (spec §7).
 
-    from yolov9c.engine.coco import coco_layout, json_rows, coco_evaluate
+    from yolov9c.engine.val.coco import coco_layout, json_rows, coco_evaluate
     is_coco, anno_json, class_map, image_ids = coco_layout(cfg, split_paths)
 
 The published code treats a dataset as COCO when its val list is `.../coco/val2017.txt`: then predictions use

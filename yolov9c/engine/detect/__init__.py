@@ -1,0 +1,1 @@
+"""yolov9c.engine.detect: see yolov9c/engine/__init__.py."""
