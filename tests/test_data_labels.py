@@ -116,3 +116,46 @@ def test_scan_reports_every_bad_file_and_counts(tmp_path):
     assert sum(len(x) for x in res.labels) == 3 * 2 + 1 + 1
     assert sorted(str(p.name) for p in map(__import__("pathlib").Path, res.im_files)) == sorted(
         ["good0.jpg", "good1.jpg", "good2.jpg", "bg_missing.jpg", "bg_empty.jpg", "dup.jpg", "trunc.jpg"])
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def test_bom_and_crlf_file_is_read_like_plain_utf8(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_bytes(b"0 0.5 0.5 0.2 0.4\n3 0.1 0.1 0.3 0.1 0.2 0.4\n")
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes(BOM + b"0 0.5 0.5 0.2 0.4\r\n3 0.1 0.1 0.3 0.1 0.2 0.4\r\n")  # as Notepad saves it
+    a, b = parse_label_file(plain, nc=4), parse_label_file(bom, nc=4)
+    assert a[0].shape == (2, 5) and np.array_equal(a[0], b[0]) and a[2] == b[2] == []
+    assert all(np.array_equal(x, y) for x, y in zip(a[1], b[1]))
+    u16 = tmp_path / "u16.txt"  # Notepad's "Unicode": UTF-16 LE with its BOM
+    u16.write_bytes("0 0.5 0.5 0.2 0.4\r\n3 0.1 0.1 0.3 0.1 0.2 0.4\r\n".encode("utf-16"))
+    assert np.array_equal(parse_label_file(u16, nc=4)[0], a[0])
+
+
+@pytest.mark.parametrize("data", [BOM, BOM + b"\r\n", BOM + b"  \r\n\r\n"])
+def test_bom_only_file_is_a_background(tmp_path, data):
+    f = tmp_path / "a.txt"
+    f.write_bytes(data)
+    labels, segments, notes = parse_label_file(f, nc=3)
+    assert labels.shape == (0, 5) and segments == [] and notes == []
+
+
+@pytest.mark.parametrize("data, words", [
+    (BOM + b"0 0.5 0.5 0.2 0.2\r\n1 0.5 0.5 0.2\r\n", ["line 2", "4 columns", "'1 0.5 0.5 0.2'"]),
+    (BOM + b"0 0.5 0.5 0.2 0.2\r\n1 0.5 O.5 0.2 0.2\r\n", ["line 2", "non-numeric value 'O.5'",
+                                                           "'1 0.5 O.5 0.2 0.2'"]),
+    # a second BOM inside the file (two files concatenated): the escape shows the invisible character
+    (BOM + b"0 0.5 0.5 0.2 0.2\n" + BOM + b"1 0.5 0.5 0.2 0.2\n", ["line 2", "'\\ufeff1'"]),
+    (b"0 0.5 0.5 0.2 0.2\n\xff\xfe\x00junk\n", ["not a UTF-8 text file"]),
+    (BOM + b"4 0.5 0.5 0.2 0.2\r\n", ["line 1", "class 4 >= nc (3)", "'4 0.5 0.5 0.2 0.2'"]),
+    (b"0 0.5 0.5 0 0.2\n", ["line 1", "zero-size box", "'0 0.5 0.5 0 0.2'"]),
+])
+def test_bad_row_messages_name_the_line_and_quote_it(tmp_path, data, words):
+    f = tmp_path / "a.txt"
+    f.write_bytes(data)
+    with pytest.raises(BadLabels) as e:
+        parse_label_file(f, nc=3)
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))

@@ -6,8 +6,11 @@ polygons are kept for copy-paste. A missing or empty file is a background image.
 Unlike the published code, box and polygon rows may be mixed in one file (each row is read by its own
 column count; a box row gets its rectangle as polygon so that segments stay aligned with the rows).
 
-Checks (a file that fails one is skipped with `path: reason` naming the line): column count, non-numeric
-values, coordinates outside [0, 1] (values within 1e-6 of the range are accepted and clipped: float
+Encoding: UTF-8, with or without a byte-order mark (Windows editors write one), or UTF-16 with its BOM;
+CRLF and CR line ends are read like LF.
+
+Checks (a file that fails one is skipped with `path: reason` naming the line number and quoting the line,
+invisible characters escaped): column count, non-numeric values, coordinates outside [0, 1] (values within 1e-6 of the range are accepted and clipped: float
 printing), zero-size boxes, class not a non-negative integer or ≥ nc. Exact duplicate rows are removed with
 a warning; the image is kept.
 
@@ -38,6 +41,30 @@ def label_path_for(img_path):
     return str(Path(s).with_suffix(".txt"))
 
 
+def read_label_text(path):
+    """The text of label file `path`: UTF-8 without or with a BOM ('utf-8-sig' drops it), or UTF-16 when the
+    file starts with a UTF-16 BOM. Raises FileNotFoundError; BadLabels for an unreadable or undecodable file."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise BadLabels(f"cannot read label file ({e.strerror or e})") from None
+    try:
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            return data.decode("utf-16")
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise BadLabels(f"not a UTF-8 text file (byte {e.start}: {data[e.start:e.start + 4]!r})") from None
+
+
+def _quoted(line, limit=80):
+    """The offending line for a message: stripped, repr-quoted (so a stray BOM, tab or NUL shows as an
+    escape), cut to `limit` characters."""
+    s = line.strip()
+    return repr(s if len(s) <= limit else s[:limit] + "…")
+
+
 def parse_label_file(path, nc=None):
     """Read and check label file `path`.
 
@@ -47,34 +74,35 @@ def parse_label_file(path, nc=None):
       notes    list of str warnings (duplicates removed).
     A missing or empty file gives (zeros (0, 5), [], []). Raises BadLabels(reason) for a file to skip."""
     try:
-        text = Path(path).read_text()
+        text = read_label_text(path)
     except FileNotFoundError:
         return np.zeros((0, 5), np.float32), [], []
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadLabels(f"cannot read label file ({e})") from None
     rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    for lineno, line in enumerate(lines, 1):
         parts = line.split()
         if not parts:
             continue
         ncol = len(parts)
         if ncol != 5 and (ncol < 7 or ncol % 2 == 0):
-            raise BadLabels(f"line {lineno}: {ncol} columns; expected 5 (class xc yc w h) "
+            raise BadLabels(f"line {lineno}: {ncol} columns in {_quoted(line)}; expected 5 (class xc yc w h) "
                             f"or an odd count >= 7 (class and >= 3 polygon points)")
-        try:
-            vals = [float(p) for p in parts]
-        except ValueError:
-            raise BadLabels(f"line {lineno}: non-numeric value in '{line.strip()}'") from None
+        vals = []
+        for p in parts:
+            try:
+                vals.append(float(p))
+            except ValueError:
+                raise BadLabels(f"line {lineno}: non-numeric value {p!r} in {_quoted(line)}") from None
         if not all(np.isfinite(vals)):
-            raise BadLabels(f"line {lineno}: non-finite value in '{line.strip()}'")
+            raise BadLabels(f"line {lineno}: non-finite value in {_quoted(line)}")
         c = vals[0]
         if c < 0 or c != int(c):
-            raise BadLabels(f"line {lineno}: class {parts[0]} is not a non-negative integer")
+            raise BadLabels(f"line {lineno}: class {parts[0]} is not a non-negative integer in {_quoted(line)}")
         if nc is not None and c >= nc:
-            raise BadLabels(f"line {lineno}: class {int(c)} >= nc ({nc})")
+            raise BadLabels(f"line {lineno}: class {int(c)} >= nc ({nc}) in {_quoted(line)}")
         coords = vals[1:]
         if min(coords) < -_EPS or max(coords) > 1 + _EPS:
-            raise BadLabels(f"line {lineno}: coordinate outside [0, 1] in '{line.strip()}'")
+            raise BadLabels(f"line {lineno}: coordinate outside [0, 1] in {_quoted(line)}")
         rows.append((lineno, vals))
     if not rows:
         return np.zeros((0, 5), np.float32), [], []
@@ -99,7 +127,8 @@ def parse_label_file(path, nc=None):
         if len(vals) == 5:
             xc, yc, w, h = np.clip(vals[1:], 0.0, 1.0)
             if w <= 0 or h <= 0:
-                raise BadLabels(f"line {lineno}: zero-size box (w={vals[3]:g}, h={vals[4]:g})")
+                raise BadLabels(f"line {lineno}: zero-size box (w={vals[3]:g}, h={vals[4]:g}) in "
+                                f"{_quoted(lines[lineno - 1])}")
             if any_poly:
                 x1, y1, x2, y2 = xc - w / 2, yc - h / 2, xc + w / 2, yc + h / 2
                 segments.append(np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]], np.float32))
@@ -109,7 +138,7 @@ def parse_label_file(path, nc=None):
             x2, y2 = pts.max(0)
             w, h = x2 - x1, y2 - y1
             if w <= 0 or h <= 0:
-                raise BadLabels(f"line {lineno}: polygon with zero-size bounds")
+                raise BadLabels(f"line {lineno}: polygon with zero-size bounds in {_quoted(lines[lineno - 1])}")
             xc, yc = x1 + w / 2, y1 + h / 2
             segments.append(pts)
         labels[j] = (c, xc, yc, w, h)
