@@ -1,8 +1,10 @@
-"""YOLO label files: image → label path pairing, parsing and checking one `.txt` file.
+"""YOLO label files: image → label path pairing, label files without an image, parsing and checking one
+`.txt` file.
 
 Format (published): one object per line, `class xc yc w h` normalised to [0, 1] (a box row), or
 `class x1 y1 x2 y2 … xk yk` with k ≥ 3 points (a polygon row, 7, 9, 11… columns) whose bounds give the box;
-polygons are kept for copy-paste. A missing or empty file is a background image.
+polygons are kept for copy-paste. A missing or empty file is a background image (the scan counts the
+missing ones apart, and also reports label files that no image uses: "orphans").
 Unlike the published code, box and polygon rows may be mixed in one file (each row is read by its own
 column count; a box row gets its rectangle as polygon so that segments stay aligned with the rows).
 
@@ -10,9 +12,9 @@ Encoding: UTF-8, with or without a byte-order mark (Windows editors write one), 
 CRLF and CR line ends are read like LF.
 
 Checks (a file that fails one is skipped with `path: reason` naming the line number and quoting the line,
-invisible characters escaped): column count, non-numeric values, coordinates outside [0, 1] (values within 1e-6 of the range are accepted and clipped: float
-printing), zero-size boxes, class not a non-negative integer or ≥ nc. Exact duplicate rows are removed with
-a warning; the image is kept.
+invisible characters escaped): column count, non-numeric values, coordinates outside [0, 1] (values within
+1e-6 of the range are accepted and clipped: float printing), zero-size boxes, class not a non-negative
+integer or ≥ nc. Exact duplicate rows are removed with a warning; the image is kept.
 
 Test: python -m pytest -q tests/test_data_labels.py
 """
@@ -21,6 +23,8 @@ import os
 from pathlib import Path
 
 import numpy as np
+
+from yolov9c.data.images import is_image_path
 
 _EPS = 1e-6
 
@@ -39,6 +43,33 @@ def label_path_for(img_path):
         head, tail = s.rsplit(a, 1)
         s = head + b + tail
     return str(Path(s).with_suffix(".txt"))
+
+
+def _names_in(folder):
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def orphan_label_files(im_files, exclude=()):
+    """Label files without an image ("orphans"): the `.txt` files in the label folders of `im_files` whose
+    stem matches no image file (any accepted extension) on disk in the image folders paired with that label
+    folder — so a list that uses only some images of a folder makes no orphans. `exclude`: paths never
+    counted (the split's own `.txt` lists). Returns a sorted list of str paths."""
+    image_dirs = {}  # label folder -> the image folders whose labels live there
+    for im in im_files:
+        image_dirs.setdefault(os.path.dirname(label_path_for(im)), set()).add(os.path.dirname(str(im)))
+    skip = {os.path.abspath(p) for p in exclude}
+    orphans = []
+    for lb_dir, dirs in image_dirs.items():
+        stems = {os.path.splitext(n)[0] for d in dirs for n in _names_in(d) if is_image_path(n)}
+        for n in _names_in(lb_dir):
+            stem, ext = os.path.splitext(n)
+            p = os.path.join(lb_dir, n)
+            if ext == ".txt" and stem not in stems and os.path.abspath(p) not in skip and os.path.isfile(p):
+                orphans.append(p)
+    return sorted(orphans)
 
 
 def read_label_text(path):
