@@ -72,8 +72,8 @@ def test_bad_files_are_skipped_and_every_good_file_is_written(tmp_path, kind):
     # one line per file in source order: a detection line or a single warning naming path and reason
     per_file = [ln for ln in logs if ln.startswith(("image ", "WARNING: image ", "WARNING: video "))]
     assert len(per_file) == 7
-    want = {"a_empty.jpg": "cannot read image (empty file)", "c_garbage.jpg": "cannot read image (corrupt image",
-            "e_half.png": "cannot read image (corrupt image", "f_broken.mp4": "cannot open video"}
+    want = {"a_empty.jpg": "empty file", "c_garbage.jpg": "corrupt image (does not decode)",
+            "e_half.png": "corrupt image (does not decode)", "f_broken.mp4": "cannot open video"}
     for k, name in enumerate(["a_empty.jpg", "b_good.png", "c_garbage.jpg", "d_good.jpg", "e_half.png",
                               "f_broken.mp4", "g_good.png"]):
         line = per_file[k]

@@ -102,8 +102,8 @@ def _bad_files(d):
     ok, buf = cv2.imencode(".png", np.random.default_rng(0).integers(0, 255, (40, 40, 3), dtype=np.uint8))
     (d / "half.png").write_bytes(buf.tobytes()[:len(buf) // 2])
     (d / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(200))
-    return {"empty.jpg": "cannot read image (empty file)", "garbage.jpg": "cannot read image (corrupt",
-            "half.png": "cannot read image (corrupt", "broken.mp4": "cannot open video"}
+    return {"empty.jpg": "empty file", "garbage.jpg": "corrupt image (does not decode)",
+            "half.png": "corrupt image (does not decode)", "broken.mp4": "cannot open video"}
 
 
 def test_unreadable_files_are_skipped_with_one_warning_each(tmp_path, capfd):

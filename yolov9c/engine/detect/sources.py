@@ -186,7 +186,7 @@ class MediaSource:
                 with _quiet_opencv():
                     img0 = read_image(path)
             except BadImage as e:
-                self._skip("image", i, n, path, f"cannot read image ({e})")
+                self._skip("image", i, n, path, str(e))
                 continue
             yield Frame(path, self._prepare(img0), img0, i, n)
 
