@@ -7,7 +7,8 @@ Run: python -m pytest -q tests/test_train_cli.py
 
 import pytest
 
-from yolov9c.cli.train import build_parser, main, parse_opt, resolve_hyp_path
+from yolov9c.cli.train import build_parser, main, parse_opt
+from yolov9c.resources import resolve_hyp_path
 
 # (flag, value tokens, destination, expected parsed value) for every published flag
 PUBLISHED = [
@@ -84,7 +85,7 @@ def test_published_defaults():
         assert getattr(opt, k) == v, k
     # documented differences: files that exist here
     assert opt.cfg == "yolov9-t.yaml" and opt.data == "synthetic" and opt.hyp == "hyp.scratch-high.yaml"
-    assert opt.given == []
+    assert opt.given == ()
 
 
 def test_aliases_prefixes_and_optional_values():
