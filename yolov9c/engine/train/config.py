@@ -1,14 +1,14 @@
 """RunConfig: every option of one training run, typed, built once by the CLI (the trainer never sees argparse).
 
     cfg = RunConfig.from_args(build_parser().parse_args(argv), given=("epochs",))   # yolov9c/cli/train.py
-    cfg = run_config(["--cfg", "gelan-t.yaml", "--epochs", "3"])                      # argv → RunConfig (tests)
+    cfg = parse_opt(["--cfg", "gelan-t.yaml", "--epochs", "3"])      # yolov9c.cli.train: argv → RunConfig
     cfg = read_opt_yaml("runs/train/exp/opt.yaml")                                    # a run's stored options
 
 The fields are the published train_dual.py flags (argparse destinations, same defaults), then yolov9c's memory
 knobs, then what the trainer resolves and records (save_dir, world_size, global_rank). `given` names the fields
 the user typed on the command line: --resume takes those in RESUME_OVERRIDES from the command line instead of
-the stored opt.yaml. opt.yaml is `opt_dict(cfg, hyp)`: every field but `given`, in this order, then `hyp` (the
-published format: all options plus the hyp dict and save_dir). Reading one back ignores keys it does not know
+the stored opt.yaml. opt.yaml is `opt_dict(cfg, hyp)`: every field but `given`, in this order, with `hyp` the
+hyperparameter dict (the published format: all options, the hyp dict and save_dir). Reading one back ignores keys it does not know
 (named in a warning) and gives missing keys their defaults, so an older or newer opt.yaml still resumes.
 
 Test: python -m pytest -q tests/test_train_cli.py -k config
@@ -108,7 +108,7 @@ class RunConfig:
         if not isinstance(stored, dict):
             raise ConfigError(f"{source} does not hold a mapping of options (got {type(stored).__name__})")
         names = {f.name for f in dataclasses.fields(cls)} - {"given"}
-        unknown = sorted(set(stored) - names)
+        unknown = sorted(set(stored) - names - {"given"}, key=str)  # 'given': in older checkpoints' options
         if unknown:
             log(f"WARNING: {source}: unknown options ignored: {', '.join(map(str, unknown))}")
         kw = {k: v for k, v in stored.items() if k in names}
@@ -132,7 +132,7 @@ def read_opt_yaml(path, log=print) -> RunConfig:
 
 def opt_dict(cfg: RunConfig, hyp=None) -> dict:
     """opt.yaml's content (and a checkpoint's 'opt'): every field but `given`, in field order, plain types
-    (Paths as str), then 'hyp' when given."""
+    (Paths as str); `hyp`, when given, replaces the 'hyp' option (a file name) by the hyperparameter dict."""
     d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "given"}
     d = {k: (str(v) if isinstance(v, Path) else v) for k, v in d.items()}
     if hyp is not None:

@@ -54,7 +54,7 @@ from yolov9c.engine.train.step import train_step
 from yolov9c.loss.detection import make_loss
 from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain, transfer_weights
 from yolov9c.models.model import DetectionModel
-from yolov9c.ops.extension import fused_enabled, load as load_extension
+from yolov9c.ops import extension
 from yolov9c.resources import resolve_hyp_path
 
 NBS = 64  # nominal batch size: gradients of ~64 images per optimizer step
@@ -194,9 +194,9 @@ def resolve_backend(cfg, device, world, log):
                              "use --backend torch with --sync-bn")
         log("WARNING: --sync-bn: the c backend does not synchronise BatchNorm statistics; using --backend torch")
         backend = "torch"
-    if backend == "c" and fused_enabled():
+    if backend == "c" and extension.fused_enabled():
         try:
-            load_extension()
+            extension.load()
         except ImportError as e:
             raise TrainError(f"--backend c: {e}") from None
     return backend
