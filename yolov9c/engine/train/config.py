@@ -1,15 +1,16 @@
 """RunConfig: every option of one training run, typed, built once by the CLI (the trainer never sees argparse).
 
-    cfg = RunConfig.from_args(build_parser().parse_args(argv), given=("epochs",))   # yolov9c/cli/train.py
-    cfg = parse_opt(["--cfg", "gelan-t.yaml", "--epochs", "3"])      # yolov9c.cli.train: argv → RunConfig
-    cfg = read_opt_yaml("runs/train/exp/opt.yaml")                                    # a run's stored options
+    cfg = parse_opt(["--cfg", "gelan-t.yaml", "--epochs", "3"])    # yolov9c.cli.train: argv → RunConfig
+    cfg = RunConfig.from_args(namespace, given=("epochs",))         # what parse_opt does with argparse's result
+    cfg = read_opt_yaml("runs/train/exp/opt.yaml")                  # a run's stored options
 
 The fields are the published train_dual.py flags (argparse destinations, same defaults), then yolov9c's memory
 knobs, then what the trainer resolves and records (save_dir, world_size, global_rank). `given` names the fields
 the user typed on the command line: --resume takes those in RESUME_OVERRIDES from the command line instead of
 the stored opt.yaml. opt.yaml is `opt_dict(cfg, hyp)`: every field but `given`, in this order, with `hyp` the
-hyperparameter dict (the published format: all options, the hyp dict and save_dir). Reading one back ignores keys it does not know
-(named in a warning) and gives missing keys their defaults, so an older or newer opt.yaml still resumes.
+hyperparameter dict (the published format: all options, the hyp dict and save_dir). Reading one back ignores
+keys it does not know (named in a warning) and gives missing keys their defaults, so an older or newer opt.yaml
+still resumes.
 
 Test: python -m pytest -q tests/test_train_cli.py -k config
 """
