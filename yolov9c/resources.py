@@ -1,4 +1,4 @@
-"""Where the bundled configs live, and loading a hyp file.
+"""Where the bundled configs live, finding and loading a hyp file.
 
 In a source checkout or an editable install the configs are the repo's `configs/` beside the package; an
 installed wheel carries a copy as `yolov9c/configs/` (setup.py's build_py puts it there). Everything that
@@ -31,3 +31,15 @@ def load_hyp(hyp=None):
             raise ValueError(f"hyp file {path} must hold a mapping of hyperparameter: value")
         return data
     return dict(hyp)
+
+
+def resolve_hyp_path(hyp) -> Path:
+    """A --hyp argument → an existing file: the path itself, else a bare name in configs/hyps/.
+    Raises FileNotFoundError naming both places."""
+    p = Path(hyp)
+    if p.is_file():
+        return p
+    cand = CONFIGS_DIR / "hyps" / p.name
+    if cand.is_file():
+        return cand
+    raise FileNotFoundError(f"--hyp {hyp}: file not found (nor {cand})")
