@@ -533,3 +533,10 @@ def test_layer_table_rows():
     # the published layout, including its overflow of long `from` lists into the index column
     assert re.match(r" 29\[28, 25, 22, 15, 18, 21\]  1   3003776  DualDDetect +\[", lines[-1])  # spec §2.1
     assert re.match(r"  0 +-1  1       928  Conv +\[", lines[1])
+    # the published arguments column: the arguments the layer was built with (spec §2.1 rows resolved)
+    assert lines[1].split("Conv", 1)[1].strip() == "[3, 32, 3, 2]"          # c1 first
+    assert lines[3].rstrip().endswith("ELAN1                                   [64, 64, 64, 32]")
+    upsample = next(x for x in lines if "nn.Upsample" in x)
+    assert upsample.rstrip().endswith("[None, 2, 'nearest']")
+    assert lines[-1].rstrip().endswith("DualDDetect                             [80, [128, 192, 256, 128, 192, 256]]")
+    assert all(getattr(layer, "args", None) is not None for layer in m.model)

@@ -8,7 +8,7 @@ Run: python -m pytest -q tests/test_train_cli.py
 import pytest
 
 from yolov9c.cli.train import build_parser, main, parse_opt
-from yolov9c.resources import resolve_hyp_path
+from yolov9c.resources import resolve_hyp
 
 # (flag, value tokens, destination, expected parsed value) for every published flag
 PUBLISHED = [
@@ -143,13 +143,13 @@ def test_refused_features_exit_2_with_a_reason(capsys):
 
 
 def test_bare_hyp_name_resolves_in_configs(tmp_path):
-    p = resolve_hyp_path("hyp.scratch-high.yaml")
+    p = resolve_hyp("hyp.scratch-high.yaml")
     assert p.is_file() and p.parent.name == "hyps"
     own = tmp_path / "my.yaml"
     own.write_text("lr0: 0.1\n")
-    assert resolve_hyp_path(str(own)) == own
+    assert resolve_hyp(str(own)) == own
     with pytest.raises(FileNotFoundError, match="nope.yaml"):
-        resolve_hyp_path("nope.yaml")
+        resolve_hyp("nope.yaml")
 
 
 # --- RunConfig (yolov9c/engine/train/config.py): the one typed configuration the trainer runs on ---

@@ -39,7 +39,7 @@ from yolov9c.engine.run_dir import increment_path
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.trainer import train
-from yolov9c.resources import resolve_hyp_path
+from yolov9c.resources import resolve_hyp
 
 # key: (mutation gain 0-1, lower bound, upper bound) — the published table plus dfl (see the header)
 META = {
@@ -184,7 +184,7 @@ def evolve(cfg: RunConfig, *, train_fn=None, log=print):
     if cfg.bucket:
         log(f"WARNING: --bucket {cfg.bucket}: gsutil upload/download is not supported; evolve.csv stays local")
     try:
-        hyp = augment_hyp(resolve_hyp_path(cfg.hyp) if isinstance(cfg.hyp, str) else cfg.hyp,
+        hyp = augment_hyp(resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else cfg.hyp,
                           mosaic=cfg.mosaic, mixup=cfg.mixup)
     except (FileNotFoundError, KeyError, ValueError) as e:
         raise TrainError(f"--hyp: {e}") from None

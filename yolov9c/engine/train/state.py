@@ -55,7 +55,7 @@ from yolov9c.loss.detection import make_loss
 from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain, transfer_weights
 from yolov9c.models.model import DetectionModel
 from yolov9c.ops import extension
-from yolov9c.resources import resolve_hyp_path
+from yolov9c.resources import resolve_hyp
 
 NBS = 64  # nominal batch size: gradients of ~64 images per optimizer step
 
@@ -218,7 +218,7 @@ def setup_run_folder(state):
         state.save_dir = increment_path(Path(cfg.project) / name, exist_ok=cfg.exist_ok)
     state.wdir = state.save_dir / "weights"
     try:
-        hyp_file = resolve_hyp_path(cfg.hyp) if isinstance(cfg.hyp, str) else None
+        hyp_file = resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else None
         hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup)
     except (FileNotFoundError, KeyError, ValueError) as e:
         raise TrainError(f"--hyp: {e}") from None
