@@ -123,6 +123,27 @@ def test_make_loss_backend():
         yolov9c.make_loss(model, backend="cuda")
 
 
+@pytest.mark.parametrize("backend", ["torch", "c"])
+@pytest.mark.parametrize("cfg", ["gelan-t", "yolov9-t"])
+def test_non_finite_targets_raise_the_same_error_on_both_backends(cfg, backend):
+    """NaN, inf, and a float64 value that overflows the float32 targets: one ValueError naming the rows, the
+    same on both backends (the c branch used to drop such rows silently, the torch one to return NaN)."""
+    import yolov9c
+
+    preds, _ = golden_maps(cfg)
+    loss_fn = yolov9c.make_loss(yolov9c.build_model(cfg, nc=80), backend=backend)  # the public API
+    assert loss_fn.backend == backend and loss_fn.dual == cfg.startswith("yolov9")
+    bad = TARGETS.clone().double()
+    bad[1, 2] = float("nan")
+    bad[3, 4] = float("inf")
+    bad[4, 5] = 1e300  # finite in float64, inf once packed in float32
+    with pytest.raises(ValueError, match=r"3 target row\(s\) not finite \(NaN or inf\): rows 1, 3, 4; row 1 is") as e:
+        loss_fn(preds, bad)
+    assert "[image, class, x, y, w, h]" in str(e.value)
+    total, items = loss_fn(preds, TARGETS)  # the good rows alone are fine
+    assert torch.isfinite(total).all() and torch.isfinite(items).all()
+
+
 def test_dense_image_5000_boxes(monkeypatch):
     """One image with 5000 boxes (most of them share anchors; some have none inside): every box reaches the
     assigner, the loss is finite and equals the reference, gradients are finite."""
