@@ -124,7 +124,7 @@ def test_cpu_terms_are_not_trivial():
     out, grads = run(det_loss, maps, strides, t)
     assert (out > 0).all()
     # DFL targets beyond the clamp on both sides exist in this scene
-    from yolov9c.models.head import make_anchors
+    from yolov9c.geometry import make_anchors
 
     pts, sc = make_anchors(maps, strides, 0.5)
     tb = t["target_boxes"].double() / sc

@@ -22,9 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from yolov9c.loss.assigner import TaskAlignedAssigner, anchors_in_boxes, topk_mask
-from yolov9c.loss.boxes import bbox_ciou
-from yolov9c.models.head import make_anchors
+from yolov9c.geometry import anchors_in_boxes, bbox_ciou, make_anchors
+from yolov9c.loss.assigner import TaskAlignedAssigner, topk_mask
 from yolov9c.ops import extension
 from yolov9c.ops.tal_assign import expand_target_scores, tal_assign, tal_assign_reference
 

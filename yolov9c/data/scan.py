@@ -94,7 +94,8 @@ def scan_split(im_files, nc, sources=None, use_cache=True, log=print, prefix="")
     label_files = [label_path_for(f) for f in im_files]
     cpath = cache_path_for(sources, label_files) if (use_cache and sources is not None) else None
     key = cache_key(im_files, label_files, nc) if cpath is not None else None
-    res = load_label_cache(cpath, key) if cpath is not None else None
+    cached = load_label_cache(cpath, key) if cpath is not None else None
+    res = ScanResult(**cached) if cached is not None else None
     if res is None:
         res = ScanResult([], [], np.zeros((0, 2), np.int64), [], [])
         shapes = []

@@ -28,6 +28,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
+from yolov9c.geometry import dfl_decode, make_anchors
 from yolov9c.ops import extension
 
 _FLOAT_TYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -211,23 +212,12 @@ def _concat(maps, reg_max):
     return pred_dist.permute(0, 2, 1).contiguous(), pred_scores.permute(0, 2, 1).contiguous()
 
 
-def _decode_grid(pred_dist, points, reg_max):
-    from yolov9c.models.head import dist2bbox
-
-    B, A = pred_dist.shape[:2]
-    proj = torch.arange(reg_max, device=pred_dist.device, dtype=pred_dist.dtype)
-    ltrb = pred_dist.view(B, A, 4, reg_max).softmax(-1).matmul(proj)
-    return dist2bbox(ltrb, points, xywh=False)
-
-
 @torch.no_grad()
 def det_loss_decode_reference(maps, strides, reg_max=16):
     """det_loss_decode from stock torch ops, as the published loss decodes (in the maps' dtype), as float32."""
-    from yolov9c.models.head import make_anchors
-
     points, stride_col = make_anchors(maps, strides, 0.5)
     pred_dist, _ = _concat([m.detach() for m in maps], reg_max)
-    return (_decode_grid(pred_dist, points, reg_max) * stride_col).float()
+    return (dfl_decode(pred_dist, points, reg_max) * stride_col).float()
 
 
 def det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum,
@@ -235,13 +225,11 @@ def det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, 
     """det_loss from stock torch ops: the published loss_tal_dual.py branch terms (via yolov9c.loss.BboxLoss),
     building the (B, A, NC) target_scores = one_hot(target_labels)·target_norm·fg it never needs in C."""
     from yolov9c.loss.bbox_loss import BboxLoss
-    from yolov9c.models.head import make_anchors
-
     maps = list(maps)
     tss = _tss_tensor(target_scores_sum, maps[0])
     points, stride_col = make_anchors(maps, strides, 0.5)
     pred_dist, pred_scores = _concat(maps, reg_max)
-    pred_boxes = _decode_grid(pred_dist, points, reg_max)
+    pred_boxes = dfl_decode(pred_dist, points, reg_max)
     nc = pred_scores.shape[-1]
     norm = torch.where(fg_mask, target_norm, torch.zeros((), dtype=target_norm.dtype, device=target_norm.device))
     target_scores = torch.zeros(pred_scores.shape, dtype=target_norm.dtype, device=target_norm.device)

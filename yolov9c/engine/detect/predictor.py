@@ -27,6 +27,7 @@ import torch
 from yolov9c.engine.detect.annotate import class_color, crop_box, detection_label, draw_detection
 from yolov9c.engine.run_dir import increment_path
 from yolov9c.engine.detect.sources import MediaSource, resolve_sources
+from yolov9c.geometry import scale_boxes
 
 
 def inference_device(spec=""):
@@ -67,22 +68,6 @@ def main_head_output(out):
     if isinstance(y, (list, tuple)):
         y = y[-1]  # [aux, main]: the published detect_dual.py takes pred[0][1]
     return y
-
-
-def scale_boxes(boxes, from_shape, to_shape):
-    """Map xyxy boxes from a letterboxed image back to the original, in place, and clip them to it.
-
-    boxes: (n, 4) float tensor, pixels of the letterboxed image of shape from_shape (h, w). to_shape: (h0, w0)
-    of the original. The letterbox is recomputed from the two shapes (one scale, even padding), as published."""
-    gain = min(from_shape[0] / to_shape[0], from_shape[1] / to_shape[1])
-    pad_x = (from_shape[1] - to_shape[1] * gain) / 2
-    pad_y = (from_shape[0] - to_shape[0] * gain) / 2
-    boxes[:, [0, 2]] -= pad_x
-    boxes[:, [1, 3]] -= pad_y
-    boxes[:, :4] /= gain
-    boxes[:, [0, 2]] = boxes[:, [0, 2]].clamp(0, to_shape[1])
-    boxes[:, [1, 3]] = boxes[:, [1, 3]].clamp(0, to_shape[0])
-    return boxes
 
 
 def label_rows(det, shape, save_conf=False):
