@@ -7,7 +7,8 @@ Prints one JSON line per (shape, layout, pass), after one line for the copy:
                 bn_silu, bn_silu_backward) or "torch" (BatchNorm2d + F.silu under autocast)
     pass        c: "stats" | "forward" | "backward"; torch: "forward" (stats + normalise + SiLU) | "backward"
     ms          GPU time per call: `--calls` calls captured in one CUDA graph, replayed, median over `--reps`
-                replays (timing "graph"); "loop" when a capture failed: the calls back to back between events
+                replays (timing "graph"); "loop": the calls back to back between events (torch's rows, and a
+                failed capture)
     gbps        bytes moved / time, counting each pass's minimal traffic over z-sized tensors:
                 stats 1 read; forward 1 read + 1 write; backward 2 reads (reduction) + 2 reads + 1 write
                 (elementwise); torch forward counted as c stats + forward, torch backward as c backward
@@ -56,8 +57,9 @@ def _events(fn, count):
     return start.elapsed_time(end)
 
 
-def timed(fn, calls, reps, warmup):
-    """(ms per call, "graph" | "loop"): GPU time without the host's launch gaps."""
+def timed(fn, calls, reps, warmup, graph=True):
+    """(ms per call, "graph" | "loop"): GPU time without the host's launch gaps (graph), or of `calls` calls
+    back to back (loop: torch's rows, whose autograd backward cannot be captured)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -65,6 +67,8 @@ def timed(fn, calls, reps, warmup):
             fn()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+    if not graph:
+        return statistics.median(_events(fn, calls) / calls for _ in range(reps)), "loop"
     try:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -129,11 +133,11 @@ def bench_case(shape, layout, dtype, args, copy_gbps):
         with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
             return F.silu(bn(zt))
 
-    rows.append(report(shape, layout, dtype, "torch", "forward", timed(fwd, *t), 3, eb, copy_gbps))
+    rows.append(report(shape, layout, dtype, "torch", "forward", timed(fwd, *t, graph=False), 3, eb, copy_gbps))
     y = fwd()
     rows.append(report(shape, layout, dtype, "torch", "backward",
-                       timed(lambda: torch.autograd.grad(y, (zt, bn.weight, bn.bias), gy, retain_graph=True), *t),
-                       5, eb, copy_gbps))
+                       timed(lambda: torch.autograd.grad(y, (zt, bn.weight, bn.bias), gy, retain_graph=True), *t,
+                             graph=False), 5, eb, copy_gbps))
     return rows
 
 

@@ -829,9 +829,12 @@ template <typename T, int V> __device__ __forceinline__ void bn_vstore_at(T *p, 
     *(bn_vec<T, V> *)p = r;
 }
 
-/* One channel's scalar constants (the planar kernels keep one channel per block or per plane). */
+/* One channel's scalar constants (the planar kernels keep one channel per block or per plane). The planar
+ * kernels compute u = ((z - mean)·invstd)·γ + β, operation for operation as the generic kernels (bn_u) that
+ * served these layouts before, not the channels-last kernels' z·scale + shift (which rounds differently
+ * when |mean| >> std). */
 typedef struct bn_c1 {
-    float mean, invstd, scale, shift;
+    float mean, invstd, weight, bias;
 } bn_c1;
 
 __device__ __forceinline__ bn_c1 bn_c1_load(const yv_bn_params *p, int64_t c)
@@ -839,9 +842,25 @@ __device__ __forceinline__ bn_c1 bn_c1_load(const yv_bn_params *p, int64_t c)
     bn_c1 k;
     k.mean = p->mean[c];
     k.invstd = p->invstd[c];
-    k.scale = k.invstd * p->weight[c];
-    k.shift = p->bias[c] - k.mean * k.scale;
+    k.weight = p->weight[c];
+    k.bias = p->bias[c];
     return k;
+}
+
+/* u of one element (x̂1, x̂2 returned), as bn_u. */
+template <int Z2>
+__device__ __forceinline__ float bn_c1_u(bn_c1 k1, bn_c1 k2, float z1, float z2, float *xh1, float *xh2)
+{
+    float x1 = (z1 - k1.mean) * k1.invstd;
+    float u = x1 * k1.weight + k1.bias;
+    *xh1 = x1;
+    *xh2 = 0.0f;
+    if (Z2) {
+        float x2 = (z2 - k2.mean) * k2.invstd;
+        u = u + (x2 * k2.weight + k2.bias);
+        *xh2 = x2;
+    }
+    return u;
 }
 
 /* g = dy·act'(u), x̂1, x̂2 of V elements of one channel (planar backward). */
@@ -856,13 +875,7 @@ __device__ __forceinline__ void bn_planar_g(const bn_args *a, const T *p1, const
     bn_vload_at<T, V>(pg, dy);
 #pragma unroll
     for (int e = 0; e < V; e++) {
-        float u = z[e] * k1.scale + (k1.shift + k2.shift);
-        xh1[e] = (z[e] - k1.mean) * k1.invstd;
-        xh2[e] = 0.0f;
-        if (Z2) {
-            u += y[e] * k2.scale;
-            xh2[e] = (y[e] - k2.mean) * k2.invstd;
-        }
+        float u = bn_c1_u<Z2>(k1, k2, z[e], Z2 ? y[e] : 0.0f, &xh1[e], &xh2[e]);
         float s = bn_sigmoid(u);
         gg[e] = a->silu ? dy[e] * (s * (1.0f + u * (1.0f - s))) : dy[e];
     }
@@ -1021,7 +1034,6 @@ __global__ void __launch_bounds__(BN_THREADS) bn_fwd_planar_vec_kernel(bn_args a
         bn_c1 k1 = bn_c1_load(&a.p1, c), k2 = {0.0f, 0.0f, 0.0f, 0.0f};
         if (Z2)
             k2 = bn_c1_load(&a.p2, c);
-        float shift = k1.shift + k2.shift;
         float u[BN_UNROLL][V], x[BN_UNROLL][V];
 #pragma unroll
         for (int r = 0; r < BN_UNROLL; r++)
@@ -1037,9 +1049,8 @@ __global__ void __launch_bounds__(BN_THREADS) bn_fwd_planar_vec_kernel(bn_args a
         for (int r = 0; r < BN_UNROLL; r++)
 #pragma unroll
             for (int e = 0; e < V; e++) {
-                float v = u[r][e] * k1.scale + shift;
-                if (Z2)
-                    v += x[r][e] * k2.scale;
+                float xh1, xh2;
+                float v = bn_c1_u<Z2>(k1, k2, u[r][e], Z2 ? x[r][e] : 0.0f, &xh1, &xh2);
                 u[r][e] = a.silu ? v * bn_sigmoid(v) : v;
             }
         if (RES) {
