@@ -28,7 +28,7 @@
  * backward, every pass a single sweep at memory bandwidth in the fast path.
  *
  * Layouts: the iteration follows z1. Before launching, (H, W) and then (B, H·W) are merged when every
- * operand's strides allow it. Three kernel families:
+ * operand's strides allow it. Four kernel families:
  *   fast      "row-uniform" operands: after the merge B == H == 1 and channel stride 1 (C == 1: any), so element
  *             (row k, channel c) is at k·rs + c with the operand's own row stride rs: channels-last tensors and
  *             channel slices of a channels-last buffer (rs = C_total > C). Every operand in z1's dtype. Kernels
@@ -41,9 +41,17 @@
  *             over groups of ty rows; reductions give block s the contiguous rows [s·chunk, (s+1)·chunk), with
  *             S chosen for >= ~4 blocks per SM and >= ~64 rows per block (at most BN_FAST_SPLITS), summed over
  *             ty in shared memory in a fixed order.
+ *             The elementwise passes run a grid of whole waves (24 blocks per SM) and keep 4 rows in flight
+ *             per thread, so the constants are computed once per thread for many rows.
+ *   planar vector  NCHW and channel slices of NCHW buffers: after the merge H == 1 and every operand has unit
+ *             W stride, (b, c) planes of W = H·W elements, W % V == 0, V-aligned pointers and plane strides, one
+ *             dtype: 16-byte loads along the plane. Reductions: grid (S, C), block (s, c) adds a contiguous
+ *             range of channel c's B·W/V vectors, 4 in flight per thread (partials in the same [NSUM][S][C]
+ *             layout, so the finish kernels are shared). Elementwise: grid (tiles of a plane, planes), the
+ *             plane's constants in registers. u = ((z - mean)·invstd)·γ + β as in the generic kernels.
  *   rows      channel stride 1 otherwise (mixed dtypes, unmerged strides): a warp per (b, h, w) row with lanes
  *             over channels, scalar loads (generic, slow).
- *   planar    everything else: (b, c) planes, tiles of contiguous elements.
+ *   planar    everything else (odd H·W, 'hw'-permuted layouts): (b, c) planes, tiles of contiguous elements.
  * Other strides work through a general (slower) index decomposition. All offsets are 64-bit: tensors over
  * 2^31 elements are fine.
  * Test: python -m pytest -q tests/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
