@@ -377,8 +377,8 @@ def _forward2_impl(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weigh
                                       batch_stats)
     C = extension.load()
     y = out if out is not None else _empty_like(z1)
-    C.bn_silu_forward(_bn(op, z1, mean1, invstd1, weight1, bias1, "1"), _bn(op, z2, mean2, invstd2, weight2, bias2, "2"),
-                      None, "silu", extension.arg(y, op, "out"), extension.stream_of(z1.device))
+    bn1, bn2 = _bn(op, z1, mean1, invstd1, weight1, bias1, "1"), _bn(op, z2, mean2, invstd2, weight2, bias2, "2")
+    C.bn_silu_forward(bn1, bn2, None, "silu", extension.arg(y, op, "out"), extension.stream_of(z1.device))
     return y
 
 
@@ -414,10 +414,10 @@ def _backward2_impl(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weig
     dz1 = dz1 if dz1 is not None else _empty_like(z1)
     dz2 = dz2 if dz2 is not None else _empty_like(z2)
     dw1, db1, dw2, db2 = _vec(z1), _vec(z1), _vec(z1), _vec(z1)
-    C.bn_silu_backward(_bn(op, z1, mean1, invstd1, weight1, bias1, "1"), _bn(op, z2, mean2, invstd2, weight2, bias2, "2"),
-                       extension.arg(grad_out, op, "grad_out"), "silu", batch_stats, _grads(op, dz1, dw1, db1, "1"),
-                       _grads(op, dz2, dw2, db2, "2"), acc1, extension.arg(_workspace(C, z1)),
-                       extension.stream_of(z1.device))
+    bn1, bn2 = _bn(op, z1, mean1, invstd1, weight1, bias1, "1"), _bn(op, z2, mean2, invstd2, weight2, bias2, "2")
+    C.bn_silu_backward(bn1, bn2, extension.arg(grad_out, op, "grad_out"), "silu", batch_stats,
+                       _grads(op, dz1, dw1, db1, "1"), _grads(op, dz2, dw2, db2, "2"), acc1,
+                       extension.arg(_workspace(C, z1)), extension.stream_of(z1.device))
     return dz1, dw1, db1, dz2, dw2, db2
 
 

@@ -149,5 +149,6 @@ def tal_assign(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_cla
     C.tal_assign_forward(a(scores), a(pred_boxes), a(points), (a(labels), a(gt), a(mask)),
                          (int(topk), float(alpha), float(beta), float(eps)), bool(logits),
                          extension.dtype_code(score_dtype), a(workspace),
-                         (a(target_labels), a(target_boxes), a(target_norm), a(fg), a(gt_idx)), extension.stream_of(device))
+                         (a(target_labels), a(target_boxes), a(target_norm), a(fg), a(gt_idx)),
+                         extension.stream_of(device))
     return target_labels, target_boxes, target_norm, fg, gt_idx
