@@ -23,7 +23,6 @@ maps and YOLOV9C_FUSED=0 -> the torch reference.
 Test: python -m pytest -q tests/test_det_loss.py; speed and memory: python benchmarks/bench_loss.py
 """
 
-import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -86,10 +85,6 @@ def _check_targets(maps, target_labels, target_boxes, target_norm, fg_mask):
 # ------------------------------------------------------------------------------------------ C/CUDA path
 
 
-def _device_ctx(device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
 def _targets_for_c(t, cuda):
     """Targets as the kernels read them: contiguous; float32 on CUDA, float32 or float64 on the CPU."""
     if t.dtype.is_floating_point and (cuda or t.dtype != torch.float64):
@@ -123,10 +118,10 @@ class DetLossFunction(torch.autograd.Function):
         workspace = torch.empty(C.det_loss_workspace_size(B, A, cuda), dtype=torch.uint8, device=device)
         out = torch.empty(3, dtype=acc, device=device)
         arg = extension.arg
-        with _device_ctx(device):
-            C.det_loss_forward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max, arg(labels),
-                               arg(boxes), arg(norm), arg(fg), arg(tss), float(eps), float(pos_weight),
-                               float(dfl_max_dist(reg_max)), arg(workspace), arg(out), extension.stream_of(device))
+        targets = (arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss))
+        C.det_loss_forward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max, targets,
+                           float(eps), float(pos_weight), float(dfl_max_dist(reg_max)), arg(workspace), arg(out),
+                           extension.stream_of(device))
         ctx.cfg = cfg
         ctx.save_for_backward(labels, boxes, norm, fg, tss, *maps)
         return out
@@ -146,11 +141,10 @@ class DetLossFunction(torch.autograd.Function):
         grads = [torch.empty_like(m) for m in cmaps]
         grad_out = grad_out.to(torch.float32 if cuda else tss.dtype).contiguous()
         arg = extension.arg
-        with _device_ctx(device):
-            C.det_loss_backward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max,
-                                arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss), float(eps), float(pos_weight),
-                                float(dfl_max_dist(reg_max)), arg(grad_out), tuple(arg(g) for g in grads),
-                                extension.stream_of(device))
+        targets = (arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss))
+        C.det_loss_backward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max, targets,
+                            float(eps), float(pos_weight), float(dfl_max_dist(reg_max)), arg(grad_out),
+                            tuple(arg(g) for g in grads), extension.stream_of(device))
         if upcast:
             grads = [g.to(torch.bfloat16) for g in grads]
         return (None, None, None, None, None, None, *grads)
@@ -195,9 +189,8 @@ def det_loss_decode(maps, strides, reg_max=16):
         cmaps = [m.float() for m in cmaps]
     B, A = cmaps[0].shape[0], sum(m.shape[2] * m.shape[3] for m in cmaps)
     boxes = torch.empty((B, A, 4), dtype=torch.float32, device=device)
-    with _device_ctx(device):
-        C.det_loss_decode(tuple(extension.arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max,
-                          extension.arg(boxes), extension.stream_of(device))
+    C.det_loss_decode(tuple(extension.arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max,
+                      extension.arg(boxes), extension.stream_of(device))
     return boxes
 
 
