@@ -37,6 +37,15 @@ from yolov9c.models.common import Conv, RepConvN
 from yolov9c.models.head import DualDDetect
 
 
+STEP_HOOKS = []  # callables (label, value) run before (value None) and after each auxiliary segment and head
+# level (memory timelines: benchmarks/mem_timeline.py); plain layer steps are module calls (module hooks)
+
+
+def _observe(label, value):
+    for hook in STEP_HOOKS:
+        hook(label, value)
+
+
 def recompute_enabled():
     """YOLOV9C_AUX_RECOMPUTE (read at every call): anything but "0" recomputes the auxiliary branch."""
     return os.environ.get("YOLOV9C_AUX_RECOMPUTE", "1") != "0"
@@ -159,6 +168,8 @@ class _Run:
 
 
 def _segment(model, chain, run):
+    label = f"segment {chain[0]}-{chain[-1]}" if len(chain) > 1 else f"segment {chain[0]}"
+    _observe(label, None)
     layers = model.model
     mods = [layers[i] for i in chain]
     ext = sorted({j for i in chain for j in inputs_of(layers[i])} - set(chain))
@@ -169,6 +180,7 @@ def _segment(model, chain, run):
         out = _run_chain_plain(layers, chain, vals)
     run.vals[chain[-1]] = out
     run.done(ext)
+    _observe(label, out)
 
 
 def _run_chain_plain(layers, chain, vals):
@@ -196,9 +208,15 @@ def _forward_pgi(model, g, x):
             k = what
             mods = [head.cv2[k], head.cv3[k]]
             vals = {"x": run.vals[hin[k]]}
+            _observe(f"aux head {k}", None)
             d1[k] = run_segment(functools.partial(_level, head, k), vals, mods) if recomputable(mods) \
                 else _level(head, k, vals)
-    d2 = [L.detect_level(head.cv4[k], head.cv5[k], run.vals[hin[nl + k]]) for k in range(nl)]
+            _observe(f"aux head {k}", d1[k])
+    d2 = []
+    for k in range(nl):
+        _observe(f"main head {k}", None)
+        d2.append(L.detect_level(head.cv4[k], head.cv5[k], run.vals[hin[nl + k]]))
+        _observe(f"main head {k}", d2[k])
     return [d1, d2]
 
 
