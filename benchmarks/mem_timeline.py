@@ -7,7 +7,7 @@
 
 The step is the trainer's (bench_memory.py's): uint8 batch (passed as is when the model accepts_uint8, else
 float/255; --float forces the float path) → forward + dual loss under fp16 autocast → GradScaler backward →
-unscale, clip to 10, SGD (Nesterov) step → zero_grad; --warmup plain steps first, then one instrumented step.
+unscale, clip to 10, SGD (Nesterov) step → zero_grad → EMA update; --warmup plain steps first, then one instrumented step.
 --stored sets YOLOV9C_AUX_RECOMPUTE=0 (every auxiliary z kept: the path before the recompute).
 
 Marks (one JSON line each, "mark"): after every layer's forward (module hooks; pgi.STEP_HOOKS for the
@@ -138,6 +138,9 @@ def run(args):
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
     model = build_model(args.model, nc=80).to(device, memory_format=fmt).train()
+    from yolov9c.engine.train.ema import ModelEMA
+
+    ema = ModelEMA(model)  # the trainer's float32 copy (part of what is held between steps)
     loss_fn = make_loss(model, backend=args.backend)
     if args.backend == "c":
         apply(model, "c")
@@ -158,6 +161,7 @@ def run(args):
         scaler.step(opt)
         scaler.update()
         opt.zero_grad()
+        ema.update(model)
 
     for _ in range(args.warmup):
         step()
@@ -176,6 +180,8 @@ def run(args):
     rec.mark("start", "start")
     try:
         _instrumented_step(rec, model, opt, images, uint8, loss_fn, targets, scaler)
+        ema.update(model)
+        rec.mark("after", "EMA update")
     finally:
         for h in handles:
             h.remove()
