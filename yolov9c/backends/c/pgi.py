@@ -7,15 +7,17 @@ Which layers are auxiliary (DESIGN.md "Memory design" item 3) is read off the la
 outputs reach only the auxiliary inputs of the DualDDetect head (its first nl inputs) and none of the main
 ones — t/s: the second FPN; m/c: the CBLinears and the second backbone; e: the FPN on the first backbone.
 In training (grad enabled) they run as recomputed segments (segment.py): chains of layers in which each
-layer is read only by the next (a layer read by several layers or by the head ends a chain), and one segment
-per auxiliary head level. A segment keeps only its result (typically its last conv output z); its inputs
+layer is read only by the next and reads nothing outside the chain (_chains), and one segment per auxiliary
+head level. A segment keeps only its result (typically its last conv output z); its inputs
 are kept by the main branch anyway. In backward it is re-run and back-propagated at once, so only one
 segment's z's are rebuilt at a time.
 
-Order: the auxiliary layers run right after the main layers they read and before the rest of the main branch
-(the neck and the main head levels). Autograd runs the ready node created last first, so the whole main
-neck's backward runs before any auxiliary segment's: the neck's z's are freed before a segment rebuilds its
-own. Results do not depend on the order (each layer reads the same inputs; each BatchNorm updates once).
+Order: every auxiliary step runs as soon as its inputs exist (so before the main neck and the main head
+levels). Autograd runs the ready node created last first, so the whole main neck's backward runs before any
+auxiliary segment's (the neck's z's are freed before a segment rebuilds its own), and a segment that reads
+only the image (yolov9-c's second stem, layers 26-29) is back-propagated last, after the first backbone
+(measured: recomputed between the neck and the first backbone, that chain alone raised yolov9-c's peak by
+8.3 GiB). Results do not depend on the order (each layer reads the same inputs; each BatchNorm updates once).
 
 Falls back to the plain layer loop (all auxiliary z's kept, as before) when: the model is not training or
 grad is off; the head is not a DualDDetect the c layers can run; YOLOV9C_AUX_RECOMPUTE=0. A segment whose
@@ -71,8 +73,9 @@ def _ancestors(layers, roots):
 
 class Graph:
     """The auxiliary split of a model with a DualDDetect head.
-    aux: auxiliary layer indices; order: execution order of the non-head layers as steps ("layer", i) or
-    ("segment", [i, ...]) and ("aux_head", level); readers: i -> the layers (and "head") reading i."""
+    aux: the auxiliary layer indices; steps: the execution order, ("layer", i) for a main layer (index
+    order), ("segment", [i, ...]) for a chain of auxiliary layers, ("aux_head", k) for auxiliary head level
+    k; uses: layer index (-1: the input) -> how many steps read it."""
 
     __slots__ = ("key", "aux", "steps", "uses")
 
@@ -83,29 +86,64 @@ class Graph:
         hin = inputs_of(head)
         main = _ancestors(layers, hin[nl:])
         aux = _ancestors(layers, hin[:nl]) - main
-        feeds_aux = _ancestors(layers, [j for i in aux for j in inputs_of(layers[i])]) - aux
-        pre = sorted(feeds_aux)
-        rest = [i for i in range(n) if i not in aux and i not in feeds_aux]
         readers = {}
         for i in range(n + 1):
             for j in set(inputs_of(layers[i])):
                 readers.setdefault(j, []).append(i)
-        steps = [("layer", i) for i in pre]
-        chain = []
-        for i in sorted(aux):
-            if chain and readers.get(chain[-1]) == [i]:
-                chain.append(i)
-                continue
-            if chain:
-                steps.append(("segment", chain))
-            chain = [i]
-        if chain:
-            steps.append(("segment", chain))
-        steps += [("aux_head", k) for k in range(nl)]
-        steps += [("layer", i) for i in rest]
+        units = [(("segment", c), _chain_inputs(layers, c)) for c in _chains(layers, aux, readers)]
+        units += [(("aux_head", k), {hin[k]}) for k in range(nl)]
         self.key = tuple(map(id, layers))
-        self.aux, self.steps = aux, steps
+        self.aux = aux
+        self.steps = _schedule([i for i in range(n) if i not in aux], units)
         self.uses = {j: len(r) for j, r in readers.items()}
+
+
+def _chains(layers, aux, readers):
+    """The auxiliary layers cut into chains: a layer joins the chain before it when it is that chain's last
+    layer's only reader and reads nothing outside the chain (so a chain never waits on a main layer: it can
+    run as soon as its first layer's inputs exist)."""
+    chains = []
+    for i in sorted(aux):
+        c = chains[-1] if chains else None
+        if c and readers.get(c[-1]) == [i] and set(inputs_of(layers[i])) <= set(c):
+            c.append(i)
+        else:
+            chains.append([i])
+    return chains
+
+
+def _chain_inputs(layers, chain):
+    return {j for i in chain for j in inputs_of(layers[i])} - set(chain)
+
+
+def _schedule(main, units):
+    """Main layers in index order, each auxiliary unit inserted as early as its inputs allow. Autograd runs
+    the ready node created last first, so a unit created early is back-propagated late: the main neck (made
+    after every unit) before any unit, and a unit reading only the image (yolov9-c's second stem) after
+    the first backbone, when little else is alive."""
+    done, steps, pending = {-1}, [], list(units)
+
+    def flush():
+        progress = True
+        while progress:
+            progress = False
+            for u in list(pending):
+                step, needs = u
+                if needs <= done:
+                    steps.append(step)
+                    pending.remove(u)
+                    if step[0] == "segment":
+                        done.update(step[1])
+                    progress = True
+
+    for i in main:
+        flush()
+        steps.append(("layer", i))
+        done.add(i)
+    flush()
+    if pending:
+        raise ValueError(f"auxiliary steps {[u[0] for u in pending]} read layers that never run")
+    return steps
 
 
 def graph(model):
