@@ -17,7 +17,7 @@ levels). Autograd runs the ready node created last first, so the whole main neck
 auxiliary segment's (the neck's z's are freed before a segment rebuilds its own), and a segment that reads
 only the image (yolov9-c's second stem, layers 26-29) is back-propagated last, after the first backbone
 (measured: recomputed between the neck and the first backbone, that chain alone raised yolov9-c's peak by
-8.3 GiB). Results do not depend on the order (each layer reads the same inputs; each BatchNorm updates once).
+8.1 GiB). Results do not depend on the order (each layer reads the same inputs; each BatchNorm updates once).
 
 Falls back to the plain layer loop (all auxiliary z's kept, as before) when: the model is not training or
 grad is off; the head is not a DualDDetect the c layers can run; YOLOV9C_AUX_RECOMPUTE=0. A segment whose
