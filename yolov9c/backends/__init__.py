@@ -3,6 +3,7 @@
     from yolov9c.backends import apply, backend_of
     model = apply(model, "c")      # after building and moving the model, before DDP wrapping
     backend_of(model)              # "c"
+    accepts_uint8(model)           # True: pass the uint8 batch itself (c reads it as x / 255 on the fly)
     apply(model, "torch")          # plain execution again
 
 apply() changes how the layers execute, never the parameters, buffers, state_dict keys or module names, so
@@ -63,6 +64,12 @@ def _note_cpu(model):
         return
     _cpu_note_said = True
     LOGGER.warning(CPU_NOTE)
+
+
+def accepts_uint8(model):
+    """True when `model` (possibly wrapped) takes the uint8 image batch itself and reads it as x / 255 (the c
+    backend: the float image is then never stored); the trainer passes `imgs` unconverted then."""
+    return bool(_bare(model).__dict__.get("accepts_uint8", False))
 
 
 def backend_of(model):
