@@ -27,8 +27,6 @@ def _write(path, text):
     ("0 0.5 nan 0.2 0.2\n", "non-finite"),
     ("0 1.2 0.5 0.2 0.2\n", "outside \\[0, 1\\]"),
     ("0 0.5 0.5 -0.1 0.2\n", "outside \\[0, 1\\]"),
-    ("0 0.5 0.5 0 0.2\n", "zero-size box"),
-    ("1 0.2 0.2 0.2 0.2 0.2 0.2\n", "zero-size bounds"),
     ("7 0.5 0.5 0.2 0.2\n", "class 7 >= nc \\(5\\)"),
     ("-1 0.5 0.5 0.2 0.2\n", "not a non-negative integer"),
     ("1.5 0.5 0.5 0.2 0.2\n", "not a non-negative integer"),
@@ -153,7 +151,6 @@ def test_bom_only_file_is_a_background(tmp_path, data):
     (BOM + b"0 0.5 0.5 0.2 0.2\n" + BOM + b"1 0.5 0.5 0.2 0.2\n", ["line 2", "'\\ufeff1'"]),
     (b"0 0.5 0.5 0.2 0.2\n\xff\xfe\x00junk\n", ["not a UTF-8 text file"]),
     (BOM + b"4 0.5 0.5 0.2 0.2\r\n", ["line 1", "class 4 >= nc (3)", "'4 0.5 0.5 0.2 0.2'"]),
-    (b"0 0.5 0.5 0 0.2\n", ["line 1", "zero-size box", "'0 0.5 0.5 0 0.2'"]),
 ])
 def test_bad_row_messages_name_the_line_and_quote_it(tmp_path, data, words):
     f = tmp_path / "a.txt"
@@ -236,3 +233,14 @@ def test_missing_and_orphan_found_again_when_the_cache_is_used(tmp_path):
     again, lines = _scan_lines(str(im), use_cache=True)
     assert again.from_cache and again.missing == first.missing and again.orphans == [str(lb / "late_orphan.txt")]
     assert lines[-1].startswith("train: 3 images, 1 backgrounds, 0 corrupt, 1 missing, 1 orphan")
+
+
+def test_zero_size_boxes_keep_their_image(tmp_path):
+    """As published: a zero-width box and a zero-size polygon keep the image and every row; a note says so
+    (mosaic and random_perspective's box filter drop them from the training samples)."""
+    f = _write(tmp_path / "a.txt", "1 0.5 0.5 0.1 0.1\n0 0.5 0.5 0 0.1\n2 0.2 0.2 0.2 0.2 0.2 0.2\n")
+    labels, segments, notes = parse_label_file(f, nc=5)
+    assert labels.shape == (3, 5)
+    assert labels[1, 3] == 0 and labels[2, 3] == 0 and labels[2, 4] == 0
+    assert len(segments) == 3
+    assert notes == ["2 zero-size boxes kept (the augmentations drop them)"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-CACHE_VERSION = "yolov9c-labels-1"
+CACHE_VERSION = "yolov9c-labels-2"  # 2: zero-size boxes kept (issue 13)
 
 
 def cache_path_for(sources, label_files):

@@ -13,8 +13,9 @@ CRLF and CR line ends are read like LF.
 
 Checks (a file that fails one is skipped with `path: reason` naming the line number and quoting the line,
 invisible characters escaped): column count, non-numeric values, coordinates outside [0, 1] (values within
-1e-6 of the range are accepted and clipped: float printing), zero-size boxes, class not a non-negative
-integer or ≥ nc. Exact duplicate rows are removed with a warning; the image is kept.
+1e-6 of the range are accepted and clipped: float printing), class not a non-negative integer or ≥ nc.
+Exact duplicate rows are removed with a warning; the image is kept. Zero-size boxes (and polygons with
+zero-size bounds) are kept with a note, as published: mosaic and random_perspective's box filter drop them.
 
 Test: python -m pytest -q tests/test_data_labels.py
 """
@@ -151,15 +152,14 @@ def parse_label_file(path, nc=None):
         notes.append(f"{len(rows) - len(unique)} duplicate label rows removed")
 
     any_poly = any(len(v) > 5 for _, v in unique)
+    zero_size = 0  # kept, as published: the augmentations' box filters drop them (issue 13, docs/fidelity.md)
     labels = np.zeros((len(unique), 5), np.float32)
     segments = []
     for j, (lineno, vals) in enumerate(unique):
         c = vals[0]
         if len(vals) == 5:
             xc, yc, w, h = np.clip(vals[1:], 0.0, 1.0)
-            if w <= 0 or h <= 0:
-                raise BadLabels(f"line {lineno}: zero-size box (w={vals[3]:g}, h={vals[4]:g}) in "
-                                f"{_quoted(lines[lineno - 1])}")
+            zero_size += w <= 0 or h <= 0
             if any_poly:
                 x1, y1, x2, y2 = xc - w / 2, yc - h / 2, xc + w / 2, yc + h / 2
                 segments.append(np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]], np.float32))
@@ -168,9 +168,10 @@ def parse_label_file(path, nc=None):
             x1, y1 = pts.min(0)
             x2, y2 = pts.max(0)
             w, h = x2 - x1, y2 - y1
-            if w <= 0 or h <= 0:
-                raise BadLabels(f"line {lineno}: polygon with zero-size bounds in {_quoted(lines[lineno - 1])}")
+            zero_size += w <= 0 or h <= 0
             xc, yc = x1 + w / 2, y1 + h / 2
             segments.append(pts)
         labels[j] = (c, xc, yc, w, h)
+    if zero_size:
+        notes.append(f"{zero_size} zero-size boxes kept (the augmentations drop them)")
     return labels, segments, notes
