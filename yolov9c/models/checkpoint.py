@@ -251,6 +251,32 @@ def atomic_write(path: str | os.PathLike, data: bytes | str, what: str = "file")
     return _atomic(Path(path), lambda f: f.write(raw), what, len(raw))
 
 
+def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike, what: str = "file") -> Path:
+    """Make `dst` an atomic copy of `src`: a hard link under a temp name renamed over `dst` (no bytes written,
+    no space needed; `src` replaced later by a rename leaves `dst` unchanged), or, where the file system has no
+    hard links, a full copy written as atomic_write does. A full disk raises DiskFullError."""
+    src, dst = Path(src), Path(dst)
+    tmp = dst.with_name(f"{TEMP_PREFIX}{dst.name}.{os.urandom(4).hex()}{TEMP_SUFFIX}")
+    try:
+        os.link(src, tmp)
+    except OSError:
+        pass
+    else:
+        try:
+            os.replace(tmp, dst)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(dst.parent)
+        return dst
+
+    def copy(f):
+        with open(src, "rb") as s:
+            shutil.copyfileobj(s, f, 1 << 20)
+
+    return _atomic(dst, copy, what, src.stat().st_size)
+
+
 def _tensor_bytes(obj: Any) -> int:
     """Bytes of all tensors in a nest of dicts/lists/tuples: the size of a torch.save file, give or take the
     pickled metadata."""
