@@ -491,13 +491,19 @@ def test_full_disk_on_a_real_tiny_filesystem(tiny_fs):
 # finishing, opt.yaml, run_dir
 # ---------------------------------------------------------------------------------------------------------
 
+_MODELS = []
+
+
 def real_ckpt(epoch, epochs):
+    """A trainer-like checkpoint (model, EMA, optimizer) of a small model, built once per session."""
     from yolov9c.models.checkpoint import make_checkpoint
     from yolov9c.models.model import DetectionModel
-    model = DetectionModel("gelan-t.yaml", nc=2)
+    if not _MODELS:
+        torch.manual_seed(0)
+        _MODELS.extend([DetectionModel("gelan-t.yaml", nc=2), DetectionModel("gelan-t.yaml", nc=2)])
+    model, ema = _MODELS
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    return make_checkpoint(model, ema=DetectionModel("gelan-t.yaml", nc=2), optimizer=opt, epoch=epoch,
-                           opt={"epochs": epochs}, half=False)
+    return make_checkpoint(model, ema=ema, optimizer=opt, epoch=epoch, opt={"epochs": epochs}, half=False)
 
 
 def test_a_kill_while_finishing_resumes_as_finish(tmp_path):
@@ -518,7 +524,8 @@ def test_a_kill_while_finishing_resumes_as_finish(tmp_path):
         assert R.epochs_in(f.results) == [0, 1, 2]  # rows untouched
         sd = read_checkpoint(f.best)["model"]
         assert [p.name for p in f.strip_weights(log=Log())] == ["last.pt", "best.pt"]
-        assert all(torch.equal(v, read_checkpoint(f.best)["model"][k]) for k, v in sd.items())  # idempotent
+        again = read_checkpoint(f.best)["model"]
+        assert all(torch.equal(v, again[k]) for k, v in sd.items())  # idempotent
         f.mark_done()
     with RunFolder.open(folder, resume=ck) as f:
         assert f.resume_action == "done"
