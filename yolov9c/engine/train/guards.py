@@ -123,9 +123,10 @@ class StepGuard:
             try:
                 result = state.step(state, imgs, targets, ni)
                 break
-            except torch.cuda.OutOfMemoryError:
-                pass  # handled below, once the exception (and the step's frames and tensors) is released
-            back_off(state, imgs.shape[0], ni)
+            except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one
+                if not is_oom(e):
+                    raise
+            back_off(state, imgs.shape[0], ni)  # here the exception, the step's frames and tensors are released
         self.nonfinite.observe(result.finite, self.epoch, ni, self.causes)
         return result
 
@@ -133,6 +134,12 @@ class StepGuard:
         """Count every outstanding flag; returns the epoch's skipped optimizer steps."""
         self.nonfinite.drain(self.causes, wait=True)
         return self.nonfinite.epoch_skipped
+
+
+def is_oom(e):
+    """torch.cuda.OutOfMemoryError (the caching allocator), or a library's failed workspace allocation."""
+    text = str(e)
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in text or "ALLOC_FAILED" in text
 
 
 def free_cuda(device):
@@ -169,8 +176,9 @@ def validate_with_backoff(state, run, make_loader):
     while True:
         try:
             return run(state.val_loader)
-        except torch.cuda.OutOfMemoryError:
-            pass
+        except RuntimeError as e:
+            if not is_oom(e):
+                raise
         free_cuda(state.device)
         batch = state.val_loader.batch_size
         if batch <= 1:

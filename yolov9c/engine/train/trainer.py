@@ -2,7 +2,8 @@
 
     state = setup(cfg)                          # state.py: RunConfig → RunState (resume.py restores a run)
     for epoch in range(state.start_epoch, cfg.epochs):
-        train_one_epoch(state, epoch)           # every batch: warm-up, prepare_batch, state.step (step.py)
+        train_one_epoch(state, epoch)           # every batch: warm-up, prepare_batch, state.guard.step (guards.py
+                                                # around state.step, step.py: OOM back-off, non-finite skips)
         end_epoch(state, epoch)                 # validate, fitness, results.csv row, checkpoints, early stop
     finish(state, epoch)                        # strip last.pt/best.pt, validate best.pt with plots, results.png
 
