@@ -25,7 +25,7 @@ import yaml
 
 # options that --resume takes from the command line instead of the stored opt.yaml (memory knobs and placement)
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
-                    "val_period", "noplots", "backend", "channels_last")
+                    "val_period", "noplots", "backend", "channels_last", "max_nonfinite")
 
 
 class ConfigError(ValueError):
@@ -88,6 +88,7 @@ class RunConfig:
     mosaic: float | None = None  # mosaic probability (overrides the hyp file)
     mixup: float | None = None  # mixup probability (overrides the hyp file)
     deterministic: bool = False  # torch.use_deterministic_algorithms
+    max_nonfinite: int = 10  # stop after N skipped (non-finite) optimizer steps in a row; 0 = never (guards.py)
     # --- resolved and recorded by the trainer (opt.yaml keys of the published code) ---
     save_dir: str = ""
     world_size: int = 1

@@ -21,7 +21,8 @@ from yolov9c.models.checkpoint import atomic_write
 
 COLUMNS = ("epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision", "metrics/recall",
            "metrics/mAP_0.5", "metrics/mAP_0.5:0.95", "val/box_loss", "val/cls_loss", "val/dfl_loss",
-           "x/lr0", "x/lr1", "x/lr2", "gpu_mem_peak_alloc", "gpu_mem_reserved", "epoch_seconds", "images_per_s")
+           "x/lr0", "x/lr1", "x/lr2", "gpu_mem_peak_alloc", "gpu_mem_reserved", "epoch_seconds", "images_per_s",
+           "skipped_steps")
 
 
 def _header_line():

@@ -10,7 +10,8 @@ path; the run's options from its opt.yaml (or, when opt.yaml is missing, empty o
 stored in last.pt), then the command line's RESUME_OVERRIDES (memory knobs, placement) for the flags the user
 typed; a stripped checkpoint (training finished) or one that already trained every epoch is refused.
 restore: optimizer, EMA (and its update count), GradScaler, start epoch, best fitness/epoch, the last optimizer
-step, the last metrics, per-class mAPs, and the Python/NumPy/torch/CUDA RNG states of the main process; opt.yaml
+step, the last metrics, per-class mAPs, the micro-batch an out-of-memory back-off lowered (guards.py), and the
+Python/NumPy/torch/CUDA RNG states of the main process; opt.yaml
 is rewritten with the new memory knobs (as published). A resume with another --batch-size keeps the run's
 nominal batch (images per optimizer step) unless --accumulate is given (see state.py's batch set-up).
 
@@ -119,6 +120,7 @@ def restore(state, resumed: Resumed):
         # iteration numbers ni count batches of the new size now; gradients are zeroed at every epoch start, so
         # the first step of the resumed epoch comes after `accumulate` micro-batches
         state.last_opt_step = state.nb * state.start_epoch - 1
+    restore_micro_batch(state, ck.get("micro_batch"))
     if state.main and ck.get("rng"):  # the other ranks keep their own seeds (only rank 0's states are saved)
         set_rng_state(ck["rng"])
     if state.main:  # as published, opt.yaml is rewritten on resume: it now shows the new memory knobs
@@ -131,6 +133,16 @@ def restore(state, resumed: Resumed):
         path.write_text(yaml.safe_dump(to_plain(opt_dict(state.cfg, hyp)), sort_keys=False))
     state.log(f"Resuming training from {resumed.last} from epoch {state.start_epoch} to {state.cfg.epochs} "
               f"total epochs")
+
+
+def restore_micro_batch(state, stored):
+    """Keep the micro-batch an out-of-memory back-off chose (last.pt's 'micro_batch', images per forward on a
+    rank), unless the resumed loader batch is no larger."""
+    per_rank = state.batch_size // state.world
+    if stored and int(stored) < per_rank:
+        state.micro_batch = int(stored)
+        state.log(f"Resuming with a micro-batch of {state.micro_batch} images (lowered after a CUDA out-of-memory "
+                  f"error): {-(-per_rank // state.micro_batch)} forward/backward passes per batch of {per_rank}")
 
 
 def rng_state():

@@ -46,6 +46,7 @@ from yolov9c.engine.train.autobatch import autobatch
 from yolov9c.engine.train.config import RunConfig, opt_dict
 from yolov9c.engine.train.ema import ModelEMA
 from yolov9c.engine.train.errors import TrainError
+from yolov9c.engine.train.guards import StepGuard
 from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
 from yolov9c.engine.train.optim import build_optimizer
 from yolov9c.engine.train.resume import Resumed, read_resume, restore
@@ -89,6 +90,7 @@ class RunState:
     ema: ModelEMA | None = None  # main process only
     loss: Callable | None = None  # loss(preds, targets) → (loss (3,) × batch, items (3,)); make_loss
     bn_buffers: list = field(default_factory=list)  # --ckpt: BN statistics restored after the recomputed forward
+    bn_stats: list = field(default_factory=list)  # every BN statistic: a skipped (non-finite) step puts them back
     # --- optimization ---
     optimizer: torch.optim.Optimizer | None = None
     scheduler: Any = None  # LambdaLR over lf, stepped once per epoch
@@ -98,6 +100,8 @@ class RunState:
     nominal: int = NBS  # images per optimizer step
     accumulate: int = 1  # micro-batches per optimizer step (ramped during warm-up unless fixed)
     fixed_accumulate: int | None = None  # --accumulate N (or the resumed run's), else None: the warm-up ramp
+    micro_batch: int | None = None  # images per forward/backward on this rank (None: the loader batch); the OOM
+    #                                 guard halves it (accumulation over the batch's pieces: same nominal batch)
     # --- loaders ---
     train_loader: Any = None
     val_loader: Any = None  # main process only
@@ -112,7 +116,10 @@ class RunState:
     metrics: list = field(default_factory=lambda: [0.0] * 7)  # P, R, mAP50, mAP50-95, val box, cls, dfl
     maps: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per-class mAP50-95
     # --- the loop ---
-    step: Callable = train_step  # step(state, imgs, targets, ni) → StepResult: eager, or a graph/guard wrapper
+    step: Callable = train_step  # step(state, imgs, targets, ni) → StepResult: eager, or a graph step
+    guard: StepGuard | None = None  # guards.py: the loop calls guard.step (OOM back-off, non-finite count)
+    window_ok: Any = None  # 0-dim device bool: every loss of the open accumulation window was finite (None: closed)
+    window_bn: list | None = None  # the BN statistics at the window's start (step.py)
     lr: list = field(default_factory=list)  # the param groups' learning rates at the end of the last epoch
     tb: Any = None  # TensorBoard SummaryWriter or None
     stop: bool = False  # early stop decided at the end of an epoch
@@ -381,10 +388,7 @@ def setup_loaders(state):
             rank=state.local_rank if state.world > 1 else -1, world_size=state.world, workers=cfg.workers,
             image_weights=cfg.image_weights, min_items=cfg.min_items, prefix="train: ", shuffle=True, **common)
         if state.main:
-            state.val_loader, _ = create_dataloader(
-                data["val"], state.imgsz, per_rank, state.gs, augment=False,
-                cache=None if cfg.noval else ("ram" if cfg.cache == "val" else cfg.cache), rect=True, pad=0.5,
-                workers=cfg.workers * 2, prefix="val: ", **common)
+            state.val_loader = make_val_loader(state, per_rank)
     except (DataError, ValueError) as e:
         raise TrainError(str(e)) from None
     state.nb = len(state.train_loader)
@@ -393,6 +397,18 @@ def setup_loaders(state):
     if state.plots and state.resumed is None:
         state.log(f"Plotting labels to {state.save_dir / 'labels.jpg'}... ")
         R.plot_labels(state.dataset.labels, state.names, state.save_dir / "labels.jpg")
+
+
+def make_val_loader(state, batch):
+    """The validation loader (rect, pad 0.5, no augmentation) with `batch` images per batch (set-up, and the
+    out-of-memory retry of validation with a smaller batch)."""
+    cfg = state.cfg
+    loader, _ = create_dataloader(
+        state.data["val"], state.imgsz, batch, state.gs, augment=False,
+        cache=None if cfg.noval else ("ram" if cfg.cache == "val" else cfg.cache), rect=True, pad=0.5,
+        workers=cfg.workers * 2, prefix="val: ", single_cls=cfg.single_cls, hyp=state.hyp, seed=cfg.seed,
+        pin_memory=cfg.pin_memory, nc=int(state.data["nc"]), log=state.log)
+    return loader
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -424,6 +440,8 @@ def setup_execution(state):
     if ckpt_layers:
         model.forward = types.MethodType(checkpointed_forward, model)
     state.bn_buffers = bn_buffers(model) if ckpt_layers else []
+    state.bn_stats = bn_buffers(model)
+    state.guard = StepGuard(state)
     if state.world > 1:
         model = DistributedDataParallel(model, device_ids=[state.local_rank] if cuda else None, static_graph=True)
     state.model = model

@@ -2,7 +2,8 @@
 
     state = setup(cfg)                          # state.py: RunConfig → RunState (resume.py restores a run)
     for epoch in range(state.start_epoch, cfg.epochs):
-        train_one_epoch(state, epoch)           # every batch: warm-up, prepare_batch, state.step (step.py)
+        train_one_epoch(state, epoch)           # every batch: warm-up, prepare_batch, state.guard.step (guards.py
+                                                # around state.step, step.py: OOM back-off, non-finite skips)
         end_epoch(state, epoch)                 # validate, fitness, results.csv row, checkpoints, early stop
     finish(state, epoch)                        # strip last.pt/best.pt, validate best.pt with plots, results.png
 
@@ -39,9 +40,10 @@ from yolov9c.data.image_weights import class_weights, image_weights
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig, opt_dict
 from yolov9c.engine.train.errors import TrainError
+from yolov9c.engine.train.guards import NonFiniteError, checkpoint_is_finite, nonfinite_causes, validate_with_backoff
 from yolov9c.engine.train.resume import rng_state
 from yolov9c.engine.train.schedule import warmup, warmup_accumulate
-from yolov9c.engine.train.state import RunState, setup
+from yolov9c.engine.train.state import RunState, make_val_loader, setup
 from yolov9c.engine.train.step import prepare_batch
 from yolov9c.engine.val.coco import coco_layout
 from yolov9c.engine.val.validator import validate
@@ -60,6 +62,7 @@ class EpochStats:
     mloss: torch.Tensor  # (3,) mean box, cls, dfl loss over the epoch's batches
     seconds: float  # wall time of the pass
     images: int  # images this rank trained on
+    skipped: int = 0  # optimizer steps skipped for a non-finite loss or gradient (guards.py)
 
 
 def fitness(mp, mr, map50, map5095):
@@ -109,7 +112,10 @@ def train_one_epoch(state: RunState, epoch):
     state.train_loader.sampler.set_epoch(epoch)
     ms_rng = np.random.default_rng([cfg.seed & 0xFFFFFFFF, epoch, 0x5CA1E])
     mloss = torch.zeros(3, device=state.device)
+    n_finite = torch.zeros((), device=state.device)  # batches with finite losses (the means skip the others)
     state.optimizer.zero_grad()
+    state.window_ok = None  # a window left open by the last epoch is dropped with its gradients
+    state.guard.begin_epoch(epoch)
     cuda = state.device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(state.device)
@@ -127,19 +133,25 @@ def train_one_epoch(state: RunState, epoch):
                 state.accumulate = warmup_accumulate(ni, state.nw, state.nominal, state.batch_size)
             warmup(state.optimizer, ni, state.nw, epoch, state.lf, state.hyp)
         imgs = prepare_batch(state, imgs, ms_rng)
-        result = state.step(state, imgs, targets, ni)
+        result = state.guard.step(state, imgs, targets, ni)  # state.step under the OOM and non-finite guards
         images += result.images
         if state.main:
-            mloss = (mloss * i + result.loss_items.to(state.device)) / (i + 1)
+            items = result.loss_items.to(state.device)
+            ok = torch.isfinite(items).all()
+            n_finite += ok
+            mloss = torch.where(ok, (mloss * (n_finite - 1) + items) / n_finite.clamp(min=1), mloss)
             mem = torch.cuda.memory_reserved(state.device) / 1e9 if cuda else 0.0
             peak = torch.cuda.max_memory_allocated(state.device) / 1e9 if cuda else 0.0
             pbar.set_description(("%11s" * 2 + "%11.4g" * 5 + "%11s") % (
                 f"{epoch}/{cfg.epochs - 1}", f"{mem:.3g}G", *mloss.tolist(), targets.shape[0], imgs.shape[-1],
                 f"{peak:.3g}G"))
     seconds = time.time() - t0
+    skipped = state.guard.end_epoch()
+    if skipped:
+        state.log(f"WARNING: epoch {epoch}: {skipped} optimizer steps skipped (non-finite loss or gradients)")
     state.lr = [g["lr"] for g in state.optimizer.param_groups]
     state.scheduler.step()
-    return EpochStats(mloss=mloss, seconds=seconds, images=images)
+    return EpochStats(mloss=mloss, seconds=seconds, images=images, skipped=skipped)
 
 
 def end_epoch(state: RunState, epoch, stats: EpochStats):
@@ -175,7 +187,7 @@ def _log_row(state, epoch, stats):
     peak = torch.cuda.max_memory_allocated(state.device) / GIB if cuda else 0.0
     reserved = torch.cuda.memory_reserved(state.device) / GIB if cuda else 0.0
     row = [epoch, *stats.mloss.tolist(), *state.metrics, *state.lr, peak, reserved, stats.seconds,
-           stats.images * state.world / max(stats.seconds, 1e-9)]
+           stats.images * state.world / max(stats.seconds, 1e-9), stats.skipped]
     R.append_row(state.save_dir / "results.csv", row)
     if state.tb is not None:
         for k, v in zip(R.COLUMNS[1:], row[1:]):
@@ -184,12 +196,17 @@ def _log_row(state, epoch, stats):
 
 def save_checkpoints(state, epoch, best):
     """last.pt (and best.pt when `best`, epochN.pt every --save-period epochs): float32, with the optimizer,
-    GradScaler, RNG states and loop counters that --resume restores."""
+    GradScaler, RNG states, loop counters and micro-batch that --resume restores. Weights that are not all
+    finite are never written: NonFiniteError (the previous last.pt / best.pt stay)."""
+    ok, where = checkpoint_is_finite(state)
+    if not ok:
+        raise NonFiniteError(f"epoch {epoch}: the weights are not finite ({where}); last.pt and best.pt were not "
+                             f"written (the previous ones are kept); {nonfinite_causes(state)}")
     ck = make_checkpoint(state.model, ema=state.ema, optimizer=state.optimizer, epoch=epoch,
                          opt=opt_dict(state.cfg), hyp=state.hyp, best_fitness=state.best_fitness, half=False)
     ck.update(scaler=state.scaler.state_dict(), rng=rng_state(), last_opt_step=state.last_opt_step,
               best_epoch=state.best_epoch, metrics=state.metrics, maps=state.maps.tolist(),
-              nominal_batch=state.nominal)
+              nominal_batch=state.nominal, micro_batch=state.micro_batch)
     atomic_torch_save(ck, state.wdir / "last.pt")
     if best:
         atomic_torch_save(ck, state.wdir / "best.pt")
@@ -221,9 +238,12 @@ def finish(state: RunState):
 
 
 def _validate(state, model, plots=False, verbose=False, **coco):
-    return validate(model, state.val_loader, nc=state.nc, names=state.names, half=state.amp,
-                    single_cls=state.cfg.single_cls, compute_loss=state.loss, save_dir=state.save_dir, plots=plots,
-                    verbose=verbose, log=state.log, training=True, **coco)
+    """Validate `model` on the validation loader; a CUDA OOM repeats it with half the batch (guards.py)."""
+    def run(loader):
+        return validate(model, loader, nc=state.nc, names=state.names, half=state.amp,
+                        single_cls=state.cfg.single_cls, compute_loss=state.loss, save_dir=state.save_dir,
+                        plots=plots, verbose=verbose, log=state.log, training=True, **coco)
+    return validate_with_backoff(state, run, lambda batch: make_val_loader(state, batch))
 
 
 def _tensorboard(state):
