@@ -18,7 +18,7 @@ Steps (--steps, default all):
          class histograms, pixel mean/std, grey padding share, sharpness, mosaic / mixup / copy-paste rates,
          dataset sizes after the label checks. Random draws differ, so means are compared with their standard
          errors (|z| > 4 flagged) and histograms by total-variation distance (> 0.05 flagged).
-  loss   identical weights (ours, seeded) and an identical augmented batch: loss items, every gradient norm,
+  loss   identical weights (ours, seeded) and an identical augmented batch (our --backend, default torch): loss items, every gradient norm,
          BatchNorm running statistics, the optimizer's three groups by parameter name, the parameters after one
          clipped SGD step with the given per-group lr (bit-level agreement expected, float32 rounding aside).
   train  both training loops (train_dual) for a few epochs on the CPU, probed once per iteration at the loss
@@ -103,10 +103,14 @@ def mirror_dataset(data_yaml, out, upscale=0):
 
 # ------------------------------------------------------------------------------------------------ running ----
 
-def run_side(side, args, a, log_name):
+def run_side(side, args, a, log_name, product=None):
     """Run ours_side.py (this Python, from the repo root) or published_side.py (a.python, in the published
-    checkout). Output goes to OUT/<log_name>.log; a failure stops the harness with the log's tail."""
+    checkout). Output goes to OUT/<log_name>.log; a failure stops the harness with the log's tail. With
+    --reuse, a side whose `product` file exists already is not run again."""
     log = a.out / f"{log_name}.log"
+    if a.reuse and product is not None and Path(product).exists():
+        print(f"  {side:9s} {log_name:12s} reused {product}", flush=True)
+        return
     if side == "ours":
         cmd, cwd = [sys.executable, str(HERE / "ours_side.py")] + args, ROOT
     else:
@@ -125,8 +129,10 @@ def run_side(side, args, a, log_name):
 
 def step_data(a, data_yaml):
     common = ["--data", str(data_yaml), "--img", str(a.img), "--n", str(a.n), "--seed", str(a.seed)]
-    run_side("ours", ["data"] + common + ["--out", str(a.out / "ours_data.json")], a, "data_ours")
-    run_side("published", ["data"] + common + ["--out", str(a.out / "pub_data.json")], a, "data_pub")
+    run_side("ours", ["data"] + common + ["--out", str(a.out / "ours_data.json")], a, "data_ours",
+             a.out / "ours_data.json")
+    run_side("published", ["data"] + common + ["--out", str(a.out / "pub_data.json")], a, "data_pub",
+             a.out / "pub_data.json")
     ours = json.loads((a.out / "ours_data.json").read_text())
     pub = json.loads((a.out / "pub_data.json").read_text())
     rep = {"sizes": {k: (ours[k], pub[k]) for k in ("n_images", "n_labels", "n_backgrounds", "albumentations")}}
@@ -151,9 +157,12 @@ def step_loss(a, data_yaml):
     lr = "0.1,0.01,0.01"
     run_side("ours", ["loss", "--cfg", a.cfg, "--nc", str(a.nc), "--batch", str(b), "--save-batch", "--data",
                       str(data_yaml), "--img", str(a.img), "--batch-size", str(a.loss_batch), "--seed", str(a.seed),
-                      "--save-weights", str(w), "--lr", lr, "--out", str(a.out / "ours_loss.npz")], a, "loss_ours")
+                      "--save-weights", str(w), "--lr", lr, "--backend", a.backend,
+                      "--out", str(a.out / "ours_loss.npz")],
+             a, "loss_ours",
+             a.out / "ours_loss.npz")
     run_side("published", ["loss", "--cfg", a.cfg, "--nc", str(a.nc), "--weights", str(w), "--batch", str(b),
-                           "--lr", lr, "--out", str(a.out / "pub_loss.npz")], a, "loss_pub")
+                           "--lr", lr, "--out", str(a.out / "pub_loss.npz")], a, "loss_pub", a.out / "pub_loss.npz")
     o, p = np.load(a.out / "ours_loss.npz"), np.load(a.out / "pub_loss.npz")
     rel = lambda x, y: float(np.max(np.abs(x - y) / np.maximum(np.abs(y), 1e-6)))  # noqa: E731
     rep = {"items_ours": o["items"].tolist(), "items_published": p["items"].tolist(),
@@ -201,9 +210,9 @@ def _train_args(a, data_yaml, project, published):
 def step_train(a, data_yaml):
     ro, rp = a.out / "ours_train.json", a.out / "pub_train.json"
     run_side("ours", ["train", "--record", str(ro), "--"] + _train_args(a, data_yaml, a.out / "ours_runs", False),
-             a, "train_ours")
+             a, "train_ours", ro)
     run_side("published", ["train", "--record", str(rp), "--"] + _train_args(a, data_yaml, a.out / "pub_runs", True),
-             a, "train_pub")
+             a, "train_pub", rp)
     o, p = json.loads(ro.read_text()), json.loads(rp.read_text())
     return compare_train(o, p)
 
@@ -310,6 +319,7 @@ def main(argv=None):
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "coco128" / "data.yaml"))
     p.add_argument("--out", default=None, help="output folder (default /tmp/fidelity-<time>)")
     p.add_argument("--steps", default="data,loss,train")
+    p.add_argument("--reuse", action="store_true", help="keep the outputs already in --out, run what is missing")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--img", type=int, default=320, help="image size of the data and loss steps")
     p.add_argument("--n", type=int, default=400, help="samples per phase in the data step")
@@ -317,6 +327,7 @@ def main(argv=None):
     p.add_argument("--cfg", default="yolov9-t")
     p.add_argument("--nc", type=int, default=80)
     p.add_argument("--loss-batch", type=int, default=4)
+    p.add_argument("--backend", default="torch", choices=("torch", "c"), help="our backend in the loss step")
     p.add_argument("--train-img", type=int, default=160)
     p.add_argument("--train-batch", type=int, default=8)
     p.add_argument("--epochs", type=int, default=7)

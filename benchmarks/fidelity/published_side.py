@@ -15,7 +15,7 @@ yolov9c module). Three modes, each writing one JSON (and npz) file:
         parameter's gradient norm, BatchNorm running statistics after the forward, the optimizer groups of
         smart_optimizer and the parameters after one clipped SGD step with the given per-group lr
 
-Optional packages the published code imports but these modes do not use (IPython, pkg_resources) get small
+Optional packages the published code imports but these modes do not use (IPython, pkg_resources, tensorboard) get small
 stand-ins when they are missing, and the font they would download is a local copy; albumentations is used if installed (the result says whether it was).
 """
 
@@ -52,6 +52,13 @@ def _stand_ins():
         disp.clear_output = lambda *a, **k: None
         ip.display = disp
         sys.modules["IPython"], sys.modules["IPython.display"] = ip, disp
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:  # the published loggers import SummaryWriter at module level
+        tb = types.ModuleType("torch.utils.tensorboard")
+        tb.SummaryWriter = type("SummaryWriter", (), {"__init__": lambda self, *a, **k: None,
+                                                      "__getattr__": lambda self, name: (lambda *a, **k: None)})
+        sys.modules["torch.utils.tensorboard"] = tb
     try:
         import pkg_resources  # noqa: F401
     except ImportError:
@@ -139,6 +146,9 @@ def run_train(a):
     records = []
     inner = train_dual.ComputeLoss
     train_dual.ComputeLoss = lambda model, *args, **kw: wrap_loss(inner(model, *args, **kw), records)
+    # its strip_optimizer re-reads the checkpoints it just wrote with torch.load, which torch >= 2.6 refuses
+    # for pickled modules unless told that these (our own, fresh) files are trusted
+    os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
     sys.argv = ["train_dual.py"] + a.rest
     opt = train_dual.parse_opt(True)
     try:
