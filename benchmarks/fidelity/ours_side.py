@@ -70,8 +70,9 @@ def run_data(a):
             items.append(item_stats(img.numpy(), labels.numpy()))
         result[phase] = summarize(items, data["nc"])
         m = counts["mosaic"] - counts["mixup"]
-        result[phase]["rates"] = {"mosaic": m / a.n, "mixup_given_mosaic": counts["mixup"] / max(m, 1),
-                                  "copy_paste_objects_per_mosaic": counts["copy_paste_pasted"] / max(counts["mosaic"], 1)}
+        result[phase]["rates"] = {
+            "mosaic": m / a.n, "mixup_given_mosaic": counts["mixup"] / max(m, 1),
+            "copy_paste_objects_per_mosaic": counts["copy_paste_pasted"] / max(counts["mosaic"], 1)}
     Path(a.out).write_text(json.dumps(json_ready(result)))
 
 

@@ -16,7 +16,8 @@ yolov9c module). Three modes, each writing one JSON (and npz) file:
         smart_optimizer and the parameters after one clipped SGD step with the given per-group lr
 
 Optional packages the published code imports but these modes do not use (IPython, pkg_resources, tensorboard) get small
-stand-ins when they are missing, and the font they would download is a local copy; albumentations is used if installed (the result says whether it was).
+stand-ins when they are missing, and the font they would download is a local copy; albumentations is used if
+installed (the data result says whether its transforms are active).
 """
 
 import argparse
@@ -133,8 +134,9 @@ def run_data(a):
             items.append(item_stats(img.numpy(), labels.numpy()))
         result[phase] = summarize(items, nc)
         m = counts["mosaic"] - counts["mixup"]  # the primary mosaics (mixup builds a second one)
-        result[phase]["rates"] = {"mosaic": m / a.n, "mixup_given_mosaic": counts["mixup"] / max(m, 1),
-                                  "copy_paste_objects_per_mosaic": counts["copy_paste_pasted"] / max(counts["mosaic"], 1)}
+        result[phase]["rates"] = {
+            "mosaic": m / a.n, "mixup_given_mosaic": counts["mixup"] / max(m, 1),
+            "copy_paste_objects_per_mosaic": counts["copy_paste_pasted"] / max(counts["mosaic"], 1)}
     Path(a.out).write_text(json.dumps(json_ready(result)))
 
 

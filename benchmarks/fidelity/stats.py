@@ -57,6 +57,16 @@ def batch_items(imgs, targets):
     return [item_stats(imgs[b], targets[targets[:, 0] == b]) for b in range(imgs.shape[0])]
 
 
+def _hist(items, key, edges):
+    x = np.concatenate([s[key] for s in items])
+    return (np.histogram(x, edges)[0] / max(len(x), 1)).tolist()
+
+
+def _cls_hist(cls, nc):
+    cls = np.asarray(cls, np.int64)
+    return (np.bincount(cls, minlength=nc)[:max(nc, int(cls.max(initial=0)) + 1)] / max(len(cls), 1)).tolist()
+
+
 def _mean_se(x):
     x = np.asarray(x, np.float64)
     if len(x) == 0:
@@ -74,7 +84,7 @@ def summarize(items, nc=80):
     out = {"items": len(items)}
     out["boxes_per_image"] = _mean_se([s["n"] for s in items])
     out["empty_images"] = _mean_se([s["n"] == 0 for s in items])
-    out["box_side_px"] = _mean_se(side)
+    out["box_side_px"] = _ratio_mean_se([s["side"] for s in items])
     out["box_side_median_px"] = float(np.median(side)) if len(side) else float("nan")
     out["grey_share"] = _mean_se([s["grey"] for s in items])
     out["sharpness"] = _mean_se([s["sharp"] for s in items])
@@ -86,9 +96,30 @@ def summarize(items, nc=80):
                         "share": (np.histogram(side, SIZE_EDGES)[0] / n).tolist()}
     out["hist_aspect"] = {"edges": list(ASPECT_EDGES),
                           "share": (np.histogram(aspect, ASPECT_EDGES)[0] / n).tolist()}
-    out["hist_cls"] = (np.bincount(cls, minlength=nc)[:max(nc, int(cls.max(initial=0)) + 1)] / n).tolist()
+    out["hist_cls"] = _cls_hist(cls, nc)
+    # the same histograms of two halves of the items: their distance is the sampling noise of this sample
+    half = len(items) // 2
+    if half >= 2:
+        out["noise"] = {}
+        for key, fn in (("hist_side", lambda it: _hist(it, "side", SIZE_EDGES)),
+                        ("hist_aspect", lambda it: _hist(it, "aspect", ASPECT_EDGES)),
+                        ("hist_cls", lambda it: _cls_hist(np.concatenate([s["cls"] for s in it]), nc))):
+            out["noise"][key] = hist_distance(fn(items[:half]), fn(items[half:]))
     out["shapes"] = sorted({f"{s['hw'][0]}x{s['hw'][1]}" for s in items})
     return out
+
+
+def _ratio_mean_se(groups):
+    """Mean over all values of the groups (boxes of the images) with a cluster-robust standard error: boxes of one
+    image are not independent (a mosaic scale shrinks all of them), so the error is computed per image."""
+    n = np.array([len(g) for g in groups], np.float64)
+    tot = np.array([np.sum(g) for g in groups], np.float64)
+    if n.sum() == 0:
+        return float("nan"), float("nan")
+    m = tot.sum() / n.sum()
+    k = len(groups)
+    se = math.sqrt(k / max(k - 1, 1) * np.sum((tot - m * n) ** 2)) / n.sum()
+    return float(m), float(se)
 
 
 def _z(a, b):
@@ -108,17 +139,26 @@ def hist_distance(a, b):
     return float(0.5 * np.abs(a - b).sum())
 
 
+def hist_flag_level(ours, pub, key, floor=0.02):
+    """Distance above which two histograms differ for real: 1.5 x the mean split-half distance of the two
+    samples (two halves differ by the noise of samples of half the size, so this is about 2x the noise
+    expected between the full samples), at least `floor`."""
+    halves = [s.get("noise", {}).get(key) for s in (ours, pub)]
+    halves = [h for h in halves if h is not None]
+    return max(floor, 1.5 * float(np.mean(halves))) if halves else 0.05
+
+
 def compare_summaries(ours, pub):
     """Rows (metric, ours, published, z or distance, kind) for two summarize() outputs; kind 'z' (a mean with its
-    standard error: |z| > 4 is a real difference at these sample sizes) or 'tv' (histogram distance)."""
+    standard error: |z| > 4 is a real difference at these sample sizes) or 'tv' (histogram distance, with the
+    level above which it is flagged in the published slot)."""
     rows = []
     for k, v in ours.items():
         if isinstance(v, (list, tuple)) and len(v) == 2 and k in pub and not k.startswith("hist"):
             if all(isinstance(x, (int, float)) for x in v):
                 rows.append((k, v[0], pub[k][0], _z(v, pub[k]), "z"))
-    for k in ("hist_side", "hist_aspect"):
+    for k in ("hist_side", "hist_aspect", "hist_cls"):
         if k in ours and k in pub:
-            rows.append((k, ours[k]["share"], pub[k]["share"], hist_distance(ours[k]["share"], pub[k]["share"]), "tv"))
-    if "hist_cls" in ours and "hist_cls" in pub:
-        rows.append(("hist_cls", None, None, hist_distance(ours["hist_cls"], pub["hist_cls"]), "tv"))
+            a, b = (ours[k], pub[k]) if k == "hist_cls" else (ours[k]["share"], pub[k]["share"])
+            rows.append((k, None, hist_flag_level(ours, pub, k), hist_distance(a, b), "tv"))
     return rows
