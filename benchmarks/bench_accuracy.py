@@ -1,15 +1,16 @@
-"""Real-data accuracy benchmark (issue 13): both backends and, given --published, the published train_dual.py, trained
-from scratch on a small real dataset with several seeds; mean and spread of mAP@0.5 and mAP@0.5:0.95.
+"""Real-data accuracy benchmark (issue 13): both backends and, given --published, the published train_dual.py,
+trained from scratch on a small real dataset with several seeds; mean and spread of mAP@0.5 and mAP@0.5:0.95.
 
     python benchmarks/bench_accuracy.py --data ../shared/data/coco128/data.yaml --cfg yolov9-s --img 640 \\
         --batch 32 --epochs 60 --close-mosaic 15 --seeds 0,1,2 --backends torch,c \\
         [--published /work/published-yolov9 --python /work/venv-pub/bin/python] --out runs/bench-accuracy
 
-Each run is a separate `train_dual.py` process (ours from this checkout with --backend B, or the published one in
-its checkout) with the same flags: --hyp hyp.scratch-high.yaml --min-items 0 --cache ram (--cache none to turn it
-off) --seed S. Its best.pt is then validated by our val_dual.py (conf 0.001, IoU 0.7, batch --val-batch, half on
-CUDA): one validator for every run (issue 13 found ours and the published one within 0.1 point on the same
-weights). A tiny CPU run to show it works: --cfg yolov9-t --img 160 --epochs 1 --batch 8 --device cpu.
+Each run is a separate `train_dual.py` process (ours from this checkout with --backend B, or the published one
+in its checkout, started through benchmarks/fidelity/published_side.py) with the same flags: --hyp
+hyp.scratch-high.yaml --min-items 0 --cache ram (--cache none to turn it off) --seed S. Its best.pt is then
+validated by our val_dual.py (conf 0.001, IoU 0.7, batch --val-batch, half on CUDA): one validator for every
+run (issue 13 found ours and the published one within 0.1 point on the same weights). A tiny CPU run to show it
+works: --cfg yolov9-t --img 160 --epochs 1 --batch 8 --device cpu.
 
 Output: one JSON line per run ({"kind": "run", "runner", "seed", "map50", "map", "best_epoch", "train_s", ...}),
 then one per runner ({"kind": "summary", "runner", "n", "map50_mean", "map50_std", "map_mean", "map_std"}), and
@@ -47,8 +48,12 @@ def train_command(a, runner, seed, project):
     if a.cache != "none":
         flags += ["--cache", a.cache]
     if runner == "published":
+        # through the harness's published side: its stand-ins for the optional imports the published code needs
+        # (IPython, pkg_resources, tensorboard, a font it would download) and its checkpoint-reading setting
+        side = ROOT / "benchmarks" / "fidelity" / "published_side.py"
         cfg = f"models/detect/{a.cfg}.yaml"
-        return [a.python, "train_dual.py", "--cfg", cfg, "--hyp", "hyp.scratch-high.yaml"] + flags, a.published
+        return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--",
+                 "--cfg", cfg, "--hyp", "hyp.scratch-high.yaml"] + flags, a.published)
     extra = ["--channels-last"] if runner == "torch" and a.device != "cpu" else []
     return ([sys.executable, "train_dual.py", "--cfg", f"{a.cfg}.yaml", "--hyp", "hyp.scratch-high.yaml",
              "--backend", runner] + extra + flags, ROOT)
@@ -89,6 +94,7 @@ def validate_best(a, weights):
 
 def one_run(a, runner, seed):
     project = a.out / "train"
+    project.mkdir(parents=True, exist_ok=True)
     argv, cwd = train_command(a, runner, seed, project)
     log = a.out / f"{runner}-s{seed}.log"
     t = time.time()

@@ -77,18 +77,29 @@ def run_data(a):
 
 
 def run_train(a):
-    import yolov9c.loss.detection as L
-    from yolov9c.cli.train import parse_opt
-    from yolov9c.engine.train.trainer import train
+    import importlib
+    import pkgutil
 
+    import yolov9c.engine.train as E
+    import yolov9c.loss.detection as L
+    from yolov9c.cli.train import main as train_main
+
+    for m in pkgutil.iter_modules(E.__path__):  # import the trainer's modules, so that the names they bound exist
+        importlib.import_module(f"{E.__name__}.{m.name}")
     records = []
     inner = L.make_loss
-    L.make_loss = lambda *args, **kw: wrap_loss(inner(*args, **kw), records)
-    opt = parse_opt(a.rest)
+    probed = lambda *args, **kw: wrap_loss(inner(*args, **kw), records)  # noqa: E731
+    # every module that imported the name (the trainer's set-up) gets the probed one too
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("yolov9c") and getattr(mod, "make_loss", None) is inner:
+            mod.make_loss = probed
+    L.make_loss = probed
     try:
-        train(opt)
+        rc = train_main(a.rest)
     finally:
         Path(a.record).write_text(json.dumps(json_ready(records)))
+    if rc:
+        raise SystemExit(rc)
 
 
 def save_batch(a, path):

@@ -12,9 +12,9 @@ The first record also holds the set-up: the parameter names of each optimizer gr
 weights are fp16-representable (the published half().float() at start) and the EMA's, the warm-up length nw,
 batches per epoch nb and the val loader's batch size.
 
-The loop's variables are looked up by name in the frame's locals (ni, epoch, accumulate, last_opt_step,
-optimizer, ema, dataset, imgs, targets, nw, nb, val_loader, model), or as attributes of a local object that has
-them (a run-state object of a restructured trainer). Plain torch + numpy: no yolov9c, no published import.
+The loop's variables are looked up by name in the locals of the frames up the stack (ni, epoch, accumulate,
+last_opt_step, optimizer, ema, dataset, imgs, targets, nw, nb, val_loader, model), or as attributes of a local
+run-state object that has them (a trainer whose step lives in its own function). Plain torch + numpy: no yolov9c, no published import.
 """
 
 import sys
@@ -28,28 +28,26 @@ NAMES = ("ni", "epoch", "accumulate", "last_opt_step", "optimizer", "ema", "data
          "nb", "val_loader", "model")
 
 
-def _find_loop(max_depth=12):
-    """The locals of the nearest frame up the stack that holds the training loop (an `optimizer` and `ni`)."""
+def _find_loop(max_depth=16):
+    """The training loop's variables, gathered from the frames up the stack (the nearest frame's value wins):
+    each frame's locals and the attributes of a run-state object among them (one with an optimizer and an
+    EMA). None unless an `optimizer` and the iteration `ni` were found."""
     f = sys._getframe(2)
+    names = {}
     for _ in range(max_depth):
         if f is None:
             break
         loc = f.f_locals
-        names = {}
         for k in NAMES:
-            if k in loc:
+            if k not in names and k in loc:
                 names[k] = loc[k]
-        if "optimizer" not in names:  # a run-state object of a restructured trainer
-            for v in loc.values():
-                if hasattr(v, "optimizer") and hasattr(v, "ema"):
-                    for k in NAMES:
-                        if k not in names and hasattr(v, k):
-                            names[k] = getattr(v, k)
-                    break
-        if "optimizer" in names and "ni" in names:
-            return names
+        for v in loc.values():
+            if hasattr(v, "optimizer") and hasattr(v, "ema") and not isinstance(v, type):
+                for k in NAMES:
+                    if k not in names and hasattr(v, k):
+                        names[k] = getattr(v, k)
         f = f.f_back
-    return None
+    return names if "optimizer" in names and "ni" in names else None
 
 
 def _bare(model):
