@@ -54,7 +54,7 @@ HOW_TO = """the published YOLOv9 code is needed (it is never committed here). Ge
     git clone https://github.com/WongKinYiu/yolov9 /work/published-yolov9
     python -m venv /work/venv-pub && /work/venv-pub/bin/pip install torch torchvision numpy \\
         opencv-python-headless pyyaml tqdm matplotlib pandas seaborn scipy requests psutil
-then: python benchmarks/fidelity/compare_published.py --published /work/published-yolov9 \
+then: python benchmarks/fidelity/compare_published.py --published /work/published-yolov9 \\
           --python /work/venv-pub/bin/python"""
 
 Z_FLAG = 4.0
