@@ -15,7 +15,8 @@ works: --cfg yolov9-t --img 160 --epochs 1 --batch 8 --device cpu.
 Output: one JSON line per run ({"kind": "run", "runner", "seed", "map50", "map", "best_epoch", "train_s", ...}),
 then one per runner ({"kind": "summary", "runner", "n", "map50_mean", "map50_std", "map_mean", "map_std"}), and
 a last line comparing them ({"kind": "compare", "<runner>_minus_published_map", "c_minus_torch_map"}, points of
-mAP@0.5:0.95 × 100). Lines also go to OUT/results.jsonl. Results: benchmarks/RESULTS.md.
+mAP@0.5:0.95 × 100). Lines also go to OUT/results.jsonl; a second call with the same --out keeps the runs that
+finished there and trains only the others. Results: benchmarks/RESULTS.md.
 """
 
 import argparse
@@ -44,7 +45,7 @@ def train_command(a, runner, seed, project):
     name = f"{runner}-s{seed}"
     flags = ["--data", str(a.data), "--img", str(a.img), "--batch", str(a.batch), "--epochs", str(a.epochs),
              "--close-mosaic", str(a.close_mosaic), "--min-items", "0", "--seed", str(seed), "--device", a.device,
-             "--workers", str(a.workers), "--project", str(project), "--name", name, "--exist-ok"]
+             "--workers", str(a.workers), "--project", str(project), "--name", name, "--exist-ok", "--noplots"]
     if a.cache != "none":
         flags += ["--cache", a.cache]
     if runner == "published":
@@ -168,9 +169,19 @@ def main(argv=None):
         a.python = a.python or sys.executable
         runners.append("published")
         pub_data = published_data_yaml(a, a.out)
+    done = {}  # runs finished by an earlier call with this --out: kept, not trained again
+    if (a.out / "results.jsonl").exists():
+        for line in (a.out / "results.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            if r.get("kind") == "run" and "map" in r:
+                done[(r["runner"], r["seed"])] = r
     runs = []
     for seed in [int(s) for s in a.seeds.split(",")]:
         for runner in runners:
+            if (runner, seed) in done:
+                runs.append(done[(runner, seed)])
+                print(json.dumps(done[(runner, seed)]), flush=True)
+                continue
             data = a.data
             if runner == "published":
                 a.data = pub_data

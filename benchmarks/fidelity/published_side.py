@@ -48,6 +48,7 @@ def _stand_ins():
     except ImportError:
         ip = types.ModuleType("IPython")
         ip.get_ipython = lambda: None
+        ip.version_info = (9, 0, 0)  # matplotlib asks; a recent one needs nothing more from it
         disp = types.ModuleType("IPython.display")
         disp.display = lambda *a, **k: None
         disp.clear_output = lambda *a, **k: None
