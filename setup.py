@@ -1,13 +1,19 @@
 """Build of yolov9c's one extension module, yolov9c._C (metadata lives in pyproject.toml).
 
 gcc compiles csrc/*.c as C11 against the CPython and NumPy C APIs (no C++, no torch headers). When nvcc is
-found (on PATH or under $CUDA_HOME / $CUDA_PATH), or YOLOV9C_CUDA=1, nvcc also compiles kernels/*.cu and the
-objects are linked into the same module with the static CUDA runtime, so the .so needs no libcudart at run
-time (only the NVIDIA driver).
+found (on PATH or under $CUDA_HOME / $CUDA_PATH) and a GPU is visible, or YOLOV9C_CUDA=1 or
+YOLOV9C_CUDA_ARCHS is set, nvcc also compiles kernels/*.cu and the objects are linked into the same module
+with the static CUDA runtime, so the .so needs no libcudart at run time (only the NVIDIA driver).
 
+Which GPU architectures (PTX is added for the highest one):
+    YOLOV9C_CUDA_ARCHS given   exactly those (when nvcc is found)
+    GPUs visible               theirs (`nvidia-smi --query-gpu=compute_cap`): the quick build for this machine
+    no GPU, YOLOV9C_CUDA=1     the portable list 75,80,86,89,90 (about 2 min on 2 cores)
+    no GPU, YOLOV9C_CUDA unset CPU only, with a message saying so and how to ask for the kernels: compiling
+                               five architectures nobody here can run costs minutes (CI asks with YOLOV9C_CUDA=1)
 Switches (environment):
-    YOLOV9C_CUDA=0|1         0: CPU only; 1: CUDA or fail; unset: CUDA when nvcc is found
-    YOLOV9C_CUDA_ARCHS=90    restrict the GPU architectures (default 75,80,86,89,90; PTX for the highest)
+    YOLOV9C_CUDA=0|1         0: CPU only; 1: CUDA or fail; unset: CUDA when nvcc is found and a GPU is visible
+    YOLOV9C_CUDA_ARCHS=90    the GPU architectures to build for (e.g. 90, 8.6, sm_80;sm_90)
     YOLOV9C_WERROR=1         C (and CUDA host) warnings are errors (CI sets it)
     YOLOV9C_JOBS=N           parallel nvcc processes (default: CPU count)
 
@@ -92,6 +98,55 @@ def parse_archs(text):
     return sorted(archs, key=int)
 
 
+def gpu_archs():
+    """Compute capabilities of the GPUs that nvidia-smi lists, as ['86', '90'] (sorted, unique); [] when
+    there is no nvidia-smi, no GPU or no answer."""
+    nvidia_smi = shutil.which("nvidia-smi")
+    if nvidia_smi is None:
+        return []
+    try:
+        out = subprocess.run([nvidia_smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if out.returncode != 0:
+        return []
+    caps = [line.strip() for line in out.stdout.splitlines() if re.fullmatch(r"\d+\.\d+", line.strip())]
+    return parse_archs(",".join(caps)) if caps else []
+
+
+def nvcc_archs(nvcc):
+    """The real architectures this nvcc compiles for (`nvcc --list-gpu-arch`), None when it cannot say."""
+    out = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True)
+    found = re.findall(r"compute_(\d+)", out.stdout) if out.returncode == 0 else []
+    return sorted(set(found), key=int) or None
+
+
+def fit_to_nvcc(archs, supported):
+    """GPUs newer than this nvcc: build its highest architecture with PTX (the driver JIT-compiles PTX for
+    newer GPUs). Returns (archs, note)."""
+    if not supported:
+        return archs, ""
+    top = supported[-1]
+    newer = [a for a in archs if int(a) > int(top)]
+    if not newer:
+        return archs, ""
+    kept = sorted({a for a in archs if int(a) <= int(top)} | {top}, key=int)
+    return kept, f" (sm_{','.join(newer)} is newer than this nvcc: PTX compute_{top} runs there)"
+
+
+def choose_archs(want, env_archs, visible):
+    """The architectures to build for, or None for a CPU-only build, and why (for the build message).
+    want: YOLOV9C_CUDA ('', '0', '1'); env_archs: YOLOV9C_CUDA_ARCHS ('' when unset); visible: gpu_archs()."""
+    if env_archs.strip():
+        return parse_archs(env_archs), "YOLOV9C_CUDA_ARCHS"
+    if visible:
+        return visible, "the GPUs of this machine (nvidia-smi)"
+    if want == "1":
+        return list(DEFAULT_ARCHS), "YOLOV9C_CUDA=1 and no GPU visible: the portable list"
+    return None, "no GPU visible"
+
+
 def cuda_plan():
     """Decide the build: None for CPU only, else a dict (nvcc, home, version, archs)."""
     want = os.environ.get("YOLOV9C_CUDA", "").strip()
@@ -101,16 +156,25 @@ def cuda_plan():
         print("yolov9c: building CPU only (YOLOV9C_CUDA=0)", flush=True)
         return None
     nvcc = find_nvcc()
+    env_archs = os.environ.get("YOLOV9C_CUDA_ARCHS", "")
     if nvcc is None:
         if want == "1":
             raise RuntimeError("yolov9c: YOLOV9C_CUDA=1 but nvcc was not found on PATH, in $CUDA_HOME/bin or "
                                "in $CUDA_PATH/bin; install the CUDA toolkit or set CUDA_HOME")
         print("yolov9c: building CPU only (nvcc not found)", flush=True)
         return None
-    archs = parse_archs(os.environ.get("YOLOV9C_CUDA_ARCHS", ",".join(DEFAULT_ARCHS)))
+    archs, why = choose_archs(want, env_archs, gpu_archs())
+    if archs is None:
+        print(f"yolov9c: building CPU only: nvcc found ({nvcc}) but no GPU visible (nvidia-smi), so the CUDA "
+              f"kernels would be compiled for GPUs this machine does not have. To build them anyway: "
+              f"YOLOV9C_CUDA=1 (sm_{', sm_'.join(DEFAULT_ARCHS)}: a few minutes) or YOLOV9C_CUDA_ARCHS=90 "
+              f"(one architecture: quicker); YOLOV9C_CUDA=0 silences this.", flush=True)
+        return None
+    archs, note = fit_to_nvcc(archs, nvcc_archs(nvcc)) if why != "YOLOV9C_CUDA_ARCHS" else (archs, "")
     plan = dict(nvcc=nvcc, home=cuda_home_of(nvcc), version=nvcc_version(nvcc), archs=archs)
     print(f"yolov9c: building with CUDA {plan['version']} for "
-          f"{','.join('sm_' + a for a in archs)} + PTX compute_{archs[-1]} ({nvcc})", flush=True)
+          f"{','.join('sm_' + a for a in archs)} + PTX compute_{archs[-1]} ({why}{note}; {nvcc}). "
+          f"YOLOV9C_CUDA_ARCHS=90 picks the architectures, YOLOV9C_CUDA=0 builds CPU only.", flush=True)
     return plan
 
 

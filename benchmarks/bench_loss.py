@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
-from yolov9c.loss.detection import DualDetectionLoss
+from yolov9c.loss.detection import DetectionLoss
 
 GIB = 1024 ** 3
 
@@ -60,7 +60,7 @@ def bench_one(backend, batch, imgsz, nc, n, dtype, device, reps, warmup):
     targets = random_targets(batch, n, nc, device)
     maps = [m for b in preds for m in b]
     grad_bytes = sum(m.numel() * m.element_size() for m in maps)
-    loss_fn = DualDetectionLoss(nc, 16, [8, 16, 32], fused=backend == "c")
+    loss_fn = DetectionLoss(nc, 16, [8, 16, 32], backend=backend, dual=True)
     row = {"device": str(device), "backend": backend, "batch": batch, "imgsz": imgsz, "nc": nc, "boxes_per_img": n,
            "dtype": str(dtype).replace("torch.", "")}
 

@@ -94,7 +94,7 @@ def run_one(model_name, config, args):
     import torch
 
     from yolov9c.api import build_model, make_loss
-    from yolov9c.engine.train.trainer import _bn_buffers, _checkpointed_forward
+    from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
 
     backend, channels_last, ckpt = CONFIGS[config]
     if args.threads > 0:
@@ -121,8 +121,8 @@ def run_one(model_name, config, args):
     if ckpt:
         import types
 
-        model.forward = types.MethodType(_checkpointed_forward, model)
-    bn_buffers = _bn_buffers(model) if ckpt else []
+        model.forward = types.MethodType(checkpointed_forward, model)
+    saved_buffers = bn_buffers(model) if ckpt else []
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
     scaler = torch.amp.GradScaler(device.type, enabled=amp)
     images = torch.randint(0, 256, (args.batch, 3, args.img, args.img), dtype=torch.uint8, generator=gen)
@@ -135,9 +135,9 @@ def run_one(model_name, config, args):
         with torch.autocast(device.type, enabled=amp):
             pred = model(imgs)
             loss, _items = loss_fn(pred, targets)
-        saved = [b.clone() for b in bn_buffers]
+        saved = [b.clone() for b in saved_buffers]
         scaler.scale(loss.sum()).backward()
-        for b, s in zip(bn_buffers, saved):  # as the trainer: --ckpt's second forward must not count twice
+        for b, s in zip(saved_buffers, saved):  # as the trainer: --ckpt's second forward must not count twice
             b.copy_(s)
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)

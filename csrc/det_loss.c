@@ -233,240 +233,207 @@ PyObject *yv_py_det_loss_workspace_size(PyObject *module, PyObject *const *args,
 #endif
 }
 
-#define FWD "det_loss_forward"
+/* Everything one det_loss call hands to its implementations. */
+typedef struct det_call {
+    yv_levels L, G;            /* maps; G: the gradient maps (backward) */
+    yv_dtype dtype;            /* the maps' */
+    int reg_max;
+    targets T;
+    double eps, pos_weight, max_dist;
+    void *workspace;
+    yv_tensor out, grad_out;   /* forward's (3,) result; backward's (3,) incoming gradient */
+    float *boxes;              /* decode */
+} det_call;
 
-/* det_loss_forward(maps, strides, reg_max, target_labels, target_boxes, target_norm, fg_mask,
- *                  target_scores_sum, label_smoothing, pos_weight, max_dist, workspace, out, stream) */
+static double first_value(const yv_tensor *t)
+{
+    return t->dtype == YV_FLOAT64 ? *(const double *)t->data : (double)*(const float *)t->data;
+}
+
+/* maps, strides, reg_max, targets, label_smoothing, pos_weight, max_dist: args[0..6] of forward/backward. */
+static int parse_loss_args(PyObject *const *args, const char *op, det_call *c, yv_tensor *first)
+{
+    PyObject *items[5];
+    if (parse_levels(args[0], args[1], op, "maps", 0, &c->L, first) < 0 || parse_reg_max(args[2], op, &c->reg_max) < 0)
+        return -1;
+    int cuda = first->device != YV_CPU;
+    c->dtype = first->dtype;
+    if (check_map_dtype(first, cuda) < 0 || check_reg_max_fits(&c->L, c->reg_max, op) < 0
+        || yv_parse_group(args[3], op, "targets",
+                          "(target_labels, target_boxes, target_norm, fg_mask, target_scores_sum)", 5, items) < 0
+        || parse_targets(items, op, &c->L, first, &c->T) < 0
+        || parse_scalars(args + 4, op, c->reg_max, &c->eps, &c->pos_weight, &c->max_dist) < 0)
+        return -1;
+    return 0;
+}
+
+static int forward_cpu(void *p)
+{
+    det_call *c = (det_call *)p;
+    double res[3];
+    int rc = yv_det_loss_forward_ref(&c->L, c->dtype, c->reg_max, c->T.labels.data, c->T.labels.dtype,
+                                     c->T.tboxes.data, c->T.tnorm.data, c->T.tnorm.dtype,
+                                     (const uint8_t *)c->T.fg.data, first_value(&c->T.tss), c->eps, c->pos_weight,
+                                     c->max_dist, res);
+    for (int k = 0; rc == 0 && k < 3; k++) {
+        if (c->out.dtype == YV_FLOAT64)
+            ((double *)c->out.data)[k] = res[k];
+        else
+            ((float *)c->out.data)[k] = (float)res[k];
+    }
+    return rc;
+}
+
+static int backward_cpu(void *p)
+{
+    det_call *c = (det_call *)p;
+    double g[3];
+    for (int k = 0; k < 3; k++)
+        g[k] = c->grad_out.dtype == YV_FLOAT64 ? ((const double *)c->grad_out.data)[k]
+                                               : (double)((const float *)c->grad_out.data)[k];
+    return yv_det_loss_backward_ref(&c->L, c->dtype, c->reg_max, c->T.labels.data, c->T.labels.dtype,
+                                    c->T.tboxes.data, c->T.tnorm.data, c->T.tnorm.dtype,
+                                    (const uint8_t *)c->T.fg.data, first_value(&c->T.tss), c->eps, c->pos_weight,
+                                    c->max_dist, g, &c->G);
+}
+
+static int decode_cpu(void *p)
+{
+    det_call *c = (det_call *)p;
+    (void)yv_det_loss_decode_ref(&c->L, c->dtype, c->reg_max, c->boxes);
+    return 0;
+}
+
+#ifdef YV_WITH_CUDA
+static int forward_cuda(void *p, void *stream)
+{
+    det_call *c = (det_call *)p;
+    return (int)yv_det_loss_forward(&c->L, c->dtype, c->reg_max, c->T.labels.data, c->T.labels.dtype,
+                                    (const float *)c->T.tboxes.data, (const float *)c->T.tnorm.data,
+                                    (const uint8_t *)c->T.fg.data, (const float *)c->T.tss.data, (float)c->eps,
+                                    (float)c->pos_weight, (float)c->max_dist, c->workspace, (float *)c->out.data,
+                                    (cudaStream_t)stream);
+}
+
+static int backward_cuda(void *p, void *stream)
+{
+    det_call *c = (det_call *)p;
+    return (int)yv_det_loss_backward(&c->L, c->dtype, c->reg_max, c->T.labels.data, c->T.labels.dtype,
+                                     (const float *)c->T.tboxes.data, (const float *)c->T.tnorm.data,
+                                     (const uint8_t *)c->T.fg.data, (const float *)c->T.tss.data, (float)c->eps,
+                                     (float)c->pos_weight, (float)c->max_dist, (const float *)c->grad_out.data,
+                                     &c->G, (cudaStream_t)stream);
+}
+
+static int decode_cuda(void *p, void *stream)
+{
+    det_call *c = (det_call *)p;
+    return (int)yv_det_loss_decode(&c->L, c->dtype, c->reg_max, c->boxes, (cudaStream_t)stream);
+}
+#endif
+
+#define BAD_LABEL "target_labels has a foreground label outside [0, NC)"
+static const yv_op FORWARD = {"det_loss_forward", forward_cpu, YV_CUDA_FN(forward_cuda), BAD_LABEL};
+static const yv_op BACKWARD = {"det_loss_backward", backward_cpu, YV_CUDA_FN(backward_cuda), BAD_LABEL};
+static const yv_op DECODE = {"det_loss_decode", decode_cpu, YV_CUDA_FN(decode_cuda), NULL};
+
+/* det_loss_forward(maps, strides, reg_max, targets, label_smoothing, pos_weight, max_dist, workspace, out,
+ *                  stream) */
 PyObject *yv_py_det_loss_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    yv_levels L;
-    yv_tensor first, workspace, out;
-    targets T;
-    int reg_max;
-    double eps, pos_weight, max_dist;
+    const char *op = FORWARD.name;
+    det_call c;
+    yv_tensor first, workspace;
     uintptr_t stream = 0;
+    memset(&c, 0, sizeof(c));
 
-    (void)module;   /* used by the CUDA error path only */
-    if (yv_check_nargs(FWD, nargs, 14) < 0)
-        return NULL;
-    if (parse_levels(args[0], args[1], FWD, "maps", 0, &L, &first) < 0 || parse_reg_max(args[2], FWD, &reg_max) < 0)
+    if (yv_check_nargs(op, nargs, 10) < 0 || parse_loss_args(args, op, &c, &first) < 0)
         return NULL;
     int cuda = first.device != YV_CPU;
-    if (check_map_dtype(&first, cuda) < 0 || check_reg_max_fits(&L, reg_max, FWD) < 0
-        || parse_targets(args + 3, FWD, &L, &first, &T) < 0 || parse_scalars(args + 8, FWD, reg_max, &eps,
-                                                                              &pos_weight, &max_dist) < 0)
-        return NULL;
-    if (yv_tensor_parse(args[11], FWD, "workspace", 1, &workspace) < 0
-        || yv_tensor_parse(args[12], FWD, "out", 1, &out) < 0 || yv_parse_stream(args[13], FWD, &stream) < 0)
+    if (yv_tensor_parse(args[7], op, "workspace", 1, &workspace) < 0
+        || yv_tensor_parse(args[8], op, "out", 1, &c.out) < 0 || yv_parse_stream(args[9], op, &stream) < 0)
         return NULL;
     if (yv_check_ndim(&workspace, 1) < 0 || yv_check_dtype(&workspace, YV_DT(YV_UINT8)) < 0
         || yv_check_same_device(&workspace, &first) < 0 || yv_check_contiguous(&workspace) < 0
         || yv_check_alignment(&workspace, 16) < 0)
         return NULL;
-    if (yv_check_ndim(&out, 1) < 0 || yv_check_dim(&out, 0, 3) < 0 || yv_check_same_device(&out, &first) < 0
-        || yv_check_contiguous(&out) < 0
-        || yv_check_dtype(&out, cuda ? YV_DT(YV_FLOAT32) : YV_DT(YV_FLOAT32) | YV_DT(YV_FLOAT64)) < 0)
+    if (yv_check_ndim(&c.out, 1) < 0 || yv_check_dim(&c.out, 0, 3) < 0 || yv_check_same_device(&c.out, &first) < 0
+        || yv_check_contiguous(&c.out) < 0
+        || yv_check_dtype(&c.out, cuda ? YV_DT(YV_FLOAT32) : YV_DT(YV_FLOAT32) | YV_DT(YV_FLOAT64)) < 0)
         return NULL;
-
-    if (!cuda) {
-        if (stream != 0) {
-            PyErr_SetString(PyExc_ValueError, FWD ": stream must be 0 for CPU tensors");
-            return NULL;
-        }
-        double tss = T.tss.dtype == YV_FLOAT64 ? *(const double *)T.tss.data : (double)*(const float *)T.tss.data;
-        double res[3];
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = yv_det_loss_forward_ref(&L, first.dtype, reg_max, T.labels.data, T.labels.dtype, T.tboxes.data,
-                                     T.tnorm.data, T.tnorm.dtype, (const uint8_t *)T.fg.data, tss, eps, pos_weight,
-                                     max_dist, res);
-        Py_END_ALLOW_THREADS
-        if (rc == -1) {
-            PyErr_SetString(PyExc_ValueError, FWD ": target_labels has a foreground label outside [0, NC)");
-            return NULL;
-        }
-        for (int k = 0; k < 3; k++) {
-            if (out.dtype == YV_FLOAT64)
-                ((double *)out.data)[k] = res[k];
-            else
-                ((float *)out.data)[k] = (float)res[k];
-        }
-        Py_RETURN_NONE;
-    }
 #ifdef YV_WITH_CUDA
-    size_t need = yv_det_loss_workspace_size(L.B, L.A);
+    size_t need = cuda ? yv_det_loss_workspace_size(c.L.B, c.L.A) : 0;
     if ((uint64_t)workspace.numel < (uint64_t)need) {
         PyErr_Format(PyExc_ValueError, "%s: workspace has %lld bytes, %zu are needed (det_loss_workspace_size)",
-                     FWD, (long long)workspace.numel, need);
+                     op, (long long)workspace.numel, need);
         return NULL;
     }
-    int sync = yv_sync_requested();
-    cudaStream_t cstream = (cudaStream_t)stream;
-    cudaError_t err;
-    Py_BEGIN_ALLOW_THREADS
-    int prev = -1;
-    err = yv_device_enter(first.device, &prev);
-    if (err == cudaSuccess) {
-        err = yv_det_loss_forward(&L, first.dtype, reg_max, T.labels.data, T.labels.dtype,
-                                  (const float *)T.tboxes.data, (const float *)T.tnorm.data,
-                                  (const uint8_t *)T.fg.data, (const float *)T.tss.data, (float)eps,
-                                  (float)pos_weight, (float)max_dist, workspace.data, (float *)out.data, cstream);
-        err = yv_launch_status(err, cstream, sync);
-        yv_device_leave(prev);
-    }
-    Py_END_ALLOW_THREADS
-    if (err != cudaSuccess)
-        return yv_cuda_error(module, FWD, err);
-    Py_RETURN_NONE;
-#else
-    return yv_no_cuda_error(FWD);
 #endif
+    c.workspace = workspace.data;
+    return yv_launch(module, &FORWARD, first.device, stream, &c);
 }
 
-#define BWD "det_loss_backward"
-
-/* det_loss_backward(maps, strides, reg_max, target_labels, target_boxes, target_norm, fg_mask,
- *                   target_scores_sum, label_smoothing, pos_weight, max_dist, grad_out, grads, stream) */
+/* det_loss_backward(maps, strides, reg_max, targets, label_smoothing, pos_weight, max_dist, grad_out, grads,
+ *                   stream) */
 PyObject *yv_py_det_loss_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    yv_levels L, G;
-    yv_tensor first, gfirst, grad_out;
-    targets T;
-    int reg_max;
-    double eps, pos_weight, max_dist;
+    const char *op = BACKWARD.name;
+    det_call c;
+    yv_tensor first, gfirst;
     uintptr_t stream = 0;
+    memset(&c, 0, sizeof(c));
 
-    (void)module;   /* used by the CUDA error path only */
-    if (yv_check_nargs(BWD, nargs, 14) < 0)
-        return NULL;
-    if (parse_levels(args[0], args[1], BWD, "maps", 0, &L, &first) < 0 || parse_reg_max(args[2], BWD, &reg_max) < 0)
+    if (yv_check_nargs(op, nargs, 10) < 0 || parse_loss_args(args, op, &c, &first) < 0)
         return NULL;
     int cuda = first.device != YV_CPU;
-    if (check_map_dtype(&first, cuda) < 0 || check_reg_max_fits(&L, reg_max, BWD) < 0
-        || parse_targets(args + 3, BWD, &L, &first, &T) < 0 || parse_scalars(args + 8, BWD, reg_max, &eps,
-                                                                              &pos_weight, &max_dist) < 0)
+    if (yv_tensor_parse(args[7], op, "grad_out", 0, &c.grad_out) < 0
+        || parse_levels(args[8], NULL, op, "grads", 1, &c.G, &gfirst) < 0 || yv_parse_stream(args[9], op, &stream) < 0)
         return NULL;
-    if (yv_tensor_parse(args[11], BWD, "grad_out", 0, &grad_out) < 0
-        || parse_levels(args[12], NULL, BWD, "grads", 1, &G, &gfirst) < 0 || yv_parse_stream(args[13], BWD, &stream) < 0)
-        return NULL;
-    if (yv_check_ndim(&grad_out, 1) < 0 || yv_check_dim(&grad_out, 0, 3) < 0
-        || yv_check_same_device(&grad_out, &first) < 0 || yv_check_contiguous(&grad_out) < 0
-        || yv_check_dtype(&grad_out, cuda ? YV_DT(YV_FLOAT32) : YV_DT(YV_FLOAT32) | YV_DT(YV_FLOAT64)) < 0)
+    if (yv_check_ndim(&c.grad_out, 1) < 0 || yv_check_dim(&c.grad_out, 0, 3) < 0
+        || yv_check_same_device(&c.grad_out, &first) < 0 || yv_check_contiguous(&c.grad_out) < 0
+        || yv_check_dtype(&c.grad_out, cuda ? YV_DT(YV_FLOAT32) : YV_DT(YV_FLOAT32) | YV_DT(YV_FLOAT64)) < 0)
         return NULL;
     if (yv_check_same_dtype(&gfirst, &first) < 0 || yv_check_same_device(&gfirst, &first) < 0)
         return NULL;
-    if (G.nl != L.nl || G.B != L.B || G.C != L.C) {
-        PyErr_SetString(PyExc_ValueError, BWD ": grads must have the maps' number of levels, batch and channels");
+    if (c.G.nl != c.L.nl || c.G.B != c.L.B || c.G.C != c.L.C) {
+        PyErr_Format(PyExc_ValueError, "%s: grads must have the maps' number of levels, batch and channels", op);
         return NULL;
     }
-    for (int l = 0; l < L.nl; l++) {
-        if (G.H[l] != L.H[l] || G.W[l] != L.W[l]) {
-            PyErr_Format(PyExc_ValueError, "%s: grads level %d is %lld x %lld, the map is %lld x %lld", BWD, l,
-                         (long long)G.H[l], (long long)G.W[l], (long long)L.H[l], (long long)L.W[l]);
+    for (int l = 0; l < c.L.nl; l++) {
+        if (c.G.H[l] != c.L.H[l] || c.G.W[l] != c.L.W[l]) {
+            PyErr_Format(PyExc_ValueError, "%s: grads level %d is %lld x %lld, the map is %lld x %lld", op, l,
+                         (long long)c.G.H[l], (long long)c.G.W[l], (long long)c.L.H[l], (long long)c.L.W[l]);
             return NULL;
         }
-        G.stride[l] = L.stride[l];
+        c.G.stride[l] = c.L.stride[l];
     }
-
-    if (!cuda) {
-        if (stream != 0) {
-            PyErr_SetString(PyExc_ValueError, BWD ": stream must be 0 for CPU tensors");
-            return NULL;
-        }
-        double tss = T.tss.dtype == YV_FLOAT64 ? *(const double *)T.tss.data : (double)*(const float *)T.tss.data;
-        double g[3];
-        for (int k = 0; k < 3; k++)
-            g[k] = grad_out.dtype == YV_FLOAT64 ? ((const double *)grad_out.data)[k]
-                                                : (double)((const float *)grad_out.data)[k];
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = yv_det_loss_backward_ref(&L, first.dtype, reg_max, T.labels.data, T.labels.dtype, T.tboxes.data,
-                                      T.tnorm.data, T.tnorm.dtype, (const uint8_t *)T.fg.data, tss, eps, pos_weight,
-                                      max_dist, g, &G);
-        Py_END_ALLOW_THREADS
-        if (rc == -1) {
-            PyErr_SetString(PyExc_ValueError, BWD ": target_labels has a foreground label outside [0, NC)");
-            return NULL;
-        }
-        Py_RETURN_NONE;
-    }
-#ifdef YV_WITH_CUDA
-    int sync = yv_sync_requested();
-    cudaStream_t cstream = (cudaStream_t)stream;
-    cudaError_t err;
-    Py_BEGIN_ALLOW_THREADS
-    int prev = -1;
-    err = yv_device_enter(first.device, &prev);
-    if (err == cudaSuccess) {
-        err = yv_det_loss_backward(&L, first.dtype, reg_max, T.labels.data, T.labels.dtype,
-                                   (const float *)T.tboxes.data, (const float *)T.tnorm.data,
-                                   (const uint8_t *)T.fg.data, (const float *)T.tss.data, (float)eps,
-                                   (float)pos_weight, (float)max_dist, (const float *)grad_out.data, &G, cstream);
-        err = yv_launch_status(err, cstream, sync);
-        yv_device_leave(prev);
-    }
-    Py_END_ALLOW_THREADS
-    if (err != cudaSuccess)
-        return yv_cuda_error(module, BWD, err);
-    Py_RETURN_NONE;
-#else
-    return yv_no_cuda_error(BWD);
-#endif
+    return yv_launch(module, &BACKWARD, first.device, stream, &c);
 }
-
-#define DEC "det_loss_decode"
 
 /* det_loss_decode(maps, strides, reg_max, boxes, stream) */
 PyObject *yv_py_det_loss_decode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    yv_levels L;
+    const char *op = DECODE.name;
+    det_call c;
     yv_tensor first, boxes;
-    int reg_max;
     uintptr_t stream = 0;
+    memset(&c, 0, sizeof(c));
 
-    (void)module;   /* used by the CUDA error path only */
-    if (yv_check_nargs(DEC, nargs, 5) < 0)
-        return NULL;
-    if (parse_levels(args[0], args[1], DEC, "maps", 0, &L, &first) < 0 || parse_reg_max(args[2], DEC, &reg_max) < 0)
+    if (yv_check_nargs(op, nargs, 5) < 0 || parse_levels(args[0], args[1], op, "maps", 0, &c.L, &first) < 0
+        || parse_reg_max(args[2], op, &c.reg_max) < 0)
         return NULL;
     int cuda = first.device != YV_CPU;
-    if (check_map_dtype(&first, cuda) < 0 || check_reg_max_fits(&L, reg_max, DEC) < 0)
+    c.dtype = first.dtype;
+    if (check_map_dtype(&first, cuda) < 0 || check_reg_max_fits(&c.L, c.reg_max, op) < 0)
         return NULL;
-    if (yv_tensor_parse(args[3], DEC, "boxes", 1, &boxes) < 0 || yv_parse_stream(args[4], DEC, &stream) < 0)
+    if (yv_tensor_parse(args[3], op, "boxes", 1, &boxes) < 0 || yv_parse_stream(args[4], op, &stream) < 0)
         return NULL;
-    if (yv_check_ndim(&boxes, 3) < 0 || yv_check_dim(&boxes, 0, L.B) < 0 || yv_check_dim(&boxes, 1, L.A) < 0
+    if (yv_check_ndim(&boxes, 3) < 0 || yv_check_dim(&boxes, 0, c.L.B) < 0 || yv_check_dim(&boxes, 1, c.L.A) < 0
         || yv_check_dim(&boxes, 2, 4) < 0 || yv_check_dtype(&boxes, YV_DT(YV_FLOAT32)) < 0
         || yv_check_contiguous(&boxes) < 0 || yv_check_same_device(&boxes, &first) < 0)
         return NULL;
     if (cuda && yv_check_alignment(&boxes, 16) < 0)   /* the kernel stores one float4 per anchor */
         return NULL;
-    if (!cuda) {
-        if (stream != 0) {
-            PyErr_SetString(PyExc_ValueError, DEC ": stream must be 0 for CPU tensors");
-            return NULL;
-        }
-        Py_BEGIN_ALLOW_THREADS
-        (void)yv_det_loss_decode_ref(&L, first.dtype, reg_max, (float *)boxes.data);
-        Py_END_ALLOW_THREADS
-        Py_RETURN_NONE;
-    }
-#ifdef YV_WITH_CUDA
-    int sync = yv_sync_requested();
-    cudaStream_t cstream = (cudaStream_t)stream;
-    cudaError_t err;
-    Py_BEGIN_ALLOW_THREADS
-    int prev = -1;
-    err = yv_device_enter(first.device, &prev);
-    if (err == cudaSuccess) {
-        err = yv_det_loss_decode(&L, first.dtype, reg_max, (float *)boxes.data, cstream);
-        err = yv_launch_status(err, cstream, sync);
-        yv_device_leave(prev);
-    }
-    Py_END_ALLOW_THREADS
-    if (err != cudaSuccess)
-        return yv_cuda_error(module, DEC, err);
-    Py_RETURN_NONE;
-#else
-    return yv_no_cuda_error(DEC);
-#endif
+    c.boxes = (float *)boxes.data;
+    return yv_launch(module, &DECODE, first.device, stream, &c);
 }

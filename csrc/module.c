@@ -9,6 +9,10 @@
 #include "module.h"
 #include "tensor.h"
 
+#ifdef YV_WITH_CUDA
+#include <cuda_runtime_api.h>   /* CUDART_VERSION */
+#endif
+
 #ifndef YV_VERSION
 #error "setup.py passes YV_VERSION"
 #endif
@@ -16,9 +20,9 @@
 int yv_numpy_import(void);   /* tensor.c */
 
 PyDoc_STRVAR(build_info_doc,
-"build_info() -> dict\n\n"
-"How this module was built: version (str), cuda (bool), cuda_version (str such as '13.0', or None),\n"
-"archs (list of str such as 'sm_90': the GPU code compiled in), ptx (str such as 'compute_90', or None).");
+"build_info($module, /)\n--\n\n"
+"How this module was built, as a dict: version (str), cuda (bool), cuda_version (str such as '13.0', or\n"
+"None), archs (list of str such as 'sm_90': the GPU code compiled in), ptx (str such as 'compute_90', or None).");
 
 static PyObject *build_info(PyObject *module, PyObject *unused)
 {
@@ -78,85 +82,91 @@ fail:
 #endif
 }
 
+/* Every doc starts with the text signature ("name($module, a, b, /)\n--\n\n"), so inspect.signature and
+ * help() show the positional parameters; tests/test_bindings.py checks that no binding takes more than 12. */
 PyDoc_STRVAR(nms_forward_doc,
-"nms_forward(boxes, scores, classes, iou_thres, workspace, keep, count, stream, /) -> None\n\n"
+"nms_forward($module, boxes, scores, classes, iou_thres, workspace, keep, count, stream, /)\n--\n\n"
 "Class-aware greedy NMS. boxes (N, 4) xyxy and scores (N,): float32/float16 (bfloat16 on CUDA), one dtype;\n"
 "classes (N,) int32/int64 or None; iou_thres float (suppress when IoU > iou_thres, computed in float32);\n"
 "workspace uint8 (nms_workspace_size(N, cuda) bytes); keep (N,) int64 out: kept indices by score\n"
 "descending, ties by lower index; count (1,) int64 out: how many of keep are valid; stream: the CUDA\n"
 "stream handle (int, 0 for CPU). Arrays are NumPy arrays (CPU) or CUDA descriptor tuples, contiguous,\n"
-"all on one device.");
+"all on one device. Returns None.");
 
 PyDoc_STRVAR(nms_workspace_size_doc,
-"nms_workspace_size(n, cuda, /) -> int\n\nBytes of uint8 workspace nms_forward needs for n boxes on the CPU "
-"(cuda false) or a GPU (cuda true).");
+"nms_workspace_size($module, n, cuda, /)\n--\n\nBytes (int) of uint8 workspace nms_forward needs for n boxes "
+"on the CPU (cuda false) or a GPU (cuda true).");
 
 PyDoc_STRVAR(bn_workspace_size_doc,
-"bn_workspace_size(B, C, H, W, cuda, /) -> int\n\nBytes of uint8 workspace bn_stats_forward and bn_silu_backward\n"
-"need for z of shape (B, C, H, W) on a GPU (cuda true); 0 on the CPU.");
+"bn_workspace_size($module, shape, cuda, /)\n--\n\nBytes (int) of uint8 workspace bn_stats_forward and\n"
+"bn_silu_backward need for z of shape (B, C, H, W) on a GPU (cuda true); 0 on the CPU.");
 
 PyDoc_STRVAR(bn_stats_forward_doc,
-"bn_stats_forward(z, running_mean, running_var, momentum, eps, mean, invstd, workspace, stream, /) -> None\n\n"
+"bn_stats_forward($module, z, running_mean, running_var, momentum, eps, mean, invstd, workspace, stream, /)\n"
+"--\n\n"
 "Per-channel batch statistics of z (B, C, H, W), any strides, float32/float16 (bfloat16 on CUDA):\n"
 "mean and invstd = 1/sqrt(biased_var + eps) written to float32 (C,) arrays; running_mean/running_var\n"
 "(float32 (C,) or None) updated in place like torch's training BatchNorm. B*H*W must exceed 1.\n"
-"workspace: uint8, bn_workspace_size bytes, 256-byte aligned (None on the CPU).");
+"workspace: uint8, bn_workspace_size bytes, 256-byte aligned (None on the CPU). Returns None.");
 
 PyDoc_STRVAR(bn_silu_forward_doc,
-"bn_silu_forward(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, residual, act,\n"
-"                out, stream, /) -> None\n\n"
-"out = act(BN1(z1) [+ BN2(z2)]) [+ residual], BN(z) = (z - mean)*invstd*weight + bias. 4-D operands share\n"
-"z1's shape, any strides and storage dtype; (C,) operands float32 contiguous. z2..bias2 and residual may\n"
-"be None; act 'silu' or 'identity' ('silu' with z2).");
+"bn_silu_forward($module, bn1, bn2, residual, act, out, stream, /)\n--\n\n"
+"out = act(BN1(z1) [+ BN2(z2)]) [+ residual], BN(z) = (z - mean)*invstd*weight + bias. A BN operand is the\n"
+"tuple (z, mean, invstd, weight, bias); bn2 None for one BN (its fields are then named z, mean, ...).\n"
+"4-D operands share z's shape, any strides and storage dtype; (C,) operands float32 contiguous. residual\n"
+"may be None; act 'silu' or 'identity' ('silu' with bn2). Returns None.");
 
 PyDoc_STRVAR(bn_silu_backward_doc,
-"bn_silu_backward(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, grad_out, act,\n"
-"                 batch_stats, dz1, dz2, accumulate, dweight1, dbias1, dweight2, dbias2, workspace,\n"
-"                 stream, /) -> None\n\n"
-"Full training BatchNorm backward of bn_silu_forward (without residual): dz1/dz2 (z's dtype or float32,\n"
-"any strides, or None to skip) written or, with accumulate, added to; dweight/dbias float32 (C,) written\n"
-"(dweight2/dbias2 None without z2). batch_stats false drops the statistics' terms (eval statistics).");
+"bn_silu_backward($module, bn1, bn2, grad_out, act, batch_stats, grads1, grads2, accumulate, workspace,\n"
+"                 stream, /)\n--\n\n"
+"Full training BatchNorm backward of bn_silu_forward (without residual). grads1/grads2: tuples\n"
+"(dz, dweight, dbias): dz of z's dtype or float32, any strides, or None to skip, written or (accumulate)\n"
+"added to; dweight/dbias float32 (C,) written; grads2 None without bn2. batch_stats false drops the\n"
+"statistics' terms (eval statistics). Returns None.");
+
 PyDoc_STRVAR(det_loss_forward_doc,
-"det_loss_forward(maps, strides, reg_max, target_labels, target_boxes, target_norm, fg_mask,\n"
-"                 target_scores_sum, label_smoothing, pos_weight, max_dist, workspace, out, stream, /) -> None\n\n"
+"det_loss_forward($module, maps, strides, reg_max, targets, label_smoothing, pos_weight, max_dist,\n"
+"                 workspace, out, stream, /)\n--\n\n"
 "The loss terms of one detection head branch (maths: csrc/det_loss_ref.c). maps: tuple of nl level maps\n"
 "(B, 4*reg_max + NC, H, W), one dtype (float32/float16; bfloat16 on CUDA, float64 on the CPU), any strides;\n"
-"strides: nl floats (pixels per cell); target_labels (B, A) int32/int64; target_boxes (B, A, 4) xyxy pixels\n"
-"and target_norm (B, A): float32 (float64 too on the CPU); fg_mask (B, A) bool; target_scores_sum (1,);\n"
-"label_smoothing, pos_weight, max_dist: floats; workspace uint8 (det_loss_workspace_size(B, A, cuda) bytes);\n"
-"out (3,) float32 (float64 allowed on the CPU) = (box, cls, dfl) / target_scores_sum; stream: the CUDA stream\n"
-"handle (0 for CPU).");
+"strides: nl floats (pixels per cell); targets: the tuple (target_labels (B, A) int32/int64, target_boxes\n"
+"(B, A, 4) xyxy pixels and target_norm (B, A): float32 (float64 too on the CPU), fg_mask (B, A) bool,\n"
+"target_scores_sum (1,)); label_smoothing, pos_weight, max_dist: floats; workspace uint8\n"
+"(det_loss_workspace_size(B, A, cuda) bytes); out (3,) float32 (float64 allowed on the CPU) = (box, cls, dfl)\n"
+"/ target_scores_sum; stream: the CUDA stream handle (0 for CPU). Returns None.");
 
 PyDoc_STRVAR(det_loss_backward_doc,
-"det_loss_backward(maps, strides, reg_max, target_labels, target_boxes, target_norm, fg_mask,\n"
-"                  target_scores_sum, label_smoothing, pos_weight, max_dist, grad_out, grads, stream, /) -> None\n\n"
+"det_loss_backward($module, maps, strides, reg_max, targets, label_smoothing, pos_weight, max_dist,\n"
+"                  grad_out, grads, stream, /)\n--\n\n"
 "Gradients of det_loss_forward's (3,) output w.r.t. the maps, recomputed from the maps and targets: grad_out\n"
 "(3,) float32/float64 (float32 on CUDA); grads: tuple of nl tensors shaped and typed like the maps (own\n"
-"strides, no zero strides), every element written.");
+"strides, no zero strides), every element written. Returns None.");
 
 PyDoc_STRVAR(det_loss_decode_doc,
-"det_loss_decode(maps, strides, reg_max, boxes, stream, /) -> None\n\n"
+"det_loss_decode($module, maps, strides, reg_max, boxes, stream, /)\n--\n\n"
 "DFL expectation of every anchor -> boxes (B, A, 4) float32 xyxy in pixels (what the assigner reads).");
 
 PyDoc_STRVAR(det_loss_workspace_size_doc,
-"det_loss_workspace_size(B, A, cuda, /) -> int\n\nBytes of uint8 workspace det_loss_forward needs (0 on the CPU).");
+"det_loss_workspace_size($module, B, A, cuda, /)\n--\n\nBytes (int) of uint8 workspace det_loss_forward needs "
+"(0 on the CPU).");
 
 PyDoc_STRVAR(tal_assign_forward_doc,
-"tal_assign_forward(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, topk, alpha, beta, eps,\n"
-"                   logits, round_dtype, workspace, target_labels, target_boxes, target_norm, fg_mask,\n"
-"                   target_gt_idx, stream, /) -> None\n\n"
+"tal_assign_forward($module, scores, pred_boxes, points, gt, params, logits, round_dtype, workspace,\n"
+"                   targets, stream, /)\n--\n\n"
 "Task-aligned label assignment without (B, M, A) arrays (maths: csrc/tal_assign_ref.c). scores (B, A, NC)\n"
-"float32/float16 (bfloat16 on CUDA, float64 on the CPU), any strides; pred_boxes (B, A, 4), points (A, 2),\n"
-"gt_boxes (B, M, 4) float32; gt_labels (B, M) int64; gt_mask (B, M) bool; M >= 1; topk int (<= 32 on\n"
-"CUDA); alpha, beta, eps floats; logits bool (sigmoid on read); round_dtype: DTYPE_* code of the scores'\n"
-"dtype (DTYPE_BFLOAT16 for bfloat16 scores upcast on the CPU); workspace uint8\n"
-"(tal_assign_workspace_size bytes); outputs (written): target_labels (B, A) int64, target_boxes (B, A, 4)\n"
-"float32, target_norm (B, A) float32 (float64 for float64 scores), fg_mask (B, A) bool, target_gt_idx\n"
-"(B, A) int64; stream: the CUDA stream handle (0 for CPU). All contiguous except scores, on one device.");
+"float32/float16 (bfloat16 on CUDA, float64 on the CPU), any strides; pred_boxes (B, A, 4), points (A, 2)\n"
+"float32; gt: the tuple (gt_labels (B, M) int64, gt_boxes (B, M, 4) float32, gt_mask (B, M) bool), M >= 1;\n"
+"params: the tuple (topk int (<= 32 on CUDA), alpha, beta, eps floats); logits bool (sigmoid on read);\n"
+"round_dtype: DTYPE_* code of the scores' dtype (DTYPE_BFLOAT16 for bfloat16 scores upcast on the CPU);\n"
+"workspace uint8 (tal_assign_workspace_size bytes); targets (written): the tuple (target_labels (B, A) int64,\n"
+"target_boxes (B, A, 4) float32, target_norm (B, A) float32 (float64 for float64 scores), fg_mask (B, A)\n"
+"bool, target_gt_idx (B, A) int64); stream: the CUDA stream handle (0 for CPU). All contiguous except\n"
+"scores, on one device. Returns None.");
 
 PyDoc_STRVAR(tal_assign_workspace_size_doc,
-"tal_assign_workspace_size(B, M, A, topk, cuda, /) -> int\n\nBytes of uint8 workspace tal_assign_forward "
-"needs on the CPU (cuda false) or a GPU (cuda true): O(A + M + topk) on the CPU, O(B·A + B·M·topk) on a GPU.");
+"tal_assign_workspace_size($module, B, M, A, topk, cuda, /)\n--\n\nBytes (int) of uint8 workspace "
+"tal_assign_forward needs on the CPU (cuda false) or a GPU (cuda true): O(A + M + topk) on the CPU, "
+"O(B·A + B·M·topk) on a GPU.");
 
 static PyMethodDef module_methods[] = {
     {"build_info", build_info, METH_NOARGS, build_info_doc},

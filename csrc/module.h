@@ -2,20 +2,20 @@
  * every binding calls around a computation (error mapping, CUDA device guard, YOLOV9C_SYNC).
  *
  * A binding's shape (see csrc/nms.c):
- *     parse + check every argument (tensor.h)        -> ValueError/TypeError naming op and argument
- *     release the GIL, set the device, launch, sync if YOLOV9C_SYNC=1, restore the device, take the GIL
- *     nonzero status                                 -> yolov9c._C.KernelError("op: ...")
- * Test: tests/test_build.py, tests/test_nms.py.
+ *     parse + check every argument (tensor.h) into a struct  -> ValueError/TypeError naming op and argument
+ *     return yv_launch(module, &OP, device, stream, &args)   -> the one path that releases the GIL, sets the
+ *                                                               device, launches, syncs if YOLOV9C_SYNC=1
+ *                                                               and maps errors to yolov9c._C.KernelError
+ * Groups of related arguments cross as one tuple (a BN operand (z, mean, invstd, weight, bias), a loss's
+ * targets), so no binding takes more than 12 arguments; every method's doc starts with its text signature.
+ * Test: tests/test_build.py, tests/test_bindings.py, tests/test_nms.py.
  */
 #ifndef YV_MODULE_H
 #define YV_MODULE_H
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-
-#ifdef YV_WITH_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include <stdint.h>
 
 typedef struct yv_state {
     PyObject *KernelError;   /* yolov9c._C.KernelError, a subclass of RuntimeError */
@@ -35,24 +35,45 @@ PyObject *yv_py_det_loss_workspace_size(PyObject *module, PyObject *const *args,
 PyObject *yv_py_tal_assign_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_tal_assign_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
-/* --- helpers (csrc/launch.c) --- */
+/* --- the one launch path (csrc/launch.c) ---
+ * A binding parses and checks its arguments into a small struct of its own, then hands that struct to
+ * yv_launch with the op's two implementations over it:
+ *   cpu(args)           the plain-C implementation: 0, or -1 for an input error found while running
+ *                       (ValueError with op->bad_input), any other value a KernelError
+ *   cuda(args, stream)  the CUDA launcher on `stream` (a cudaStream_t): returns a cudaError_t
+ * yv_launch runs the one for `device` with the GIL released: stream must be 0 for the CPU; for CUDA it makes
+ * `device` current, launches, picks up the launch error, synchronises when YOLOV9C_SYNC=1, restores the
+ * previous device and maps a nonzero status to KernelError("op: <cuda error>"). Returns None or NULL. */
+typedef int (*yv_cpu_fn)(void *args);
+typedef int (*yv_cuda_fn)(void *args, void *stream);
+
+typedef struct yv_op {
+    const char *name;         /* "bn_silu_forward": every message starts with it */
+    yv_cpu_fn cpu;
+    yv_cuda_fn cuda;          /* YV_CUDA_FN(f): NULL in a build without CUDA */
+    const char *bad_input;    /* message for cpu() == -1, or NULL */
+} yv_op;
+
+#ifdef YV_WITH_CUDA
+#define YV_CUDA_FN(f) (f)
+#else
+#define YV_CUDA_FN(f) NULL
+#endif
+
+PyObject *yv_launch(PyObject *module, const yv_op *op, int device, uintptr_t stream, void *args);
+
+/* --- smaller helpers (csrc/launch.c) --- */
 /* Arity check: "op() takes exactly N arguments (M given)" as TypeError. */
 int yv_check_nargs(const char *op, Py_ssize_t nargs, Py_ssize_t expected);
 /* Raise KernelError("op: message"); returns NULL for `return yv_kernel_error(...)`. */
 PyObject *yv_kernel_error(PyObject *module, const char *op, const char *message);
-/* 1 when YOLOV9C_SYNC=1 (read at every call, so it can be switched at run time). Call with the GIL. */
-int yv_sync_requested(void);
 /* RuntimeError telling how to build with CUDA; used when a CUDA tensor reaches a CPU-only build. */
 PyObject *yv_no_cuda_error(const char *op);
-
-#ifdef YV_WITH_CUDA
-/* Make `device` current (remembering the previous one in *prev) — callable without the GIL. */
-cudaError_t yv_device_enter(int device, int *prev);
-void yv_device_leave(int prev);
-/* After a launch: pick up a launch error, synchronise `stream` when `sync`, and return the first error. */
-cudaError_t yv_launch_status(cudaError_t launched, cudaStream_t stream, int sync);
-/* Raise KernelError("op: <cuda error name>: <description>"); returns NULL. */
-PyObject *yv_cuda_error(PyObject *module, const char *op, cudaError_t err);
-#endif
+/* A tuple (or list) of exactly n items: its items in items[0..n-1] (borrowed); TypeError naming op and arg
+ * with `what` ("(z, mean, invstd, weight, bias)") otherwise. */
+int yv_parse_group(PyObject *obj, const char *op, const char *arg, const char *what, Py_ssize_t n,
+                   PyObject **items);
+/* A bool-like flag (bool or int): 0/1 in *out. */
+int yv_parse_flag(PyObject *obj, const char *op, const char *arg, int *out);
 
 #endif /* YV_MODULE_H */

@@ -44,6 +44,33 @@ PyObject *yv_py_nms_workspace_size(PyObject *module, PyObject *const *args, Py_s
 #endif
 }
 
+typedef struct nms_call {
+    const void *boxes, *scores, *classes;
+    yv_dtype dtype, cls_dtype;
+    int64_t n;
+    float iou_thres;
+    void *workspace;
+    int64_t *keep, *count;
+} nms_call;
+
+static int nms_cpu(void *p)
+{
+    nms_call *c = (nms_call *)p;
+    return yv_nms_forward_ref(c->boxes, c->scores, c->dtype, c->classes, c->cls_dtype, c->n, c->iou_thres,
+                              c->workspace, c->keep, c->count);
+}
+
+#ifdef YV_WITH_CUDA
+static int nms_cuda(void *p, void *stream)
+{
+    nms_call *c = (nms_call *)p;
+    return (int)yv_nms_forward(c->boxes, c->scores, c->dtype, c->classes, c->cls_dtype, c->n, c->iou_thres,
+                               c->workspace, c->keep, c->count, (cudaStream_t)stream);
+}
+#endif
+
+static const yv_op NMS = {OP, nms_cpu, YV_CUDA_FN(nms_cuda), NULL};
+
 PyObject *yv_py_nms_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     yv_tensor boxes, scores, classes, workspace, keep, count;
@@ -115,39 +142,7 @@ PyObject *yv_py_nms_forward(PyObject *module, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     /* The comparison is done in float32 in every implementation, so round the threshold once, here. */
-    float iou_thres = (float)thr;
-    yv_dtype cls_dtype = classes.ndim == -1 ? YV_INT64 : classes.dtype;
-
-    if (!cuda) {
-        if (stream != 0) {
-            PyErr_SetString(PyExc_ValueError, OP ": stream must be 0 for CPU tensors");
-            return NULL;
-        }
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = yv_nms_forward_ref(boxes.data, scores.data, boxes.dtype, classes.data, cls_dtype, n, iou_thres,
-                                workspace.data, (int64_t *)keep.data, (int64_t *)count.data);
-        Py_END_ALLOW_THREADS
-        if (rc != 0)
-            return yv_kernel_error(module, OP, "CPU implementation failed");
-        Py_RETURN_NONE;
-    }
-#ifdef YV_WITH_CUDA
-    int sync = yv_sync_requested();
-    cudaStream_t cstream = (cudaStream_t)stream;
-    cudaError_t err;
-    Py_BEGIN_ALLOW_THREADS
-    int prev = -1;
-    err = yv_device_enter(boxes.device, &prev);
-    if (err == cudaSuccess) {
-        err = yv_nms_forward(boxes.data, scores.data, boxes.dtype, classes.data, cls_dtype, n, iou_thres,
-                             workspace.data, (int64_t *)keep.data, (int64_t *)count.data, cstream);
-        err = yv_launch_status(err, cstream, sync);
-        yv_device_leave(prev);
-    }
-    Py_END_ALLOW_THREADS
-    if (err != cudaSuccess)
-        return yv_cuda_error(module, OP, err);
-#endif
-    Py_RETURN_NONE;
+    nms_call c = {boxes.data, scores.data, classes.data, boxes.dtype, classes.ndim == -1 ? YV_INT64 : classes.dtype,
+                  n, (float)thr, workspace.data, (int64_t *)keep.data, (int64_t *)count.data};
+    return yv_launch(module, &NMS, boxes.device, stream, &c);
 }

@@ -78,36 +78,81 @@ static int check_array(const yv_tensor *t, int ndim, const int64_t *shape, unsig
     return ref ? yv_check_same_device(t, ref) : 0;
 }
 
+typedef struct tal_call {
+    const void *scores;
+    yv_dtype score_dtype, round_dtype;
+    const int64_t *score_strides;
+    int logits;
+    int64_t B, A, NC, M, topk;
+    const float *pred, *points, *gt;
+    const int64_t *labels;
+    const uint8_t *mask;
+    double alpha, beta, eps;
+    void *workspace;
+    int64_t *t_labels, *idx;
+    float *t_boxes;
+    void *t_norm;
+    uint8_t *fg;
+} tal_call;
+
+static int tal_cpu(void *p)
+{
+    tal_call *c = (tal_call *)p;
+    return yv_tal_assign_forward_ref(c->scores, c->score_dtype, c->score_strides, c->round_dtype, c->logits, c->B,
+                                     c->A, c->NC, c->pred, c->points, c->labels, c->gt, c->mask, c->M, c->topk,
+                                     c->alpha, c->beta, c->eps, c->workspace, c->t_labels, c->t_boxes, c->t_norm,
+                                     c->fg, c->idx);
+}
+
+#ifdef YV_WITH_CUDA
+static int tal_cuda(void *p, void *stream)
+{
+    tal_call *c = (tal_call *)p;
+    return (int)yv_tal_assign_forward(c->scores, c->score_dtype, c->score_strides, c->logits, c->B, c->A, c->NC,
+                                      c->pred, c->points, c->labels, c->gt, c->mask, c->M, (int)c->topk, c->alpha,
+                                      c->beta, c->eps, c->workspace, c->t_labels, c->t_boxes, (float *)c->t_norm,
+                                      c->fg, c->idx, (cudaStream_t)stream);
+}
+#endif
+
+static const yv_op TAL = {OP, tal_cpu, YV_CUDA_FN(tal_cuda), "gt_labels holds a class outside [0, NC)"};
+
+/* tal_assign_forward(scores, pred_boxes, points, gt, params, logits, round_dtype, workspace, targets, stream)
+ * with gt = (gt_labels, gt_boxes, gt_mask), params = (topk, alpha, beta, eps) and targets = (target_labels,
+ * target_boxes, target_norm, fg_mask, target_gt_idx). */
 PyObject *yv_py_tal_assign_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     yv_tensor scores, pred, points, labels, gt, mask, workspace, t_labels, t_boxes, t_norm, fg, idx;
     uintptr_t stream = 0;
     int64_t topk, round_code;
     double alpha, beta, eps;
+    int logits;
+    PyObject *g[3], *hp[4], *out[5];
 
-    if (yv_check_nargs(OP, nargs, 19) < 0)
+    if (yv_check_nargs(OP, nargs, 10) < 0)
         return NULL;
     if (yv_tensor_parse(args[0], OP, "scores", 0, &scores) < 0
         || yv_tensor_parse(args[1], OP, "pred_boxes", 0, &pred) < 0
         || yv_tensor_parse(args[2], OP, "points", 0, &points) < 0
-        || yv_tensor_parse(args[3], OP, "gt_labels", 0, &labels) < 0
-        || yv_tensor_parse(args[4], OP, "gt_boxes", 0, &gt) < 0
-        || yv_tensor_parse(args[5], OP, "gt_mask", 0, &mask) < 0
-        || parse_int(args[6], OP, "topk", 1, TAL_MAX_INDEX, &topk) < 0
-        || yv_parse_finite(args[7], OP, "alpha", &alpha) < 0 || yv_parse_finite(args[8], OP, "beta", &beta) < 0
-        || yv_parse_finite(args[9], OP, "eps", &eps) < 0)
-        return NULL;
-    int logits = PyObject_IsTrue(args[10]);
-    if (logits < 0)
-        return NULL;
-    if (parse_int(args[11], OP, "round_dtype", 0, YV_NUM_DTYPES - 1, &round_code) < 0
-        || yv_tensor_parse(args[12], OP, "workspace", 1, &workspace) < 0
-        || yv_tensor_parse(args[13], OP, "target_labels", 1, &t_labels) < 0
-        || yv_tensor_parse(args[14], OP, "target_boxes", 1, &t_boxes) < 0
-        || yv_tensor_parse(args[15], OP, "target_norm", 1, &t_norm) < 0
-        || yv_tensor_parse(args[16], OP, "fg_mask", 1, &fg) < 0
-        || yv_tensor_parse(args[17], OP, "target_gt_idx", 1, &idx) < 0
-        || yv_parse_stream(args[18], OP, &stream) < 0)
+        || yv_parse_group(args[3], OP, "gt", "(gt_labels, gt_boxes, gt_mask)", 3, g) < 0
+        || yv_tensor_parse(g[0], OP, "gt_labels", 0, &labels) < 0
+        || yv_tensor_parse(g[1], OP, "gt_boxes", 0, &gt) < 0
+        || yv_tensor_parse(g[2], OP, "gt_mask", 0, &mask) < 0
+        || yv_parse_group(args[4], OP, "params", "(topk, alpha, beta, eps)", 4, hp) < 0
+        || parse_int(hp[0], OP, "topk", 1, TAL_MAX_INDEX, &topk) < 0
+        || yv_parse_finite(hp[1], OP, "alpha", &alpha) < 0 || yv_parse_finite(hp[2], OP, "beta", &beta) < 0
+        || yv_parse_finite(hp[3], OP, "eps", &eps) < 0
+        || yv_parse_flag(args[5], OP, "logits", &logits) < 0
+        || parse_int(args[6], OP, "round_dtype", 0, YV_NUM_DTYPES - 1, &round_code) < 0
+        || yv_tensor_parse(args[7], OP, "workspace", 1, &workspace) < 0
+        || yv_parse_group(args[8], OP, "targets",
+                          "(target_labels, target_boxes, target_norm, fg_mask, target_gt_idx)", 5, out) < 0
+        || yv_tensor_parse(out[0], OP, "target_labels", 1, &t_labels) < 0
+        || yv_tensor_parse(out[1], OP, "target_boxes", 1, &t_boxes) < 0
+        || yv_tensor_parse(out[2], OP, "target_norm", 1, &t_norm) < 0
+        || yv_tensor_parse(out[3], OP, "fg_mask", 1, &fg) < 0
+        || yv_tensor_parse(out[4], OP, "target_gt_idx", 1, &idx) < 0
+        || yv_parse_stream(args[9], OP, &stream) < 0)
         return NULL;
 
     int cuda = scores.device != YV_CPU;
@@ -186,49 +231,10 @@ PyObject *yv_py_tal_assign_forward(PyObject *module, PyObject *const *args, Py_s
     }
     if (B == 0)
         Py_RETURN_NONE;
-
-    if (!cuda) {
-        if (stream != 0) {
-            PyErr_SetString(PyExc_ValueError, OP ": stream must be 0 for CPU tensors");
-            return NULL;
-        }
-        int rc;
-        Py_BEGIN_ALLOW_THREADS
-        rc = yv_tal_assign_forward_ref(scores.data, scores.dtype, scores.strides, round_dtype, logits, B, A, NC,
-                                       (const float *)pred.data, (const float *)points.data,
-                                       (const int64_t *)labels.data, (const float *)gt.data,
-                                       (const uint8_t *)mask.data, M, topk, alpha, beta, eps, workspace.data,
-                                       (int64_t *)t_labels.data, (float *)t_boxes.data, t_norm.data,
-                                       (uint8_t *)fg.data, (int64_t *)idx.data);
-        Py_END_ALLOW_THREADS
-        if (rc == -1) {
-            PyErr_Format(PyExc_ValueError, "%s: gt_labels holds a class outside [0, %lld)", OP, (long long)NC);
-            return NULL;
-        }
-        if (rc != 0)
-            return yv_kernel_error(module, OP, "CPU implementation failed");
-        Py_RETURN_NONE;
-    }
-#ifdef YV_WITH_CUDA
-    int sync = yv_sync_requested();
-    cudaStream_t cstream = (cudaStream_t)stream;
-    cudaError_t err;
-    Py_BEGIN_ALLOW_THREADS
-    int prev = -1;
-    err = yv_device_enter(scores.device, &prev);
-    if (err == cudaSuccess) {
-        err = yv_tal_assign_forward(scores.data, scores.dtype, scores.strides, logits, B, A, NC,
-                                    (const float *)pred.data, (const float *)points.data,
-                                    (const int64_t *)labels.data, (const float *)gt.data,
-                                    (const uint8_t *)mask.data, M, (int)topk, alpha, beta, eps, workspace.data,
-                                    (int64_t *)t_labels.data, (float *)t_boxes.data, (float *)t_norm.data,
-                                    (uint8_t *)fg.data, (int64_t *)idx.data, cstream);
-        err = yv_launch_status(err, cstream, sync);
-        yv_device_leave(prev);
-    }
-    Py_END_ALLOW_THREADS
-    if (err != cudaSuccess)
-        return yv_cuda_error(module, OP, err);
-#endif
-    Py_RETURN_NONE;
+    tal_call c = {scores.data, scores.dtype, round_dtype, scores.strides, logits, B, A, NC, M, topk,
+                  (const float *)pred.data, (const float *)points.data, (const float *)gt.data,
+                  (const int64_t *)labels.data, (const uint8_t *)mask.data, alpha, beta, eps, workspace.data,
+                  (int64_t *)t_labels.data, (int64_t *)idx.data, (float *)t_boxes.data, t_norm.data,
+                  (uint8_t *)fg.data};
+    return yv_launch(module, &TAL, scores.device, stream, &c);
 }

@@ -306,6 +306,21 @@ int yv_check_contiguous(const yv_tensor *t)
     return 0;
 }
 
+int yv_check_same_shape(const yv_tensor *t, const yv_tensor *ref)
+{
+    int same = t->ndim == ref->ndim;
+    for (int d = 0; same && d < t->ndim; d++)
+        same = t->shape[d] == ref->shape[d];
+    if (same)
+        return 0;
+    char want[160], got[160];
+    format_shape(ref, want, sizeof(want));
+    format_shape(t, got, sizeof(got));
+    PyErr_Format(PyExc_ValueError, "%s: %s must have the shape of %s %s, got %s", t->op, t->arg, ref->arg, want,
+                 got);
+    return -1;
+}
+
 int yv_check_same_dtype(const yv_tensor *t, const yv_tensor *ref)
 {
     if (t->dtype == ref->dtype)

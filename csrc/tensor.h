@@ -45,6 +45,7 @@ int yv_check_dim(const yv_tensor *t, int dim, int64_t size);            /* shape
 int yv_check_dtype(const yv_tensor *t, unsigned allowed);               /* allowed: YV_DT(..) | ... */
 int yv_check_contiguous(const yv_tensor *t);                            /* row-major, no gaps */
 int yv_check_same_dtype(const yv_tensor *t, const yv_tensor *ref);
+int yv_check_same_shape(const yv_tensor *t, const yv_tensor *ref);    /* "out must have the shape of z (..)" */
 int yv_check_same_device(const yv_tensor *t, const yv_tensor *ref);
 int yv_check_alignment(const yv_tensor *t, size_t bytes);               /* data pointer multiple of bytes */
 

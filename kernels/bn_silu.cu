@@ -28,7 +28,7 @@
  * backward, every pass a single sweep at memory bandwidth in the fast path.
  *
  * Layouts: the iteration follows z1. Before launching, (H, W) and then (B, H·W) are merged when every
- * operand's strides allow it. Three kernel families:
+ * operand's strides allow it. Four kernel families:
  *   fast      "row-uniform" operands: after the merge B == H == 1 and channel stride 1 (C == 1: any), so element
  *             (row k, channel c) is at k·rs + c with the operand's own row stride rs: channels-last tensors and
  *             channel slices of a channels-last buffer (rs = C_total > C). Every operand in z1's dtype. Kernels
@@ -41,9 +41,17 @@
  *             over groups of ty rows; reductions give block s the contiguous rows [s·chunk, (s+1)·chunk), with
  *             S chosen for >= ~4 blocks per SM and >= ~64 rows per block (at most BN_FAST_SPLITS), summed over
  *             ty in shared memory in a fixed order.
+ *             The elementwise passes run a grid of whole waves (24 blocks per SM) and keep 4 rows in flight
+ *             per thread, so the constants are computed once per thread for many rows.
+ *   planar vector  NCHW and channel slices of NCHW buffers: after the merge H == 1 and every operand has unit
+ *             W stride, (b, c) planes of W = H·W elements, W % V == 0, V-aligned pointers and plane strides, one
+ *             dtype: 16-byte loads along the plane. Reductions: grid (S, C), block (s, c) adds a contiguous
+ *             range of channel c's B·W/V vectors, 4 in flight per thread (partials in the same [NSUM][S][C]
+ *             layout, so the finish kernels are shared). Elementwise: grid (tiles of a plane, planes), the
+ *             plane's constants in registers. u = ((z - mean)·invstd)·γ + β as in the generic kernels.
  *   rows      channel stride 1 otherwise (mixed dtypes, unmerged strides): a warp per (b, h, w) row with lanes
  *             over channels, scalar loads (generic, slow).
- *   planar    everything else: (b, c) planes, tiles of contiguous elements.
+ *   planar    everything else (odd H·W, 'hw'-permuted layouts): (b, c) planes, tiles of contiguous elements.
  * Other strides work through a general (slower) index decomposition. All offsets are 64-bit: tensors over
  * 2^31 elements are fine.
  * Test: python -m pytest -q tests/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
@@ -679,86 +687,440 @@ __global__ void __launch_bounds__(BN_THREADS) bn_bwd_red_fast_kernel(bn_args a, 
     }
 }
 
-/* Elementwise passes: block (tx, ty), grid-stride over groups of ty rows; channel vector cv fixed per thread
- * (loops over cv only when C/V > 256). */
-template <typename T, int V, int Z2>   /* Z2 unused: z2 is a runtime branch here */
+/* Elementwise passes (channels-last): block (tx, ty), a grid sized to the machine (bn_elem_grid), grid-stride
+ * over groups of ty rows, BN_UNROLL groups per iteration with every load issued before the first use; the
+ * channel vector cv is fixed per thread (loops over cv only when C/V > 256), so the per-channel constants are
+ * computed once per thread, not once per row. FORM: bit 0 = the bn2 form (z2), bit 1 = a residual. */
+#define BN_UNROLL 4
+
+template <typename T, int V, int FORM>
 __global__ void __launch_bounds__(BN_THREADS) bn_fwd_fast_kernel(bn_args a, bn_geom g)
 {
-    int64_t Cv = g.C / V;
+    const int Z2 = FORM & 1, RES = FORM & 2;
+    int64_t Cv = g.C / V, step = (int64_t)gridDim.x * blockDim.y;
     for (int64_t cv = threadIdx.x; cv < Cv; cv += blockDim.x) {
         int64_t c0 = cv * V;
         bn_chan<V> q1, q2;
         float shift[V];
-        if (a.z2.data != NULL)
-            bn_fast_consts<V, 1>(&a, c0, &q1, &q2, shift);
-        else
-            bn_fast_consts<V, 0>(&a, c0, &q1, &q2, shift);
-        for (int64_t k = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; k < g.n;
-             k += (int64_t)gridDim.x * blockDim.y) {
-            float z[V], u[V];
-            bn_vload<T, V>(&a.z1, k, c0, z);
+        bn_fast_consts<V, Z2>(&a, c0, &q1, &q2, shift);
+        for (int64_t k0 = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; k0 < g.n; k0 += BN_UNROLL * step) {
+            float u[BN_UNROLL][V], x[BN_UNROLL][V];
 #pragma unroll
-            for (int e = 0; e < V; e++)
-                u[e] = z[e] * q1.scale[e] + shift[e];
-            if (a.z2.data != NULL) {
-                bn_vload<T, V>(&a.z2, k, c0, z);
+            for (int r = 0; r < BN_UNROLL; r++)
+                if (k0 + r * step < g.n)
+                    bn_vload<T, V>(&a.z1, k0 + r * step, c0, u[r]);
+            if (Z2) {
 #pragma unroll
-                for (int e = 0; e < V; e++)
-                    u[e] += z[e] * q2.scale[e];
+                for (int r = 0; r < BN_UNROLL; r++)
+                    if (k0 + r * step < g.n)
+                        bn_vload<T, V>(&a.z2, k0 + r * step, c0, x[r]);
             }
-            if (a.silu) {
 #pragma unroll
-                for (int e = 0; e < V; e++)
-                    u[e] = u[e] * bn_sigmoid(u[e]);
-            }
-            if (a.res.data != NULL) {
-                bn_vload<T, V>(&a.res, k, c0, z);
+            for (int r = 0; r < BN_UNROLL; r++)
 #pragma unroll
-                for (int e = 0; e < V; e++)
-                    u[e] = z[e] + u[e];
+                for (int e = 0; e < V; e++) {
+                    float v = u[r][e] * q1.scale[e] + shift[e];
+                    if (Z2)
+                        v += x[r][e] * q2.scale[e];
+                    u[r][e] = a.silu ? v * bn_sigmoid(v) : v;
+                }
+            if (RES) {
+#pragma unroll
+                for (int r = 0; r < BN_UNROLL; r++)
+                    if (k0 + r * step < g.n)
+                        bn_vload<T, V>(&a.res, k0 + r * step, c0, x[r]);
+#pragma unroll
+                for (int r = 0; r < BN_UNROLL; r++)
+#pragma unroll
+                    for (int e = 0; e < V; e++)
+                        u[r][e] = x[r][e] + u[r][e];
             }
-            bn_vstore<T, V>(&a.out, k, c0, u, 0);
+#pragma unroll
+            for (int r = 0; r < BN_UNROLL; r++)
+                if (k0 + r * step < g.n)
+                    bn_vstore<T, V>(&a.out, k0 + r * step, c0, u[r], 0);
         }
+    }
+}
+
+/* The backward coefficients of channels c0 .. c0+V-1 (bn_bwd_finish_kernel's [5][C]). */
+template <int V, int Z2> struct bn_coef {
+    float k0[V], k1[V], k2[V], a1[V], a2[V];
+};
+
+template <int V, int Z2> __device__ __forceinline__ void bn_coef_load(const bn_args *a, int64_t C, int64_t c0,
+                                                                      bn_coef<V, Z2> *q)
+{
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        q->k0[e] = a->coef[c0 + e];
+        q->k1[e] = a->coef[C + c0 + e];
+        q->k2[e] = Z2 ? a->coef[2 * C + c0 + e] : 0.0f;
+        q->a1[e] = a->coef[3 * C + c0 + e];
+        q->a2[e] = Z2 ? a->coef[4 * C + c0 + e] : 0.0f;
     }
 }
 
 template <typename T, int V, int Z2>
 __global__ void __launch_bounds__(BN_THREADS) bn_bwd_fast_kernel(bn_args a, bn_geom g)
 {
-    int64_t Cv = g.C / V, C = g.C;
+    int64_t Cv = g.C / V, step = (int64_t)gridDim.x * blockDim.y;
     for (int64_t cv = threadIdx.x; cv < Cv; cv += blockDim.x) {
         int64_t c0 = cv * V;
         bn_chan<V> q1, q2;
-        float shift[V], k0[V], k1[V], k2[V], a1[V], a2[V];
+        float shift[V];
+        bn_coef<V, Z2> q;
         bn_fast_consts<V, Z2>(&a, c0, &q1, &q2, shift);
+        bn_coef_load<V, Z2>(&a, g.C, c0, &q);
+        for (int64_t k0 = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; k0 < g.n; k0 += BN_UNROLL * step) {
+            /* BN_UNROLL rows per iteration: z1 [, z2], dy of all are loaded before the first use */
+            float gg[BN_UNROLL][V], xh1[BN_UNROLL][V], xh2[BN_UNROLL][V], dz[V];
 #pragma unroll
-        for (int e = 0; e < V; e++) {
-            k0[e] = a.coef[c0 + e];
-            k1[e] = a.coef[C + c0 + e];
-            k2[e] = Z2 ? a.coef[2 * C + c0 + e] : 0.0f;
-            a1[e] = a.coef[3 * C + c0 + e];
-            a2[e] = Z2 ? a.coef[4 * C + c0 + e] : 0.0f;
-        }
-        for (int64_t k = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; k < g.n;
-             k += (int64_t)gridDim.x * blockDim.y) {
-            float gg[V], xh1[V], xh2[V], dz[V];
-            bn_fast_g<T, V, Z2>(&a, k, c0, &q1, &q2, shift, gg, xh1, xh2);
-            if (a.dz1.data != NULL) {
+            for (int r = 0; r < BN_UNROLL; r++)
+                if (k0 + r * step < g.n)
+                    bn_fast_g<T, V, Z2>(&a, k0 + r * step, c0, &q1, &q2, shift, gg[r], xh1[r], xh2[r]);
 #pragma unroll
-                for (int e = 0; e < V; e++)
-                    dz[e] = a1[e] * ((gg[e] - k0[e]) - xh1[e] * k1[e]);
-                bn_vstore<T, V>(&a.dz1, k, c0, dz, a.accumulate);
-            }
-            if (Z2 && a.dz2.data != NULL) {
+            for (int r = 0; r < BN_UNROLL; r++) {
+                int64_t k = k0 + r * step;
+                if (k >= g.n)
+                    continue;
+                if (a.dz1.data != NULL) {
 #pragma unroll
-                for (int e = 0; e < V; e++)
-                    dz[e] = a2[e] * ((gg[e] - k0[e]) - xh2[e] * k2[e]);
-                bn_vstore<T, V>(&a.dz2, k, c0, dz, a.accumulate);
+                    for (int e = 0; e < V; e++)
+                        dz[e] = q.a1[e] * ((gg[r][e] - q.k0[e]) - xh1[r][e] * q.k1[e]);
+                    bn_vstore<T, V>(&a.dz1, k, c0, dz, a.accumulate);
+                }
+                if (Z2 && a.dz2.data != NULL) {
+#pragma unroll
+                    for (int e = 0; e < V; e++)
+                        dz[e] = q.a2[e] * ((gg[r][e] - q.k0[e]) - xh2[r][e] * q.k2[e]);
+                    bn_vstore<T, V>(&a.dz2, k, c0, dz, a.accumulate);
+                }
             }
         }
     }
 }
 
+/* ---- planar fast path (NCHW and channel slices of NCHW buffers): after the merge H == 1, every operand has
+ * unit W stride, (b, c) planes of W = H·W elements at b·s0 + c·s1, W % V == 0, V-aligned pointers and
+ * plane strides, all in z1's dtype. Loads and stores are V-wide (16 bytes) along the plane. ---- */
+
+/* Element pointer of vector r of plane (b, c) of a planar operand. */
+template <typename T>
+__device__ __forceinline__ T *bn_plane_at(const yv_view4 *v, int64_t b, int64_t c, int64_t i)
+{
+    return (T *)v->data + b * v->stride[0] + c * v->stride[1] + i;
+}
+
+template <typename T, int V> __device__ __forceinline__ void bn_vload_at(const T *p, float x[V])
+{
+    bn_vec<T, V> r = *(const bn_vec<T, V> *)p;
+#pragma unroll
+    for (int e = 0; e < V; e++)
+        x[e] = bn_tof(r.v[e]);
+}
+
+template <typename T, int V> __device__ __forceinline__ void bn_vstore_at(T *p, const float x[V], int accumulate)
+{
+    bn_vec<T, V> r;
+    if (accumulate) {
+        r = *(const bn_vec<T, V> *)p;
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            bn_fromf(bn_tof(r.v[e]) + x[e], &r.v[e]);
+    }
+    else {
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            bn_fromf(x[e], &r.v[e]);
+    }
+    *(bn_vec<T, V> *)p = r;
+}
+
+/* One channel's scalar constants (the planar kernels keep one channel per block or per plane). The planar
+ * kernels compute u = ((z - mean)·invstd)·γ + β, operation for operation as the generic kernels (bn_u) that
+ * served these layouts before, not the channels-last kernels' z·scale + shift (which rounds differently
+ * when |mean| >> std). */
+typedef struct bn_c1 {
+    float mean, invstd, weight, bias;
+} bn_c1;
+
+__device__ __forceinline__ bn_c1 bn_c1_load(const yv_bn_params *p, int64_t c)
+{
+    bn_c1 k;
+    k.mean = p->mean[c];
+    k.invstd = p->invstd[c];
+    k.weight = p->weight[c];
+    k.bias = p->bias[c];
+    return k;
+}
+
+/* u of one element (x̂1, x̂2 returned), as bn_u. */
+template <int Z2>
+__device__ __forceinline__ float bn_c1_u(bn_c1 k1, bn_c1 k2, float z1, float z2, float *xh1, float *xh2)
+{
+    float x1 = (z1 - k1.mean) * k1.invstd;
+    float u = x1 * k1.weight + k1.bias;
+    *xh1 = x1;
+    *xh2 = 0.0f;
+    if (Z2) {
+        float x2 = (z2 - k2.mean) * k2.invstd;
+        u = u + (x2 * k2.weight + k2.bias);
+        *xh2 = x2;
+    }
+    return u;
+}
+
+/* g = dy·act'(u), x̂1, x̂2 of V elements of one channel (planar backward). */
+template <typename T, int V, int Z2>
+__device__ __forceinline__ void bn_planar_g(const bn_args *a, const T *p1, const T *p2, const T *pg, bn_c1 k1,
+                                            bn_c1 k2, float gg[V], float xh1[V], float xh2[V])
+{
+    float z[V], y[V], dy[V];
+    bn_vload_at<T, V>(p1, z);
+    if (Z2)
+        bn_vload_at<T, V>(p2, y);
+    bn_vload_at<T, V>(pg, dy);
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        float u = bn_c1_u<Z2>(k1, k2, z[e], Z2 ? y[e] : 0.0f, &xh1[e], &xh2[e]);
+        float s = bn_sigmoid(u);
+        gg[e] = a->silu ? dy[e] * (s * (1.0f + u * (1.0f - s))) : dy[e];
+    }
+}
+
+/* Position (b, i) of flat vector j of one channel (j = b·Wv + i/V): advanced by `by` vectors at a time, so
+ * the division happens once per thread. */
+__device__ __forceinline__ void bn_plane_pos(int64_t j, int64_t Wv, int64_t *b, int64_t *i)
+{
+    *b = j / Wv;
+    *i = j - *b * Wv;
+}
+
+__device__ __forceinline__ void bn_plane_advance(int64_t by, int64_t Wv, int64_t *b, int64_t *i)
+{
+    *i += by;
+    if (*i >= Wv) {   /* a division only when the step leaves the plane */
+        int64_t q = *i / Wv;
+        *b += q;
+        *i -= q * Wv;
+    }
+}
+
+/* Block sum of ns float64 values per thread (lanes already added), in a fixed order; thread 0 gets the
+ * result in out[]. */
+__device__ __forceinline__ void bn_block_sum1(double sh[BN_NSUM][BN_THREADS / 32], int ns, double v[BN_NSUM],
+                                              double out[BN_NSUM])
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int j = 0; j < ns; j++) {
+        double x = v[j];
+        for (int o = 16; o > 0; o >>= 1)
+            x += __shfl_down_sync(0xffffffffu, x, o);
+        if (lane == 0)
+            sh[j][warp] = x;
+    }
+    __syncthreads();
+    for (int j = 0; j < ns; j++) {
+        double x = 0.0;
+        if (threadIdx.x == 0)
+            for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+                x += sh[j][w];
+        out[j] = x;
+    }
+}
+
+/* Planar reduction (stats: MODE 0; backward: MODE 1 one BN, 2 the bn2 form). Grid (S, C): block (s, c) adds
+ * channel c's flat vectors [s·chunk, (s+1)·chunk) of the B·Wv; 1-D blocks of BN_THREADS, BN_UNROLL vectors
+ * in flight per thread; float32 runs of at most BN_FOLD vectors per lane folded into float64. */
+template <typename T, int V, int MODE>
+__global__ void __launch_bounds__(BN_THREADS) bn_planar_red_kernel(bn_args a, bn_geom g)
+{
+    const int Z2 = MODE == 2, ns = MODE == 0 ? 2 : (Z2 ? 3 : 2);
+    __shared__ double sh[BN_NSUM][BN_THREADS / 32];
+    int64_t c = blockIdx.y, Wv = g.W / V, total = g.B * Wv;
+    int64_t chunk = (total + a.S - 1) / a.S, j0 = (int64_t)blockIdx.x * chunk;
+    int64_t j1 = j0 + chunk < total ? j0 + chunk : total;
+    bn_c1 k1 = {0.0f, 0.0f, 0.0f, 0.0f}, k2 = {0.0f, 0.0f, 0.0f, 0.0f};
+    float K = 0.0f;
+    if (MODE == 0)
+        K = bn_tof(*bn_plane_at<T>(&a.z1, 0, c, 0));
+    else {
+        k1 = bn_c1_load(&a.p1, c);
+        if (Z2)
+            k2 = bn_c1_load(&a.p2, c);
+    }
+    double d[BN_NSUM] = {0.0, 0.0, 0.0};
+    float f[BN_NSUM][V];
+#pragma unroll
+    for (int s = 0; s < BN_NSUM; s++)
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            f[s][e] = 0.0f;
+    int64_t b = 0, i = 0, bt = blockDim.x;
+    int run = 0;
+    if (j0 + threadIdx.x < j1)
+        bn_plane_pos(j0 + threadIdx.x, Wv, &b, &i);
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += BN_UNROLL * bt) {
+        int64_t pb[BN_UNROLL], pi[BN_UNROLL];
+#pragma unroll
+        for (int r = 0; r < BN_UNROLL; r++) {
+            pb[r] = b;
+            pi[r] = i;
+            bn_plane_advance(bt, Wv, &b, &i);
+        }
+        if (MODE == 0) {
+            float x[BN_UNROLL][V];
+#pragma unroll
+            for (int r = 0; r < BN_UNROLL; r++)
+                if (j + r * bt < j1)
+                    bn_vload_at<T, V>(bn_plane_at<T>(&a.z1, pb[r], c, pi[r] * V), x[r]);
+#pragma unroll
+            for (int r = 0; r < BN_UNROLL; r++)
+                if (j + r * bt < j1)
+#pragma unroll
+                    for (int e = 0; e < V; e++) {
+                        float t = x[r][e] - K;
+                        f[0][e] += t;
+                        f[1][e] += t * t;
+                    }
+        }
+        else {
+#pragma unroll
+            for (int r = 0; r < BN_UNROLL; r++) {
+                if (j + r * bt >= j1)
+                    continue;
+                float gg[V], xh1[V], xh2[V];
+                int64_t o = pi[r] * V;
+                bn_planar_g<T, V, Z2>(&a, bn_plane_at<T>(&a.z1, pb[r], c, o),
+                                      Z2 ? bn_plane_at<T>(&a.z2, pb[r], c, o) : (const T *)NULL,
+                                      bn_plane_at<T>(&a.gy, pb[r], c, o), k1, k2, gg, xh1, xh2);
+#pragma unroll
+                for (int e = 0; e < V; e++) {
+                    f[0][e] += gg[e];
+                    f[1][e] += gg[e] * xh1[e];
+                    if (Z2)
+                        f[2][e] += gg[e] * xh2[e];
+                }
+            }
+        }
+        run += BN_UNROLL;
+        if (run >= BN_FOLD) {
+#pragma unroll
+            for (int s = 0; s < BN_NSUM; s++)
+#pragma unroll
+                for (int e = 0; e < V; e++) {
+                    d[s] += f[s][e];
+                    f[s][e] = 0.0f;
+                }
+            run = 0;
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < BN_NSUM; s++)
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            d[s] += f[s][e];
+    double out[BN_NSUM];
+    bn_block_sum1(sh, ns, d, out);
+    if (threadIdx.x == 0)
+        for (int s = 0; s < ns; s++)
+            a.partial[((int64_t)s * a.S + blockIdx.x) * g.C + c] = out[s];
+}
+
+/* Planar elementwise passes: grid (tiles of BN_THREADS·BN_UNROLL vectors along a plane, planes); block
+ * (x, y) does tile x of planes y, y + gridDim.y, ... with that plane's channel constants in registers.
+ * FORM as in bn_fwd_fast_kernel. */
+template <typename T, int V, int FORM>
+__global__ void __launch_bounds__(BN_THREADS) bn_fwd_planar_vec_kernel(bn_args a, bn_geom g)
+{
+    const int Z2 = FORM & 1, RES = FORM & 2;
+    int64_t Wv = g.W / V, planes = g.B * g.C;
+    int64_t i0 = (int64_t)blockIdx.x * BN_THREADS * BN_UNROLL + threadIdx.x;
+    for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
+        int64_t b = p / g.C, c = p - b * g.C;
+        bn_c1 k1 = bn_c1_load(&a.p1, c), k2 = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (Z2)
+            k2 = bn_c1_load(&a.p2, c);
+        float u[BN_UNROLL][V], x[BN_UNROLL][V];
+#pragma unroll
+        for (int r = 0; r < BN_UNROLL; r++)
+            if (i0 + r * BN_THREADS < Wv)
+                bn_vload_at<T, V>(bn_plane_at<T>(&a.z1, b, c, (i0 + r * BN_THREADS) * V), u[r]);
+        if (Z2) {
+#pragma unroll
+            for (int r = 0; r < BN_UNROLL; r++)
+                if (i0 + r * BN_THREADS < Wv)
+                    bn_vload_at<T, V>(bn_plane_at<T>(&a.z2, b, c, (i0 + r * BN_THREADS) * V), x[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < BN_UNROLL; r++)
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                float xh1, xh2;
+                float v = bn_c1_u<Z2>(k1, k2, u[r][e], Z2 ? x[r][e] : 0.0f, &xh1, &xh2);
+                u[r][e] = a.silu ? v * bn_sigmoid(v) : v;
+            }
+        if (RES) {
+#pragma unroll
+            for (int r = 0; r < BN_UNROLL; r++)
+                if (i0 + r * BN_THREADS < Wv)
+                    bn_vload_at<T, V>(bn_plane_at<T>(&a.res, b, c, (i0 + r * BN_THREADS) * V), x[r]);
+#pragma unroll
+            for (int r = 0; r < BN_UNROLL; r++)
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    u[r][e] = x[r][e] + u[r][e];
+        }
+#pragma unroll
+        for (int r = 0; r < BN_UNROLL; r++)
+            if (i0 + r * BN_THREADS < Wv)
+                bn_vstore_at<T, V>(bn_plane_at<T>(&a.out, b, c, (i0 + r * BN_THREADS) * V), u[r], 0);
+    }
+}
+
+template <typename T, int V, int Z2>
+__global__ void __launch_bounds__(BN_THREADS) bn_bwd_planar_vec_kernel(bn_args a, bn_geom g)
+{
+    int64_t Wv = g.W / V, planes = g.B * g.C, C = g.C;
+    int64_t i0 = (int64_t)blockIdx.x * BN_THREADS * BN_UNROLL + threadIdx.x;
+    for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
+        int64_t b = p / C, c = p - b * C;
+        bn_c1 k1 = bn_c1_load(&a.p1, c), k2 = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (Z2)
+            k2 = bn_c1_load(&a.p2, c);
+        float q0 = a.coef[c], q1 = a.coef[C + c], q2 = Z2 ? a.coef[2 * C + c] : 0.0f;
+        float a1 = a.coef[3 * C + c], a2 = Z2 ? a.coef[4 * C + c] : 0.0f;
+        float gg[BN_UNROLL][V], xh1[BN_UNROLL][V], xh2[BN_UNROLL][V];
+#pragma unroll
+        for (int r = 0; r < BN_UNROLL; r++) {
+            int64_t o = (i0 + r * BN_THREADS) * V;
+            if (i0 + r * BN_THREADS < Wv)
+                bn_planar_g<T, V, Z2>(&a, bn_plane_at<T>(&a.z1, b, c, o),
+                                      Z2 ? bn_plane_at<T>(&a.z2, b, c, o) : (const T *)NULL,
+                                      bn_plane_at<T>(&a.gy, b, c, o), k1, k2, gg[r], xh1[r], xh2[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < BN_UNROLL; r++) {
+            int64_t o = (i0 + r * BN_THREADS) * V;
+            if (i0 + r * BN_THREADS >= Wv)
+                continue;
+            float dz[V];
+            if (a.dz1.data != NULL) {
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    dz[e] = a1 * ((gg[r][e] - q0) - xh1[r][e] * q1);
+                bn_vstore_at<T, V>(bn_plane_at<T>(&a.dz1, b, c, o), dz, a.accumulate);
+            }
+            if (Z2 && a.dz2.data != NULL) {
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    dz[e] = a2 * ((gg[r][e] - q0) - xh2[r][e] * q2);
+                bn_vstore_at<T, V>(bn_plane_at<T>(&a.dz2, b, c, o), dz, a.accumulate);
+            }
+        }
+    }
+}
 /* ---- host side ---- */
 
 static int64_t bn_splits(int64_t n)
@@ -779,10 +1141,22 @@ static int64_t bn_fast_splits(int64_t n)
     return s < 1 ? 1 : (s > BN_FAST_SPLITS ? BN_FAST_SPLITS : s);
 }
 
+/* Planar fast reductions: about BN_PLANAR_BLOCKS blocks over the C channels, each at least
+ * BN_PLANAR_MIN_VECS vectors of its channel's `per_channel`. */
+#define BN_PLANAR_BLOCKS 1056     /* 8 per SM on a 132-SM H200 */
+#define BN_PLANAR_MIN_VECS 1024
+static int64_t bn_planar_splits(int64_t C, int64_t per_channel)
+{
+    int64_t s = yv_ceil_div(BN_PLANAR_BLOCKS, C), most = yv_ceil_div(per_channel, BN_PLANAR_MIN_VECS);
+    s = s < most ? s : most;
+    return s < 1 ? 1 : (s > BN_FAST_SPLITS ? BN_FAST_SPLITS : s);
+}
+
 static size_t bn_partial_bytes(yv_bn_shape s)
 {
-    int64_t n = s.B * s.H * s.W, S = bn_splits(n), Sf = bn_fast_splits(n);
+    int64_t n = s.B * s.H * s.W, S = bn_splits(n), Sf = bn_fast_splits(n), Sp = bn_planar_splits(s.C, n);
     S = S > Sf ? S : Sf;
+    S = S > Sp ? S : Sp;
     return yv_align256((size_t)BN_NSUM * (size_t)S * (size_t)s.C * sizeof(double));
 }
 
@@ -862,6 +1236,72 @@ static int bn_fast_vec(const bn_geom *g, yv_view4 *ops[], int nops, int max_byte
     return v;
 }
 
+/* The planar fast path's vector width: after the merge H == 1 and every present operand has unit inner stride
+ * (planes (b, c) of W contiguous elements), z1's dtype, and for the largest V <= max_bytes/es with W % V == 0
+ * a V-aligned pointer and V-multiple plane strides. 0: not planar, or V would be 1 (the generic planar kernels
+ * serve that). C <= 65535 (grid.y of the reductions). */
+static int bn_planar_vec(const bn_geom *g, yv_view4 *ops[], int nops, int max_bytes)
+{
+    if (g->H != 1 || g->n < 1 || g->C > 65535)
+        return 0;
+    yv_dtype dt = ops[0]->dtype;
+    size_t es = dt == YV_FLOAT32 ? 4 : 2;
+    if (dt != YV_FLOAT32 && dt != YV_FLOAT16 && dt != YV_BFLOAT16)
+        return 0;
+    for (int i = 0; i < nops; i++)
+        if (ops[i]->data != NULL && (ops[i]->dtype != dt || ops[i]->stride[3] != 1))
+            return 0;
+    for (int v = (int)(max_bytes / es); v > 1; v >>= 1) {
+        int ok = g->W % v == 0;
+        for (int i = 0; ok && i < nops; i++)
+            if (ops[i]->data != NULL && ((uintptr_t)ops[i]->data % (v * es) != 0 || ops[i]->stride[0] % v != 0
+                                         || ops[i]->stride[1] % v != 0))
+                ok = 0;
+        if (ok)
+            return v;
+    }
+    return 0;
+}
+
+/* Multiprocessors of the current device (cached per device index). */
+static int bn_sm_count(void)
+{
+    static int cached[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0)
+        return 132;
+    if (dev < 64 && cached[dev] > 0)
+        return cached[dev];
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) {
+        (void)cudaGetLastError();
+        n = 132;
+    }
+    if (dev < 64)
+        cached[dev] = n;
+    return n;
+}
+
+/* Elementwise grids: whole waves of blocks of BN_THREADS on every SM (grid-stride beyond that), never
+ * more than the work. */
+#define BN_ELEM_BLOCKS_PER_SM 24   /* a multiple of 2, 3, 4, 6 and 8 resident blocks: whole waves */
+static unsigned bn_elem_grid(int64_t needed)
+{
+    int64_t most = (int64_t)bn_sm_count() * BN_ELEM_BLOCKS_PER_SM;
+    return (unsigned)(needed < 1 ? 1 : (needed < most ? needed : most));
+}
+
+/* Planar elementwise grid: x over tiles of BN_THREADS·BN_UNROLL vectors of a plane, y over planes (at most
+ * 65535, grid-stride beyond) so that about bn_elem_grid blocks run. */
+static dim3 bn_planar_grid(const bn_geom *g, int v)
+{
+    int64_t tiles = yv_ceil_div(g->W / v, (int64_t)BN_THREADS * BN_UNROLL), planes = g->B * g->C;
+    int64_t y = yv_ceil_div((int64_t)bn_elem_grid(tiles * planes), tiles);
+    y = y < planes ? y : planes;
+    y = y < 65535 ? y : 65535;
+    return dim3((unsigned)tiles, (unsigned)(y < 1 ? 1 : y));
+}
+
 /* Block (tx, ty) of the fast kernels for vector width v. */
 static dim3 bn_fast_block(const bn_geom *g, int v)
 {
@@ -889,6 +1329,17 @@ static dim3 bn_fast_block(const bn_geom *g, int v)
         }                                                                                                       \
         else {                                                                                                  \
             BN_FAST_CASES(KERNEL, Z2, float, v, grid, block, a, g, stream)                                             \
+        }                                                                                                       \
+    } while (0)
+
+/* BN_FAST_LAUNCH with the forward's FORM (0..3: bit 0 z2, bit 1 residual) as the third template argument. */
+#define BN_FORM_LAUNCH(KERNEL, form, dtype, v, grid, block, a, g, stream)                                           \
+    do {                                                                                                        \
+        switch (form) {                                                                                         \
+        case 0: BN_FAST_LAUNCH(KERNEL, 0, dtype, v, grid, block, a, g, stream); break;                          \
+        case 1: BN_FAST_LAUNCH(KERNEL, 1, dtype, v, grid, block, a, g, stream); break;                          \
+        case 2: BN_FAST_LAUNCH(KERNEL, 2, dtype, v, grid, block, a, g, stream); break;                          \
+        default: BN_FAST_LAUNCH(KERNEL, 3, dtype, v, grid, block, a, g, stream); break;                         \
         }                                                                                                       \
     } while (0)
 
@@ -929,10 +1380,15 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
     a.partial = (double *)workspace;
     if (g.C > INT32_MAX)
         return cudaErrorInvalidValue;
-    int v = bn_fast_vec(&g, ops, 1, BN_VEC_BYTES);
+    int v = bn_fast_vec(&g, ops, 1, BN_VEC_BYTES), vp = v > 0 ? 0 : bn_planar_vec(&g, ops, 1, BN_VEC_BYTES);
     if (v > 0) {
         a.S = bn_fast_splits(g.n);
         BN_FAST_LAUNCH(bn_stats_fast_kernel, 0, a.z1.dtype, v, (unsigned)a.S, bn_fast_block(&g, v), a, g, stream);
+    }
+    else if (vp > 0) {
+        a.S = bn_planar_splits(g.C, g.B * (g.W / vp));
+        dim3 grid((unsigned)a.S, (unsigned)g.C);
+        BN_FAST_LAUNCH(bn_planar_red_kernel, 0, a.z1.dtype, vp, grid, BN_THREADS, a, g, stream);
     }
     else {
         a.S = bn_splits(g.n);
@@ -958,11 +1414,16 @@ extern "C" cudaError_t yv_bn_silu_forward(yv_bn_shape s, yv_view4 z1, yv_bn_para
     yv_view4 *ops[] = {&a.z1, &a.z2, &a.res, &a.out};
     int rows = bn_rows_layout(&a.z1, s.C);
     bn_geom g = bn_merge(s, ops, 4);
-    int v = bn_fast_vec(&g, ops, 4, BN_VEC_BYTES);
+    int v = bn_fast_vec(&g, ops, 4, BN_VEC_BYTES), vp = v > 0 ? 0 : bn_planar_vec(&g, ops, 4, BN_VEC_BYTES);
+    int form = (a.z2.data != NULL ? 1 : 0) | (a.res.data != NULL ? 2 : 0);
     if (v > 0) {
         dim3 block = bn_fast_block(&g, v);
-        unsigned grid = bn_grid(yv_ceil_div(g.n, block.y));
-        BN_FAST_LAUNCH(bn_fwd_fast_kernel, 0, a.z1.dtype, v, grid, block, a, g, stream);
+        unsigned grid = bn_elem_grid(yv_ceil_div(g.n, (int64_t)block.y * BN_UNROLL));
+        BN_FORM_LAUNCH(bn_fwd_fast_kernel, form, a.z1.dtype, v, grid, block, a, g, stream);
+    }
+    else if (vp > 0) {
+        BN_FORM_LAUNCH(bn_fwd_planar_vec_kernel, form, a.z1.dtype, vp, bn_planar_grid(&g, vp), BN_THREADS, a, g,
+                       stream);
     }
     else if (rows) {
         bn_fwd_rows_kernel<<<bn_grid(yv_ceil_div(g.n, BN_THREADS / 32)), BN_THREADS, 0, stream>>>(a, g);
@@ -1001,12 +1462,23 @@ extern "C" cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_par
     a.coef = coef;
     /* the reduction reads z1, z2, dy; the elementwise pass also writes dz1, dz2 (their own eligibility) */
     int vr = bn_fast_vec(&g, ops, 3, BN_BWD_VEC_BYTES), v = bn_fast_vec(&g, ops, 5, BN_BWD_VEC_BYTES);
+    int pr = vr > 0 ? 0 : bn_planar_vec(&g, ops, 3, BN_VEC_BYTES);
+    int pv = v > 0 ? 0 : bn_planar_vec(&g, ops, 5, BN_VEC_BYTES);
+    int two = a.z2.data != NULL;
     if (vr > 0) {
         a.S = bn_fast_splits(g.n);
         if (a.z2.data != NULL)
             BN_FAST_LAUNCH(bn_bwd_red_fast_kernel, 1, a.z1.dtype, vr, (unsigned)a.S, bn_fast_block(&g, vr), a, g, stream);
         else
             BN_FAST_LAUNCH(bn_bwd_red_fast_kernel, 0, a.z1.dtype, vr, (unsigned)a.S, bn_fast_block(&g, vr), a, g, stream);
+    }
+    else if (pr > 0) {
+        a.S = bn_planar_splits(g.C, g.B * (g.W / pr));
+        dim3 grid((unsigned)a.S, (unsigned)g.C);
+        if (two)
+            BN_FAST_LAUNCH(bn_planar_red_kernel, 2, a.z1.dtype, pr, grid, BN_THREADS, a, g, stream);
+        else
+            BN_FAST_LAUNCH(bn_planar_red_kernel, 1, a.z1.dtype, pr, grid, BN_THREADS, a, g, stream);
     }
     else {
         a.S = bn_splits(g.n);
@@ -1018,11 +1490,18 @@ extern "C" cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_par
         return cudaGetLastError();
     if (v > 0) {
         dim3 block = bn_fast_block(&g, v);
-        unsigned grid = bn_grid(yv_ceil_div(g.n, block.y));
-        if (a.z2.data != NULL)
+        unsigned grid = bn_elem_grid(yv_ceil_div(g.n, (int64_t)block.y * BN_UNROLL));
+        if (two)
             BN_FAST_LAUNCH(bn_bwd_fast_kernel, 1, a.z1.dtype, v, grid, block, a, g, stream);
         else
             BN_FAST_LAUNCH(bn_bwd_fast_kernel, 0, a.z1.dtype, v, grid, block, a, g, stream);
+    }
+    else if (pv > 0) {
+        dim3 grid = bn_planar_grid(&g, pv);
+        if (two)
+            BN_FAST_LAUNCH(bn_bwd_planar_vec_kernel, 1, a.z1.dtype, pv, grid, BN_THREADS, a, g, stream);
+        else
+            BN_FAST_LAUNCH(bn_bwd_planar_vec_kernel, 0, a.z1.dtype, pv, grid, BN_THREADS, a, g, stream);
     }
     else if (rows) {
         bn_bwd_rows_kernel<<<bn_grid(yv_ceil_div(g.n, BN_THREADS / 32)), BN_THREADS, 0, stream>>>(a, g);

@@ -235,6 +235,29 @@ def test_atomic_save_keeps_old_file_when_the_write_fails(tmp_path, monkeypatch):
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # like a plain open(), not mkstemp's 0600
 
 
+def test_full_disk_is_one_line_and_atomic_copy_without_hard_links(tmp_path, monkeypatch):
+    """atomic_write / atomic_copy: ENOSPC becomes DiskFullError (file, size, free; old file kept); without hard
+    links atomic_copy writes a real copy, and replacing the source later leaves the copy alone."""
+    import errno
+    src, dst = tmp_path / "last.pt", tmp_path / "best.pt"
+    ck.atomic_write(src, b"epoch 1" * 1000)
+    ck.atomic_write(dst, b"old best")
+    monkeypatch.setattr(os, "link", lambda a, b: (_ for _ in ()).throw(OSError(errno.EPERM, "no hard links")))
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left")))
+    with pytest.raises(ck.DiskFullError) as e:
+        ck.atomic_copy(src, dst, what="best.pt of epoch 1")
+    assert str(e.value).startswith(f"No space left on device writing {dst} (best.pt of epoch 1): it needs about "
+                                   f"0.0 MB") and "the previous best.pt is intact" in str(e.value)
+    assert e.value.needed == 7000 and e.value.errno == errno.ENOSPC and isinstance(e.value, OSError)
+    assert dst.read_bytes() == b"old best" and sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    ck.atomic_copy(src, dst)
+    ck.atomic_write(src, b"epoch 2")
+    assert dst.read_bytes() == b"epoch 1" * 1000 and os.stat(src).st_ino != os.stat(dst).st_ino
+    assert ck.is_temp_name(".last.pt.k2j4x9_a.tmp") and not ck.is_temp_name("last.pt")
+
+
 def test_save_refuses_non_plain_data_and_writes_nothing(tmp_path):
     model = fresh_model("gelan-t")
     with pytest.raises(TypeError, match=r"opt\['callback'\]"):
@@ -533,3 +556,10 @@ def test_layer_table_rows():
     # the published layout, including its overflow of long `from` lists into the index column
     assert re.match(r" 29\[28, 25, 22, 15, 18, 21\]  1   3003776  DualDDetect +\[", lines[-1])  # spec §2.1
     assert re.match(r"  0 +-1  1       928  Conv +\[", lines[1])
+    # the published arguments column: the arguments the layer was built with (spec §2.1 rows resolved)
+    assert lines[1].split("Conv", 1)[1].strip() == "[3, 32, 3, 2]"          # c1 first
+    assert lines[3].rstrip().endswith("ELAN1                                   [64, 64, 64, 32]")
+    upsample = next(x for x in lines if "nn.Upsample" in x)
+    assert upsample.rstrip().endswith("[None, 2, 'nearest']")
+    assert lines[-1].rstrip().endswith("DualDDetect                             [80, [128, 192, 256, 128, 192, 256]]")
+    assert all(getattr(layer, "args", None) is not None for layer in m.model)

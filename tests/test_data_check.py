@@ -1,4 +1,6 @@
-"""check-data (yolov9c/data/check.py, yolov9c/cli/check_data.py): output lines and exit codes.
+"""check-data (yolov9c/data/check.py, yolov9c/cli/check_data.py): output lines and exit codes; images without
+a label file ("missing") and label files without an image ("orphan") reported by check-data and by the
+training dataset's scan alike, apart from empty label files.
 
 Run: python -m pytest -q tests/test_data_check.py
 """
@@ -14,6 +16,7 @@ import yaml
 
 from yolov9c.cli.check_data import main
 from yolov9c.data.check import check_data
+from yolov9c.data.dataset import YoloDataset
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,3 +79,66 @@ def test_module_entry_and_synthetic_default(tmp_path):
     assert "train: 128 images, 0 backgrounds, 0 corrupt" in r.stdout
     assert "val: 32 images, 0 backgrounds, 0 corrupt" in r.stdout
     assert (tmp_path / "synthetic-v1-s0" / "data.yaml").is_file()
+
+
+def _pairing_ds(root):
+    """train: 2 labelled, 1 empty label file, 2 images without a label file, 1 orphan label; val: clean."""
+    for split in ("train", "val"):
+        im, lb = root / "images" / split, root / "labels" / split
+        im.mkdir(parents=True)
+        lb.mkdir(parents=True)
+        for i in range(2):
+            cv2.imwrite(str(im / f"{i}.jpg"), np.full((40, 50, 3), 80, np.uint8))
+            (lb / f"{i}.txt").write_text("1 0.5 0.5 0.2 0.2\n")
+    tr_im, tr_lb = root / "images" / "train", root / "labels" / "train"
+    for name in ("nolabel_a", "nolabel_b", "empty"):
+        cv2.imwrite(str(tr_im / f"{name}.png"), np.full((40, 50, 3), 90, np.uint8))
+    (tr_lb / "empty.txt").write_bytes(b"\xef\xbb\xbf\r\n")  # BOM + CRLF, nothing else: a background
+    (tr_lb / "renamed_away.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    y = root / "d.yaml"
+    y.write_text(yaml.safe_dump({"path": ".", "train": "images/train", "val": "images/val", "names": ["a", "b"]}))
+    return y, tr_im, tr_lb
+
+
+def test_check_data_cli_reports_missing_and_orphan_apart_from_empty(tmp_path):
+    y, im, lb = _pairing_ds(tmp_path)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    r = subprocess.run([sys.executable, "-m", "yolov9c", "check-data", "--data", str(y)], capture_output=True,
+                       text=True, env=env, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stderr  # missing labels are backgrounds, orphans unused: still usable
+    lines = r.stdout.splitlines()
+    assert "train: 5 images, 3 backgrounds, 0 corrupt, 2 missing, 1 orphan" in lines
+    assert "val: 2 images, 0 backgrounds, 0 corrupt" in lines
+    assert (f"train: 2 images without a label file (missing, used as backgrounds), e.g. {im / 'nolabel_a.png'} "
+            f"(no {lb / 'nolabel_a.txt'}), {im / 'nolabel_b.png'}") in lines
+    assert f"train: 1 label file without an image (orphan, not used), e.g. {lb / 'renamed_away.txt'}" in lines
+    assert "train: 2 boxes in 2 labelled images" in lines and lines[-1] == "data usable"
+    assert not any(ln.startswith("val: ") and ("missing" in ln or "orphan" in ln) for ln in lines)
+    # second run from the label cache: the same counts
+    r2 = subprocess.run([sys.executable, "-m", "yolov9c", "check-data", "--data", str(y)], capture_output=True,
+                        text=True, env=env, cwd=tmp_path, timeout=120)
+    assert "train: 5 images, 3 backgrounds, 0 corrupt, 2 missing, 1 orphan (label cache" in r2.stdout
+
+
+def test_training_dataset_scan_prints_the_same_lines(tmp_path):
+    y, im, lb = _pairing_ds(tmp_path)
+    checked = []
+    check_data(str(y), label_cache=False, log=checked.append, err=checked.append)
+    lines = []
+    ds = YoloDataset(str(im), img_size=64, augment=True, nc=2, label_cache=False, prefix="train: ", log=lines.append)
+    assert len(ds) == 5 and lines[-1] == "train: 5 images, 3 backgrounds, 0 corrupt, 2 missing, 1 orphan"
+    assert [ln for ln in lines if "without" in ln] == [ln for ln in checked if ln.startswith("train: ") and
+                                                       "without" in ln] != []
+    assert ds.scan.missing == [str(im / "nolabel_a.png"), str(im / "nolabel_b.png")]
+    assert ds.scan.orphans == [str(lb / "renamed_away.txt")]
+
+
+def test_train_split_whose_labels_are_all_missing_says_so(tmp_path):
+    y, im, lb = _pairing_ds(tmp_path)
+    for f in lb.glob("*.txt"):
+        f.rename(tmp_path / f.name)  # labels moved out of labels/train
+    out = []
+    assert check_data(str(y), label_cache=False, log=out.append, err=out.append) == 1
+    assert "train: 5 images, 5 backgrounds, 0 corrupt, 5 missing" in out
+    assert "train: no labels at all: cannot train on this split (no image has a label file: see the missing " \
+           "line above)" in out

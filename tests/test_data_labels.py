@@ -27,8 +27,6 @@ def _write(path, text):
     ("0 0.5 nan 0.2 0.2\n", "non-finite"),
     ("0 1.2 0.5 0.2 0.2\n", "outside \\[0, 1\\]"),
     ("0 0.5 0.5 -0.1 0.2\n", "outside \\[0, 1\\]"),
-    ("0 0.5 0.5 0 0.2\n", "zero-size box"),
-    ("1 0.2 0.2 0.2 0.2 0.2 0.2\n", "zero-size bounds"),
     ("7 0.5 0.5 0.2 0.2\n", "class 7 >= nc \\(5\\)"),
     ("-1 0.5 0.5 0.2 0.2\n", "not a non-negative integer"),
     ("1.5 0.5 0.5 0.2 0.2\n", "not a non-negative integer"),
@@ -101,8 +99,9 @@ def test_scan_reports_every_bad_file_and_counts(tmp_path):
     res = scan_split(files, nc=3, sources=str(tmp_path / "list.txt"), log=lines.append, prefix="train: ")
     out = "\n".join(lines)
     # usable: 3 good, 2 backgrounds, dup, trunc; skipped: badcls, badcol, empty, corrupt, tiny, pdf
-    assert lines[-1] == "train: 7 images, 2 backgrounds, 6 corrupt"
+    assert lines[-1] == "train: 7 images, 2 backgrounds, 6 corrupt, 1 missing"
     assert (res.n_images, res.n_backgrounds, res.n_corrupt) == (7, 2, 6)
+    assert res.missing == [str(im / "bg_missing.jpg")] and res.orphans == []
     for name, reason in [("badcls.txt", "class 9 >= nc (3)"), ("badcol.txt", "3 columns"),
                          ("empty.jpg", "empty file"), ("corrupt.png", "corrupt image"),
                          ("tiny.png", "too small"), ("doc.pdf", "unsupported image format"),
@@ -110,9 +109,138 @@ def test_scan_reports_every_bad_file_and_counts(tmp_path):
         hit = [ln for ln in lines if ln.startswith("train: ") and name + ": " in ln]
         assert len(hit) == 1, (name, out)
         assert reason in hit[0], hit[0]
-    # one line per bad file, plus one per warning, plus the summary
-    assert len(lines) == 6 + 2 + 1
+    # one line per bad file, plus one per warning, plus the missing line, plus the summary
+    assert len(lines) == 6 + 2 + 1 + 1
+    assert lines[-2] == (f"train: 1 image without a label file (missing, used as background), "
+                         f"e.g. {im / 'bg_missing.jpg'} (no {lb / 'bg_missing.txt'})")
     # every valid label kept: 2 per good image, 1 from dup, 1 from trunc
     assert sum(len(x) for x in res.labels) == 3 * 2 + 1 + 1
     assert sorted(str(p.name) for p in map(__import__("pathlib").Path, res.im_files)) == sorted(
         ["good0.jpg", "good1.jpg", "good2.jpg", "bg_missing.jpg", "bg_empty.jpg", "dup.jpg", "trunc.jpg"])
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def test_bom_and_crlf_file_is_read_like_plain_utf8(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_bytes(b"0 0.5 0.5 0.2 0.4\n3 0.1 0.1 0.3 0.1 0.2 0.4\n")
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes(BOM + b"0 0.5 0.5 0.2 0.4\r\n3 0.1 0.1 0.3 0.1 0.2 0.4\r\n")  # as Notepad saves it
+    a, b = parse_label_file(plain, nc=4), parse_label_file(bom, nc=4)
+    assert a[0].shape == (2, 5) and np.array_equal(a[0], b[0]) and a[2] == b[2] == []
+    assert all(np.array_equal(x, y) for x, y in zip(a[1], b[1]))
+    u16 = tmp_path / "u16.txt"  # Notepad's "Unicode": UTF-16 LE with its BOM
+    u16.write_bytes("0 0.5 0.5 0.2 0.4\r\n3 0.1 0.1 0.3 0.1 0.2 0.4\r\n".encode("utf-16"))
+    assert np.array_equal(parse_label_file(u16, nc=4)[0], a[0])
+
+
+@pytest.mark.parametrize("data", [BOM, BOM + b"\r\n", BOM + b"  \r\n\r\n"])
+def test_bom_only_file_is_a_background(tmp_path, data):
+    f = tmp_path / "a.txt"
+    f.write_bytes(data)
+    labels, segments, notes = parse_label_file(f, nc=3)
+    assert labels.shape == (0, 5) and segments == [] and notes == []
+
+
+@pytest.mark.parametrize("data, words", [
+    (BOM + b"0 0.5 0.5 0.2 0.2\r\n1 0.5 0.5 0.2\r\n", ["line 2", "4 columns", "'1 0.5 0.5 0.2'"]),
+    (BOM + b"0 0.5 0.5 0.2 0.2\r\n1 0.5 O.5 0.2 0.2\r\n", ["line 2", "non-numeric value 'O.5'",
+                                                           "'1 0.5 O.5 0.2 0.2'"]),
+    # a second BOM inside the file (two files concatenated): the escape shows the invisible character
+    (BOM + b"0 0.5 0.5 0.2 0.2\n" + BOM + b"1 0.5 0.5 0.2 0.2\n", ["line 2", "'\\ufeff1'"]),
+    (b"0 0.5 0.5 0.2 0.2\n\xff\xfe\x00junk\n", ["not a UTF-8 text file"]),
+    (BOM + b"4 0.5 0.5 0.2 0.2\r\n", ["line 1", "class 4 >= nc (3)", "'4 0.5 0.5 0.2 0.2'"]),
+])
+def test_bad_row_messages_name_the_line_and_quote_it(tmp_path, data, words):
+    f = tmp_path / "a.txt"
+    f.write_bytes(data)
+    with pytest.raises(BadLabels) as e:
+        parse_label_file(f, nc=3)
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+
+
+def _pairing_dataset(root, n_good=2, missing=(), orphans=(), empty=()):
+    """images/train + labels/train: n_good labelled images, images without a label file (`missing`),
+    with an empty label file (`empty`), and label files without an image (`orphans`)."""
+    im, lb = root / "images" / "train", root / "labels" / "train"
+    for i in range(n_good):
+        _img(im / f"g{i}.jpg")
+        _write(lb / f"g{i}.txt", "0 0.5 0.5 0.2 0.2\n")
+    for name in missing:
+        _img(im / f"{name}.jpg")
+    for name in empty:
+        _img(im / f"{name}.png")
+        _write(lb / f"{name}.txt", "")
+    for name in orphans:
+        _write(lb / f"{name}.txt", "1 0.5 0.5 0.2 0.2\n")
+    return im, lb
+
+
+def _scan_lines(sources, nc=2, use_cache=False):
+    lines = []
+    res = scan_split(collect_image_files(sources), nc, sources=sources, use_cache=use_cache, log=lines.append,
+                     prefix="train: ")
+    return res, lines
+
+
+def test_missing_orphan_and_empty_are_counted_apart_with_examples(tmp_path):
+    im, lb = _pairing_dataset(tmp_path, missing=["m0", "m1", "m2", "m3"], orphans=["o0", "o1"], empty=["e0"])
+    res, lines = _scan_lines(str(im))
+    assert lines[-1] == "train: 7 images, 5 backgrounds, 0 corrupt, 4 missing, 2 orphan"
+    assert res.missing == [str(im / f"m{i}.jpg") for i in range(4)]
+    assert res.orphans == [str(lb / "o0.txt"), str(lb / "o1.txt")]
+    miss = [ln for ln in lines if "without a label file" in ln]
+    orph = [ln for ln in lines if "without an image" in ln]
+    assert len(miss) == len(orph) == 1 and len(lines) == 3
+    # up to 3 examples, the first with the label path that was looked for
+    assert miss[0] == (f"train: 4 images without a label file (missing, used as backgrounds), e.g. "
+                       f"{im / 'm0.jpg'} (no {lb / 'm0.txt'}), {im / 'm1.jpg'}, {im / 'm2.jpg'}")
+    assert orph[0] == f"train: 2 label files without an image (orphan, not used), e.g. {lb / 'o0.txt'}, {lb / 'o1.txt'}"
+    # orphans never reach training; empty and missing are backgrounds
+    assert str(lb / "o0.txt") not in res.label_files and res.n_backgrounds == 4 + 1
+
+
+def test_clean_split_prints_the_published_line_only(tmp_path):
+    im, _ = _pairing_dataset(tmp_path, empty=["e0"])
+    res, lines = _scan_lines(str(im))
+    assert lines == ["train: 3 images, 1 backgrounds, 0 corrupt"] and res.missing == res.orphans == []
+
+
+def test_list_of_some_images_makes_no_orphans_and_skips_its_own_txt(tmp_path):
+    # a .txt list naming only g0: the labels of g1 (an image on disk, not in this split) are not orphans;
+    # images beside their labels (no images/ folder): the list file itself is no orphan either
+    im, lb = _pairing_dataset(tmp_path, orphans=["o0"])
+    lst = tmp_path / "part.txt"
+    lst.write_text(f"{im / 'g0.jpg'}\n")
+    res, lines = _scan_lines(str(lst))
+    assert res.orphans == [str(lb / "o0.txt")] and lines[-1] == "train: 1 images, 0 backgrounds, 0 corrupt, 1 orphan"
+    flat = tmp_path / "flat"
+    _img(flat / "a.jpg")
+    _write(flat / "a.txt", "0 0.5 0.5 0.2 0.2\n")
+    _write(flat / "stray.txt", "0 0.5 0.5 0.2 0.2\n")
+    (flat / "list.txt").write_text("a.jpg\n")
+    res, _ = _scan_lines(str(flat / "list.txt"))
+    assert res.orphans == [str(flat / "stray.txt")] and res.n_images == 1 and res.missing == []
+
+
+def test_missing_and_orphan_found_again_when_the_cache_is_used(tmp_path):
+    im, lb = _pairing_dataset(tmp_path, missing=["m0"])
+    first, _ = _scan_lines(str(im), use_cache=True)
+    assert not first.from_cache and first.missing == [str(im / "m0.jpg")] and first.orphans == []
+    _write(lb / "late_orphan.txt", "0 0.5 0.5 0.2 0.2\n")  # not in the cache key: the cache stays valid
+    again, lines = _scan_lines(str(im), use_cache=True)
+    assert again.from_cache and again.missing == first.missing and again.orphans == [str(lb / "late_orphan.txt")]
+    assert lines[-1].startswith("train: 3 images, 1 backgrounds, 0 corrupt, 1 missing, 1 orphan")
+
+
+def test_zero_size_boxes_keep_their_image(tmp_path):
+    """As published: a zero-width box and a zero-size polygon keep the image and every row; a note says so
+    (mosaic and random_perspective's box filter drop them from the training samples)."""
+    f = _write(tmp_path / "a.txt", "1 0.5 0.5 0.1 0.1\n0 0.5 0.5 0 0.1\n2 0.2 0.2 0.2 0.2 0.2 0.2\n")
+    labels, segments, notes = parse_label_file(f, nc=5)
+    assert labels.shape == (3, 5)
+    assert labels[1, 3] == 0 and labels[2, 3] == 0 and labels[2, 4] == 0
+    assert len(segments) == 3
+    assert notes == ["2 zero-size boxes kept (the augmentations drop them)"]

@@ -124,7 +124,7 @@ def test_cpu_terms_are_not_trivial():
     out, grads = run(det_loss, maps, strides, t)
     assert (out > 0).all()
     # DFL targets beyond the clamp on both sides exist in this scene
-    from yolov9c.models.head import make_anchors
+    from yolov9c.geometry import make_anchors
 
     pts, sc = make_anchors(maps, strides, 0.5)
     tb = t["target_boxes"].double() / sc
@@ -246,32 +246,37 @@ def test_raw_binding_checks():
     a = extension.arg
     tss = t["target_scores_sum"].reshape(1).float()
     ws, out = torch.empty(0, dtype=torch.uint8), torch.empty(3, dtype=torch.float64)
-    args = [tuple(a(m) for m in maps), tuple(strides), 16, a(t["target_labels"]), a(t["target_boxes"]),
-            a(t["target_norm"]), a(t["fg_mask"]), a(tss), 0.0, 1.0, 14.99, a(ws), a(out), 0]
+    targets = (a(t["target_labels"]), a(t["target_boxes"]), a(t["target_norm"]), a(t["fg_mask"]), a(tss))
+    args = [tuple(a(m) for m in maps), tuple(strides), 16, targets, 0.0, 1.0, 14.99, a(ws), a(out), 0]
     C.det_loss_forward(*args)
     assert torch.isfinite(out).all()
-    with pytest.raises(TypeError, match="takes exactly 14"):
+    with pytest.raises(TypeError, match="takes exactly 10"):
         C.det_loss_forward(*args[:-1])
+
+    def with_target(k, v):
+        return targets[:k] + (v,) + targets[k + 1:]
+
     for k, v, err, msg in [(1, (8.0, 16.0), ValueError, "strides"), (1, (8.0, -16.0, 32.0), ValueError, "positive"),
-                           (2, 1, ValueError, "reg_max"), (8, -0.1, ValueError, "label_smoothing"),
-                           (9, 0.0, ValueError, "pos_weight"), (10, 15.0, ValueError, "max_dist"),
-                           (10, float("nan"), ValueError, "max_dist"), (13, 5, ValueError, "stream"),
-                           (7, a(torch.zeros(1)), ValueError, "target_scores_sum"),
-                           (3, a(t["target_labels"].float()), TypeError, "target_labels"),
-                           (12, a(torch.empty(2, dtype=torch.float64)), ValueError, "out"),
+                           (2, 1, ValueError, "reg_max"), (4, -0.1, ValueError, "label_smoothing"),
+                           (5, 0.0, ValueError, "pos_weight"), (6, 15.0, ValueError, "max_dist"),
+                           (6, float("nan"), ValueError, "max_dist"), (9, 5, ValueError, "stream"),
+                           (3, with_target(4, a(torch.zeros(1))), ValueError, "target_scores_sum"),
+                           (3, with_target(0, a(t["target_labels"].float())), TypeError, "target_labels"),
+                           (3, targets[:4], TypeError, "targets must be a tuple of 5"),
+                           (8, a(torch.empty(2, dtype=torch.float64)), ValueError, "out"),
                            (0, (), ValueError, "maps"), (0, maps[0].numpy(), TypeError, "maps")]:
         bad = list(args)
         bad[k] = v
         with pytest.raises(err, match=msg):
             C.det_loss_forward(*bad)
     grads = tuple(a(torch.empty_like(m)) for m in maps)
-    bargs = args[:11] + [a(torch.ones(3, dtype=torch.float64)), grads, 0]
+    bargs = args[:7] + [a(torch.ones(3, dtype=torch.float64)), grads, 0]
     C.det_loss_backward(*bargs)
     bad = list(bargs)
-    bad[12] = grads[:2]
+    bad[8] = grads[:2]
     with pytest.raises(ValueError, match="grads"):
         C.det_loss_backward(*bad)
-    bad[12] = tuple(a(torch.empty(2, 69, 3, 3, dtype=torch.float64)) for _ in maps)
+    bad[8] = tuple(a(torch.empty(2, 69, 3, 3, dtype=torch.float64)) for _ in maps)
     with pytest.raises(ValueError, match="grads"):
         C.det_loss_backward(*bad)
     with pytest.raises(ValueError, match="boxes"):

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from yolov9c.engine.detect.predictor import detect, main_head_output, scale_boxes
+from yolov9c.engine.detect.predictor import detect, main_head_output
+from yolov9c.geometry import scale_boxes
 
 NAMES = ["zero", "one", "two", "three"]
 

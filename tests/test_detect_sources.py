@@ -90,10 +90,53 @@ def test_video_frames_with_vid_stride(media, vid_stride, expect):
     assert frames[0].describe().startswith(f"video 1/1 (frame 1/{expect}) ")
 
 
-def test_bad_vid_stride_and_unreadable_image(tmp_path):
+def test_bad_vid_stride_raises():
     with pytest.raises(SourceError, match="vid-stride"):
         MediaSource([], vid_stride=0)
-    bad = tmp_path / "bad.jpg"
-    bad.write_bytes(b"not a jpeg at all")
-    with pytest.raises(SourceError, match="bad.jpg: cannot read image"):
-        list(MediaSource([str(bad)], imgsz=64))
+
+
+def _bad_files(d):
+    """An empty file, a garbage file with a .jpg name, a PNG cut in half, a garbage .mp4: name → reason."""
+    (d / "empty.jpg").write_bytes(b"")
+    (d / "garbage.jpg").write_bytes(b"not a jpeg at all" * 10)
+    ok, buf = cv2.imencode(".png", np.random.default_rng(0).integers(0, 255, (40, 40, 3), dtype=np.uint8))
+    (d / "half.png").write_bytes(buf.tobytes()[:len(buf) // 2])
+    (d / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + bytes(200))
+    return {"empty.jpg": "empty file", "garbage.jpg": "corrupt image (does not decode)",
+            "half.png": "corrupt image (does not decode)", "broken.mp4": "cannot open video"}
+
+
+def test_unreadable_files_are_skipped_with_one_warning_each(tmp_path, capfd):
+    d = tmp_path / "mixed"
+    d.mkdir()
+    reasons = _bad_files(d)
+    _write_image(d / "good1.jpg", 40, 60)
+    _write_image(d / "good2.png", 30, 30)
+    _write_video(d / "good3.mp4", 3)
+    # bad files first, between and last: [broken.mp4, empty.jpg, garbage.jpg, good1, good2, good3, half.png]
+    files = resolve_sources(d)
+    warnings = []
+    src = MediaSource(files, imgsz=64, stride=32, warn=warnings.append)
+    frames = list(src)
+    assert [(f.path.split("/")[-1], f.frame) for f in frames] == [
+        ("good1.jpg", 0), ("good2.png", 0), ("good3.mp4", 1), ("good3.mp4", 2), ("good3.mp4", 3)]
+    assert [p.split("/")[-1] for p, _ in src.failed] == ["broken.mp4", "empty.jpg", "garbage.jpg", "half.png"]
+    assert len(warnings) == 4
+    for (path, reason), line in zip(src.failed, warnings):
+        name = path.split("/")[-1]
+        assert reason.startswith(reasons[name]), (name, reason)
+        kind = "video" if name.endswith(".mp4") else "image"
+        assert line == f"WARNING: {kind} {files.index(path) + 1}/7 {path}: {reason}, skipped"
+    # OpenCV's own complaints about the broken files are silenced: the warning lines are the only report
+    captured = capfd.readouterr()
+    assert "grfmt" not in captured.err and "moov" not in captured.err and "libpng" not in captured.err.lower()
+    # a second pass starts a fresh list
+    list(src)
+    assert len(src.failed) == 4 and len(warnings) == 8
+
+
+def test_video_shorter_than_vid_stride_is_reported(media):
+    warnings = []
+    src = MediaSource([str(media / "clip.mp4")], imgsz=64, vid_stride=9, warn=warnings.append)
+    assert list(src) == []
+    assert src.failed == [(str(media / "clip.mp4"), "5 frames, fewer than --vid-stride 9: no frame kept")]

@@ -36,3 +36,21 @@ def test_train_dual_bad_value_is_an_argparse_error():
     r = _run(REPO / "train_dual.py", "--optimizer", "RMSprop")
     assert r.returncode == 2
     assert "invalid choice" in r.stderr and "SGD" in r.stderr and "LION" in r.stderr
+
+
+@pytest.mark.parametrize("script", ["val.py", "detect.py", "val_dual.py"])
+def test_single_head_entry_points_help(script):
+    """train.py / val.py / detect.py: the published single-head scripts, same flags as the _dual ones."""
+    r = _run(REPO / script, "--help")
+    assert r.returncode == 0, r.stderr
+    assert f"usage: {script}" in r.stdout
+    assert "--weights" in r.stdout and "--device" in r.stdout
+
+
+def test_train_py_has_the_train_dual_flags():
+    r = _run(REPO / "train.py", "--help")
+    assert r.returncode == 0, r.stderr
+    for flag in ("--cfg", "--hyp", "--data", "--min-items", "--close-mosaic", "--backend"):
+        assert flag in r.stdout
+    r = _run(REPO / "train.py", "--optimizer", "RMSprop")
+    assert r.returncode == 2 and "invalid choice" in r.stderr

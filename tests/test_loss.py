@@ -20,11 +20,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from yolov9c.loss.assigner import TaskAlignedAssigner, anchors_in_boxes
+from yolov9c.geometry import anchors_in_boxes, bbox_ciou, dist2bbox, make_anchors
+from yolov9c.loss.assigner import TaskAlignedAssigner
 from yolov9c.loss.bbox_loss import BboxLoss, dfl_loss
-from yolov9c.loss.boxes import bbox2dist, bbox_ciou, xywh2xyxy
-from yolov9c.loss.detection import DetectionLoss, DualDetectionLoss, pack_targets
-from yolov9c.models.head import dist2bbox, make_anchors
+from yolov9c.loss.detection import DetectionLoss, pack_targets
 
 from golden_weights import CONFIGS, GOLDEN_DIR, GOLDEN_TARGETS as TARGETS  # noqa: E402
 from yolov9c.resources import DEFAULT_HYP as HYP  # noqa: E402
@@ -41,8 +40,7 @@ def golden_maps(cfg, dtype=torch.float64):
 
 
 def loss_for(cfg, hyp=None):
-    cls = DualDetectionLoss if cfg.startswith("yolov9") else DetectionLoss
-    return cls(80, 16, [8, 16, 32], hyp if hyp is not None else HYP)
+    return DetectionLoss(80, 16, [8, 16, 32], hyp if hyp is not None else HYP, dual=cfg.startswith("yolov9"))
 
 
 def rel_err(a, b):
@@ -84,74 +82,6 @@ def test_bad_preds_raise():
         loss_for("gelan-t")(preds[:2], TARGETS)
     with pytest.raises(ValueError):
         loss_for("yolov9-t")(preds, TARGETS)  # single-branch maps given to the dual loss
-
-
-# -- box helpers -----------------------------------------------------------------------------------------------
-
-
-def test_ciou_hand_values():
-    b = lambda *v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
-    # concentric, same aspect ratio: CIoU = IoU = 4 / 16
-    assert abs(bbox_ciou(b(0, 0, 2, 2), b(-1, -1, 3, 3)).item() - 0.25) < 1e-6
-    # disjoint, same shape, centres 3 apart: IoU 0, ρ² = 9, enclosing 5×2 -> c² = 29
-    assert abs(bbox_ciou(b(0, 0, 2, 2), b(3, 0, 5, 2)).item() - (-9 / 29)) < 1e-6
-    # different aspect ratios: (0,0,2,2) vs (0,0,2,1): IoU 1/2, ρ² = 0.25, c² = 8
-    v = 4 / math.pi**2 * (math.atan(2 / 1) - math.atan(2 / 2)) ** 2
-    alpha = v / (v - 0.5 + 1)
-    want = 0.5 - (0.25 / 8 + alpha * v)
-    assert abs(bbox_ciou(b(0, 0, 2, 2), b(0, 0, 2, 1)).item() - want) < 1e-6
-    # broadcasting (M, 1, 4) × (1, A, 4) -> (M, A), symmetric in its arguments
-    g = torch.Generator().manual_seed(0)
-    x = torch.rand(3, 1, 4, generator=g, dtype=torch.float64) + torch.tensor([0, 0, 1, 1], dtype=torch.float64)
-    y = torch.rand(1, 5, 4, generator=g, dtype=torch.float64) + torch.tensor([0, 0, 1, 1], dtype=torch.float64)
-    assert bbox_ciou(x, y).shape == (3, 5)
-    assert torch.allclose(bbox_ciou(x, y), bbox_ciou(y, x), rtol=1e-12)
-    assert (bbox_ciou(x, y) <= 1).all() and (bbox_ciou(x, y) > -1.5).all()
-
-
-def test_ciou_gradient_treats_alpha_as_constant():
-    """d CIoU / d box equals the numerical derivative of IoU − ρ²/c² − α₀·v with α frozen at its value."""
-    b1 = torch.tensor([1.0, 2.0, 4.0, 3.5], dtype=torch.float64, requires_grad=True)
-    b2 = torch.tensor([1.5, 1.0, 5.0, 5.0], dtype=torch.float64)
-    bbox_ciou(b1, b2).backward()
-    eps = 1e-7
-
-    def parts(x):
-        w1, h1 = x[2] - x[0], x[3] - x[1] + eps
-        w2, h2 = b2[2] - b2[0], b2[3] - b2[1] + eps
-        inter = (min(x[2], b2[2]) - max(x[0], b2[0])).clamp(0) * (min(x[3], b2[3]) - max(x[1], b2[1])).clamp(0)
-        iou = inter / (w1 * h1 + w2 * h2 - inter + eps)
-        c2 = (max(x[2], b2[2]) - min(x[0], b2[0])) ** 2 + (max(x[3], b2[3]) - min(x[1], b2[1])) ** 2 + eps
-        rho2 = ((b2[0] + b2[2] - x[0] - x[2]) ** 2 + (b2[1] + b2[3] - x[1] - x[3]) ** 2) / 4
-        v = 4 / math.pi**2 * (torch.atan(w2 / h2) - torch.atan(w1 / h1)) ** 2
-        return iou, rho2 / c2, v
-
-    x0 = b1.detach()
-    iou0, _, v0 = parts(x0)
-    alpha0 = v0 / (v0 - iou0 + 1 + eps)
-    f = lambda x: (lambda i, d, v: i - d - alpha0 * v)(*parts(x))  # noqa: E731
-    num = torch.stack([(f(x0 + h) - f(x0 - h)) / 2e-6 for h in torch.eye(4, dtype=torch.float64) * 1e-6])
-    assert torch.allclose(b1.grad, num, atol=1e-7), (b1.grad, num)
-    # and it differs from the full derivative (α depending on the box), so the freeze is what is tested
-    g = lambda x: (lambda i, d, v: i - d - v * v / (v - i + 1 + eps))(*parts(x))  # noqa: E731
-    full = torch.stack([(g(x0 + h) - g(x0 - h)) / 2e-6 for h in torch.eye(4, dtype=torch.float64) * 1e-6])
-    assert (full - num).abs().max() > 1e-4
-
-
-def test_anchor_grid_and_distances():
-    feats = [torch.zeros(1, 1, 4, 6), torch.zeros(1, 1, 2, 3)]
-    pts, st = make_anchors(feats, [8, 16])
-    assert pts.shape == (24 + 6, 2) and st.shape == (30, 1)
-    assert pts[0].tolist() == [0.5, 0.5] and pts[5].tolist() == [5.5, 0.5] and pts[6].tolist() == [0.5, 1.5]
-    assert pts[24].tolist() == [0.5, 0.5] and pts[-1].tolist() == [2.5, 1.5]
-    assert st[:24].eq(8).all() and st[24:].eq(16).all()
-    # dist2bbox and bbox2dist invert each other inside the clamp range, which is [0, 14.99]
-    d = torch.rand(2, 30, 4, dtype=torch.float64) * 14
-    boxes = dist2bbox(d, pts.double(), xywh=False)
-    assert torch.allclose(bbox2dist(pts.double(), boxes, 14.99), d, atol=1e-12)
-    far = torch.tensor([[-30.0, 0.0, 40.0, 1.0]], dtype=torch.float64)
-    assert bbox2dist(torch.tensor([[0.5, 0.5]], dtype=torch.float64), far, 14.99).tolist() == [[14.99, 0.5, 14.99, 0.5]]
-    assert xywh2xyxy(torch.tensor([10.0, 20.0, 4.0, 6.0])).tolist() == [8.0, 17.0, 12.0, 23.0]
 
 
 def test_dfl_loss_is_two_bin_cross_entropy():
@@ -448,7 +378,7 @@ def test_make_loss_dispatches_on_the_head_class(tmp_path):
 
     single = make_loss(_detection_container(DDetect(7, (16, 32, 64))))
     dual = make_loss(_Wrapper(_detection_container(DualDDetect(80, (16, 32, 64, 16, 32, 64)))))
-    assert type(single) is DetectionLoss and type(dual) is DualDetectionLoss
+    assert type(single) is DetectionLoss and type(dual) is DetectionLoss and dual.dual and not single.dual
     assert (single.nc, single.reg_max, single.no, single.stride) == (7, 16, 71, [8.0, 16.0, 32.0])
     assert single.hyp["cls_pw"] == 1.0 and single.hyp["fl_gamma"] == 0.0 and "lr0" in single.hyp  # default yaml
     (tmp_path / "h.yaml").write_text("cls_pw: 2.0\nfl_gamma: 1.5\nlabel_smoothing: 0.1\n")

@@ -1,4 +1,4 @@
-"""Tests of the c loss path: make_loss(model, backend="c") = DetectionLoss / DualDetectionLoss with fused=True
+"""Tests of the c loss path: make_loss(model, backend="c") = DetectionLoss(..., backend="c")
 (det_loss_decode + tal_assign + det_loss per branch) against the torch reference loss.
 
 Run: python -m pytest -q tests/test_loss_c.py        (CPU, about 10 s; CUDA cases skip without a GPU)
@@ -21,14 +21,14 @@ from golden_weights import CONFIGS
 from golden_weights import GOLDEN_TARGETS as TARGETS
 from test_loss import GOLDEN_RTOL, golden_maps, loss_for, rel_err
 
-from yolov9c.loss import detection
-from yolov9c.loss.detection import DetectionLoss, DualDetectionLoss
+from yolov9c.loss.detection import DetectionLoss
+from yolov9c.ops import tal_assign as tal_assign_op
 from yolov9c.resources import DEFAULT_HYP as HYP
 
 
 def c_loss_for(cfg, hyp=None):
-    cls = DualDetectionLoss if cfg.startswith("yolov9") else DetectionLoss
-    return cls(80, 16, [8, 16, 32], hyp if hyp is not None else HYP, fused=True)
+    return DetectionLoss(80, 16, [8, 16, 32], hyp if hyp is not None else HYP, backend="c",
+                         dual=cfg.startswith("yolov9"))
 
 
 def maps_of(preds):
@@ -118,9 +118,30 @@ def test_make_loss_backend():
     import yolov9c
 
     model = yolov9c.build_model("gelan-t", nc=3)
-    assert yolov9c.make_loss(model, backend="c").fused and not yolov9c.make_loss(model).fused
+    assert yolov9c.make_loss(model, backend="c").backend == "c" and yolov9c.make_loss(model).backend == "torch"
     with pytest.raises(ValueError, match="backend"):
         yolov9c.make_loss(model, backend="cuda")
+
+
+@pytest.mark.parametrize("backend", ["torch", "c"])
+@pytest.mark.parametrize("cfg", ["gelan-t", "yolov9-t"])
+def test_non_finite_targets_raise_the_same_error_on_both_backends(cfg, backend):
+    """NaN, inf, and a float64 value that overflows the float32 targets: one ValueError naming the rows, the
+    same on both backends (the c branch used to drop such rows silently, the torch one to return NaN)."""
+    import yolov9c
+
+    preds, _ = golden_maps(cfg)
+    loss_fn = yolov9c.make_loss(yolov9c.build_model(cfg, nc=80), backend=backend)  # the public API
+    assert loss_fn.backend == backend and loss_fn.dual == cfg.startswith("yolov9")
+    bad = TARGETS.clone().double()
+    bad[1, 2] = float("nan")
+    bad[3, 4] = float("inf")
+    bad[4, 5] = 1e300  # finite in float64, inf once packed in float32
+    with pytest.raises(ValueError, match=r"3 target row\(s\) not finite \(NaN or inf\): rows 1, 3, 4; row 1 is") as e:
+        loss_fn(preds, bad)
+    assert "[image, class, x, y, w, h]" in str(e.value)
+    total, items = loss_fn(preds, TARGETS)  # the good rows alone are fine
+    assert torch.isfinite(total).all() and torch.isfinite(items).all()
 
 
 def test_dense_image_5000_boxes(monkeypatch):
@@ -137,22 +158,22 @@ def test_dense_image_5000_boxes(monkeypatch):
     targets = torch.cat([dense, sparse])
 
     seen = []
-    real = detection._tal_assign()
+    real = tal_assign_op.tal_assign
 
     def spy(*args, **kw):
         gt_boxes, gt_mask = args[4], args[5]
         seen.append((tuple(gt_boxes.shape), gt_mask.view(B, -1).sum(1).tolist()))
         return real(*args, **kw)
 
-    monkeypatch.setattr(detection, "_tal_assign", lambda: spy)
+    monkeypatch.setattr(tal_assign_op, "tal_assign", spy)
     pc = leaf(preds)
-    total, items = DualDetectionLoss(nc, 16, [8, 16, 32], HYP, fused=True)(pc, targets)
+    total, items = DetectionLoss(nc, 16, [8, 16, 32], HYP, backend="c", dual=True)(pc, targets)
     total.backward()
     assert seen == [((B, n_dense, 4), [n_dense, 2])] * 2  # both branches, every box of both images
     assert torch.isfinite(items).all() and (items > 0).all()
     assert all(torch.isfinite(m.grad).all() for m in maps_of(pc))
     monkeypatch.undo()
-    ref = DualDetectionLoss(nc, 16, [8, 16, 32], HYP)(preds, targets)[1]
+    ref = DetectionLoss(nc, 16, [8, 16, 32], HYP, dual=True)(preds, targets)[1]
     assert rel_err(items, ref).max() < 1e-5, (items, ref)
 
 

@@ -11,21 +11,11 @@ import torch
 from yolov9c.engine.val.metrics import (
     ConfusionMatrix,
     ap_per_class,
-    box_iou,
     compute_ap,
     fitness,
     match_predictions,
     smooth,
 )
-
-
-def test_box_iou_hand_cases():
-    a = torch.tensor([[0.0, 0.0, 10.0, 10.0]])
-    b = torch.tensor([[0.0, 0.0, 10.0, 10.0], [5.0, 0.0, 15.0, 10.0], [20.0, 20.0, 30.0, 30.0]])
-    iou = box_iou(a, b)
-    assert iou.shape == (1, 3)
-    # identical → 1; half overlap: 50 / (100 + 100 - 50) = 1/3; disjoint → 0
-    assert torch.allclose(iou, torch.tensor([[1.0, 1 / 3, 0.0]]), atol=1e-6)
 
 
 def test_ap_perfect_curve_is_0995():

@@ -15,7 +15,7 @@ import yaml
 
 from golden_weights import CONFIGS, GOLDEN_DIR
 from yolov9c.models.common import Conv, RepConvN
-from yolov9c.models.head import DDetect, DFL, DualDDetect, dist2bbox, make_anchors
+from yolov9c.models.head import DDetect, DFL, DualDDetect
 from yolov9c.models.model import DetectionModel
 from yolov9c.models.parse import CONFIG_DIR, parse_activation, resolve_config
 
@@ -130,14 +130,8 @@ def test_forward_dual_head_eval_and_dtype_moves():
     assert y_main64.dtype == torch.float64
 
 
-def test_make_anchors_dist2bbox_dfl():
-    feats = [torch.zeros(1, 1, 2, 3), torch.zeros(1, 1, 1, 1)]
-    pts, st = make_anchors(feats, torch.tensor([8.0, 16.0]))
-    assert pts.tolist() == [[0.5, 0.5], [1.5, 0.5], [2.5, 0.5], [0.5, 1.5], [1.5, 1.5], [2.5, 1.5], [0.5, 0.5]]
-    assert st.view(-1).tolist() == [8.0] * 6 + [16.0]
-    d = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
-    assert dist2bbox(d, torch.tensor([[10.0, 20.0]])).tolist() == [[11.0, 21.0, 4.0, 6.0]]
-    assert dist2bbox(d, torch.tensor([[10.0, 20.0]]), xywh=False).tolist() == [[9.0, 18.0, 13.0, 24.0]]
+def test_dfl_module_is_the_expected_bin():
+    """(make_anchors and dist2bbox: tests/test_geometry.py)"""
     logits = torch.full((1, 64, 1), -1e4)
     for side, bin_ in enumerate((0, 3, 7, 15)):
         logits[0, side * 16 + bin_, 0] = 0.0

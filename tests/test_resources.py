@@ -48,3 +48,32 @@ def test_wheel_carries_the_configs(tmp_path):
     assert "yolov9c/configs/models/detect/yolov9-s.yaml" in names
     assert "yolov9c/configs/hyps/hyp.scratch-high.yaml" in names
     assert any(n.startswith("yolov9c/_C") for n in names)
+
+
+def test_published_paths_find_the_bundled_files(tmp_path, monkeypatch):
+    """`--cfg models/detect/gelan-t.yaml` and `--hyp data/hyps/hyp.scratch-high.yaml` (the published forms)
+    name the bundled files when no such file exists here; other missing paths stay errors."""
+    from yolov9c.models.parse import resolve_config
+    from yolov9c.resources import bundled_file, resolve_hyp
+
+    monkeypatch.chdir(tmp_path)  # no models/ or data/ folder here
+    for name in ("models/detect/gelan-t.yaml", "./models/detect/gelan-t.yaml", "gelan-t.yaml", "gelan-t"):
+        assert bundled_file(name, "model") == MODEL_CONFIG_DIR / "gelan-t.yaml", name
+        d, label, yaml_file = resolve_config(name)
+        assert yaml_file == "gelan-t.yaml" and d["head"][-1][2] == "DDetect"
+    for name in ("data/hyps/hyp.scratch-high.yaml", "hyp.scratch-high.yaml"):
+        assert resolve_hyp(name) == DEFAULT_HYP
+        assert load_hyp(name)["lr0"] == 0.01
+    for name in ("mymodels/gelan-t.yaml", "models/gelan-t.yaml", "/models/detect/gelan-t.yaml",
+                 "data/hyps/gelan-t.yaml", "models/detect/gelan-x.yaml"):
+        assert bundled_file(name, "model") is None, name
+        with pytest.raises(FileNotFoundError, match="gelan-t, gelan-m|not one of"):
+            resolve_config(name)
+    with pytest.raises(FileNotFoundError, match="hyp.scratch-high.yaml"):
+        resolve_hyp("models/detect/hyp.scratch-high.yaml")
+    # an existing file of the published path wins over the bundled one
+    own = tmp_path / "models" / "detect"
+    own.mkdir(parents=True)
+    text = (MODEL_CONFIG_DIR / "gelan-t.yaml").read_text().replace("nc: 80", "nc: 7")
+    (own / "gelan-t.yaml").write_text(text)
+    assert resolve_config("models/detect/gelan-t.yaml")[0]["nc"] == 7

@@ -22,9 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from yolov9c.loss.assigner import TaskAlignedAssigner, anchors_in_boxes, topk_mask
-from yolov9c.loss.boxes import bbox_ciou
-from yolov9c.models.head import make_anchors
+from yolov9c.geometry import anchors_in_boxes, bbox_ciou, make_anchors
+from yolov9c.loss.assigner import TaskAlignedAssigner, topk_mask
 from yolov9c.ops import extension
 from yolov9c.ops.tal_assign import expand_target_scores, tal_assign, tal_assign_reference
 
@@ -278,30 +277,34 @@ def test_bad_arguments_raise():
     out = [torch.empty(B, A, dtype=torch.int64), torch.empty(B, A, 4), torch.empty(B, A),
            torch.empty(B, A, dtype=torch.bool), torch.empty(B, A, dtype=torch.int64)]
     ws = torch.empty(C.tal_assign_workspace_size(B, M, A, 10, False), dtype=torch.uint8)
-    args = [scores, pred, pts, labels.view(B, M).long(), boxes, mask.view(B, M), 10, 0.5, 6.0, 1e-9, False,
-            C.DTYPE_FLOAT32, ws, *out, 0]
+    a = extension.arg
+    gt = (a(labels.view(B, M).long()), a(boxes), a(mask.view(B, M)))
+    targets = tuple(a(x) for x in out)
+    args = [a(scores), a(pred), a(pts), gt, (10, 0.5, 6.0, 1e-9), False, C.DTYPE_FLOAT32, a(ws), targets, 0]
 
     def call(**change):
-        a = list(args)
+        c = list(args)
         for i, v in change.items():
-            a[int(i[1:])] = v
-        return C.tal_assign_forward(*[extension.arg(x) if isinstance(x, torch.Tensor) else x for x in a])
+            c[int(i[1:])] = v
+        return C.tal_assign_forward(*c)
 
     call()
-    with pytest.raises(TypeError, match="19 positional"):
-        C.tal_assign_forward(*[extension.arg(x) if isinstance(x, torch.Tensor) else x for x in args[:-1]])
+    with pytest.raises(TypeError, match="10 positional"):
+        C.tal_assign_forward(*args[:-1])
     with pytest.raises(TypeError, match="gt_boxes"):
-        call(a4=boxes.double())
+        call(a3=(gt[0], a(boxes.double()), gt[2]))
     with pytest.raises(TypeError, match="gt_labels"):
-        call(a3=labels.view(B, M).int())
+        call(a3=(a(labels.view(B, M).int()), gt[1], gt[2]))
+    with pytest.raises(TypeError, match="gt must be a tuple of 3"):
+        call(a3=gt[:2])
     with pytest.raises(ValueError, match="workspace"):
-        call(a12=ws[:16])
+        call(a7=a(ws[:16]))
     with pytest.raises(ValueError, match="round_dtype"):
-        call(a11=C.DTYPE_FLOAT16)
+        call(a6=C.DTYPE_FLOAT16)
     with pytest.raises(ValueError, match="target_norm"):
-        call(a15=torch.empty(B, A + 1))
+        call(a8=targets[:2] + (a(torch.empty(B, A + 1)),) + targets[3:])
     with pytest.raises(ValueError, match="topk"):
-        call(a6=0)
+        call(a4=(0, 0.5, 6.0, 1e-9))
 
 
 # ----------------------------------------------------------------------------------------------- CUDA

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-import yolov9c.loss.detection as detection
+import yolov9c.engine.train.state as train_state
 from yolov9c.cli.train import main
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train.results import read_results
@@ -39,7 +39,7 @@ def data(tmp_path_factory):
 def _train(data, project, monkeypatch, backend, *extra):
     """Run train_dual.py's main in-process; returns the first loss the trainer computed (total, items)."""
     seen = []
-    real = detection.make_loss
+    real = train_state.make_loss
 
     def recording_make_loss(model, hyp=None, backend="torch"):
         fn = real(model, hyp, backend=backend)
@@ -50,7 +50,7 @@ def _train(data, project, monkeypatch, backend, *extra):
             return out
         return loss
 
-    monkeypatch.setattr(detection, "make_loss", recording_make_loss)
+    monkeypatch.setattr(train_state, "make_loss", recording_make_loss)
     argv = ["--data", data, "--cfg", "yolov9-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1",
             "--workers", "0", "--noplots", "--noval", "--device", "cpu", "--seed", "7", "--project", str(project),
             "--backend", backend, *extra]
@@ -87,7 +87,8 @@ def test_c_backend_trains_and_matches_torch(data, tmp_path, monkeypatch, capsys)
 
 def test_default_backend_follows_the_device():
     from yolov9c.cli.train import parse_opt
-    from yolov9c.engine.train.trainer import TrainError, _resolve_backend
+    from yolov9c.engine.train.errors import TrainError
+    from yolov9c.engine.train.state import resolve_backend as _resolve_backend
 
     said = []
     opt = parse_opt([])

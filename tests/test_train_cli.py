@@ -7,7 +7,8 @@ Run: python -m pytest -q tests/test_train_cli.py
 
 import pytest
 
-from yolov9c.cli.train import build_parser, main, parse_opt, resolve_hyp_path
+from yolov9c.cli.train import build_parser, main, parse_opt
+from yolov9c.resources import resolve_hyp
 
 # (flag, value tokens, destination, expected parsed value) for every published flag
 PUBLISHED = [
@@ -84,7 +85,7 @@ def test_published_defaults():
         assert getattr(opt, k) == v, k
     # documented differences: files that exist here
     assert opt.cfg == "yolov9-t.yaml" and opt.data == "synthetic" and opt.hyp == "hyp.scratch-high.yaml"
-    assert opt.given == []
+    assert opt.given == ()
 
 
 def test_aliases_prefixes_and_optional_values():
@@ -142,10 +143,63 @@ def test_refused_features_exit_2_with_a_reason(capsys):
 
 
 def test_bare_hyp_name_resolves_in_configs(tmp_path):
-    p = resolve_hyp_path("hyp.scratch-high.yaml")
+    p = resolve_hyp("hyp.scratch-high.yaml")
     assert p.is_file() and p.parent.name == "hyps"
     own = tmp_path / "my.yaml"
     own.write_text("lr0: 0.1\n")
-    assert resolve_hyp_path(str(own)) == own
+    assert resolve_hyp(str(own)) == own
     with pytest.raises(FileNotFoundError, match="nope.yaml"):
-        resolve_hyp_path("nope.yaml")
+        resolve_hyp("nope.yaml")
+
+
+# --- RunConfig (yolov9c/engine/train/config.py): the one typed configuration the trainer runs on ---
+
+def test_config_defaults_are_the_parser_defaults():
+    """Every argparse destination is a RunConfig field, and an empty command line gives RunConfig()."""
+    import dataclasses
+
+    from yolov9c.engine.train.config import RunConfig
+
+    dests = {a.dest for a in build_parser()._actions if a.dest != "help"}
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    assert dests <= fields, sorted(dests - fields)
+    assert fields - dests == {"save_dir", "world_size", "global_rank", "given"}
+    assert parse_opt([]) == RunConfig()
+    assert isinstance(parse_opt([]), RunConfig)
+
+
+def test_config_opt_yaml_round_trip(tmp_path):
+    import yaml
+
+    from yolov9c.engine.train.config import opt_dict, read_opt_yaml
+
+    cfg = parse_opt(["--epochs", "7", "--freeze", "1", "2", "--cache", "--resume", "x/last.pt", "--backend", "c"])
+    hyp = {"lr0": 0.02, "mosaic": 1.0}
+    d = opt_dict(cfg, hyp)
+    assert list(d)[:4] == ["weights", "cfg", "data", "hyp"] and d["hyp"] == hyp  # the published order
+    assert "given" not in d and {"save_dir", "world_size", "global_rank"} <= set(d)
+    path = tmp_path / "opt.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    back = read_opt_yaml(path)
+    assert back == type(cfg)(**{**{k: getattr(cfg, k) for k in d}, "hyp": hyp})
+    assert back.given == ()
+
+
+def test_config_old_or_broken_opt_yaml(tmp_path):
+    """An opt.yaml with a key this version does not know, or without keys it added, still reads (warning,
+    defaults); an empty or non-mapping one is a ConfigError naming the file, never a TypeError."""
+    import yaml
+
+    from yolov9c.engine.train.config import ConfigError, RunConfig, read_opt_yaml
+
+    path = tmp_path / "opt.yaml"
+    path.write_text(yaml.safe_dump({"epochs": 5, "batch_size": 4, "some_old_flag": 1, "given": ["epochs"]}))
+    said = []
+    cfg = read_opt_yaml(path, log=said.append)
+    assert (cfg.epochs, cfg.batch_size, cfg.val_period, cfg.backend) == (5, 4, 1, None)  # missing: defaults
+    assert said == [f"WARNING: {path}: unknown options ignored: some_old_flag"]
+    assert cfg == RunConfig(epochs=5, batch_size=4)
+    for text, says in (("", "is empty"), ("- a\n- b\n", "does not hold a mapping"), ("a: [", "not valid yaml")):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=says):
+            read_opt_yaml(path)

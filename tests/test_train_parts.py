@@ -167,3 +167,32 @@ def test_results_train_batch_and_labels_images(tmp_path):
     R.plot_labels([np.array([[0, .5, .5, .2, .2], [1, .3, .3, .1, .1]]), np.zeros((0, 5))], ["a", "b"],
                   tmp_path / "labels.jpg")
     assert cv2.imread(str(tmp_path / "labels.jpg")) is not None
+
+
+def test_step_accumulates_then_steps(tmp_path):
+    """setup() builds a RunState; train_step (the loop's state.step) accumulates gradients for `accumulate`
+    micro-batches and only then takes one optimizer step and one EMA update (state.last_opt_step = ni)."""
+    from yolov9c.cli.train import parse_opt
+    from yolov9c.data.synthetic import synthetic_dataset
+    from yolov9c.engine.train.state import setup
+    from yolov9c.engine.train.step import prepare_batch, train_step
+
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=64)
+    cfg = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "2", "--accumulate",
+                     "2", "--workers", "0", "--noplots", "--device", "cpu", "--project", str(tmp_path / "runs")])
+    state = setup(cfg, log=lambda *a, **k: None)
+    assert state.step is train_step and state.accumulate == 2 and state.nominal == 4 and state.nb == 2
+    assert cfg.backend is None and state.cfg.backend == "torch"  # set-up resolves a copy; the caller's stays
+    state.model.train()
+    before = [p.detach().clone() for p in state.model.parameters()]
+    rng = np.random.default_rng(0)
+    seen = []
+    for ni, (imgs, targets, _, _) in enumerate(state.train_loader):
+        r = state.step(state, prepare_batch(state, imgs, rng), targets, ni)
+        grads = [p.grad for p in state.model.parameters() if p.grad is not None]
+        seen.append((r.stepped, r.images, state.ema.updates, state.last_opt_step,
+                     any(bool(g.abs().sum() > 0) for g in grads)))
+        assert r.loss_items.shape == (3,) and torch.isfinite(r.loss_items).all()
+    # ni 0: gradients held, nothing stepped; ni 1: one step (gradients zeroed), EMA updated once
+    assert seen == [(False, 2, 0, -1, True), (True, 2, 1, 1, False)]
+    assert any(not torch.equal(a, p) for a, p in zip(before, state.model.parameters()))

@@ -173,3 +173,37 @@ def test_weights_transfer_from_another_class_count(data, tmp_path, caplog):
     assert torch.equal(w.float(), ssd["model.0.conv.weight"].half().float())
     head = [k for k in dst if k not in same]
     assert all(ck["model"][k].shape == dst[k].shape for k in head)
+
+
+@pytest.mark.parametrize("damage", ["empty", "missing", "old"])
+def test_resume_survives_a_damaged_or_old_opt_yaml(interrupted, tmp_path, damage):
+    """A 0-byte or missing opt.yaml (a kill while it was written) resumes from the options stored in last.pt;
+    an older opt.yaml with an option this version does not know resumes with a warning. Never a TypeError."""
+    import yaml
+
+    run = _copy_run(interrupted, tmp_path)
+    opt_yaml = run / "opt.yaml"
+    if damage == "empty":
+        opt_yaml.write_text("")
+    elif damage == "missing":
+        opt_yaml.unlink()
+    else:
+        stored = yaml.safe_load(opt_yaml.read_text())
+        stored["some_old_flag"] = True
+        del stored["val_period"]
+        opt_yaml.write_text(yaml.safe_dump(stored, sort_keys=False))
+    lines = []
+
+    def log(*a, **k):
+        lines.append(" ".join(map(str, a)))
+        if lines[-1].startswith("Resuming with"):
+            raise _Stop  # the options are read and applied: enough
+
+    with pytest.raises(_Stop):
+        train(parse_opt(["--resume", str(run / "weights" / "last.pt")]), log=log)
+    text = "\n".join(lines)
+    if damage == "old":
+        assert "unknown options ignored: some_old_flag" in text
+    else:
+        assert f"using the options stored in {run / 'weights' / 'last.pt'}" in text
+    assert "Resuming with --batch-size 8 (was 8) x accumulate 1 = nominal batch 8" in text

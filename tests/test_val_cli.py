@@ -87,3 +87,28 @@ def test_val_dual_wrong_class_count(setup, tmp_path, capsys):
     code = main(["--weights", str(weights), "--data", str(data), "--device", "cpu", "--img", "64",
                  "--project", str(tmp_path)])
     assert code == 2 and "3 classes" in capsys.readouterr().err
+
+
+def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, tmp_path):
+    """No --data: the dataset recorded in the checkpoint (its training --data) is validated on, and said; a
+    recorded yaml that is missing here is one clear error; a checkpoint recording none means synthetic."""
+    from yolov9c.cli.val import data_from_checkpoint
+
+    root, data, _ = setup
+    weights = tmp_path / "trained.pt"
+    save_checkpoint(weights, yolov9c.build_model("gelan-t", nc=8), opt={"data": str(data), "epochs": 1})
+    r = run(["--weights", str(weights), "--img", "64", "--batch", "4", "--device", "cpu", "--workers", "0"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    assert f"data: {data} (recorded in {weights}" in out
+    assert any(line.split()[:2] == ["all", "4"] for line in out.splitlines())
+
+    gone = tmp_path / "moved.pt"
+    save_checkpoint(gone, yolov9c.build_model("gelan-t", nc=8), opt={"data": "data/elsewhere.yaml"})
+    r = run(["--weights", str(gone), "--img", "64", "--device", "cpu"], tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "data/elsewhere.yaml" in r.stderr and "pass --data" in r.stderr
+
+    said = []
+    assert data_from_checkpoint({"opt": None}, "w.pt", said.append) is None and "synthetic" in said[0]
+    assert data_from_checkpoint({"opt": {"data": "synthetic:3"}}, "w.pt", said.append) == "synthetic:3"

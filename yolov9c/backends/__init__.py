@@ -3,6 +3,7 @@
     from yolov9c.backends import apply, backend_of
     model = apply(model, "c")      # after building and moving the model, before DDP wrapping
     backend_of(model)              # "c"
+    accepts_uint8(model)           # True: pass the uint8 batch itself (c reads it as x / 255 on the fly)
     apply(model, "torch")          # plain execution again
 
 apply() changes how the layers execute, never the parameters, buffers, state_dict keys or module names, so
@@ -10,13 +11,23 @@ a checkpoint saved under one backend loads under the other. It is idempotent and
 wrapped in DataParallel/DistributedDataParallel is unwrapped first (apply before wrapping is the intended
 order). The c backend runs in training mode only; in eval mode every layer runs its torch forward.
 YOLOV9C_FUSED=0 keeps the c structure but sends every op to its torch reference.
+On the CPU the c backend works (through the C implementations) but is slower than torch, and it exists to save
+GPU memory: the first apply(model, "c") of a process whose model is on the CPU says so once (a logging
+warning on the "yolov9c" logger).
 Test: python -m pytest -q tests/test_backend_c.py
 """
+
+import logging
 
 from torch import nn
 
 BACKENDS = ("torch", "c")
 _ATTR = "_yolov9c_backend"
+LOGGER = logging.getLogger("yolov9c")
+# benchmarks/RESULTS.md ("c backend on the CPU"): training step 2.6x (yolov9-t) and 2.9x (gelan-t) the torch step
+CPU_NOTE = ("--backend c on the CPU: about 2.6-2.9x slower per training step than --backend torch here "
+            "(measured); the c backend exists to save GPU memory: use --backend torch on the CPU")
+_cpu_note_said = False
 
 
 def _bare(model):
@@ -37,11 +48,28 @@ def apply(model, name):
     from yolov9c.backends import c
 
     if name == "c":
+        _note_cpu(bare)
         c.install(bare)
     else:
         c.uninstall(bare)
     bare.__dict__[_ATTR] = name
     return model
+
+
+def _note_cpu(model):
+    """Say once per process that the c backend is slow on the CPU (model's parameters on the CPU)."""
+    global _cpu_note_said
+    param = next(model.parameters(), None)
+    if _cpu_note_said or param is None or param.device.type != "cpu":
+        return
+    _cpu_note_said = True
+    LOGGER.warning(CPU_NOTE)
+
+
+def accepts_uint8(model):
+    """True when `model` (possibly wrapped) takes the uint8 image batch itself and reads it as x / 255 (the c
+    backend: the float image is then never stored); the trainer passes `imgs` unconverted then."""
+    return bool(_bare(model).__dict__.get("accepts_uint8", False))
 
 
 def backend_of(model):

@@ -1,8 +1,10 @@
 """`python -m yolov9c check-data --data D.yaml`: scan a dataset's splits without training (yolov9c/data/check.py).
 
-Prints one `path: reason` line per bad file, then per split `N images, M backgrounds, K corrupt` and the box
-count; exit code 0 when the data is usable, 1 when a split has no usable image (or train has no labels),
-2 when the dataset yaml cannot be used. `--data` defaults to the built-in synthetic dataset.
+Prints one `path: reason` line per bad file, a line with the count and up to 3 paths of images without a
+label file ("missing") and of label files without an image ("orphan"), then per split
+`N images, M backgrounds, K corrupt[, J missing][, O orphan]` and the box count; exit code 0 when the data
+is usable, 1 when a split has no usable image (or train has no labels), 2 when the dataset yaml cannot be
+used. `--data` defaults to the built-in synthetic dataset.
 
 Wiring into the package CLI: `add_parser(subparsers)` adds the subcommand (and sets `func=run` on it);
 `run(args)` executes it. Standalone: `main(argv)`.
@@ -17,7 +19,9 @@ def add_parser(subparsers):
     """Add the `check-data` subcommand to an argparse subparsers object; returns its parser."""
     p = subparsers.add_parser("check-data", help="scan a dataset's images and labels without training",
                               description="Scan train/val (and test) of a dataset yaml: bad files one per line "
-                                          "(path: reason), then 'N images, M backgrounds, K corrupt' per split. "
+                                          "(path: reason), images without a label file (missing) and label files "
+                                          "without an image (orphan) with a few paths, then 'N images, M backgrounds, "
+                                          "K corrupt[, J missing][, O orphan]' per split. "
                                           "Exit 0 usable, 1 a split has no usable image, 2 bad dataset yaml.")
     _add_arguments(p)
     p.set_defaults(func=run)

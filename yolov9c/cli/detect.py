@@ -9,6 +9,8 @@ built-in synthetic validation images (generated on first use), `--data` (names f
 is accepted and unused. Flags whose feature this package does not provide (`--view-img`: headless OpenCV,
 `--visualize`, `--dnn`, `--update`, more than one `--weights`) are refused with a message.
 Every user error prints `detect_dual.py: error: …` and returns exit code 2, as argparse does.
+Exit codes: 0 every file was processed; 1 the run finished but some files could not be read (each named on
+a `WARNING:` line, counted on the last line; the outputs of the others are written); 2 usage or input error.
 
 Test: python -m pytest -q tests/test_detect_cli.py
 """
@@ -18,7 +20,7 @@ import sys
 
 from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights
 
-EXIT_USAGE = 2
+EXIT_OK, EXIT_SKIPPED, EXIT_USAGE = 0, 1, 2
 
 _REFUSED = {
     "view_img": "--view-img needs a display; OpenCV here is headless. The annotated files are written to "
@@ -80,7 +82,8 @@ def _check(parser, opt):
 
 
 def main(argv=None, prog="detect_dual.py"):
-    """Parse `argv` (default sys.argv[1:]), run detection, return the exit code (0 ok, 2 usage/input error)."""
+    """Parse `argv` (default sys.argv[1:]), run detection, return the exit code (0 ok, 1 some files could not be
+    read and were skipped, 2 usage/input error)."""
     from yolov9c.data.dataset_yaml import DataConfigError
     from yolov9c.engine.detect.sources import SourceError
     from yolov9c.models.checkpoint import CheckpointError
@@ -97,16 +100,16 @@ def main(argv=None, prog="detect_dual.py"):
             source = load_data_config("synthetic")["val"][0]
         from yolov9c.engine.detect.predictor import detect
 
-        detect(weights=opt.weights[0], source=source, imgsz=imgsz, conf_thres=opt.conf_thres,
-               iou_thres=opt.iou_thres, max_det=opt.max_det, device=opt.device, save_txt=opt.save_txt,
-               save_conf=opt.save_conf, save_crop=opt.save_crop, nosave=opt.nosave, classes=opt.classes,
-               agnostic_nms=opt.agnostic_nms, project=opt.project, name=opt.name, exist_ok=opt.exist_ok,
-               line_thickness=opt.line_thickness, hide_labels=opt.hide_labels, hide_conf=opt.hide_conf,
-               half=opt.half, vid_stride=opt.vid_stride, augment=opt.augment)
+        result = detect(weights=opt.weights[0], source=source, imgsz=imgsz, conf_thres=opt.conf_thres,
+                        iou_thres=opt.iou_thres, max_det=opt.max_det, device=opt.device, save_txt=opt.save_txt,
+                        save_conf=opt.save_conf, save_crop=opt.save_crop, nosave=opt.nosave, classes=opt.classes,
+                        agnostic_nms=opt.agnostic_nms, project=opt.project, name=opt.name,
+                        exist_ok=opt.exist_ok, line_thickness=opt.line_thickness, hide_labels=opt.hide_labels,
+                        hide_conf=opt.hide_conf, half=opt.half, vid_stride=opt.vid_stride, augment=opt.augment)
     except (FileNotFoundError, CheckpointError, SourceError, DataConfigError, ValueError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    return 0
+    return EXIT_SKIPPED if result["failed"] else EXIT_OK
 
 
 if __name__ == "__main__":

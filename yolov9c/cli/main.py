@@ -4,6 +4,8 @@
     python -m yolov9c info --weights yolov9-c.pt            # the model inside a checkpoint
     python -m yolov9c convert --weights yolov9-c.pt --cfg gelan-c.yaml --out yolov9-c-converted.pt
     python -m yolov9c check-data --data D.yaml               # scan a dataset (yolov9c/cli/check_data.py)
+    python -m yolov9c export --weights best.pt --format onnx # ONNX file, checked (yolov9c/cli/export.py)
+    python -m yolov9c memory --cfg yolov9-s.yaml --batch 64 --img 640   # predicted memory (yolov9c/cli/memory.py)
 
 `info` prints the published parse table and `<name> summary: L layers, P parameters, G gradients, F GFLOPs`.
 `convert` re-parameterises a trained yolov9-X (ours or a published .pt) into the gelan-X inference model and
@@ -53,9 +55,11 @@ def _build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--fp32", action="store_true",
                       help="store float32 weights (default fp16, like the published converted files)")
 
-    from yolov9c.cli import check_data
+    from yolov9c.cli import check_data, export, memory
 
     check_data.add_parser(sub)
+    export.add_parser(sub)
+    memory.add_parser(sub)
     return parser
 
 

@@ -7,8 +7,9 @@ the val loader (rect, pad 0.5, no augmentation), runs yolov9c.engine.val.validat
 runs/val/exp* (labels/*.txt with --save-txt, <weights stem>_predictions.json with --save-json, evaluated by
 pycocotools or faster-coco-eval against <path>/annotations/instances_val2017.json: yolov9c/engine/val/coco.py;
 confusion matrix, curves, val_batch images). --task val|test picks the split; speed runs at conf 0.25 / iou
-0.45 without plots and json; study sweeps --imgsz 256…1536 and writes study_<data>_<weights>.txt. --data
-defaults to the built-in synthetic dataset. --augment runs test-time augmentation (yolov9c/engine/tta.py:
+0.45 without plots and json; study sweeps --imgsz 256…1536 and writes study_<data>_<weights>.txt. Without
+--data the dataset recorded in the checkpoint (the --data it was trained with) is used, and said; a checkpoint
+that records none validates on the built-in synthetic dataset. --augment runs test-time augmentation (yolov9c/engine/tta.py:
 scales 1, 0.83, 0.67 with a left-right flip). Refused with an argparse-style error: --dnn (ONNX only).
 Bad input (missing weights, bad data yaml) gives one error line and exit code 2.
 
@@ -30,7 +31,8 @@ _REFUSED = {
 def build_parser(prog="val_dual.py"):
     p = argparse.ArgumentParser(prog=prog, description="Validate a YOLOv9 checkpoint (published val_dual.py flags).")
     p.add_argument("--data", type=str, default=None,
-                   help="dataset yaml, or synthetic[:SEED] (default: the built-in synthetic dataset)")
+                   help="dataset yaml, or synthetic[:SEED] (default: the dataset the checkpoint was trained on, "
+                        "else the built-in synthetic dataset)")
     p.add_argument("--weights", nargs="+", type=str, default=None, help="model.pt path")
     p.add_argument("--batch-size", "--batch", type=int, default=32, help="batch size")
     p.add_argument("--imgsz", "--img", "--img-size", type=int, default=640, help="inference size (pixels)")
@@ -73,18 +75,42 @@ def _device(spec):
     return inference_device(spec)
 
 
+def data_from_checkpoint(ckpt, weights, log=print):
+    """The dataset to validate on when --data is not given: the `data` option recorded in the checkpoint (its
+    training run's --data), None (the built-in synthetic dataset) when it records none. A recorded yaml
+    that does not exist here is an error that says to pass --data."""
+    from yolov9c.data.dataset_yaml import is_synthetic
+
+    opt = ckpt.get("opt")
+    recorded = opt.get("data") if isinstance(opt, dict) else None
+    if not recorded:
+        log(f"data: {weights} records no dataset: validating on the built-in synthetic dataset (--data to choose)")
+        return None
+    recorded = str(recorded)
+    if not is_synthetic(recorded) and not Path(recorded).expanduser().is_file():
+        raise FileNotFoundError(f"--data not given, and the dataset recorded in {weights} ({recorded}) is not "
+                                f"found from {Path.cwd()}: pass --data path/to/data.yaml")
+    log(f"data: {recorded} (recorded in {weights}; --data overrides)")
+    return recorded
+
+
 def run(opt, log=print):
-    """Run one validation as `opt` says; returns the validate() result dict (study: the last one)."""
+    """Run one validation as `opt` says; returns the validate() result dict (study: the last one).
+    opt.data None: the checkpoint's dataset (data_from_checkpoint), written back to opt.data."""
     from yolov9c.data.dataset_yaml import load_data_config
     from yolov9c.data.loader import create_dataloader
     from yolov9c.engine.val.coco import coco_layout
     from yolov9c.engine.run_dir import increment_path
     from yolov9c.engine.val.validator import validate
-    from yolov9c.models.checkpoint import load_model
+    from yolov9c.models.checkpoint import model_from_checkpoint, read_checkpoint
 
     device = _device(opt.device)
+    ckpt = read_checkpoint(opt.weights[0])
+    model, _ = model_from_checkpoint(ckpt, source=opt.weights[0])
+    if opt.data is None:
+        opt.data = data_from_checkpoint(ckpt, opt.weights[0], log)
+    del ckpt
     cfg = load_data_config(opt.data)
-    model = load_model(opt.weights[0])
     nc = 1 if opt.single_cls else cfg["nc"]
     head_nc = int(getattr(model.model[-1], "nc", nc))
     if head_nc != nc and not opt.single_cls:

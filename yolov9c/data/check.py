@@ -1,5 +1,7 @@
-"""check-data: scan the splits of a dataset without training, print the bad-file lines and each split's
-summary, and say whether the data is usable.
+"""check-data: scan the splits of a dataset without training, print the bad-file lines, the images without
+a label file ("missing") and the label files without an image ("orphan"), each split's summary, and say
+whether the data is usable. Missing and orphan files are reported, not errors: a missing label file makes a
+background image, an orphan is not used.
 
 Exit codes (of check_data and `python -m yolov9c check-data`): 0 usable; 1 when a split has no usable image
 (or the train split has no label at all: nothing to learn); 2 for a dataset yaml that cannot be read (a
@@ -41,7 +43,9 @@ def check_data(data, label_cache=True, cache_dir=None, log=print, err=print):
             log(f"{prefix}no usable image: this split cannot be used")
             code = EXIT_UNUSABLE
         elif split == "train" and res.n_images == res.n_backgrounds:
-            log(f"{prefix}no labels at all: cannot train on this split")
+            none = len(res.missing) == res.n_images
+            why = " (no image has a label file: see the missing line above)" if none else ""
+            log(f"{prefix}no labels at all: cannot train on this split{why}")
             code = EXIT_UNUSABLE
         else:
             n_boxes = sum(len(lb) for lb in res.labels)

@@ -34,36 +34,11 @@ from yolov9c.data.image_list import collect_image_files
 from yolov9c.data.images import jpeg_reduction, read_image
 from yolov9c.data.rect import rect_batch_shapes, rect_order
 from yolov9c.data.scan import scan_split
+from yolov9c.geometry import xywhn_to_xyxy, xyxy_to_xywhn
 
 
 class DataError(ValueError):
     """A split that cannot be used (no usable image, no labels for training)."""
-
-
-def xywhn_to_xyxy(x, w, h, padw=0.0, padh=0.0):
-    """(n, 4) normalised [xc, yc, w, h] → (n, 4) float32 pixel [x1, y1, x2, y2] for an image of w × h
-    placed at (padw, padh)."""
-    x = np.asarray(x, np.float32).reshape(-1, 4)
-    y = np.empty_like(x)
-    y[:, 0] = w * (x[:, 0] - x[:, 2] / 2) + padw
-    y[:, 1] = h * (x[:, 1] - x[:, 3] / 2) + padh
-    y[:, 2] = w * (x[:, 0] + x[:, 2] / 2) + padw
-    y[:, 3] = h * (x[:, 1] + x[:, 3] / 2) + padh
-    return y
-
-
-def xyxy_to_xywhn(x, w, h, eps=1e-3):
-    """(n, 4) pixel [x1, y1, x2, y2] → (n, 4) float32 normalised [xc, yc, w, h], boxes first clipped to
-    [0, w − eps] × [0, h − eps] (published)."""
-    x = np.asarray(x, np.float32).reshape(-1, 4).copy()
-    np.clip(x[:, 0::2], 0, w - eps, out=x[:, 0::2])
-    np.clip(x[:, 1::2], 0, h - eps, out=x[:, 1::2])
-    y = np.empty_like(x)
-    y[:, 0] = (x[:, 0] + x[:, 2]) / 2 / w
-    y[:, 1] = (x[:, 1] + x[:, 3]) / 2 / h
-    y[:, 2] = (x[:, 2] - x[:, 0]) / w
-    y[:, 3] = (x[:, 3] - x[:, 1]) / h
-    return y
 
 
 class YoloDataset(torch.utils.data.Dataset):

@@ -12,10 +12,11 @@ Every problem raises DataConfigError naming the key (e.g. "data.yaml: 'val': pat
 Test: python -m pytest -q tests/test_data_yaml.py
 """
 
-import os
 from pathlib import Path
 
 import yaml
+
+from yolov9c.data.synthetic import synthetic_dataset
 
 
 class DataConfigError(ValueError):
@@ -31,8 +32,6 @@ def load_data_config(data, cache_dir=None):
     path (str), train/val (lists of str paths that exist), test (list, possibly empty), nc (int),
     names (list of str), yaml_file (str or '')."""
     if is_synthetic(data):
-        from yolov9c.data.synthetic import synthetic_dataset
-
         seed = 0
         if data is not None and ":" in str(data):
             try:
@@ -122,9 +121,3 @@ def _as_int(v, where, key):
     if i != v or i < 1:
         raise DataConfigError(f"{where}: '{key}' must be a positive integer, got {v!r}")
     return i
-
-
-def default_cache_root():
-    """`$YOLOV9C_CACHE` or ~/.cache/yolov9c."""
-    env = os.environ.get("YOLOV9C_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "yolov9c"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-CACHE_VERSION = "yolov9c-labels-1"
+CACHE_VERSION = "yolov9c-labels-2"  # 2: zero-size boxes kept (issue 13)
 
 
 def cache_path_for(sources, label_files):
@@ -103,10 +103,8 @@ def save_label_cache(path, scan, key):
 
 
 def load_label_cache(path, key):
-    """Read the cache at `path`; returns the ScanResult, or None when it is missing, unreadable, of
-    another version or for other files (key mismatch)."""
-    from yolov9c.data.scan import ScanResult
-
+    """Read the cache at `path`; returns the fields of a ScanResult (yolov9c/data/scan.py) as a dict, or None
+    when it is missing, unreadable, of another version or for other files (key mismatch)."""
     if path is None or not Path(path).is_file():
         return None
     try:
@@ -132,7 +130,7 @@ def load_label_cache(path, key):
                 segments.append(segs)
                 lo += n
             counts = z["counts"].tolist()
-            return ScanResult(
+            return dict(
                 im_files=z["im_files"].tolist(), label_files=z["label_files"].tolist(),
                 shapes=z["shapes"], labels=labels, segments=segments, messages=z["messages"].tolist(),
                 n_images=counts[0], n_backgrounds=counts[1], n_corrupt=counts[2], n_warnings=counts[3],

@@ -1,15 +1,21 @@
-"""YOLO label files: image → label path pairing, parsing and checking one `.txt` file.
+"""YOLO label files: image → label path pairing, label files without an image, parsing and checking one
+`.txt` file.
 
 Format (published): one object per line, `class xc yc w h` normalised to [0, 1] (a box row), or
 `class x1 y1 x2 y2 … xk yk` with k ≥ 3 points (a polygon row, 7, 9, 11… columns) whose bounds give the box;
-polygons are kept for copy-paste. A missing or empty file is a background image.
+polygons are kept for copy-paste. A missing or empty file is a background image (the scan counts the
+missing ones apart, and also reports label files that no image uses: "orphans").
 Unlike the published code, box and polygon rows may be mixed in one file (each row is read by its own
 column count; a box row gets its rectangle as polygon so that segments stay aligned with the rows).
 
-Checks (a file that fails one is skipped with `path: reason` naming the line): column count, non-numeric
-values, coordinates outside [0, 1] (values within 1e-6 of the range are accepted and clipped: float
-printing), zero-size boxes, class not a non-negative integer or ≥ nc. Exact duplicate rows are removed with
-a warning; the image is kept.
+Encoding: UTF-8, with or without a byte-order mark (Windows editors write one), or UTF-16 with its BOM;
+CRLF and CR line ends are read like LF.
+
+Checks (a file that fails one is skipped with `path: reason` naming the line number and quoting the line,
+invisible characters escaped): column count, non-numeric values, coordinates outside [0, 1] (values within
+1e-6 of the range are accepted and clipped: float printing), class not a non-negative integer or ≥ nc.
+Exact duplicate rows are removed with a warning; the image is kept. Zero-size boxes (and polygons with
+zero-size bounds) are kept with a note, as published: mosaic and random_perspective's box filter drop them.
 
 Test: python -m pytest -q tests/test_data_labels.py
 """
@@ -18,6 +24,8 @@ import os
 from pathlib import Path
 
 import numpy as np
+
+from yolov9c.data.images import is_image_path
 
 _EPS = 1e-6
 
@@ -38,6 +46,57 @@ def label_path_for(img_path):
     return str(Path(s).with_suffix(".txt"))
 
 
+def _names_in(folder):
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def orphan_label_files(im_files, exclude=()):
+    """Label files without an image ("orphans"): the `.txt` files in the label folders of `im_files` whose
+    stem matches no image file (any accepted extension) on disk in the image folders paired with that label
+    folder — so a list that uses only some images of a folder makes no orphans. `exclude`: paths never
+    counted (the split's own `.txt` lists). Returns a sorted list of str paths."""
+    image_dirs = {}  # label folder -> the image folders whose labels live there
+    for im in im_files:
+        image_dirs.setdefault(os.path.dirname(label_path_for(im)), set()).add(os.path.dirname(str(im)))
+    skip = {os.path.abspath(p) for p in exclude}
+    orphans = []
+    for lb_dir, dirs in image_dirs.items():
+        stems = {os.path.splitext(n)[0] for d in dirs for n in _names_in(d) if is_image_path(n)}
+        for n in _names_in(lb_dir):
+            stem, ext = os.path.splitext(n)
+            p = os.path.join(lb_dir, n)
+            if ext == ".txt" and stem not in stems and os.path.abspath(p) not in skip and os.path.isfile(p):
+                orphans.append(p)
+    return sorted(orphans)
+
+
+def read_label_text(path):
+    """The text of label file `path`: UTF-8 without or with a BOM ('utf-8-sig' drops it), or UTF-16 when the
+    file starts with a UTF-16 BOM. Raises FileNotFoundError; BadLabels for an unreadable or undecodable file."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise BadLabels(f"cannot read label file ({e.strerror or e})") from None
+    try:
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            return data.decode("utf-16")
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise BadLabels(f"not a UTF-8 text file (byte {e.start}: {data[e.start:e.start + 4]!r})") from None
+
+
+def _quoted(line, limit=80):
+    """The offending line for a message: stripped, repr-quoted (so a stray BOM, tab or NUL shows as an
+    escape), cut to `limit` characters."""
+    s = line.strip()
+    return repr(s if len(s) <= limit else s[:limit] + "…")
+
+
 def parse_label_file(path, nc=None):
     """Read and check label file `path`.
 
@@ -47,34 +106,35 @@ def parse_label_file(path, nc=None):
       notes    list of str warnings (duplicates removed).
     A missing or empty file gives (zeros (0, 5), [], []). Raises BadLabels(reason) for a file to skip."""
     try:
-        text = Path(path).read_text()
+        text = read_label_text(path)
     except FileNotFoundError:
         return np.zeros((0, 5), np.float32), [], []
-    except (OSError, UnicodeDecodeError) as e:
-        raise BadLabels(f"cannot read label file ({e})") from None
     rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    lines = text.splitlines()
+    for lineno, line in enumerate(lines, 1):
         parts = line.split()
         if not parts:
             continue
         ncol = len(parts)
         if ncol != 5 and (ncol < 7 or ncol % 2 == 0):
-            raise BadLabels(f"line {lineno}: {ncol} columns; expected 5 (class xc yc w h) "
+            raise BadLabels(f"line {lineno}: {ncol} columns in {_quoted(line)}; expected 5 (class xc yc w h) "
                             f"or an odd count >= 7 (class and >= 3 polygon points)")
-        try:
-            vals = [float(p) for p in parts]
-        except ValueError:
-            raise BadLabels(f"line {lineno}: non-numeric value in '{line.strip()}'") from None
+        vals = []
+        for p in parts:
+            try:
+                vals.append(float(p))
+            except ValueError:
+                raise BadLabels(f"line {lineno}: non-numeric value {p!r} in {_quoted(line)}") from None
         if not all(np.isfinite(vals)):
-            raise BadLabels(f"line {lineno}: non-finite value in '{line.strip()}'")
+            raise BadLabels(f"line {lineno}: non-finite value in {_quoted(line)}")
         c = vals[0]
         if c < 0 or c != int(c):
-            raise BadLabels(f"line {lineno}: class {parts[0]} is not a non-negative integer")
+            raise BadLabels(f"line {lineno}: class {parts[0]} is not a non-negative integer in {_quoted(line)}")
         if nc is not None and c >= nc:
-            raise BadLabels(f"line {lineno}: class {int(c)} >= nc ({nc})")
+            raise BadLabels(f"line {lineno}: class {int(c)} >= nc ({nc}) in {_quoted(line)}")
         coords = vals[1:]
         if min(coords) < -_EPS or max(coords) > 1 + _EPS:
-            raise BadLabels(f"line {lineno}: coordinate outside [0, 1] in '{line.strip()}'")
+            raise BadLabels(f"line {lineno}: coordinate outside [0, 1] in {_quoted(line)}")
         rows.append((lineno, vals))
     if not rows:
         return np.zeros((0, 5), np.float32), [], []
@@ -92,14 +152,14 @@ def parse_label_file(path, nc=None):
         notes.append(f"{len(rows) - len(unique)} duplicate label rows removed")
 
     any_poly = any(len(v) > 5 for _, v in unique)
+    zero_size = 0  # kept, as published: the augmentations' box filters drop them (issue 13, docs/fidelity.md)
     labels = np.zeros((len(unique), 5), np.float32)
     segments = []
     for j, (lineno, vals) in enumerate(unique):
         c = vals[0]
         if len(vals) == 5:
             xc, yc, w, h = np.clip(vals[1:], 0.0, 1.0)
-            if w <= 0 or h <= 0:
-                raise BadLabels(f"line {lineno}: zero-size box (w={vals[3]:g}, h={vals[4]:g})")
+            zero_size += w <= 0 or h <= 0
             if any_poly:
                 x1, y1, x2, y2 = xc - w / 2, yc - h / 2, xc + w / 2, yc + h / 2
                 segments.append(np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]], np.float32))
@@ -108,9 +168,10 @@ def parse_label_file(path, nc=None):
             x1, y1 = pts.min(0)
             x2, y2 = pts.max(0)
             w, h = x2 - x1, y2 - y1
-            if w <= 0 or h <= 0:
-                raise BadLabels(f"line {lineno}: polygon with zero-size bounds")
+            zero_size += w <= 0 or h <= 0
             xc, yc = x1 + w / 2, y1 + h / 2
             segments.append(pts)
         labels[j] = (c, xc, yc, w, h)
+    if zero_size:
+        notes.append(f"{zero_size} zero-size boxes kept (the augmentations drop them)")
     return labels, segments, notes

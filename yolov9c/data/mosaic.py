@@ -28,6 +28,7 @@ import numpy as np
 
 from yolov9c.data.copy_paste import copy_paste
 from yolov9c.data.perspective import polygon_boxes, random_perspective
+from yolov9c.geometry import xywhn_to_xyxy
 
 HYP_KEYS = ("degrees", "translate", "scale", "shear", "perspective", "copy_paste")
 _EMPTY_POLYGON = np.zeros((0, 2), np.float32)
@@ -94,10 +95,7 @@ def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hy
         lab = np.asarray(labels[k], np.float32).reshape(-1, 5)
         px = np.empty_like(lab)
         px[:, 0] = lab[:, 0]
-        px[:, 1] = w * (lab[:, 1] - lab[:, 3] / 2) + padw
-        px[:, 2] = h * (lab[:, 2] - lab[:, 4] / 2) + padh
-        px[:, 3] = w * (lab[:, 1] + lab[:, 3] / 2) + padw
-        px[:, 4] = h * (lab[:, 2] + lab[:, 4] / 2) + padh
+        px[:, 1:] = xywhn_to_xyxy(lab[:, 1:], w, h, padw, padh)
         labels4.append(px)
         segs = segments[k] if segments is not None else []
         if len(segs):

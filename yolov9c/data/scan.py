@@ -3,7 +3,11 @@
 A pair is skipped (counted corrupt, reported `path: reason`) when the image is unsupported, unreadable,
 empty, corrupt or under 10 px, or when its label file fails a check (yolov9c/data/labels.py). Warnings
 (duplicate rows removed, truncated JPEG decoded, EXIF orientation applied) keep the image and its labels.
-Summary: `N images, M backgrounds, K corrupt` — N usable images, of which M have no labels; K skipped.
+Summary: `N images, M backgrounds, K corrupt[, J missing][, O orphan]` — N usable images, of which M have no
+labels; K skipped; J of the M backgrounds have no label file at all ("missing", the others an empty one);
+O label files in the split's label folders belong to no image ("orphan", not used). The last two appear
+only when not 0 (a clean dataset prints the published line), each after a line with up to EXAMPLES paths.
+They are found on every scan, cache or not (an orphan is no file of the cache key).
 
 Test: python -m pytest -q tests/test_data_labels.py tests/test_data_cache.py
 """
@@ -16,7 +20,9 @@ import numpy as np
 
 from yolov9c.data.images import BadImage, check_image
 from yolov9c.data.label_cache import cache_key, cache_path_for, load_label_cache, save_label_cache
-from yolov9c.data.labels import BadLabels, label_path_for, parse_label_file
+from yolov9c.data.labels import BadLabels, label_path_for, orphan_label_files, parse_label_file
+
+EXAMPLES = 3  # paths shown for the missing and orphan counts
 
 
 @dataclass
@@ -26,7 +32,8 @@ class ScanResult:
     im_files, label_files: lists of str (usable pairs only); shapes: int64 (n, 2) upright (h, w);
     labels: list of float32 (k, 5) [cls, xc, yc, w, h] normalised; segments: list of lists of float32
     (p, 2) normalised polygons (empty list when the file has none); messages: 'path: reason' lines
-    (skipped files and warnings); counts as in the summary."""
+    (skipped files and warnings); missing: usable images without a label file; orphans: label files
+    without an image; counts as in the summary."""
     im_files: list
     label_files: list
     shapes: np.ndarray
@@ -38,9 +45,30 @@ class ScanResult:
     n_corrupt: int = 0
     n_warnings: int = 0
     from_cache: bool = False
+    missing: list = field(default_factory=list)
+    orphans: list = field(default_factory=list)
 
     def summary(self):
-        return f"{self.n_images} images, {self.n_backgrounds} backgrounds, {self.n_corrupt} corrupt"
+        s = f"{self.n_images} images, {self.n_backgrounds} backgrounds, {self.n_corrupt} corrupt"
+        if self.missing:
+            s += f", {len(self.missing)} missing"
+        if self.orphans:
+            s += f", {len(self.orphans)} orphan"
+        return s
+
+    def pairing_lines(self):
+        """The lines printed before the summary for the missing and orphan counts (none when both are 0)."""
+        lines = []
+        if self.missing:
+            n = len(self.missing)
+            first = f"{self.missing[0]} (no {label_path_for(self.missing[0])})"
+            lines.append(f"{n} image{'s' * (n > 1)} without a label file (missing, used as background{'s' * (n > 1)})"
+                         f", e.g. {', '.join([first] + self.missing[1:EXAMPLES])}")
+        if self.orphans:
+            n = len(self.orphans)
+            lines.append(f"{n} label file{'s' * (n > 1)} without an image (orphan, not used), "
+                         f"e.g. {', '.join(self.orphans[:EXAMPLES])}")
+        return lines
 
 
 def _check_pair(im_file, lb_file, nc):
@@ -66,7 +94,8 @@ def scan_split(im_files, nc, sources=None, use_cache=True, log=print, prefix="")
     label_files = [label_path_for(f) for f in im_files]
     cpath = cache_path_for(sources, label_files) if (use_cache and sources is not None) else None
     key = cache_key(im_files, label_files, nc) if cpath is not None else None
-    res = load_label_cache(cpath, key) if cpath is not None else None
+    cached = load_label_cache(cpath, key) if cpath is not None else None
+    res = ScanResult(**cached) if cached is not None else None
     if res is None:
         res = ScanResult([], [], np.zeros((0, 2), np.int64), [], [])
         shapes = []
@@ -91,7 +120,10 @@ def scan_split(im_files, nc, sources=None, use_cache=True, log=print, prefix="")
             warn = save_label_cache(cpath, res, key)
             if warn:
                 res.messages.append(f"{cpath}: {warn}")
-    for m in res.messages:
+    res.missing = [im for im, lb in zip(res.im_files, res.label_files) if not os.path.exists(lb)]
+    lists = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources or [])
+    res.orphans = orphan_label_files(im_files, exclude=[s for s in lists if str(s).endswith(".txt")])
+    for m in res.messages + res.pairing_lines():
         log(f"{prefix}{m}")
     log(f"{prefix}{res.summary()}" + (f" (label cache {cpath})" if res.from_cache else ""))
     return res

@@ -39,6 +39,12 @@ CLASSES = (
 NAMES = [c[0] for c in CLASSES]
 
 
+def default_cache_root():
+    """`$YOLOV9C_CACHE` or ~/.cache/yolov9c."""
+    env = os.environ.get("YOLOV9C_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "yolov9c"
+
+
 def synthetic_dataset(seed=0, root=None, n_train=128, n_val=32, imgsz=320, boxes=(1, 8), size=(0.08, 0.35),
                       polygons=False, overlap=False, name=None):
     """Return the Path of the data.yaml of the synthetic dataset for these arguments, generating it
@@ -49,8 +55,6 @@ def synthetic_dataset(seed=0, root=None, n_train=128, n_val=32, imgsz=320, boxes
     as a fraction of imgsz; polygons: write polygon label rows instead of boxes; overlap: allow shapes to
     overlap (the later one hides part of the earlier; its box stays the full shape's bounds);
     name: extra tag for the folder name."""
-    from yolov9c.data.dataset_yaml import default_cache_root
-
     root = Path(root).expanduser() if root is not None else default_cache_root()
     default = (n_train, n_val, imgsz, tuple(boxes), tuple(size), polygons, overlap) == \
         (128, 32, 320, (1, 8), (0.08, 0.35), False, False)

@@ -16,6 +16,8 @@ import warnings
 
 import torch
 
+from yolov9c.geometry import xywh_to_xyxy
+
 MAX_CANDIDATES = 30000  # published cap on boxes entering NMS per image
 MAX_WH = 7680  # published class-offset size; kept only for documentation: ops.nms is class-aware natively
 
@@ -23,17 +25,6 @@ MAX_WH = 7680  # published class-offset size; kept only for documentation: ops.n
 def published_time_limit(batch_size):
     """Seconds the published NMS allows per call for a batch of `batch_size` images."""
     return 2.5 + 0.05 * int(batch_size)
-
-
-def xywh_to_xyxy(x):
-    """(..., 4) centre-x, centre-y, width, height → x1, y1, x2, y2 (same dtype, new tensor)."""
-    y = x.clone()
-    half_w, half_h = x[..., 2] / 2, x[..., 3] / 2
-    y[..., 0] = x[..., 0] - half_w
-    y[..., 1] = x[..., 1] - half_h
-    y[..., 2] = x[..., 0] + half_w
-    y[..., 3] = x[..., 1] + half_h
-    return y
 
 
 def _main_output(pred):

@@ -1,20 +1,29 @@
 """Run folders: runs/train/exp, exp2, exp3 … (published increment_path), and finding the checkpoint to resume.
 
-Test: python -m pytest -q tests/test_train_parts.py -k run_dir
+Test: python -m pytest -q tests/test_train_parts.py -k run_dir; tests/test_run_folder.py
 """
 
 from pathlib import Path
 
 
 def increment_path(path, exist_ok=False, mkdir=False):
-    """`path` if it does not exist (or exist_ok), else path2, path3, … (first free). Creates it if mkdir."""
+    """`path` if it does not exist (or exist_ok), else path2, path3, … (first free). Creates it if mkdir.
+
+    With mkdir and not exist_ok the folder is claimed atomically (os.mkdir fails on an existing name, and the
+    next free name is tried), so two runs started together get exp and exp2, never the same folder."""
     path = Path(path)
+    candidates = [path] + [path.with_name(f"{path.name}{n}") for n in range(2, 10000)]
+    if mkdir and not exist_ok:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for cand in candidates:
+            try:
+                cand.mkdir()
+                return cand
+            except FileExistsError:
+                continue
+        raise FileExistsError(f"{path}: no free run folder name up to {candidates[-1].name}")
     if path.exists() and not exist_ok:
-        for n in range(2, 10000):
-            cand = path.with_name(f"{path.name}{n}")
-            if not cand.exists():
-                path = cand
-                break
+        path = next((c for c in candidates[1:] if not c.exists()), path)
     if mkdir:
         path.mkdir(parents=True, exist_ok=True)
     return path

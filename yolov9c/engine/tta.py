@@ -27,6 +27,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from yolov9c.geometry import level_anchor_counts
+
 SCALES = (1.0, 0.83, 0.67)
 FLIPS = (False, True, False)  # left-right flip per pass
 PAD_VALUE = 0.447
@@ -62,11 +64,6 @@ def _descale(y, scale, flip, width):
     if flip:
         y[:, 0] = width - y[:, 0]
     return y
-
-
-def level_anchor_counts(h, w, strides):
-    """Anchors per head level for an (h, w) input: ceil(h/s)·ceil(w/s) for each stride, in head order."""
-    return [math.ceil(h / float(s)) * math.ceil(w / float(s)) for s in strides]
 
 
 def augmented_inference(model, imgs, return_maps=False):

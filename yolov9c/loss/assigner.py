@@ -12,21 +12,7 @@ Test: python -m pytest -q tests/test_loss.py -k assign
 
 import torch
 
-from yolov9c.loss.boxes import bbox_ciou
-
-
-def anchors_in_boxes(points, gt_boxes, eps=1e-9):
-    """Which anchor centres lie strictly inside which boxes.
-
-    points: (A, 2) pixels; gt_boxes: (B, M, 4) xyxy pixels. Returns bool (B, M, A): min(l, t, r, b) > eps,
-    where l = x − x1, t = y − y1, r = x2 − x, b = y2 − y.
-    """
-    x, y = points[:, 0], points[:, 1]
-    x1, y1, x2, y2 = (gt_boxes[..., i : i + 1] for i in range(4))  # each (B, M, 1)
-    d = torch.minimum(x - x1, y - y1)
-    d = torch.minimum(d, x2 - x)
-    d = torch.minimum(d, y2 - y)
-    return d > eps
+from yolov9c.geometry import anchors_in_boxes, bbox_ciou
 
 
 def topk_mask(metric, topk, valid_gt):

@@ -9,7 +9,7 @@ Test: python -m pytest -q tests/test_loss.py -k "bbox or dfl"
 import torch
 import torch.nn.functional as F
 
-from yolov9c.loss.boxes import bbox2dist, bbox_ciou
+from yolov9c.geometry import bbox2dist, bbox_ciou
 
 
 def dfl_loss(pred_dist, target):

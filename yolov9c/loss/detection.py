@@ -13,7 +13,9 @@ scores, CIoU and DFL on the foreground anchors, all ÷ target_scores_sum. The du
 branch's terms × 0.25 (its box/dfl terms only when it has a positive). Gains are fixed at box 7.5, cls 0.5,
 dfl 1.5 as in the published loss, which does not read the hyp keys box/cls/dfl.
 
-The c path (make_loss(model, backend="c"), i.e. DetectionLoss(..., fused=True)) computes the same terms
+One class for both heads and both backends: DetectionLoss(nc, reg_max, stride, hyp, backend, dual) (make_loss
+builds it from a model). dual=True is the PGI loss of a DualDDetect head (aux + main branches). The backend
+is chosen once, at construction: "torch" is the reference below; "c" computes the same terms
 without (B, M, A) or (B, A, NC) tensors: per branch, the boxes for the assigner come from
 yolov9c.ops.det_loss.det_loss_decode, the targets from yolov9c.ops.tal_assign.tal_assign (labels, boxes and
 the per-anchor soft score `target_norm`: target_scores = one_hot(labels)·target_norm, never built), and the
@@ -39,17 +41,31 @@ import os
 import torch
 import torch.nn.functional as F
 
+from yolov9c.geometry import dfl_decode, make_anchors, xywh_to_xyxy
 from yolov9c.loss.assigner import TaskAlignedAssigner
 from yolov9c.loss.bbox_loss import BboxLoss
-from yolov9c.loss.boxes import xywh2xyxy
-from yolov9c.models.head import dist2bbox, make_anchors
+from yolov9c.ops import tal_assign as tal_assign_op  # the module: ops.tal_assign imports loss.assigner back
 from yolov9c.ops.det_loss import det_loss, det_loss_decode
 from yolov9c.resources import load_hyp
 
 BOX_GAIN, CLS_GAIN, DFL_GAIN = 7.5, 0.5, 1.5  # hard-coded in the published loss (loss_tal_dual.py:247-249)
 AUX_WEIGHT = 0.25  # weight of the auxiliary (PGI) branch's terms in the dual loss
 FOCAL_ALPHA = 0.25  # published FocalLoss default, used only when hyp fl_gamma > 0
+BACKENDS = ("torch", "c")
+MAX_ROWS_SHOWN = 10  # non-finite target rows named in the error
 
+
+def _check_finite(targets):
+    """ValueError naming the rows of (N, 6) targets that hold NaN or ±inf (both backends pack through here)."""
+    bad = ~torch.isfinite(targets).all(1)
+    if not bool(bad.any()):
+        return
+    rows = bad.nonzero().flatten().tolist()
+    shown = ", ".join(str(r) for r in rows[:MAX_ROWS_SHOWN]) + (f" and {len(rows) - MAX_ROWS_SHOWN} more"
+                                                                 if len(rows) > MAX_ROWS_SHOWN else "")
+    first = [round(v, 6) for v in targets[rows[0]].tolist()]
+    raise ValueError(f"loss: {len(rows)} target row(s) not finite (NaN or inf): rows {shown}; row {rows[0]} is "
+                     f"{first} [image, class, x, y, w, h]. Fix the labels, or the augmentation that produced them")
 
 
 def pack_targets(targets, batch_size, scale, dtype, nc=None):
@@ -57,10 +73,14 @@ def pack_targets(targets, batch_size, scale, dtype, nc=None):
 
     M = the largest number of rows of one image (0 when N = 0); rows keep their order within an image and
     unused slots are zero (a zero box marks padding). scale: (4,) = (W, H, W, H) image size in pixels.
-    nc: when given, a class outside [0, nc) raises ValueError (the dataset and the model disagree).
+    nc: when given, a class outside [0, nc) raises ValueError (the dataset and the model disagree). A row with
+    a NaN or infinite value (in `dtype`) raises ValueError naming the rows.
     """
     device = scale.device
+    if targets.dim() != 2 or targets.shape[1] != 6:
+        raise ValueError(f"loss: targets must be (N, 6) rows [image, class, x, y, w, h], got {tuple(targets.shape)}")
     targets = targets.to(device=device, dtype=dtype)
+    _check_finite(targets)
     if targets.shape[0] == 0:
         return torch.zeros((batch_size, 0, 5), dtype=dtype, device=device)
     img = targets[:, 0].long()
@@ -78,7 +98,7 @@ def pack_targets(targets, batch_size, scale, dtype, nc=None):
     slot = torch.arange(img.numel(), device=device) - starts[img[order]]  # position within its image
     out = torch.zeros((batch_size, int(counts.max()), 5), dtype=dtype, device=device)
     out[img[order], slot] = targets[order, 1:6]
-    out[..., 1:5] = xywh2xyxy(out[..., 1:5] * scale)
+    out[..., 1:5] = xywh_to_xyxy(out[..., 1:5] * scale)
     return out
 
 
@@ -97,18 +117,28 @@ def pack_targets_host(targets, batch_size, size, dtype, device, nc=None):
     return host.to(device)
 
 
+
+
 class DetectionLoss:
-    """Single-head YOLOv9 loss (the published loss_tal.ComputeLoss), for DDetect heads.
+    """The YOLOv9 loss (published loss_tal.ComputeLoss, and loss_tal_dual.ComputeLoss with dual=True).
 
     nc: classes; reg_max: DFL bins (16); stride: per-level strides [8, 16, 32] (list or tensor); hyp: as
-    load_hyp. Call with preds = list of nl maps (B, 4·reg_max + nc, H_l, W_l) or a tuple whose [1] is that list
-    (eval-mode output), and targets (N, 6) [image, class, x, y, w, h] normalised. Returns (loss_total (1,),
-    loss_items (3,) detached [box, cls, dfl]), float32 (float64 for float64 predictions).
+    load_hyp; backend: "torch" (the reference) or "c" (tal_assign + det_loss kernels: the module docstring);
+    dual: a DualDDetect head (PGI): preds = [aux_maps, main_maps] and the result is main + 0.25·aux for each
+    of box, cls, dfl (aux box/dfl only with positives); both branches share the targets but are assigned
+    independently.
+    Call with preds = list of nl maps (B, 4·reg_max + nc, H_l, W_l) ([aux, main] lists when dual), or the
+    eval-mode tuple (y, maps), and targets (N, 6) [image, class, x, y, w, h] normalised. Returns (loss_total
+    (1,), loss_items (3,) detached [box, cls, dfl]), float32 (float64 for float64 predictions). Non-finite
+    targets raise ValueError on both backends.
     """
 
-    def __init__(self, nc, reg_max=16, stride=(8, 16, 32), hyp=None, fused=False):
+    def __init__(self, nc, reg_max=16, stride=(8, 16, 32), hyp=None, backend="torch", dual=False):
+        if backend not in BACKENDS:
+            raise ValueError(f"loss: backend must be one of {BACKENDS}, got {backend!r}")
         self.hyp = load_hyp(hyp)
-        self.fused = bool(fused)  # the c path: tal_assign + det_loss kernels (module docstring)
+        self.backend = backend
+        self.dual = bool(dual)
         self.nc = int(nc)
         self.reg_max = int(reg_max)
         self.no = self.nc + 4 * self.reg_max
@@ -122,14 +152,23 @@ class DetectionLoss:
         beta = float(os.getenv("YOLOB", 6.0))
         self.assigner = TaskAlignedAssigner(self.nc, topk=topk, alpha=alpha, beta=beta)
         self.bbox_loss = BboxLoss(self.reg_max)
+        # the c kernels have no focal term (fl_gamma > 0, off in every published hyp): that case keeps the
+        # reference branch; the targets are still packed on the host (no device synchronisation)
+        self._branch = self._branch_fused if backend == "c" and self.fl_gamma == 0 else self._branch_torch
 
     # -- input handling -------------------------------------------------------------------------------------
 
     def _branches(self, preds):
-        """The list of branches (each a list of nl maps) in the order [aux, main] / [main]."""
+        """The list of branches (each a list of nl maps) in the order [aux, main] (dual) / [main]."""
         maps = preds[1] if isinstance(preds, tuple) else preds
-        self._check_maps(maps, "preds")
-        return [list(maps)]
+        if not self.dual:
+            self._check_maps(maps, "preds")
+            return [list(maps)]
+        if not isinstance(maps, (list, tuple)) or len(maps) != 2:
+            raise ValueError("loss: dual preds must be [aux_maps, main_maps] or (y, [aux_maps, main_maps])")
+        self._check_maps(maps[0], "aux preds")
+        self._check_maps(maps[1], "main preds")
+        return [list(maps[0]), list(maps[1])]
 
     def _check_maps(self, maps, what):
         if not isinstance(maps, (list, tuple)) or len(maps) != len(self.stride):
@@ -139,27 +178,28 @@ class DetectionLoss:
                 shape = tuple(m.shape) if torch.is_tensor(m) else type(m).__name__
                 raise ValueError(f"loss: {what}: each map must be (B, {self.no}, H, W), got {shape}")
 
+    def _pack(self, targets, batch_size, size, dtype, device):
+        """(B, M, 5) packed targets in pixels: on the host for the c backend (one transfer, no sync)."""
+        if self.backend == "c":
+            return pack_targets_host(targets, batch_size, size, dtype, device, nc=self.nc)
+        w, h = size
+        return pack_targets(targets, batch_size, torch.tensor([w, h, w, h], dtype=dtype, device=device), dtype,
+                            nc=self.nc)
+
     # -- one head branch ------------------------------------------------------------------------------------
 
-    def _branch(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col):
+    def _branch_torch(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col):
         """Loss terms of one branch: (box, cls, dfl, has_fg), unweighted, each ÷ target_scores_sum.
 
         maps: nl tensors (B, no, H, W); gt_*: packed targets (pixels); points (A, 2) grid units, stride_col
         (A, 1). box/dfl are None when the branch has no foreground anchor.
         """
-        if self.fused and self.fl_gamma == 0:
-            return self._branch_fused(maps, gt_labels, gt_boxes, gt_mask, points, stride_col)
         B = maps[0].shape[0]
         pred = torch.cat([m.reshape(B, self.no, -1) for m in maps], dim=2)  # (B, no, A)
         pred_dist, pred_scores = pred.split((4 * self.reg_max, self.nc), dim=1)
         pred_dist = pred_dist.permute(0, 2, 1).contiguous()  # (B, A, 4·reg_max)
         pred_scores = pred_scores.permute(0, 2, 1).contiguous()  # (B, A, nc)
-
-        # DFL expectation: softmax over the bins of each side · [0, 1, …, reg_max−1] -> ltrb distances
-        proj = torch.arange(self.reg_max, device=pred.device, dtype=pred.dtype)
-        A = pred_dist.shape[1]
-        ltrb = pred_dist.view(B, A, 4, self.reg_max).softmax(-1).matmul(proj)
-        pred_boxes = dist2bbox(ltrb, points, xywh=False)  # (B, A, 4) xyxy, grid units
+        pred_boxes = dfl_decode(pred_dist, points, self.reg_max)  # (B, A, 4) xyxy, grid units
 
         target_labels, target_boxes, target_scores, fg = self.assigner(
             pred_scores.detach().sigmoid(),
@@ -179,8 +219,8 @@ class DetectionLoss:
         return box, cls, dfl, True
 
     def _branch_fused(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col):
-        """The c path of _branch: same terms, returned as (box, cls, dfl, True) (box = dfl = 0 without a
-        foreground anchor, which adds nothing, so no host synchronisation is needed to test for one)."""
+        """The c branch: same terms, returned as (box, cls, dfl, True) (box = dfl = 0 without a foreground
+        anchor, which adds nothing, so no host synchronisation is needed to test for one)."""
         B, R, nc = maps[0].shape[0], self.reg_max, self.nc
         a = self.assigner
         with torch.no_grad():
@@ -188,7 +228,7 @@ class DetectionLoss:
             # the class logits as one (B, NC, A) tensor (a transient copy in the maps' dtype, freed below);
             # tal_assign reads it through a (B, A, NC) view and applies the sigmoid itself
             logits = torch.cat([m.detach()[:, 4 * R:].reshape(B, nc, -1) for m in maps], dim=2)
-            labels, boxes, norm, fg, _ = _tal_assign()(
+            labels, boxes, norm, fg, _ = tal_assign_op.tal_assign(
                 logits.transpose(1, 2), pred_boxes, (points * stride_col).float(), gt_labels, gt_boxes, gt_mask, nc,
                 topk=a.topk, alpha=a.alpha, beta=a.beta, eps=a.eps, logits=True)
             del logits, pred_boxes
@@ -232,11 +272,7 @@ class DetectionLoss:
 
         # image size (h, w) in pixels from the first map and the first stride
         h, w = feats[0].shape[2] * self.stride[0], feats[0].shape[3] * self.stride[0]
-        if self.fused:  # the c path: packed on the host, one transfer, no host synchronisation
-            gt = pack_targets_host(targets, B, (w, h), gt_dtype, device, nc=self.nc)
-        else:
-            scale = torch.tensor([w, h, w, h], dtype=gt_dtype, device=device)
-            gt = pack_targets(targets, B, scale, gt_dtype, nc=self.nc)
+        gt = self._pack(targets, B, (w, h), gt_dtype, device)
         gt_labels, gt_boxes = gt.split((1, 4), dim=2)
         gt_mask = gt_boxes.sum(2, keepdim=True) > 0  # (B, M, 1); padding rows are all-zero
 
@@ -255,68 +291,23 @@ class DetectionLoss:
         return (loss.sum() * B).reshape(1), loss.detach()
 
 
-class DualDetectionLoss(DetectionLoss):
-    """The dual (PGI) loss of the published loss_tal_dual.ComputeLoss, for DualDDetect heads.
-
-    preds = [aux_maps, main_maps] (train mode) or a tuple (y, [aux_maps, main_maps]) (eval mode), each a list
-    of nl maps. The result is main + 0.25·aux for each of box, cls, dfl (aux box/dfl only with positives),
-    then the gains; everything else as DetectionLoss. Both branches share the targets but are assigned
-    independently.
-    """
-
-    def _branches(self, preds):
-        both = preds[1] if isinstance(preds, tuple) else preds
-        if not isinstance(both, (list, tuple)) or len(both) != 2:
-            raise ValueError("loss: dual preds must be [aux_maps, main_maps] or (y, [aux_maps, main_maps])")
-        self._check_maps(both[0], "aux preds")
-        self._check_maps(both[1], "main preds")
-        return [list(both[0]), list(both[1])]
-
-
-def _tal_assign():
-    """yolov9c.ops.tal_assign.tal_assign (the assigner kernels); until that op is in the tree, the same API
-    over the reference TaskAlignedAssigner (_tal_assign_reference)."""
-    try:
-        from yolov9c.ops.tal_assign import tal_assign
-    except ImportError:
-        return _tal_assign_reference
-    return tal_assign
-
-
-def _tal_assign_reference(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_classes, topk=10,
-                          alpha=0.5, beta=6.0, eps=1e-9, logits=False):
-    """tal_assign's API on the reference assigner: (target_labels (B, A) int64, target_boxes (B, A, 4),
-    target_norm (B, A) float32, fg_mask (B, A) bool, target_gt_idx None). Builds the (B, M, A) and (B, A, NC)
-    tensors tal_assign avoids; a stop-gap, not the c path's memory."""
-    probs = scores.sigmoid() if logits else scores
-    assigner = TaskAlignedAssigner(num_classes, topk=topk, alpha=alpha, beta=beta, eps=eps)
-    labels, boxes, target_scores, fg = assigner(probs, pred_boxes, points, gt_labels, gt_boxes, gt_mask)
-    # with no boxes at all the reference labels every anchor num_classes (out of range): no score to read
-    norm = target_scores.gather(-1, labels.clamp(0, num_classes - 1)[..., None]).squeeze(-1)
-    return labels, boxes, norm.float(), fg, None
-
-
-BACKENDS = ("torch", "c")
+HEAD_ATTRS = ("nc", "reg_max", "stride", "cv2", "cv3", "dfl")  # what every DDetect-like head has
 
 
 def make_loss(model, hyp=None, backend="torch"):
-    """The loss for `model`: DualDetectionLoss for a DualDDetect head, DetectionLoss for a DDetect head.
+    """The loss for `model`: DetectionLoss with dual=True for a DualDDetect head, dual=False for a DDetect.
 
     model: a DetectionModel (or a DataParallel/DDP wrapper of one); nc, reg_max and stride come from its head
-    model.model[-1]. hyp: None (configs/hyps/hyp.scratch-high.yaml), a dict or a yaml path. backend: "torch"
-    (the reference) or "c" (the same loss through the tal_assign and det_loss kernels, fused=True).
+    model.model[-1] (a dual head is the one with the second DFL, `dfl2`: the published attribute names, read
+    here so that the loss does not import the models layer above it). hyp: None
+    (configs/hyps/hyp.scratch-high.yaml), a dict or a yaml path. backend: "torch" (the reference) or "c"
+    (the same loss through the tal_assign and det_loss kernels).
     Returns a callable (preds, targets) -> (loss_total (1,), loss_items (3,) detached).
     """
     if backend not in BACKENDS:
         raise ValueError(f"make_loss: backend must be one of {BACKENDS}, got {backend!r}")
-    from yolov9c.models.head import DDetect, DualDDetect
-
     model = getattr(model, "module", model)
     head = model.model[-1]
-    if isinstance(head, DualDDetect):
-        cls = DualDetectionLoss
-    elif isinstance(head, DDetect):
-        cls = DetectionLoss
-    else:
+    if not all(hasattr(head, a) for a in HEAD_ATTRS):
         raise TypeError(f"make_loss: the model's last layer is {type(head).__name__}, not DDetect/DualDDetect")
-    return cls(head.nc, head.reg_max, head.stride, hyp, fused=backend == "c")
+    return DetectionLoss(head.nc, head.reg_max, head.stride, hyp, backend=backend, dual=hasattr(head, "dfl2"))

@@ -13,40 +13,13 @@ import math
 import torch
 import torch.nn as nn
 
+from yolov9c.geometry import dist2bbox, make_anchors
 from yolov9c.models.common import Conv
 
 
 def make_divisible(x, divisor):
     """Smallest multiple of `divisor` that is ≥ x."""
     return math.ceil(x / divisor) * divisor
-
-
-def make_anchors(feats, strides, grid_cell_offset=0.5):
-    """Anchor points at cell centres, in grid units of each level, and the stride of every anchor.
-
-    feats: list of (B, C, H_i, W_i) maps; strides: per-level strides. Returns anchor_points (A, 2) as
-    (x, y) in row-major order per level, and stride_tensor (A, 1), both in feats[0]'s dtype and device.
-    """
-    dtype, device = feats[0].dtype, feats[0].device
-    points, stride_list = [], []
-    for feat, stride in zip(feats, strides):
-        h, w = feat.shape[2:]
-        sx = torch.arange(w, device=device, dtype=dtype) + grid_cell_offset
-        sy = torch.arange(h, device=device, dtype=dtype) + grid_cell_offset
-        gy, gx = torch.meshgrid(sy, sx, indexing="ij")
-        points.append(torch.stack((gx, gy), -1).view(-1, 2))
-        stride_list.append(torch.full((h * w, 1), float(stride), dtype=dtype, device=device))
-    return torch.cat(points), torch.cat(stride_list)
-
-
-def dist2bbox(distance, anchor_points, xywh=True, dim=-1):
-    """(left, top, right, bottom) distances from anchor points → boxes, xywh or xyxy along `dim`."""
-    lt, rb = distance.chunk(2, dim)
-    x1y1 = anchor_points - lt
-    x2y2 = anchor_points + rb
-    if xywh:
-        return torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), dim)
-    return torch.cat((x1y1, x2y2), dim)
 
 
 class DFL(nn.Module):

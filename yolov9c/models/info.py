@@ -143,9 +143,11 @@ def _yaml_rows(model: nn.Module) -> list:
 def layer_table(model: nn.Module) -> str:
     """The published parse table: one row per yaml layer with index, from, n, params, module and arguments.
 
-    Parameters are counted from the built layer; n and the arguments come from the layer's `n`/`args`
-    attributes when the builder set them (the arguments after channel resolution, as published), else from
-    the yaml row."""
+    Parameters are counted from the built layer. The arguments are the ones the layer was built with, as the
+    published table prints them: channel modules `[c1, c2, ...]` (input channels first, c2 width-scaled),
+    `nc` resolved, the head `[nc, [input channels]]`, `[None, 2, 'nearest']` for nn.Upsample (parse_model
+    records them as `args`; a layer without that attribute shows its yaml row's arguments). n is the yaml
+    row's number."""
     rows = _yaml_rows(model)
     lines = [f"{'':>3}{'from':>18}{'n':>3}{'params':>10}  {'module':<40}{'arguments':<30}"]
     layers = getattr(model, "model", None)

@@ -23,7 +23,7 @@ import yaml
 from yolov9c.models.common import (ADown, AConv, CBFuse, CBLinear, Concat, Conv, ELAN1, RepConvN,
                                    RepNBottleneck, RepNCSP, RepNCSPELAN4, SP, SPPELAN, Silence)
 from yolov9c.models.head import DDetect, DualDDetect, make_divisible
-from yolov9c.resources import MODEL_CONFIG_DIR as CONFIG_DIR
+from yolov9c.resources import MODEL_CONFIG_DIR as CONFIG_DIR, bundled_file, bundled_names
 
 # Every module name a yaml row may use (the published YOLOv9 set that this package implements, plus
 # parameter-free torch.nn layers that keep the channel count).
@@ -45,22 +45,21 @@ ACTIVATIONS = {"ReLU", "ReLU6", "SiLU", "LeakyReLU", "Hardswish", "Hardsigmoid",
 
 
 def resolve_config(cfg):
-    """Load a model config. cfg: dict (deep-copied), a yaml path, or a bare name such as "yolov9-s" /
-    "yolov9-s.yaml" looked up in configs/models/detect/. Returns (dict, label, yaml_file) where label
-    names the source in error messages and yaml_file is the file name ('' for a dict)."""
+    """Load a model config. cfg: dict (deep-copied), a yaml path, or a bundled config named as the published
+    commands do: "yolov9-s", "yolov9-s.yaml" or "models/detect/yolov9-s.yaml" (yolov9c.resources.bundled_file;
+    an existing file of that path wins). Returns (dict, label, yaml_file) where label names the source in
+    error messages and yaml_file is the file name ('' for a dict)."""
     if isinstance(cfg, dict):
         return copy.deepcopy(cfg), "model config", ""
     if not isinstance(cfg, (str, Path)):
         raise TypeError(f"model config must be a dict, a yaml path or a config name, not {type(cfg).__name__}")
     path = Path(cfg)
     if not path.is_file():
-        name = path.name if path.suffix in (".yaml", ".yml") else path.name + ".yaml"
-        candidate = CONFIG_DIR / name
-        if len(path.parts) == 1 and candidate.is_file():
-            path = candidate
-        else:
-            known = ", ".join(sorted(p.stem for p in CONFIG_DIR.glob("*.yaml")))
-            raise FileNotFoundError(f"model config '{cfg}' not found: not a file and not one of {known}")
+        path = bundled_file(cfg, "model")
+        if path is None:
+            known = ", ".join(Path(n).stem for n in bundled_names("model"))
+            raise FileNotFoundError(f"model config '{cfg}' not found: not a file and not one of {known} "
+                                    "(a bare name or models/detect/NAME.yaml)")
     with open(path, encoding="utf-8", errors="ignore") as f:
         d = yaml.safe_load(f)
     if not isinstance(d, dict):
@@ -149,7 +148,8 @@ def parse_model(d, ch_in=3, label="model config"):
     """Build the layers of model dict `d` for `ch_in` input channels.
 
     Returns (layers, save): an nn.Sequential whose layers carry i (index), f (from), type (module name
-    as in the yaml) and np (parameter count), and the sorted indices of layers whose outputs later rows
+    as in the yaml), args (the arguments the module was built with: input channels first, nc and the head's
+    input channels resolved, as the published table prints them) and np (parameter count), and the sorted indices of layers whose outputs later rows
     read. Raises ValueError naming the row for unknown modules, bad `from` indices, and channel or
     stride mismatches that are visible from the config alone.
     """
@@ -292,7 +292,7 @@ def parse_model(d, ch_in=3, label="model config"):
             module = nn.Sequential(*(m(*args) for _ in range(n))) if n > 1 else m(*args)
         except Exception as e:
             raise rows.error(i, row, f"cannot build {mname}{tuple(args)}: {e}") from e
-        module.i, module.f, module.type = i, f, mname
+        module.i, module.f, module.type, module.args = i, f, mname, args  # args as built (the published table)
         module.np = sum(p.numel() for p in module.parameters())
         layers.append(module)
         save.extend(j % i for j in srcs if j != -1)

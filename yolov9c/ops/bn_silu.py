@@ -32,7 +32,8 @@ _STORAGE = (torch.float32, torch.float16, torch.bfloat16)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# argument checks (shared by the fused path and the references, so both refuse the same things)
+# argument checks of the torch references. The fused path checks nothing here: csrc/bn_silu.c checks every
+# argument once (errors name the op and the argument); Python only asks whether z is a tensor at all.
 
 def _check_z(op, name, t):
     if not isinstance(t, torch.Tensor):
@@ -93,7 +94,9 @@ def _check_dz(op, name, dz, z, zname="z"):
 def _format_of(z):
     """z's memory format for new tensors: channels-last when z's channel stride is 1 (also for a channel slice
     of a channels-last buffer), else NCHW contiguous."""
-    return torch.channels_last if (z.stride(1) == 1 and z.shape[1] > 1) else torch.contiguous_format
+    if z.ndim == 4 and z.stride(1) == 1 and z.shape[1] > 1:
+        return torch.channels_last
+    return torch.contiguous_format
 
 
 def _empty_like(z, dtype=None):
@@ -292,90 +295,115 @@ def _check_bn2_backward_args(op, z1, mean1, invstd1, weight1, bias1, z2, mean2, 
 
 
 # ---------------------------------------------------------------------------------------------------------
-# raw implementations behind the public functions (no autograd recorded): C/CUDA through yolov9c._C
+# raw implementations behind the public functions (no autograd recorded): C/CUDA through yolov9c._C.
+# A BN operand crosses as one tuple (z, mean, invstd, weight, bias), its gradients as (dz, dweight, dbias).
 
-def _use_reference(*ts):
+_FIELDS = {"": ("z", "mean", "invstd", "weight", "bias"), "1": ("z1", "mean1", "invstd1", "weight1", "bias1"),
+           "2": ("z2", "mean2", "invstd2", "weight2", "bias2")}
+_GRAD_FIELDS = {"": ("dz", "dweight", "dbias"), "1": ("dz1", "dweight1", "dbias1"), "2": ("dz2", "dweight2", "dbias2")}
+
+
+def _tensor(op, name, t):
+    """The one check made in Python: the dispatch below reads z before C sees anything."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def _use_reference(op, *ts):
     """The torch reference serves empty tensors and bfloat16 on the CPU (NumPy has no bfloat16)."""
     z = ts[0]
+    _tensor(op, "z", z)
     if z.numel() == 0:
         return True
-    return z.device.type == "cpu" and any(t is not None and t.dtype == torch.bfloat16 for t in ts)
+    return z.is_cpu and any(getattr(t, "dtype", None) == torch.bfloat16 for t in ts)
 
 
-def _device_guard(device):
-    return extension.device_guard(device)
+def _bn(op, z, mean, invstd, weight, bias, suffix=""):
+    a, n = extension.arg, _FIELDS[suffix]
+    return (a(z, op, n[0]), a(mean, op, n[1]), a(invstd, op, n[2]), a(weight, op, n[3]), a(bias, op, n[4]))
+
+
+def _grads(op, dz, dw, db, suffix=""):
+    a, n = extension.arg, _GRAD_FIELDS[suffix]
+    return (a(dz, op, n[0]), a(dw, op, n[1]), a(db, op, n[2]))
+
+
+def _channels(z):
+    return z.shape[1] if z.ndim > 1 else 1
+
+
+def _vec(z):
+    return torch.empty(_channels(z), dtype=torch.float32, device=z.device)
 
 
 def _workspace(C, z):
-    B, Cc, H, W = z.shape
-    nbytes = C.bn_workspace_size(B, Cc, H, W, z.device.type == "cuda")
-    return torch.empty(nbytes, dtype=torch.uint8, device=z.device) if nbytes else None
+    """The CUDA kernels' workspace (None on the CPU, and for a z that C will refuse anyway)."""
+    if not z.is_cuda or z.ndim != 4:
+        return None
+    return torch.empty(C.bn_workspace_size(z.shape, True), dtype=torch.uint8, device=z.device)
 
 
 def _stats_impl(z, running_mean, running_var, momentum, eps):
-    if _use_reference(z):
+    op = "bn_stats_forward"
+    if _use_reference(op, z):
         return bn_stats_reference(z, running_mean, running_var, momentum, eps)
     C = extension.load()
-    mean = torch.empty(z.shape[1], dtype=torch.float32, device=z.device)
-    invstd = torch.empty_like(mean)
+    mean, invstd = _vec(z), _vec(z)
     a = extension.arg
-    with _device_guard(z.device):
-        C.bn_stats_forward(a(z), a(running_mean), a(running_var), float(momentum), float(eps), a(mean), a(invstd),
-                           a(_workspace(C, z)), extension.stream_of(z.device))
+    C.bn_stats_forward(a(z, op, "z"), a(running_mean, op, "running_mean"), a(running_var, op, "running_var"),
+                       momentum, eps, a(mean), a(invstd), a(_workspace(C, z)), extension.stream_of(z.device))
     return mean, invstd
 
 
 def _forward_impl(z, mean, invstd, weight, bias, act, out, residual, batch_stats):
-    if _use_reference(z, out, residual):
+    op = "bn_silu_forward"
+    if _use_reference(op, z, out, residual):
         with torch.no_grad():
             if residual is None:
                 return bn_silu_reference(z, mean, invstd, weight, bias, act, out, batch_stats)
             return bn_silu_add_reference(z, mean, invstd, weight, bias, residual, act, out, batch_stats)
     C = extension.load()
     y = out if out is not None else _empty_like(z)
-    a = extension.arg
-    with _device_guard(z.device):
-        C.bn_silu_forward(a(z), a(mean), a(invstd), a(weight), a(bias), None, None, None, None, None, a(residual),
-                          act, a(y), extension.stream_of(z.device))
+    C.bn_silu_forward(_bn(op, z, mean, invstd, weight, bias), None, extension.arg(residual, op, "residual"), act,
+                      extension.arg(y, op, "out"), extension.stream_of(z.device))
     return y
 
 
 def _forward2_impl(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, out, batch_stats):
-    if _use_reference(z1, z2, out):
+    op = "bn_silu_forward"
+    if _use_reference(op, z1, z2, out):
         with torch.no_grad():
             return bn2_silu_reference(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, out,
                                       batch_stats)
     C = extension.load()
     y = out if out is not None else _empty_like(z1)
-    a = extension.arg
-    with _device_guard(z1.device):
-        C.bn_silu_forward(a(z1), a(mean1), a(invstd1), a(weight1), a(bias1), a(z2), a(mean2), a(invstd2),
-                          a(weight2), a(bias2), None, "silu", a(y), extension.stream_of(z1.device))
+    bn1, bn2 = _bn(op, z1, mean1, invstd1, weight1, bias1, "1"), _bn(op, z2, mean2, invstd2, weight2, bias2, "2")
+    C.bn_silu_forward(bn1, bn2, None, "silu", extension.arg(y, op, "out"), extension.stream_of(z1.device))
     return y
 
 
 def _backward_impl(z, mean, invstd, weight, bias, grad_out, act, dz, accumulate, batch_stats):
-    if _use_reference(z, grad_out, dz):
+    op = "bn_silu_backward"
+    if _use_reference(op, z, grad_out, dz):
         return bn_silu_backward_reference(z, mean, invstd, weight, bias, grad_out, act, dz, accumulate,
                                           batch_stats)
     C = extension.load()
     accumulate = accumulate and dz is not None
     dz = dz if dz is not None else _empty_like(z)
-    dw = torch.empty(z.shape[1], dtype=torch.float32, device=z.device)
-    db = torch.empty_like(dw)
-    a = extension.arg
-    with _device_guard(z.device):
-        C.bn_silu_backward(a(z), a(mean), a(invstd), a(weight), a(bias), None, None, None, None, None, a(grad_out),
-                           act, bool(batch_stats), a(dz), None, accumulate, a(dw), a(db), None, None,
-                           a(_workspace(C, z)), extension.stream_of(z.device))
+    dw, db = _vec(z), _vec(z)
+    C.bn_silu_backward(_bn(op, z, mean, invstd, weight, bias), None, extension.arg(grad_out, op, "grad_out"), act,
+                       batch_stats, _grads(op, dz, dw, db), None, accumulate, extension.arg(_workspace(C, z)),
+                       extension.stream_of(z.device))
     return dz, dw, db
 
 
 def _backward2_impl(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, grad_out, dz1, dz2,
                     accumulate, batch_stats):
-    if _use_reference(z1, z2, grad_out, dz1, dz2):
+    op = "bn_silu_backward"
+    if _use_reference(op, z1, z2, grad_out, dz1, dz2):
         return bn2_silu_backward_reference(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2,
                                            grad_out, dz1, dz2, accumulate, batch_stats)
+    _tensor(op, "z2", z2)
     C = extension.load()
     # A freshly allocated dz is written, never accumulated into.
     acc1, acc2 = accumulate and dz1 is not None, accumulate and dz2 is not None
@@ -385,13 +413,11 @@ def _backward2_impl(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weig
         acc1 = acc2 = True
     dz1 = dz1 if dz1 is not None else _empty_like(z1)
     dz2 = dz2 if dz2 is not None else _empty_like(z2)
-    dw1 = torch.empty(z1.shape[1], dtype=torch.float32, device=z1.device)
-    db1, dw2, db2 = torch.empty_like(dw1), torch.empty_like(dw1), torch.empty_like(dw1)
-    a = extension.arg
-    with _device_guard(z1.device):
-        C.bn_silu_backward(a(z1), a(mean1), a(invstd1), a(weight1), a(bias1), a(z2), a(mean2), a(invstd2),
-                           a(weight2), a(bias2), a(grad_out), "silu", bool(batch_stats), a(dz1), a(dz2), acc1,
-                           a(dw1), a(db1), a(dw2), a(db2), a(_workspace(C, z1)), extension.stream_of(z1.device))
+    dw1, db1, dw2, db2 = _vec(z1), _vec(z1), _vec(z1), _vec(z1)
+    bn1, bn2 = _bn(op, z1, mean1, invstd1, weight1, bias1, "1"), _bn(op, z2, mean2, invstd2, weight2, bias2, "2")
+    C.bn_silu_backward(bn1, bn2, extension.arg(grad_out, op, "grad_out"), "silu", batch_stats,
+                       _grads(op, dz1, dw1, db1, "1"), _grads(op, dz2, dw2, db2, "2"), acc1,
+                       extension.arg(_workspace(C, z1)), extension.stream_of(z1.device))
     return dz1, dw1, db1, dz2, dw2, db2
 
 
@@ -479,7 +505,7 @@ class BN2SiLUFunction(torch.autograd.Function):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# public API
+# public API. With the fused path on, arguments go to C unchecked here (csrc/bn_silu.c checks them once).
 
 def bn_stats(z, running_mean=None, running_var=None, momentum=0.03, eps=1e-3):
     """(mean, invstd): float32 (C,) batch statistics of z (B, C, H, W); invstd = 1/sqrt(biased_var + eps).
@@ -487,7 +513,6 @@ def bn_stats(z, running_mean=None, running_var=None, momentum=0.03, eps=1e-3):
     training mode (running_var with the unbiased variance). No autograd. ValueError when B·H·W == 1."""
     if not extension.fused_enabled():
         return bn_stats_reference(z, running_mean, running_var, momentum, eps)
-    _check_stats_args("bn_stats", z, running_mean, running_var, momentum, eps)
     return _stats_impl(z, running_mean, running_var, momentum, eps)  # no autograd: the raw paths never record
 
 
@@ -497,10 +522,6 @@ def bn_silu(z, mean, invstd, weight, bias, act="silu", out=None, batch_stats=Tru
     (BNSiLUFunction): z, weight, bias get gradients; mean/invstd none."""
     if not extension.fused_enabled():
         return bn_silu_reference(z, mean, invstd, weight, bias, act, out, batch_stats)
-    op = "bn_silu"
-    _check_bn(op, z, mean, invstd, weight, bias)
-    _check_act(op, act)
-    _check_out(op, "out", out, z)
     return BNSiLUFunction.apply(out, z, mean, invstd, weight, bias, act, bool(batch_stats))
 
 
@@ -512,7 +533,6 @@ def bn_silu_backward(z, mean, invstd, weight, bias, grad_out, act="silu", dz=Non
     if not extension.fused_enabled():
         return bn_silu_backward_reference(z, mean, invstd, weight, bias, grad_out, act, dz, accumulate,
                                           batch_stats)
-    _check_backward_args("bn_silu_backward", z, mean, invstd, weight, bias, grad_out, act, dz)
     # no .detach() needed: the C paths read data pointers / detached NumPy views and the reference runs under
     # no_grad (a detach per argument was ~6 µs of host time per call)
     return _backward_impl(z, mean, invstd, weight, bias, grad_out, act, dz, bool(accumulate), bool(batch_stats))
@@ -524,9 +544,6 @@ def bn2_silu(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bi
     if not extension.fused_enabled():
         return bn2_silu_reference(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, out,
                                   batch_stats)
-    op = "bn2_silu"
-    _check_bn2(op, z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2)
-    _check_out(op, "out", out, z1)
     return BN2SiLUFunction.apply(out, z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2,
                                  bool(batch_stats))
 
@@ -537,8 +554,6 @@ def bn2_silu_backward(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, we
     if not extension.fused_enabled():
         return bn2_silu_backward_reference(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2,
                                            bias2, grad_out, dz1, dz2, accumulate, batch_stats)
-    _check_bn2_backward_args("bn2_silu_backward", z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2,
-                             weight2, bias2, grad_out, dz1, dz2)
     return _backward2_impl(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, grad_out, dz1, dz2,
                            bool(accumulate), bool(batch_stats))
 
@@ -548,24 +563,15 @@ def bn_silu_add(z, mean, invstd, weight, bias, residual, act="silu", out=None, b
     dtype; out as in bn_silu (a new tensor gets z's dtype). Differentiable; residual gets dy unchanged."""
     if not extension.fused_enabled():
         return bn_silu_add_reference(z, mean, invstd, weight, bias, residual, act, out, batch_stats)
-    op = "bn_silu_add"
-    _check_bn(op, z, mean, invstd, weight, bias)
-    _check_like(op, "residual", residual, z)
-    _check_act(op, act)
-    _check_out(op, "out", out, z)
+    if residual is None:
+        raise TypeError("bn_silu_add: residual must be a torch.Tensor, got NoneType")
     return BNSiLUAddFunction.apply(out, z, mean, invstd, weight, bias, residual, act, bool(batch_stats))
 
 
 def bn_silu_nograd(z, mean, invstd, weight, bias, act="silu", out=None, residual=None):
     """bn_silu (residual None) or bn_silu_add without autograd, for callers that run with grad disabled (the c
-    backend's evaluator, which calls it ~1000 times a step): the same checks, dispatch and result, without the
+    backend's evaluator, which calls it ~1000 times a step): the same dispatch and result, without the
     autograd.Function's per-call cost (context object, saved tensors, dirty marking)."""
-    op = "bn_silu" if residual is None else "bn_silu_add"
-    _check_bn(op, z, mean, invstd, weight, bias)
-    if residual is not None:
-        _check_like(op, "residual", residual, z)
-    _check_act(op, act)
-    _check_out(op, "out", out, z)
     with torch.no_grad():
         if not extension.fused_enabled():
             if residual is None:
@@ -576,8 +582,6 @@ def bn_silu_nograd(z, mean, invstd, weight, bias, act="silu", out=None, residual
 
 def bn2_silu_nograd(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, out=None):
     """bn2_silu without autograd (see bn_silu_nograd)."""
-    _check_bn2("bn2_silu", z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2)
-    _check_out("bn2_silu", "out", out, z1)
     with torch.no_grad():
         if not extension.fused_enabled():
             return bn2_silu_reference(z1, mean1, invstd1, weight1, bias1, z2, mean2, invstd2, weight2, bias2, out)

@@ -23,11 +23,11 @@ maps and YOLOV9C_FUSED=0 -> the torch reference.
 Test: python -m pytest -q tests/test_det_loss.py; speed and memory: python benchmarks/bench_loss.py
 """
 
-import contextlib
 
 import torch
 import torch.nn.functional as F
 
+from yolov9c.geometry import dfl_decode, make_anchors
 from yolov9c.ops import extension
 
 _FLOAT_TYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
@@ -85,10 +85,6 @@ def _check_targets(maps, target_labels, target_boxes, target_norm, fg_mask):
 # ------------------------------------------------------------------------------------------ C/CUDA path
 
 
-def _device_ctx(device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
 def _targets_for_c(t, cuda):
     """Targets as the kernels read them: contiguous; float32 on CUDA, float32 or float64 on the CPU."""
     if t.dtype.is_floating_point and (cuda or t.dtype != torch.float64):
@@ -122,10 +118,10 @@ class DetLossFunction(torch.autograd.Function):
         workspace = torch.empty(C.det_loss_workspace_size(B, A, cuda), dtype=torch.uint8, device=device)
         out = torch.empty(3, dtype=acc, device=device)
         arg = extension.arg
-        with _device_ctx(device):
-            C.det_loss_forward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max, arg(labels),
-                               arg(boxes), arg(norm), arg(fg), arg(tss), float(eps), float(pos_weight),
-                               float(dfl_max_dist(reg_max)), arg(workspace), arg(out), extension.stream_of(device))
+        targets = (arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss))
+        C.det_loss_forward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max, targets,
+                           float(eps), float(pos_weight), float(dfl_max_dist(reg_max)), arg(workspace), arg(out),
+                           extension.stream_of(device))
         ctx.cfg = cfg
         ctx.save_for_backward(labels, boxes, norm, fg, tss, *maps)
         return out
@@ -145,11 +141,10 @@ class DetLossFunction(torch.autograd.Function):
         grads = [torch.empty_like(m) for m in cmaps]
         grad_out = grad_out.to(torch.float32 if cuda else tss.dtype).contiguous()
         arg = extension.arg
-        with _device_ctx(device):
-            C.det_loss_backward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max,
-                                arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss), float(eps), float(pos_weight),
-                                float(dfl_max_dist(reg_max)), arg(grad_out), tuple(arg(g) for g in grads),
-                                extension.stream_of(device))
+        targets = (arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss))
+        C.det_loss_backward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max, targets,
+                            float(eps), float(pos_weight), float(dfl_max_dist(reg_max)), arg(grad_out),
+                            tuple(arg(g) for g in grads), extension.stream_of(device))
         if upcast:
             grads = [g.to(torch.bfloat16) for g in grads]
         return (None, None, None, None, None, None, *grads)
@@ -194,9 +189,8 @@ def det_loss_decode(maps, strides, reg_max=16):
         cmaps = [m.float() for m in cmaps]
     B, A = cmaps[0].shape[0], sum(m.shape[2] * m.shape[3] for m in cmaps)
     boxes = torch.empty((B, A, 4), dtype=torch.float32, device=device)
-    with _device_ctx(device):
-        C.det_loss_decode(tuple(extension.arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max,
-                          extension.arg(boxes), extension.stream_of(device))
+    C.det_loss_decode(tuple(extension.arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max,
+                      extension.arg(boxes), extension.stream_of(device))
     return boxes
 
 
@@ -211,23 +205,12 @@ def _concat(maps, reg_max):
     return pred_dist.permute(0, 2, 1).contiguous(), pred_scores.permute(0, 2, 1).contiguous()
 
 
-def _decode_grid(pred_dist, points, reg_max):
-    from yolov9c.models.head import dist2bbox
-
-    B, A = pred_dist.shape[:2]
-    proj = torch.arange(reg_max, device=pred_dist.device, dtype=pred_dist.dtype)
-    ltrb = pred_dist.view(B, A, 4, reg_max).softmax(-1).matmul(proj)
-    return dist2bbox(ltrb, points, xywh=False)
-
-
 @torch.no_grad()
 def det_loss_decode_reference(maps, strides, reg_max=16):
     """det_loss_decode from stock torch ops, as the published loss decodes (in the maps' dtype), as float32."""
-    from yolov9c.models.head import make_anchors
-
     points, stride_col = make_anchors(maps, strides, 0.5)
     pred_dist, _ = _concat([m.detach() for m in maps], reg_max)
-    return (_decode_grid(pred_dist, points, reg_max) * stride_col).float()
+    return (dfl_decode(pred_dist, points, reg_max) * stride_col).float()
 
 
 def det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum,
@@ -235,13 +218,11 @@ def det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, 
     """det_loss from stock torch ops: the published loss_tal_dual.py branch terms (via yolov9c.loss.BboxLoss),
     building the (B, A, NC) target_scores = one_hot(target_labels)·target_norm·fg it never needs in C."""
     from yolov9c.loss.bbox_loss import BboxLoss
-    from yolov9c.models.head import make_anchors
-
     maps = list(maps)
     tss = _tss_tensor(target_scores_sum, maps[0])
     points, stride_col = make_anchors(maps, strides, 0.5)
     pred_dist, pred_scores = _concat(maps, reg_max)
-    pred_boxes = _decode_grid(pred_dist, points, reg_max)
+    pred_boxes = dfl_decode(pred_dist, points, reg_max)
     nc = pred_scores.shape[-1]
     norm = torch.where(fg_mask, target_norm, torch.zeros((), dtype=target_norm.dtype, device=target_norm.device))
     target_scores = torch.zeros(pred_scores.shape, dtype=target_norm.dtype, device=target_norm.device)

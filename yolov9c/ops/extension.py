@@ -3,13 +3,13 @@
 A CPU tensor crosses as a NumPy array sharing its memory (`t.numpy()`); a CUDA tensor as the descriptor
 tuple (data_ptr, dtype_code, shape, strides, device_index) that csrc/tensor.c parses, plus the stream handle
 of `torch.cuda.current_stream(device)` as a separate argument. Dtype codes are read from the module itself.
+Validation and the CUDA device guard live in C (csrc/launch.c, csrc/tensor.c), not here.
 Switches read at call time: YOLOV9C_FUSED=0 sends every op to its torch reference; YOLOV9C_SYNC=1 makes the
 C side synchronise after every CUDA op.
 
 Test: python -m pytest -q tests/test_build.py tests/test_nms.py
 """
 
-import contextlib
 import os
 
 import torch
@@ -63,22 +63,27 @@ def _load_codes():
     return _dtype_codes
 
 
-def arg(t):
+def arg(t, op="yolov9c._C", name="a tensor argument"):
     """A tensor as a _C argument: None stays None; a CPU tensor becomes a NumPy array sharing its memory
-    (bfloat16 has no NumPy type: callers upcast it first); a CUDA tensor becomes its descriptor tuple."""
+    (bfloat16 has no NumPy type: callers upcast it first); a CUDA tensor becomes its descriptor tuple.
+    Everything about the tensor (shape, dtype, strides, device match) is checked in C; here only what C
+    cannot see: that `t` is a torch.Tensor on the CPU or a CUDA device (errors name `op` and `name`)."""
     if t is None:
         return None
     # called ~10^4 times per training step: is_cuda / get_device() / shape (a tuple subclass, which the C
     # side accepts) / stride() (already a tuple) avoid building a torch.device and two tuples per call
-    if t.is_cuda:
-        codes = _dtype_codes if _dtype_codes is not None else _load_codes()
-        code = codes.get(t.dtype)
-        if code is None:
-            dtype_code(t.dtype)  # raises the TypeError
-        return (t.data_ptr(), code, t.shape, t.stride(), t.get_device())
-    if t.is_cpu:
-        return t.detach().numpy()
-    raise ValueError(f"yolov9c._C takes CPU or CUDA tensors, not {t.device.type}")
+    try:
+        if t.is_cuda:
+            codes = _dtype_codes if _dtype_codes is not None else _load_codes()
+            code = codes.get(t.dtype)
+            if code is None:
+                dtype_code(t.dtype)  # raises the TypeError
+            return (t.data_ptr(), code, t.shape, t.stride(), t.get_device())
+        if t.is_cpu:
+            return t.detach().numpy()
+    except AttributeError:
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}") from None
+    raise ValueError(f"{op}: {name} is on {t.device}; yolov9c._C takes CPU or CUDA tensors")
 
 
 # the raw cudaStream_t of the current stream of a device index (CUDA builds of torch; the same value as
@@ -93,11 +98,3 @@ def stream_of(device):
             return _raw_stream(device.index)
         return torch.cuda.current_stream(device).cuda_stream
     return 0
-
-
-def device_guard(device):
-    """A context making `device` current for a C call on it: nothing to do for the CPU or when it already is
-    the current CUDA device (the common case: a torch.cuda.device switch costs two runtime calls)."""
-    if device.type != "cuda" or device.index is None or device.index == torch.cuda.current_device():
-        return contextlib.nullcontext()
-    return torch.cuda.device(device)

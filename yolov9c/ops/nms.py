@@ -16,7 +16,6 @@ time) -> nms_reference. NMS has no gradient, so there is no autograd.Function: i
 Test: python -m pytest -q tests/test_nms.py; speed: python benchmarks/bench_nms.py
 """
 
-import contextlib
 import math
 import numbers
 
@@ -86,10 +85,8 @@ def nms(boxes, scores, iou_thres, classes=None):
     workspace = torch.empty(C.nms_workspace_size(n, cuda), dtype=torch.uint8, device=device)
     keep = torch.empty(n, dtype=torch.int64, device=device)
     count = torch.zeros(1, dtype=torch.int64, device=device)
-    with torch.cuda.device(device) if cuda else contextlib.nullcontext():
-        C.nms_forward(extension.arg(boxes), extension.arg(scores), extension.arg(classes), float(iou_thres),
-                      extension.arg(workspace), extension.arg(keep), extension.arg(count),
-                      extension.stream_of(device))
+    C.nms_forward(extension.arg(boxes), extension.arg(scores), extension.arg(classes), float(iou_thres),
+                  extension.arg(workspace), extension.arg(keep), extension.arg(count), extension.stream_of(device))
     # The kept count is data-dependent: reading it is the one host synchronisation (torchvision has it too).
     return keep[: int(count.item())]
 

@@ -30,7 +30,6 @@ the reference. No autograd: everything runs under no_grad on detached inputs.
 Test: python -m pytest -q tests/test_tal_assign.py
 """
 
-import contextlib
 
 import torch
 
@@ -146,11 +145,10 @@ def tal_assign(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_cla
     fg = torch.empty((B, A), dtype=torch.bool, device=device)
     gt_idx = torch.empty((B, A), dtype=torch.int64, device=device)
     workspace = torch.empty(C.tal_assign_workspace_size(B, M, A, topk, cuda), dtype=torch.uint8, device=device)
-    with torch.cuda.device(device) if cuda else contextlib.nullcontext():
-        C.tal_assign_forward(extension.arg(scores), extension.arg(pred_boxes), extension.arg(points),
-                             extension.arg(labels), extension.arg(gt), extension.arg(mask), int(topk),
-                             float(alpha), float(beta), float(eps), bool(logits), extension.dtype_code(score_dtype),
-                             extension.arg(workspace), extension.arg(target_labels), extension.arg(target_boxes),
-                             extension.arg(target_norm), extension.arg(fg), extension.arg(gt_idx),
-                             extension.stream_of(device))
+    a = extension.arg
+    C.tal_assign_forward(a(scores), a(pred_boxes), a(points), (a(labels), a(gt), a(mask)),
+                         (int(topk), float(alpha), float(beta), float(eps)), bool(logits),
+                         extension.dtype_code(score_dtype), a(workspace),
+                         (a(target_labels), a(target_boxes), a(target_norm), a(fg), a(gt_idx)),
+                         extension.stream_of(device))
     return target_labels, target_boxes, target_norm, fg, gt_idx

@@ -1,29 +1,41 @@
 """The c backend: lazy activations and concat-free blocks on a built model, with the same parameters.
 
     from yolov9c.backends import c
-    c.install(model)     # every top-level layer of model.model gets the c forward (layers.layer_forward)
+    c.install(model)     # every top-level layer of model.model gets the c forward (layers.layer_forward),
+                         # the model the c model forward (pgi.model_forward: recomputed auxiliary branch,
+                         # uint8 input; model.accepts_uint8 is True)
     c.uninstall(model)   # back to the classes' own forwards
 
 Only per-instance `forward` attributes are set (no class, parameter, buffer or state_dict change), so a
 checkpoint moves freely between backends, and copy.deepcopy of an installed model is an installed model
 (the bound forwards are re-bound to the copies). In eval mode every layer runs its own torch forward, so
 an EMA copy (deep-copied, always in eval mode) computes exactly as the torch backend.
-Design: ../shared/DESIGN.md "Memory design" 1-2; lazy.py (values), conv.py (the autograd Function),
-layers.py (per layer type). Test: python -m pytest -q tests/test_backend_c.py
+Design: ../shared/DESIGN.md "Memory design" 1-4; lazy.py (values), conv.py (the autograd Function),
+layers.py (per layer type), segment.py + pgi.py (the recomputed auxiliary branch, uint8 input). Test: python -m pytest -q tests/test_backend_c.py
 """
 
 import types
 
 from yolov9c.backends.c.layers import layer_forward
+from yolov9c.backends.c.pgi import model_forward
 
 
 def install(model):
     for layer in model.model:
         layer.forward = types.MethodType(layer_forward, layer)
+    model.forward = types.MethodType(model_forward, model)
+    model.__dict__["accepts_uint8"] = True
+
+
+def _uninstall_forward(module, fn):
+    fwd = module.__dict__.get("forward")
+    if isinstance(fwd, types.MethodType) and fwd.__func__ is fn:
+        del module.__dict__["forward"]
 
 
 def uninstall(model):
     for layer in model.model:
-        fwd = layer.__dict__.get("forward")
-        if isinstance(fwd, types.MethodType) and fwd.__func__ is layer_forward:
-            del layer.__dict__["forward"]
+        _uninstall_forward(layer, layer_forward)
+    _uninstall_forward(model, model_forward)
+    model.__dict__.pop("accepts_uint8", None)
+    model.__dict__.pop("_c_graph", None)

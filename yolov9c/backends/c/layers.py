@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from yolov9c.backends.c.conv import conv_supported, lazy_conv
-from yolov9c.backends.c.lazy import BNAct, Cat, Node, Plain, RepAct, Spatial, Sum, materialise_any
+from yolov9c.backends.c.lazy import BNAct, Cat, Image, Node, Plain, RepAct, Spatial, Sum, materialise_any
 from yolov9c.models.common import (ADown, AConv, CBFuse, CBLinear, Concat, Conv, ELAN1, RepConvN, RepNBottleneck,
                                    RepNCSP, RepNCSPELAN4, SP, SPPELAN, Silence)
 from yolov9c.models.head import DFL, DDetect, DualDDetect
@@ -33,8 +33,10 @@ from yolov9c.ops import bn_silu as ops
 
 
 def _node(x):
-    """A tensor as a lazy leaf; lazy values pass through."""
-    return x if isinstance(x, Node) else Plain(x)
+    """A tensor as a lazy leaf (a uint8 image batch as an Image); lazy values pass through."""
+    if isinstance(x, Node):
+        return x
+    return Image(x) if x.dtype == torch.uint8 else Plain(x)
 
 
 def _act_name(act):
@@ -45,7 +47,42 @@ def _act_name(act):
     return None
 
 
+class StatsTape:
+    """The batch statistics of one recomputed segment (pgi.py): recorded in order by its forward, handed back
+    in the same order by its backward recompute, so that the recompute normalises with exactly the forward's
+    statistics and never updates a BatchNorm's running statistics (or num_batches_tracked) a second time."""
+
+    __slots__ = ("stats", "pos")
+
+    def __init__(self):
+        self.stats, self.pos = [], None
+
+    def take(self, bn, z):
+        if self.pos is None:  # recording (the segment's forward)
+            got = _batch_stats(bn, z)
+            self.stats.append(got)
+            return got
+        got = self.stats[self.pos]
+        self.pos += 1
+        return got
+
+
+_TAPE = [None]  # the StatsTape in use, if any (one segment runs at a time: forward, or its backward recompute)
+
+
+def use_tape(tape):
+    """Make `tape` the one _stats reads (None: none); returns the previous one (restore it with use_tape)."""
+    prev, _TAPE[0] = _TAPE[0], tape
+    return prev
+
+
 def _stats(bn, z):
+    """Batch (mean, invstd) of z (from the tape inside a recomputed segment, see StatsTape)."""
+    tape = _TAPE[0]
+    return _batch_stats(bn, z) if tape is None else tape.take(bn, z)
+
+
+def _batch_stats(bn, z):
     """Batch (mean, invstd) of z, updating bn's running statistics and num_batches_tracked exactly as
     nn.BatchNorm2d.forward does in training mode (momentum None = cumulative average)."""
     momentum = 0.0 if bn.momentum is None else bn.momentum
@@ -182,7 +219,7 @@ def sequential(m, x):
     return x
 
 
-def _branch(seq_a, seq_b, x):
+def detect_level(seq_a, seq_b, x):
     """A detect level: box and class branches on one input; the first Convs share the materialisation."""
     x = _node(x)
     if isinstance(seq_a[0], Conv) and isinstance(seq_b[0], Conv):
@@ -202,10 +239,10 @@ def _branch(seq_a, seq_b, x):
 def ddetect(m, xs):
     if type(m) is DualDDetect:
         nl = m.nl
-        d1 = [_branch(m.cv2[i], m.cv3[i], xs[i]) for i in range(nl)]
-        d2 = [_branch(m.cv4[i], m.cv5[i], xs[nl + i]) for i in range(nl)]
+        d1 = [detect_level(m.cv2[i], m.cv3[i], xs[i]) for i in range(nl)]
+        d2 = [detect_level(m.cv4[i], m.cv5[i], xs[nl + i]) for i in range(nl)]
         return [d1, d2]
-    return [_branch(m.cv2[i], m.cv3[i], xs[i]) for i in range(m.nl)]
+    return [detect_level(m.cv2[i], m.cv3[i], xs[i]) for i in range(m.nl)]
 
 
 FORWARDS = {

@@ -4,7 +4,9 @@ A lazy value is a small expression tree whose leaves hold stored tensors; nothin
     BNAct(z, mean, invstd, γ, β, act)    act(BN(z)), a Conv–BN–act output (z: the conv output, the only
                                          full-size tensor stored for it)
     RepAct(z1, ..., z2, ...)             silu(BN1(z1) + BN2(z2)), RepConvN's training form
-    Plain(t)                             an ordinary tensor (the image, a CBLinear conv output, a fallback)
+    Plain(t)                             an ordinary tensor (a float image, a CBLinear conv output, a fallback)
+    Image(t)                             a uint8 image batch read as t/255 (DESIGN.md item 4: the float image
+                                         is never stored; a consumer normalises it on the fly)
     Sum(children)                        elementwise sum (RepNBottleneck's shortcut, CBFuse)
     Cat(children)                        channel concatenation (ELAN/GELAN, ADown, yaml Concat rows)
     Spatial(fn, child)                   a per-channel spatial op applied after activation (max/avg pool,
@@ -215,6 +217,51 @@ class Plain(_Leaf):
     def backward(self, g, ev, acc):
         if acc.needs(self.t):
             acc.put(self.t, self.c0, self.c1, g)
+
+
+class Image(_Leaf):
+    """A uint8 image batch t (B, C, H, W) standing for t.float() / 255: the value the trainer's
+    `imgs.float() / 255` gives, computed by its consumer (in float32, then cast to the compute dtype) instead
+    of stored. No gradient (the image is data)."""
+
+    __slots__ = ("t",)
+
+    def __init__(self, t, c0=0, c1=None, shape=None):
+        if isinstance(t, torch.Tensor) and t.dtype != torch.uint8:  # (a template holds an index instead)
+            raise TypeError(f"lazy Image: expected a uint8 tensor, got {t.dtype}")
+        self.t = t
+        self.full = t.shape[1] if shape is None else shape[1]
+        self.c0, self.c1 = c0, self.full if c1 is None else c1
+        s = t.shape if shape is None else shape
+        self.shape = (s[0], self.c1 - self.c0, s[2], s[3])
+
+    def slice(self, c0, c1):
+        a, b = self._range(c0, c1)
+        return Image(self.t, a, b, (self.shape[0], self.full, self.shape[2], self.shape[3]))
+
+    def map(self, fn, memo):
+        full = (self.shape[0], self.full, self.shape[2], self.shape[3])
+        return self._memo(memo, lambda: Image(fn(self.t), self.c0, self.c1, full))
+
+    def tensors(self):
+        return (self.t,)
+
+    def first_tensor(self):
+        return self.t
+
+    def normalised(self, dtype=torch.float32):
+        """t/255 of channels [c0, c1) in `dtype` (float32 arithmetic, as the trainer's float path)."""
+        v = _sl(self.t, self.c0, self.c1, self.full).float().div_(255.0)
+        return v if dtype == torch.float32 else v.to(dtype)
+
+    def fill(self, out, ev):
+        return out.copy_(self.normalised())
+
+    def compute(self, ev):
+        return self.normalised(ev.dtype)
+
+    def backward(self, g, ev, acc):
+        pass  # data: no gradient
 
 
 class Sum(Node):
@@ -432,6 +479,8 @@ class Evaluator:
         if isinstance(node, Plain):
             v = node.view()
             return v if v.dtype == self.dtype else v.to(self.dtype)
+        if isinstance(node, Image):
+            return node.normalised(self.dtype)
         got = self.memo.get(id(node))
         if got is not None:
             return got
@@ -536,8 +585,10 @@ def _gaps(done, c0, c1):
 
 
 def natural_dtype(node):
-    """The dtype a lazy value is materialised in outside a conv: its first stored tensor's."""
-    return node.first_tensor().dtype
+    """The dtype a lazy value is materialised in outside a conv: its first stored tensor's (float32 for a
+    uint8 image)."""
+    t = node.first_tensor()
+    return torch.float32 if t.dtype == torch.uint8 else t.dtype
 
 
 def materialise(node):
@@ -545,6 +596,8 @@ def materialise(node):
     needs a real tensor (layers that fall back to plain torch)."""
     if isinstance(node, Plain):
         return node.view()
+    if isinstance(node, Image):
+        return node.normalised()
     t = node.first_tensor()
     return Evaluator(natural_dtype(node), memory_format_of(t), torch.is_grad_enabled()).run(node)
 

@@ -10,6 +10,9 @@ back to the original image. Outputs in `runs/detect/exp{N}`:
   normalised to the original image, when `save_txt` (conf column with `save_conf`);
 - `crops/<class name>/<stem>.jpg` (`<stem>2.jpg`, … for further boxes) when `save_crop`.
 One log line per image/frame (`image 1/3 path: 128x160 2 ellipses, 4.1ms`), then the speed summary.
+A file that cannot be read (an empty or corrupt image, a video that cannot be opened) gives one
+`WARNING: image 2/5 path: reason, skipped` line and the run goes on with the next file; the last line then
+says how many of the files were skipped, and the result's `failed` lists them.
 
 Test: python -m pytest -q tests/test_detect_predictor.py
 """
@@ -24,6 +27,7 @@ import torch
 from yolov9c.engine.detect.annotate import class_color, crop_box, detection_label, draw_detection
 from yolov9c.engine.run_dir import increment_path
 from yolov9c.engine.detect.sources import MediaSource, resolve_sources
+from yolov9c.geometry import scale_boxes
 
 
 def inference_device(spec=""):
@@ -64,22 +68,6 @@ def main_head_output(out):
     if isinstance(y, (list, tuple)):
         y = y[-1]  # [aux, main]: the published detect_dual.py takes pred[0][1]
     return y
-
-
-def scale_boxes(boxes, from_shape, to_shape):
-    """Map xyxy boxes from a letterboxed image back to the original, in place, and clip them to it.
-
-    boxes: (n, 4) float tensor, pixels of the letterboxed image of shape from_shape (h, w). to_shape: (h0, w0)
-    of the original. The letterbox is recomputed from the two shapes (one scale, even padding), as published."""
-    gain = min(from_shape[0] / to_shape[0], from_shape[1] / to_shape[1])
-    pad_x = (from_shape[1] - to_shape[1] * gain) / 2
-    pad_y = (from_shape[0] - to_shape[0] * gain) / 2
-    boxes[:, [0, 2]] -= pad_x
-    boxes[:, [1, 3]] -= pad_y
-    boxes[:, :4] /= gain
-    boxes[:, [0, 2]] = boxes[:, [0, 2]].clamp(0, to_shape[1])
-    boxes[:, [1, 3]] = boxes[:, [1, 3]].clamp(0, to_shape[0])
-    return boxes
 
 
 def label_rows(det, shape, save_conf=False):
@@ -129,12 +117,15 @@ def detect(weights=None, source=None, imgsz=(640, 640), conf_thres=0.25, iou_thr
            agnostic_nms=False, project="runs/detect", name="exp", exist_ok=False, line_thickness=3,
            hide_labels=False, hide_conf=False, half=False, vid_stride=1, model=None, log=print, augment=False):
     """Run detection and write the outputs; returns {'save_dir': Path, 'frames': int, 'detections': int,
-    'labels': int (label files written), 'speed': (pre, inference, nms) ms per image}.
+    'labels': int (label files written), 'speed': (pre, inference, nms) ms per image, 'files': int (sources),
+    'failed': [(path, reason)] of the files skipped because they could not be read}.
 
     weights: checkpoint path (ignored when `model` is given: an eval-mode module with `stride` and `names`
     whose eval forward returns the published structures). source: what resolve_sources accepts.
     imgsz: int or (h, w). classes: None or class ids to keep. half: fp16 (CUDA only; on the CPU a note is
-    logged and fp32 used). augment: test-time augmentation (yolov9c/engine/tta.py). Raises SourceError / FileNotFoundError / CheckpointError / ValueError."""
+    logged and fp32 used). augment: test-time augmentation (yolov9c/engine/tta.py). Unreadable files are
+    skipped (see above), never raised. Raises SourceError / FileNotFoundError / CheckpointError / ValueError
+    for a source, weights file or option that cannot be used at all (before anything is written)."""
     from yolov9c.engine.postprocess import non_max_suppression
     from yolov9c.engine.tta import augmented_inference
 
@@ -164,7 +155,8 @@ def detect(weights=None, source=None, imgsz=(640, 640), conf_thres=0.25, iou_thr
     frames = n_det = 0
     label_files = set()
     try:
-        for fr in MediaSource(files, imgsz, stride, auto=True, vid_stride=vid_stride):
+        source = MediaSource(files, imgsz, stride, auto=True, vid_stride=vid_stride, warn=log)
+        for fr in source:
             t0 = time.perf_counter()
             x = torch.from_numpy(fr.img).to(dev).to(dtype)[None] / 255
             _sync(dev)
@@ -226,5 +218,8 @@ def detect(weights=None, source=None, imgsz=(640, 640), conf_thres=0.25, iou_thr
     saved = f"\n{len(label_files)} labels saved to {save_dir / 'labels'}" if save_txt else ""
     if save_txt or not nosave or save_crop:
         log(f"Results saved to {save_dir}{saved}")
+    if source.failed:
+        log(f"WARNING: {len(source.failed)} of {len(files)} files could not be read and were skipped "
+            "(the WARNING lines above say why)")
     return {"save_dir": save_dir, "frames": frames, "detections": n_det, "labels": len(label_files),
-            "speed": speed}
+            "speed": speed, "files": len(files), "failed": list(source.failed)}

@@ -8,11 +8,18 @@ per kept video frame, letterboxed for the model (published detect semantics: min
 Webcams, streams (rtsp/rtmp/http), URLs and `screen` captures need devices or a network that this package does
 not use: they raise SourceError with a clear message (the CLI turns it into exit code 2).
 
+A file that cannot be used once the run has started — an image that is empty, corrupt or unreadable, a video
+that cannot be opened or gives no frame — never stops the run: MediaSource skips it, hands one warning line
+`WARNING: image 2/5 path: reason, skipped` to its `warn` callback and records (path, reason) in `failed`.
+The native decoders' own messages are silenced while a file is opened, so that line is the only one.
+
 Test: python -m pytest -q tests/test_detect_sources.py
 """
 
 import glob
 import os
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +95,27 @@ def resolve_sources(source):
     raise SourceError(f"--source {s}: no such file or folder")
 
 
+@contextmanager
+def _quiet_opencv():
+    """Silence the native decoders (libpng, libjpeg, FFmpeg: they write to file descriptor 2 themselves, and
+    FFmpeg ignores OpenCV's log level once it is initialised) while a file is opened: the caller reports a
+    failure itself, in one line. Only the opening is covered, nothing of ours is written inside."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 (a detached process): nothing to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 @dataclass
 class Frame:
     """One model input.
@@ -122,9 +150,10 @@ class MediaSource:
     files: list of paths (from resolve_sources). imgsz: (h, w) model input size. stride: the model's largest
     stride (padding multiple). auto: pad only to a stride multiple (True for PyTorch models, as published).
     vid_stride: keep every vid_stride-th video frame (frames vid_stride, 2·vid_stride, …).
-    An image that cannot be read raises SourceError naming the file; a video that cannot be opened too."""
+    warn: called with one line per file that is skipped (an image that cannot be read, a video that cannot
+    be opened or gives no frame); `failed` then holds (path, reason) of each, in order, for the last pass."""
 
-    def __init__(self, files, imgsz=(640, 640), stride=32, auto=True, vid_stride=1):
+    def __init__(self, files, imgsz=(640, 640), stride=32, auto=True, vid_stride=1, warn=None):
         if int(vid_stride) < 1:
             raise SourceError(f"--vid-stride must be >= 1, got {vid_stride}")
         self.files = list(files)
@@ -132,6 +161,8 @@ class MediaSource:
         self.stride = int(stride)
         self.auto = auto
         self.vid_stride = int(vid_stride)
+        self.warn = warn or (lambda line: None)
+        self.failed = []
 
     def __len__(self):
         return len(self.files)
@@ -140,32 +171,43 @@ class MediaSource:
         img = letterbox(img0, self.imgsz, stride=self.stride, auto=self.auto)[0]
         return np.ascontiguousarray(img.transpose(2, 0, 1)[::-1])  # HWC BGR → CHW RGB
 
+    def _skip(self, kind, i, n, path, reason):
+        self.failed.append((path, reason))
+        self.warn(f"WARNING: {kind} {i}/{n} {path}: {reason}, skipped")
+
     def __iter__(self):
+        self.failed = []
         n = len(self.files)
         for i, path in enumerate(self.files, 1):
             if is_video_path(path):
                 yield from self._video(path, i, n)
                 continue
             try:
-                img0 = read_image(path)
+                with _quiet_opencv():
+                    img0 = read_image(path)
             except BadImage as e:
-                raise SourceError(f"{path}: cannot read image ({e})") from None
+                self._skip("image", i, n, path, str(e))
+                continue
             yield Frame(path, self._prepare(img0), img0, i, n)
 
     def _video(self, path, i, n):
-        cap = cv2.VideoCapture(str(path))
+        with _quiet_opencv():
+            cap = cv2.VideoCapture(str(path))
         if not cap.isOpened():
-            raise SourceError(f"{path}: cannot open video")
+            cap.release()
+            self._skip("video", i, n, path, "cannot open video (missing, empty, corrupt or an unknown codec)")
+            return
         try:
             fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
             frames = int(cap.get(cv2.CAP_PROP_FRAME_COUNT) / self.vid_stride)
-            k = 0
+            k = grabbed = 0
             while True:
                 ok = True
                 for _ in range(self.vid_stride):  # skip vid_stride-1 frames without decoding them
                     ok = cap.grab()
                     if not ok:
                         break
+                    grabbed += 1
                 if not ok:
                     break
                 ok, img0 = cap.retrieve()
@@ -175,3 +217,7 @@ class MediaSource:
                 yield Frame(path, self._prepare(img0), img0, i, n, k, max(frames, k), fps)
         finally:
             cap.release()
+        if k == 0:
+            reason = (f"{grabbed} frames, fewer than --vid-stride {self.vid_stride}: no frame kept"
+                      if 0 < grabbed < self.vid_stride else "no frame could be decoded")
+            self._skip("video", i, n, path, reason)

@@ -24,6 +24,9 @@ import math
 import numpy as np
 import torch
 
+from yolov9c.backends import apply as apply_backend
+from yolov9c.loss.detection import make_loss
+
 PREFIX = "AutoBatch: "
 BATCH_SIZES = (1, 2, 4, 8, 16)
 DEFAULT_BATCH = 16
@@ -108,8 +111,6 @@ def autobatch(model, imgsz, hyp, device, backend="torch", amp=True, fraction=FRA
     if device.type != "cuda":
         log(f"{PREFIX}CUDA not detected, using default CPU batch-size {DEFAULT_BATCH}")
         return DEFAULT_BATCH
-    from yolov9c.loss.detection import make_loss
-
     log(f"{PREFIX}Computing optimal batch size for --imgsz {imgsz} (forward + loss + backward, backend "
         f"{backend}, {'AMP' if amp else 'FP32'})")
     total = torch.cuda.get_device_properties(device).total_memory / 2 ** 30
@@ -122,9 +123,7 @@ def autobatch(model, imgsz, hyp, device, backend="torch", amp=True, fraction=FRA
     nc = int(prof.model[-1].nc)
     compute_loss = make_loss(prof, hyp, backend=backend)
     if backend != "torch":
-        from yolov9c.backends import apply
-
-        prof = apply(prof, backend)
+        prof = apply_backend(prof, backend)
     gen = torch.Generator().manual_seed(0)
     samples = []
     for b in batch_sizes:

@@ -25,12 +25,21 @@ Test: python -m pytest -q tests/test_train_evolve.py
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import os
 from pathlib import Path
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import yaml
+
+from yolov9c.data.hyp import augment_hyp
+from yolov9c.engine.run_dir import increment_path
+from yolov9c.engine.train.config import RunConfig
+from yolov9c.engine.train.errors import TrainError
+from yolov9c.engine.train.trainer import train
+from yolov9c.resources import resolve_hyp
 
 # key: (mutation gain 0-1, lower bound, upper bound) — the published table plus dfl (see the header)
 META = {
@@ -136,11 +145,7 @@ def append_generation(save_dir, results, hyp, log=print):
 def plot_evolve(csv, log=print):
     """hyp_evolve.png beside evolve.csv: every evolved key against fitness (colour: fitness; +: the best)."""
     try:
-        import matplotlib
-
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
         keys, rows = read_evolve_csv(csv)
         fit = row_fitness(rows)
         best = int(np.argmax(fit))
@@ -165,39 +170,35 @@ def plot_evolve(csv, log=print):
         log(f"WARNING: hyp_evolve.png not written: {e}")
 
 
-def evolve(opt, *, train_fn=None, log=print):
-    """Run opt.evolve generations; returns the run folder (Path). opt: a parse_opt Namespace with .evolve set.
-    train_fn(opt) → dict with "metrics" (mp, mr, map50, map, box_loss, cls_loss, dfl_loss), default
-    yolov9c.engine.train.trainer.train (tests pass a stand-in)."""
-    from yolov9c.cli.train import resolve_hyp_path
-    from yolov9c.data.hyp import augment_hyp
-    from yolov9c.engine.run_dir import increment_path
-    from yolov9c.engine.train.trainer import TrainError, train
-
-    train_fn = train_fn or (lambda o: train(o, log=log))
+def evolve(cfg: RunConfig, *, train_fn=None, log=print):
+    """Run cfg.evolve generations; returns the run folder (Path). cfg: a RunConfig with .evolve set; each
+    generation trains dataclasses.replace(cfg, hyp=child, ...). train_fn(cfg) → dict with "metrics" (mp, mr,
+    map50, map, box_loss, cls_loss, dfl_loss), default yolov9c.engine.train.trainer.train (tests pass a
+    stand-in)."""
+    train_fn = train_fn or (lambda c: train(c, log=log))
     if int(os.getenv("WORLD_SIZE", "1")) > 1:
         raise TrainError("--evolve is not compatible with DDP (as published): run it in one process")
-    generations = int(opt.evolve)
+    generations = int(cfg.evolve)
     if generations < 1:
-        raise TrainError(f"--evolve {opt.evolve}: the number of generations must be >= 1")
-    if opt.bucket:
-        log(f"WARNING: --bucket {opt.bucket}: gsutil upload/download is not supported; evolve.csv stays local")
+        raise TrainError(f"--evolve {cfg.evolve}: the number of generations must be >= 1")
+    if cfg.bucket:
+        log(f"WARNING: --bucket {cfg.bucket}: gsutil upload/download is not supported; evolve.csv stays local")
     try:
-        hyp = augment_hyp(resolve_hyp_path(opt.hyp) if isinstance(opt.hyp, str) else opt.hyp,
-                          mosaic=opt.mosaic, mixup=opt.mixup)
+        hyp = augment_hyp(resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else cfg.hyp,
+                          mosaic=cfg.mosaic, mixup=cfg.mixup)
     except (FileNotFoundError, KeyError, ValueError) as e:
         raise TrainError(f"--hyp: {e}") from None
     hyp.setdefault("anchors", 3)  # commented out in the hyp files; evolved as published
     meta = dict(META)
-    if opt.noautoanchor:
+    if cfg.noautoanchor:
         hyp.pop("anchors", None)
         meta.pop("anchors")
     unknown = [k for k in hyp if k not in meta]
     if unknown:
         log(f"evolve: keys without META bounds are kept fixed: {', '.join(unknown)}")
-    project = "runs/evolve" if str(opt.project) == "runs/train" else opt.project
-    name = Path(opt.cfg).stem if opt.name == "cfg" else opt.name
-    save_dir = increment_path(Path(project) / name, exist_ok=bool(opt.resume) or opt.exist_ok, mkdir=True)
+    project = "runs/evolve" if str(cfg.project) == "runs/train" else cfg.project
+    name = Path(cfg.cfg).stem if cfg.name == "cfg" else cfg.name
+    save_dir = increment_path(Path(project) / name, exist_ok=bool(cfg.resume) or cfg.exist_ok, mkdir=True)
     csv = save_dir / "evolve.csv"
     done = 0
     if csv.exists():
@@ -213,24 +214,22 @@ def evolve(opt, *, train_fn=None, log=print):
     for g in range(done, done + generations):
         if csv.exists():
             keys, rows = read_evolve_csv(csv)
-            rng = np.random.default_rng([int(opt.seed) & 0xFFFFFFFF, g, 0xE7017E])
+            rng = np.random.default_rng([int(cfg.seed) & 0xFFFFFFFF, g, 0xE7017E])
             child = mutate(rows, keys, rng, meta)
             hyp.update({k: child[k] for k in keys if k in meta})
         constrain(hyp, meta)
-        gen_opt = copy.copy(opt)
-        gen_opt.hyp = dict(hyp)
-        gen_opt.mosaic = gen_opt.mixup = None  # already in hyp (and evolved)
-        gen_opt.noval = gen_opt.nosave = gen_opt.noplots = True
-        gen_opt.resume = False
-        gen_opt.project, gen_opt.name, gen_opt.exist_ok = str(save_dir.parent), save_dir.name, True
-        gen_opt.given = [k for k in getattr(opt, "given", ()) if k != "resume"]
+        gen = dataclasses.replace(
+            cfg, hyp=dict(hyp), mosaic=None, mixup=None,  # mosaic/mixup already in hyp (and evolved)
+            noval=True, nosave=True, noplots=True, resume=False,
+            project=str(save_dir.parent), name=save_dir.name, exist_ok=True,
+            given=tuple(k for k in cfg.given if k != "resume"))
         log(f"\nevolve: generation {g} of {done + generations - 1}")
-        res = train_fn(gen_opt)
+        res = train_fn(gen)
         m = res["metrics"]
         results = [m["mp"], m["mr"], m["map50"], m["map"], m["box_loss"], m["cls_loss"], m["dfl_loss"]]
         append_generation(save_dir, results, hyp, log=log)
 
-    if not opt.noplots:
+    if not cfg.noplots:
         plot_evolve(csv, log=log)
     log(f"Hyperparameter evolution finished {generations} generations\nResults saved to {save_dir}\n"
         f"Usage example: $ python train_dual.py --hyp {save_dir / 'hyp_evolve.yaml'}")

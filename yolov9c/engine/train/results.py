@@ -5,7 +5,11 @@ results.csv: one row per epoch; header cells '%20s', values '%20.5g', comma-sepa
 the published 14 (epoch, train/*_loss, metrics/*, val/*_loss, x/lr0..2; val losses here are really computed)
 and ours: gpu_mem_peak_alloc, gpu_mem_reserved (GiB; 0 on the CPU), epoch_seconds, images_per_s.
 
-Test: python -m pytest -q tests/test_train_parts.py -k results
+The file survives any crash: every change writes the whole new file and renames it over the old one
+(append_row, drop_epochs_from), so a reader or a kill sees the old rows or the new ones, never a torn line.
+A line that is torn or malformed anyway (an older version appended in place) is dropped by the next change.
+
+Test: python -m pytest -q tests/test_train_parts.py -k results; tests/test_run_folder.py
 """
 
 import csv
@@ -13,19 +17,95 @@ from pathlib import Path
 
 import numpy as np
 
+from yolov9c.models.checkpoint import atomic_write
+
 COLUMNS = ("epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision", "metrics/recall",
            "metrics/mAP_0.5", "metrics/mAP_0.5:0.95", "val/box_loss", "val/cls_loss", "val/dfl_loss",
-           "x/lr0", "x/lr1", "x/lr2", "gpu_mem_peak_alloc", "gpu_mem_reserved", "epoch_seconds", "images_per_s")
+           "x/lr0", "x/lr1", "x/lr2", "gpu_mem_peak_alloc", "gpu_mem_reserved", "epoch_seconds", "images_per_s",
+           "skipped_steps")
+
+
+def _header_line():
+    return ("%20s," * len(COLUMNS) % COLUMNS).rstrip(",") + "\n"
+
+
+def _row_line(values):
+    return ("%20.5g," * len(values) % tuple(float(v) for v in values)).rstrip(",") + "\n"
+
+
+def _row_epoch(line, n_fields):
+    """The epoch of a complete data line (ends in a newline, n_fields numbers), else None (torn/malformed)."""
+    if not line.endswith("\n"):
+        return None
+    cells = line.split(",")
+    if len(cells) != n_fields:
+        return None
+    try:
+        nums = [float(c) for c in cells]
+    except ValueError:
+        return None
+    return int(nums[0]) if nums[0] == nums[0] else None
+
+
+def read_rows(path):
+    """(header line, [(epoch, line), ...]) of results.csv, complete lines only (a torn last line or a malformed
+    row is left out). A missing or empty file gives (None, [])."""
+    path = Path(path)
+    if not path.is_file():
+        return None, []
+    lines = path.read_text(errors="replace").splitlines(keepends=True)
+    if not lines or not lines[0].endswith("\n") or lines[0].split(",")[0].strip() != "epoch":
+        return None, []
+    n = len(lines[0].split(","))
+    rows = [(e, line) for line in lines[1:] if (e := _row_epoch(line, n)) is not None]
+    return lines[0], rows
+
+
+def _write(path, header, rows):
+    atomic_write(path, (header or _header_line()) + "".join(line for _, line in rows), what="results.csv")
 
 
 def append_row(path, values):
-    """Append one epoch's row (len(COLUMNS) numbers) to results.csv, writing the header first if new."""
+    """Append one epoch's row (len(COLUMNS) numbers) to results.csv, writing the header first if new. Atomic:
+    the whole file is written anew and renamed over the old one; torn lines of an older writer are dropped."""
     path = Path(path)
     if len(values) != len(COLUMNS):
         raise ValueError(f"results row has {len(values)} values, expected {len(COLUMNS)}")
-    head = "" if path.exists() else ("%20s," * len(COLUMNS) % COLUMNS).rstrip(",") + "\n"
-    with open(path, "a") as f:
-        f.write(head + ("%20.5g," * len(COLUMNS) % tuple(values)).rstrip(",") + "\n")
+    header, rows = read_rows(path)
+    _write(path, header, rows + [(int(values[0]), _row_line(values))])
+
+
+def epochs_in(path):
+    """The epochs of results.csv's complete rows, in file order."""
+    return [e for e, _ in read_rows(path)[1]]
+
+
+def drop_epochs_from(path, epoch):
+    """Keep only the complete rows of epochs < `epoch` (the epochs a resume redoes go), atomically. Returns the
+    number of lines dropped (rows of epochs >= epoch and torn/malformed lines); 0 leaves the file untouched."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    total = max(len(path.read_text(errors="replace").splitlines()) - 1, 0)
+    header, rows = read_rows(path)
+    keep = [(e, line) for e, line in rows if e < epoch]
+    dropped = total - len(keep)
+    if dropped or header is None:
+        _write(path, header, keep)
+    return dropped
+
+
+def move_aside(path):
+    """Rename results.csv to results.1.csv (the first free results.N.csv; never overwrites). Returns the new
+    path, or None if there was no file."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    n = 1
+    while (dest := path.with_name(f"{path.stem}.{n}{path.suffix}")).exists():
+        n += 1
+    path.rename(dest)
+    return dest
 
 
 def read_results(path):

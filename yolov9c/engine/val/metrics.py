@@ -1,6 +1,5 @@
 """Detection metrics as the published validator computes them (spec §7): IoU matching, AP, P/R, confusion matrix.
 
-- box_iou(a, b): pairwise IoU of xyxy boxes.
 - match_predictions(det, labels, iouv): which detections are true positives at each IoU threshold
   (0.50:0.05:0.95), class-matched, one detection per label.
 - ap_per_class(tp, conf, pred_cls, target_cls): per-class AP at each threshold (COCO 101-point interpolation
@@ -15,6 +14,8 @@ Test: python -m pytest -q tests/test_metrics.py
 import numpy as np
 import torch
 
+from yolov9c.geometry import box_iou
+
 IOU_THRESHOLDS = torch.linspace(0.5, 0.95, 10)  # mAP@0.5:0.95
 EPS = 1e-16
 
@@ -23,16 +24,6 @@ def fitness(mp, mr, map50, map5095):
     """Scalar used for best.pt and early stopping: 0.1·mAP@0.5 + 0.9·mAP@0.5:0.95 (P and R weigh 0)."""
     del mp, mr
     return 0.1 * float(map50) + 0.9 * float(map5095)
-
-
-def box_iou(a, b, eps=1e-7):
-    """IoU of every box in a (N, 4) with every box in b (M, 4), xyxy → (N, M) tensor."""
-    lt = torch.max(a[:, None, :2], b[None, :, :2])
-    rb = torch.min(a[:, None, 2:], b[None, :, 2:])
-    inter = (rb - lt).clamp(min=0).prod(2)
-    area_a = (a[:, 2:] - a[:, :2]).prod(1)
-    area_b = (b[:, 2:] - b[:, :2]).prod(1)
-    return inter / (area_a[:, None] + area_b[None, :] - inter + eps)
 
 
 def _unique_pairs(label_idx, det_idx, iou):

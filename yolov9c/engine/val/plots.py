@@ -1,7 +1,8 @@
 """Validation plots: confusion matrix, PR / F1 / P / R curves (matplotlib, Agg) and batch mosaics (OpenCV).
 
 Files (published names): confusion_matrix.png, PR_curve.png, F1_curve.png, P_curve.png, R_curve.png,
-val_batch{i}_labels.jpg / val_batch{i}_pred.jpg. Plot failures are reported, never raised: a plot must not
+val_batch{i}_labels.jpg / val_batch{i}_pred.jpg (predictions above confidence 0.25 only, as published).
+Plot failures are reported, never raised: a plot must not
 end a validation or a training run.
 
 Test: python -m pytest -q tests/test_val_validator.py -k plots
@@ -30,14 +31,27 @@ def _colour(c):
     return tuple(int(v) for v in rng.integers(40, 256, 3))
 
 
-def plot_images(imgs, targets, paths, out, names, max_images=16):
+PRED_CONF_THRES = 0.25  # the published mosaics draw predictions above this confidence only
+
+
+def boxes_to_draw(targets, conf_thres=PRED_CONF_THRES):
+    """The rows of `targets` a mosaic draws: every label row (N, 6); of prediction rows (N, 7), those whose
+    confidence (column 6) is above conf_thres, as published: the validation NMS keeps boxes down to conf
+    0.001, which would bury the image."""
+    if targets.shape[1] > 6:
+        return targets[targets[:, 6] > conf_thres]
+    return targets
+
+
+def plot_images(imgs, targets, paths, out, names, max_images=16, conf_thres=PRED_CONF_THRES):
     """Mosaic of a batch with boxes. imgs: (B, 3, H, W) float in [0, 1] (or uint8) RGB; targets: (N, 6)
-    [image, cls, xc, yc, w, h] pixels, or (N, 7) with a confidence column (predictions)."""
+    [image, cls, xc, yc, w, h] pixels, or (N, 7) with a confidence column (predictions: only those above
+    conf_thres are drawn, see boxes_to_draw)."""
     try:
         imgs = imgs.detach().float().cpu().numpy()
         if imgs.max() <= 1.0:
             imgs = imgs * 255
-        targets = targets.detach().float().cpu().numpy()
+        targets = boxes_to_draw(targets.detach().float().cpu().numpy(), conf_thres)
         bs = min(len(imgs), max_images)
         _, _, h, w = imgs.shape
         ns = math.ceil(bs ** 0.5)

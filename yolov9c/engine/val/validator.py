@@ -27,24 +27,11 @@ from yolov9c.engine.val.metrics import (
     ap_per_class,
     match_predictions,
 )
-from yolov9c.engine.postprocess import non_max_suppression, xywh_to_xyxy
+from yolov9c.engine.postprocess import non_max_suppression
+from yolov9c.geometry import scale_boxes, xywh_to_xyxy
 
 HEADER = ("%22s" + "%11s" * 6) % ("Class", "Images", "Instances", "P", "R", "mAP50", "mAP50-95")
 ROW = "%22s" + "%11i" * 2 + "%11.3g" * 4
-
-
-def scale_boxes_to_original(boxes, shape0, ratio_pad):
-    """Map xyxy boxes (n, 4) of the letterboxed image back to the original image, in place, and clip.
-
-    shape0: (h0, w0); ratio_pad: ((gain_h, gain_w), (pad_w, pad_h)) from the loader (the published code uses
-    the first gain for both axes)."""
-    gain, pad = ratio_pad[0][0], ratio_pad[1]
-    boxes[:, [0, 2]] -= pad[0]
-    boxes[:, [1, 3]] -= pad[1]
-    boxes[:, :4] /= gain
-    boxes[:, [0, 2]] = boxes[:, [0, 2]].clamp(0, shape0[1])
-    boxes[:, [1, 3]] = boxes[:, [1, 3]].clamp(0, shape0[0])
-    return boxes
 
 
 def split_outputs(out):
@@ -173,10 +160,10 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
                 pred[:, 5] = 0
             shape0, ratio_pad = shapes[si][0], shapes[si][1]
             predn = pred.clone().float()
-            scale_boxes_to_original(predn, shape0, ratio_pad)
+            scale_boxes(predn, (height, width), shape0, ratio_pad)
             if nl:
                 labelsn = torch.cat((labels[:, 0:1], xywh_to_xyxy(labels[:, 1:5])), 1).float()
-                scale_boxes_to_original(labelsn[:, 1:], shape0, ratio_pad)
+                scale_boxes(labelsn[:, 1:], (height, width), shape0, ratio_pad)
                 correct = match_predictions(predn, labelsn, iouv)
                 if plots:
                     cm.process_batch(predn, labelsn)

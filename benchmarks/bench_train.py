@@ -1,0 +1,198 @@
+"""The real train_dual.py at the published batch: peak memory, img/s and epoch time per model and backend.
+
+    python benchmarks/bench_train.py                                   # yolov9-s/c/e, c and torch, batch 64, 640
+    python benchmarks/bench_train.py --models yolov9-s --backends c --images 1024 --workers 8
+    python benchmarks/bench_train.py --table rows.jsonl                # the markdown table of saved lines
+
+Data: the built-in synthetic generator (yolov9c/data/synthetic.py, make_image: textured backgrounds with up
+to --boxes shapes) at --img, --images train images and 16 val images, written in parallel (--procs) into
+--root (reused when present; the same bytes as synthetic_dataset(seed 0) would write).
+Each configuration runs `train_dual.py --data D --cfg M.yaml --batch-size B --img I --epochs 1 --workers W
+--backend K --noplots --exist-ok` in its own process (an out-of-memory error is a row); inside it, the
+trainer is run unchanged and the CUDA allocator's peaks are read twice: when the epoch's training ends
+(before its validation: the training peak) and at the end of the run. One JSON line per configuration:
+peak allocated / reserved GiB of the training epoch (the trainer resets the peaks when the epoch starts),
+epoch seconds and img/s from results.csv (the whole epoch, its first steps' cuDNN tuning included).
+PYTORCH_CUDA_ALLOC_CONF is the trainer's default (expandable_segments:True) unless set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the dataset writer imports yolov9c in this process too
+GIB = 2 ** 30
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", default=["yolov9-s", "yolov9-c", "yolov9-e"])
+    p.add_argument("--backends", nargs="+", default=["c", "torch"], choices=("c", "torch"))
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--img", type=int, default=640)
+    p.add_argument("--images", type=int, default=1536, help="train images (batch 64: 24 steps)")
+    p.add_argument("--boxes", type=int, default=40, help="at most this many shapes per image (at least half)")
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--procs", type=int, default=os.cpu_count() or 1, help="processes writing the dataset")
+    p.add_argument("--root", default="/tmp/yolov9c_bench_train", help="dataset and run folders")
+    p.add_argument("--timeout", type=float, default=300, help="seconds per configuration")
+    p.add_argument("--data-only", action="store_true", help="only write the dataset")
+    p.add_argument("--table", metavar="JSONL", help="only print the markdown table of saved JSON lines")
+    p.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "DATA"), help=argparse.SUPPRESS)
+    return p
+
+
+# ---------------------------------------------------------------------------------------------------------
+# dataset
+
+def _write(args):
+    folder, split, sid, i, imgsz, boxes = args
+    import cv2
+    import numpy as np
+
+    from yolov9c.data.synthetic import make_image
+
+    cv2.setNumThreads(1)
+    rng = np.random.default_rng([0, sid, i])
+    img, rows = make_image(rng, imgsz, boxes)
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 95])
+    if not ok:
+        raise RuntimeError("JPEG encoding failed")
+    (Path(folder) / "images" / split / f"{i:06d}.jpg").write_bytes(buf.tobytes())
+    (Path(folder) / "labels" / split / f"{i:06d}.txt").write_text("".join(r + "\n" for r in rows))
+
+
+def make_dataset(root, n_train, imgsz, max_boxes, procs, n_val=16):
+    """data.yaml of the benchmark set under root (written once, in parallel; complete folders only)."""
+    from yolov9c.data.synthetic import NAMES
+
+    out = Path(root) / f"synthetic-{n_train}-{imgsz}-b{max_boxes}"
+    if (out / "data.yaml").is_file():
+        return out / "data.yaml"
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    jobs = []
+    for split, n, sid in (("train", n_train, 0), ("val", n_val, 1)):
+        (tmp / "images" / split).mkdir(parents=True, exist_ok=True)
+        (tmp / "labels" / split).mkdir(parents=True, exist_ok=True)
+        jobs += [(str(tmp), split, sid, i, imgsz, (max(1, max_boxes // 2), max_boxes)) for i in range(n)]
+    with ProcessPoolExecutor(max_workers=max(1, procs)) as pool:
+        list(pool.map(_write, jobs, chunksize=16))
+    names = "\n".join(f"  {i}: {n}" for i, n in enumerate(NAMES))
+    (tmp / "data.yaml").write_text(f"path: .\ntrain: images/train\nval: images/val\nnc: {len(NAMES)}\n"
+                                   f"names:\n{names}\n")
+    os.rename(tmp, out)
+    return out / "data.yaml"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# one configuration (its own process)
+
+def run_one(model, backend, data, args):
+    import torch
+
+    from yolov9c.engine.train import trainer
+
+    peaks = {}
+    validate = trainer._validate
+
+    def first_validate(*a, **k):  # the training epoch's peaks, before validation allocates anything
+        if not peaks and torch.cuda.is_available():
+            torch.cuda.synchronize()
+            peaks.update(train_peak_alloc_gib=round(torch.cuda.max_memory_allocated() / GIB, 3),
+                         train_peak_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3))
+        return validate(*a, **k)
+
+    trainer._validate = first_validate
+    name = f"{model}-{backend}"
+    sys.argv = ["train_dual.py", "--data", data, "--cfg", f"{model}.yaml", "--batch-size", str(args.batch),
+                "--img", str(args.img), "--epochs", "1", "--workers", str(args.workers), "--backend", backend,
+                "--noplots", "--exist-ok", "--project", str(Path(args.root) / "runs"), "--name", name]
+    t0 = time.time()
+    try:
+        runpy.run_path(str(REPO / "train_dual.py"), run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (0, None):
+            raise
+    row = {"model": model, "backend": backend, "batch": args.batch, "img": args.img, "images": args.images,
+           "workers": args.workers, "torch": torch.__version__,
+           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+           "status": "ok", "run_s": round(time.time() - t0, 1), **peaks,
+           "run_peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3) if peaks else None}
+    res = Path(args.root) / "runs" / name / "results.csv"
+    if res.is_file():
+        lines = [s for s in res.read_text().splitlines() if s.strip()]
+        head = [h.strip() for h in lines[0].split(",")]
+        vals = dict(zip(head, (float(v) for v in lines[-1].split(","))))
+        row.update(epoch_s=round(vals["epoch_seconds"], 2), img_per_s=round(vals["images_per_s"], 1),
+                   train_box_loss=vals["train/box_loss"])
+    return row
+
+
+def run_config(args, model, backend, data):
+    base = {"model": model, "backend": backend, "batch": args.batch, "img": args.img, "images": args.images}
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    argv = [sys.executable, str(Path(__file__).resolve()), "--one", model, backend, data, "--batch",
+            str(args.batch), "--img", str(args.img), "--images", str(args.images), "--workers", str(args.workers),
+            "--root", args.root]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=args.timeout, cwd=str(REPO))
+    except subprocess.TimeoutExpired:
+        return {**base, "status": "timeout", "error": f"no result within {args.timeout:g} s"}
+    for line in reversed(r.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = [s for s in (r.stderr + r.stdout).strip().splitlines() if s.strip()]
+    oom = "out of memory" in (r.stderr + r.stdout).lower()
+    return {**base, "status": "oom" if oom else "error", "returncode": r.returncode,
+            "error": (tail[-1] if tail else "no output")[:300]}
+
+
+def markdown(rows):
+    def f(v, spec):
+        return "—" if v is None else format(v, spec)
+
+    out = ["| model | backend | status | peak allocated GiB | peak reserved GiB | epoch s | img/s |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['model']} | {r['backend']} | {r.get('status')} | {f(r.get('train_peak_alloc_gib'), '.2f')} "
+                   f"| {f(r.get('train_peak_reserved_gib'), '.2f')} | {f(r.get('epoch_s'), '.1f')} | "
+                   f"{f(r.get('img_per_s'), '.1f')} |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.table:
+        print(markdown([json.loads(s) for s in Path(args.table).read_text().splitlines() if s.startswith("{")]))
+        return 0
+    if args.one:
+        model, backend, data = args.one
+        print(json.dumps(run_one(model, backend, data, args)), flush=True)
+        return 0
+    data = str(make_dataset(args.root, args.images, args.img, args.boxes, args.procs))
+    if args.data_only:
+        print(data)
+        return 0
+    rows = []
+    for backend in args.backends:
+        for model in args.models:
+            row = run_config(args, model, backend, data)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print()
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

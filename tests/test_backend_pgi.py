@@ -1,0 +1,266 @@
+"""The recomputed PGI auxiliary branch and the uint8 input of `--backend c` (backends/c/pgi.py, segment.py).
+
+- Split: the auxiliary layers read off the graph are the ones the yaml files mark as the auxiliary branch
+  (t/s: the second FPN; m/c: CBLinear + second backbone; e: the FPN on the first backbone).
+- Same results: with the recompute (YOLOV9C_AUX_RECOMPUTE=1, the default) the head maps, the loss, every
+  parameter gradient and every BN buffer equal the stored path's (YOLOV9C_AUX_RECOMPUTE=0) within 1e-5
+  norm-relative (measured on the CPU: bit-identical for yolov9-t, 1.8e-6 for the gradients of yolov9-c, whose
+  second stem runs first and so sums some gradients in another order), num_batches_tracked counts one update per step (the
+  recompute takes the forward's statistics back from the tape and updates nothing), and the gradients and
+  BN buffers are as close to a float64 copy as the torch backend's (tests/test_backend_c.py's rule).
+- Memory (CPU, saved-tensor hooks; float32): what forward stores with the recompute is at most the main
+  branch's conv outputs plus a quarter of the auxiliary ones (the segment outputs), while the stored path
+  keeps all of them — the bound is derived from the conv-output count of each part (torch-backend hooks).
+- uint8 input: a uint8 batch gives bit-identical maps, loss and gradients to the float batch / 255, the
+  float image is never stored (no saved tensor of the image's float32 size), eval mode converts up front.
+- CUDA (marked cuda): the peak allocated memory of forward + loss + backward (yolov9-c, 8 × 320², fp16) with
+  the recompute is below the stored path's by at least half of the auxiliary z's (2 B per auxiliary
+  conv-output element): the main and auxiliary z's are never all alive together.
+Run: python -m pytest -q tests/test_backend_pgi.py
+"""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+from yolov9c.api import build_model, make_loss
+from yolov9c.backends import accepts_uint8, apply
+from yolov9c.backends.c import pgi
+
+SAME = 1e-5  # recompute vs stored path, norm-relative: the same kernels, gradients summed in another order
+TARGETS = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25], [0, 0, 0.7, 0.3, 0.2, 0.3]])
+
+
+@pytest.fixture(autouse=True)
+def _threads():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def err(a, ref):
+    a, ref = a.detach().double(), ref.detach().double()
+    return ((a - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def flat(o):
+    return [t for v in (o if isinstance(o, (list, tuple)) else [o]) for t in (v if isinstance(v, list) else [v])]
+
+
+def _cat(ts):
+    return torch.cat([t.detach().double().flatten() for t in ts])
+
+
+@pytest.mark.parametrize("cfg, aux", [
+    ("yolov9-s", set(range(22, 29))), ("yolov9-c", set(range(23, 38))), ("yolov9-e", set(range(29, 36)))])
+def test_aux_split(cfg, aux):
+    g = pgi.Graph(build_model(cfg, nc=3))
+    assert g.aux == aux
+    order = [i for kind, w in g.steps for i in ([w] if kind == "layer" else w if kind == "segment" else [])]
+    n = len(build_model(cfg, nc=3).model) - 1
+    assert sorted(order) == list(range(n))  # every layer once
+    pos = {i: k for k, i in enumerate(order)}
+    m = build_model(cfg, nc=3)
+    for i in order:  # a valid order: every layer after what it reads
+        assert all(pos[j] < pos[i] for j in pgi.inputs_of(m.model[i]) if j >= 0)
+    # every auxiliary layer runs before every main layer the auxiliary branch does not read (the neck): its
+    # backward then comes after the whole neck's
+    feeds = pgi._ancestors(m.model, [j for i in aux for j in pgi.inputs_of(m.model[i])])
+    neck = [i for i in order if i not in aux and i not in feeds]
+    assert neck and max(pos[i] for i in aux) < min(pos[i] for i in neck)
+
+
+def _run(base, x, recompute, monkeypatch, backend="c"):
+    monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1" if recompute else "0")
+    m = copy.deepcopy(base)
+    if backend == "c":
+        apply(m, "c")
+    out = m(x)
+    loss, _ = make_loss(m)(out, TARGETS)
+    loss.backward()
+    return flat(out), loss.detach(), [p.grad for p in m.parameters()], [b.detach().clone() for b in m.buffers()]
+
+
+@pytest.mark.parametrize("cfg", ["yolov9-t", "yolov9-c"])
+def test_recompute_equals_stored_and_float64(cfg, monkeypatch):
+    torch.manual_seed(0)
+    base = build_model(cfg, nc=3).train()
+    x = torch.rand(2, 3, 64, 64)
+    rec = _run(base, x, True, monkeypatch)
+    sto = _run(base, x, False, monkeypatch)
+    ref_t = _run(base, x, True, monkeypatch, backend="torch")
+    r64 = _run(base.double(), x.double(), True, monkeypatch, backend="torch")
+    for a, b in zip(rec[0], sto[0]):
+        assert err(a, b) <= SAME
+    assert err(rec[1], sto[1]) <= SAME
+    assert [g is None for g in rec[2]] == [g is None for g in sto[2]] == [g is None for g in ref_t[2]]
+    got = [i for i, g in enumerate(rec[2]) if g is not None]
+    assert err(_cat(rec[2][i] for i in got), _cat(sto[2][i] for i in got)) <= SAME
+    for a, b in zip(rec[3], sto[3]):
+        assert torch.equal(a, b) if not a.dtype.is_floating_point else err(a, b) <= SAME
+    before = [b for b in base.buffers() if not b.dtype.is_floating_point]
+    ints = [b for b in rec[3] if not b.dtype.is_floating_point]
+    assert ints and all(int(b) == int(b0) + 1 for b, b0 in zip(ints, before))  # one BN update per step
+    # as accurate as the torch backend against float64 (tests/test_backend_c.py's rule)
+    ec = err(_cat(rec[2][i] for i in got), _cat(r64[2][i] for i in got))
+    et = err(_cat(ref_t[2][i] for i in got), _cat(r64[2][i] for i in got))
+    assert ec <= 8 * et + 1e-5, (ec, et)
+    fl = [i for i, b in enumerate(r64[3]) if b.dtype.is_floating_point]
+    ec = err(_cat(rec[3][i] for i in fl), _cat(r64[3][i] for i in fl))
+    et = err(_cat(ref_t[3][i] for i in fl), _cat(r64[3][i] for i in fl))
+    assert ec <= 8 * et + 1e-5, (ec, et)
+
+
+def test_recompute_state_dict_unchanged(monkeypatch):
+    monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
+    torch.manual_seed(0)
+    m = build_model("yolov9-t", nc=3).train()
+    keys = list(m.state_dict())
+    apply(m, "c")
+    loss, _ = make_loss(m)(m(torch.rand(2, 3, 64, 64)), TARGETS)
+    loss.backward()
+    assert list(m.state_dict()) == keys
+    apply(m, "torch")
+    assert "forward" not in m.__dict__ and not accepts_uint8(m)
+
+
+# ------------------------------------------------------------------------------------------------ memory
+
+def conv_outputs(cfg, x):
+    """Conv-output elements (every nn.Conv2d of the training graph) of the main and the auxiliary part."""
+    torch.manual_seed(0)
+    m = build_model(cfg, nc=3).train().to(x.device)
+    g = pgi.Graph(m)
+    head = m.model[-1]
+    aux_mods = {id(c) for i in g.aux for c in m.model[i].modules()}
+    aux_mods |= {id(c) for k in range(head.nl) for s in (head.cv2[k], head.cv3[k]) for c in s.modules()}
+    counts = {"main": 0, "aux": 0}
+
+    def hook(mod, inp, out):
+        counts["aux" if id(mod) in aux_mods else "main"] += out.numel()
+
+    hs = [c.register_forward_hook(hook) for c in m.modules() if isinstance(c, nn.Conv2d)]
+    with torch.no_grad():
+        m(x.float() / 255 if x.dtype == torch.uint8 else x)
+    for h in hs:
+        h.remove()
+    return counts
+
+
+def saved_bytes(model, x):
+    skip = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
+    seen = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in skip:
+            seen[s.data_ptr()] = s.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(x)
+    return sum(seen.values()), out
+
+
+@pytest.mark.parametrize("cfg", ["yolov9-t", "yolov9-c"])
+def test_recompute_stores_main_branch_only_cpu(cfg, monkeypatch):
+    x = torch.rand(2, 3, 128, 128)
+    z = conv_outputs(cfg, x)
+    head_bytes = None
+    got = {}
+    for recompute in (True, False):
+        monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1" if recompute else "0")
+        torch.manual_seed(0)
+        m = apply(build_model(cfg, nc=3).train(), "c")
+        nbytes, out = saved_bytes(m, x)
+        head_bytes = sum(t.numel() * 4 for t in flat(out))
+        got[recompute] = nbytes
+    bound = 4 * (z["main"] + 0.25 * z["aux"]) + head_bytes
+    msg = f"{cfg}: stored {got[True] / 2**20:.2f} MiB (recompute) / {got[False] / 2**20:.2f} MiB (stored), " \
+          f"bound {bound / 2**20:.2f} MiB, z main {z['main']} aux {z['aux']}"
+    assert got[True] <= bound, msg
+    assert got[False] > bound, msg
+
+
+# ------------------------------------------------------------------------------------------------ uint8
+
+def test_uint8_input_same_results_and_not_stored(monkeypatch):
+    torch.manual_seed(0)
+    base = build_model("yolov9-c", nc=3).train()
+    x8 = (torch.rand(2, 3, 64, 64) * 255).to(torch.uint8)
+    res = []
+    for x in (x8, x8.float() / 255):
+        m = apply(copy.deepcopy(base), "c")
+        assert accepts_uint8(m)
+        nbytes, out = saved_bytes(m, x)
+        loss, _ = make_loss(m)(out, TARGETS)
+        loss.backward()
+        res.append((flat(out), loss.detach(), [p.grad for p in m.parameters()]))
+        if x.dtype == torch.uint8:
+            kinds = set()
+            pack = lambda t: kinds.add((tuple(t.shape), t.dtype)) or t  # noqa: E731
+            m2 = apply(copy.deepcopy(base), "c")
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                m2(x)
+            image_like = {dt for shape, dt in kinds if shape == tuple(x8.shape)}
+            assert image_like == {torch.uint8}, image_like  # the uint8 batch is stored, never a float copy
+    (o8, l8, g8), (of, lf, gf) = res
+    assert all(torch.equal(a, b) for a, b in zip(o8, of))
+    assert torch.equal(l8, lf)
+    assert all((a is None and b is None) or torch.equal(a, b) for a, b in zip(g8, gf))
+
+
+def test_uint8_eval_mode_converts():
+    torch.manual_seed(0)
+    m = apply(build_model("yolov9-t", nc=3), "c").eval()
+    x8 = (torch.rand(1, 3, 64, 64) * 255).to(torch.uint8)
+    with torch.no_grad():
+        y8, _ = m(x8)
+        yf, _ = m(x8.float() / 255)
+    assert all(torch.equal(a, b) for a, b in zip(flat(y8), flat(yf)))
+
+
+# ------------------------------------------------------------------------------------------------ CUDA
+
+def _cuda_peak(cfg, recompute, x, monkeypatch):
+    monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1" if recompute else "0")
+    torch.manual_seed(0)
+    m = apply(build_model(cfg, nc=3).cuda().to(memory_format=torch.channels_last).train(), "c")
+    loss_fn = make_loss(m, backend="c")
+    tg = TARGETS.cuda()
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = m(x)
+            loss, _ = loss_fn(out, tg)
+        loss.sum().backward()
+        return sum(t.numel() * t.element_size() for t in flat(out))
+
+    step()  # warm-up: cuDNN choices, lazily created handles
+    for p in m.parameters():
+        p.grad = None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    head = step()
+    torch.cuda.synchronize()
+    grads = sum(p.grad.numel() * 4 for p in m.parameters() if p.grad is not None)
+    return torch.cuda.max_memory_allocated() - before - grads, head
+
+
+@pytest.mark.cuda
+def test_recompute_peak_below_z_bound_cuda(monkeypatch):
+    x = torch.randint(0, 256, (8, 3, 320, 320), dtype=torch.uint8, device="cuda")
+    x = x.contiguous(memory_format=torch.channels_last)
+    z = conv_outputs("yolov9-c", x)
+    peak_r, head = _cuda_peak("yolov9-c", True, x, monkeypatch)
+    peak_s, _ = _cuda_peak("yolov9-c", False, x, monkeypatch)
+    bound = peak_s - 0.5 * 2 * z["aux"]
+    msg = (f"peak above start: recompute {peak_r / 2**20:.1f} MiB, stored {peak_s / 2**20:.1f} MiB; bound "
+           f"{bound / 2**20:.1f} MiB (z main {2 * z['main'] / 2**20:.1f} MiB, aux {2 * z['aux'] / 2**20:.1f} MiB, "
+           f"head maps {head / 2**20:.1f} MiB)")
+    print(msg)
+    assert peak_r <= bound, msg

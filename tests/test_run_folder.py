@@ -1,0 +1,569 @@
+"""Run folders that survive crashes: yolov9c/engine/train/run_folder.py (+ results.csv, atomic writes, run_dir).
+
+- one writer: a real second Python process holds the lock → refused with its pid/host/since; released on a
+  normal exit and, through atexit, on an uncaught exception; a kill -9'd holder (also still a zombie) and a
+  reused pid are taken over with a log line; a lock of another host is respected; four processes starting
+  together on a stale lock: exactly one gets it;
+- results.csv: a fresh run moves an old one aside (never mixed), a resume keeps epochs <= E exactly once,
+  torn lines dropped; real kill -9 of a child in the middle of a checkpoint save and between the checkpoint and
+  the row, four times over: temps removed on the next open, every epoch exactly once with its own values;
+- a full disk: torch's wrapped inline_container error, a failing fsync, and (as root) a real 2 MB tmpfs → one
+  DiskFullError line (file, MB needed, MB free), old last.pt intact, no temp left, no row appended;
+- finishing: run_state.yaml phases and resume_action (train / finish / done), stripping twice is harmless;
+- opt.yaml: atomic, an empty one falls back to the checkpoint's options.
+
+Run: python -m pytest -q tests/test_run_folder.py
+"""
+
+import errno
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+import yaml
+
+from yolov9c.engine.run_dir import increment_path
+from yolov9c.engine.train import results as R
+from yolov9c.engine.train.run_folder import (LOCK_NAME, STATE_NAME, USER_ERRORS, RunFolder, RunFolderBusy,
+                                             RunFolderError, read_opt, read_state, resume_action)
+from yolov9c.models.checkpoint import DiskFullError, atomic_torch_save, read_checkpoint
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NCOL = len(R.COLUMNS)
+
+
+def row(epoch):
+    """A results row whose every value tells which epoch wrote it."""
+    return [epoch] + [epoch + k / 100 for k in range(1, NCOL)]
+
+
+def ckpt(epoch, epochs=10, numel=1000):
+    return {"format": "yolov9c", "version": 1, "epoch": epoch, "optimizer": {"state": {}}, "opt": {"epochs": epochs},
+            "model": {"w": torch.full((numel,), float(epoch))}}
+
+
+def temps(folder):
+    return sorted(p.name for d in (folder, folder / "weights") if d.is_dir() for p in d.iterdir()
+                  if p.name.endswith(".tmp"))
+
+
+class Log(list):
+    def __call__(self, msg):
+        self.append(str(msg))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# real child processes
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def spawn():
+    procs = []
+
+    def start(code, *args):
+        p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], cwd=REPO,
+                             env={**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"},
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        for f in (p.stdin, p.stdout, p.stderr):
+            f.close()
+
+
+def first_line(p, expect):
+    line = p.stdout.readline().strip()
+    assert line.startswith(expect), f"child said {line!r}; stderr: {p.stderr.read() if p.poll() is not None else ''}"
+    return line
+
+
+HOLDER = """
+import sys
+from yolov9c.engine.train.run_folder import RunFolder
+folder = RunFolder.open(sys.argv[1], log=lambda m: None)
+print("HELD", flush=True)
+sys.stdin.readline()
+if sys.argv[2] == "with":
+    folder.close()
+    print("RELEASED", flush=True)
+else:
+    raise RuntimeError("crash without close")   # atexit must release the lock
+"""
+
+STARTER = """
+import sys
+from yolov9c.engine.train.run_folder import RunFolder, RunFolderBusy
+try:
+    folder = RunFolder.open(sys.argv[1], log=lambda m: None)
+except RunFolderBusy as e:
+    print("BUSY " + str(e), flush=True)
+else:
+    print("HELD", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_second_run_is_refused_while_the_first_lives(tmp_path, spawn):
+    folder = tmp_path / "exp"
+    holder = spawn(HOLDER, folder, "with")
+    first_line(holder, "HELD")
+    info = json.loads((folder / LOCK_NAME).read_text())
+    assert info["pid"] == holder.pid and info["host"] == socket.gethostname()
+    with pytest.raises(RunFolderBusy) as e:
+        RunFolder.open(folder)
+    msg = str(e.value)
+    assert f"pid {holder.pid} on {socket.gethostname()}" in msg and f"since {info['since']}" in msg
+    assert "\n" not in msg and isinstance(e.value, USER_ERRORS)
+    assert json.loads((folder / LOCK_NAME).read_text())["token"] == info["token"]  # the refusal changed nothing
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    first_line(holder, "RELEASED")
+    assert holder.wait() == 0 and not (folder / LOCK_NAME).exists()
+    with RunFolder.open(folder) as f:  # free again
+        assert f.held
+
+
+def test_lock_released_at_exit_after_an_uncaught_exception(tmp_path, spawn):
+    folder = tmp_path / "exp"
+    holder = spawn(HOLDER, folder, "raise")
+    first_line(holder, "HELD")
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    assert holder.wait() == 1 and "crash without close" in holder.stderr.read()
+    assert not (folder / LOCK_NAME).exists()
+
+
+@pytest.mark.parametrize("reap", [True, False], ids=["dead", "zombie"])
+def test_lock_of_a_killed_run_is_taken_over(tmp_path, spawn, reap):
+    folder = tmp_path / "exp"
+    holder = spawn(HOLDER, folder, "with")
+    first_line(holder, "HELD")
+    holder.kill()  # SIGKILL: no atexit, the lock stays behind
+    if reap:
+        holder.wait()
+    else:  # not reaped: the pid still exists, as a zombie
+        from yolov9c.engine.train.run_folder import _proc_stat
+        while (_proc_stat(holder.pid) or ("Z",))[0] != "Z":
+            time.sleep(0.01)
+    assert json.loads((folder / LOCK_NAME).read_text())["pid"] == holder.pid
+    log = Log()
+    with RunFolder.open(folder, log=log) as f:
+        assert json.loads(f.lock_path.read_text())["pid"] == os.getpid()
+    assert any("taking over the lock" in m and f"pid {holder.pid}" in m for m in log), log
+    assert not (folder / LOCK_NAME).exists()
+
+
+def test_reused_pid_is_not_the_lock_holder(tmp_path, spawn):
+    """A live process with the recorded pid but another start time started after the holder died."""
+    from yolov9c.engine.train.run_folder import _proc_stat
+    other = spawn("import sys; sys.stdin.readline()")
+    if _proc_stat(other.pid) is None:
+        pytest.skip("no /proc: pid reuse cannot be told apart")
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    lock = {"pid": other.pid, "host": socket.gethostname(), "since": "2026-01-01T00:00:00+00:00",
+            "start": _proc_stat(other.pid)[1] + 1, "token": "x"}
+    (folder / LOCK_NAME).write_text(json.dumps(lock))
+    with RunFolder.open(folder, log=Log()):
+        pass
+    lock["start"] -= 1  # now it is the same process: respected
+    (folder / LOCK_NAME).write_text(json.dumps(lock))
+    with pytest.raises(RunFolderBusy, match=f"pid {other.pid}"):
+        RunFolder.open(folder)
+
+
+def test_lock_of_another_host_is_respected(tmp_path):
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    lock = {"pid": 1, "host": "gpu-node-7.example", "since": "2026-01-01T00:00:00+00:00", "token": "x"}
+    (folder / LOCK_NAME).write_text(json.dumps(lock))
+    with pytest.raises(RunFolderBusy) as e:
+        RunFolder.open(folder)
+    msg = str(e.value)
+    assert "pid 1 on gpu-node-7.example" in msg and "last saved" in msg and f"delete {folder / LOCK_NAME}" in msg
+    assert json.loads((folder / LOCK_NAME).read_text()) == lock
+
+
+def test_unreadable_old_lock_is_stale_but_a_fresh_empty_one_is_a_starting_run(tmp_path):
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    (folder / LOCK_NAME).write_text("")  # kill between O_EXCL and the write, long ago
+    old = time.time() - 3600
+    os.utime(folder / LOCK_NAME, (old, old))
+    log = Log()
+    with RunFolder.open(folder, log=log):
+        pass
+    assert any("taking over" in m and "unreadable" in m for m in log)
+
+
+def test_one_of_four_simultaneous_starters_takes_a_stale_lock(tmp_path, spawn):
+    folder = tmp_path / "exp"
+    dead = spawn("pass")
+    dead.wait()
+    folder.mkdir()
+    (folder / LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "since": "then",
+                                                "token": "old"}))
+    kids = [spawn(STARTER, folder) for _ in range(4)]
+    said = [k.stdout.readline().strip() for k in kids]
+    holders = [k for k, s in zip(kids, said) if s == "HELD"]
+    assert len(holders) == 1, said
+    owner = json.loads((folder / LOCK_NAME).read_text())["pid"]
+    assert owner == holders[0].pid
+    assert all(s.startswith("BUSY") and f"pid {owner} " in s for s in said if s != "HELD"), said
+
+
+def test_second_open_in_the_same_process_is_refused(tmp_path):
+    with RunFolder.open(tmp_path / "exp"):
+        with pytest.raises(RunFolderBusy, match="already open in this process"):
+            RunFolder.open(tmp_path / "exp")
+    with RunFolder.open(tmp_path / "exp"):
+        pass
+
+
+# ---------------------------------------------------------------------------------------------------------
+# results.csv and the order of writes
+# ---------------------------------------------------------------------------------------------------------
+
+def test_fresh_run_into_an_existing_folder_moves_results_aside(tmp_path):
+    folder = tmp_path / "exp"
+    with RunFolder.open(folder) as f:
+        for e in range(3):
+            f.save_epoch(e, row(e), ckpt(e))
+    first = (folder / "results.csv").read_text()
+    log = Log()
+    with RunFolder.open(folder, log=log) as f:  # --exist-ok: a new run, same folder
+        assert not f.results.exists()
+        f.save_epoch(0, row(0), ckpt(0))
+    assert (folder / "results.1.csv").read_text() == first
+    assert R.epochs_in(folder / "results.csv") == [0]
+    assert any("moved to results.1.csv" in m for m in log)
+    with RunFolder.open(folder):
+        pass
+    assert (folder / "results.1.csv").read_text() == first  # never overwritten: the next goes to .2
+    assert R.epochs_in(folder / "results.2.csv") == [0] and not (folder / "results.csv").exists()
+
+
+def test_resume_keeps_each_epoch_once_and_drops_a_torn_line(tmp_path):
+    folder = tmp_path / "exp"
+    with RunFolder.open(folder) as f:
+        for e in range(5):
+            f.save_epoch(e, row(e), ckpt(e))
+    with open(folder / "results.csv", "a") as fh:  # an older, in-place writer killed mid-line
+        fh.write(" " * 19 + "5,   0.1")
+    resume_from = ckpt(2)  # e.g. --resume weights/epoch2.pt: epochs 3, 4 are redone
+    resume_from["results_row"] = row(2)
+    log = Log()
+    with RunFolder.open(folder, resume=resume_from, log=log) as f:
+        assert f.resume_action == "train"
+        assert R.epochs_in(f.results) == [0, 1, 2]
+        for e in (3, 4):
+            f.save_epoch(e, row(e), ckpt(e))
+    assert any("dropped 3 row(s) after epoch 2" in m for m in log), log
+    data = R.read_results(folder / "results.csv")
+    assert data["epoch"].tolist() == [0, 1, 2, 3, 4]
+    for e in range(5):
+        assert data[R.COLUMNS[-1]][e] == pytest.approx(row(e)[-1], rel=1e-4)
+
+
+def test_row_is_written_after_last_pt_and_stored_in_it(tmp_path, monkeypatch):
+    folder = tmp_path / "exp"
+    f = RunFolder.open(folder)
+    f.save_epoch(0, row(0), ckpt(0), also=("best.pt", "epoch0.pt"))
+    assert read_checkpoint(f.last)["results_row"] == pytest.approx(row(0))
+    assert f.best.stat().st_ino == f.last.stat().st_ino  # a hard link: no second write of the checkpoint
+    seen = []
+    monkeypatch.setattr(R, "append_row", lambda path, values: seen.append(read_checkpoint(f.last)["epoch"]))
+    f.save_epoch(1, row(1), ckpt(1))
+    assert seen == [1]  # last.pt of epoch 1 was on disk when the row was appended
+    assert torch.load(f.best, weights_only=True)["epoch"] == 0  # best.pt kept epoch 0 when last.pt was replaced
+    assert torch.load(folder / "weights" / "epoch0.pt", weights_only=True)["epoch"] == 0
+    f.close()
+
+
+def test_nosave_epoch_writes_the_row_only(tmp_path):
+    with RunFolder.open(tmp_path / "exp") as f:
+        f.save_epoch(0, row(0), None)
+        assert R.epochs_in(f.results) == [0] and not f.last.exists()
+
+
+SAVER = """
+import io, sys, time, torch
+from pathlib import Path
+from yolov9c.engine.train import results as R
+from yolov9c.engine.train.run_folder import RunFolder
+from yolov9c.models.checkpoint import read_checkpoint
+
+folder, hang_epoch, where, ncol = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], len(R.COLUMNS)
+real_save, real_append = torch.save, R.append_row
+
+def save(obj, f, *a, **k):
+    if obj.get("epoch") == hang_epoch and where == "save":
+        buf = io.BytesIO()
+        real_save(obj, buf)
+        f.write(buf.getvalue()[: len(buf.getvalue()) // 2])
+        f.flush()
+        print("HANG", flush=True)
+        time.sleep(600)
+    return real_save(obj, f, *a, **k)
+
+def append(path, values):
+    if int(values[0]) == hang_epoch and where == "row":
+        print("HANG", flush=True)
+        time.sleep(600)
+    return real_append(path, values)
+
+torch.save, R.append_row = save, append
+last = folder / "weights" / "last.pt"
+ck = read_checkpoint(last) if last.exists() else None
+with RunFolder.open(folder, resume=ck, log=lambda m: print("LOG " + m, file=sys.stderr)) as rf:
+    for e in range(0 if ck is None else ck["epoch"] + 1, 10):
+        c = {"format": "yolov9c", "version": 1, "epoch": e, "optimizer": {}, "opt": {"epochs": 10}, "model": {"w": torch.full((300000,), float(e))}}
+        rf.save_epoch(e, [e] + [e + k / 100 for k in range(1, ncol)], c, also=("best.pt",) if e % 2 else ())
+print("DONE", flush=True)
+"""
+
+
+def test_kill_9_during_saves_never_duplicates_or_loses_an_epoch(tmp_path, spawn):
+    """Four real kill -9's: twice in the middle of last.pt's write, twice between last.pt and the row."""
+    folder = tmp_path / "exp"
+    for hang, where in ((2, "save"), (4, "row"), (5, "save"), (7, "row")):
+        child = spawn(SAVER, folder, hang, where)
+        first_line(child, "HANG")
+        if where == "save":
+            assert temps(folder) and temps(folder)[0].startswith(".last.pt.")  # the torso of the killed write
+        child.kill()
+        child.wait()
+        done = hang - 1 if where == "save" else hang  # the last epoch whose last.pt is complete
+        assert read_checkpoint(folder / "weights" / "last.pt")["epoch"] == done
+        assert R.epochs_in(folder / "results.csv") == list(range(hang))
+    child = spawn(SAVER, folder, -1, "none")
+    assert child.stdout.readline().strip() == "DONE", child.stderr.read()
+    assert child.wait() == 0
+    err = child.stderr.read()
+    assert "taking over the lock" in err and "restored the row of epoch 7" in err, err
+    assert temps(folder) == [] and not (folder / LOCK_NAME).exists()
+    data = R.read_results(folder / "results.csv")
+    assert data["epoch"].tolist() == list(range(10))
+    for e in range(10):
+        assert data[R.COLUMNS[1]][e] == pytest.approx(row(e)[1], rel=1e-4)
+    assert read_checkpoint(folder / "weights" / "last.pt")["model"]["w"][0].item() == 9
+
+
+def test_open_removes_temp_files_of_interrupted_saves(tmp_path):
+    folder = tmp_path / "exp"
+    (folder / "weights").mkdir(parents=True)
+    junk = [folder / "weights" / ".last.pt.k2j4x9_a.tmp", folder / ".results.csv.zz81.tmp",
+            folder / ".opt.yaml.q.tmp"]
+    for p in junk:
+        p.write_bytes(b"x" * 1000)
+    keep = folder / "weights" / "notes.tmp.txt"
+    keep.write_text("mine")
+    log = Log()
+    with RunFolder.open(folder, log=log):
+        pass
+    assert not any(p.exists() for p in junk) and keep.exists()
+    assert any("removed 3 temp file(s)" in m for m in log)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a full disk
+# ---------------------------------------------------------------------------------------------------------
+
+class FullAfter:
+    """A file that takes `room` bytes and then fails as a full disk does."""
+
+    def __init__(self, f, room):
+        self.f, self.room = f, room
+
+    def write(self, b):
+        if len(b) > self.room:
+            self.f.write(bytes(b[: self.room]))
+            self.room = 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(b)
+        return self.f.write(b)
+
+    def flush(self):
+        self.f.flush()
+
+
+def assert_full_disk_kept_everything(folder, err, before_bytes, epoch):
+    msg = str(err)
+    assert isinstance(err, USER_ERRORS) and "\n" not in msg
+    assert msg.startswith(f"No space left on device writing {folder / 'weights' / 'last.pt'} (checkpoint of epoch")
+    assert "MB free in" in msg and "the previous last.pt is intact" in msg
+    assert err.needed >= 4 * 300000  # the size estimate covers the tensors
+    assert (folder / "weights" / "last.pt").read_bytes() == before_bytes
+    assert read_checkpoint(folder / "weights" / "last.pt")["epoch"] == epoch
+    assert temps(folder) == []
+    assert R.epochs_in(folder / "results.csv") == list(range(epoch + 1))  # no row for the unsaved epoch
+
+
+def test_full_disk_through_torch_is_one_clear_error(tmp_path, monkeypatch):
+    folder = tmp_path / "exp"
+    f = RunFolder.open(folder)
+    f.save_epoch(0, row(0), ckpt(0, numel=300000))
+    before = f.last.read_bytes()
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, fh, *a, **k: real_save(obj, FullAfter(fh, 4096), *a, **k))
+    with pytest.raises(RuntimeError, match="inline_container"):  # what torch itself raises
+        real_save(ckpt(1), FullAfter(io.BytesIO(), 4096))
+    with pytest.raises(DiskFullError) as e:
+        f.save_epoch(1, row(1), ckpt(1, numel=300000))
+    assert isinstance(e.value.__cause__, RuntimeError) and e.value.errno == errno.ENOSPC
+    assert f"{e.value.needed / 1e6:.1f} MB" in str(e.value)
+    assert_full_disk_kept_everything(folder, e.value, before, 0)
+    f.close()
+
+
+def test_full_disk_at_fsync_and_other_errors_pass_through(tmp_path, monkeypatch):
+    folder = tmp_path / "exp"
+    f = RunFolder.open(folder)
+    f.save_epoch(0, row(0), ckpt(0, numel=300000))
+    before = f.last.read_bytes()
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).startswith(".last.pt."):
+            raise OSError(errno.ENOSPC, "No space left on device")  # delayed allocation fails at fsync
+        return real_fsync(fd)
+
+    if not os.path.exists("/proc/self/fd"):
+        pytest.skip("no /proc/self/fd")
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(DiskFullError) as e:
+        f.save_epoch(1, row(1), ckpt(1, numel=300000))
+    assert_full_disk_kept_everything(folder, e.value, before, 0)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+
+    def broken(obj, fh, *a, **k):
+        raise RuntimeError("some other torch failure")
+
+    monkeypatch.setattr(torch, "save", broken)
+    with pytest.raises(RuntimeError, match="some other torch failure") as e:
+        f.save_epoch(1, row(1), ckpt(1))
+    assert not isinstance(e.value, DiskFullError) and temps(folder) == []
+    f.close()
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A real 2 MB tmpfs (root only)."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a tmpfs needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_full_disk_on_a_real_tiny_filesystem(tiny_fs):
+    folder = tiny_fs / "exp"
+    f = RunFolder.open(folder)
+    f.save_epoch(0, row(0), ckpt(0, numel=150000))  # 0.6 MB
+    before = f.last.read_bytes()
+    with pytest.raises(DiskFullError) as e:
+        f.save_epoch(1, row(1), ckpt(1, numel=400000))  # 1.6 MB more does not fit next to the old one
+    assert_full_disk_kept_everything(folder, e.value, before, 0)
+    assert e.value.free == shutil.disk_usage(tiny_fs).free < e.value.needed
+    f.save_epoch(1, row(1), ckpt(1, numel=150000))  # the torso's space came back: a file that fits is saved
+    assert R.epochs_in(f.results) == [0, 1] and read_checkpoint(f.last)["epoch"] == 1
+    f.close()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# finishing, opt.yaml, run_dir
+# ---------------------------------------------------------------------------------------------------------
+
+_MODELS = []
+
+
+def real_ckpt(epoch, epochs):
+    """A trainer-like checkpoint (model, EMA, optimizer) of a small model, built once per session."""
+    from yolov9c.models.checkpoint import make_checkpoint
+    from yolov9c.models.model import DetectionModel
+    if not _MODELS:
+        torch.manual_seed(0)
+        _MODELS.extend([DetectionModel("gelan-t.yaml", nc=2), DetectionModel("gelan-t.yaml", nc=2)])
+    model, ema = _MODELS
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    return make_checkpoint(model, ema=ema, optimizer=opt, epoch=epoch, opt={"epochs": epochs}, half=False)
+
+
+def test_a_kill_while_finishing_resumes_as_finish(tmp_path):
+    folder = tmp_path / "exp"
+    with RunFolder.open(folder) as f:
+        for e in range(3):
+            f.save_epoch(e, row(e), real_ckpt(e, 3), also=("best.pt",) if e == 1 else ())
+        assert read_state(folder)["phase"] == "training"
+        f.begin_finish()
+        f.last.unlink()  # stand-in for a kill: last.pt stripped...
+        atomic_torch_save(real_ckpt(2, 3), f.last)  # ...or not yet: either way
+        f.strip_weights()
+        # killed here: best.pt validation never ran
+    ck = read_checkpoint(folder / "weights" / "last.pt")
+    assert ck["optimizer"] is None and ck["epoch"] == -1
+    with RunFolder.open(folder, resume=ck) as f:
+        assert f.resume_action == "finish"
+        assert R.epochs_in(f.results) == [0, 1, 2]  # rows untouched
+        sd = read_checkpoint(f.best)["model"]
+        assert [p.name for p in f.strip_weights(log=Log())] == ["last.pt", "best.pt"]
+        again = read_checkpoint(f.best)["model"]
+        assert all(torch.equal(v, again[k]) for k, v in sd.items())  # idempotent
+        f.mark_done()
+    with RunFolder.open(folder, resume=ck) as f:
+        assert f.resume_action == "done"
+
+
+def test_resume_action_without_a_state_file(tmp_path):
+    """Folders of older versions: judged from the checkpoint."""
+    (tmp_path / "old").mkdir()
+    assert resume_action(tmp_path / "old", ckpt(4, epochs=10)) == "train"
+    assert resume_action(tmp_path / "old", ckpt(9, epochs=10)) == "finish"  # killed before the strip
+    stripped = dict(ckpt(-1), optimizer=None)
+    assert resume_action(tmp_path / "old", stripped) == "done"
+    (tmp_path / "old" / STATE_NAME).write_text(yaml.safe_dump({"phase": "training"}))
+    assert resume_action(tmp_path / "old", ckpt(9, epochs=10)) == "finish"  # after the last save_epoch
+
+
+def test_yaml_files_are_atomic_and_an_empty_opt_yaml_falls_back(tmp_path, monkeypatch):
+    folder = tmp_path / "exp"
+    with RunFolder.open(folder) as f:
+        f.write_yaml("opt.yaml", {"epochs": 3, "save_dir": folder, "hyp": {"lr0": 0.01}})
+        assert read_opt(folder) == {"epochs": 3, "save_dir": str(folder), "hyp": {"lr0": 0.01}}
+        monkeypatch.setattr(yaml, "safe_dump", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            f.write_yaml("opt.yaml", {"epochs": 4})  # a kill while rewriting it on resume
+        monkeypatch.undo()
+        assert read_opt(folder)["epochs"] == 3 and temps(folder) == []
+    (folder / "opt.yaml").write_text("")  # what an older version's in-place write left
+    log = Log()
+    assert read_opt(folder, fallback={"epochs": 7}, log=log) == {"epochs": 7}
+    assert "opt.yaml is empty" in log[0]
+    with pytest.raises(RunFolderError, match="opt.yaml is empty"):
+        read_opt(folder)
+    with pytest.raises(RunFolderError, match="opt.yaml is missing"):
+        read_opt(tmp_path / "nowhere")
+
+
+def test_increment_path_claims_a_folder_atomically(tmp_path):
+    a = increment_path(tmp_path / "runs" / "exp", mkdir=True)
+    b = increment_path(tmp_path / "runs" / "exp", mkdir=True)
+    assert (a.name, b.name) == ("exp", "exp2") and a.is_dir() and b.is_dir()
+    assert increment_path(tmp_path / "runs" / "exp", exist_ok=True, mkdir=True) == a

@@ -1,0 +1,283 @@
+"""The trainer's guards (yolov9c/engine/train/guards.py) on the CPU, both backends, AMP off:
+
+- non-finite steps: a NaN injected into one gradient skips exactly that optimizer step (weights, BatchNorm
+  statistics, optimizer state and EMA unchanged by it), the run goes on and results.csv counts it in
+  skipped_steps; a run on all-black images with lr0: 100 (every step non-finite) stops after --max-nonfinite
+  skipped steps in a row with one `error:` line naming lr0 and exit code 2, and never writes a non-finite
+  last.pt / best.pt; weights that are not finite at a checkpoint are never saved; the counter's rules;
+- out of memory (an injected torch.cuda.OutOfMemoryError, raised after the micro-batch's backward so that its
+  partial gradients are there to be dropped): the same batch runs again as two micro-batches, the nominal batch
+  stays 8 images per optimizer step, the run ends bit-identical to one that used micro-batches of 4 from the
+  start, a second OOM halves again, an OOM at one image is one `error:` line; the micro-batch is in last.pt and
+  --resume keeps it; an OOM in validation validates again with a smaller batch.
+GPU versions (real OOM, AMP on/off): tests/test_train_guards_cuda.py.
+Tiny on purpose: 16 synthetic images, gelan-t at --img 64, batch 8 (2 batches per epoch).
+Run: python -m pytest -q tests/test_train_guards.py
+"""
+
+import math
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import yolov9c.engine.train.step as S
+import yolov9c.engine.train.trainer as T
+from yolov9c.cli.train import main, parse_opt
+from yolov9c.data.synthetic import synthetic_dataset
+from yolov9c.engine.train.guards import NonFiniteCounter, NonFiniteError, OutOfMemory
+from yolov9c.engine.train.results import read_results
+from yolov9c.engine.train.trainer import train
+from yolov9c.resources import load_hyp
+
+BACKENDS = ["torch", "c"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return str(synthetic_dataset(seed=1, root=tmp_path_factory.mktemp("syn"), n_train=16, n_val=4, imgsz=96))
+
+
+def _args(data, project, backend, *extra):
+    return ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8", "--epochs", "2",
+            "--accumulate", "1", "--workers", "0", "--noval", "--noplots", "--device", "cpu", "--backend", backend,
+            "--project", str(project), *extra]
+
+
+def _logger():
+    lines = []
+    return lines, lambda *a, **k: lines.append(" ".join(map(str, a)))
+
+
+def _snapshot(state):
+    opt = [{k: v.clone() for k, v in s.items() if torch.is_tensor(v)} for s in state.optimizer.state.values()]
+    return ({k: v.clone() for k, v in state.model.state_dict().items()},
+            {k: v.clone() for k, v in state.ema.ema.state_dict().items()}, state.ema.updates, opt)
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _finite_weights(path):
+    ck = torch.load(path, map_location="cpu", weights_only=True)
+    return all(torch.isfinite(v).all() for v in ck["model"].values() if v.is_floating_point())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# non-finite steps
+# ---------------------------------------------------------------------------------------------------------
+
+def test_counter_counts_warns_once_and_stops_after_n_in_a_row():
+    lines, log = _logger()
+    c = NonFiniteCounter(3, log)
+    causes = lambda: "likely causes: x"  # noqa: E731
+    for ni, ok in enumerate([True, False, None, False, True, False, torch.tensor(False)]):
+        c.observe(ok, 0, ni, causes)
+    assert (c.epoch_skipped, c.in_a_row) == (4, 2) and sum("WARNING" in s for s in lines) == 1
+    with pytest.raises(NonFiniteError, match="3 optimizer steps in a row.*likely causes: x"):
+        c.observe(False, 0, 9, causes)
+    never = NonFiniteCounter(0, log)
+    for ni in range(50):
+        never.observe(False, 0, ni, causes)
+    assert never.total_skipped == 50
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_injected_nan_gradient_skips_that_step_only(data, tmp_path, backend, monkeypatch):
+    fb, opt_step = S.forward_backward, S.optimizer_step
+    calls, seen = [], {}
+
+    def forward_backward(state, imgs, targets):
+        calls.append(len(calls))
+        if len(calls) == 2:  # the second batch (ni 1): NaN in one gradient after its backward
+            seen["before"] = _snapshot(state)
+        out = fb(state, imgs, targets)
+        if len(calls) == 2:
+            next(p for p in state.model.parameters() if p.grad is not None).grad.view(-1)[0] = math.nan
+        return out
+
+    def optimizer_step(state):
+        ok = opt_step(state)
+        seen.setdefault("oks", []).append(ok)
+        if len(calls) == 2:
+            seen["after"] = _snapshot(state)
+        return ok
+
+    monkeypatch.setattr(S, "forward_backward", forward_backward)
+    monkeypatch.setattr(S, "optimizer_step", optimizer_step)
+    lines, log = _logger()
+    out = train(parse_opt(_args(data, tmp_path, backend)), log=log)
+    assert seen["oks"] == [True, False, True, True]
+    (m0, e0, u0, o0), (m1, e1, u1, o1) = seen["before"], seen["after"]
+    assert _same(m0, m1), "the skipped step changed the model (weights or BN statistics)"
+    assert _same(e0, e1) and u0 == u1, "the skipped step changed the EMA"
+    assert len(o0) == len(o1) and all(_same(a, b) for a, b in zip(o0, o1)), "the skipped step moved the optimizer"
+    res = read_results(out["save_dir"] / "results.csv")
+    assert res["skipped_steps"].tolist() == [1.0, 0.0]
+    assert all(math.isfinite(v) for v in res["train/box_loss"])  # the means leave the NaN batch out
+    assert sum("WARNING: non-finite loss or gradients at epoch 0, iteration 1" in s for s in lines) == 1
+    assert any("WARNING: epoch 0: 1 optimizer steps skipped" in s for s in lines)
+    assert _finite_weights(out["save_dir"] / "weights" / "last.pt") and out["epochs_done"] == 2
+
+
+@pytest.fixture(scope="module")
+def black(tmp_path_factory):
+    """The synthetic dataset with every image all black, and a hyp file with lr0: 100 and no augmentation."""
+    root = tmp_path_factory.mktemp("black")
+    data = synthetic_dataset(seed=1, root=root, n_train=16, n_val=4, imgsz=64)
+    for f in [*root.rglob("*.jpg"), *root.rglob("*.png")]:
+        im = cv2.imread(str(f))
+        cv2.imwrite(str(f), np.zeros_like(im))
+    hyp = load_hyp(None)
+    hyp.update(lr0=100.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, degrees=0.0, translate=0.0, scale=0.0, shear=0.0,
+               perspective=0.0, flipud=0.0, fliplr=0.0, mosaic=0.0, mixup=0.0, copy_paste=0.0)
+    f = root / "hyp.lr100.yaml"
+    f.write_text(yaml.safe_dump(hyp))
+    return str(data), str(f)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lr0_100_on_black_images_stops_with_one_error_line(black, tmp_path, backend, capsys):
+    """Every step of this run is non-finite (measured: from iteration 0, with lr0 0.01 as well): after the default
+    10 in a row (epochs 0-4, 2 batches each) the run stops with exit code 2 and one error line."""
+    data, hyp = black
+    rc = main(_args(data, tmp_path, backend, "--hyp", hyp, "--epochs", "8", "--name", "black"))
+    err = capsys.readouterr().err
+    errors = [s for s in err.splitlines() if "error:" in s]
+    assert rc == 2 and len(errors) == 1, err[-2000:]
+    assert "10 optimizer steps in a row" in errors[0] and "lr0=100.0" in errors[0] and "--no-amp" in errors[0]
+    assert "all-black" in errors[0]
+    run = tmp_path / "black"
+    for f in ("last.pt", "best.pt"):  # only ever written with finite weights (here: the untouched initial ones)
+        if (run / "weights" / f).exists():
+            assert _finite_weights(run / "weights" / f), f
+    assert read_results(run / "results.csv")["skipped_steps"].tolist() == [2.0, 2.0, 2.0, 2.0]
+
+
+def test_a_non_finite_checkpoint_is_never_written(data, tmp_path, monkeypatch):
+    real = T.make_checkpoint
+    monkeypatch.setattr(T, "make_checkpoint", lambda *a, **k: pytest.fail("make_checkpoint reached"))
+
+    def poison(state, epoch, stats):
+        next(state.ema.ema.parameters()).data.view(-1)[0] = math.inf
+        return end_epoch(state, epoch, stats)
+
+    end_epoch = T.end_epoch
+    monkeypatch.setattr(T, "end_epoch", poison)
+    with pytest.raises(NonFiniteError, match="weights are not finite .*EMA.*not written"):
+        train(parse_opt(_args(data, tmp_path, "torch")), log=lambda *a, **k: None)
+    assert not (tmp_path / "exp" / "weights" / "last.pt").exists()
+    assert real is not None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# out of memory
+# ---------------------------------------------------------------------------------------------------------
+
+def _oom_when(monkeypatch, sizes_that_fail, times=1):
+    """forward_backward raises OutOfMemoryError (after its backward) on the first `times` calls whose
+    micro-batch has one of `sizes_that_fail` images; records every call's (size, image checksum, raised)."""
+    fb, calls, left = S.forward_backward, [], {s: times for s in sizes_that_fail}
+
+    def forward_backward(state, imgs, targets):
+        out = fb(state, imgs, targets)
+        n = imgs.shape[0]
+        raise_it = left.get(n, 0) > 0
+        calls.append((n, imgs.double().sum(dim=(1, 2, 3)), raise_it))
+        if raise_it:
+            left[n] -= 1
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+        return out
+    monkeypatch.setattr(S, "forward_backward", forward_backward)
+    return calls
+
+
+def _images_per_step(monkeypatch):
+    fb, opt_step, per, n = S.forward_backward, S.optimizer_step, [], [0]
+
+    def forward_backward(state, imgs, targets):
+        out = fb(state, imgs, targets)
+        n[0] += imgs.shape[0]
+        return out
+
+    def optimizer_step(state):
+        per.append(n[0])
+        n[0] = 0
+        return opt_step(state)
+    monkeypatch.setattr(S, "forward_backward", forward_backward)
+    monkeypatch.setattr(S, "optimizer_step", optimizer_step)
+    return per
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_oom_halves_the_micro_batch_and_retries_the_same_batch(data, tmp_path, backend, monkeypatch):
+    calls = _oom_when(monkeypatch, {8})
+    per_step = _images_per_step(monkeypatch)  # wraps the OOM wrapper: counts only the micro-batches that ran
+    lines, log = _logger()
+    out = train(parse_opt(_args(data, tmp_path / "a", backend, "--epochs", "1")), log=log)
+    assert [(n, r) for n, _, r in calls] == [(8, True), (4, False), (4, False), (4, False), (4, False)]
+    assert torch.equal(torch.cat([calls[1][1], calls[2][1]]), calls[0][1])  # the same batch, in two halves
+    assert per_step == [8, 8]  # the nominal batch: 8 images per optimizer step (accumulate 1) as before
+    assert sum("CUDA out of memory at iteration 0 with a micro-batch of 8" in s for s in lines) == 1
+    last = torch.load(out["save_dir"] / "weights" / "last.pt", map_location="cpu", weights_only=True)
+    assert all(torch.isfinite(v).all() for v in last["model"].values() if v.is_floating_point())
+
+    # the run equals one that ran micro-batches of 4 from the start: the failed pass left nothing behind
+    monkeypatch.undo()
+    setup = T.setup
+
+    def setup_micro4(cfg, log):
+        state = setup(cfg, log)
+        state.micro_batch = 4
+        return state
+    monkeypatch.setattr(T, "setup", setup_micro4)
+    ref = train(parse_opt(_args(data, tmp_path / "b", backend, "--epochs", "1")), log=lambda *a, **k: None)
+    ref_last = torch.load(ref["save_dir"] / "weights" / "last.pt", map_location="cpu", weights_only=True)
+    assert _same(last["model"], ref_last["model"])
+
+
+def test_second_oom_halves_again_and_one_image_is_an_error(data, tmp_path, monkeypatch, capsys):
+    calls = _oom_when(monkeypatch, {8, 4})
+    lines, log = _logger()
+    train(parse_opt(_args(data, tmp_path / "a", "torch", "--epochs", "1")), log=log)
+    assert [n for n, _, _ in calls] == [8, 4, 2, 2, 2, 2, 2, 2, 2, 2]
+    assert sum("WARNING: CUDA out of memory" in s for s in lines) == 2
+    monkeypatch.undo()
+    _oom_when(monkeypatch, {8, 4, 2, 1})
+    rc = main(_args(data, tmp_path / "b", "torch", "--epochs", "1"))
+    err = [s for s in capsys.readouterr().err.splitlines() if "error:" in s]
+    assert rc == 2 and len(err) == 1 and "micro-batch of 1 image" in err[0] and "--img" in err[0]
+
+
+def test_resume_keeps_the_reduced_micro_batch(data, tmp_path, monkeypatch):
+    _oom_when(monkeypatch, {8})
+    first = train(parse_opt(_args(data, tmp_path, "torch", "--epochs", "2")), stop_after_epoch=0,
+                  log=lambda *a, **k: None)
+    last = first["save_dir"] / "weights" / "last.pt"
+    assert torch.load(last, map_location="cpu", weights_only=True)["micro_batch"] == 4
+    monkeypatch.undo()
+    sizes = []
+    fb = S.forward_backward
+    monkeypatch.setattr(S, "forward_backward", lambda st, im, t: sizes.append(im.shape[0]) or fb(st, im, t))
+    lines, log = _logger()
+    train(parse_opt(["--resume", str(last)]), log=log)
+    assert sizes == [4, 4, 4, 4] and any("Resuming with a micro-batch of 4" in s for s in lines)
+
+
+def test_oom_in_validation_validates_again_with_a_smaller_batch(data, tmp_path, monkeypatch):
+    validate, batches = T.validate, []
+
+    def small_only(model, loader, **kw):
+        batches.append(loader.batch_size)
+        if loader.batch_size > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+        return validate(model, loader, **kw)
+    monkeypatch.setattr(T, "validate", small_only)
+    lines, log = _logger()
+    out = train(parse_opt(_args(data, tmp_path, "torch", "--epochs", "1")), log=log)
+    assert batches == [4, 2]  # the loader's batch is min(8, 4 validation images); validated again with 2
+    assert sum("CUDA out of memory in validation at a batch of 4" in s for s in lines) == 1
+    assert out["epochs_done"] == 1 and out["metrics"]["box_loss"] > 0  # the validation (with its loss) ran

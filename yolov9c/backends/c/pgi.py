@@ -1,0 +1,271 @@
+"""The c backend's model forward: the PGI auxiliary branch recomputed in backward, and uint8 input.
+
+    c.install(model)          # model.forward = model_forward (and every layer's forward, layers.py)
+    model(imgs_uint8)         # a uint8 batch is read as imgs / 255 by its first convs (lazy.Image)
+
+Which layers are auxiliary (DESIGN.md "Memory design" item 3) is read off the layer graph: the layers whose
+outputs reach only the auxiliary inputs of the DualDDetect head (its first nl inputs) and none of the main
+ones — t/s: the second FPN; m/c: the CBLinears and the second backbone; e: the FPN on the first backbone.
+In training (grad enabled) they run as recomputed segments (segment.py): chains of layers in which each
+layer is read only by the next and reads nothing outside the chain (_chains), and one segment per auxiliary
+head level. A segment keeps only its result (typically its last conv output z); its inputs
+are kept by the main branch anyway. In backward it is re-run and back-propagated at once, so only one
+segment's z's are rebuilt at a time.
+
+Order: every auxiliary step runs as soon as its inputs exist (so before the main neck and the main head
+levels). Autograd runs the ready node created last first, so the whole main neck's backward runs before any
+auxiliary segment's (the neck's z's are freed before a segment rebuilds its own), and a segment that reads
+only the image (yolov9-c's second stem, layers 26-29) is back-propagated last, after the first backbone
+(measured: recomputed between the neck and the first backbone, that chain alone raised yolov9-c's peak by
+8.1 GiB). Results do not depend on the order (each layer reads the same inputs; each BatchNorm updates once).
+
+Falls back to the plain layer loop (all auxiliary z's kept, as before) when: the model is not training or
+grad is off; the head is not a DualDDetect the c layers can run; YOLOV9C_AUX_RECOMPUTE=0. A segment whose
+layers are not all recomputable (a torch fallback inside, a non-SiLU activation: torch BatchNorm would update
+its running statistics twice) runs as plain layers.
+Test: python -m pytest -q tests/test_backend_pgi.py
+"""
+
+import functools
+import os
+
+import torch
+import torch.nn as nn
+
+from yolov9c.backends.c import layers as L
+from yolov9c.backends.c.lazy import Image
+from yolov9c.backends.c.segment import run_segment
+from yolov9c.models.common import Conv, RepConvN
+from yolov9c.models.head import DualDDetect
+
+
+STEP_HOOKS = []  # callables (label, value) run before (value None) and after each auxiliary segment and head
+# level (memory timelines: benchmarks/mem_timeline.py); plain layer steps are module calls (module hooks)
+
+
+def _observe(label, value):
+    for hook in STEP_HOOKS:
+        hook(label, value)
+
+
+def recompute_enabled():
+    """YOLOV9C_AUX_RECOMPUTE (read at every call): anything but "0" recomputes the auxiliary branch."""
+    return os.environ.get("YOLOV9C_AUX_RECOMPUTE", "1") != "0"
+
+
+def inputs_of(m):
+    """Absolute indices of the layers top-level layer m reads; -1 is the model input."""
+    f = m.f if isinstance(m.f, (list, tuple)) else [m.f]
+    return [m.i - 1 if j == -1 else j for j in f]
+
+
+def _ancestors(layers, roots):
+    """roots and every layer they read, transitively (indices ≥ 0)."""
+    seen, stack = set(), [r for r in roots if r >= 0]
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        stack.extend(j for j in inputs_of(layers[i]) if j >= 0)
+    return seen
+
+
+class Graph:
+    """The auxiliary split of a model with a DualDDetect head.
+    aux: the auxiliary layer indices; steps: the execution order, ("layer", i) for a main layer (index
+    order), ("segment", [i, ...]) for a chain of auxiliary layers, ("aux_head", k) for auxiliary head level
+    k; uses: layer index (-1: the input) -> how many steps read it."""
+
+    __slots__ = ("key", "aux", "steps", "uses")
+
+    def __init__(self, model):
+        layers = model.model
+        head = layers[-1]
+        n, nl = len(layers) - 1, head.nl
+        hin = inputs_of(head)
+        main = _ancestors(layers, hin[nl:])
+        aux = _ancestors(layers, hin[:nl]) - main
+        readers = {}
+        for i in range(n + 1):
+            for j in set(inputs_of(layers[i])):
+                readers.setdefault(j, []).append(i)
+        units = [(("segment", c), _chain_inputs(layers, c)) for c in _chains(layers, aux, readers)]
+        units += [(("aux_head", k), {hin[k]}) for k in range(nl)]
+        self.key = tuple(map(id, layers))
+        self.aux = aux
+        self.steps = _schedule([i for i in range(n) if i not in aux], units)
+        self.uses = {j: len(r) for j, r in readers.items()}
+
+
+def _chains(layers, aux, readers):
+    """The auxiliary layers cut into chains: a layer joins the chain before it when it is that chain's last
+    layer's only reader and reads nothing outside the chain (so a chain never waits on a main layer: it can
+    run as soon as its first layer's inputs exist)."""
+    chains = []
+    for i in sorted(aux):
+        c = chains[-1] if chains else None
+        if c and readers.get(c[-1]) == [i] and set(inputs_of(layers[i])) <= set(c):
+            c.append(i)
+        else:
+            chains.append([i])
+    return chains
+
+
+def _chain_inputs(layers, chain):
+    return {j for i in chain for j in inputs_of(layers[i])} - set(chain)
+
+
+def _schedule(main, units):
+    """Main layers in index order, each auxiliary unit inserted as early as its inputs allow. Autograd runs
+    the ready node created last first, so a unit created early is back-propagated late: the main neck (made
+    after every unit) before any unit, and a unit reading only the image (yolov9-c's second stem) after
+    the first backbone, when little else is alive."""
+    done, steps, pending = {-1}, [], list(units)
+
+    def flush():
+        progress = True
+        while progress:
+            progress = False
+            for u in list(pending):
+                step, needs = u
+                if needs <= done:
+                    steps.append(step)
+                    pending.remove(u)
+                    if step[0] == "segment":
+                        done.update(step[1])
+                    progress = True
+
+    for i in main:
+        flush()
+        steps.append(("layer", i))
+        done.add(i)
+    flush()
+    if pending:
+        raise ValueError(f"auxiliary steps {[u[0] for u in pending]} read layers that never run")
+    return steps
+
+
+def graph(model):
+    """The model's Graph (cached on the model; rebuilt when its layers change), None without a DualDDetect."""
+    if type(model.model[-1]) is not DualDDetect:
+        return None
+    g = model.__dict__.get("_c_graph")
+    if g is None or g.key != tuple(map(id, model.model)):
+        g = model.__dict__["_c_graph"] = Graph(model)
+    return g
+
+
+def recomputable(mods):
+    """Modules (with their sub-modules) a segment may re-run: c layers only, activations the fused kernels
+    apply (a torch BatchNorm inside would update its running statistics again in the recompute)."""
+    for root in mods:
+        for m in L._submodules(root):
+            if type(m) is Conv and type(m.act) not in (nn.SiLU, nn.Identity):
+                return False
+            if type(m) is RepConvN and type(m.act) is not nn.SiLU:
+                return False
+    return True
+
+
+def _arg(m, vals):
+    """The input of layer m from the outputs computed so far (as DetectionModel.forward passes it)."""
+    if isinstance(m.f, int):
+        return vals[m.i - 1 if m.f == -1 else m.f]
+    return [vals[m.i - 1 if j == -1 else j] for j in m.f]
+
+
+def _run_chain(layers, chain, vals):
+    """The c forwards of layers[chain] in order; vals: the chain's external inputs by layer index."""
+    vals = dict(vals)
+    for k, i in enumerate(chain):
+        vals[i] = L.run(layers[i], _arg(layers[i], vals))
+        if k:
+            del vals[chain[k - 1]]  # a chain member is read only by the next one
+    return vals[chain[-1]]
+
+
+def _level(head, k, vals):
+    return L.detect_level(head.cv2[k], head.cv3[k], vals["x"])
+
+
+class _Run:
+    """One forward pass: the layer outputs alive so far, dropped after their last reader."""
+
+    def __init__(self, g, x):
+        self.vals, self.left = {-1: x}, dict(g.uses)
+
+    def take(self, m):
+        return _arg(m, self.vals)
+
+    def done(self, readers):
+        for j in set(readers):
+            self.left[j] -= 1
+            if self.left[j] == 0 and j in self.vals:
+                del self.vals[j]
+
+
+def _segment(model, chain, run):
+    label = f"segment {chain[0]}-{chain[-1]}" if len(chain) > 1 else f"segment {chain[0]}"
+    _observe(label, None)
+    layers = model.model
+    mods = [layers[i] for i in chain]
+    ext = sorted({j for i in chain for j in inputs_of(layers[i])} - set(chain))
+    vals = {j: run.vals[j] for j in ext}
+    if all(L.supported(m) for m in mods) and recomputable(mods) and any(True for m in mods for _ in m.parameters()):
+        out = run_segment(functools.partial(_run_chain, layers, chain), vals, mods)
+    else:
+        out = _run_chain_plain(layers, chain, vals)
+    run.vals[chain[-1]] = out
+    run.done(ext)
+    _observe(label, out)
+
+
+def _run_chain_plain(layers, chain, vals):
+    vals = dict(vals)
+    for i in chain:
+        vals[i] = layers[i](_arg(layers[i], vals))
+    return vals[chain[-1]]
+
+
+def _forward_pgi(model, g, x):
+    layers = model.model
+    head = layers[-1]
+    nl = head.nl
+    hin = inputs_of(head)
+    run = _Run(g, x)
+    d1 = [None] * nl
+    for kind, what in g.steps:
+        if kind == "layer":
+            m = layers[what]
+            run.vals[what] = m(run.take(m))
+            run.done(inputs_of(m))
+        elif kind == "segment":
+            _segment(model, what, run)
+        else:  # an auxiliary head level
+            k = what
+            mods = [head.cv2[k], head.cv3[k]]
+            vals = {"x": run.vals[hin[k]]}
+            _observe(f"aux head {k}", None)
+            d1[k] = run_segment(functools.partial(_level, head, k), vals, mods) if recomputable(mods) \
+                else _level(head, k, vals)
+            _observe(f"aux head {k}", d1[k])
+    d2 = []
+    for k in range(nl):
+        _observe(f"main head {k}", None)
+        d2.append(L.detect_level(head.cv4[k], head.cv5[k], run.vals[hin[nl + k]]))
+        _observe(f"main head {k}", d2[k])
+    return [d1, d2]
+
+
+def model_forward(self, x):
+    """DetectionModel.forward while the c backend is applied (see the module docstring). x: (B, ch, H, W)
+    float, or uint8 (read as x / 255; in eval mode converted up front, as the trainer's float path does)."""
+    if x.dtype == torch.uint8:
+        if not self.training:
+            return type(self).forward(self, x.float() / 255)
+        x = Image(x)
+    g = graph(self) if self.training and torch.is_grad_enabled() and recompute_enabled() else None
+    if g is None or not g.aux or not L.supported(self.model[-1]):
+        return type(self).forward(self, x)
+    return _forward_pgi(self, g, x)

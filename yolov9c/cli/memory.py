@@ -1,0 +1,114 @@
+"""`python -m yolov9c memory`: the predicted peak GPU memory of training a model, per backend, and the cards
+it fits (yolov9c/engine/train/memory_plan.py).
+
+    python -m yolov9c memory --cfg yolov9-s.yaml --batch 64 --img 640
+    python -m yolov9c memory --cfg yolov9-s.yaml --budget 7.5G             # + micro-batch × accumulation
+    python -m yolov9c memory --cfg yolov9-s.yaml --budget 7.5G --dynamic-img --min-img 384
+    python -m yolov9c memory --cfg gelan-c.yaml --measure                  # on a GPU: profile two steps first
+
+Prints, per backend, the predicted peak reserved memory of one training step (AMP) and which common cards
+(8/12/16/24/40/80 GB, less the CUDA context) it fits; with --budget, the plan that keeps the nominal batch.
+Costs come from the planner's measured table; --measure measures them on this machine's GPU instead (two
+short steps per backend). A model without measured costs (and no --measure) is an error for that backend.
+Wiring: add_parser(subparsers) / run(args), as check_data.py. `budget_type` is the argparse type of a
+size such as 7.5G (for `train_dual.py --mem-budget`). Test: python -m pytest -q tests/test_memory_plan.py
+"""
+
+import argparse
+import sys
+
+BACKENDS = ("c", "torch")
+
+
+def budget_type(text):
+    """argparse type: '7.5G' / '8GB' / '7680M' → GiB (float)."""
+    from yolov9c.engine.train.memory_plan import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("memory", help="predicted training memory per backend and the cards it fits",
+                              description="Predicted peak reserved GPU memory of a training step (AMP) per "
+                                          "backend, the common cards it fits, and with --budget the micro-batch "
+                                          "and accumulation that fit while keeping the nominal batch.")
+    p.add_argument("--cfg", required=True, help="model yaml: a name (yolov9-s) or a path")
+    p.add_argument("--batch", "--batch-size", type=int, default=64, help="nominal batch (default 64)")
+    p.add_argument("--img", "--imgsz", "--img-size", type=int, default=640, help="train image size (default 640)")
+    p.add_argument("--backend", choices=BACKENDS, action="append", help="only this backend (repeatable)")
+    p.add_argument("--budget", type=budget_type, help="memory budget, e.g. 7.5G (binary) or 8GB (decimal)")
+    p.add_argument("--dynamic-img", action="store_true",
+                   help="with --budget: shrink the images instead of accumulating (changes the data distribution)")
+    p.add_argument("--min-img", type=int, default=None, help="--dynamic-img floor (default img/2)")
+    p.add_argument("--measure", action="store_true", help="measure the costs on this machine's GPU first")
+    p.add_argument("--device", default="cuda", help="GPU for --measure (default cuda)")
+    p.set_defaults(func=run)
+    return p
+
+
+def _costs(args, err):
+    from yolov9c.engine.train import memory_plan as mp
+
+    out = {}
+    for backend in args.backend or BACKENDS:
+        if args.measure:
+            out[backend] = mp.measure(args.cfg, backend, img=args.img, device=args.device)
+            continue
+        cost = mp.lookup(args.cfg, backend)
+        if cost is None:
+            err(f"{args.cfg}: no measured memory costs for --backend {backend} (run with --measure on a GPU)")
+        else:
+            out[backend] = cost
+    return out
+
+
+def run(args):
+    """Print the prediction (and plan) for parsed args; returns the exit code (2: nothing to predict)."""
+    from yolov9c.engine.train import memory_plan as mp
+
+    def err(msg):
+        print(f"python -m yolov9c memory: error: {msg}", file=sys.stderr)
+
+    if args.batch < 1 or args.img < 32:
+        err(f"--batch must be ≥ 1 and --img ≥ 32, got {args.batch} and {args.img}")
+        return 2
+    if args.measure:
+        import torch
+
+        if not torch.cuda.is_available():
+            err("--measure needs a CUDA GPU; without one the measured table is used (drop --measure)")
+            return 2
+    costs = _costs(args, err)
+    if not costs:
+        return 2
+    src = "measured on this GPU" if args.measure else "measured table (H200, benchmarks/RESULTS.md)"
+    print(f"{args.cfg}: batch {args.batch}, {args.img}x{args.img}, AMP; costs: {src}")
+    print(f"{'backend':<8} {'peak reserved':>14}  fits")
+    for backend, cost in costs.items():
+        need = mp.predict(cost, args.batch, args.img)
+        cards = [name for name, ok in mp.fits_cards(cost, args.batch, args.img).items() if ok]
+        print(f"{backend:<8} {need:>10.2f} GiB  {', '.join(cards) if cards else 'none of ' + ', '.join(mp.CARDS)}")
+    if args.budget is not None:
+        print(f"budget {args.budget:.2f} GiB, nominal batch {args.batch}:")
+        for backend, cost in costs.items():
+            p = mp.plan(cost, args.budget, nominal=args.batch, img=args.img, dynamic_img=args.dynamic_img,
+                        min_img=args.min_img)
+            what = (f"--batch-size {p.batch} x {p.accumulate} accumulated at {p.img}, predicted "
+                    f"{p.predicted_gib:.2f} GiB") if p.fits else f"does not fit: {p.note}"
+            shrunk = p.fits and p.img != args.img
+            print(f"{backend:<8} {what}" + (f" ({p.note})" if shrunk else ""))
+    return 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m yolov9c")
+    sub = p.add_subparsers(dest="command")
+    add_parser(sub)
+    return run(p.parse_args(["memory", *(argv or [])]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

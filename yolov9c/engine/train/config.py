@@ -1,0 +1,142 @@
+"""RunConfig: every option of one training run, typed, built once by the CLI (the trainer never sees argparse).
+
+    cfg = parse_opt(["--cfg", "gelan-t.yaml", "--epochs", "3"])    # yolov9c.cli.train: argv → RunConfig
+    cfg = RunConfig.from_args(namespace, given=("epochs",))         # what parse_opt does with argparse's result
+    cfg = read_opt_yaml("runs/train/exp/opt.yaml")                  # a run's stored options
+
+The fields are the published train_dual.py flags (argparse destinations, same defaults), then yolov9c's memory
+knobs, then what the trainer resolves and records (save_dir, world_size, global_rank). `given` names the fields
+the user typed on the command line: --resume takes those in RESUME_OVERRIDES from the command line instead of
+the stored opt.yaml. opt.yaml is `opt_dict(cfg, hyp)`: every field but `given`, in this order, with `hyp` the
+hyperparameter dict (the published format: all options, the hyp dict and save_dir). Reading one back ignores
+keys it does not know (named in a warning) and gives missing keys their defaults, so an older or newer opt.yaml
+still resumes.
+
+Test: python -m pytest -q tests/test_train_cli.py -k config
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+# options that --resume takes from the command line instead of the stored opt.yaml (memory knobs and placement)
+RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
+                    "val_period", "noplots", "backend", "channels_last", "max_nonfinite")
+
+
+class ConfigError(ValueError):
+    """A stored opt.yaml that cannot become a RunConfig (not a mapping, unreadable)."""
+
+
+@dataclass
+class RunConfig:
+    # --- the published flags, in the published order (spec §1.1) ---
+    weights: str = ""  # initial weights (.pt, ours or published); '' = from scratch
+    cfg: str = "yolov9-t.yaml"  # model yaml (bare name: configs/models/detect/); '' with weights: the checkpoint's
+    data: str = "synthetic"  # dataset yaml, or synthetic[:SEED]
+    hyp: str | dict = "hyp.scratch-high.yaml"  # hyp yaml (bare name: configs/hyps/), or the dict itself (evolve)
+    epochs: int = 100
+    batch_size: int = 16  # images per iteration over all ranks; -1 = AutoBatch
+    imgsz: int = 640  # train and val image size (rounded up to a multiple of the max stride)
+    rect: bool = False  # rectangular training batches
+    resume: bool | str = False  # True: the newest last*.pt under project; a str: that last.pt
+    nosave: bool = False  # only the final checkpoint
+    noval: bool = False  # only validate the final epoch
+    noautoanchor: bool = False  # inert, as published (anchor-free heads)
+    noplots: bool = False
+    evolve: int | None = None  # generations of hyperparameter evolution (engine/train/evolve.py)
+    bucket: str = ""  # gsutil bucket of evolve (unused)
+    cache: str | None = None  # ram, disk or val (val: only the validation images, in RAM)
+    image_weights: bool = False  # draw training images by class weights
+    device: str = ""  # '' (first GPU, else CPU), 0, 0,1,2,3 or cpu
+    multi_scale: bool = False  # random image size in [0.5, 1.5] x imgsz per batch
+    single_cls: bool = False
+    optimizer: str = "SGD"  # SGD, Adam, AdamW or LION
+    sync_bn: bool = False  # SyncBatchNorm under DDP on CUDA
+    workers: int = 8  # dataloader workers per rank
+    project: str = "runs/train"
+    name: str = "exp"  # 'cfg': the model yaml's stem
+    exist_ok: bool = False  # reuse project/name instead of project/name2, 3, ...
+    quad: bool = False  # loss x 4 (as published)
+    cos_lr: bool = False  # LR schedule: at most one of cos_lr, flat_cos_lr, fixed_lr (else linear)
+    flat_cos_lr: bool = False
+    fixed_lr: bool = False
+    label_smoothing: float = 0.0
+    patience: int = 100  # epochs without improvement before an early stop; 0 = never
+    freeze: list = field(default_factory=lambda: [0])  # [N]: layers 0..N-1; several values: those layers
+    save_period: int = -1  # also write epochN.pt every N epochs (< 1: never)
+    seed: int = 0
+    local_rank: int = -1  # set by the DDP launcher (the trainer reads LOCAL_RANK)
+    min_items: int = 0  # drop training images with fewer labels
+    close_mosaic: int = 0  # mosaic off for the last N epochs
+    entity: str | None = None  # W&B options: accepted, unused
+    upload_dataset: bool | str = False
+    bbox_interval: int = -1
+    artifact_alias: str = "latest"
+    # --- yolov9c additions ---
+    backend: str | None = None  # torch or c; None: c on a CUDA GPU, torch on the CPU (resolved by the trainer)
+    channels_last: bool | None = None  # None: on with c on CUDA (resolved by the trainer)
+    accumulate: int | None = None  # micro-batches per optimizer step; None: round(64 / batch) after warm-up ramp
+    amp: bool = True  # fp16 autocast + GradScaler on CUDA
+    ckpt: bool = False  # per-layer activation checkpointing (torch backend)
+    val_period: int = 1  # validate every N epochs (and always the last)
+    pin_memory: bool | None = None  # None: the PIN_MEMORY environment variable (default true)
+    mosaic: float | None = None  # mosaic probability (overrides the hyp file)
+    mixup: float | None = None  # mixup probability (overrides the hyp file)
+    deterministic: bool = False  # torch.use_deterministic_algorithms
+    max_nonfinite: int = 10  # stop after N skipped (non-finite) optimizer steps in a row; 0 = never (guards.py)
+    # --- resolved and recorded by the trainer (opt.yaml keys of the published code) ---
+    save_dir: str = ""
+    world_size: int = 1
+    global_rank: int = -1
+    # --- not stored: the fields the user typed on the command line (resume overrides) ---
+    given: tuple = ()
+
+    @classmethod
+    def from_args(cls, ns, given=()) -> RunConfig:
+        """A RunConfig from a parsed argparse Namespace (its attributes are the field names); `given`: the
+        destinations typed on the command line."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"given"}
+        return cls(**{k: v for k, v in vars(ns).items() if k in names}, given=tuple(sorted(given)))
+
+    @classmethod
+    def from_dict(cls, stored, log=print, source="opt.yaml") -> RunConfig:
+        """A RunConfig from a stored mapping (opt.yaml, a checkpoint's 'opt'): unknown keys are ignored with a
+        warning naming them, missing keys keep their defaults. 'hyp' is kept when it is a dict or a str."""
+        if not isinstance(stored, dict):
+            raise ConfigError(f"{source} does not hold a mapping of options (got {type(stored).__name__})")
+        names = {f.name for f in dataclasses.fields(cls)} - {"given"}
+        unknown = sorted(set(stored) - names - {"given"}, key=str)  # 'given': in older checkpoints' options
+        if unknown:
+            log(f"WARNING: {source}: unknown options ignored: {', '.join(map(str, unknown))}")
+        kw = {k: v for k, v in stored.items() if k in names}
+        if "freeze" in kw and not isinstance(kw["freeze"], list):
+            kw["freeze"] = [kw["freeze"]]
+        return cls(**kw)
+
+
+def read_opt_yaml(path, log=print) -> RunConfig:
+    """The RunConfig stored in a run's opt.yaml (see RunConfig.from_dict for unknown and missing keys).
+    Raises FileNotFoundError, ConfigError (empty, not yaml, not a mapping)."""
+    path = Path(path)
+    try:
+        stored = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid yaml ({str(e).splitlines()[0]})") from None
+    if stored is None:
+        raise ConfigError(f"{path} is empty")
+    return RunConfig.from_dict(stored, log=log, source=str(path))
+
+
+def opt_dict(cfg: RunConfig, hyp=None) -> dict:
+    """opt.yaml's content (and a checkpoint's 'opt'): every field but `given`, in field order, plain types
+    (Paths as str); `hyp`, when given, replaces the 'hyp' option (a file name) by the hyperparameter dict."""
+    d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "given"}
+    d = {k: (str(v) if isinstance(v, Path) else v) for k, v in d.items()}
+    if hyp is not None:
+        d["hyp"] = hyp
+    return d

@@ -1,0 +1,200 @@
+"""Guards around the training step (not inside the maths): non-finite steps and CUDA out-of-memory errors.
+
+    guard = StepGuard(state)                              # set-up (state.py) makes state.guard
+    result = state.guard.step(state, imgs, targets, ni)   # the loop calls this; it calls state.step
+    skipped = state.guard.end_epoch()                     # skipped optimizer steps of the epoch (results.csv)
+    res = validate_with_backoff(state, run, make_loader)  # run(loader) → validation; OOM → a smaller batch
+
+Non-finite steps. The step (step.py, or a CUDA-graph step) skips an optimizer step whose window had a
+non-finite loss or gradient norm (no optimizer, EMA or BatchNorm-statistics change; under AMP the GradScaler's
+own found-inf skip is the same event) and reports it in StepResult.finite: a Python bool, or a 0-dim device bool
+that the guard copies (non-blocking) into pinned host memory and reads once its copy has landed, so a step that
+never synchronises stays so. The first skip is logged as one WARNING line, the count of each epoch as another
+(and in results.csv's skipped_steps); after --max-nonfinite N skipped steps in a row (default 10; 0: never)
+training stops with NonFiniteError, one `error:` line naming the likely causes. checkpoint_is_finite() is the
+check the trainer makes before it writes last.pt / best.pt.
+
+Out of memory. torch.cuda.OutOfMemoryError in a step: the gradients of the unfinished accumulation window are
+dropped (zero_grad, set to None), its BatchNorm statistics put back, the exception's frames released and
+torch.cuda.empty_cache() called; the micro-batch (state.micro_batch, images per forward/backward) is halved, so
+each loader batch runs as 2, 4, … micro-batches before one optimizer step: the nominal batch (images per
+optimizer step) is unchanged. Logged once per halving; the same batch is then run again. At a micro-batch of one
+image, OutOfMemory (a TrainError) says what to try. last.pt stores the micro-batch; --resume keeps it. In
+validation an OOM retries the pass with half the batch (a new validation loader), down to 1.
+Test: python -m pytest -q tests/test_train_guards.py
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+
+from yolov9c.engine.train.errors import TrainError
+from yolov9c.engine.train.step import end_window
+
+DEFAULT_MAX_NONFINITE = 10
+
+
+class NonFiniteError(TrainError):
+    """--max-nonfinite optimizer steps in a row had a non-finite loss or gradient (or the weights are not
+    finite at a checkpoint)."""
+
+
+class OutOfMemory(TrainError):
+    """CUDA out of memory at a micro-batch (or validation batch) of one image."""
+
+
+def nonfinite_causes(state):
+    lr0 = state.hyp.get("lr0")
+    return (f"likely causes: a learning rate too high (hyp lr0={lr0}: try a smaller lr0 in --hyp), bad data "
+            f"(e.g. all-black images or degenerate boxes: run python -m yolov9c check-data --data "
+            f"{state.cfg.data}), or fp16 overflow under AMP (try --no-amp)")
+
+
+class NonFiniteCounter:
+    """Counts skipped optimizer steps from StepResult.finite values (bools now, device bools when landed)."""
+
+    def __init__(self, limit, log):
+        self.limit, self.log = int(limit), log
+        self.pending = deque()  # (pinned host bool, CUDA event, epoch, ni), oldest first
+        self.epoch_skipped = 0
+        self.total_skipped = 0
+        self.in_a_row = 0
+        self.last = None  # (epoch, ni) of the latest skipped step
+
+    def observe(self, finite, epoch, ni, causes):
+        if finite is None:
+            return
+        if isinstance(finite, torch.Tensor) and finite.device.type == "cuda":
+            host = torch.empty((), dtype=torch.bool, pin_memory=True)
+            host.copy_(finite, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            self.pending.append((host, ev, epoch, ni))
+        else:
+            self.pending.append((finite, None, epoch, ni))
+        self.drain(causes, wait=False)
+
+    def drain(self, causes, wait):
+        """Count every landed flag in order (wait: all of them, synchronising on their events)."""
+        while self.pending:
+            host, ev, epoch, ni = self.pending[0]
+            if ev is not None and not wait and not ev.query():
+                return
+            if ev is not None:
+                ev.synchronize()
+            self.pending.popleft()
+            self._count(bool(host), epoch, ni, causes)
+
+    def _count(self, finite, epoch, ni, causes):
+        if finite:
+            self.in_a_row = 0
+            return
+        self.epoch_skipped += 1
+        self.total_skipped += 1
+        self.in_a_row += 1
+        self.last = (epoch, ni)
+        if self.total_skipped == 1:
+            self.log(f"\nWARNING: non-finite loss or gradients at epoch {epoch}, iteration {ni}: optimizer step "
+                     f"skipped (weights, EMA and BatchNorm statistics unchanged); training stops after "
+                     f"{self.limit or 'no limit of'} skipped steps in a row (--max-nonfinite)")
+        if self.limit and self.in_a_row >= self.limit:
+            self.pending.clear()
+            raise NonFiniteError(f"{self.in_a_row} optimizer steps in a row had a non-finite loss or gradients "
+                                 f"(the last at epoch {epoch}, iteration {ni}); training stopped and no checkpoint "
+                                 f"of these steps was written; {causes()}. --max-nonfinite 0 never stops")
+
+
+class StepGuard:
+    """The loop's step: state.step under the out-of-memory back-off and the non-finite count."""
+
+    def __init__(self, state):
+        self.nonfinite = NonFiniteCounter(state.cfg.max_nonfinite, state.log)
+        self.causes = lambda: nonfinite_causes(state)
+        self.epoch = 0
+
+    def begin_epoch(self, epoch):
+        self.epoch = epoch
+        self.nonfinite.epoch_skipped = 0
+
+    def step(self, state, imgs, targets, ni):
+        while True:
+            try:
+                result = state.step(state, imgs, targets, ni)
+                break
+            except RuntimeError as e:  # torch.cuda.OutOfMemoryError is one
+                if not is_oom(e):
+                    raise
+            back_off(state, imgs.shape[0], ni)  # here the exception, the step's frames and tensors are released
+        self.nonfinite.observe(result.finite, self.epoch, ni, self.causes)
+        return result
+
+    def end_epoch(self):
+        """Count every outstanding flag; returns the epoch's skipped optimizer steps."""
+        self.nonfinite.drain(self.causes, wait=True)
+        return self.nonfinite.epoch_skipped
+
+
+def is_oom(e):
+    """torch.cuda.OutOfMemoryError (the caching allocator), or a library's failed workspace allocation."""
+    text = str(e)
+    return isinstance(e, torch.cuda.OutOfMemoryError) or "CUDA out of memory" in text or "ALLOC_FAILED" in text
+
+
+def free_cuda(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def back_off(state, batch, ni):
+    """After an OOM in the step at iteration ni on a loader batch of `batch` images: drop the window, halve the
+    micro-batch (OutOfMemory at one image)."""
+    current = min(state.micro_batch or batch, batch)
+    state.optimizer.zero_grad(set_to_none=True)
+    if state.window_ok is not None:
+        end_window(state, apply=False)
+    dropped = ni - state.last_opt_step - 1  # earlier batches of the window whose gradients are lost
+    state.last_opt_step = ni - 1  # a new window starts at this batch
+    free_cuda(state.device)
+    if current <= 1:
+        raise OutOfMemory("CUDA out of memory in a training step at a micro-batch of 1 image; try a smaller --img, "
+                          "--backend c (about a third of the activation memory), or --ckpt with --backend torch")
+    state.micro_batch = current // 2
+    chunks = -(-batch // state.micro_batch)
+    state.log(f"\nWARNING: CUDA out of memory at iteration {ni} with a micro-batch of {current} images: retrying "
+              f"the same batch as {chunks} micro-batches of {state.micro_batch} (accumulation x{chunks}; nominal "
+              f"batch {state.nominal} images per optimizer step unchanged)"
+              + (f"; the gradients of the {dropped} earlier batches of this accumulation window were dropped"
+                 if dropped > 0 else ""))
+
+
+def validate_with_backoff(state, run, make_loader):
+    """run(loader) → a validation result; on a CUDA OOM the pass is repeated with half the batch (a new
+    validation loader from make_loader(batch), kept for later epochs), down to one image (then OutOfMemory)."""
+    while True:
+        try:
+            return run(state.val_loader)
+        except RuntimeError as e:
+            if not is_oom(e):
+                raise
+        free_cuda(state.device)
+        batch = state.val_loader.batch_size
+        if batch <= 1:
+            raise OutOfMemory("CUDA out of memory in validation at a batch of 1 image; try a smaller --img, "
+                              "--backend c, or --noval (only the final epoch is validated)")
+        state.val_loader = make_loader(batch // 2)
+        state.log(f"\nWARNING: CUDA out of memory in validation at a batch of {batch} images: validating again "
+                  f"with {batch // 2}")
+
+
+def checkpoint_is_finite(state):
+    """(ok, what): whether the model's and the EMA's floating-point state is all finite (before a save)."""
+    for what, m in (("model", state.model), ("EMA", state.ema.ema if state.ema is not None else None)):
+        if m is None:
+            continue
+        for k, v in m.state_dict().items():
+            if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                return False, f"{what} {k}"
+    return True, ""

@@ -1,0 +1,250 @@
+"""Memory planner: the peak GPU memory of a training step, and the micro-batch that fits a memory budget.
+
+    from yolov9c.engine.train import memory_plan as mp
+    cost = mp.lookup("yolov9-s", "c")                       # measured per-image cost (COSTS), or None
+    mp.predict(cost, batch=64, img=640)                     # predicted peak reserved GiB of a step
+    p = mp.plan(cost, mp.parse_size("7.5G"), nominal=64, img=640)   # Plan(batch=32, accumulate=2, img=640, ...)
+    p = mp.plan(cost, budget, nominal=64, img=640, dynamic_img=True, min_img=320)   # shrink the images instead
+    cost = mp.measure("yolov9-s", "c", img=640, batches=(8, 16))   # on a GPU: profile two steps, fit the line
+
+Model (pure arithmetic): peak reserved memory of one step = fixed + per_image · batch · (img / 640)², where
+fixed holds what does not grow with the batch (weights, gradients, optimizer state, the EMA copy, cuDNN and
+allocator slack) and per_image what does (stored activations, the head outputs and their gradients, the
+loss): every per-image tensor of the step scales with the pixel count. Both are fitted from two measured
+steps (batches b1 < b2: per_image = (m2 − m1) / (b2 − b1), fixed = m1 − per_image · b1). COSTS holds such
+fits measured on an H200 (AMP, channels-last for c, 40 random boxes per image, the trainer's step: uint8
+input where the backend accepts it, fp16 autocast forward + loss, GradScaler backward, unscale, clip, SGD,
+EMA update); `measure` makes a new one for any model on the GPU at hand.
+
+plan() keeps the nominal batch (images per optimizer step, the learning-rate and weight-decay rules of the
+trainer read it): it picks the largest micro-batch that divides the nominal batch and fits, and accumulates
+nominal / micro-batch of them. With dynamic_img it first keeps the whole batch and shrinks the image size
+(multiples of the stride, never below min_img) to the largest that fits — this changes the data
+distribution (the model sees smaller objects) and is opt-in. A budget is what the process may reserve:
+a card's memory less the CUDA context (CARDS lists the common cards that way).
+Test: python -m pytest -q tests/test_memory_plan.py   (measure: the cuda case)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+GIB = 2 ** 30
+REF_IMG = 640
+CONTEXT_GIB = 0.5  # the CUDA context and cuDNN/cuBLAS handles: outside PyTorch's reserved memory
+# common cards: nominal GB (10⁹ bytes, as sold) -> usable GiB for the process (less the context)
+CARDS = {f"{gb} GB": gb * 1e9 / GIB - CONTEXT_GIB for gb in (8, 12, 16, 24, 40, 80)}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Peak reserved memory of one step = fixed_gib + per_image_gib · batch · (img / 640)²."""
+
+    model: str
+    backend: str
+    fixed_gib: float
+    per_image_gib: float
+    source: str = "measured"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the trainer runs: `batch` images per forward, `accumulate` forwards per optimizer step, at `img`."""
+
+    batch: int
+    accumulate: int
+    img: int
+    predicted_gib: float
+    budget_gib: float
+    fits: bool
+    note: str = ""
+
+
+# Measured on one NVIDIA H200 (benchmarks/RESULTS.md "Memory planner"; benchmarks/bench_plan.py, steps at
+# batch 16 and 64, 640², 40 boxes/img): (fixed GiB, GiB per image at 640²). yolov9-c/c was measured before the
+# auxiliary steps were scheduled early (measured at 2d78f2e; 2dab84a): its peak is lower now, so it over-predicts
+# until re-measured (`python benchmarks/bench_plan.py --models yolov9-c --backends c`).
+COSTS = {
+    ("yolov9-s", "c"): (0.126, 0.0915),   # 16: 1.590, 64: 5.980 GiB reserved
+    ("yolov9-c", "c"): (0.650, 0.2790),   # 16: 5.113, 64: 18.504 (before the early schedule)
+    ("yolov9-e", "c"): (0.884, 0.3715),   # 16: 6.828, 64: 24.660
+    ("yolov9-s", "torch"): (0.161, 0.3671),  # 16: 6.035, 64: 23.656
+}
+
+
+def _stem(cfg):
+    name = str(cfg).replace("\\", "/").rsplit("/", 1)[-1]
+    return name[:-5] if name.endswith(".yaml") else name[:-4] if name.endswith(".yml") else name
+
+
+def lookup(cfg, backend):
+    """The measured Cost of model `cfg` (a name or yaml path: its stem is looked up) under `backend`, or
+    None when it was not measured."""
+    got = COSTS.get((_stem(cfg), backend))
+    return None if got is None else Cost(_stem(cfg), backend, *got, source="table")
+
+
+def predict(cost, batch, img=REF_IMG):
+    """Predicted peak reserved GiB of one step at `batch` images of img × img."""
+    if batch < 1 or img < 1:
+        raise ValueError(f"predict: batch and img must be positive, got {batch}, {img}")
+    return cost.fixed_gib + cost.per_image_gib * batch * (img / REF_IMG) ** 2
+
+
+def fits_cards(cost, batch, img=REF_IMG, cards=None):
+    """{card name: True/False} whether the predicted step fits each card (CARDS by default)."""
+    need = predict(cost, batch, img)
+    return {name: need <= gib for name, gib in (cards or CARDS).items()}
+
+
+def _divisors_desc(n):
+    return [d for d in range(n, 0, -1) if n % d == 0]
+
+
+def plan(cost, budget_gib, nominal=64, img=REF_IMG, dynamic_img=False, min_img=None, stride=32):
+    """The micro-batch / accumulation (and with dynamic_img the image size) that fit budget_gib; see the module
+    docstring. When nothing fits (batch 1 at img, or at min_img), returns batch 1 with fits=False."""
+    if nominal < 1:
+        raise ValueError(f"plan: nominal batch must be positive, got {nominal}")
+    if budget_gib <= 0:
+        raise ValueError(f"plan: the budget must be positive, got {budget_gib} GiB")
+    if dynamic_img:
+        floor = min_img if min_img is not None else max(stride * 2, img // 2)
+        size = img
+        while size >= floor:
+            need = predict(cost, nominal, size)
+            if need <= budget_gib:
+                note = "" if size == img else f"images shrunk from {img} to {size} (--dynamic-img)"
+                return Plan(nominal, 1, size, need, budget_gib, True, note)
+            size -= stride
+    for b in _divisors_desc(nominal):
+        need = predict(cost, b, img)
+        if need <= budget_gib:
+            acc = nominal // b
+            note = "" if acc == 1 else f"{acc} micro-batches of {b} per optimizer step (nominal batch {nominal})"
+            return Plan(b, acc, img, need, budget_gib, True, note)
+    return Plan(1, nominal, img, predict(cost, 1, img), budget_gib, False,
+                f"even one image of {img}² is predicted to need {predict(cost, 1, img):.2f} GiB")
+
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text):
+    """A memory size as GiB: '7.5G', '7.5GiB', '7680M', '0.5T' are binary (G = 2³⁰ bytes, as torch reports
+    memory); '8GB' is decimal (10⁹ bytes, as cards are sold); a bare number is GiB. ValueError otherwise."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"cannot read the memory size {text!r}: give a number with a unit, e.g. 7.5G or 8GB")
+    value, unit, suffix = float(m.group(1)), m.group(2).lower(), m.group(3).lower()
+    if value <= 0:
+        raise ValueError(f"the memory size must be positive, got {text!r}")
+    power = {"": 3, "k": 1, "m": 2, "g": 3, "t": 4}[unit]
+    if suffix == "b" and unit:  # KB/MB/GB/TB: decimal
+        return value * 1000 ** power / GIB
+    return value * 1024 ** power / GIB
+
+
+def plan_for_training(cfg, backend, budget, nominal=64, img=REF_IMG, dynamic_img=False, min_img=None,
+                      device=None, log=print):
+    """The Plan for `train_dual.py --mem-budget BUDGET [--dynamic-img]`: budget is GiB or a size text
+    ('7.5G'); the cost of (cfg, backend) comes from COSTS, else it is measured on `device` (CUDA) when
+    given. ValueError (a message for the user) when it can be neither looked up nor measured."""
+    budget_gib = parse_size(budget) if isinstance(budget, str) else float(budget)
+    cost = lookup(cfg, backend)
+    if cost is None:
+        if device is None or str(device) == "cpu":
+            raise ValueError(f"--mem-budget: no measured memory costs for {_stem(cfg)} with --backend {backend} "
+                             f"and no GPU to measure them on")
+        log(f"memory plan: measuring {_stem(cfg)} ({backend}) at two batch sizes ...")
+        cost = measure(cfg, backend, img=img, device=device)
+    p = plan(cost, budget_gib, nominal=nominal, img=img, dynamic_img=dynamic_img, min_img=min_img)
+    if not p.fits:
+        raise ValueError(f"--mem-budget {budget_gib:.2f} GiB: {p.note} with --backend {backend}; give a larger "
+                         f"budget, a smaller --img, or --backend c")
+    return p
+
+
+def fit(model, backend, samples):
+    """A Cost from measured [(batch, peak reserved GiB), ...] at 640² (two or more; least squares)."""
+    if len(samples) < 2 or len({b for b, _ in samples}) < 2:
+        raise ValueError("fit: need peaks at two different batch sizes")
+    n = len(samples)
+    mb = sum(b for b, _ in samples) / n
+    mm = sum(m for _, m in samples) / n
+    slope = sum((b - mb) * (m - mm) for b, m in samples) / sum((b - mb) ** 2 for b, _ in samples)
+    return Cost(model, backend, mm - slope * mb, slope)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# On-GPU measurement
+# ---------------------------------------------------------------------------------------------------------
+
+def _targets(batch, boxes, nc, gen):
+    import torch
+
+    n = batch * boxes
+    wh = torch.rand(n, 2, generator=gen) * 0.45 + 0.05
+    xy = wh / 2 + torch.rand(n, 2, generator=gen) * (1 - wh)
+    idx = torch.arange(batch).repeat_interleave(boxes).float()
+    cls = torch.randint(0, nc, (n,), generator=gen).float()
+    return torch.cat([idx[:, None], cls[:, None], xy, wh], 1)
+
+
+def step_peak(cfg, backend, batch, img, device, boxes=40, steps=2, nc=80):
+    """Peak reserved GiB (and peak allocated) of the trainer's step (module docstring) for a fresh model at
+    `batch` × img², after one warm-up step. Frees everything (empty_cache) before returning."""
+    import torch
+
+    from yolov9c.api import build_model, make_loss
+    from yolov9c.backends import accepts_uint8, apply
+    from yolov9c.engine.train.ema import ModelEMA
+
+    device = torch.device(device)
+    fmt = torch.channels_last if backend == "c" else torch.contiguous_format
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    model = build_model(cfg, nc=nc).to(device, memory_format=fmt).train()
+    ema = ModelEMA(model)
+    loss_fn = make_loss(model, backend=backend)
+    if backend != "torch":
+        apply(model, backend)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
+    scaler = torch.amp.GradScaler("cuda")
+    images = torch.randint(0, 256, (batch, 3, img, img), dtype=torch.uint8, generator=gen)
+    images = images.to(device).contiguous(memory_format=fmt)
+    targets = _targets(batch, boxes, nc, gen)
+    uint8 = accepts_uint8(model)
+    try:
+        for k in range(steps):
+            if k == 1:  # the measured step: cached blocks of the warm-up (first-call workspaces) released
+                torch.cuda.synchronize(device)
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(device)
+            imgs = images if uint8 else images.float() / 255
+            with torch.autocast("cuda"):
+                loss, _ = loss_fn(model(imgs), targets)
+            scaler.scale(loss.sum()).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            ema.update(model)
+            del imgs, loss
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_reserved(device) / GIB, torch.cuda.max_memory_allocated(device) / GIB
+    finally:
+        del model, ema, opt, images
+        torch.cuda.empty_cache()
+
+
+def measure(cfg, backend, img=REF_IMG, batches=(8, 16), device="cuda", boxes=40):
+    """A Cost for `cfg` under `backend` from two measured steps at `batches` (images of img², converted to
+    the 640² reference by the pixel count)."""
+    samples = []
+    for b in batches:
+        reserved, _ = step_peak(cfg, backend, b, img, device, boxes=boxes)
+        samples.append((b * (img / REF_IMG) ** 2, reserved))
+    return fit(_stem(cfg), backend, samples)

@@ -1,0 +1,164 @@
+"""--resume: continue a run exactly where its last.pt stopped.
+
+    resumed = read_resume(cfg, log)    # before set-up: which last.pt, its options, hyp, weights, nominal batch
+    restore(state, resumed)            # after set-up: optimizer, EMA, GradScaler, counters, RNG
+
+A resume is one record, `Resumed`, made before anything is built (set-up needs the run's options, folder, hyp
+and weights to build the same run) and applied once at the end of set-up (`restore`): nothing else in the
+trainer reads a checkpoint. read_resume: the newest last*.pt under --project (bare --resume) or the given
+path; the run's options from its opt.yaml (or, when opt.yaml is missing, empty or broken, from the options
+stored in last.pt), then the command line's RESUME_OVERRIDES (memory knobs, placement) for the flags the user
+typed; a stripped checkpoint (training finished) or one that already trained every epoch is refused.
+restore: optimizer, EMA (and its update count), GradScaler, start epoch, best fitness/epoch, the last optimizer
+step, the last metrics, per-class mAPs, the micro-batch an out-of-memory back-off lowered (guards.py), and the
+Python/NumPy/torch/CUDA RNG states of the main process; opt.yaml
+is rewritten with the new memory knobs (as published). A resume with another --batch-size keeps the run's
+nominal batch (images per optimizer step) unless --accumulate is given (see state.py's batch set-up).
+
+An interrupted then resumed CPU run ends with the same weights as an uninterrupted one.
+Test: python -m pytest -q tests/test_train_resume.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from yolov9c.engine.run_dir import latest_last_pt
+from yolov9c.engine.train.config import RESUME_OVERRIDES, ConfigError, RunConfig, opt_dict, read_opt_yaml
+from yolov9c.engine.train.errors import TrainError
+from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain
+
+
+@dataclass
+class Resumed:
+    cfg: RunConfig  # the run's stored options with the command line's overrides applied
+    ckpt: dict  # last.pt as read (float32 model/EMA, optimizer, scaler, rng, counters)
+    last: Path  # the last.pt resumed from
+    save_dir: Path  # its run folder (last.pt's grandparent)
+
+    @property
+    def hyp(self):
+        """The run's own hyperparameters (already weight-decay-scaled), or None in an old checkpoint."""
+        h = self.ckpt.get("hyp")
+        return dict(h) if isinstance(h, dict) else None
+
+    @property
+    def model_state(self):
+        return {k: v.float() if v.is_floating_point() else v for k, v in self.ckpt["model"].items()}
+
+    @property
+    def nominal_batch(self):
+        return self.ckpt.get("nominal_batch")
+
+    @property
+    def old_batch(self):
+        return (self.ckpt.get("opt") or {}).get("batch_size")
+
+
+def read_resume(cfg: RunConfig, log=print) -> Resumed:
+    """The Resumed record of `cfg.resume` (True: the newest last*.pt under cfg.project, else that path)."""
+    if cfg.resume is True:
+        last = latest_last_pt(cfg.project if Path(cfg.project).exists() else ".")
+        where = f"under {cfg.project}"
+    else:
+        last, where = Path(cfg.resume), str(cfg.resume)
+    if last is None or not Path(last).is_file():
+        raise TrainError(f"--resume: no last.pt found ({where})")
+    last = Path(last)
+    try:
+        ckpt = read_checkpoint(last)
+    except (FileNotFoundError, CheckpointError) as e:
+        raise TrainError(str(e)) from None
+    if ckpt.get("optimizer") is None or ckpt.get("epoch", -1) < 0:
+        raise TrainError(f"--resume {last}: this checkpoint is stripped (training finished); nothing to resume")
+    stored = _stored_options(last, ckpt, log)
+    stored = dataclasses.replace(stored, **{k: getattr(cfg, k) for k in RESUME_OVERRIDES if k in cfg.given},
+                                 given=cfg.given, resume=str(last), weights=str(last), cfg="")
+    if int(ckpt["epoch"]) + 1 >= stored.epochs:
+        raise TrainError(f"--resume: {last} already trained {int(ckpt['epoch']) + 1} of {stored.epochs} epochs")
+    return Resumed(cfg=stored, ckpt=ckpt, last=last, save_dir=last.parent.parent)
+
+
+def _stored_options(last, ckpt, log):
+    """The run's RunConfig: its opt.yaml, else (missing, empty, broken) the options stored in last.pt."""
+    opt_yaml = last.parent.parent / "opt.yaml"
+    try:
+        return read_opt_yaml(opt_yaml, log=log)
+    except (FileNotFoundError, ConfigError) as e:
+        if not isinstance(ckpt.get("opt"), dict):
+            raise TrainError(f"--resume: {opt_yaml} cannot be read ({e}) and {last} stores no options") from None
+        log(f"WARNING: --resume: {opt_yaml} cannot be read ({e}); using the options stored in {last}")
+        return RunConfig.from_dict(ckpt["opt"], log=log, source=str(last))
+
+
+def restore(state, resumed: Resumed):
+    """Put the checkpoint's training state into a set-up RunState (before DDP wraps nothing of it: the
+    optimizer, EMA and scaler are plain objects) and rewrite opt.yaml with the resumed options."""
+    ck = resumed.ckpt
+    state.optimizer.load_state_dict(ck["optimizer"])
+    if state.ema is not None and ck.get("ema"):
+        state.ema.ema.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in ck["ema"].items()})
+        state.ema.updates = int(ck.get("updates") or 0)
+    if ck.get("scaler"):
+        state.scaler.load_state_dict(ck["scaler"])
+    state.start_epoch = int(ck["epoch"]) + 1
+    state.best_fitness = float(ck.get("best_fitness") or 0.0)
+    state.best_epoch = int(ck.get("best_epoch", 0))
+    state.last_opt_step = int(ck.get("last_opt_step", -1))
+    state.metrics = list(ck.get("metrics") or state.metrics)
+    if ck.get("maps") is not None:
+        state.maps = np.asarray(ck["maps"], np.float64)
+    state.scheduler.last_epoch = state.start_epoch - 1
+    if int(resumed.old_batch or state.batch_size) != state.batch_size:
+        # iteration numbers ni count batches of the new size now; gradients are zeroed at every epoch start, so
+        # the first step of the resumed epoch comes after `accumulate` micro-batches
+        state.last_opt_step = state.nb * state.start_epoch - 1
+    restore_micro_batch(state, ck.get("micro_batch"))
+    if state.main and ck.get("rng"):  # the other ranks keep their own seeds (only rank 0's states are saved)
+        set_rng_state(ck["rng"])
+    if state.main:  # as published, opt.yaml is rewritten on resume: it now shows the new memory knobs
+        path = state.save_dir / "opt.yaml"
+        try:
+            old = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            old = {}
+        hyp = old.get("hyp") if isinstance(old, dict) and isinstance(old.get("hyp"), dict) else state.hyp
+        path.write_text(yaml.safe_dump(to_plain(opt_dict(state.cfg, hyp)), sort_keys=False))
+    state.log(f"Resuming training from {resumed.last} from epoch {state.start_epoch} to {state.cfg.epochs} "
+              f"total epochs")
+
+
+def restore_micro_batch(state, stored):
+    """Keep the micro-batch an out-of-memory back-off chose (last.pt's 'micro_batch', images per forward on a
+    rank), unless the resumed loader batch is no larger."""
+    per_rank = state.batch_size // state.world
+    if stored and int(stored) < per_rank:
+        state.micro_batch = int(stored)
+        state.log(f"Resuming with a micro-batch of {state.micro_batch} images (lowered after a CUDA out-of-memory "
+                  f"error): {-(-per_rank // state.micro_batch)} forward/backward passes per batch of {per_rank}")
+
+
+def rng_state():
+    """The Python, NumPy, torch and CUDA RNG states, in plain types (a checkpoint's 'rng')."""
+    py = random.getstate()
+    npst = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "python": [py[0], list(py[1]), py[2]],
+            "numpy": [npst[0], npst[1].tolist(), int(npst[2]), int(npst[3]), float(npst[4])],
+            "cuda": list(torch.cuda.get_rng_state_all()) if torch.cuda.is_available() else []}
+
+
+def set_rng_state(st):
+    """Restore rng_state()'s states (CUDA only when the device count matches)."""
+    torch.set_rng_state(st["torch"])
+    random.setstate((st["python"][0], tuple(st["python"][1]), st["python"][2]))
+    n = st["numpy"]
+    np.random.set_state((n[0], np.array(n[1], np.uint32), n[2], n[3], n[4]))
+    if torch.cuda.is_available() and st.get("cuda") and len(st["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(st["cuda"])

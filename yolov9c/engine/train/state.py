@@ -1,0 +1,462 @@
+"""Set-up of a training run: RunConfig → RunState (everything the loop reads and changes).
+
+    state = setup(cfg, log=print)      # yolov9c/engine/train/trainer.py's train() starts here
+
+setup() runs, in order: resume (read_resume: the run's stored options, folder, hyp, weights) → placement
+(device, DDP process group, backend, channels-last) → run folder and hyp (hyp.yaml and opt.yaml of a fresh run,
+seeds) → model (data config, DetectionModel, weights, freeze, image size) → optimization (AutoBatch, batch,
+accumulation and nominal batch, weight decay, optimizer, LR schedule, EMA, GradScaler) → loaders → execution
+(class weights, loss, the backend, --ckpt, SyncBatchNorm, DDP) → restore (resume.py: optimizer, EMA, scaler,
+counters, RNG). The backend goes on after the EMA copy, half().float() and the loss (which reads the plain
+head), before DDP; parameters and state_dict stay the same, so the EMA, validation and every checkpoint are
+plain torch.
+
+RunState holds the run's objects and counters; nothing of the loop lives in local variables of train(), so
+the per-batch step (step.py) and the guards around it can read and change it (micro-batch, accumulation).
+Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py tests/test_train_backend.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import yaml
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from yolov9c.backends import apply as apply_backend
+from yolov9c.data.dataset import DataError
+from yolov9c.data.dataset_yaml import DataConfigError, load_data_config
+from yolov9c.data.hyp import augment_hyp
+from yolov9c.data.image_weights import class_weights
+from yolov9c.data.loader import create_dataloader
+from yolov9c.engine.run_dir import increment_path
+from yolov9c.engine.train import results as R
+from yolov9c.engine.train.autobatch import autobatch
+from yolov9c.engine.train.config import RunConfig, opt_dict
+from yolov9c.engine.train.ema import ModelEMA
+from yolov9c.engine.train.errors import TrainError
+from yolov9c.engine.train.guards import StepGuard
+from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
+from yolov9c.engine.train.optim import build_optimizer
+from yolov9c.engine.train.resume import Resumed, read_resume, restore
+from yolov9c.engine.train.schedule import lr_lambda, warmup_iterations
+from yolov9c.engine.train.step import train_step
+from yolov9c.loss.detection import make_loss
+from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain, transfer_weights
+from yolov9c.models.model import DetectionModel
+from yolov9c.ops import extension
+from yolov9c.resources import resolve_hyp
+
+NBS = 64  # nominal batch size: gradients of ~64 images per optimizer step
+
+
+@dataclass
+class RunState:
+    cfg: RunConfig  # the run's options (a copy: resolved values written back, the caller's stays as given)
+    log: Callable = print
+    resumed: Resumed | None = None  # the checkpoint resumed from (None for a fresh run); dropped after restore
+    # --- placement ---
+    device: torch.device = torch.device("cpu")
+    world: int = 1  # DDP processes (WORLD_SIZE)
+    rank: int = -1  # global rank (-1 without DDP)
+    local_rank: int = -1
+    main: bool = True  # rank -1 or 0: the process that validates, logs and writes files
+    amp: bool = False  # fp16 autocast + GradScaler (CUDA and --amp)
+    memory_format: torch.memory_format = torch.contiguous_format
+    # --- run folder ---
+    save_dir: Path = Path()
+    wdir: Path = Path()  # save_dir / weights
+    evolving: bool = False  # a generation of --evolve: no hyp.yaml/opt.yaml, checkpoints or plots
+    plots: bool = False
+    # --- data and model ---
+    hyp: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)  # the data config (train, val, nc, names)
+    nc: int = 0
+    names: list = field(default_factory=list)
+    gs: int = 32  # grid size: max stride, at least 32
+    imgsz: int = 640
+    model: nn.Module | None = None  # the training model (backend applied, maybe DDP-wrapped)
+    ema: ModelEMA | None = None  # main process only
+    loss: Callable | None = None  # loss(preds, targets) → (loss (3,) × batch, items (3,)); make_loss
+    bn_buffers: list = field(default_factory=list)  # --ckpt: BN statistics restored after the recomputed forward
+    bn_stats: list = field(default_factory=list)  # every BN statistic: a skipped (non-finite) step puts them back
+    # --- optimization ---
+    optimizer: torch.optim.Optimizer | None = None
+    scheduler: Any = None  # LambdaLR over lf, stepped once per epoch
+    lf: Callable | None = None  # epoch → LR factor
+    scaler: torch.amp.GradScaler | None = None
+    batch_size: int = 16  # images per iteration over all ranks (the micro-batch × world)
+    nominal: int = NBS  # images per optimizer step
+    accumulate: int = 1  # micro-batches per optimizer step (ramped during warm-up unless fixed)
+    fixed_accumulate: int | None = None  # --accumulate N (or the resumed run's), else None: the warm-up ramp
+    micro_batch: int | None = None  # images per forward/backward on this rank (None: the loader batch); the OOM
+    #                                 guard halves it (accumulation over the batch's pieces: same nominal batch)
+    # --- loaders ---
+    train_loader: Any = None
+    val_loader: Any = None  # main process only
+    dataset: Any = None  # the training dataset
+    nb: int = 0  # batches per epoch
+    nw: int = 0  # warm-up iterations
+    # --- counters (checkpointed) ---
+    start_epoch: int = 0
+    best_fitness: float = 0.0
+    best_epoch: int = 0
+    last_opt_step: int = -1  # iteration ni of the last optimizer step
+    metrics: list = field(default_factory=lambda: [0.0] * 7)  # P, R, mAP50, mAP50-95, val box, cls, dfl
+    maps: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per-class mAP50-95
+    # --- the loop ---
+    step: Callable = train_step  # step(state, imgs, targets, ni) → StepResult: eager, or a graph step
+    guard: StepGuard | None = None  # guards.py: the loop calls guard.step (OOM back-off, non-finite count)
+    window_ok: Any = None  # 0-dim device bool: every loss of the open accumulation window was finite (None: closed)
+    window_bn: list | None = None  # the BN statistics at the window's start (step.py)
+    lr: list = field(default_factory=list)  # the param groups' learning rates at the end of the last epoch
+    tb: Any = None  # TensorBoard SummaryWriter or None
+    stop: bool = False  # early stop decided at the end of an epoch
+
+
+def setup(cfg: RunConfig, log=print) -> RunState:
+    """Build every object of the run from `cfg` (see the module docstring for the order)."""
+    cfg = dataclasses.replace(cfg)
+    resumed = read_resume(cfg, log) if cfg.resume else None
+    state = RunState(cfg=resumed.cfg if resumed else cfg, log=log, resumed=resumed)
+    setup_placement(state)
+    setup_run_folder(state)
+    setup_model(state)
+    setup_optimization(state)
+    setup_loaders(state)
+    setup_execution(state)
+    if resumed is not None:
+        restore(state, resumed)
+        state.resumed = None
+    return state
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Placement: device, DDP, backend
+# ---------------------------------------------------------------------------------------------------------
+
+def setup_placement(state):
+    """Device and DDP process group (torchrun's LOCAL_RANK, RANK, WORLD_SIZE), backend, memory format."""
+    cfg = state.cfg
+    state.local_rank = int(os.getenv("LOCAL_RANK", -1))
+    state.rank = int(os.getenv("RANK", -1))
+    state.world = int(os.getenv("WORLD_SIZE", 1))
+    state.main = state.rank in (-1, 0)
+    if not state.main:
+        state.log = _silent
+    state.device = select_device(cfg.device, state.local_rank)
+    if state.world > 1:
+        if cfg.image_weights:
+            raise TrainError("--image-weights is not compatible with DDP (as published)")
+        if cfg.batch_size % state.world:
+            raise TrainError(f"--batch-size {cfg.batch_size} must be a multiple of WORLD_SIZE {state.world}")
+        if state.device.type == "cuda":
+            torch.cuda.set_device(state.device)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if state.device.type == "cuda" else "gloo")
+    cuda = state.device.type == "cuda"
+    state.amp = cuda and bool(cfg.amp)
+    # resolved values go to opt.yaml (and so to --resume)
+    cfg.backend = resolve_backend(cfg, state.device, state.world, state.log)
+    if cfg.channels_last is None:
+        cfg.channels_last = cuda and cfg.backend == "c"
+    state.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+
+
+def select_device(spec, local_rank):
+    """--device ('' | cpu | 0 | 0,1 | cuda:0) → the torch.device of this process."""
+    spec = str(spec).strip().lower().replace("cuda:", "")
+    if spec == "cpu" or not torch.cuda.is_available():
+        if spec not in ("", "cpu"):
+            raise TrainError(f"--device {spec}: CUDA is not available on this machine; use --device cpu")
+        return torch.device("cpu")
+    if local_rank >= 0:
+        return torch.device("cuda", local_rank)
+    if spec == "":
+        return torch.device("cuda", 0)
+    ids = [int(s) for s in spec.split(",") if s.strip()]
+    return torch.device("cuda", ids[0])
+
+
+def resolve_backend(cfg, device, world, log):
+    """The backend to train with: --backend as given, else c on a CUDA GPU and torch on the CPU. c needs the
+    built extension (unless YOLOV9C_FUSED=0 routes every op to its torch reference) and computes BatchNorm
+    statistics per process, so --sync-bn under DDP keeps the torch backend (an error when c was asked for)."""
+    auto = cfg.backend is None
+    backend = ("c" if device.type == "cuda" else "torch") if auto else cfg.backend
+    if backend == "c" and world > 1 and cfg.sync_bn:
+        if not auto:
+            raise TrainError("--backend c does not synchronise BatchNorm statistics across processes (--sync-bn); "
+                             "use --backend torch with --sync-bn")
+        log("WARNING: --sync-bn: the c backend does not synchronise BatchNorm statistics; using --backend torch")
+        backend = "torch"
+    if backend == "c" and extension.fused_enabled():
+        try:
+            extension.load()
+        except ImportError as e:
+            raise TrainError(f"--backend c: {e}") from None
+    return backend
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Run folder, hyp, seeds
+# ---------------------------------------------------------------------------------------------------------
+
+def setup_run_folder(state):
+    """runs/train/expN (or the resumed run's folder), the hyperparameters, hyp.yaml and opt.yaml of a fresh
+    run, and the seeds."""
+    cfg, log = state.cfg, state.log
+    state.evolving = cfg.evolve is not None
+    if state.resumed is not None:
+        state.save_dir = state.resumed.save_dir
+    else:
+        name = Path(cfg.cfg).stem if cfg.name == "cfg" else cfg.name
+        state.save_dir = increment_path(Path(cfg.project) / name, exist_ok=cfg.exist_ok)
+    state.wdir = state.save_dir / "weights"
+    try:
+        hyp_file = resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else None
+        hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup)
+    except (FileNotFoundError, KeyError, ValueError) as e:
+        raise TrainError(f"--hyp: {e}") from None
+    if state.resumed is not None and state.resumed.hyp is not None:
+        hyp = state.resumed.hyp  # the run's own (already weight-decay-scaled) values
+    hyp["anchor_t"] = 5.0  # forced as published (anchor-free heads do not read it)
+    cfg.save_dir = str(state.save_dir)
+    cfg.world_size, cfg.global_rank = state.world, state.rank  # as published (opt.yaml records them)
+    if state.main:
+        (state.save_dir if state.evolving else state.wdir).mkdir(parents=True, exist_ok=True)
+        if state.resumed is None and not state.evolving:
+            (state.save_dir / "hyp.yaml").write_text(yaml.safe_dump(to_plain(hyp), sort_keys=False))
+            (state.save_dir / "opt.yaml").write_text(yaml.safe_dump(to_plain(opt_dict(cfg, hyp)), sort_keys=False))
+        log("train_dual: " + ", ".join(f"{k}={v}" for k, v in opt_dict(cfg).items()))
+        log("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in hyp.items()))
+    hyp["label_smoothing"] = float(cfg.label_smoothing)
+    state.hyp = hyp
+    init_seeds(cfg.seed + 1 + state.rank, cfg.deterministic)
+
+
+def init_seeds(seed, deterministic):
+    random.seed(seed)
+    np.random.seed(seed % 2 ** 32)
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.deterministic = True
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------------------------------------
+
+def setup_model(state):
+    """The data config, the DetectionModel (--cfg, --weights transfer, or the resumed weights exactly) on the
+    device, frozen layers, and the image size rounded to the grid."""
+    cfg, log = state.cfg, state.log
+    try:
+        state.data = load_data_config(cfg.data)
+    except (DataConfigError, FileNotFoundError) as e:
+        raise TrainError(str(e)) from None
+    state.nc = 1 if cfg.single_cls else int(state.data["nc"])
+    names = list(state.data["names"])
+    state.names = ["item"] if cfg.single_cls and len(names) != 1 else names
+    state.maps = np.zeros(state.nc)
+    if state.resumed is not None:
+        model = _build(state.resumed.ckpt.get("yaml"), state.nc)
+        model.load_state_dict(state.resumed.model_state)
+    elif str(cfg.weights).endswith(".pt"):
+        try:
+            wck = read_checkpoint(cfg.weights)
+        except (FileNotFoundError, CheckpointError) as e:
+            raise TrainError(f"--weights: {e}") from None
+        spec = cfg.cfg or wck.get("yaml")
+        if not spec:
+            raise TrainError(f"--weights {cfg.weights} stores no model yaml: give --cfg")
+        model = _build(spec, state.nc)
+        sd = wck.get("ema") or wck.get("model")
+        transfer_weights(model, {k: v.float() for k, v in sd.items()}, exclude=("anchor",) if cfg.cfg else (),
+                         source=str(cfg.weights))
+    else:
+        model = _build(cfg.cfg, state.nc)
+    model = model.to(state.device, memory_format=state.memory_format)
+    n_frozen = freeze(model, cfg.freeze)
+    if n_frozen:
+        log(f"freezing {n_frozen} parameter tensors of layers {cfg.freeze}")
+    state.gs = max(int(model.stride.max()), 32)
+    state.imgsz = max(math.ceil(cfg.imgsz / state.gs) * state.gs, state.gs * 2)
+    if state.imgsz != cfg.imgsz:
+        log(f"WARNING: --img-size {cfg.imgsz} must be a multiple of max stride {state.gs}, updating to "
+            f"{state.imgsz}")
+    state.model = model
+
+
+def _build(spec, nc):
+    if not spec:
+        raise TrainError("the checkpoint stores no model yaml: give --cfg")
+    try:
+        return DetectionModel(spec, nc=nc)
+    except FileNotFoundError as e:
+        raise TrainError(f"--cfg: {e}") from None
+    except (ValueError, TypeError, KeyError) as e:
+        raise TrainError(f"--cfg {spec if isinstance(spec, str) else '(stored yaml)'}: {e}") from None
+
+
+def freeze(model, layers):
+    """--freeze N → layers 0..N-1; several values → exactly those layer indices. Returns the frozen count."""
+    idx = range(layers[0]) if len(layers) == 1 else layers
+    prefixes = [f"model.{x}." for x in idx]
+    frozen = 0
+    for k, v in model.named_parameters():
+        v.requires_grad = True  # train all layers (as published; the DFL conv has no gradient anyway)
+        if any(k.startswith(p) for p in prefixes):
+            v.requires_grad = False
+            frozen += 1
+    return frozen
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Batch, accumulation, optimizer, schedule, EMA, scaler
+# ---------------------------------------------------------------------------------------------------------
+
+def setup_optimization(state):
+    """--batch-size (AutoBatch for -1), accumulation and the nominal batch (a resume keeps the run's nominal
+    batch unless --accumulate is given), weight decay scaled to the nominal batch (fresh runs), optimizer,
+    LR schedule, EMA and GradScaler."""
+    cfg, log, resumed, hyp = state.cfg, state.log, state.resumed, state.hyp
+    if cfg.batch_size == -1:  # AutoBatch: before the loaders and the weight decay
+        if state.world > 1:
+            raise TrainError("--batch-size -1 (AutoBatch) is single-GPU only (as published): give a batch size")
+        cfg.batch_size = autobatch(state.model, state.imgsz, hyp, state.device, backend=cfg.backend, amp=state.amp,
+                                   log=log)
+    batch_size = state.batch_size = cfg.batch_size
+    if resumed is not None and "accumulate" not in cfg.given and resumed.nominal_batch:
+        nominal = resumed.nominal_batch  # resume with another --batch-size keeps the run's nominal batch
+        fixed = max(round(nominal / batch_size), 1) if cfg.accumulate else None
+        if fixed:
+            cfg.accumulate = fixed
+    else:
+        fixed = cfg.accumulate  # --accumulate N: N micro-batches per step from the first iteration
+        nominal = batch_size * cfg.accumulate if cfg.accumulate else NBS
+    state.nominal, state.fixed_accumulate = nominal, fixed
+    state.accumulate = fixed or max(round(nominal / batch_size), 1)
+    if resumed is not None:
+        old_nominal = resumed.nominal_batch or nominal
+        log(f"Resuming with --batch-size {batch_size} (was {int(resumed.old_batch or batch_size)}) x accumulate "
+            f"{fixed or 'warm-up ramp to ' + str(state.accumulate)} = nominal batch {nominal}")
+        if nominal != old_nominal:
+            log(f"WARNING: the nominal batch changes from {old_nominal} to {nominal} images per optimizer step "
+                f"(--batch-size x --accumulate); weight decay stays scaled for {old_nominal}. Keep "
+                f"--batch-size x --accumulate = {old_nominal} to continue the run unchanged")
+    else:
+        hyp["weight_decay"] *= batch_size * state.accumulate / NBS
+    state.optimizer = build_optimizer(state.model, cfg.optimizer, hyp["lr0"], hyp["momentum"], hyp["weight_decay"],
+                                      log=log)
+    kind = "cos" if cfg.cos_lr else "flat-cos" if cfg.flat_cos_lr else "fixed" if cfg.fixed_lr else "linear"
+    state.lf = lr_lambda(kind, cfg.epochs, hyp["lrf"])
+    state.scheduler = torch.optim.lr_scheduler.LambdaLR(state.optimizer, lr_lambda=state.lf)
+    state.scheduler.last_epoch = -1  # as published: start_epoch - 1 (restore sets a resumed run's)
+    state.ema = ModelEMA(state.model) if state.main else None
+    state.scaler = torch.amp.GradScaler("cuda", enabled=state.amp)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loaders
+# ---------------------------------------------------------------------------------------------------------
+
+def setup_loaders(state):
+    """The training loader of this rank and the validation loader (main process), labels.jpg of a fresh run."""
+    cfg, data, hyp = state.cfg, state.data, state.hyp
+    per_rank = state.batch_size // state.world
+    common = dict(single_cls=cfg.single_cls, hyp=hyp, seed=cfg.seed, pin_memory=cfg.pin_memory, nc=int(data["nc"]),
+                  log=state.log)
+    try:
+        state.train_loader, state.dataset = create_dataloader(
+            data["train"], state.imgsz, per_rank, state.gs, augment=True,
+            cache=None if cfg.cache == "val" else cfg.cache, rect=cfg.rect,
+            rank=state.local_rank if state.world > 1 else -1, world_size=state.world, workers=cfg.workers,
+            image_weights=cfg.image_weights, min_items=cfg.min_items, prefix="train: ", shuffle=True, **common)
+        if state.main:
+            state.val_loader = make_val_loader(state, per_rank)
+    except (DataError, ValueError) as e:
+        raise TrainError(str(e)) from None
+    state.nb = len(state.train_loader)
+    state.nw = warmup_iterations(hyp["warmup_epochs"], state.nb)
+    state.plots = state.main and not cfg.noplots and not state.evolving
+    if state.plots and state.resumed is None:
+        state.log(f"Plotting labels to {state.save_dir / 'labels.jpg'}... ")
+        R.plot_labels(state.dataset.labels, state.names, state.save_dir / "labels.jpg")
+
+
+def make_val_loader(state, batch):
+    """The validation loader (rect, pad 0.5, no augmentation) with `batch` images per batch (set-up, and the
+    out-of-memory retry of validation with a smaller batch)."""
+    cfg = state.cfg
+    loader, _ = create_dataloader(
+        state.data["val"], state.imgsz, batch, state.gs, augment=False,
+        cache=None if cfg.noval else ("ram" if cfg.cache == "val" else cfg.cache), rect=True, pad=0.5,
+        workers=cfg.workers * 2, prefix="val: ", single_cls=cfg.single_cls, hyp=state.hyp, seed=cfg.seed,
+        pin_memory=cfg.pin_memory, nc=int(state.data["nc"]), log=state.log)
+    return loader
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Execution: SyncBatchNorm, loss, backend, --ckpt, DDP
+# ---------------------------------------------------------------------------------------------------------
+
+def setup_execution(state):
+    """SyncBatchNorm, model attributes and the loss (on the plain head), then the backend, --ckpt and DDP."""
+    cfg, log, model = state.cfg, state.log, state.model
+    cuda = state.device.type == "cuda"
+    if state.world > 1 and cfg.sync_bn and cuda:  # as published: CUDA only (SyncBatchNorm refuses CPU input)
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        log("Using SyncBatchNorm()")
+    elif cfg.sync_bn:
+        log("WARNING: --sync-bn only applies under DDP (torchrun) on CUDA devices; ignored")
+    if state.resumed is None:
+        model.half().float()  # as published, not on resume: weights rounded to fp16 values (the EMA copy is not)
+    model.nc, model.names, model.hyp = state.nc, state.names, state.hyp
+    model.class_weights = torch.from_numpy(class_weights(state.dataset.labels, state.nc)).float().to(
+        state.device) * state.nc
+    state.loss = make_loss(model, state.hyp, backend=cfg.backend)  # reads the plain head: before the backend
+    log(f"backend: {cfg.backend}{', channels-last' if cfg.channels_last else ''}")
+    if cfg.backend != "torch":
+        model = _apply_backend(model, cfg.backend)
+    ckpt_layers = cfg.ckpt and cfg.backend == "torch"
+    if cfg.ckpt and not ckpt_layers:
+        log(f"WARNING: --ckpt is torch-backend checkpointing; --backend {cfg.backend} already stores one tensor "
+            f"per layer and recomputes the rest: --ckpt ignored")
+    if ckpt_layers:
+        model.forward = types.MethodType(checkpointed_forward, model)
+    state.bn_buffers = bn_buffers(model) if ckpt_layers else []
+    state.bn_stats = bn_buffers(model)
+    state.guard = StepGuard(state)
+    if state.world > 1:
+        model = DistributedDataParallel(model, device_ids=[state.local_rank] if cuda else None, static_graph=True)
+    state.model = model
+
+
+def _apply_backend(model, backend):
+    """yolov9c.backends.apply(model, backend): the same module, parameters and state_dict, other execution.
+    The optimizer already holds the parameters, so a backend that replaced them would train nothing: checked."""
+    before = [id(p) for p in model.parameters()]
+    out = apply_backend(model, backend)
+    model = model if out is None else out
+    if [id(p) for p in model.parameters()] != before:
+        raise RuntimeError(f"yolov9c.backends.apply(model, {backend!r}) replaced the model's parameters")
+    return model
+
+
+def _silent(*args, **kwargs):
+    pass

@@ -1,0 +1,139 @@
+"""One training iteration: the per-batch step of the epoch loop (trainer.py's train_one_epoch calls it through
+guards.py's StepGuard, which wraps state.step).
+
+    imgs = prepare_batch(state, imgs_uint8, rng)          # → device, float / 255, memory format, multi-scale
+    result = train_step(state, imgs, targets, ni)         # → StepResult(loss_items, images, stepped, finite)
+
+train_step splits the loader batch into micro-batches of state.micro_batch images (None: the whole batch; the
+out-of-memory guard lowers it) and runs forward_backward on each (forward and loss under autocast (CUDA +
+--amp); loss × WORLD_SIZE under DDP, × 4 with --quad; GradScaler-scaled backward; --ckpt's second BatchNorm
+update undone; gradients accumulate). Once `accumulate` loader batches have passed since the last optimizer
+step, optimizer_step: unscale, clip the gradient norm to 10, then — only when the window's losses and the
+gradient norm are finite — the optimizer step and the EMA update; a non-finite window is skipped (no optimizer,
+EMA or BatchNorm-statistics change: the running statistics are put back to the window's start; under AMP the
+GradScaler still lowers its scale). Either way: scaler update, zero_grad, state.last_opt_step = ni.
+
+Host reads: forward_backward reads no device value (tests/test_c_syncs.py); the finiteness of each micro-batch
+is a device tensor AND-ed into state.window_ok. optimizer_step reads it once per optimizer step — where
+GradScaler.step would read its found-inf flag under AMP (we call optimizer.step ourselves instead, so AMP runs
+have the same single read; with AMP off on CUDA it is one read per optimizer step). StepResult.finite carries
+the outcome: a Python bool here; a CUDA-graph step that skips on the device returns a 0-dim device bool and the
+guard reads it later (guards.py).
+Test: python -m pytest -q tests/test_train_parts.py -k step tests/test_train_guards.py
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from yolov9c.data.multi_scale import multi_scale
+
+MAX_GRAD_NORM = 10.0  # gradient norm clip before every optimizer step (published)
+
+
+@dataclass
+class StepResult:
+    loss_items: torch.Tensor  # (3,) box, cls, dfl loss of this batch (detached; image-weighted over micro-batches)
+    images: int  # images in this batch (this rank)
+    stepped: bool  # this batch closed an accumulation window (an optimizer step was due)
+    finite: Any = None  # when stepped: the window was finite and applied (bool, or a 0-dim device bool); else None
+
+
+def prepare_batch(state, imgs, rng):
+    """A loader batch (uint8 B×3×H×W, host) → float/255 on the device in the run's memory format; --multi-scale
+    resizes it to a random multiple of the grid drawn from `rng` (a numpy Generator seeded per epoch)."""
+    imgs = imgs.to(state.device, non_blocking=True).contiguous(memory_format=state.memory_format).float() / 255
+    if state.cfg.multi_scale:
+        imgs = multi_scale(imgs, state.imgsz, state.gs, rng)
+    return imgs
+
+
+def split_batch(imgs, targets, micro):
+    """(imgs (B,3,H,W), targets (N,6) host [image, cls, x, y, w, h]) → micro-batches of at most `micro` images
+    (None or ≥ B: the batch itself), each with its targets re-indexed from 0. No device read: the targets are
+    host tensors."""
+    b = imgs.shape[0]
+    if micro is None or micro >= b:
+        return [(imgs, targets)]
+    out = []
+    for lo in range(0, b, micro):
+        hi = min(lo + micro, b)
+        sel = (targets[:, 0] >= lo) & (targets[:, 0] < hi)
+        t = targets[sel].clone()
+        t[:, 0] -= lo
+        out.append((imgs[lo:hi], t))
+    return out
+
+
+def forward_backward(state, imgs, targets):
+    """Forward, loss and scaled backward of one micro-batch (gradients accumulate). Returns (loss_items (3,)
+    detached, finite: 0-dim bool tensor on the device, the loss is finite)."""
+    with torch.autocast(state.device.type, enabled=state.amp):
+        pred = state.model(imgs)
+        loss, loss_items = state.loss(pred, targets)  # host targets: the loss copies them (c: pinned, no sync)
+        if state.world > 1:
+            loss = loss * state.world  # DDP averages gradients over ranks; the loss is a per-rank sum
+        if state.cfg.quad:
+            loss = loss * 4.0
+    saved = [b.clone() for b in state.bn_buffers]
+    loss = loss.sum()
+    state.scaler.scale(loss).backward()
+    for b, s in zip(state.bn_buffers, saved):  # --ckpt re-ran the forward: undo its second BN update
+        b.copy_(s)
+    return loss_items.detach(), torch.isfinite(loss.detach())
+
+
+def begin_window(state):
+    """The first micro-batch after an optimizer step: keep the BatchNorm statistics (a skipped window puts them
+    back) and start the window's finiteness flag."""
+    if state.window_bn is None:
+        state.window_bn = [b.clone() for b in state.bn_stats]
+    else:
+        torch._foreach_copy_(state.window_bn, state.bn_stats)
+    state.window_ok = torch.ones((), dtype=torch.bool, device=state.device)
+
+
+def end_window(state, apply):
+    """Close the accumulation window: undo its BatchNorm updates when it is not applied; drop the gradients."""
+    if not apply and state.bn_stats:
+        torch._foreach_copy_(state.bn_stats, state.window_bn)
+    state.window_ok = None
+    state.optimizer.zero_grad()
+
+
+def optimizer_step(state) -> bool:
+    """Unscale, clip; when the window's losses and the gradient norm are finite: optimizer step and EMA update;
+    scaler update, zero the gradients. Returns whether the step was applied (the one host read of the step)."""
+    state.scaler.unscale_(state.optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), max_norm=MAX_GRAD_NORM)
+    ok = bool(torch.isfinite(norm) & state.window_ok)  # finite ⇒ the scaler's found-inf is 0: no step of its own
+    if ok:
+        state.optimizer.step()
+    state.scaler.update()  # under AMP: non-finite gradients lower the scale (unscale_ recorded them)
+    end_window(state, ok)
+    if ok and state.ema is not None:
+        state.ema.update(state.model)
+    return ok
+
+
+def train_step(state, imgs, targets, ni) -> StepResult:
+    """One loader batch at iteration `ni` (batches since the run started): forward_backward over its
+    micro-batches, then an optimizer step when `accumulate` batches have passed since the last one."""
+    if state.window_ok is None:
+        begin_window(state)
+    n = imgs.shape[0]
+    loss_items = None
+    for mi, mt in split_batch(imgs, targets, state.micro_batch):
+        items, finite = forward_backward(state, mi, mt)
+        state.window_ok &= finite
+        items = items * (mi.shape[0] / n)
+        loss_items = items if loss_items is None else loss_items + items
+    stepped = ni - state.last_opt_step >= state.accumulate
+    finite = None
+    if stepped:
+        finite = optimizer_step(state)
+        state.last_opt_step = ni
+    return StepResult(loss_items=loss_items, images=n, stepped=stepped, finite=finite)

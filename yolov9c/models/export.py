@@ -1,0 +1,160 @@
+"""Export a trained model to ONNX and check the exported file against the torch model.
+
+    from yolov9c.models.export import export_onnx, check_onnx
+    path = export_onnx(model, "best.onnx", imgsz=(640, 640))          # model: eval mode, fused, float32
+    report = check_onnx(model, path, images)                          # images: (N, 3, H, W) float in [0, 1]
+
+The exported graph takes `images` (B, 3, H, W) float32 RGB in [0, 1] (letterboxed, as detect_dual.py feeds
+the model) and returns `output0` (B, 4 + nc, A): the main head's decoded predictions, xywh boxes in input
+pixels and class scores after the sigmoid, before NMS, i.e. what the published detect/val code takes from a
+forward (`pred[0][1]` of a DualDDetect model, `pred[0]` of a DDetect one). The auxiliary branch of a
+yolov9-X model has no path to that output and is dropped from the graph. H and W are fixed (the anchors
+are built for one image size); `dynamic=True` leaves the batch size free. The file carries `stride` and
+`names` as metadata, as published.
+
+Optional dependencies (`pip install "yolov9c[export]"`): onnx (writing and checking the graph; the
+TorchScript-based exporter of torch.onnx is used, which needs nothing else) and onnxruntime (check_onnx).
+A missing one raises ExportDependencyError naming the pip command.
+Test: python -m pytest -q tests/test_export.py
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+PIP_HINT = 'pip install "yolov9c[export]"  (or: pip install onnx onnxruntime)'
+# check_onnx: |onnx - torch| <= ATOL_REL * max|torch| + RTOL * |torch|, per element. float32 on the CPU
+# reorders sums (convolution algorithms, fused ops in onnxruntime): differences of ~1e-6 of the output's
+# scale are rounding; a wrong graph (a missing layer, wrong anchors or strides) is off by far more.
+# Measured: ~7e-8 of the scale (gelan-t and yolov9-t, 160x160, coco128 images).
+ATOL_REL = 1e-5
+RTOL = 1e-5
+
+
+class ExportDependencyError(ImportError):
+    """onnx or onnxruntime is not installed; the message names the pip command."""
+
+
+class ExportError(RuntimeError):
+    """The export failed or its output does not match the torch model."""
+
+
+def require(module: str):
+    """Import optional dependency `module` or raise ExportDependencyError with the pip command."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ExportDependencyError(f"{module} is not installed ({e}); install it with: {PIP_HINT}") from None
+
+
+class MainHeadOutput(nn.Module):
+    """model's forward reduced to the main head's decoded predictions (B, 4 + nc, A): the exported graph."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        y = self.model(x)
+        y = y[0] if isinstance(y, tuple) else y          # eval forward: (predictions, raw maps)
+        return y[-1] if isinstance(y, (list, tuple)) else y  # DualDDetect: [aux, main]
+
+
+def _names(model) -> list:
+    names = getattr(model, "names", None)
+    nc = int(getattr(model, "nc", 0) or 0)
+    return list(names) if names is not None else [str(i) for i in range(nc)]
+
+
+def num_anchors(model: nn.Module, imgsz) -> int:
+    """A of the output (B, 4 + nc, A) at imgsz (h, w): one anchor per cell of every level."""
+    return sum((int(imgsz[0]) // int(s)) * (int(imgsz[1]) // int(s)) for s in model.stride.tolist())
+
+
+def export_onnx(model: nn.Module, path, imgsz=(640, 640), batch: int = 1, opset: int = 17,
+                dynamic: bool = False) -> Path:
+    """Write `model` (a DetectionModel in eval mode, on its device, fused or not) as ONNX to `path` and
+    check the graph with onnx.checker. imgsz: (h, w), multiples of the model's largest stride. The file is
+    written to a temporary name first and renamed, so a failed export leaves nothing behind.
+    Returns the path. Raises ExportDependencyError without onnx, ExportError when torch cannot export."""
+    onnx = require("onnx")
+    h, w = int(imgsz[0]), int(imgsz[1])
+    stride = max(int(model.stride.max()), 32) if hasattr(model, "stride") else 32
+    if h % stride or w % stride or h <= 0 or w <= 0:
+        raise ExportError(f"image size {h}x{w} must be a positive multiple of the model stride {stride}")
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    sample = torch.zeros(batch, 3, h, w, device=device, dtype=dtype)
+    wrapped = MainHeadOutput(model).eval()
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        axes = {"images": {0: "batch"}, "output0": {0: "batch"}} if dynamic else None
+        with torch.no_grad(), warnings.catch_warnings():
+            # the TorchScript exporter warns that it is the legacy one, and the tracer that the head's
+            # anchors are built from Python numbers: both expected (fixed H and W, see the module doc)
+            warnings.simplefilter("ignore")
+            # one forward first fills the head's anchor cache for this size: the traced graph then holds the
+            # anchors as constants and nothing reads the auxiliary maps, so the aux branch is dropped
+            wrapped(sample)
+            torch.onnx.export(wrapped, (sample,), tmp, opset_version=opset, input_names=["images"],
+                              output_names=["output0"], dynamic_axes=axes, do_constant_folding=True,
+                              dynamo=False)
+        graph = onnx.load(tmp)
+        onnx.checker.check_model(graph)
+        meta = {"stride": str(stride), "names": str(dict(enumerate(_names(model))))}
+        for k, v in meta.items():
+            entry = graph.metadata_props.add()
+            entry.key, entry.value = k, v
+        onnx.save(graph, tmp)
+        os.replace(tmp, path)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise ExportError(f"ONNX export failed: {e}") from e
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def check_onnx(model: nn.Module, path, images: torch.Tensor) -> dict:
+    """Run `images` (N, 3, H, W) float in [0, 1] through the torch model and the ONNX file (onnxruntime,
+    CPU) one image at a time (a file exported without dynamic batch takes batch 1) and compare the outputs.
+
+    Returns {"images": N, "max_abs": float, "max_rel": float (max_abs / max|torch|), "bound": float}.
+    Raises ExportError when an element differs by more than ATOL_REL·max|torch| + RTOL·|torch|,
+    ExportDependencyError without onnxruntime."""
+    ort = require("onnxruntime")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    batch_dim = session.get_inputs()[0].shape[0]
+    step = len(images) if not isinstance(batch_dim, int) else batch_dim
+    device = next(model.parameters()).device
+    wrapped = MainHeadOutput(model).eval()
+    refs, outs = [], []
+    with torch.no_grad():
+        for i in range(0, len(images) - step + 1, step):
+            x = images[i:i + step].float()
+            refs.append(wrapped(x.to(device)).float().cpu().numpy())
+            outs.append(session.run(["output0"], {"images": x.cpu().numpy()})[0])
+    if not refs:
+        raise ExportError(f"check_onnx: {len(images)} image(s) do not fill one batch of {step}")
+    ref, out = np.concatenate(refs), np.concatenate(outs)
+    if ref.shape != out.shape:
+        raise ExportError(f"ONNX output shape {out.shape} differs from the torch model's {ref.shape}")
+    scale = float(np.abs(ref).max()) or 1.0
+    diff = np.abs(out.astype(np.float64) - ref.astype(np.float64))
+    bound = ATOL_REL * scale + RTOL * np.abs(ref)
+    report = {"images": int(ref.shape[0]), "max_abs": float(diff.max()), "max_rel": float(diff.max() / scale),
+              "bound": float(bound.max())}
+    if (diff > bound).any():
+        raise ExportError(f"ONNX output differs from the torch model: max |diff| {report['max_abs']:.3g} "
+                          f"({report['max_rel']:.3g} of the output's scale, allowed {ATOL_REL:g} + {RTOL:g}·|x|)")
+    return report
