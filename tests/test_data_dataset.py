@@ -70,17 +70,22 @@ def _check_boxes_follow_pixels(img, labels, tol=3):
     masks = _class_masks(img)
     covered = {c: np.zeros((H, W), bool) for c in masks}
     assert labels.shape[1] == 6 and (labels[:, 2:] >= 0).all() and (labels[:, 2:] <= 1).all()
-    for _, c, xc, yc, w, h in labels.tolist():
+    rows = labels.tolist()
+    px = [((xc - w / 2) * W, (yc - h / 2) * H, (xc + w / 2) * W, (yc + h / 2) * H) for _, _, xc, yc, w, h in rows]
+    for j, (_, c, xc, yc, w, h) in enumerate(rows):
         c = int(c)
-        x1, x2 = (xc - w / 2) * W, (xc + w / 2) * W
-        y1, y2 = (yc - h / 2) * H, (yc + h / 2) * H
+        x1, y1, x2, y2 = px[j]
+        # another box over this one: a copy-paste object (pasted where it covers < 30 % of every box, as
+        # published) may hide part of it, so its visible pixels need not reach the box's edges
+        occluded = any(k != j and min(x2, q[2]) > max(x1, q[0]) and min(y2, q[3]) > max(y1, q[1])
+                       for k, q in enumerate(px))
         X1, Y1 = max(int(np.floor(x1)) - tol, 0), max(int(np.floor(y1)) - tol, 0)
         X2, Y2 = min(int(np.ceil(x2)) + tol, W), min(int(np.ceil(y2)) + tol, H)
         covered[c][Y1:Y2, X1:X2] = True
         m = masks[c]
         ys, xs = np.nonzero(m[Y1:Y2, X1:X2])
         assert len(ys), f"box of class {c} holds none of its pixels"
-        if x1 < 1 or y1 < 1 or x2 > W - 1 or y2 > H - 1:
+        if x1 < 1 or y1 < 1 or x2 > W - 1 or y2 > H - 1 or occluded:
             # cut by the border: a rotated box is clipped as published (its warped corners' bounds,
             # then clipped), which may leave it loose along the cut edge
             continue

@@ -109,8 +109,9 @@ def test_odd_path_and_grey_png(tmp_path):
 
 
 def test_reduced_jpeg_decode_for_large_images(tmp_path):
-    # a JPEG >= 2x the training size is decoded at 1/2, 1/4 or 1/8 scale; sizes stay those of a full
-    # decode + resize, pixels stay close to it
+    # validation: a JPEG >= 2x the size is decoded at 1/2, 1/4 or 1/8 scale, pixels close to a full decode +
+    # INTER_AREA. Training: exactly the published full decode + INTER_LINEAR (its aliasing is part of the
+    # training images). Sizes in both: the published int(side * r) truncation (900 * 320 / 1300 = 221.5 -> 221)
     from yolov9c.data.dataset import YoloDataset
     from yolov9c.data.images import jpeg_reduction
 
@@ -122,12 +123,17 @@ def test_reduced_jpeg_decode_for_large_images(tmp_path):
     d.mkdir()
     (tmp_path / "labels").mkdir()
     (tmp_path / "labels" / "big.txt").write_text("0 0.5 0.5 0.2 0.2\n")
-    (d / "big.jpg").write_bytes(_with_exif(_jpeg_bytes(img), 6))  # turned: upright 1300 tall x 900 wide
-    upright = cv2.rotate(img, cv2.ROTATE_90_CLOCKWISE)
+    data = _with_exif(_jpeg_bytes(img), 6)  # turned: upright 1300 tall x 900 wide
+    (d / "big.jpg").write_bytes(data)
+    full = cv2.rotate(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION),
+                      cv2.ROTATE_90_CLOCKWISE)
     for augment in (False, True):
         ds = YoloDataset(str(d), img_size=320, augment=augment, nc=1, label_cache=False, log=lambda s: None)
         assert jpeg_reduction(int(ds.shapes[0].max()), 320) == 4
         out, hw0, hw = ds.load_image(0)
-        assert hw0 == (1300, 900) and hw == (320, 222) and out.shape == (320, 222, 3)
-        ref = cv2.resize(upright, (222, 320), interpolation=cv2.INTER_AREA)
-        assert np.abs(out.astype(int) - ref).mean() < 3
+        assert hw0 == (1300, 900) and hw == (320, 221) and out.shape == (320, 221, 3)
+        if augment:
+            assert np.array_equal(out, cv2.resize(full, (221, 320), interpolation=cv2.INTER_LINEAR))
+        else:
+            ref = cv2.resize(full, (221, 320), interpolation=cv2.INTER_AREA)
+            assert np.abs(out.astype(int) - ref).mean() < 3

@@ -142,14 +142,19 @@ def test_prediction_rows_as_published(coco, tmp_path):
     _validate(Oracle(loader), loader, tmp_path, **_coco_kw(cfg, dataset), json_name="best_predictions.json")
     rows = json.loads((tmp_path / "best_predictions.json").read_text())
     cmap = coco80_to_coco91()
-    want = sorted((iid, cmap[c], x1, y1, x2 - x1, y2 - y1) for iid, (_, boxes) in IMAGES.items()
-                  for c, x1, y1, x2, y2 in boxes)
+    # letterbox to 64 px and back: each side is resized to int(side · r) pixels (truncated, as published) and
+    # boxes are mapped back with the gain r on both axes, so x shrinks by int(w·r) / (w·r), y by int(h·r) / (h·r)
+    # (image 285, 96 × 64: its 42.67 px wide image is 42 px, x · 0.984)
+    def shrink(hw):
+        r = 64 / max(hw)
+        return int(hw[1] * r) / (hw[1] * r), int(hw[0] * r) / (hw[0] * r)
+
+    want = sorted((iid, cmap[c], x1 * fx, y1 * fy, (x2 - x1) * fx, (y2 - y1) * fy)
+                  for iid, (hw, boxes) in IMAGES.items() for fx, fy in [shrink(hw)] for c, x1, y1, x2, y2 in boxes)
     got = sorted((r["image_id"], r["category_id"], *r["bbox"]) for r in rows)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g[:2] == w[:2]
-        # letterbox to 64 px and back: the resized side is rounded to whole pixels and, as published, boxes are
-        # mapped back with the height gain on both axes (1 % covers 51 px standing for 51.2)
         assert g[2:] == pytest.approx(w[2:], rel=0.01, abs=0.02)
     for r in rows:
         assert set(r) == {"image_id", "category_id", "bbox", "score"} and isinstance(r["image_id"], int)

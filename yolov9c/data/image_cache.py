@@ -29,7 +29,8 @@ def resize_long_side(img, img_size, augment, hw0=None):
     shrinking for evaluation (published)."""
     h0, w0 = hw0 if hw0 is not None else img.shape[:2]
     r = img_size / max(h0, w0)
-    size = (max(1, round(w0 * r)), max(1, round(h0 * r)))
+    # truncated, as published (int(w0 * r)): 900 x 1300 at 320 is 221 x 320, not 222
+    size = (max(1, int(w0 * r)), max(1, int(h0 * r)))
     if size != (img.shape[1], img.shape[0]):
         enlarge = size[0] > img.shape[1]
         interp = cv2.INTER_LINEAR if (augment or enlarge) else cv2.INTER_AREA
@@ -58,7 +59,7 @@ def ram_needed(shapes, img_size):
     if len(shapes) == 0:
         return 0
     r = img_size / shapes.max(1)
-    return int((np.round(shapes[:, 0] * r) * np.round(shapes[:, 1] * r) * 3).sum())
+    return int((np.maximum(np.floor(shapes[:, 0] * r), 1) * np.maximum(np.floor(shapes[:, 1] * r), 1) * 3).sum())
 
 
 def npy_path_for(im_file):
