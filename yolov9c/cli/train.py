@@ -11,7 +11,8 @@ model: CPU-friendly first runs), `--hyp` the bundled hyp.scratch-high.yaml (a ba
 configs/hyps/).
 Added: `--backend {torch,c}` (default c on a CUDA GPU, torch on the CPU), `--channels-last`, `--accumulate N`,
 `--amp/--no-amp`, `--ckpt`, `--val-period N`, `--pin-memory/--no-pin-memory`, `--mosaic P`, `--mixup P`,
-`--deterministic`, `--max-nonfinite N`. PYTORCH_CUDA_ALLOC_CONF defaults to expandable_segments:True (set before CUDA starts).
+`--deterministic`, `--max-nonfinite N`, `--cuda-graph/--no-cuda-graph`. PYTORCH_CUDA_ALLOC_CONF defaults to
+expandable_segments:True (set before CUDA starts).
 parse_opt(argv) gives the RunConfig (yolov9c/engine/train/config.py) that the trainer and evolve run on; the
 trainer never sees argparse.
 
@@ -173,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pinned host memory for batches (default: PIN_MEMORY env, true; CUDA only)")
     p.add_argument("--mosaic", type=_probability, default=None, help="mosaic probability (overrides the hyp file)")
     p.add_argument("--mixup", type=_probability, default=None, help="mixup probability (overrides the hyp file)")
+    p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
+                   help="capture the training step in CUDA graphs and replay it (default on; runs only on CUDA "
+                        "with fixed shapes and no DDP, the log says which step runs and why)")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic algorithms (torch.use_deterministic_algorithms; slower; off by default)")
     p.add_argument("--max-nonfinite", type=_int_at_least(0, "--max-nonfinite"), default=10,

@@ -41,9 +41,9 @@ import os
 import torch
 import torch.nn.functional as F
 
-from yolov9c.geometry import dfl_decode, make_anchors, xywh_to_xyxy
+from yolov9c.geometry import bbox2dist, bbox_ciou, dfl_decode, make_anchors, xywh_to_xyxy
 from yolov9c.loss.assigner import TaskAlignedAssigner
-from yolov9c.loss.bbox_loss import BboxLoss
+from yolov9c.loss.bbox_loss import BboxLoss, dfl_loss
 from yolov9c.ops import tal_assign as tal_assign_op  # the module: ops.tal_assign imports loss.assigner back
 from yolov9c.ops.det_loss import det_loss, det_loss_decode
 from yolov9c.resources import load_hyp
@@ -68,11 +68,12 @@ def _check_finite(targets):
                      f"{first} [image, class, x, y, w, h]. Fix the labels, or the augmentation that produced them")
 
 
-def pack_targets(targets, batch_size, scale, dtype, nc=None):
+def pack_targets(targets, batch_size, scale, dtype, nc=None, rows=0):
     """(N, 6) rows [image, class, x, y, w, h] (normalised xywh) -> (B, M, 5) [class, x1, y1, x2, y2] pixels.
 
-    M = the largest number of rows of one image (0 when N = 0); rows keep their order within an image and
-    unused slots are zero (a zero box marks padding). scale: (4,) = (W, H, W, H) image size in pixels.
+    M = the largest number of rows of one image (0 when N = 0), at least `rows` (the CUDA-graph step pads to
+    a fixed bucket); rows keep their order within an image and unused slots are zero (a zero box marks
+    padding). scale: (4,) = (W, H, W, H) image size in pixels.
     nc: when given, a class outside [0, nc) raises ValueError (the dataset and the model disagree). A row with
     a NaN or infinite value (in `dtype`) raises ValueError naming the rows.
     """
@@ -82,7 +83,7 @@ def pack_targets(targets, batch_size, scale, dtype, nc=None):
     targets = targets.to(device=device, dtype=dtype)
     _check_finite(targets)
     if targets.shape[0] == 0:
-        return torch.zeros((batch_size, 0, 5), dtype=dtype, device=device)
+        return torch.zeros((batch_size, rows, 5), dtype=dtype, device=device)
     img = targets[:, 0].long()
     if int(img.min()) < 0 or int(img.max()) >= batch_size:
         raise ValueError(f"loss: target image index out of range [0, {batch_size}): {img.min()}..{img.max()}")
@@ -96,27 +97,28 @@ def pack_targets(targets, batch_size, scale, dtype, nc=None):
     order = torch.argsort(img, stable=True)
     starts = torch.cumsum(counts, 0) - counts
     slot = torch.arange(img.numel(), device=device) - starts[img[order]]  # position within its image
-    out = torch.zeros((batch_size, int(counts.max()), 5), dtype=dtype, device=device)
+    out = torch.zeros((batch_size, max(int(counts.max()), rows), 5), dtype=dtype, device=device)
     out[img[order], slot] = targets[order, 1:6]
     out[..., 1:5] = xywh_to_xyxy(out[..., 1:5] * scale)
     return out
 
 
-def pack_targets_host(targets, batch_size, size, dtype, device, nc=None):
+def pack_targets_host(targets, batch_size, size, dtype, device, nc=None, out=None):
     """pack_targets computed on the host and sent to `device` in one transfer: (B, M, 5) as pack_targets.
 
     size: (W, H) image size in pixels. The checks, M (the largest row count of one image) and the scatter
     all read host memory, so targets on the CPU (as the data loader yields them) cost no synchronisation
     with the device; targets on a device are brought over once. On CUDA the result goes through pinned
-    memory with a non-blocking copy (a pageable copy would wait for the stream)."""
+    memory with a non-blocking copy (a pageable copy would wait for the stream). out: a (B, M', 5) tensor
+    on `device` (M' >= M, the CUDA-graph step's static buffer) to copy into, zero-padded; returned."""
     w, h = size
     host = pack_targets(targets.detach().to("cpu"), batch_size, torch.tensor([w, h, w, h], dtype=dtype), dtype,
-                        nc=nc)
+                        nc=nc, rows=0 if out is None else out.shape[1])
     if device.type == "cuda":
-        return host.pin_memory().to(device, non_blocking=True)
-    return host.to(device)
-
-
+        host = host.pin_memory()
+    if out is not None:
+        return out.copy_(host, non_blocking=device.type == "cuda")
+    return host.to(device, non_blocking=device.type == "cuda")
 
 
 class DetectionLoss:
@@ -188,11 +190,12 @@ class DetectionLoss:
 
     # -- one head branch ------------------------------------------------------------------------------------
 
-    def _branch_torch(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col):
+    def _branch_torch(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col, static=False):
         """Loss terms of one branch: (box, cls, dfl, has_fg), unweighted, each ÷ target_scores_sum.
 
         maps: nl tensors (B, no, H, W); gt_*: packed targets (pixels); points (A, 2) grid units, stride_col
-        (A, 1). box/dfl are None when the branch has no foreground anchor.
+        (A, 1). box/dfl are None when the branch has no foreground anchor. static: no host synchronisation
+        (the box terms over every anchor, _box_terms_static; has_fg is then always True).
         """
         B = maps[0].shape[0]
         pred = torch.cat([m.reshape(B, self.no, -1) for m in maps], dim=2)  # (B, no, A)
@@ -213,12 +216,33 @@ class DetectionLoss:
         target_scores_sum = target_scores.sum().clamp(min=1)
 
         cls = self._cls_loss(pred_scores, target_scores).sum() / target_scores_sum
+        if static:
+            box, dfl = self._box_terms_static(pred_dist, pred_boxes, points, target_boxes, target_scores,
+                                              target_scores_sum, fg)
+            return box, cls, dfl, True
         if not bool(fg.any()):
             return None, cls, None, False
         box, dfl = self.bbox_loss(pred_dist, pred_boxes, points, target_boxes, target_scores, target_scores_sum, fg)
         return box, cls, dfl, True
 
-    def _branch_fused(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col):
+    def _box_terms_static(self, pred_dist, pred_boxes, points, target_boxes, target_scores, target_scores_sum,
+                          fg):
+        """BboxLoss's CIoU and DFL terms summed over every anchor with background anchors weighted 0: no
+        boolean indexing, so no host synchronisation and fixed shapes (a CUDA graph can hold it). Same terms
+        as BboxLoss up to the order of the sums; 0 without a foreground anchor (what BboxLoss's absence adds)."""
+        B, A = fg.shape
+        cdt = torch.promote_types(pred_dist.dtype, torch.float32)
+        weight = target_scores.sum(-1)  # (B, A)
+        zero = torch.zeros((), dtype=cdt, device=fg.device)
+        ciou = bbox_ciou(pred_boxes.to(cdt), target_boxes)
+        loss_iou = torch.where(fg, (1.0 - ciou) * weight, zero).sum() / target_scores_sum
+        target_ltrb = bbox2dist(points[None], target_boxes, self.bbox_loss.max_dist)  # (B, A, 4)
+        dist = pred_dist.reshape(B * A, 4, self.reg_max).to(cdt)
+        dfl = dfl_loss(dist, target_ltrb.reshape(B * A, 4)).reshape(B, A)
+        loss_dfl = torch.where(fg, dfl * weight, zero).sum() / target_scores_sum
+        return loss_iou, loss_dfl
+
+    def _branch_fused(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col, static=False):
         """The c branch: same terms, returned as (box, cls, dfl, True) (box = dfl = 0 without a foreground
         anchor, which adds nothing, so no host synchronisation is needed to test for one)."""
         B, R, nc = maps[0].shape[0], self.reg_max, self.nc
@@ -249,7 +273,7 @@ class DetectionLoss:
         if self.label_smoothing > 0:
             eps = self.label_smoothing
             targets = targets * (1.0 - eps) + 0.5 * eps
-        pos_weight = torch.tensor([self.cls_pw], dtype=cdt, device=logits.device)
+        pos_weight = torch.full((1,), self.cls_pw, dtype=cdt, device=logits.device)  # a fill: no host copy
         loss = F.binary_cross_entropy_with_logits(logits, targets, pos_weight=pos_weight, reduction="none")
         if self.fl_gamma > 0:
             p = logits.sigmoid()
@@ -263,21 +287,34 @@ class DetectionLoss:
     def __call__(self, preds, targets):
         branches = self._branches(preds)
         feats = branches[-1]
-        B = feats[0].shape[0]
-        dtype, device = feats[0].dtype, feats[0].device
-        acc = torch.promote_types(dtype, torch.float32)  # dtype of the loss sums
         # The published loss packs the targets in the default dtype (float32), so its assigner compares
         # float32 boxes even for a float64 model; the goldens depend on it at the 1e-7 level.
         gt_dtype = torch.promote_types(torch.get_default_dtype(), torch.float32)
-
         # image size (h, w) in pixels from the first map and the first stride
         h, w = feats[0].shape[2] * self.stride[0], feats[0].shape[3] * self.stride[0]
-        gt = self._pack(targets, B, (w, h), gt_dtype, device)
+        gt = self._pack(targets, feats[0].shape[0], (w, h), gt_dtype, feats[0].device)
+        return self._total(branches, gt, static=False)
+
+    def padded(self, preds, gt):
+        """The loss of already packed targets, without a host synchronisation (the CUDA-graph step's entry).
+
+        gt: (B, M, 5) [class, x1, y1, x2, y2] pixels as pack_targets gives it, padded to any M with all-zero
+        rows (a zero box is padding: the mask is gt's box sum > 0, as in __call__). Equals
+        __call__(preds, targets) for the targets gt was packed from; on the torch path the box terms are
+        summed over every anchor with background weighted 0 (no boolean indexing), so the sums may differ in
+        rounding. Returns (loss_total (1,), loss_items (3,) detached)."""
+        return self._total(self._branches(preds), gt, static=True)
+
+    def _total(self, branches, gt, static):
+        """(loss_total (1,), loss_items (3,)) of the branches against packed targets gt (B, M, 5)."""
+        feats = branches[-1]
+        B, device = feats[0].shape[0], feats[0].device
+        acc = torch.promote_types(feats[0].dtype, torch.float32)  # dtype of the loss sums
         gt_labels, gt_boxes = gt.split((1, 4), dim=2)
         gt_mask = gt_boxes.sum(2, keepdim=True) > 0  # (B, M, 1); padding rows are all-zero
 
         points, stride_col = make_anchors(feats, self.stride, 0.5)
-        terms = [self._branch(maps, gt_labels, gt_boxes, gt_mask, points, stride_col) for maps in branches]
+        terms = [self._branch(maps, gt_labels, gt_boxes, gt_mask, points, stride_col, static) for maps in branches]
 
         zero = torch.zeros((), dtype=acc, device=device)
         box, cls, dfl = zero, zero, zero

@@ -25,7 +25,7 @@ import yaml
 
 # options that --resume takes from the command line instead of the stored opt.yaml (memory knobs and placement)
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
-                    "val_period", "noplots", "backend", "channels_last", "max_nonfinite")
+                    "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph")
 
 
 class ConfigError(ValueError):
@@ -89,6 +89,7 @@ class RunConfig:
     mixup: float | None = None  # mixup probability (overrides the hyp file)
     deterministic: bool = False  # torch.use_deterministic_algorithms
     max_nonfinite: int = 10  # stop after N skipped (non-finite) optimizer steps in a row; 0 = never (guards.py)
+    cuda_graph: bool = True  # whole-step CUDA graphs where they work (CUDA, fixed shapes, no DDP): graph_step.py
     # --- resolved and recorded by the trainer (opt.yaml keys of the published code) ---
     save_dir: str = ""
     world_size: int = 1

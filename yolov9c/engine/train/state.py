@@ -46,6 +46,7 @@ from yolov9c.engine.train.autobatch import autobatch
 from yolov9c.engine.train.config import RunConfig, opt_dict
 from yolov9c.engine.train.ema import ModelEMA
 from yolov9c.engine.train.errors import TrainError
+from yolov9c.engine.train.graph_step import select_step
 from yolov9c.engine.train.guards import StepGuard
 from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
 from yolov9c.engine.train.optim import build_optimizer
@@ -416,7 +417,8 @@ def make_val_loader(state, batch):
 # ---------------------------------------------------------------------------------------------------------
 
 def setup_execution(state):
-    """SyncBatchNorm, model attributes and the loss (on the plain head), then the backend, --ckpt and DDP."""
+    """SyncBatchNorm, model attributes and the loss (on the plain head), then the backend, --ckpt and DDP, and
+    the step the loop calls (graph_step.select_step: whole-step CUDA graphs or the eager train_step)."""
     cfg, log, model = state.cfg, state.log, state.model
     cuda = state.device.type == "cuda"
     if state.world > 1 and cfg.sync_bn and cuda:  # as published: CUDA only (SyncBatchNorm refuses CPU input)
@@ -445,6 +447,7 @@ def setup_execution(state):
     if state.world > 1:
         model = DistributedDataParallel(model, device_ids=[state.local_rank] if cuda else None, static_graph=True)
     state.model = model
+    state.step = select_step(state)  # CUDA graphs where they work (graph_step.py), else the eager train_step
 
 
 def _apply_backend(model, backend):

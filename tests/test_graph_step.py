@@ -1,0 +1,340 @@
+"""The CUDA-graph training step (yolov9c/engine/train/graph_step.py) and its pieces.
+
+CPU: the capturable optimizer update (fused_optim.py) against torch.optim's SGD / Adam / AdamW step, and its
+skip on found_inf; the loss of padded targets (DetectionLoss.padded) against the loss of the unpadded ones for
+both loss backends; the bucket choice; which runs get the graph step and which batches run eagerly.
+CUDA: N training steps graphed and eager from the same weights and batches (both backends, AMP, accumulation,
+warm-up LR and momentum changes, a bucket change, an eager fallback by box count and by shape, a GradScaler
+scale change): weights, EMA, scale, loss items.
+"""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from yolov9c.api import build_model, make_loss
+from yolov9c.backends import apply
+from yolov9c.cli.train import parse_opt
+from yolov9c.data.synthetic import synthetic_dataset
+from yolov9c.engine.train import graph_step as G
+from yolov9c.engine.train.config import RunConfig
+from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
+from yolov9c.engine.train.optim import build_optimizer
+from yolov9c.engine.train.schedule import warmup
+from yolov9c.engine.train.state import RunState, setup
+from yolov9c.engine.train.step import prepare_batch, train_step
+from yolov9c.loss.detection import pack_targets_host
+from yolov9c.ops import extension
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Conv2d(8, 4, 1))
+
+
+def _quiet(*a, **k):
+    pass
+
+
+def _pair(name):
+    """Two copies of a small net with the trainer's optimizer (three groups, decay on group 1)."""
+    a = _net()
+    b = copy.deepcopy(a)
+    oa = build_optimizer(a, name, lr=0.01, momentum=0.9, decay=5e-2, log=_quiet)
+    ob = build_optimizer(b, name, lr=0.01, momentum=0.9, decay=5e-2, log=_quiet)
+    return a, b, oa, ob
+
+
+def _set_grads(nets, gen):
+    for ps in zip(*(n.parameters() for n in nets)):
+        g = torch.randn(ps[0].shape, generator=gen)
+        for p in ps:
+            p.grad = g.clone()
+
+
+def _hyper(opts, k):
+    for o in opts:
+        for j, g in enumerate(o.param_groups):
+            g["lr"] = 0.01 * (1 + k) / (1 + j)  # changes every step and per group, as the warm-up does
+            if "momentum" in g:
+                g["momentum"] = 0.8 + 0.02 * k
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
+def test_fused_optimizer_equals_torch_step(name):
+    a, b, oa, ob = _pair(name)
+    fused = FusedOptimizer(ob, list(b.parameters()))
+    gen = torch.Generator().manual_seed(1)
+    zero = torch.zeros(())
+    w0 = [p.detach().clone() for p in a.parameters()]
+    for k in range(5):
+        _set_grads((a, b), gen)
+        _hyper((oa, ob), k)
+        oa.step()
+        fused.set_hyper()
+        fused.step(zero if k % 2 else None)  # with and without the found_inf mask
+    for pa, pb, p0 in zip(a.parameters(), b.parameters(), w0):
+        assert torch.allclose(pa, pb, rtol=1e-5, atol=1e-7), (pa - pb).abs().max()
+        assert not torch.equal(pa, p0)
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        for key, va in oa.state[pa].items():
+            vb = ob.state[pb][key]
+            assert torch.allclose(va.float().cpu(), vb.float().cpu(), rtol=1e-5, atol=1e-8), key
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
+def test_fused_optimizer_skips_every_bit_on_found_inf(name):
+    _, b, _, ob = _pair(name)
+    fused = FusedOptimizer(ob, list(b.parameters()))
+    gen = torch.Generator().manual_seed(2)
+    _set_grads((b,), gen)
+    fused.set_hyper()
+    fused.step(torch.zeros(()))  # one real step: non-zero buffers
+    before = [p.detach().clone() for p in b.parameters()]
+    state = copy.deepcopy({id(p): {k: v.clone() for k, v in ob.state[p].items()} for p in b.parameters()})
+    for p in b.parameters():
+        p.grad = torch.zeros_like(p)  # graph_step zeroes the gradients of a skipped step
+    fused.step(torch.ones(()))
+    assert all(torch.equal(x, p) for x, p in zip(before, b.parameters()))
+    for p in b.parameters():
+        for k, v in ob.state[p].items():
+            assert torch.equal(v, state[id(p)][k]), k
+
+
+def test_fused_optimizer_kinds():
+    net = _net()
+    assert kind(build_optimizer(net, "SGD", log=_quiet)) == "SGD"
+    assert kind(build_optimizer(net, "AdamW", log=_quiet)) == "AdamW"
+    assert kind(build_optimizer(net, "LION", log=_quiet)) is None
+    with pytest.raises(TypeError, match="capturable"):
+        FusedOptimizer(build_optimizer(net, "LION", log=_quiet), list(net.parameters()))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Padded targets through the loss
+# ---------------------------------------------------------------------------------------------------------
+
+def _targets(boxes_per_image, gen):
+    rows = []
+    for i, n in enumerate(boxes_per_image):
+        wh = torch.rand(n, 2, generator=gen) * 0.4 + 0.1
+        xy = wh / 2 + torch.rand(n, 2, generator=gen) * (1 - wh)
+        cls = torch.randint(0, 3, (n, 1), generator=gen).float()
+        rows.append(torch.cat([torch.full((n, 1), float(i)), cls, xy, wh], 1))
+    return torch.cat(rows)
+
+
+@pytest.mark.parametrize("backend", ["torch", "c"])
+@pytest.mark.parametrize("cfg", ["gelan-t", "yolov9-t"])
+@pytest.mark.parametrize("boxes", [(3, 1), (0, 0)])
+def test_padded_loss_equals_unpadded(backend, cfg, boxes):
+    if backend == "c" and extension.fused_enabled():
+        pytest.importorskip("yolov9c._C")
+    torch.manual_seed(0)
+    model = build_model(cfg, nc=3).train()
+    loss_fn = make_loss(model, backend=backend)
+    x = torch.rand(2, 3, 64, 64)
+    targets = _targets(boxes, torch.Generator().manual_seed(3))
+    preds = model(x)
+    want, want_items = loss_fn(preds, targets)
+    params = [p for p in model.parameters() if p.requires_grad]
+    gw = torch.autograd.grad(want.sum(), params, allow_unused=True)
+    gt = torch.zeros(2, 32, 5)
+    pack_targets_host(targets, 2, (64, 64), torch.float32, torch.device("cpu"), nc=3, out=gt)
+    got, got_items = loss_fn.padded(model(x), gt)
+    gg = torch.autograd.grad(got.sum(), params, allow_unused=True)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-7) and torch.allclose(got_items, want_items, rtol=1e-5,
+                                                                                 atol=1e-7)
+    for a, b in zip(gg, gw):
+        if a is None or b is None:
+            assert a is None and b is None
+            continue
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6 * float(b.abs().max()) + 1e-9)
+
+
+def test_pack_targets_into_a_bucket_pads_with_zero_rows():
+    targets = _targets((3, 1), torch.Generator().manual_seed(4))
+    small = pack_targets_host(targets, 2, (64, 64), torch.float32, torch.device("cpu"))
+    out = torch.full((2, 32, 5), 7.0)
+    pack_targets_host(targets, 2, (64, 64), torch.float32, torch.device("cpu"), out=out)
+    assert small.shape == (2, 3, 5) and torch.equal(out[:, :3], small) and not out[:, 3:].any()
+    with pytest.raises(RuntimeError):
+        pack_targets_host(targets, 2, (64, 64), torch.float32, torch.device("cpu"), out=torch.zeros(2, 2, 5))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Buckets and the decisions
+# ---------------------------------------------------------------------------------------------------------
+
+def test_bucket_choice():
+    assert [G.bucket_for(m) for m in (0, 1, 32, 33, 64, 65, 200, 256)] == [32, 32, 32, 64, 64, 128, 256, 256]
+    assert G.bucket_for(257) is None
+    t = _targets((5, 40, 0), torch.Generator().manual_seed(5))
+    assert G.max_boxes(t, 3) == 40 and G.max_boxes(torch.zeros(0, 6), 3) == 0
+
+
+def _fake_state(**cfg):
+    net = _net()
+    return RunState(cfg=RunConfig(**cfg), device=torch.device("cuda"), optimizer=build_optimizer(net, log=_quiet),
+                    ema=object(), log=_quiet)
+
+
+@pytest.mark.parametrize("change, reason", [
+    (dict(cfg=dict(cuda_graph=False)), "--no-cuda-graph"),
+    (dict(device=torch.device("cpu")), "CUDA"),
+    (dict(world=2), "DDP"),
+    (dict(cfg=dict(rect=True)), "--rect"),
+    (dict(cfg=dict(multi_scale=True)), "--multi-scale"),
+    (dict(bn_buffers=[torch.zeros(1)]), "--ckpt"),
+    (dict(cfg=dict(optimizer="LION")), "LION"),
+])
+def test_runs_that_keep_the_eager_step(change, reason):
+    state = _fake_state(**change.get("cfg", {}))
+    for k, v in change.items():
+        if k == "optimizer" or k == "cfg":
+            continue
+        setattr(state, k, v)
+    if state.cfg.optimizer == "LION":
+        state.optimizer = build_optimizer(_net(), "LION", log=_quiet)
+    assert G.unsupported(_fake_state()) is None
+    assert reason in G.unsupported(state)
+    lines = []
+    state.log = lines.append
+    assert G.select_step(state) is train_step
+    assert lines == [f"step: eager ({G.unsupported(state)})"]
+
+
+def test_batches_that_run_eagerly():
+    step = G.GraphStep(_fake_state(), warmup=2)
+    imgs = torch.zeros(4, 3, 64, 64)
+    few = _targets((3, 1, 0, 2), torch.Generator().manual_seed(6))
+    assert step.plan(imgs, few) == (None, "warm-up")  # the first batch fixes the shape
+    step.warmup_left = 0
+    assert step.plan(imgs, few) == (32, None)
+    assert step.plan(imgs, _targets((40, 1, 0, 0), torch.Generator())) == (64, None)
+    assert step.plan(imgs, _targets((300, 1, 0, 0), torch.Generator())) == (None, "boxes")
+    assert step.plan(imgs[:2], few[few[:, 0] < 2]) == (None, "shape")  # the last partial batch
+    assert step.plan(torch.zeros(4, 3, 96, 96), few) == (None, "shape")
+    assert step.plan(imgs.contiguous(memory_format=torch.channels_last), few) == (None, "shape")
+
+
+def test_cpu_run_logs_the_eager_step(tmp_path):
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=2, n_val=1, imgsz=64)
+    lines = []
+    cfg = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "2", "--workers", "0",
+                     "--noplots", "--device", "cpu", "--project", str(tmp_path / "runs")])
+    assert cfg.cuda_graph is True and parse_opt(["--no-cuda-graph"]).cuda_graph is False
+    state = setup(cfg, log=lines.append)
+    assert state.step is train_step
+    assert "step: eager (not on a CUDA device)" in lines
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CUDA: graphed == eager
+# ---------------------------------------------------------------------------------------------------------
+
+def _cuda_state(root, backend, graph, data):
+    flag = "--cuda-graph" if graph else "--no-cuda-graph"
+    cfg = parse_opt(["--data", str(data), "--cfg", "yolov9-t.yaml", "--img", "128", "--batch", "4", "--accumulate",
+                     "2", "--workers", "0", "--noplots", "--device", "0", "--backend", backend, flag,
+                     "--project", str(root)])
+    lines = []
+    state = setup(cfg, log=lines.append)
+    state.scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 14, growth_interval=2)  # scale moves in N steps
+    state.model.train()
+    return state, lines
+
+
+def _batches(n_images=4):
+    """(imgs uint8, targets) per step: bucket 32, then 64, one batch over the largest bucket, a partial batch,
+    then bucket 32 again."""
+    gen = torch.Generator().manual_seed(7)
+    boxes = [(3, 2, 1, 4)] * 5 + [(40, 2, 1, 4)] * 3 + [(300, 1, 1, 1)] + [(2, 2)] + [(3, 2, 1, 4)] * 4
+    out = []
+    for b in boxes:
+        imgs = torch.randint(0, 256, (len(b), 3, 128, 128), dtype=torch.uint8, generator=gen)
+        out.append((imgs, _targets(b, gen)))
+    return out
+
+
+def _train(state, batches):
+    rng = np.random.default_rng(0)
+    items, scales, finite = [], [], []
+    w0 = [p.detach().clone() for p in state.model.parameters()]
+    for ni, (imgs, targets) in enumerate(batches):
+        warmup(state.optimizer, ni, state.nw, 0, state.lf, state.hyp)
+        r = state.step(state, prepare_batch(state, imgs, rng), targets, ni)
+        items.append(r.loss_items.float().cpu())
+        scales.append(float(state.scaler.get_scale()))
+        finite.append(getattr(r, "finite", None))
+    torch.cuda.synchronize()
+    return dict(items=torch.stack(items), scales=scales, finite=finite, w0=w0,
+                w=[p.detach().clone() for p in state.model.parameters()],
+                ema=[v.detach().clone() for v in state.ema.ema.state_dict().values() if v.dtype.is_floating_point],
+                updates=state.ema.updates)
+
+
+def _rel(a, b, base):
+    num = sum(float((x.double() - y.double()).pow(2).sum()) for x, y in zip(a, b)) ** 0.5
+    den = sum(float((x.double() - y.double()).pow(2).sum()) for x, y in zip(b, base)) ** 0.5
+    return num / max(den, 1e-30)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", ["torch", "c"])
+def test_cuda_graph_step_equals_eager(tmp_path, backend):
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
+    batches = _batches()
+    runs, steps = {}, {}
+    for graph in (False, True):
+        state, lines = _cuda_state(tmp_path / f"runs{graph}", backend, graph, data)
+        steps[graph] = state.step
+        assert any(s.startswith("step: " + ("CUDA graphs" if graph else "eager")) for s in lines), lines
+        runs[graph] = _train(state, batches)
+    e, g = runs[False], runs[True]
+    step = steps[True]
+    assert isinstance(step, G.GraphStep) and sorted(step.micro) == [32, 64] and step.opt is not None
+    assert all(f.dtype == torch.bool and f.shape == () and f.is_cuda for f in g["finite"])
+    assert e["scales"] == g["scales"] and len(set(e["scales"])) > 1  # grew or backed off, the same way
+    assert g["updates"] == e["updates"] == 7
+    assert torch.allclose(g["items"], e["items"], rtol=2e-3, atol=1e-4), (g["items"] - e["items"]).abs().max()
+    assert _rel(g["w"], e["w"], e["w0"]) < 2e-3
+    ema0 = [torch.zeros_like(v) for v in e["ema"]]
+    assert _rel(g["ema"], e["ema"], ema0) < 1e-4
+
+
+@pytest.mark.cuda
+def test_cuda_graph_replay_does_not_synchronise(tmp_path):
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
+    state, _ = _cuda_state(tmp_path / "runs", "c", True, data)
+    batches = _batches()[:6]
+    rng = np.random.default_rng(0)
+    imgs = [prepare_batch(state, b[0], rng) for b in batches]
+    for ni in range(5):  # warm-up and both captures
+        state.step(state, imgs[ni], batches[ni][1], ni)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        r = state.step(state, imgs[5], batches[5][1], 5)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert r.stepped and bool(r.finite)
+
+
+@pytest.mark.cuda
+def test_cuda_graph_disable_returns_to_the_eager_step(tmp_path):
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
+    state, _ = _cuda_state(tmp_path / "runs", "c", True, data)
+    batches = _batches()[:6]
+    rng = np.random.default_rng(0)
+    for ni in range(5):
+        state.step(state, prepare_batch(state, batches[ni][0], rng), batches[ni][1], ni)
+    step = state.step
+    step.disable(state)
+    assert state.step is train_step
+    r = state.step(state, prepare_batch(state, batches[5][0], rng), batches[5][1], 5)
+    assert r.stepped and torch.isfinite(r.loss_items).all()
+    assert all(p.grad is None for p in state.model.parameters())  # the eager zero_grad

@@ -1,0 +1,305 @@
+"""The training step in CUDA graphs: the eager step of step.py (forward, loss, scaled backward; unscale, inf
+check, clip, optimizer step, scaler update, EMA update) captured once and replayed every batch, so the host
+launches two graphs per optimizer step instead of thousands of kernels.
+
+    state.step = select_step(state)     # state.py's setup_execution: GraphStep(state) or step.train_step
+    result = state.step(state, imgs, targets, ni)   # GraphStepResult: StepResult + finite (0-dim device bool)
+
+Per batch (mosaic training at a fixed image size):
+  * the first batch fixes the shape (B, 3, H, W); the first WARMUP batches of that shape run eagerly (cuDNN
+    choices, lazy initialisation; the last on the capture stream);
+  * the targets are packed on the host (loss/detection.py's pack_targets_host) into a static (B, M, 5)
+    buffer padded to a box-count bucket (BUCKETS: the smallest M ≥ the batch's most boxes per image; one
+    micro-step graph per bucket, all in one memory pool) and the images copied into a static buffer;
+  * micro-step graph (one per bucket): forward and loss (DetectionLoss.padded: no host synchronisation) under
+    autocast, loss × 4 with --quad, GradScaler-scaled backward into static gradient views of one flat buffer
+    (gradients accumulate over `accumulate` replays);
+  * optimizer graph (one): unscale and the inf/NaN check (torch._amp_foreach_non_finite_check_and_unscale_),
+    clip the gradient norm to 10, the optimizer update (fused_optim.py: lr and momentum in device tensors,
+    skipped on found_inf), torch._amp_update_scale_, zero the gradients, the EMA update (decay in a device
+    tensor). Before each replay the host writes the groups' lr/momentum and the EMA decay (fills).
+  * any other shape (the last partial batch, --rect, --multi-scale) or more boxes per image than the largest
+    bucket: that batch runs eagerly (forward_backward of step.py into the same gradients; the optimizer graph
+    still steps). Validation is eager (the trainer never calls the step for it).
+All state the eager step uses is the same objects (parameters, the optimizer's buffers, the GradScaler's scale
+and growth tracker, the EMA tensors), updated in place: checkpoints, resume and a switch back to the eager
+step (GraphStep.disable, e.g. by an out-of-memory guard) see one consistent run. Not supported (the eager step
+runs, one log line says why): CPU, DDP (NCCL inside a capture is not attempted), --rect, --multi-scale, --ckpt,
+--optimizer LION, --no-cuda-graph. Memory: the graph pool keeps one step's activations reserved between
+steps; an eager fallback batch allocates its own beside it.
+Test: python -m pytest -q tests/test_graph_step.py (the CUDA test compares N graphed steps with eager ones)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from yolov9c.engine.train.ema import _bare
+from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
+from yolov9c.engine.train.step import MAX_GRAD_NORM, StepResult, forward_backward, optimizer_step, train_step
+from yolov9c.loss.detection import pack_targets_host
+
+WARMUP = 3  # eager batches of the fixed shape before the first capture
+BUCKETS = (32, 64, 128, 256)  # padded boxes per image of the micro-step graphs
+
+
+@dataclass
+class GraphStepResult(StepResult):
+    finite: torch.Tensor | None = None  # 0-dim bool on the device: loss items finite and, when stepped, no
+    # inf/NaN gradient (the step was taken); read it lazily (a read is a host synchronisation)
+
+
+@dataclass
+class _Micro:
+    graph: torch.cuda.CUDAGraph
+    gt: torch.Tensor  # static (B, bucket, 5) packed targets
+    items: torch.Tensor  # the graph's loss items (3,)
+    finite: torch.Tensor  # the graph's 0-dim finiteness of the loss items
+
+
+def unsupported(state) -> str | None:
+    """Why the graph step cannot run for this run (None when it can): the eager step runs instead."""
+    cfg = state.cfg
+    if not getattr(cfg, "cuda_graph", True):
+        return "--no-cuda-graph"
+    if state.device.type != "cuda":
+        return "not on a CUDA device"
+    if state.world > 1:
+        return "DDP: NCCL collectives inside a captured graph are not supported here"
+    if cfg.rect:
+        return "--rect: every batch has its own shape"
+    if cfg.multi_scale:
+        return "--multi-scale: every batch has its own shape"
+    if state.bn_buffers:
+        return "--ckpt: the recomputed forward is not captured"
+    if kind(state.optimizer) is None:
+        return f"--optimizer {cfg.optimizer}: no capturable update (SGD, Adam and AdamW have one)"
+    if state.ema is None:
+        return "no EMA on this process"
+    return None
+
+
+def select_step(state):
+    """The step the loop calls (state.step): GraphStep where it works, else step.train_step; logs which."""
+    why = unsupported(state)
+    if why is not None:
+        state.log(f"step: eager ({why})")
+        return train_step
+    state.log(f"step: CUDA graphs (captured after {WARMUP} eager batches; targets padded to "
+              f"{'/'.join(map(str, BUCKETS))} boxes per image; batches of another shape or more boxes run eagerly)")
+    return GraphStep(state)
+
+
+def bucket_for(m, buckets=BUCKETS):
+    """The smallest bucket ≥ m boxes per image, or None when m exceeds the largest."""
+    return next((b for b in buckets if m <= b), None)
+
+
+def max_boxes(targets, batch):
+    """The most target rows of one image among `batch` images (targets (N, 6) on the host; 0 when N = 0).
+    Out-of-range image indices are clamped here; the packing refuses them with its own error."""
+    if targets.shape[0] == 0:
+        return 0
+    img = targets[:, 0].detach().to("cpu").long().clamp(0, batch - 1)
+    return int(torch.bincount(img, minlength=batch).max())
+
+
+def _layout(t):
+    return tuple(t.shape), t.stride(), t.dtype, t.device
+
+
+class GraphStep:
+    """state.step replacement (see the module docstring). Call as the eager step: (state, imgs, targets, ni)."""
+
+    def __init__(self, state, warmup=WARMUP, buckets=BUCKETS):
+        self.warmup_left = int(warmup)
+        self.buckets = tuple(buckets)
+        self.layout = None  # (shape, stride, dtype, device) of the graphed image batch: the first batch's
+        self.device = state.device
+        self._stream = None  # the capture stream (the last warm-up batch runs on it too); made on first use
+        self.pool = None
+        self.micro = {}  # bucket → _Micro
+        self.opt = None  # the optimizer graph
+        self.grads = None  # static gradient views (model.parameters() order) of self.flat
+
+    # -- the decision per batch -------------------------------------------------------------------------------
+
+    def plan(self, imgs, targets):
+        """(bucket, None) to replay, or (None, reason) to run this batch eagerly."""
+        if self.layout is None:
+            self.layout = _layout(imgs)
+        if _layout(imgs) != self.layout:
+            return None, "shape"
+        bucket = bucket_for(max_boxes(targets, imgs.shape[0]), self.buckets)
+        if bucket is None:
+            return None, "boxes"
+        if self.warmup_left > 0:
+            return None, "warm-up"
+        return bucket, None
+
+    def __call__(self, state, imgs, targets, ni) -> GraphStepResult:
+        stepped = ni - state.last_opt_step >= state.accumulate
+        bucket, why = self.plan(imgs, targets)
+        if why is None:
+            items, finite = self._replay_micro(state, imgs, targets, bucket)
+        else:
+            items, finite = self._eager_micro(state, imgs, targets, why)
+        if stepped:
+            if self.grads is None:  # no graph yet: the eager optimizer step (its zero_grad included)
+                optimizer_step(state)
+            else:
+                finite = finite & self._replay_opt(state)
+            state.last_opt_step = ni
+        return GraphStepResult(loss_items=items, images=imgs.shape[0], stepped=stepped, finite=finite)
+
+    def disable(self, state):
+        """Back to the eager step for the rest of the run (state.step = train_step); frees the graphs. The
+        gradients accumulated so far stay in place (the eager step accumulates into them)."""
+        state.step = train_step
+        self.micro.clear()
+        self.opt = None
+        self.pool = None
+
+    # -- eager batches ---------------------------------------------------------------------------------------
+
+    def _eager_micro(self, state, imgs, targets, why):
+        """forward_backward of step.py (into the graphs' gradients once they exist); the last warm-up batch
+        runs on the capture stream so that its lazy per-stream state is made before the capture."""
+        if self.grads is not None:
+            self._bind_grads()
+        if why == "warm-up":
+            self.warmup_left -= 1
+            if self.warmup_left == 0:
+                items = self._on_stream(lambda: forward_backward(state, imgs, targets))
+                return items, torch.isfinite(items).all()
+        items = forward_backward(state, imgs, targets)
+        return items, torch.isfinite(items).all()
+
+    @property
+    def stream(self):
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        return self._stream
+
+    def _on_stream(self, fn):
+        main = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(main)
+        with torch.cuda.stream(self.stream):
+            out = fn()
+        main.wait_stream(self.stream)
+        return out
+
+    # -- static buffers ----------------------------------------------------------------------------------------
+
+    def _build(self, state, imgs):
+        """Static images, the flat gradient buffer and its views, the fused optimizer, the EMA pairs."""
+        model = state.model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.imgs = torch.empty_like(imgs)
+        numel = sum(p.numel() for p in self.params)
+        self.flat = torch.zeros(numel, dtype=torch.float32, device=imgs.device)
+        self.grads, o = [], 0
+        for p in self.params:
+            if p.dtype != torch.float32:
+                raise TypeError(f"graph step: float32 parameters expected, got {p.dtype}")
+            self.grads.append(self.flat[o:o + p.numel()].as_strided(p.shape, p.stride()))
+            o += p.numel()
+        self.fused = FusedOptimizer(state.optimizer, self.params)
+        self.found_inf = torch.zeros((), dtype=torch.float32, device=imgs.device)
+        ema_sd, msd = state.ema.ema.state_dict(), _bare(model).state_dict()
+        pairs = [(v, msd[k].detach()) for k, v in ema_sd.items() if v.dtype.is_floating_point]
+        self.ema_v, self.ema_m = [a for a, _ in pairs], [b for _, b in pairs]
+        self.ema_d = torch.zeros((), dtype=torch.float32, device=imgs.device)
+        self.ema_1md = torch.zeros_like(self.ema_d)
+        if state.amp and state.scaler._scale is None:
+            state.scaler._lazy_init_scale_growth_tracker(imgs.device)
+        self.pool = torch.cuda.graph_pool_handle()
+
+    def _bind_grads(self):
+        """Make every parameter's .grad its static view, carrying over what an eager backward left there
+        (None after an eager zero_grad: zero)."""
+        loose = [(p, g) for p, g in zip(self.params, self.grads) if p.grad is not g]
+        if not loose:
+            return
+        if len(loose) == len(self.params) and all(p.grad is None for p, _ in loose):
+            self.flat.zero_()  # one launch for the common case (every gradient dropped by zero_grad)
+        else:
+            for p, g in loose:
+                if p.grad is None:
+                    g.zero_()
+                else:
+                    g.copy_(p.grad)
+        for p, g in loose:
+            p.grad = g
+
+    # -- the micro-step graph ----------------------------------------------------------------------------------
+
+    def _replay_micro(self, state, imgs, targets, bucket):
+        if self.grads is None:
+            self._build(state, imgs)
+        self._bind_grads()
+        m = self.micro.get(bucket) or self._capture_micro(state, bucket)
+        self.imgs.copy_(imgs)
+        h, w = imgs.shape[-2:]
+        pack_targets_host(targets, imgs.shape[0], (w, h), torch.float32, imgs.device, nc=state.loss.nc, out=m.gt)
+        m.graph.replay()
+        return m.items.clone(), m.finite.clone()
+
+    def _capture_micro(self, state, bucket):
+        gt = torch.zeros((self.imgs.shape[0], bucket, 5), dtype=torch.float32, device=self.imgs.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
+            items, finite = self._micro_body(state, gt)
+        self.micro[bucket] = m = _Micro(graph, gt, items, finite)
+        return m
+
+    def _micro_body(self, state, gt):
+        with torch.autocast("cuda", enabled=state.amp):
+            pred = state.model(self.imgs)
+            loss, items = state.loss.padded(pred, gt)
+            if state.cfg.quad:
+                loss = loss * 4.0
+        state.scaler.scale(loss.sum()).backward()
+        items = items.detach()
+        return items, torch.isfinite(items).all()
+
+    # -- the optimizer graph -----------------------------------------------------------------------------------
+
+    def _replay_opt(self, state):
+        self._bind_grads()
+        if self.opt is None:
+            self._capture_opt(state)
+        self.fused.set_hyper()
+        state.ema.updates += 1
+        d = state.ema.decay()
+        self.ema_d.fill_(d)
+        self.ema_1md.fill_(1.0 - d)
+        self.opt.replay()
+        return self.opt_finite.clone()
+
+    def _capture_opt(self, state):
+        self.opt = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.opt, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
+            self.opt_finite = self._opt_body(state)
+
+    @torch.no_grad()
+    def _opt_body(self, state):
+        scaler, found = state.scaler, self.found_inf
+        found.zero_()
+        if state.amp:
+            inv_scale = scaler._scale.double().reciprocal().float()
+            torch._amp_foreach_non_finite_check_and_unscale_([self.flat], found, inv_scale)
+        torch.nn.utils.clip_grad_norm_(self.params, max_norm=MAX_GRAD_NORM)
+        if state.amp:
+            self.flat.masked_fill_(found > 0, 0.0)  # a skipped step: the update sees zero gradients
+            self.fused.step(found)
+            torch._amp_update_scale_(scaler._scale, scaler._growth_tracker, found, scaler._growth_factor,
+                                     scaler._backoff_factor, scaler._growth_interval)
+        else:
+            self.fused.step(None)  # the eager step without a GradScaler takes every step
+        self.flat.zero_()
+        torch._foreach_mul_(self.ema_v, self.ema_d)
+        torch._foreach_add_(self.ema_v, torch._foreach_mul(self.ema_m, self.ema_1md))
+        return found == 0
