@@ -297,9 +297,12 @@ def test_cuda_graph_step_equals_eager(tmp_path, backend):
     e, g = runs[False], runs[True]
     step = steps[True]
     assert isinstance(step, G.GraphStep) and sorted(step.micro) == [32, 64] and step.opt is not None
-    assert all(f.dtype == torch.bool and f.shape == () and f.is_cuda for f in g["finite"])
+    graphed = [f for f in g["finite"][3:] if f is not None]  # the optimizer steps from the capture on
+    assert len(graphed) == 6 and all(f.dtype == torch.bool and f.shape == () and f.is_cuda for f in graphed)
+    assert [bool(f) for f in g["finite"] if f is not None] == [bool(f) for f in e["finite"] if f is not None]
     assert e["scales"] == g["scales"] and len(set(e["scales"])) > 1  # grew or backed off, the same way
-    assert g["updates"] == e["updates"] == 7
+    applied = sum(bool(f) for f in e["finite"] if f is not None)
+    assert e["updates"] == applied and g["updates"] == 7  # graphed: the host count includes skipped steps
     # the updates agree to rounding (fused multiply-adds); fp16 predictions then rarely flip a near-tie of the
     # assigner, which moves that batch's box loss by a few 0.1 % (seen once in 14 c-backend steps on an H200)
     close = torch.isclose(g["items"], e["items"], rtol=2e-3, atol=1e-4).all(1)

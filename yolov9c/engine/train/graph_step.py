@@ -3,7 +3,7 @@ check, clip, optimizer step, scaler update, EMA update) captured once and replay
 launches two graphs per optimizer step instead of thousands of kernels.
 
     state.step = select_step(state)     # state.py's setup_execution: GraphStep(state) or step.train_step
-    result = state.step(state, imgs, targets, ni)   # GraphStepResult: StepResult + finite (0-dim device bool)
+    result = state.step(state, imgs, targets, ni)   # StepResult; finite: a 0-dim device bool once graphed
 
 Per batch (mosaic training at a fixed image size):
   * the first batch fixes the shape (B, 3, H, W); the first WARMUP batches of that shape run eagerly (cuDNN
@@ -15,15 +15,20 @@ Per batch (mosaic training at a fixed image size):
     autocast, loss × 4 with --quad, GradScaler-scaled backward into static gradient views of one flat buffer
     (gradients accumulate over `accumulate` replays);
   * optimizer graph (one): unscale and the inf/NaN check (torch._amp_foreach_non_finite_check_and_unscale_),
-    clip the gradient norm to 10, the optimizer update (fused_optim.py: lr and momentum in device tensors,
-    skipped on found_inf), torch._amp_update_scale_, zero the gradients, the EMA update (decay in a device
-    tensor). Before each replay the host writes the groups' lr/momentum and the EMA decay (fills).
+    clip the gradient norm to 10; then, as step.optimizer_step decides on the host, the window is applied only
+    when its losses (state.window_ok) and the gradient norm are finite: the optimizer update (fused_optim.py:
+    lr and momentum in device tensors, masked), the EMA update (its update count and decay on the device);
+    a skipped window puts the BN statistics back (state.window_bn); torch._amp_update_scale_ and zeroing the
+    gradients either way. Before each replay the host writes the groups' lr/momentum (fills) and window_ok.
+    StepResult.finite is then that 0-dim device bool (the guard reads it lazily). One difference: the host's
+    ema.updates counts a skipped step too (the EMA tensors follow the device count, as eager).
   * any other shape (the last partial batch, --rect, --multi-scale) or more boxes per image than the largest
     bucket: that batch runs eagerly (forward_backward of step.py into the same gradients; the optimizer graph
     still steps). Validation is eager (the trainer never calls the step for it).
 All state the eager step uses is the same objects (parameters, the optimizer's buffers, the GradScaler's scale
 and growth tracker, the EMA tensors), updated in place: checkpoints, resume and a switch back to the eager
-step (GraphStep.disable, e.g. by an out-of-memory guard) see one consistent run. Not supported (the eager step
+step (GraphStep.disable; done when the out-of-memory guard splits batches, state.micro_batch) see one
+consistent run. Not supported (the eager step
 runs, one log line says why): CPU, DDP (NCCL inside a capture is not attempted), --rect, --multi-scale, --ckpt,
 --optimizer LION, --no-cuda-graph. Memory: the graph pool keeps one step's activations reserved between
 steps; an eager fallback batch allocates its own beside it.
@@ -38,17 +43,12 @@ import torch
 
 from yolov9c.engine.train.ema import _bare
 from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
-from yolov9c.engine.train.step import MAX_GRAD_NORM, StepResult, forward_backward, optimizer_step, train_step
+from yolov9c.engine.train.step import (MAX_GRAD_NORM, StepResult, begin_window, forward_backward, optimizer_step,
+                                       train_step)
 from yolov9c.loss.detection import pack_targets_host
 
 WARMUP = 3  # eager batches of the fixed shape before the first capture
 BUCKETS = (32, 64, 128, 256)  # padded boxes per image of the micro-step graphs
-
-
-@dataclass
-class GraphStepResult(StepResult):
-    finite: torch.Tensor | None = None  # 0-dim bool on the device: loss items finite and, when stepped, no
-    # inf/NaN gradient (the step was taken); read it lazily (a read is a host synchronisation)
 
 
 @dataclass
@@ -139,20 +139,27 @@ class GraphStep:
             return None, "warm-up"
         return bucket, None
 
-    def __call__(self, state, imgs, targets, ni) -> GraphStepResult:
+    def __call__(self, state, imgs, targets, ni) -> StepResult:
+        if state.micro_batch is not None and state.micro_batch < imgs.shape[0]:
+            self.disable(state)  # the out-of-memory guard split the batch: eager from here on, pool freed
+            return train_step(state, imgs, targets, ni)
+        if state.window_ok is None:
+            begin_window(state)  # step.py: BN statistics kept for a skipped window, window_ok = True
         stepped = ni - state.last_opt_step >= state.accumulate
         bucket, why = self.plan(imgs, targets)
         if why is None:
             items, finite = self._replay_micro(state, imgs, targets, bucket)
         else:
             items, finite = self._eager_micro(state, imgs, targets, why)
+        state.window_ok &= finite
+        ok = None
         if stepped:
-            if self.grads is None:  # no graph yet: the eager optimizer step (its zero_grad included)
-                optimizer_step(state)
+            if self.grads is None:  # no graph yet: the eager optimizer step (zero_grad, EMA included)
+                ok = optimizer_step(state)
             else:
-                finite = finite & self._replay_opt(state)
+                ok = self._replay_opt(state)
             state.last_opt_step = ni
-        return GraphStepResult(loss_items=items, images=imgs.shape[0], stepped=stepped, finite=finite)
+        return StepResult(loss_items=items, images=imgs.shape[0], stepped=stepped, finite=ok)
 
     def disable(self, state):
         """Back to the eager step for the rest of the run (state.step = train_step); frees the graphs. The
@@ -172,10 +179,8 @@ class GraphStep:
         if why == "warm-up":
             self.warmup_left -= 1
             if self.warmup_left == 0:
-                items = self._on_stream(lambda: forward_backward(state, imgs, targets))
-                return items, torch.isfinite(items).all()
-        items = forward_backward(state, imgs, targets)
-        return items, torch.isfinite(items).all()
+                return self._on_stream(lambda: forward_backward(state, imgs, targets))
+        return forward_backward(state, imgs, targets)
 
     @property
     def stream(self):
@@ -211,8 +216,8 @@ class GraphStep:
         ema_sd, msd = state.ema.ema.state_dict(), _bare(model).state_dict()
         pairs = [(v, msd[k].detach()) for k, v in ema_sd.items() if v.dtype.is_floating_point]
         self.ema_v, self.ema_m = [a for a, _ in pairs], [b for _, b in pairs]
-        self.ema_d = torch.zeros((), dtype=torch.float32, device=imgs.device)
-        self.ema_1md = torch.zeros_like(self.ema_d)
+        self.ema_u = torch.full((), float(state.ema.updates), dtype=torch.float64, device=imgs.device)
+        self.window_ok = torch.ones((), dtype=torch.bool, device=imgs.device)  # state.window_ok copied in
         if state.amp and state.scaler._scale is None:
             state.scaler._lazy_init_scale_growth_tracker(imgs.device)
         self.pool = torch.cuda.graph_pool_handle()
@@ -261,9 +266,9 @@ class GraphStep:
             loss, items = state.loss.padded(pred, gt)
             if state.cfg.quad:
                 loss = loss * 4.0
-        state.scaler.scale(loss.sum()).backward()
-        items = items.detach()
-        return items, torch.isfinite(items).all()
+        loss = loss.sum()
+        state.scaler.scale(loss).backward()
+        return items.detach(), torch.isfinite(loss.detach())
 
     # -- the optimizer graph -----------------------------------------------------------------------------------
 
@@ -272,34 +277,41 @@ class GraphStep:
         if self.opt is None:
             self._capture_opt(state)
         self.fused.set_hyper()
-        state.ema.updates += 1
-        d = state.ema.decay()
-        self.ema_d.fill_(d)
-        self.ema_1md.fill_(1.0 - d)
+        self.window_ok.copy_(state.window_ok)
         self.opt.replay()
-        return self.opt_finite.clone()
+        state.window_ok = None  # the window is closed (its gradients zeroed in the graph)
+        state.ema.updates += 1  # counts a skipped step too (the EMA tensors and their decay count do not)
+        return self.opt_ok.clone()
 
     def _capture_opt(self, state):
         self.opt = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.opt, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
-            self.opt_finite = self._opt_body(state)
+            self.opt_ok = self._opt_body(state)
 
     @torch.no_grad()
     def _opt_body(self, state):
+        """optimizer_step of step.py on the device: the window is applied only when its losses and the clipped
+        gradient norm are finite (else no optimizer, EMA or BN-statistics change); scaler update either way."""
         scaler, found = state.scaler, self.found_inf
         found.zero_()
         if state.amp:
             inv_scale = scaler._scale.double().reciprocal().float()
             torch._amp_foreach_non_finite_check_and_unscale_([self.flat], found, inv_scale)
-        torch.nn.utils.clip_grad_norm_(self.params, max_norm=MAX_GRAD_NORM)
+        norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm=MAX_GRAD_NORM)
+        ok = torch.isfinite(norm) & self.window_ok
+        skip = (~ok).float()
+        self.flat.masked_fill_(~ok, 0.0)  # a skipped window: the update sees zero gradients and keeps every bit
+        self.fused.step(skip)
         if state.amp:
-            self.flat.masked_fill_(found > 0, 0.0)  # a skipped step: the update sees zero gradients
-            self.fused.step(found)
             torch._amp_update_scale_(scaler._scale, scaler._growth_tracker, found, scaler._growth_factor,
                                      scaler._backoff_factor, scaler._growth_interval)
-        else:
-            self.fused.step(None)  # the eager step without a GradScaler takes every step
+        for b, w in zip(state.bn_stats, state.window_bn or []):  # a skipped window's BN updates put back
+            b.copy_(torch.where(ok, b, w))
         self.flat.zero_()
-        torch._foreach_mul_(self.ema_v, self.ema_d)
-        torch._foreach_add_(self.ema_v, torch._foreach_mul(self.ema_m, self.ema_1md))
-        return found == 0
+        # ModelEMA.update on the device, only for an applied step (its update count too)
+        self.ema_u.add_(ok.double())
+        d = (state.ema.decay_max * (1.0 - torch.exp(-self.ema_u / state.ema.tau))).float()
+        d = torch.where(ok, d, 1.0)
+        torch._foreach_mul_(self.ema_v, d)
+        torch._foreach_add_(self.ema_v, torch._foreach_mul(self.ema_m, 1.0 - d))
+        return ok
