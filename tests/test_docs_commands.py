@@ -59,6 +59,8 @@ def why_not_run(cmd):
         return "the test suite itself"
     if cmd.startswith("torchrun") or "--device 0,1" in cmd:
         return "needs two GPUs (tests/test_train_ddp.py)"
+    if "--measure" in cmd.split():
+        return "measures on a CUDA GPU (tests/test_memory_plan.py, cuda)"
     if re.search(r"--resume(\s|$)", cmd):
         return "needs an interrupted run (tests/test_train_resume.py)"
     return None
