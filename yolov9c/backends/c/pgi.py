@@ -32,7 +32,7 @@ import os
 import torch
 import torch.nn as nn
 
-from yolov9c.backends.c import layers as L
+import yolov9c.backends.c.layers as L
 from yolov9c.backends.c.lazy import Image
 from yolov9c.backends.c.segment import run_segment
 from yolov9c.models.common import Conv, RepConvN
