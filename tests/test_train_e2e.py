@@ -4,23 +4,25 @@ published and added columns and really computed validation losses, results.png, 
 train_batch0-2.jpg, final validation plots), and the rarely used switches run together without error.
 
 test_map_rises: a short from-scratch CPU run whose final validation mAP@0.5 rises clearly above zero and whose
-training losses fall. Configuration (chosen for a ~1-minute run on 2 idle cores): synthetic data seed 0, 64
-training / 16 validation images of 96 px with 1-4 shapes of 15-45 % of the image; gelan-t, --img 96, --batch 8,
---epochs 30, --accumulate 1 (a step per batch), --mosaic 0 --mixup 0, hyp.scratch-high with warmup_epochs 0
-(the published floor keeps 100 warm-up iterations of the 240) and scale 0.5, --noval (the last epoch is still
-validated), --workers 0. Equivalent command:
-    python train_dual.py --data <synthetic_dataset(seed=0, n_train=64, n_val=16, imgsz=96, boxes=(1, 4),
-        size=(0.15, 0.45))> --cfg gelan-t.yaml --hyp <scratch-high, warmup_epochs 0, scale 0.5> --img 96 --batch 8
-        --epochs 30 --accumulate 1 --mosaic 0 --mixup 0 --noval --noplots --workers 0 --seed S
-Measured final mAP@0.5 (EMA, last epoch; runs with the measurement script through the same trainer API, one
-thread): seed 0: 0.620, seed 1: 0.825 (two threads), seed 2: 0.403; (seed 0 with the loader's earlier
-single-process order: 0.559). Losses (box, cls, dfl) fell from ~(6.6, 4.9, 4.3) in epoch 0 to ~(1.4-1.6, 1.1-1.6,
-1.2-1.3) in epoch 29. Asserted: mAP@0.5 > 0.2 (half the worst seed, far above the broken runs) and each
-training loss of the last epoch < 0.6 × epoch 0's.
-Deliberately broken runs (seed 0, not committed): box (CIoU) and DFL losses zeroed: mAP@0.5 0.000; class loss
-zeroed: 0.000. The box (CIoU) loss alone zeroed does not break it (0.872: the DFL term alone learns the boxes).
-Runtime: an epoch takes 1.3 s on this 2-core machine when idle (so ≈ 50 s for the run, estimated); under
-the load of other jobs a whole run took 84 s to 13 min (pytest of this test, one thread: 191 s).
+training losses fall. Configuration (halved for the suite's 10-minute budget on 2 cores: 120 steps instead of
+240, an easier task instead of 30 epochs): synthetic data seed 0, 64 training / 16 validation images of 96 px
+with 1-2 shapes of 25-50 % of the image; gelan-t, --img 96, --batch 8, --epochs 15, --accumulate 1 (a step per
+batch), --mosaic 0 --mixup 0, hyp.scratch-high with warmup_epochs 0 (the published floor keeps 100 warm-up
+iterations of the 120) and scale 0.5, --noval (the last epoch is still validated), --workers 0. Equivalent
+command:
+    python train_dual.py --data <synthetic_dataset(seed=0, n_train=64, n_val=16, imgsz=96, boxes=(1, 2),
+        size=(0.25, 0.5))> --cfg gelan-t.yaml --hyp <scratch-high, warmup_epochs 0, scale 0.5> --img 96 --batch 8
+        --epochs 15 --accumulate 1 --mosaic 0 --mixup 0 --noval --noplots --workers 0 --seed S
+Measured (this 2-core machine under other jobs' load, one thread, the trainer API): final
+mAP@0.5 seed 0: 0.286, seed 1: 0.290, seed 2: 0.185; last/first epoch training loss (box, cls, dfl) seed 0:
+0.51, 0.50, 0.57; seed 1: 0.40, 0.44, 0.56; seed 2: 0.68, 0.68, 0.72. Deliberately broken runs (seed 0): class
+loss zeroed: mAP@0.5 0.000; box (CIoU) and DFL losses zeroed: 0.000. Asserted: mAP@0.5 > 0.09 (half the worst
+seed) and each training loss of the last epoch < 0.75 x epoch 0's. Smaller sizes measured and rejected: 32
+images x 30 epochs (mAP 0.002 / 0.032 / 0.000), 64 x 15 epochs of the old 1-4 shapes of 15-45 % (0.125 / 0.162
+/ 0.067, losses to only 0.55-0.70 x), --img 64 (0.100 for seed 0). The earlier 30-epoch configuration measured
+0.620 / 0.825 / 0.403 and took 84 s to 13 min (25 min seen) depending on load.
+Runtime: 102-118 s per run under a load average of ~6-10 (the three seeds above); pytest of this test at a load
+average of 2.7: 69 s.
 
 Run: python -m pytest -q tests/test_train_e2e.py
 """
@@ -88,7 +90,8 @@ def test_rare_switches_together(data, tmp_path):
     assert len(res["epoch"]) == 2
 
 
-MAP_MIN = 0.2  # measured 0.62 / 0.82 / 0.40 (seeds 0-2), broken losses 0.0: see the docstring
+MAP_MIN = 0.09  # measured 0.286 / 0.290 / 0.185 (seeds 0-2), broken losses 0.0: see the docstring
+LOSS_FALL = 0.75  # last epoch / epoch 0, measured at most 0.72 (seed 2; seed 0: 0.57)
 
 
 def test_map_rises(tmp_path):
@@ -96,20 +99,20 @@ def test_map_rises(tmp_path):
     from yolov9c.engine.train.trainer import train
     from yolov9c.resources import load_hyp
 
-    data = synthetic_dataset(seed=0, root=tmp_path / "syn", n_train=64, n_val=16, imgsz=96, boxes=(1, 4),
-                             size=(0.15, 0.45))
+    data = synthetic_dataset(seed=0, root=tmp_path / "syn", n_train=64, n_val=16, imgsz=96, boxes=(1, 2),
+                             size=(0.25, 0.5))
     hyp = load_hyp(None)
     hyp.update(warmup_epochs=0.0, scale=0.5)
     hyp_file = tmp_path / "hyp.yaml"
     hyp_file.write_text(yaml.safe_dump(hyp))
     opt = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--hyp", str(hyp_file), "--img", "96", "--batch",
-                     "8", "--epochs", "30", "--accumulate", "1", "--mosaic", "0", "--mixup", "0", "--noval",
+                     "8", "--epochs", "15", "--accumulate", "1", "--mosaic", "0", "--mixup", "0", "--noval",
                      "--noplots", "--workers", "0", "--seed", "0", "--project", str(tmp_path / "runs")])
     out = train(opt, log=lambda *a, **k: None)
     res = read_results(out["save_dir"] / "results.csv")
-    assert res["epoch"].tolist() == [float(e) for e in range(30)]
+    assert res["epoch"].tolist() == [float(e) for e in range(15)]
     for k in ("train/box_loss", "train/cls_loss", "train/dfl_loss"):
-        assert res[k][-1] < 0.6 * res[k][0], (k, res[k][0], res[k][-1])
+        assert res[k][-1] < LOSS_FALL * res[k][0], (k, res[k][0], res[k][-1])
     map50 = float(res["metrics/mAP_0.5"][-1])
     assert out["metrics"]["map50"] == pytest.approx(map50, abs=1e-4)
-    assert map50 > MAP_MIN, f"mAP@0.5 {map50:.3f} after 30 epochs (measured 0.62 with seed 0)"
+    assert map50 > MAP_MIN, f"mAP@0.5 {map50:.3f} after 15 epochs (measured 0.286 with seed 0)"

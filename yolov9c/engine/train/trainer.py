@@ -29,6 +29,7 @@ Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -150,7 +151,9 @@ def train_one_epoch(state: RunState, epoch):
     if skipped:
         state.log(f"WARNING: epoch {epoch}: {skipped} optimizer steps skipped (non-finite loss or gradients)")
     state.lr = [g["lr"] for g in state.optimizer.param_groups]
-    state.scheduler.step()
+    with warnings.catch_warnings():  # an epoch whose every step was skipped (non-finite) never called optimizer.step
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\(\)` before")
+        state.scheduler.step()
     return EpochStats(mloss=mloss, seconds=seconds, images=images, skipped=skipped)
 
 
