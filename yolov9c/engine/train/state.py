@@ -245,9 +245,9 @@ def setup_run_folder(state):
         else:
             state.save_dir = increment_path(target, exist_ok=cfg.exist_ok)
     state.wdir = state.save_dir / "weights"
-    if state.main and not state.evolving:
-        state.folder = RunFolder.open(state.save_dir, resume=resumed.ckpt if resumed else None, log=log)
     try:
+        if state.main and not state.evolving:
+            state.folder = RunFolder.open(state.save_dir, resume=resumed.ckpt if resumed else None, log=log)
         _run_folder_contents(state)
     except BaseException:
         abandon_run_folder(state)
@@ -492,8 +492,10 @@ def setup_finish_only(state):
     state.loss = make_loss(state.model, state.hyp, backend=cfg.backend)
     state.plots = state.main and not cfg.noplots
     state.start_epoch = cfg.epochs
-    state.log(f"--resume {state.resumed.last}: training ended (epoch {state.resumed.ckpt.get('epoch')}); "
-              f"finishing the run: strip the weights, validate best.pt, plot")
+    ep = int(state.resumed.ckpt.get("epoch", -1))
+    when = f"after epoch {ep}" if ep >= 0 else "and its weights were stripped"
+    state.log(f"--resume {state.resumed.last}: training ended {when}; finishing the run: strip the weights, "
+              f"validate best.pt, plot")
 
 
 # ---------------------------------------------------------------------------------------------------------
