@@ -3,11 +3,14 @@
     state = setup(cfg, log=print)      # yolov9c/engine/train/trainer.py's train() starts here
 
 setup() runs, in order: resume (read_resume: the run's stored options, folder, hyp, weights) → placement
-(device, DDP process group, backend, channels-last) → run folder and hyp (hyp.yaml and opt.yaml of a fresh run,
-seeds) → model (data config, DetectionModel, weights, freeze, image size) → optimization (AutoBatch, batch,
+(device, DDP process group, backend, channels-last) → run folder and hyp (rank 0 holds it as a
+run_folder.RunFolder: lock, atomic hyp.yaml and opt.yaml of a fresh run; seeds) → model (data config, DetectionModel, weights, freeze, image size) → optimization (AutoBatch, batch,
 accumulation and nominal batch, weight decay, optimizer, LR schedule, EMA, GradScaler) → loaders → execution
 (class weights, loss, the backend, --ckpt, SyncBatchNorm, DDP) → restore (resume.py: optimizer, EMA, scaler,
-counters, RNG). The backend goes on after the EMA copy, half().float() and the loss (which reads the plain
+counters, RNG). A --resume of a run whose training ended (killed after its last epoch or while finishing)
+stops after the model: setup_finish_only (validation loader, loss), for trainer.finish alone. A start that
+fails after the folder was opened releases it and removes a folder it created (abandon_run_folder), so failed
+starts leave no runs/train/expN behind. The backend goes on after the EMA copy, half().float() and the loss (which reads the plain
 head), before DDP; parameters and state_dict stay the same, so the EMA, validation and every checkpoint are
 plain torch.
 

@@ -4,8 +4,14 @@
     for epoch in range(state.start_epoch, cfg.epochs):
         train_one_epoch(state, epoch)           # every batch: warm-up, prepare_batch, state.guard.step (guards.py
                                                 # around state.step, step.py: OOM back-off, non-finite skips)
-        end_epoch(state, epoch)                 # validate, fitness, results.csv row, checkpoints, early stop
-    finish(state, epoch)                        # strip last.pt/best.pt, validate best.pt with plots, results.png
+        end_epoch(state, epoch)                 # validate, fitness, then state.folder.save_epoch (last.pt,
+                                                # best.pt/epochN.pt copies, then the results.csv row), early stop
+    finish(state)                               # run_state "finishing", strip last.pt/best.pt, validate best.pt
+                                                # with plots, results.png, run_state "done"
+
+The run folder (run_folder.py, rank 0, not --evolve generations) is held from set-up to the end of train()
+(released in a finally, also on errors and Ctrl-C). A --resume of a run whose training ended runs finish() only.
+Ctrl-C raises Interrupted: the CLI prints the last.pt to resume, or that none was saved yet.
 
     from yolov9c.cli.train import parse_opt
     from yolov9c.engine.train.trainer import train
