@@ -66,7 +66,7 @@ def test_resume_of_a_stripped_checkpoint_refuses(tmp_path):
     (run / "weights").mkdir(parents=True)
     (run / "opt.yaml").write_text(yaml.safe_dump({k: v for k, v in vars(parse_opt([])).items() if k != "given"}))
     save_checkpoint(run / "weights" / "last.pt", build_model("gelan-t", nc=2), epoch=-1)  # as after the strip
-    with pytest.raises(TrainError, match="stripped"):
+    with pytest.raises(TrainError, match="nothing to resume: this run finished"):
         train(parse_opt(["--resume", str(run / "weights" / "last.pt")]), log=lambda *a, **k: None)
     (tmp_path / "empty").mkdir()
     with pytest.raises(TrainError, match="no last.pt"):
@@ -205,5 +205,5 @@ def test_resume_survives_a_damaged_or_old_opt_yaml(interrupted, tmp_path, damage
     if damage == "old":
         assert "unknown options ignored: some_old_flag" in text
     else:
-        assert f"using the options stored in {run / 'weights' / 'last.pt'}" in text
+        assert f"WARNING: {opt_yaml} is {damage}; using the options stored in the checkpoint" in text
     assert "Resuming with --batch-size 8 (was 8) x accumulate 1 = nominal batch 8" in text

@@ -32,7 +32,8 @@ import torch
 
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.evolve import evolve
-from yolov9c.engine.train.trainer import TrainError, train
+from yolov9c.engine.train.run_folder import USER_ERRORS
+from yolov9c.engine.train.trainer import Interrupted, TrainError, train
 
 OPTIMIZERS = ("SGD", "Adam", "AdamW", "LION")
 CACHE_CHOICES = ("ram", "disk", "val")
@@ -227,13 +228,27 @@ def main(argv=None) -> int:
             evolve(cfg)
         else:
             train(cfg)
-    except TrainError as e:
+    except (TrainError, *USER_ERRORS) as e:  # before any OSError handling: DiskFullError is an OSError
         print(f"train_dual.py: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("train_dual.py: interrupted; resume with --resume", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"train_dual.py: {interrupt_hint(cfg, e)}", file=sys.stderr)
         return 130
     return 0
+
+
+def interrupt_hint(cfg, e):
+    """The one line printed after Ctrl-C: the checkpoint a --resume continues from, or that there is none."""
+    if isinstance(e, Interrupted) and e.last is not None:
+        return f"interrupted; resume with --resume {e.last}"
+    if isinstance(e, Interrupted):
+        return (f"interrupted before the first epoch was saved: {e.save_dir} has no checkpoint to resume; start "
+                f"the run again")
+    if cfg.evolve is not None:
+        return "interrupted; evolve.csv keeps the finished generations: add --resume to the same command to go on"
+    if cfg.resume:
+        return "interrupted before training went on; the run's checkpoint is unchanged: run the same --resume again"
+    return "interrupted before training started; nothing was saved"
 
 
 def _wants_ddp(cfg):

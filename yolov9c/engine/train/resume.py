@@ -5,10 +5,12 @@
 
 A resume is one record, `Resumed`, made before anything is built (set-up needs the run's options, folder, hyp
 and weights to build the same run) and applied once at the end of set-up (`restore`): nothing else in the
-trainer reads a checkpoint. read_resume: the newest last*.pt under --project (bare --resume) or the given
-path; the run's options from its opt.yaml (or, when opt.yaml is missing, empty or broken, from the options
-stored in last.pt), then the command line's RESUME_OVERRIDES (memory knobs, placement) for the flags the user
-typed; a stripped checkpoint (training finished) or one that already trained every epoch is refused.
+trainer reads a checkpoint. read_resume: the given last.pt, or (bare --resume) the newest last*.pt under
+--project whose run is not done (finished runs are skipped; the pick is logged); the run's options from its
+opt.yaml (run_folder.read_opt: when opt.yaml is missing, empty or broken, the options stored in last.pt), then
+the command line's RESUME_OVERRIDES (memory knobs, placement) for the flags the user typed. Its action
+(run_folder.resume_action): "train" (continue), "finish" (a run killed after its last epoch or while
+finishing: only strip and validate), or "done" (a finished run: nothing to resume, a TrainError).
 restore: optimizer, EMA (and its update count), GradScaler, start epoch, best fitness/epoch, the last optimizer
 step, the last metrics, per-class mAPs, the micro-batch an out-of-memory back-off lowered (guards.py), and the
 Python/NumPy/torch/CUDA RNG states of the main process; opt.yaml
@@ -30,10 +32,10 @@ import numpy as np
 import torch
 import yaml
 
-from yolov9c.engine.run_dir import latest_last_pt
-from yolov9c.engine.train.config import RESUME_OVERRIDES, ConfigError, RunConfig, opt_dict, read_opt_yaml
+from yolov9c.engine.train.config import RESUME_OVERRIDES, ConfigError, RunConfig, opt_dict
 from yolov9c.engine.train.errors import TrainError
-from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain
+from yolov9c.engine.train.run_folder import read_opt, read_state, resume_action
+from yolov9c.models.checkpoint import CheckpointError, read_checkpoint
 
 
 @dataclass
@@ -42,6 +44,7 @@ class Resumed:
     ckpt: dict  # last.pt as read (float32 model/EMA, optimizer, scaler, rng, counters)
     last: Path  # the last.pt resumed from
     save_dir: Path  # its run folder (last.pt's grandparent)
+    action: str = "train"  # "train": continue at epoch ckpt['epoch'] + 1; "finish": only strip and validate
 
     @property
     def hyp(self):
@@ -63,39 +66,66 @@ class Resumed:
 
 
 def read_resume(cfg: RunConfig, log=print) -> Resumed:
-    """The Resumed record of `cfg.resume` (True: the newest last*.pt under cfg.project, else that path)."""
+    """The Resumed record of `cfg.resume` (True: the newest resumable last*.pt under cfg.project, else that
+    path). Its `action` (run_folder.resume_action): "train" or "finish"; a run with nothing left ("done": it
+    finished) is a TrainError. The run folder's lock confirms the action when set-up opens the folder."""
     if cfg.resume is True:
-        last = latest_last_pt(cfg.project if Path(cfg.project).exists() else ".")
-        where = f"under {cfg.project}"
+        last, ckpt = pick_latest(cfg.project, log)
     else:
-        last, where = Path(cfg.resume), str(cfg.resume)
-    if last is None or not Path(last).is_file():
-        raise TrainError(f"--resume: no last.pt found ({where})")
-    last = Path(last)
-    try:
-        ckpt = read_checkpoint(last)
-    except (FileNotFoundError, CheckpointError) as e:
-        raise TrainError(str(e)) from None
-    if ckpt.get("optimizer") is None or ckpt.get("epoch", -1) < 0:
-        raise TrainError(f"--resume {last}: this checkpoint is stripped (training finished); nothing to resume")
-    stored = _stored_options(last, ckpt, log)
+        last = Path(cfg.resume)
+        if not last.is_file():
+            raise TrainError(f"--resume: no last.pt found ({cfg.resume})")
+        ckpt = _read(last)
+    save_dir = last.parent.parent
+    action = resume_action(save_dir, ckpt)
+    if action == "done":
+        raise TrainError(f"--resume {last}: nothing to resume: this run finished (stripped weights, final "
+                         f"validation done); start a new run with --weights {last} to train it further")
+    stored = _stored_options(save_dir, ckpt, last, log)
     stored = dataclasses.replace(stored, **{k: getattr(cfg, k) for k in RESUME_OVERRIDES if k in cfg.given},
                                  given=cfg.given, resume=str(last), weights=str(last), cfg="")
-    if int(ckpt["epoch"]) + 1 >= stored.epochs:
-        raise TrainError(f"--resume: {last} already trained {int(ckpt['epoch']) + 1} of {stored.epochs} epochs")
-    return Resumed(cfg=stored, ckpt=ckpt, last=last, save_dir=last.parent.parent)
+    return Resumed(cfg=stored, ckpt=ckpt, last=last, save_dir=save_dir, action=action)
 
 
-def _stored_options(last, ckpt, log):
-    """The run's RunConfig: its opt.yaml, else (missing, empty, broken) the options stored in last.pt."""
-    opt_yaml = last.parent.parent / "opt.yaml"
+def pick_latest(project, log=print):
+    """(path, checkpoint) of a bare --resume: the most recently modified last*.pt under `project` (else the
+    current folder) whose run is not done; finished runs are skipped, and the pick is logged."""
+    root = Path(project) if Path(project).exists() else Path(".")
+    found = sorted((p for p in root.rglob("last*.pt") if p.is_file()), key=lambda p: p.stat().st_mtime,
+                   reverse=True)
+    skipped = []
+    for last in found:
+        if read_state(last.parent.parent).get("phase") == "done":
+            skipped.append(last)
+            continue
+        ckpt = _read(last)
+        if resume_action(last.parent.parent, ckpt) == "done":
+            skipped.append(last)
+            continue
+        note = f"; skipped {len(skipped)} newer finished run(s): {', '.join(str(p) for p in skipped[:3])}" \
+            if skipped else ""
+        log(f"--resume: resuming {last}, the newest unfinished run under {root}{note}")
+        return last, ckpt
+    if skipped:
+        raise TrainError(f"--resume: every run under {root} finished ({len(skipped)}, newest {skipped[0]}); "
+                         f"nothing to resume")
+    raise TrainError(f"--resume: no last.pt found (under {root})")
+
+
+def _read(last):
     try:
-        return read_opt_yaml(opt_yaml, log=log)
-    except (FileNotFoundError, ConfigError) as e:
-        if not isinstance(ckpt.get("opt"), dict):
-            raise TrainError(f"--resume: {opt_yaml} cannot be read ({e}) and {last} stores no options") from None
-        log(f"WARNING: --resume: {opt_yaml} cannot be read ({e}); using the options stored in {last}")
-        return RunConfig.from_dict(ckpt["opt"], log=log, source=str(last))
+        return read_checkpoint(last)
+    except (FileNotFoundError, CheckpointError) as e:
+        raise TrainError(str(e)) from None
+
+
+def _stored_options(save_dir, ckpt, last, log):
+    """The run's RunConfig: its opt.yaml, else (missing, empty, broken) the options stored in last.pt."""
+    opt = read_opt(save_dir, fallback=ckpt.get("opt"), log=log)
+    try:
+        return RunConfig.from_dict(opt, log=log, source=str(save_dir / "opt.yaml"))
+    except ConfigError as e:
+        raise TrainError(f"--resume: {e}; {last} stores no usable options") from None
 
 
 def restore(state, resumed: Resumed):
@@ -123,16 +153,21 @@ def restore(state, resumed: Resumed):
     restore_micro_batch(state, ck.get("micro_batch"))
     if state.main and ck.get("rng"):  # the other ranks keep their own seeds (only rank 0's states are saved)
         set_rng_state(ck["rng"])
-    if state.main:  # as published, opt.yaml is rewritten on resume: it now shows the new memory knobs
-        path = state.save_dir / "opt.yaml"
-        try:
-            old = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            old = {}
-        hyp = old.get("hyp") if isinstance(old, dict) and isinstance(old.get("hyp"), dict) else state.hyp
-        path.write_text(yaml.safe_dump(to_plain(opt_dict(state.cfg, hyp)), sort_keys=False))
+    if state.main:
+        rewrite_opt_yaml(state)
     state.log(f"Resuming training from {resumed.last} from epoch {state.start_epoch} to {state.cfg.epochs} "
               f"total epochs")
+
+
+def rewrite_opt_yaml(state):
+    """As published, opt.yaml is rewritten on resume (atomically, through the run folder): it shows the new
+    memory knobs; its 'hyp' entry is kept."""
+    try:
+        old = yaml.safe_load((state.save_dir / "opt.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        old = {}
+    hyp = old.get("hyp") if isinstance(old, dict) and isinstance(old.get("hyp"), dict) else state.hyp
+    state.folder.write_yaml("opt.yaml", opt_dict(state.cfg, hyp))
 
 
 def restore_micro_batch(state, stored):

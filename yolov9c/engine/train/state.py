@@ -3,11 +3,14 @@
     state = setup(cfg, log=print)      # yolov9c/engine/train/trainer.py's train() starts here
 
 setup() runs, in order: resume (read_resume: the run's stored options, folder, hyp, weights) → placement
-(device, DDP process group, backend, channels-last) → run folder and hyp (hyp.yaml and opt.yaml of a fresh run,
-seeds) → model (data config, DetectionModel, weights, freeze, image size) → optimization (AutoBatch, batch,
+(device, DDP process group, backend, channels-last) → run folder and hyp (rank 0 holds it as a
+run_folder.RunFolder: lock, atomic hyp.yaml and opt.yaml of a fresh run; seeds) → model (data config, DetectionModel, weights, freeze, image size) → optimization (AutoBatch, batch,
 accumulation and nominal batch, weight decay, optimizer, LR schedule, EMA, GradScaler) → loaders → execution
 (class weights, loss, the backend, --ckpt, SyncBatchNorm, DDP) → restore (resume.py: optimizer, EMA, scaler,
-counters, RNG). The backend goes on after the EMA copy, half().float() and the loss (which reads the plain
+counters, RNG). A --resume of a run whose training ended (killed after its last epoch or while finishing)
+stops after the model: setup_finish_only (validation loader, loss), for trainer.finish alone. A start that
+fails after the folder was opened releases it and removes a folder it created (abandon_run_folder), so failed
+starts leave no runs/train/expN behind. The backend goes on after the EMA copy, half().float() and the loss (which reads the plain
 head), before DDP; parameters and state_dict stay the same, so the EMA, validation and every checkpoint are
 plain torch.
 
@@ -30,7 +33,6 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch.distributed as dist
-import yaml
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -51,10 +53,12 @@ from yolov9c.engine.train.guards import StepGuard
 from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
 from yolov9c.engine.train.optim import build_optimizer
 from yolov9c.engine.train.resume import Resumed, read_resume, restore
+from yolov9c.engine.train.run_folder import STATE_NAME as RUN_STATE_NAME
+from yolov9c.engine.train.run_folder import RunFolder
 from yolov9c.engine.train.schedule import lr_lambda, warmup_iterations
 from yolov9c.engine.train.step import train_step
 from yolov9c.loss.detection import make_loss
-from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain, transfer_weights
+from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, transfer_weights
 from yolov9c.models.model import DetectionModel
 from yolov9c.ops import extension
 from yolov9c.resources import resolve_hyp
@@ -78,6 +82,9 @@ class RunState:
     # --- run folder ---
     save_dir: Path = Path()
     wdir: Path = Path()  # save_dir / weights
+    folder: RunFolder | None = None  # run_folder.py: the held run folder (main process, not --evolve)
+    made_dir: bool = False  # this start created save_dir (a failed start removes it again)
+    finish_only: bool = False  # --resume of a run whose training ended: only strip, validate and plot
     evolving: bool = False  # a generation of --evolve: no hyp.yaml/opt.yaml, checkpoints or plots
     plots: bool = False
     # --- data and model ---
@@ -127,19 +134,28 @@ class RunState:
 
 
 def setup(cfg: RunConfig, log=print) -> RunState:
-    """Build every object of the run from `cfg` (see the module docstring for the order)."""
+    """Build every object of the run from `cfg` (see the module docstring for the order). A start that fails
+    after the run folder was opened releases it (and removes a folder it created and only filled with its own
+    start-up files), then re-raises."""
     cfg = dataclasses.replace(cfg)
     resumed = read_resume(cfg, log) if cfg.resume else None
     state = RunState(cfg=resumed.cfg if resumed else cfg, log=log, resumed=resumed)
     setup_placement(state)
     setup_run_folder(state)
-    setup_model(state)
-    setup_optimization(state)
-    setup_loaders(state)
-    setup_execution(state)
-    if resumed is not None:
-        restore(state, resumed)
-        state.resumed = None
+    try:
+        setup_model(state)
+        if state.finish_only:
+            setup_finish_only(state)
+            return state
+        setup_optimization(state)
+        setup_loaders(state)
+        setup_execution(state)
+        if resumed is not None:
+            restore(state, resumed)
+            state.resumed = None
+    except BaseException:
+        abandon_run_folder(state)
+        raise
     return state
 
 
@@ -215,36 +231,88 @@ def resolve_backend(cfg, device, world, log):
 # ---------------------------------------------------------------------------------------------------------
 
 def setup_run_folder(state):
-    """runs/train/expN (or the resumed run's folder), the hyperparameters, hyp.yaml and opt.yaml of a fresh
-    run, and the seeds."""
-    cfg, log = state.cfg, state.log
+    """runs/train/expN (claimed with an atomic mkdir; or the resumed run's folder), held through a RunFolder by
+    the main process (not by --evolve generations, which write only results.csv rows), the hyperparameters,
+    hyp.yaml and opt.yaml of a fresh run (atomic), and the seeds. A resume whose training ended
+    (resume_action "finish") sets state.finish_only."""
+    cfg, log, resumed = state.cfg, state.log, state.resumed
     state.evolving = cfg.evolve is not None
-    if state.resumed is not None:
-        state.save_dir = state.resumed.save_dir
+    if resumed is not None:
+        state.save_dir = resumed.save_dir
     else:
         name = Path(cfg.cfg).stem if cfg.name == "cfg" else cfg.name
-        state.save_dir = increment_path(Path(cfg.project) / name, exist_ok=cfg.exist_ok)
+        target = Path(cfg.project) / name
+        if state.main:
+            existed = target.exists()
+            state.save_dir = increment_path(target, exist_ok=cfg.exist_ok, mkdir=True)
+            state.made_dir = not (cfg.exist_ok and existed)
+        else:
+            state.save_dir = increment_path(target, exist_ok=cfg.exist_ok)
     state.wdir = state.save_dir / "weights"
+    try:
+        if state.main and not state.evolving:
+            state.folder = RunFolder.open(state.save_dir, resume=resumed.ckpt if resumed else None, log=log)
+        _run_folder_contents(state)
+    except BaseException:
+        abandon_run_folder(state)
+        raise
+
+
+def _run_folder_contents(state):
+    cfg, log, resumed = state.cfg, state.log, state.resumed
+    if resumed is not None:
+        action = state.folder.resume_action if state.folder is not None else resumed.action
+        if action == "done":
+            raise TrainError(f"--resume {resumed.last}: nothing to resume: this run finished (final validation "
+                             f"done)")
+        state.finish_only = action == "finish"
     try:
         hyp_file = resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else None
         hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup)
     except (FileNotFoundError, KeyError, ValueError) as e:
         raise TrainError(f"--hyp: {e}") from None
-    if state.resumed is not None and state.resumed.hyp is not None:
-        hyp = state.resumed.hyp  # the run's own (already weight-decay-scaled) values
+    if resumed is not None and resumed.hyp is not None:
+        hyp = resumed.hyp  # the run's own (already weight-decay-scaled) values
     hyp["anchor_t"] = 5.0  # forced as published (anchor-free heads do not read it)
     cfg.save_dir = str(state.save_dir)
     cfg.world_size, cfg.global_rank = state.world, state.rank  # as published (opt.yaml records them)
     if state.main:
-        (state.save_dir if state.evolving else state.wdir).mkdir(parents=True, exist_ok=True)
-        if state.resumed is None and not state.evolving:
-            (state.save_dir / "hyp.yaml").write_text(yaml.safe_dump(to_plain(hyp), sort_keys=False))
-            (state.save_dir / "opt.yaml").write_text(yaml.safe_dump(to_plain(opt_dict(cfg, hyp)), sort_keys=False))
+        if state.evolving:
+            state.save_dir.mkdir(parents=True, exist_ok=True)
+        elif resumed is None:
+            state.folder.write_yaml("hyp.yaml", hyp)
+            state.folder.write_yaml("opt.yaml", opt_dict(cfg, hyp))
         log("train_dual: " + ", ".join(f"{k}={v}" for k, v in opt_dict(cfg).items()))
         log("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in hyp.items()))
     hyp["label_smoothing"] = float(cfg.label_smoothing)
     state.hyp = hyp
     init_seeds(cfg.seed + 1 + state.rank, cfg.deterministic)
+
+
+START_FILES = ("hyp.yaml", "opt.yaml", RUN_STATE_NAME, "labels.jpg")  # what a start writes before epoch 0
+
+
+def abandon_run_folder(state):
+    """A start failed: release the run folder; if this start created it and it holds only START_FILES and an
+    empty weights/, remove it (so the corrected run gets the same name). Anything else in it is kept."""
+    folder, state.folder = state.folder, None
+    if folder is not None:
+        folder.close()
+    if not (state.main and state.made_dir and state.resumed is None and not state.evolving):
+        return
+    d = state.save_dir
+    try:
+        names = {p.name for p in d.iterdir()}
+        if names - set(START_FILES) - {"weights"} or (state.wdir.is_dir() and any(state.wdir.iterdir())):
+            return
+        for name in START_FILES:
+            (d / name).unlink(missing_ok=True)
+        if state.wdir.is_dir():
+            state.wdir.rmdir()
+        d.rmdir()
+    except OSError:
+        return  # something else appeared or it cannot be removed: keep it
+    state.made_dir = False
 
 
 def init_seeds(seed, deterministic):
@@ -410,6 +478,28 @@ def make_val_loader(state, batch):
         workers=cfg.workers * 2, prefix="val: ", single_cls=cfg.single_cls, hyp=state.hyp, seed=cfg.seed,
         pin_memory=cfg.pin_memory, nc=int(state.data["nc"]), log=state.log)
     return loader
+
+
+def setup_finish_only(state):
+    """A --resume whose training ended (killed after the last epoch or while finishing): no optimizer, training
+    loader or loop, only what finish() reads: the validation loader (the run's batch size), the loss for the
+    validation losses, and plots."""
+    cfg = state.cfg
+    stored = (state.resumed.ckpt.get("opt") or {}).get("batch_size")
+    batch = cfg.batch_size if cfg.batch_size > 0 else int(stored) if stored and int(stored) > 0 else 16
+    state.batch_size = batch
+    try:
+        state.val_loader = make_val_loader(state, batch // state.world) if state.main else None
+    except (DataError, ValueError) as e:
+        raise TrainError(str(e)) from None
+    state.model.nc, state.model.names, state.model.hyp = state.nc, state.names, state.hyp
+    state.loss = make_loss(state.model, state.hyp, backend=cfg.backend)
+    state.plots = state.main and not cfg.noplots
+    state.start_epoch = cfg.epochs
+    ep = int(state.resumed.ckpt.get("epoch", -1))
+    when = f"after epoch {ep}" if ep >= 0 else "and its weights were stripped"
+    state.log(f"--resume {state.resumed.last}: training ended {when}; finishing the run: strip the weights, "
+              f"validate best.pt, plot")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -4,8 +4,14 @@
     for epoch in range(state.start_epoch, cfg.epochs):
         train_one_epoch(state, epoch)           # every batch: warm-up, prepare_batch, state.guard.step (guards.py
                                                 # around state.step, step.py: OOM back-off, non-finite skips)
-        end_epoch(state, epoch)                 # validate, fitness, results.csv row, checkpoints, early stop
-    finish(state, epoch)                        # strip last.pt/best.pt, validate best.pt with plots, results.png
+        end_epoch(state, epoch)                 # validate, fitness, then state.folder.save_epoch (last.pt,
+                                                # best.pt/epochN.pt copies, then the results.csv row), early stop
+    finish(state)                               # run_state "finishing", strip last.pt/best.pt, validate best.pt
+                                                # with plots, results.png, run_state "done"
+
+The run folder (run_folder.py, rank 0, not --evolve generations) is held from set-up to the end of train()
+(released in a finally, also on errors and Ctrl-C). A --resume of a run whose training ended runs finish() only.
+Ctrl-C raises Interrupted: the CLI prints the last.pt to resume, or that none was saved yet.
 
     from yolov9c.cli.train import parse_opt
     from yolov9c.engine.train.trainer import train
@@ -48,9 +54,9 @@ from yolov9c.engine.train.state import RunState, make_val_loader, setup
 from yolov9c.engine.train.step import prepare_batch
 from yolov9c.engine.val.coco import coco_layout
 from yolov9c.engine.val.validator import validate
-from yolov9c.models.checkpoint import atomic_torch_save, load_model, make_checkpoint, strip_checkpoint
+from yolov9c.models.checkpoint import load_model, make_checkpoint
 
-__all__ = ["TrainError", "train"]  # TrainError: raised by set-up and the loop, caught by the CLI
+__all__ = ["Interrupted", "TrainError", "train"]  # TrainError: raised by set-up and the loop, caught by the CLI
 
 GIB = 2 ** 30
 METRIC_KEYS = ("mp", "mr", "map50", "map", "box_loss", "cls_loss", "dfl_loss")
@@ -71,13 +77,41 @@ def fitness(mp, mr, map50, map5095):
     return 0.1 * map50 + 0.9 * map5095
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during training: `last` is the checkpoint a --resume continues from (None: no epoch saved yet),
+    `save_dir` the run folder."""
+
+    def __init__(self, save_dir, last):
+        super().__init__(str(last or save_dir))
+        self.save_dir, self.last = save_dir, last
+
+
 def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
     """Run a training as train_dual.py does. cfg: a RunConfig (yolov9c.cli.train.parse_opt builds one).
     stop_after_epoch: stop (as if interrupted) after saving that epoch's last.pt (tests of --resume).
     Returns a dict: save_dir (Path), epochs_done, best_fitness, metrics (the last validation's), and final (the
-    validation of best.pt) when the run finished with validation."""
+    validation of best.pt) when the run finished with validation. Ctrl-C raises Interrupted (a
+    KeyboardInterrupt naming the checkpoint to resume)."""
     state = setup(cfg, log)
+    try:
+        return _train(state, stop_after_epoch)
+    except KeyboardInterrupt as e:
+        if state.evolving or not state.main or isinstance(e, Interrupted):
+            raise
+        last = state.wdir / "last.pt"
+        raise Interrupted(state.save_dir, last if last.is_file() else None) from e
+    finally:
+        if state.folder is not None:
+            state.folder.close()
+
+
+def _train(state: RunState, stop_after_epoch):
     cfg = state.cfg
+    if state.finish_only:
+        out = {"save_dir": state.save_dir, "epochs_done": cfg.epochs, "best_fitness": None, "metrics": {}}
+        if state.main:
+            out.update(finish(state))
+        return _end(state, out)
     state.log(f"Image sizes {state.imgsz} train, {state.imgsz} val\nUsing {state.train_loader.num_workers} "
               f"dataloader workers\nLogging results to {state.save_dir}\nStarting training for {cfg.epochs} "
               f"epochs...")
@@ -96,6 +130,10 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
         state.log(f"\n{epoch - state.start_epoch + 1} epochs completed in {(time.time() - t_start) / 3600:.3f} "
                   f"hours.")
         out.update(finish(state))
+    return _end(state, out)
+
+
+def _end(state, out):
     if state.world > 1:
         dist.destroy_process_group()
     return out
@@ -173,9 +211,11 @@ def end_epoch(state: RunState, epoch, stats: EpochStats):
         state.stop = epoch - state.best_epoch >= (state.cfg.patience or float("inf"))
         if fi > state.best_fitness:
             state.best_fitness = fi
-        _log_row(state, epoch, stats)
-        if (not state.cfg.nosave or final) and not state.evolving:
-            save_checkpoints(state, epoch, best=state.best_fitness == fi)
+        row = _epoch_row(state, epoch, stats)
+        save_epoch(state, epoch, row, best=state.best_fitness == fi, ckpt=not state.cfg.nosave or final)
+        if state.tb is not None:
+            for k, v in zip(R.COLUMNS[1:], row[1:]):
+                state.tb.add_scalar(k, v, epoch)
         if state.stop:
             state.log(f"Stopping training early as no improvement observed in last {state.cfg.patience} epochs. "
                       f"Best results observed at epoch {state.best_epoch}, best model saved as best.pt.")
@@ -185,22 +225,27 @@ def end_epoch(state: RunState, epoch, stats: EpochStats):
         state.stop = bool(flag.item())
 
 
-def _log_row(state, epoch, stats):
+def _epoch_row(state, epoch, stats):
+    """The epoch's results.csv row (R.COLUMNS)."""
     cuda = state.device.type == "cuda"
     peak = torch.cuda.max_memory_allocated(state.device) / GIB if cuda else 0.0
     reserved = torch.cuda.memory_reserved(state.device) / GIB if cuda else 0.0
-    row = [epoch, *stats.mloss.tolist(), *state.metrics, *state.lr, peak, reserved, stats.seconds,
-           stats.images * state.world / max(stats.seconds, 1e-9), stats.skipped]
-    R.append_row(state.save_dir / "results.csv", row)
-    if state.tb is not None:
-        for k, v in zip(R.COLUMNS[1:], row[1:]):
-            state.tb.add_scalar(k, v, epoch)
+    return [epoch, *stats.mloss.tolist(), *state.metrics, *state.lr, peak, reserved, stats.seconds,
+            stats.images * state.world / max(stats.seconds, 1e-9), stats.skipped]
 
 
-def save_checkpoints(state, epoch, best):
-    """last.pt (and best.pt when `best`, epochN.pt every --save-period epochs): float32, with the optimizer,
-    GradScaler, RNG states, loop counters and micro-batch that --resume restores. Weights that are not all
-    finite are never written: NonFiniteError (the previous last.pt / best.pt stay)."""
+def save_epoch(state, epoch, row, best, ckpt=True):
+    """The epoch's files through the run folder (run_folder.RunFolder.save_epoch: last.pt, then best.pt when
+    `best` and epochN.pt every --save-period epochs as copies of it, then the results.csv row; ckpt False
+    (--nosave): the row only). Weights that are not all finite are never written: NonFiniteError before any
+    write (the previous last.pt / best.pt and results.csv stay). An --evolve generation (no run folder) only
+    appends its row (atomically)."""
+    if state.folder is None:
+        R.append_row(state.save_dir / "results.csv", row)
+        return
+    if not ckpt:
+        state.folder.save_epoch(epoch, row, None)
+        return
     ok, where = checkpoint_is_finite(state)
     if not ok:
         raise NonFiniteError(f"epoch {epoch}: the weights are not finite ({where}); last.pt and best.pt were not "
@@ -210,21 +255,22 @@ def save_checkpoints(state, epoch, best):
     ck.update(scaler=state.scaler.state_dict(), rng=rng_state(), last_opt_step=state.last_opt_step,
               best_epoch=state.best_epoch, metrics=state.metrics, maps=state.maps.tolist(),
               nominal_batch=state.nominal, micro_batch=state.micro_batch)
-    atomic_torch_save(ck, state.wdir / "last.pt")
-    if best:
-        atomic_torch_save(ck, state.wdir / "best.pt")
+    also = ["best.pt"] if best else []
     if state.cfg.save_period > 0 and epoch % state.cfg.save_period == 0:
-        atomic_torch_save(ck, state.wdir / f"epoch{epoch}.pt")
+        also.append(f"epoch{epoch}.pt")
+    state.folder.save_epoch(epoch, row, ck, also=also)
 
 
 def finish(state: RunState):
-    """Main process, after the last epoch: strip last.pt and best.pt, validate best.pt (COCO JSON on COCO data,
-    plots), results.png. Returns {'final': metrics of best.pt} when it was validated."""
+    """Main process, after the last epoch, and the whole of a --resume of a run killed while finishing (one
+    function for both): run_state "finishing", strip last.pt and best.pt (harmless twice), validate best.pt
+    (COCO JSON on COCO data, plots), results.png, run_state "done". Returns {'final': metrics of best.pt} when it
+    was validated."""
     out = {}
-    for f in (state.wdir / "last.pt", state.wdir / "best.pt"):
-        if f.exists():
-            strip_checkpoint(f)
-            state.log(f"Optimizer stripped from {f}, {f.stat().st_size / 1e6:.1f}MB")
+    folder = state.folder  # None for an --evolve generation (no checkpoints)
+    if folder is not None:
+        folder.begin_finish()
+        folder.strip_weights(state.log)
     best = state.wdir / "best.pt"
     if best.exists() and not state.cfg.noval:
         state.log(f"\nValidating {best}...")
@@ -234,6 +280,8 @@ def finish(state: RunState):
         out["final"] = _validate(state, load_model(best).to(state.device), plots=state.plots, verbose=True, **coco)
     if state.plots and (state.save_dir / "results.csv").exists():
         R.plot_results(state.save_dir / "results.csv")
+    if folder is not None:
+        folder.mark_done()
     state.log(f"Results saved to {state.save_dir}")
     if state.tb is not None:
         state.tb.close()
