@@ -190,7 +190,7 @@ def train_one_epoch(state: RunState, epoch):
         state.log(f"WARNING: epoch {epoch}: {skipped} optimizer steps skipped (non-finite loss or gradients)")
     state.lr = [g["lr"] for g in state.optimizer.param_groups]
     with warnings.catch_warnings():  # an epoch whose every step was skipped (non-finite) never called optimizer.step
-        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\(\)` before")
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
         state.scheduler.step()
     return EpochStats(mloss=mloss, seconds=seconds, images=images, skipped=skipped)
 
