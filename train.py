@@ -4,7 +4,7 @@ models (`python train.py --cfg models/detect/gelan-c.yaml ...`).
 
 Same command line and run folders as train_dual.py (yolov9c.cli.train): the loss follows the model's head,
 so a gelan-* (DDetect) model trains with the single-head loss and a yolov9-* (DualDDetect) model with the
-dual loss, whichever script starts it. How it differs from the published train.py: docs/train.md.
+dual loss, whichever script starts it; usage and error lines name train.py. How it differs from the published train.py: docs/train.md.
 Run: python train.py --cfg models/detect/gelan-t.yaml --img 160 --epochs 3 --batch 16   (built-in synthetic data)
 Test: python -m pytest -q tests/test_entry_points.py tests/test_docs_commands.py
 """
@@ -14,4 +14,4 @@ import sys
 from yolov9c.cli.train import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[1:], prog="train.py"))

@@ -11,7 +11,9 @@ model: CPU-friendly first runs), `--hyp` the bundled hyp.scratch-high.yaml (a ba
 configs/hyps/).
 Added: `--backend {torch,c}` (default c on a CUDA GPU, torch on the CPU), `--channels-last`, `--accumulate N`,
 `--amp/--no-amp`, `--ckpt`, `--val-period N`, `--pin-memory/--no-pin-memory`, `--mosaic P`, `--mixup P`,
-`--deterministic`, `--max-nonfinite N`, `--cuda-graph/--no-cuda-graph`. PYTORCH_CUDA_ALLOC_CONF defaults to
+`--deterministic`, `--max-nonfinite N`, `--cuda-graph/--no-cuda-graph`, `--mem-budget SIZE` / `--dynamic-img` /
+`--min-img N` (the memory planner picks the micro-batch, or the image size, that fits). The root train.py
+passes prog="train.py" (usage line and error prefix). PYTORCH_CUDA_ALLOC_CONF defaults to
 expandable_segments:True (set before CUDA starts).
 parse_opt(argv) gives the RunConfig (yolov9c/engine/train/config.py) that the trainer and evolve run on; the
 trainer never sees argparse.
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from yolov9c.cli.memory import budget_type
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.evolve import evolve
 from yolov9c.engine.train.run_folder import USER_ERRORS
@@ -92,8 +95,8 @@ def _smoothing(text):
     return v
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="train_dual.py",
+def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog,
                                 description="Train a YOLOv9 / GELAN detector (the published train_dual.py flags).")
     # --- the published flags, in the published order (train_dual.py:438-487) ---
     p.add_argument("--weights", type=str, default="", help="initial weights path (ours or a published .pt)")
@@ -183,56 +186,70 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-nonfinite", type=_int_at_least(0, "--max-nonfinite"), default=10,
                    help="stop after N optimizer steps in a row skipped for a non-finite loss or gradient "
                         "(default 10; 0 = never stop)")
+    p.add_argument("--mem-budget", type=budget_type, default=None, metavar="SIZE",
+                   help="GPU memory a training step may reserve, e.g. 7.5G (binary) or 8GB (decimal): the memory "
+                        "planner picks the micro-batch that fits and accumulates the rest of each batch (same "
+                        "images per optimizer step and weight decay); not with --batch-size -1")
+    p.add_argument("--dynamic-img", action="store_true",
+                   help="with --mem-budget: shrink the image size (down to --min-img) instead of splitting the "
+                        "batch; changes the data distribution (smaller objects)")
+    p.add_argument("--min-img", type=_int_at_least(32, "--min-img"), default=320,
+                   help="smallest image size of --dynamic-img (default 320; rounded up to the max stride)")
     return p
 
 
-def parse_opt(argv=None) -> RunConfig:
+def parse_opt(argv=None, prog="train_dual.py") -> RunConfig:
     """`argv` (default sys.argv[1:]) → the RunConfig of the run; argparse errors exit with code 2. Records in
     `cfg.given` the destinations set explicitly on the command line (resume uses them to override the stored
     options). The one-line way from a command line to a run: train(parse_opt([...]))."""
-    parser = build_parser()
+    parser = build_parser(prog)
     argv = list(sys.argv[1:] if argv is None else argv)
     ns = parser.parse_args(argv)
     # which options did the user type? parse again with every default replaced by a sentinel
-    probe = build_parser()
+    probe = build_parser(prog)
     for a in probe._actions:
         a.default = argparse.SUPPRESS
     given = vars(probe.parse_args(argv))
     if sum((ns.cos_lr, ns.flat_cos_lr, ns.fixed_lr)) > 1:
         parser.error("--cos-lr, --flat-cos-lr and --fixed-lr are alternatives: give at most one")
+    if ns.mem_budget is not None and ns.batch_size == -1:
+        parser.error("--mem-budget and --batch-size -1 (AutoBatch) both choose the batch: give one of them")
+    if ns.dynamic_img and ns.mem_budget is None:
+        parser.error("--dynamic-img needs --mem-budget SIZE (it picks the image size that fits the budget)")
     return RunConfig.from_args(ns, given=given)
 
 
-def main(argv=None) -> int:
-    """train_dual.py's main: parse, then train. Returns the exit code (0 done, 2 usage or input error)."""
-    cfg = parse_opt(argv)
+def main(argv=None, prog="train_dual.py") -> int:
+    """train_dual.py's main (train.py's with prog="train.py"): parse, then train. Returns the exit code (0 done,
+    2 usage or input error); `prog` names the script in the usage line and the error prefix."""
+    cfg = parse_opt(argv, prog)
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # "Transferred X/Y items" and data messages
     if cfg.evolve is not None and cfg.evolve < 1:
-        print(f"train_dual.py: error: --evolve {cfg.evolve}: the number of generations must be >= 1",
+        print(f"{prog}: error: --evolve {cfg.evolve}: the number of generations must be >= 1",
               file=sys.stderr)
         return 2
     # before CUDA starts: variable-size temporaries (loss, multi-scale) fragment fixed segments (DESIGN.md)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     if cfg.batch_size == -1 and (_wants_ddp(cfg) or int(os.getenv("WORLD_SIZE", 1)) > 1):
-        print("train_dual.py: error: --batch-size -1 (AutoBatch) is single-GPU only (as published): give a batch "
+        print(f"{prog}: error: --batch-size -1 (AutoBatch) is single-GPU only (as published): give a batch "
               "size", file=sys.stderr)
         return 2
     if _wants_ddp(cfg):
         if cfg.evolve is not None:
-            print("train_dual.py: error: --evolve is not compatible with multi-GPU DDP (as published): give one "
+            print(f"{prog}: error: --evolve is not compatible with multi-GPU DDP (as published): give one "
                   "--device", file=sys.stderr)
             return 2
-        return _launch_ddp(cfg, sys.argv[1:] if argv is None else list(argv))
+        return _launch_ddp(cfg, sys.argv[1:] if argv is None else list(argv), prog)
     try:
         if cfg.evolve is not None:
             evolve(cfg)
         else:
             train(cfg)
     except (TrainError, *USER_ERRORS) as e:  # before any OSError handling: DiskFullError is an OSError
-        print(f"train_dual.py: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        print(f"train_dual.py: {interrupt_hint(cfg, e)}", file=sys.stderr)
+        print(f"{prog}: {interrupt_hint(cfg, e)}", file=sys.stderr)
         return 130
     return 0
 
@@ -259,20 +276,20 @@ def _wants_ddp(cfg):
     return torch.cuda.is_available()
 
 
-def _launch_ddp(cfg, argv):
+def _launch_ddp(cfg, argv, prog="train_dual.py"):
     """Start one process per listed GPU through torch.distributed.run (DDP, NCCL) instead of DataParallel;
     returns its exit code. CUDA_VISIBLE_DEVICES restricts the processes to the listed GPUs."""
     ids = [d.strip() for d in str(cfg.device).replace("cuda:", "").split(",") if d.strip()]
     if cfg.batch_size % len(ids):
-        print(f"train_dual.py: error: --batch-size {cfg.batch_size} must be a multiple of the {len(ids)} GPUs",
+        print(f"{prog}: error: --batch-size {cfg.batch_size} must be a multiple of the {len(ids)} GPUs",
               file=sys.stderr)
         return 2
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(ids))
-    script = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == "train_dual.py" else None
+    script = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == prog else None
     target = [str(script)] if script else ["-m", "yolov9c.cli.train"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={len(ids)}", *target,
            *argv]
-    print("train_dual.py: starting DDP: " + " ".join(cmd), file=sys.stderr)
+    print(f"{prog}: starting DDP: " + " ".join(cmd), file=sys.stderr)
     return subprocess.call(cmd, env=env)
 
 

@@ -25,7 +25,8 @@ import yaml
 
 # options that --resume takes from the command line instead of the stored opt.yaml (memory knobs and placement)
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
-                    "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph")
+                    "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph",
+                    "mem_budget")
 
 
 class ConfigError(ValueError):
@@ -90,6 +91,10 @@ class RunConfig:
     deterministic: bool = False  # torch.use_deterministic_algorithms
     max_nonfinite: int = 10  # stop after N skipped (non-finite) optimizer steps in a row; 0 = never (guards.py)
     cuda_graph: bool = True  # whole-step CUDA graphs where they work (CUDA, fixed shapes, no DDP): graph_step.py
+    mem_budget: float | str | None = None  # GiB (or a size text, '7.5G') a step may reserve: memory_plan picks
+    #                                      the micro-batch (state.apply_memory_plan); None: off
+    dynamic_img: bool = False  # with mem_budget: shrink the image size instead of splitting the batch
+    min_img: int = 320  # dynamic_img's smallest image size (rounded up to the grid)
     # --- resolved and recorded by the trainer (opt.yaml keys of the published code) ---
     save_dir: str = ""
     world_size: int = 1

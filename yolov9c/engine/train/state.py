@@ -36,6 +36,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from yolov9c.backends import accepts_uint8
 from yolov9c.backends import apply as apply_backend
 from yolov9c.data.dataset import DataError
 from yolov9c.data.dataset_yaml import DataConfigError, load_data_config
@@ -43,6 +44,7 @@ from yolov9c.data.hyp import augment_hyp
 from yolov9c.data.image_weights import class_weights
 from yolov9c.data.loader import create_dataloader
 from yolov9c.engine.run_dir import increment_path
+from yolov9c.engine.train import memory_plan
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.autobatch import autobatch
 from yolov9c.engine.train.config import RunConfig, opt_dict
@@ -58,7 +60,8 @@ from yolov9c.engine.train.run_folder import RunFolder
 from yolov9c.engine.train.schedule import lr_lambda, warmup_iterations
 from yolov9c.engine.train.step import train_step
 from yolov9c.loss.detection import make_loss
-from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, transfer_weights
+from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain, transfer_weights
+from yolov9c.models.info import model_summary
 from yolov9c.models.model import DetectionModel
 from yolov9c.ops import extension
 from yolov9c.resources import resolve_hyp
@@ -79,6 +82,7 @@ class RunState:
     main: bool = True  # rank -1 or 0: the process that validates, logs and writes files
     amp: bool = False  # fp16 autocast + GradScaler (CUDA and --amp)
     memory_format: torch.memory_format = torch.contiguous_format
+    uint8_input: bool = False  # the model reads the uint8 batch itself (c backend, no --multi-scale): no float copy
     # --- run folder ---
     save_dir: Path = Path()
     wdir: Path = Path()  # save_dir / weights
@@ -108,8 +112,10 @@ class RunState:
     nominal: int = NBS  # images per optimizer step
     accumulate: int = 1  # micro-batches per optimizer step (ramped during warm-up unless fixed)
     fixed_accumulate: int | None = None  # --accumulate N (or the resumed run's), else None: the warm-up ramp
-    micro_batch: int | None = None  # images per forward/backward on this rank (None: the loader batch); the OOM
-    #                                 guard halves it (accumulation over the batch's pieces: same nominal batch)
+    micro_batch: int | None = None  # images per forward/backward on this rank (None: the loader batch); --mem-budget
+    #                                 sets it, the OOM guard halves it (accumulation over the batch's pieces: same
+    #                                 nominal batch)
+    plan: Any = None  # --mem-budget: the memory_plan.Plan applied (None without)
     # --- loaders ---
     train_loader: Any = None
     val_loader: Any = None  # main process only
@@ -359,6 +365,7 @@ def setup_model(state):
                          source=str(cfg.weights))
     else:
         model = _build(cfg.cfg, state.nc)
+    log(model_summary(model))  # as published at model build: GFLOPs at 640, before --freeze
     model = model.to(state.device, memory_format=state.memory_format)
     n_frozen = freeze(model, cfg.freeze)
     if n_frozen:
@@ -383,12 +390,13 @@ def _build(spec, nc):
 
 
 def freeze(model, layers):
-    """--freeze N → layers 0..N-1; several values → exactly those layer indices. Returns the frozen count."""
+    """--freeze N → layers 0..N-1; several values → exactly those layer indices. Returns the frozen count.
+    Every other parameter keeps the requires_grad it was built with: the DFL convolutions' fixed weights stay
+    frozen (as published: its `v.requires_grad = True` line is commented out, train_dual.py L122-128)."""
     idx = range(layers[0]) if len(layers) == 1 else layers
     prefixes = [f"model.{x}." for x in idx]
     frozen = 0
     for k, v in model.named_parameters():
-        v.requires_grad = True  # train all layers (as published; the DFL conv has no gradient anyway)
         if any(k.startswith(p) for p in prefixes):
             v.requires_grad = False
             frozen += 1
@@ -400,10 +408,12 @@ def freeze(model, layers):
 # ---------------------------------------------------------------------------------------------------------
 
 def setup_optimization(state):
-    """--batch-size (AutoBatch for -1), accumulation and the nominal batch (a resume keeps the run's nominal
-    batch unless --accumulate is given), weight decay scaled to the nominal batch (fresh runs), optimizer,
-    LR schedule, EMA and GradScaler."""
+    """--batch-size (AutoBatch for -1; --mem-budget's micro-batch), accumulation and the nominal batch (a resume
+    keeps the run's nominal batch unless --accumulate is given), weight decay scaled to the nominal batch (fresh
+    runs), optimizer, LR schedule, EMA and GradScaler."""
     cfg, log, resumed, hyp = state.cfg, state.log, state.resumed, state.hyp
+    if cfg.mem_budget is not None:
+        apply_memory_plan(state)
     if cfg.batch_size == -1:  # AutoBatch: before the loaders and the weight decay
         if state.world > 1:
             raise TrainError("--batch-size -1 (AutoBatch) is single-GPU only (as published): give a batch size")
@@ -440,12 +450,39 @@ def setup_optimization(state):
     state.scaler = torch.amp.GradScaler("cuda", enabled=state.amp)
 
 
+def apply_memory_plan(state):
+    """--mem-budget (--dynamic-img, --min-img): memory_plan.plan_for_training on this rank's loader batch. The
+    plan's micro-batch becomes state.micro_batch (each loader batch runs as plan.accumulate forward/backward
+    passes before the usual accumulation), so the loader batch, the accumulation rule, the nominal batch and
+    the weight decay are those of --batch-size; with --dynamic-img the plan's image size replaces --img."""
+    cfg, gs = state.cfg, state.gs
+    if cfg.batch_size == -1:
+        raise TrainError("--mem-budget and --batch-size -1 (AutoBatch) both choose the batch: give one of them")
+    per_rank = cfg.batch_size // state.world
+    min_img = max(math.ceil(cfg.min_img / gs) * gs, gs * 2)
+    name = cfg.cfg or getattr(state.model, "yaml_file", "") or ""
+    try:
+        plan = memory_plan.plan_for_training(name, cfg.backend, cfg.mem_budget, nominal=per_rank, img=state.imgsz,
+                                             dynamic_img=cfg.dynamic_img, min_img=min_img, device=state.device,
+                                             log=state.log)
+    except ValueError as e:
+        raise TrainError(str(e)) from None
+    state.plan = plan
+    state.micro_batch = plan.batch if plan.batch < per_rank else None
+    if cfg.dynamic_img:
+        state.imgsz = max(plan.img // gs * gs, gs * 2)
+    state.log(f"memory plan: --mem-budget {plan.budget_gib:.2f} GiB, --backend {cfg.backend}: {plan.accumulate} "
+              f"micro-batch(es) of {plan.batch} per batch of {per_rank} images at {state.imgsz}, predicted peak "
+              f"{plan.predicted_gib:.2f} GiB reserved" + (f" ({plan.note})" if plan.note else ""))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Loaders
 # ---------------------------------------------------------------------------------------------------------
 
 def setup_loaders(state):
-    """The training loader of this rank and the validation loader (main process), labels.jpg of a fresh run."""
+    """The training loader of this rank and the validation loader (main process: twice the per-rank training
+    batch, as published: train_dual.py L213), labels.jpg of a fresh run; then torch's CPU threads."""
     cfg, data, hyp = state.cfg, state.data, state.hyp
     per_rank = state.batch_size // state.world
     common = dict(single_cls=cfg.single_cls, hyp=hyp, seed=cfg.seed, pin_memory=cfg.pin_memory, nc=int(data["nc"]),
@@ -457,15 +494,40 @@ def setup_loaders(state):
             rank=state.local_rank if state.world > 1 else -1, world_size=state.world, workers=cfg.workers,
             image_weights=cfg.image_weights, min_items=cfg.min_items, prefix="train: ", shuffle=True, **common)
         if state.main:
-            state.val_loader = make_val_loader(state, per_rank)
+            state.val_loader = make_val_loader(state, per_rank * 2)
     except (DataError, ValueError) as e:
         raise TrainError(str(e)) from None
+    set_cpu_threads(state.train_loader.num_workers, int(os.getenv("LOCAL_WORLD_SIZE", state.world)), state.log)
     state.nb = len(state.train_loader)
     state.nw = warmup_iterations(hyp["warmup_epochs"], state.nb)
     state.plots = state.main and not cfg.noplots and not state.evolving
     if state.plots and state.resumed is None:
         state.log(f"Plotting labels to {state.save_dir / 'labels.jpg'}... ")
         R.plot_labels(state.dataset.labels, state.names, state.save_dir / "labels.jpg")
+
+
+def cpu_threads(workers, ranks=1, cores=None, env=None):
+    """torch's intra-op thread count for a process that shares `cores` (default: the cores this process may run
+    on, os.sched_getaffinity) with `ranks` training processes of this host and `workers` loader workers each:
+    max(1, cores / ranks − workers), all of its share with workers = 0. None when the user chose (OMP_NUM_THREADS
+    or MKL_NUM_THREADS in `env`, default os.environ): torch's setting is then left alone."""
+    env = os.environ if env is None else env
+    if env.get("OMP_NUM_THREADS") or env.get("MKL_NUM_THREADS"):
+        return None
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    share = max(1, cores // max(ranks, 1))
+    return max(1, share - workers) if workers > 0 else share
+
+
+def set_cpu_threads(workers, ranks, log):
+    """Set torch's intra-op threads to cpu_threads(...) (unless the user chose) and log it in one line."""
+    n = cpu_threads(workers, ranks)
+    if n is None:
+        log(f"CPU threads: {torch.get_num_threads()} (OMP_NUM_THREADS/MKL_NUM_THREADS set: left as they are)")
+        return
+    torch.set_num_threads(n)
+    log(f"CPU threads: {n} for torch ({workers} loader workers, {ranks} process(es) on this host's cores)")
 
 
 def make_val_loader(state, batch):
@@ -531,6 +593,7 @@ def setup_execution(state):
             f"per layer and recomputes the rest: --ckpt ignored")
     if ckpt_layers:
         model.forward = types.MethodType(checkpointed_forward, model)
+    state.uint8_input = accepts_uint8(model) and not cfg.multi_scale  # --multi-scale resizes float images
     state.bn_buffers = bn_buffers(model) if ckpt_layers else []
     state.bn_stats = bn_buffers(model)
     state.guard = StepGuard(state)

@@ -1,7 +1,8 @@
 """One training iteration: the per-batch step of the epoch loop (trainer.py's train_one_epoch calls it through
 guards.py's StepGuard, which wraps state.step).
 
-    imgs = prepare_batch(state, imgs_uint8, rng)          # → device, float / 255, memory format, multi-scale
+    imgs = prepare_batch(state, imgs_uint8, rng)          # → device, memory format, float / 255 (unless the
+                                                          #   model reads uint8), multi-scale
     result = train_step(state, imgs, targets, ni)         # → StepResult(loss_items, images, stepped, finite)
 
 train_step splits the loader batch into micro-batches of state.micro_batch images (None: the whole batch; the
@@ -43,9 +44,13 @@ class StepResult:
 
 
 def prepare_batch(state, imgs, rng):
-    """A loader batch (uint8 B×3×H×W, host) → float/255 on the device in the run's memory format; --multi-scale
-    resizes it to a random multiple of the grid drawn from `rng` (a numpy Generator seeded per epoch)."""
-    imgs = imgs.to(state.device, non_blocking=True).contiguous(memory_format=state.memory_format).float() / 255
+    """A loader batch (uint8 B×3×H×W, host) → the device in the run's memory format; float/255 unless the model
+    reads the uint8 batch itself (state.uint8_input, decided at set-up: the c backend without --multi-scale,
+    so the float image is never stored); --multi-scale resizes the float batch to a random multiple of the grid
+    drawn from `rng` (a numpy Generator seeded per epoch)."""
+    imgs = imgs.to(state.device, non_blocking=True).contiguous(memory_format=state.memory_format)
+    if not state.uint8_input:
+        imgs = imgs.float() / 255
     if state.cfg.multi_scale:
         imgs = multi_scale(imgs, state.imgsz, state.gs, rng)
     return imgs

@@ -1,0 +1,156 @@
+"""The trainer's set-up wiring: uint8 input for the c backend, --mem-budget / --dynamic-img (the memory planner),
+the validation batch (twice the training batch, as published), the DFL convolutions staying frozen, the CPU
+thread choice, the model summary line, and train.py's own name in its usage and error lines.
+
+Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_train_wiring.py
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from yolov9c.cli.train import parse_opt
+from yolov9c.data.synthetic import synthetic_dataset
+from yolov9c.engine.train import memory_plan as mp
+from yolov9c.engine.train.errors import TrainError
+from yolov9c.engine.train.state import NBS, cpu_threads, setup
+from yolov9c.engine.train.trainer import train_one_epoch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _setup(tmp_path, *args, n_train=4, n_val=2, img=64, logs=None):
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=n_train, n_val=n_val, imgsz=img)
+    cfg = parse_opt(["--data", str(data), "--img", str(img), "--workers", "0", "--noplots", "--device", "cpu",
+                     "--project", str(tmp_path / "runs"), *args])
+    log = (lambda *a, **k: logs.append(" ".join(map(str, a)))) if logs is not None else (lambda *a, **k: None)
+    return setup(cfg, log=log)
+
+
+def _record_inputs(model):
+    seen = []
+    model.register_forward_pre_hook(lambda m, inputs: seen.append((inputs[0].dtype, inputs[0].shape[0])))
+    return seen
+
+
+@pytest.mark.parametrize("backend, extra, dtype", [("c", [], torch.uint8), ("torch", [], torch.float32),
+                                                   ("c", ["--multi-scale"], torch.float32)])
+def test_uint8_input_only_where_the_model_reads_it(tmp_path, backend, extra, dtype):
+    """One epoch trains; the model receives the uint8 batch with --backend c (it reads x / 255 itself) and the
+    float batch with --backend torch or --multi-scale (which resizes floats)."""
+    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--epochs", "1", "--backend", backend, *extra)
+    assert state.uint8_input == (dtype == torch.uint8)
+    seen = _record_inputs(state.model)
+    before = [p.detach().clone() for p in state.model.parameters()]
+    stats = train_one_epoch(state, 0)
+    assert seen and {d for d, _ in seen} == {dtype}
+    assert torch.isfinite(stats.mloss).all() and stats.images == 4
+    assert any(not torch.equal(a, p) for a, p in zip(before, state.model.parameters()))
+
+
+def test_val_batch_is_twice_the_training_batch_and_dfl_stays_frozen(tmp_path):
+    logs = []
+    state = _setup(tmp_path, "--cfg", "yolov9-t.yaml", "--batch", "4", n_val=8, logs=logs)
+    assert state.val_loader.batch_size == 2 * state.train_loader.batch_size == 8
+    frozen = sorted(n for n, p in state.model.named_parameters() if not p.requires_grad)
+    assert frozen and all(n.endswith((".dfl.conv.weight", ".dfl2.conv.weight")) for n in frozen)
+    assert {n.rsplit(".", 3)[-3] for n in frozen} == {"dfl", "dfl2"}
+    # the summary line of the build: parameters, and gradients without the DFL weights
+    n_p = sum(p.numel() for p in state.model.parameters())
+    n_g = sum(p.numel() for p in state.model.parameters() if p.requires_grad)
+    line = next(s for s in logs if " summary: " in s)
+    assert line.startswith("yolov9-t summary: ") and f"{n_p} parameters, {n_g} gradients" in line
+    assert n_g < n_p and line.endswith("GFLOPs")
+
+
+def test_freeze_turns_off_only_the_named_layers(tmp_path):
+    state = _setup(tmp_path, "--cfg", "yolov9-t.yaml", "--batch", "2", "--freeze", "0", "2")
+    frozen = {n for n, p in state.model.named_parameters() if not p.requires_grad}
+    layers = {n for n in frozen if n.startswith(("model.0.", "model.2."))}
+    assert layers and frozen - layers == {n for n in frozen if ".dfl" in n} != set()
+    assert not any(n.startswith("model.1.") for n in frozen)
+
+
+def test_mem_budget_sets_the_micro_batch_and_keeps_the_nominal_batch(tmp_path):
+    """A budget between the predicted peaks of 2 and 4 images: micro-batches of 2 per loader batch of 4; the
+    loader batch, accumulation, nominal batch and weight decay are those of the same run without a budget."""
+    cost = mp.lookup("yolov9-s", "torch")
+    budget = (mp.predict(cost, 2, 64) + mp.predict(cost, 3, 64)) / 2
+    logs = []
+    plain = _setup(tmp_path / "a", "--cfg", "yolov9-s.yaml", "--batch", "4", "--backend", "torch")
+    state = _setup(tmp_path / "b", "--cfg", "yolov9-s.yaml", "--batch", "4", "--backend", "torch",
+                   "--mem-budget", f"{budget * 1024:.3f}M", logs=logs)
+    assert state.plan.batch == 2 and state.plan.accumulate == 2 and state.micro_batch == 2
+    assert plain.micro_batch is None and plain.plan is None
+    assert (state.batch_size, state.accumulate, state.nominal) == (plain.batch_size, plain.accumulate,
+                                                                   plain.nominal) == (4, round(NBS / 4), NBS)
+    assert state.hyp["weight_decay"] == plain.hyp["weight_decay"] != 0
+    assert state.optimizer.param_groups[0]["weight_decay"] == plain.optimizer.param_groups[0]["weight_decay"]
+    assert any(s.startswith("memory plan: ") and "2 micro-batch(es) of 2" in s for s in logs)
+    # one loader batch runs as two forward passes of two images
+    seen = _record_inputs(state.model)
+    imgs, targets, _, _ = next(iter(state.train_loader))
+    from yolov9c.engine.train.step import prepare_batch
+    state.model.train()
+    r = state.step(state, prepare_batch(state, imgs, np.random.default_rng(0)), targets, 0)
+    assert [b for _, b in seen] == [2, 2] and r.images == 4
+
+
+def test_dynamic_img_shrinks_the_images(tmp_path):
+    cost = mp.lookup("yolov9-s", "torch")
+    budget = (mp.predict(cost, 4, 96) + mp.predict(cost, 4, 128)) / 2
+    state = _setup(tmp_path, "--cfg", "yolov9-s.yaml", "--batch", "4", "--backend", "torch", "--img", "128",
+                   "--mem-budget", f"{budget:.6f}", "--dynamic-img", "--min-img", "64", img=128)
+    assert state.imgsz == 96 and state.micro_batch is None and state.accumulate == round(NBS / 4)
+    assert state.dataset.img_size == 96
+
+
+def test_mem_budget_errors(tmp_path):
+    with pytest.raises(TrainError, match="no measured memory costs for gelan-t"):
+        _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--mem-budget", "1G")
+    with pytest.raises(TrainError, match="give a larger budget"):
+        _setup(tmp_path, "--cfg", "yolov9-s.yaml", "--batch", "2", "--backend", "torch", "--mem-budget", "1M")
+    for argv in (["--mem-budget", "4G", "--batch-size", "-1"], ["--dynamic-img"], ["--mem-budget", "four"]):
+        with pytest.raises(SystemExit) as e:
+            parse_opt(argv)
+        assert e.value.code == 2
+
+
+def test_mem_budget_flags_parse_and_round_trip():
+    from yolov9c.engine.train.config import RunConfig, opt_dict
+
+    cfg = parse_opt(["--mem-budget", "7.5G", "--dynamic-img", "--min-img", "384"])
+    assert (cfg.mem_budget, cfg.dynamic_img, cfg.min_img) == (7.5, True, 384)
+    assert abs(parse_opt(["--mem-budget", "8GB"]).mem_budget - 8e9 / 2 ** 30) < 1e-9
+    plain = parse_opt([])
+    assert (plain.mem_budget, plain.dynamic_img, plain.min_img) == (None, False, 320)
+    back = RunConfig.from_dict(opt_dict(cfg), log=lambda *a: None)
+    assert (back.mem_budget, back.dynamic_img, back.min_img) == (7.5, True, 384)
+
+
+def test_cpu_threads_choice():
+    assert cpu_threads(8, cores=16, env={}) == 8
+    assert cpu_threads(0, cores=16, env={}) == 16
+    assert cpu_threads(4, cores=2, env={}) == 1
+    assert cpu_threads(2, ranks=2, cores=16, env={}) == 6
+    assert cpu_threads(0, ranks=4, cores=2, env={}) == 1
+    assert cpu_threads(2, cores=16, env={"OMP_NUM_THREADS": "3"}) is None
+    assert cpu_threads(2, cores=16, env={"MKL_NUM_THREADS": "3"}) is None
+    assert 1 <= cpu_threads(0, env={}) <= (__import__("os").cpu_count() or 1)
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
+def test_train_py_names_itself():
+    r = _run(REPO / "train.py", "--evolve", "0", "--epochs", "1")
+    assert r.returncode == 2 and r.stderr.startswith("train.py: error: --evolve 0") and "train_dual" not in r.stderr
+    r = _run(REPO / "train.py", "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: train.py ")
+    r = _run(REPO / "train_dual.py", "--evolve", "0", "--epochs", "1")
+    assert r.returncode == 2 and r.stderr.startswith("train_dual.py: error: --evolve 0")
