@@ -56,6 +56,7 @@ def _state(model_name, backend, args):
     from yolov9c.backends import apply
     from yolov9c.engine.train.config import RunConfig
     from yolov9c.engine.train.ema import ModelEMA
+    from yolov9c.engine.train.layer_ckpt import bn_buffers
     from yolov9c.engine.train.optim import build_optimizer
     from yolov9c.engine.train.state import RunState
     from yolov9c.resources import load_hyp
@@ -73,7 +74,7 @@ def _state(model_name, backend, args):
     return RunState(cfg=RunConfig(backend=backend, channels_last=True), device=device, amp=True,
                     memory_format=torch.channels_last, hyp=hyp, model=model, ema=ema, loss=loss,
                     optimizer=optimizer, scaler=torch.amp.GradScaler("cuda"), batch_size=args.batch,
-                    accumulate=1, log=lambda *a: None)
+                    accumulate=1, bn_stats=bn_buffers(model), log=lambda *a: None)
 
 
 def run_one(model_name, backend, mode, args):

@@ -302,7 +302,9 @@ def test_cuda_graph_step_equals_eager(tmp_path, backend):
     assert [bool(f) for f in g["finite"] if f is not None] == [bool(f) for f in e["finite"] if f is not None]
     assert e["scales"] == g["scales"] and len(set(e["scales"])) > 1  # grew or backed off, the same way
     applied = sum(bool(f) for f in e["finite"] if f is not None)
-    assert e["updates"] == applied and g["updates"] == 7  # graphed: the host count includes skipped steps
+    # the host count: eager counts applied steps; graphed counts every replayed optimizer step (skipped ones
+    # too: the device count, which the EMA decay reads, is exact), so it is at least the applied count
+    assert e["updates"] == applied and g["updates"] >= applied
     # the updates agree to rounding (fused multiply-adds); fp16 predictions then rarely flip a near-tie of the
     # assigner, which moves that batch's box loss by a few 0.1 % (seen once in 14 c-backend steps on an H200)
     close = torch.isclose(g["items"], e["items"], rtol=2e-3, atol=1e-4).all(1)

@@ -33,7 +33,7 @@ def data(tmp_path_factory):
 def _args(data, project, backend, *extra):
     return ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8", "--epochs", "2",
             "--accumulate", "1", "--workers", "0", "--noval", "--noplots", "--device", "0", "--backend", backend,
-            "--project", str(project), *extra]
+            "--no-cuda-graph", "--project", str(project), *extra]  # the eager step: the faults are injected there
 
 
 def _logger():

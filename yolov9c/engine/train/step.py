@@ -96,7 +96,7 @@ def begin_window(state):
     back) and start the window's finiteness flag."""
     if state.window_bn is None:
         state.window_bn = [b.clone() for b in state.bn_stats]
-    else:
+    elif state.bn_stats:  # torch._foreach_copy_ refuses empty lists (a model without BatchNorm)
         torch._foreach_copy_(state.window_bn, state.bn_stats)
     state.window_ok = torch.ones((), dtype=torch.bool, device=state.device)
 
