@@ -9,7 +9,7 @@ to --boxes shapes) at --img, --images train images and 16 val images, written in
 --root (reused when present; the same bytes as synthetic_dataset(seed 0) would write).
 Each configuration runs `train_dual.py --data D --cfg M.yaml --batch-size B --img I --epochs 1 --workers W
 --backend K --noplots --exist-ok` in its own process (an out-of-memory error is a row); inside it, the
-trainer is run unchanged and the CUDA allocator's peaks are read twice: when the epoch's training ends
+trainer is run unchanged (its console goes to ROOT/logs/MODEL-BACKEND-bB-I.log) and the CUDA allocator's peaks are read twice: when the epoch's training ends
 (before its validation: the training peak) and at the end of the run. One JSON line per configuration:
 peak allocated / reserved GiB of the training epoch (the trainer resets the peaks when the epoch starts),
 epoch seconds and img/s from results.csv (the whole epoch, its first steps' cuDNN tuning included).
@@ -144,17 +144,25 @@ def run_config(args, model, backend, data):
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", model, backend, data, "--batch",
             str(args.batch), "--img", str(args.img), "--images", str(args.images), "--workers", str(args.workers),
             "--root", args.root]
-    try:
-        r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=args.timeout, cwd=str(REPO))
-    except subprocess.TimeoutExpired:
-        return {**base, "status": "timeout", "error": f"no result within {args.timeout:g} s"}
-    for line in reversed(r.stdout.splitlines()):
+    log = Path(args.root) / "logs" / f"{model}-{backend}-b{args.batch}-{args.img}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:  # the child's console (its progress bar included), kept for a failed row
+        try:
+            r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, text=True, env=env, timeout=args.timeout,
+                               cwd=str(REPO))
+        except subprocess.TimeoutExpired:
+            r = None
+    text = log.read_text(errors="replace")
+    for line in reversed(text.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
-    tail = [s for s in (r.stderr + r.stdout).strip().splitlines() if s.strip()]
-    oom = "out of memory" in (r.stderr + r.stdout).lower()
-    return {**base, "status": "oom" if oom else "error", "returncode": r.returncode,
-            "error": (tail[-1] if tail else "no output")[:300]}
+    tail = [s.strip() for s in text.replace("\r", "\n").splitlines() if s.strip()]
+    last = (tail[-1] if tail else "no output")[:300]
+    if r is None:
+        return {**base, "status": "timeout", "error": f"no result within {args.timeout:g} s; last line: {last}",
+                "log": str(log)}
+    oom = "out of memory" in text.lower()
+    return {**base, "status": "oom" if oom else "error", "returncode": r.returncode, "error": last, "log": str(log)}
 
 
 def markdown(rows):

@@ -5,27 +5,11 @@
 # the planner's measured points (bench_plan.py), the CUDA cases of test_backend_c.py.
 # Logs go to one archive $OUT/logs.tgz (the device tool returns at most 8 files), the JSON lines to
 # $OUT/rows.jsonl. Run from the repo root: bash benchmarks/gpu_issue11.sh [SECONDS]
-set -uo pipefail
-OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
-FINAL=$OUT; OUT=$(mktemp -d /tmp/gpu11.XXXX)
-trap 'cp "$OUT/rows.jsonl" "$FINAL/" 2>/dev/null; tar czf "$FINAL/logs.tgz" -C "$OUT" .' EXIT
-export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
-END=$(( $(date +%s) + ${1:-360} ))
-left() { echo $(( END - $(date +%s) )); }
-stage() {  # stage NAME NEED_SECONDS LIMIT_SECONDS command...: run when NEED seconds are left
-  local name=$1 need=$2 lim=$3; shift 3
-  if [ "$(left)" -lt "$need" ]; then echo "SKIP $name ($(left) s left)"; return; fi
-  local t0=$(date +%s); timeout "$lim" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "$name rc=$rc $(( $(date +%s) - t0 )) s"; grep -h '^{' "$OUT/$name.log" >> "$OUT/rows.jsonl"
-}
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; python3 -V
-  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; date -u; } > "$OUT/machine.txt" 2>&1
-cat "$OUT/machine.txt"
+source "$(dirname "$0")/gpu_lib.sh" "${1:-360}"
+machine_info
 python3 benchmarks/bench_train.py --data-only --images 1024 --procs 12 > "$OUT/data.log" 2>&1 &
 DATA=$!
-t0=$(date +%s)
-YOLOV9C_CUDA=1 YOLOV9C_CUDA_ARCHS=90 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1
-echo "build rc=$? $(( $(date +%s) - t0 )) s"
+build_sm90
 stage pytest_cuda 200 80 python3 -m pytest -q -p no:cacheprovider -m cuda -s tests/test_backend_pgi.py \
   tests/test_memory_plan.py tests/test_memory_contract.py
 tail -3 "$OUT/pytest_cuda.log"

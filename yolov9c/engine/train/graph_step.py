@@ -20,8 +20,9 @@ Per batch (mosaic training at a fixed image size):
     lr and momentum in device tensors, masked), the EMA update (its update count and decay on the device);
     a skipped window puts the BN statistics back (state.window_bn); torch._amp_update_scale_ and zeroing the
     gradients either way. Before each replay the host writes the groups' lr/momentum (fills) and window_ok.
-    StepResult.finite is then that 0-dim device bool (the guard reads it lazily). One difference: the host's
-    ema.updates counts a skipped step too (the EMA tensors follow the device count, as eager).
+    StepResult.finite is then that 0-dim device bool (the guard reads it lazily). The EMA's update count lives
+    on the device while graphs run; sync_host() copies it into ema.updates (one host read: the trainer calls it
+    at the end of every epoch, before checkpoints, and disable() when the eager step takes over).
   * any other shape (the last partial batch, --rect, --multi-scale) or more boxes per image than the largest
     bucket: that batch runs eagerly (forward_backward of step.py into the same gradients; the optimizer graph
     still steps). Validation is eager (the trainer never calls the step for it).
@@ -161,9 +162,16 @@ class GraphStep:
             state.last_opt_step = ni
         return StepResult(loss_items=items, images=imgs.shape[0], stepped=stepped, finite=ok)
 
+    def sync_host(self, state):
+        """ema.updates ← the device's count of applied optimizer steps (one host read; nothing before the
+        first capture: the eager steps counted on the host)."""
+        if self.grads is not None:
+            state.ema.updates = int(self.ema_u.item())
+
     def disable(self, state):
         """Back to the eager step for the rest of the run (state.step = train_step); frees the graphs. The
         gradients accumulated so far stay in place (the eager step accumulates into them)."""
+        self.sync_host(state)
         state.step = train_step
         self.micro.clear()
         self.opt = None
@@ -280,7 +288,6 @@ class GraphStep:
         self.window_ok.copy_(state.window_ok)
         self.opt.replay()
         state.window_ok = None  # the window is closed (its gradients zeroed in the graph)
-        state.ema.updates += 1  # counts a skipped step too (the EMA tensors and their decay count do not)
         return self.opt_ok.clone()
 
     def _capture_opt(self, state):

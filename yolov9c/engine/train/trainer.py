@@ -47,6 +47,7 @@ from yolov9c.data.image_weights import class_weights, image_weights
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig, opt_dict
 from yolov9c.engine.train.errors import TrainError
+from yolov9c.engine.train.graph_step import GraphStep
 from yolov9c.engine.train.guards import NonFiniteError, checkpoint_is_finite, nonfinite_causes, validate_with_backoff
 from yolov9c.engine.train.resume import rng_state
 from yolov9c.engine.train.schedule import warmup, warmup_accumulate
@@ -191,6 +192,8 @@ def train_one_epoch(state: RunState, epoch):
                 f"{peak:.3g}G"))
     seconds = time.time() - t0
     skipped = state.guard.end_epoch()
+    if isinstance(state.step, GraphStep):
+        state.step.sync_host(state)  # the EMA's update count, kept on the device while graphs run
     if skipped:
         state.log(f"WARNING: epoch {epoch}: {skipped} optimizer steps skipped (non-finite loss or gradients)")
     state.lr = [g["lr"] for g in state.optimizer.param_groups]
