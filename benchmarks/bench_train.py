@@ -9,7 +9,7 @@ to --boxes shapes) at --img, --images train images and 16 val images, written in
 --root (reused when present; the same bytes as synthetic_dataset(seed 0) would write).
 Each configuration runs `train_dual.py --data D --cfg M.yaml --batch-size B --img I --epochs 1 --workers W
 --backend K --noplots --exist-ok` in its own process (an out-of-memory error is a row); inside it, the
-trainer is run unchanged (its console goes to ROOT/logs/MODEL-BACKEND-bB-I.log) and the CUDA allocator's peaks are read twice: when the epoch's training ends
+trainer is run unchanged (its console goes to ROOT/logs/MODEL-BACKEND-bB-I.log, each line with its time) and the CUDA allocator's peaks are read twice: when the epoch's training ends
 (before its validation: the training peak) and at the end of the run. One JSON line per configuration:
 peak allocated / reserved GiB of the training epoch (the trainer resets the peaks when the epoch starts),
 epoch seconds and img/s from results.csv (the whole epoch, its first steps' cuDNN tuning included).
@@ -24,6 +24,7 @@ import os
 import runpy
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -137,6 +138,18 @@ def run_one(model, backend, data, args):
     return row
 
 
+def _copy_timed(pipe, f, t0):
+    """Copy the child's output to f, one line per console line (tqdm's carriage returns split too), each
+    prefixed with its time in seconds since t0."""
+    buf = b""
+    while chunk := pipe.read1(65536):
+        *lines, buf = (buf + chunk).replace(b"\r", b"\n").split(b"\n")
+        for line in lines:
+            if line.strip():
+                f.write(f"{time.time() - t0:8.2f} {line.decode(errors='replace')}\n")
+        f.flush()
+
+
 def run_config(args, model, backend, data):
     base = {"model": model, "backend": backend, "batch": args.batch, "img": args.img, "images": args.images}
     env = dict(os.environ)
@@ -146,17 +159,25 @@ def run_config(args, model, backend, data):
             "--root", args.root]
     log = Path(args.root) / "logs" / f"{model}-{backend}-b{args.batch}-{args.img}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as f:  # the child's console (its progress bar included), kept for a failed row
+    t0 = time.time()
+    with open(log, "w") as f:  # the child's console, each line with its time (s since the start), kept
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
+        reader = threading.Thread(target=_copy_timed, args=(p.stdout, f, t0), daemon=True)
+        reader.start()
         try:
-            r = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, text=True, env=env, timeout=args.timeout,
-                               cwd=str(REPO))
+            p.wait(timeout=args.timeout)
         except subprocess.TimeoutExpired:
-            r = None
+            p.kill()
+            p.wait()
+        reader.join(timeout=10)
+    r = None if p.returncode == -9 else p
+    process_s = round(time.time() - t0, 1)  # the whole process: start-up and exit included
     text = log.read_text(errors="replace")
     for line in reversed(text.splitlines()):
+        line = line.lstrip().split(" ", 1)[-1]
         if line.startswith("{"):
-            return json.loads(line)
-    tail = [s.strip() for s in text.replace("\r", "\n").splitlines() if s.strip()]
+            return {**json.loads(line), "process_s": process_s}
+    tail = [s.lstrip().split(" ", 1)[-1].strip() for s in text.splitlines() if s.strip()]
     last = (tail[-1] if tail else "no output")[:300]
     if r is None:
         return {**base, "status": "timeout", "error": f"no result within {args.timeout:g} s; last line: {last}",

@@ -85,6 +85,25 @@ def test_counter_counts_warns_once_and_stops_after_n_in_a_row():
     assert never.total_skipped == 50
 
 
+def test_amp_loss_scale_calibration_is_counted_but_does_not_stop_the_run():
+    lines, log = _logger()
+    scale = [65536.0]
+    c = NonFiniteCounter(3, log, loss_scale=lambda: scale[0])
+    causes = lambda: "likely causes: x"  # noqa: E731
+    for ni in range(9):  # the GradScaler halves its scale at every overflow: 9 skips, none toward the limit
+        scale[0] /= 2
+        c.observe(False, 0, ni, causes)
+    assert (c.epoch_skipped, c.epoch_calibration, c.in_a_row) == (9, 9, 0)
+    assert sum(s.lstrip().startswith("AMP: fp16 gradient overflow") for s in lines) == 1
+    assert not any("WARNING" in s for s in lines)
+    scale[0] = 1.0  # the scale came down and the gradients still overflow: a real non-finite run
+    c.observe(False, 0, 9, causes)
+    c.observe(False, 0, 10, causes)
+    with pytest.raises(NonFiniteError, match="3 optimizer steps in a row"):
+        c.observe(False, 0, 11, causes)
+    assert sum("WARNING: non-finite" in s for s in lines) == 1
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_injected_nan_gradient_skips_that_step_only(data, tmp_path, backend, monkeypatch):
     fb, opt_step = S.forward_backward, S.optimizer_step

@@ -11,7 +11,12 @@ own found-inf skip is the same event) and reports it in StepResult.finite: a Pyt
 that the guard copies (non-blocking) into pinned host memory and reads once its copy has landed, so a step that
 never synchronises stays so. The first skip is logged as one WARNING line, the count of each epoch as another
 (and in results.csv's skipped_steps); after --max-nonfinite N skipped steps in a row (default 10; 0: never)
-training stops with NonFiniteError, one `error:` line naming the likely causes. checkpoint_is_finite() is the
+training stops with NonFiniteError, one `error:` line naming the likely causes. Under AMP the first steps of a
+run are often skipped while the GradScaler lowers its loss scale from 65536 to one at which fp16 gradients do
+not overflow (9 of the first 16 steps of yolov9-s at batch 64): a skip while the scale is still above
+AMP_CALIBRATED (1.0) is counted in skipped_steps but not toward the N in a row, and logged as that calibration
+(the scale is read then: one host read per such skip). A real NaN under AMP therefore stops training after
+the scale has come down (about 16 halvings) and N more skips. checkpoint_is_finite() is the
 check the trainer makes before it writes last.pt / best.pt.
 
 Out of memory. torch.cuda.OutOfMemoryError in a step: the gradients of the unfinished accumulation window are
@@ -34,6 +39,7 @@ from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.step import end_window
 
 DEFAULT_MAX_NONFINITE = 10
+AMP_CALIBRATED = 1.0  # a GradScaler skip at a loss scale above this is scale calibration, not a stuck run
 
 
 class NonFiniteError(TrainError):
@@ -55,13 +61,16 @@ def nonfinite_causes(state):
 class NonFiniteCounter:
     """Counts skipped optimizer steps from StepResult.finite values (bools now, device bools when landed)."""
 
-    def __init__(self, limit, log):
+    def __init__(self, limit, log, loss_scale=None):
         self.limit, self.log = int(limit), log
+        self.loss_scale = loss_scale  # () → the GradScaler's current scale under AMP, else None
         self.pending = deque()  # (pinned host bool, CUDA event, epoch, ni), oldest first
         self.epoch_skipped = 0
+        self.epoch_calibration = 0  # of those, skips while the AMP loss scale was still coming down
         self.total_skipped = 0
         self.in_a_row = 0
         self.last = None  # (epoch, ni) of the latest skipped step
+        self.warned = self.calibration_logged = False  # each WARNING once per run
 
     def observe(self, finite, epoch, ni, causes):
         if finite is None:
@@ -93,9 +102,19 @@ class NonFiniteCounter:
             return
         self.epoch_skipped += 1
         self.total_skipped += 1
-        self.in_a_row += 1
         self.last = (epoch, ni)
-        if self.total_skipped == 1:
+        scale = self.loss_scale() if self.loss_scale is not None else None
+        if scale is not None and scale > AMP_CALIBRATED:
+            self.epoch_calibration += 1
+            if not self.calibration_logged:
+                self.calibration_logged = True
+                self.log(f"\nAMP: fp16 gradient overflow at epoch {epoch}, iteration {ni}: optimizer step skipped and "
+                         f"the loss scale lowered to {scale:g} (the GradScaler's calibration, usual in the first "
+                         f"steps; counted in skipped_steps)")
+            return
+        self.in_a_row += 1
+        if not self.warned:
+            self.warned = True
             self.log(f"\nWARNING: non-finite loss or gradients at epoch {epoch}, iteration {ni}: optimizer step "
                      f"skipped (weights, EMA and BatchNorm statistics unchanged); training stops after "
                      f"{self.limit or 'no limit of'} skipped steps in a row (--max-nonfinite)")
@@ -110,13 +129,14 @@ class StepGuard:
     """The loop's step: state.step under the out-of-memory back-off and the non-finite count."""
 
     def __init__(self, state):
-        self.nonfinite = NonFiniteCounter(state.cfg.max_nonfinite, state.log)
+        scale = (lambda: float(state.scaler.get_scale())) if state.amp else None
+        self.nonfinite = NonFiniteCounter(state.cfg.max_nonfinite, state.log, loss_scale=scale)
         self.causes = lambda: nonfinite_causes(state)
         self.epoch = 0
 
     def begin_epoch(self, epoch):
         self.epoch = epoch
-        self.nonfinite.epoch_skipped = 0
+        self.nonfinite.epoch_skipped = self.nonfinite.epoch_calibration = 0
 
     def step(self, state, imgs, targets, ni):
         while True:
@@ -134,6 +154,16 @@ class StepGuard:
         """Count every outstanding flag; returns the epoch's skipped optimizer steps."""
         self.nonfinite.drain(self.causes, wait=True)
         return self.nonfinite.epoch_skipped
+
+    def summary(self, epoch):
+        """The epoch's line about skipped steps (after end_epoch; None when none was skipped)."""
+        n, cal = self.nonfinite.epoch_skipped, self.nonfinite.epoch_calibration
+        if not n:
+            return None
+        if n == cal:
+            return f"epoch {epoch}: {n} optimizer steps skipped while the AMP loss scale was calibrated"
+        return (f"WARNING: epoch {epoch}: {n} optimizer steps skipped (non-finite loss or gradients"
+                + (f"; {cal} of them while the AMP loss scale was calibrated)" if cal else ")"))
 
 
 def is_oom(e):

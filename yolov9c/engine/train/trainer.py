@@ -195,7 +195,7 @@ def train_one_epoch(state: RunState, epoch):
     if isinstance(state.step, GraphStep):
         state.step.sync_host(state)  # the EMA's update count, kept on the device while graphs run
     if skipped:
-        state.log(f"WARNING: epoch {epoch}: {skipped} optimizer steps skipped (non-finite loss or gradients)")
+        state.log(state.guard.summary(epoch))
     state.lr = [g["lr"] for g in state.optimizer.param_groups]
     with warnings.catch_warnings():  # an epoch whose every step was skipped (non-finite) never called optimizer.step
         warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
