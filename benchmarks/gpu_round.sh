@@ -20,12 +20,16 @@ for part in "$@"; do
       m=${part#train_}; b=${m#*_}; m=yolov9-${m%_*}
       stage "$part" 150 240 python3 benchmarks/bench_train.py --models $m --backends $b --images 1024 --timeout 230 \
         --root /tmp/yolov9c_bench_train
-      tail -1 "$OUT/$part.log"; cp /tmp/yolov9c_bench_train/logs/*.log "$OUT/" 2>/dev/null ;;
+      tail -1 "$OUT/$part.log"; cp /tmp/yolov9c_bench_train/logs/*.log "$OUT/" 2>/dev/null
+      grep -h "AMP:\|skipped\|WARNING\|GPU_mem" /tmp/yolov9c_bench_train/logs/$m-$b-*.log | head -5 ;;
     step) stage step 200 240 python3 benchmarks/bench_step.py --models yolov9-s yolov9-c --backends c torch --steps 10 \
             --warmup 5 --profile 0 --timeout 110 --markdown; tail -8 "$OUT/step.log" ;;
     accuracy) pub=(); [ -d .dev/published ] && pub=(--published .dev/published --python python3)
       stage accuracy 300 540 python3 benchmarks/bench_accuracy.py --epochs ${ACC_EPOCHS:-30} --seeds ${ACC_SEEDS:-0,1} \
         --out /tmp/acc "${pub[@]}"; tail -6 "$OUT/accuracy.log" ;;
+    probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in
+            ('torchvision', 'pandas', 'seaborn', 'scipy', 'thop', 'psutil', 'tensorboard', 'IPython')})"
+            cat "$OUT/probe.log" ;;
     *) echo "unknown part $part" ;;
   esac
 done

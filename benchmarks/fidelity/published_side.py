@@ -16,7 +16,7 @@ yolov9c module). Three modes, each writing one JSON (and npz) file:
         smart_optimizer and the parameters after one clipped SGD step with the given per-group lr
 
 Optional packages the published code imports but these modes do not use (IPython, pkg_resources, tensorboard) get small
-stand-ins when they are missing, and the font they would download is a local copy; albumentations is used if
+stand-ins when they are missing (and np.trapz, gone from NumPy 2.4, is np.trapezoid), and the font they would download is a local copy; albumentations is used if
 installed (the data result says whether its transforms are active).
 """
 
@@ -71,6 +71,9 @@ def _stand_ins():
         pk.parse_requirements = lambda f: []
         pk.require = lambda r: None
         sys.modules["pkg_resources"] = pk
+    import numpy
+    if not hasattr(numpy, "trapz"):  # NumPy 2.4 removed it; the published compute_ap integrates with it
+        numpy.trapz = numpy.trapezoid
 
 
 _stand_ins()
