@@ -19,6 +19,7 @@ PYTORCH_CUDA_ALLOC_CONF is the trainer's default (expandable_segments:True) unle
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import runpy
@@ -207,6 +208,9 @@ def main(argv=None):
     if args.one:
         model, backend, data = args.one
         print(json.dumps(run_one(model, backend, data, args)), flush=True)
+        # a slow exit shows in the log: the live threads now, and every thread's stack if still here in 20 s
+        print("threads at exit:", [(t.name, t.daemon) for t in threading.enumerate()], flush=True)
+        faulthandler.dump_traceback_later(20, exit=False)
         return 0
     data = str(make_dataset(args.root, args.images, args.img, args.boxes, args.procs))
     if args.data_only:

@@ -22,7 +22,7 @@ for part in "$@"; do
         --root /tmp/yolov9c_bench_train
       tail -1 "$OUT/$part.log"; cp /tmp/yolov9c_bench_train/logs/*.log "$OUT/" 2>/dev/null
       grep -h "AMP:\|skipped\|WARNING\|GPU_mem" /tmp/yolov9c_bench_train/logs/$m-$b-*.log | head -5 ;;
-    step) stage step 200 240 python3 benchmarks/bench_step.py --models yolov9-s yolov9-c --backends c torch --steps 10 \
+    step) stage step 150 240 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} --backends c torch --steps 10 \
             --warmup 5 --profile 0 --timeout 110 --markdown; tail -8 "$OUT/step.log" ;;
     accuracy) pub=(); [ -d .dev/published ] && pub=(--published .dev/published --python python3)
       stage accuracy 300 540 python3 benchmarks/bench_accuracy.py --epochs ${ACC_EPOCHS:-30} --seeds ${ACC_SEEDS:-0,1} \
