@@ -6,6 +6,7 @@
                                                 # around state.step, step.py: OOM back-off, non-finite skips)
         end_epoch(state, epoch)                 # validate, fitness, then state.folder.save_epoch (last.pt,
                                                 # best.pt/epochN.pt copies, then the results.csv row), early stop
+        log(clock.lap(epoch, ...))              # progress.py: the epoch's time and the run's measured time left
     finish(state)                               # run_state "finishing", strip last.pt/best.pt, validate best.pt
                                                 # with plots, results.png, run_state "done"
 
@@ -41,9 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.distributed as dist
-from tqdm import tqdm
 
 from yolov9c.data.image_weights import class_weights, image_weights
+from yolov9c.engine.progress import EpochClock, bar
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig, opt_dict
 from yolov9c.engine.train.errors import TrainError
@@ -118,9 +119,12 @@ def _train(state: RunState, stop_after_epoch):
               f"epochs...")
     state.tb = _tensorboard(state) if state.main and not state.evolving else None
     t_start, epoch = time.time(), state.start_epoch - 1
+    clock = EpochClock(cfg.epochs)  # the measured time left, logged after each epoch (progress.py)
+    clock.start()
     for epoch in range(state.start_epoch, cfg.epochs):
         stats = train_one_epoch(state, epoch)
         end_epoch(state, epoch, stats)
+        state.log(clock.lap(epoch, stats.seconds))
         if state.stop or (stop_after_epoch is not None and epoch >= stop_after_epoch):
             break
     out = {"save_dir": state.save_dir, "epochs_done": epoch + 1, "best_fitness": state.best_fitness,
@@ -167,7 +171,7 @@ def train_one_epoch(state: RunState, epoch):
     state.log(HEADER)
     pbar = enumerate(state.train_loader)
     if state.main:
-        pbar = tqdm(pbar, total=nb, bar_format="{l_bar}{bar:10}| {n_fmt}/{total_fmt} {elapsed}")
+        pbar = bar(pbar, total=nb)  # n/total [elapsed<epoch's time left, it/s]
     t0, images = time.time(), 0
     for i, (imgs, targets, _paths, _shapes) in pbar:
         ni = i + nb * epoch

@@ -5,9 +5,10 @@ for DualDDetect, y for DDetect; the raw maps go to compute_loss when given, so t
 computed) → multi-label NMS (agnostic when single_cls) → boxes mapped back to each original image with the
 loader's shapes ((h0, w0), ((gain_h, gain_w), (pad_w, pad_h))) → matching at IoU 0.50:0.05:0.95 → metrics.
 Prints the published table (`Class Images Instances P R mAP50 mAP50-95`, the `all` line, per class when
-verbose) and a speed line. Optional outputs in save_dir: labels/*.txt (save_txt), the COCO-JSON predictions
-(save_json, file json_name; COCO's evaluator then replaces mAP50 and mAP50-95 when it is installed and
-anno_json exists: yolov9c/engine/val/coco.py), plots.
+verbose) and a speed line; while it runs, a progress bar whose description is that header (progress=False:
+none). Optional outputs in save_dir: labels/*.txt (save_txt), the COCO-JSON predictions (save_json, file
+json_name; COCO's evaluator then replaces mAP50 and mAP50-95 when it is installed and anno_json exists:
+yolov9c/engine/val/coco.py), plots.
 
 Test: python -m pytest -q tests/test_val_validator.py tests/test_val_coco.py
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from yolov9c.engine.progress import bar
 from yolov9c.engine.val.coco import coco_evaluate, json_rows
 from yolov9c.engine.val.metrics import (
     IOU_THRESHOLDS,
@@ -83,7 +85,7 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
              single_cls=False, compute_loss=None, save_dir=None, plots=False, verbose=False, log=print,
              save_txt=False, save_conf=False, save_hybrid=False, save_json=False, anno_json=None,
              class_map=None, image_ids=None, json_name="predictions.json", time_limit=None, training=False,
-             augment=False):
+             augment=False, progress=True):
     """Validate `model` on `dataloader` (a val loader: rect, pad 0.5, no augmentation).
 
     Returns dict: mp, mr, map50, map (floats), maps (nc,) numpy per-class mAP50-95 (classes without labels
@@ -93,7 +95,9 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
     of class names. save_json: write save_dir/json_name; class_map: class → category id (None: the index);
     anno_json: COCO annotations to evaluate against (None: write only); image_ids: the images COCO evaluates
     (None: all of anno_json). augment: test-time augmentation (yolov9c/engine/tta.py; the loss, when asked,
-    is computed on the plain scale-1 pass)."""
+    is computed on the plain scale-1 pass). progress: a tqdm bar over the batches while it runs, its description
+    the table's header (yolov9c/engine/progress.py; cleared at the end, when the header line is logged); False for
+    a quiet validation."""
     if isinstance(names, dict):
         names = [names[k] for k in sorted(names)]
     names = list(names) if names is not None else [str(i) for i in range(nc)]
@@ -117,7 +121,8 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
     loss = torch.zeros(3, device=device)
     stats, jdict, seen, shape = [], [], 0, None
     nb = 0
-    for batch_i, (imgs, targets, paths, shapes) in enumerate(dataloader):
+    batches = bar(dataloader, desc=HEADER, leave=False) if progress else dataloader
+    for batch_i, (imgs, targets, paths, shapes) in enumerate(batches):
         nb += 1
         with dt[0]:
             imgs = imgs.to(device, non_blocking=True)
