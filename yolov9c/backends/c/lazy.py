@@ -408,6 +408,26 @@ class Spatial(Node):
         self.child.backward(gv, ev, acc)
 
 
+class LeafIndex:
+    """Numbers the distinct tensors of lazy values by identity, in the order first met: `add` is the map()
+    function that turns a value into its template (each tensor replaced by its number); `tensors` holds the
+    numbered tensors."""
+
+    def __init__(self):
+        self.tensors = []
+        self._ids = {}
+
+    def add(self, t):
+        k = id(t)
+        if k not in self._ids:
+            self._ids[k] = len(self.tensors)
+            self.tensors.append(t)
+        return self._ids[k]
+
+    def __contains__(self, t):
+        return id(t) in self._ids
+
+
 def memory_format_of(t):
     """channels-last when t's channel stride is 1 (also a channel slice of a channels-last tensor)."""
     return torch.channels_last if (t.ndim == 4 and t.stride(1) == 1 and t.shape[1] > 1) else torch.contiguous_format
