@@ -1,4 +1,5 @@
-"""Shared pytest set-up: where ../shared lives, and the `cuda` marker for tests that need a GPU.
+"""Shared pytest set-up: where ../shared lives, the `cuda` marker for tests that need a GPU, and the
+`one_thread` fixture (a module opts in with `pytestmark = pytest.mark.usefixtures("one_thread")`).
 
 Run everything: python -m pytest -q tests   (CUDA tests skip without a GPU; run them on a CUDA machine)
 """
@@ -10,6 +11,16 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 from shared_paths import SHARED  # noqa: E402,F401
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: tiny tensors gain nothing from more, and on a shared CPU two OpenMP threads wait
+    on each other (measured 40x slower steps under load)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def pytest_configure(config):
