@@ -77,24 +77,13 @@ def build_parser():
 # One configuration (runs in its own process)
 # ---------------------------------------------------------------------------------------------------------
 
-def random_targets(batch, boxes, nc, gen):
-    """(batch·boxes, 6) float: image index, class, x, y, w, h (normalised; boxes inside the image)."""
-    import torch
-
-    n = batch * boxes
-    wh = torch.rand(n, 2, generator=gen) * 0.45 + 0.05
-    xy = wh / 2 + torch.rand(n, 2, generator=gen) * (1 - wh)
-    idx = torch.arange(batch).repeat_interleave(boxes).float()
-    cls = torch.randint(0, nc, (n,), generator=gen).float()
-    return torch.cat([idx[:, None], cls[:, None], xy, wh], 1)
-
-
 def run_one(model_name, config, args):
     """Build, warm up and time one configuration; returns its result dict (status ok or oom)."""
     import torch
 
     from yolov9c.api import build_model, make_loss
     from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
+    from yolov9c.engine.train.memory_plan import random_targets
 
     backend, channels_last, ckpt = CONFIGS[config]
     if args.threads > 0:

@@ -81,10 +81,8 @@ def run_one(model_name, backend, mode, args):
     import torch
 
     from yolov9c.engine.train.graph_step import GraphStep
+    from yolov9c.engine.train.memory_plan import random_targets
     from yolov9c.engine.train.step import train_step
-
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from bench_memory import random_targets
 
     state = _state(model_name, backend, args)
     step = GraphStep(state) if mode == "graph" else train_step

@@ -5,7 +5,7 @@
     python benchmarks/mem_timeline.py --model yolov9-t --batch 2 --img 128 --device cpu   # CPU: stored bytes only
     python benchmarks/mem_timeline.py --model yolov9-s --markdown            # + the tables for RESULTS.md
 
-The step is the trainer's (bench_memory.py's): uint8 batch (passed as is when the model accepts_uint8, else
+The step is the trainer's (yolov9c.engine.train.memory_plan.MeasuredStep): uint8 batch (passed as is when the model accepts_uint8, else
 float/255; --float forces the float path) → forward + dual loss under fp16 autocast → GradScaler backward →
 unscale, clip to 10, SGD (Nesterov) step → zero_grad → EMA update; --warmup plain steps first, then one instrumented step.
 --stored sets YOLOV9C_AUX_RECOMPUTE=0 (every auxiliary z kept: the path before the recompute).
@@ -63,18 +63,6 @@ def _tensors(v, out):
     return out
 
 
-def random_targets(batch, boxes, nc, gen):
-    """(batch·boxes, 6) rows [image, class, x, y, w, h], sides 5-50 % of the image (as bench_memory.py)."""
-    import torch
-
-    n = batch * boxes
-    wh = torch.rand(n, 2, generator=gen) * 0.45 + 0.05
-    xy = wh / 2 + torch.rand(n, 2, generator=gen) * (1 - wh)
-    idx = torch.arange(batch).repeat_interleave(boxes).float()
-    cls = torch.randint(0, nc, (n,), generator=gen).float()
-    return torch.cat([idx[:, None], cls[:, None], xy, wh], 1)
-
-
 class Recorder:
     def __init__(self, device):
         import torch
@@ -125,9 +113,8 @@ class Recorder:
 def run(args):
     import torch
 
-    from yolov9c.api import build_model, make_loss
-    from yolov9c.backends import accepts_uint8, apply
     from yolov9c.backends.c import pgi
+    from yolov9c.engine.train.memory_plan import MeasuredStep
 
     if args.stored:
         os.environ["YOLOV9C_AUX_RECOMPUTE"] = "0"
@@ -135,36 +122,12 @@ def run(args):
     cuda = device.type == "cuda"
     torch.backends.cudnn.benchmark = cuda
     fmt = torch.channels_last if cuda else torch.contiguous_format
-    torch.manual_seed(0)
-    gen = torch.Generator().manual_seed(0)
-    model = build_model(args.model, nc=80).to(device, memory_format=fmt).train()
-    from yolov9c.engine.train.ema import ModelEMA
-
-    ema = ModelEMA(model)  # the trainer's float32 copy (part of what is held between steps)
-    loss_fn = make_loss(model, backend=args.backend)
-    if args.backend == "c":
-        apply(model, "c")
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
-    scaler = torch.amp.GradScaler(device.type, enabled=cuda)
-    images = torch.randint(0, 256, (args.batch, 3, args.img, args.img), dtype=torch.uint8, generator=gen)
-    images = images.to(device).contiguous(memory_format=fmt)
-    targets = random_targets(args.batch, args.boxes, 80, gen).to(device)
-    uint8 = args.uint8 and accepts_uint8(model)
-
-    def step():
-        imgs = images if uint8 else images.float() / 255
-        with torch.autocast(device.type, enabled=cuda):
-            loss, _ = loss_fn(model(imgs), targets)
-        scaler.scale(loss.sum()).backward()
-        scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad()
-        ema.update(model)
-
+    step = MeasuredStep(args.model, args.backend, args.batch, args.img, device, fmt, boxes=args.boxes,
+                        uint8=args.uint8)
+    step.targets = step.targets.to(device)
+    model = step.model
     for _ in range(args.warmup):
-        step()
+        step.run()
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -179,8 +142,8 @@ def run(args):
     # segment steps have no module call: their label is set when the previous step ends
     rec.mark("start", "start")
     try:
-        _instrumented_step(rec, model, opt, images, uint8, loss_fn, targets, scaler)
-        ema.update(model)
+        _instrumented_step(rec, step)
+        step.ema.update(model)
         rec.mark("after", "EMA update")
     finally:
         for h in handles:
@@ -191,12 +154,14 @@ def run(args):
     return summary(args, rec, static, model, cuda)
 
 
-def _instrumented_step(rec, model, opt, images, uint8, loss_fn, targets, scaler):
-    """step() with marks; the saved-tensor hooks count what forward and the loss store."""
+def _instrumented_step(rec, step):
+    """MeasuredStep.run() with marks, but for the EMA update; the saved-tensor hooks count what forward and
+    the loss store."""
     import torch
 
     cuda = rec.cuda
-    imgs = images if uint8 else images.float() / 255
+    model, opt, loss_fn, targets, scaler = step.model, step.opt, step.loss_fn, step.targets, step.scaler
+    imgs = step.images if step.uint8 else step.images.float() / 255
     with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t):
         with torch.autocast(rec.device.type, enabled=cuda):
             pred = model(imgs)

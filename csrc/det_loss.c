@@ -128,6 +128,12 @@ static int check_map_dtype(const yv_tensor *first, int cuda)
     return yv_check_dtype(first, allowed);
 }
 
+/* Element k of a contiguous float32/float64 host tensor. */
+static double value_at(const yv_tensor *t, int k)
+{
+    return t->dtype == YV_FLOAT64 ? ((const double *)t->data)[k] : (double)((const float *)t->data)[k];
+}
+
 /* The per-anchor targets of one branch; all (B, A)-shaped, contiguous, on the maps' device. */
 typedef struct targets {
     yv_tensor labels, tboxes, tnorm, fg, tss;
@@ -162,7 +168,7 @@ static int parse_targets(PyObject *const *args, const char *op, const yv_levels 
         || yv_check_dtype(&T->tss, tdt) < 0)
         return -1;
     if (!cuda) {
-        double v = T->tss.dtype == YV_FLOAT64 ? *(const double *)T->tss.data : (double)*(const float *)T->tss.data;
+        double v = value_at(&T->tss, 0);
         if (!(v > 0.0) || !isfinite(v)) {
             PyErr_Format(PyExc_ValueError, "%s: target_scores_sum must be positive and finite, got %g", op, v);
             return -1;
@@ -245,9 +251,15 @@ typedef struct det_call {
     float *boxes;              /* decode */
 } det_call;
 
-static double first_value(const yv_tensor *t)
+/* out (forward) and grad_out (backward): the (3,) loss terms, contiguous on the maps' device, float32 (or
+ * float64 on the CPU). */
+static int check_terms(const yv_tensor *t, const yv_tensor *first, int cuda)
 {
-    return t->dtype == YV_FLOAT64 ? *(const double *)t->data : (double)*(const float *)t->data;
+    if (yv_check_ndim(t, 1) < 0 || yv_check_dim(t, 0, 3) < 0 || yv_check_same_device(t, first) < 0
+        || yv_check_contiguous(t) < 0
+        || yv_check_dtype(t, cuda ? YV_DT(YV_FLOAT32) : YV_DT(YV_FLOAT32) | YV_DT(YV_FLOAT64)) < 0)
+        return -1;
+    return 0;
 }
 
 /* maps, strides, reg_max, targets, label_smoothing, pos_weight, max_dist: args[0..6] of forward/backward. */
@@ -273,7 +285,7 @@ static int forward_cpu(void *p)
     double res[3];
     int rc = yv_det_loss_forward_ref(&c->L, c->dtype, c->reg_max, c->T.labels.data, c->T.labels.dtype,
                                      c->T.tboxes.data, c->T.tnorm.data, c->T.tnorm.dtype,
-                                     (const uint8_t *)c->T.fg.data, first_value(&c->T.tss), c->eps, c->pos_weight,
+                                     (const uint8_t *)c->T.fg.data, value_at(&c->T.tss, 0), c->eps, c->pos_weight,
                                      c->max_dist, res);
     for (int k = 0; rc == 0 && k < 3; k++) {
         if (c->out.dtype == YV_FLOAT64)
@@ -289,11 +301,10 @@ static int backward_cpu(void *p)
     det_call *c = (det_call *)p;
     double g[3];
     for (int k = 0; k < 3; k++)
-        g[k] = c->grad_out.dtype == YV_FLOAT64 ? ((const double *)c->grad_out.data)[k]
-                                               : (double)((const float *)c->grad_out.data)[k];
+        g[k] = value_at(&c->grad_out, k);
     return yv_det_loss_backward_ref(&c->L, c->dtype, c->reg_max, c->T.labels.data, c->T.labels.dtype,
                                     c->T.tboxes.data, c->T.tnorm.data, c->T.tnorm.dtype,
-                                    (const uint8_t *)c->T.fg.data, first_value(&c->T.tss), c->eps, c->pos_weight,
+                                    (const uint8_t *)c->T.fg.data, value_at(&c->T.tss, 0), c->eps, c->pos_weight,
                                     c->max_dist, g, &c->G);
 }
 
@@ -357,9 +368,7 @@ PyObject *yv_py_det_loss_forward(PyObject *module, PyObject *const *args, Py_ssi
         || yv_check_same_device(&workspace, &first) < 0 || yv_check_contiguous(&workspace) < 0
         || yv_check_alignment(&workspace, 16) < 0)
         return NULL;
-    if (yv_check_ndim(&c.out, 1) < 0 || yv_check_dim(&c.out, 0, 3) < 0 || yv_check_same_device(&c.out, &first) < 0
-        || yv_check_contiguous(&c.out) < 0
-        || yv_check_dtype(&c.out, cuda ? YV_DT(YV_FLOAT32) : YV_DT(YV_FLOAT32) | YV_DT(YV_FLOAT64)) < 0)
+    if (check_terms(&c.out, &first, cuda) < 0)
         return NULL;
 #ifdef YV_WITH_CUDA
     size_t need = cuda ? yv_det_loss_workspace_size(c.L.B, c.L.A) : 0;
@@ -389,9 +398,7 @@ PyObject *yv_py_det_loss_backward(PyObject *module, PyObject *const *args, Py_ss
     if (yv_tensor_parse(args[7], op, "grad_out", 0, &c.grad_out) < 0
         || parse_levels(args[8], NULL, op, "grads", 1, &c.G, &gfirst) < 0 || yv_parse_stream(args[9], op, &stream) < 0)
         return NULL;
-    if (yv_check_ndim(&c.grad_out, 1) < 0 || yv_check_dim(&c.grad_out, 0, 3) < 0
-        || yv_check_same_device(&c.grad_out, &first) < 0 || yv_check_contiguous(&c.grad_out) < 0
-        || yv_check_dtype(&c.grad_out, cuda ? YV_DT(YV_FLOAT32) : YV_DT(YV_FLOAT32) | YV_DT(YV_FLOAT64)) < 0)
+    if (check_terms(&c.grad_out, &first, cuda) < 0)
         return NULL;
     if (yv_check_same_dtype(&gfirst, &first) < 0 || yv_check_same_device(&gfirst, &first) < 0)
         return NULL;

@@ -466,21 +466,20 @@ template <typename T> __device__ __forceinline__ T *bn_at(const yv_view4 *v, int
     return (T *)v->data + k * v->stride[3] + c;
 }
 
-template <typename T, int V> __device__ __forceinline__ void bn_vload(const yv_view4 *v, int64_t k, int64_t c, float x[V])
+/* V elements at p (aligned to V·sizeof(T) bytes) as float32; stored from float32 (+= when accumulate). */
+template <typename T, int V> __device__ __forceinline__ void bn_vload_at(const T *p, float x[V])
 {
-    bn_vec<T, V> r = *(const bn_vec<T, V> *)bn_at<T>(v, k, c);
+    bn_vec<T, V> r = *(const bn_vec<T, V> *)p;
 #pragma unroll
     for (int e = 0; e < V; e++)
         x[e] = bn_tof(r.v[e]);
 }
 
-template <typename T, int V>
-__device__ __forceinline__ void bn_vstore(const yv_view4 *v, int64_t k, int64_t c, const float x[V], int accumulate)
+template <typename T, int V> __device__ __forceinline__ void bn_vstore_at(T *p, const float x[V], int accumulate)
 {
-    bn_vec<T, V> *p = (bn_vec<T, V> *)bn_at<T>(v, k, c);
     bn_vec<T, V> r;
     if (accumulate) {
-        r = *p;
+        r = *(const bn_vec<T, V> *)p;
 #pragma unroll
         for (int e = 0; e < V; e++)
             bn_fromf(bn_tof(r.v[e]) + x[e], &r.v[e]);
@@ -490,7 +489,18 @@ __device__ __forceinline__ void bn_vstore(const yv_view4 *v, int64_t k, int64_t 
         for (int e = 0; e < V; e++)
             bn_fromf(x[e], &r.v[e]);
     }
-    *p = r;
+    *(bn_vec<T, V> *)p = r;
+}
+
+template <typename T, int V> __device__ __forceinline__ void bn_vload(const yv_view4 *v, int64_t k, int64_t c, float x[V])
+{
+    bn_vload_at<T, V>(bn_at<T>(v, k, c), x);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void bn_vstore(const yv_view4 *v, int64_t k, int64_t c, const float x[V], int accumulate)
+{
+    bn_vstore_at<T, V>(bn_at<T>(v, k, c), x, accumulate);
 }
 
 /* Per-channel constants of one BN for channels c0 .. c0+V-1. */
@@ -693,6 +703,38 @@ __global__ void __launch_bounds__(BN_THREADS) bn_bwd_red_fast_kernel(bn_args a, 
  * computed once per thread, not once per row. FORM: bit 0 = the bn2 form (z2), bit 1 = a residual. */
 #define BN_UNROLL 4
 
+/* Rows k0 + r·step (r < BN_UNROLL) below n of channels c0 .. c0+V-1 of a row-uniform operand: every load is
+ * issued before the first use. */
+template <typename T, int V>
+__device__ __forceinline__ void bn_vload_rows(const yv_view4 *v, int64_t k0, int64_t step, int64_t n, int64_t c0,
+                                              float x[BN_UNROLL][V])
+{
+#pragma unroll
+    for (int r = 0; r < BN_UNROLL; r++)
+        if (k0 + r * step < n)
+            bn_vload<T, V>(v, k0 + r * step, c0, x[r]);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void bn_vstore_rows(const yv_view4 *v, int64_t k0, int64_t step, int64_t n, int64_t c0,
+                                               float x[BN_UNROLL][V])
+{
+#pragma unroll
+    for (int r = 0; r < BN_UNROLL; r++)
+        if (k0 + r * step < n)
+            bn_vstore<T, V>(v, k0 + r * step, c0, x[r], 0);
+}
+
+/* u = x + u over BN_UNROLL groups of V (the residual, added after the activation). */
+template <int V> __device__ __forceinline__ void bn_add_rows(float x[BN_UNROLL][V], float u[BN_UNROLL][V])
+{
+#pragma unroll
+    for (int r = 0; r < BN_UNROLL; r++)
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            u[r][e] = x[r][e] + u[r][e];
+}
+
 template <typename T, int V, int FORM>
 __global__ void __launch_bounds__(BN_THREADS) bn_fwd_fast_kernel(bn_args a, bn_geom g)
 {
@@ -705,16 +747,9 @@ __global__ void __launch_bounds__(BN_THREADS) bn_fwd_fast_kernel(bn_args a, bn_g
         bn_fast_consts<V, Z2>(&a, c0, &q1, &q2, shift);
         for (int64_t k0 = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; k0 < g.n; k0 += BN_UNROLL * step) {
             float u[BN_UNROLL][V], x[BN_UNROLL][V];
-#pragma unroll
-            for (int r = 0; r < BN_UNROLL; r++)
-                if (k0 + r * step < g.n)
-                    bn_vload<T, V>(&a.z1, k0 + r * step, c0, u[r]);
-            if (Z2) {
-#pragma unroll
-                for (int r = 0; r < BN_UNROLL; r++)
-                    if (k0 + r * step < g.n)
-                        bn_vload<T, V>(&a.z2, k0 + r * step, c0, x[r]);
-            }
+            bn_vload_rows<T, V>(&a.z1, k0, step, g.n, c0, u);
+            if (Z2)
+                bn_vload_rows<T, V>(&a.z2, k0, step, g.n, c0, x);
 #pragma unroll
             for (int r = 0; r < BN_UNROLL; r++)
 #pragma unroll
@@ -725,20 +760,10 @@ __global__ void __launch_bounds__(BN_THREADS) bn_fwd_fast_kernel(bn_args a, bn_g
                     u[r][e] = a.silu ? v * bn_sigmoid(v) : v;
                 }
             if (RES) {
-#pragma unroll
-                for (int r = 0; r < BN_UNROLL; r++)
-                    if (k0 + r * step < g.n)
-                        bn_vload<T, V>(&a.res, k0 + r * step, c0, x[r]);
-#pragma unroll
-                for (int r = 0; r < BN_UNROLL; r++)
-#pragma unroll
-                    for (int e = 0; e < V; e++)
-                        u[r][e] = x[r][e] + u[r][e];
+                bn_vload_rows<T, V>(&a.res, k0, step, g.n, c0, x);
+                bn_add_rows<V>(x, u);
             }
-#pragma unroll
-            for (int r = 0; r < BN_UNROLL; r++)
-                if (k0 + r * step < g.n)
-                    bn_vstore<T, V>(&a.out, k0 + r * step, c0, u[r], 0);
+            bn_vstore_rows<T, V>(&a.out, k0, step, g.n, c0, u);
         }
     }
 }
@@ -810,31 +835,6 @@ template <typename T>
 __device__ __forceinline__ T *bn_plane_at(const yv_view4 *v, int64_t b, int64_t c, int64_t i)
 {
     return (T *)v->data + b * v->stride[0] + c * v->stride[1] + i;
-}
-
-template <typename T, int V> __device__ __forceinline__ void bn_vload_at(const T *p, float x[V])
-{
-    bn_vec<T, V> r = *(const bn_vec<T, V> *)p;
-#pragma unroll
-    for (int e = 0; e < V; e++)
-        x[e] = bn_tof(r.v[e]);
-}
-
-template <typename T, int V> __device__ __forceinline__ void bn_vstore_at(T *p, const float x[V], int accumulate)
-{
-    bn_vec<T, V> r;
-    if (accumulate) {
-        r = *(const bn_vec<T, V> *)p;
-#pragma unroll
-        for (int e = 0; e < V; e++)
-            bn_fromf(bn_tof(r.v[e]) + x[e], &r.v[e]);
-    }
-    else {
-#pragma unroll
-        for (int e = 0; e < V; e++)
-            bn_fromf(x[e], &r.v[e]);
-    }
-    *(bn_vec<T, V> *)p = r;
 }
 
 /* One channel's scalar constants (the planar kernels keep one channel per block or per plane). The planar
@@ -1028,6 +1028,28 @@ __global__ void __launch_bounds__(BN_THREADS) bn_planar_red_kernel(bn_args a, bn
             a.partial[((int64_t)s * a.S + blockIdx.x) * g.C + c] = out[s];
 }
 
+/* Vectors i0 + r·BN_THREADS (r < BN_UNROLL) below Wv of plane (b, c) of a planar operand: every load is
+ * issued before the first use. */
+template <typename T, int V>
+__device__ __forceinline__ void bn_vload_plane(const yv_view4 *v, int64_t b, int64_t c, int64_t i0, int64_t Wv,
+                                               float x[BN_UNROLL][V])
+{
+#pragma unroll
+    for (int r = 0; r < BN_UNROLL; r++)
+        if (i0 + r * BN_THREADS < Wv)
+            bn_vload_at<T, V>(bn_plane_at<T>(v, b, c, (i0 + r * BN_THREADS) * V), x[r]);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void bn_vstore_plane(const yv_view4 *v, int64_t b, int64_t c, int64_t i0, int64_t Wv,
+                                                float x[BN_UNROLL][V])
+{
+#pragma unroll
+    for (int r = 0; r < BN_UNROLL; r++)
+        if (i0 + r * BN_THREADS < Wv)
+            bn_vstore_at<T, V>(bn_plane_at<T>(v, b, c, (i0 + r * BN_THREADS) * V), x[r], 0);
+}
+
 /* Planar elementwise passes: grid (tiles of BN_THREADS·BN_UNROLL vectors along a plane, planes); block
  * (x, y) does tile x of planes y, y + gridDim.y, ... with that plane's channel constants in registers.
  * FORM as in bn_fwd_fast_kernel. */
@@ -1043,16 +1065,9 @@ __global__ void __launch_bounds__(BN_THREADS) bn_fwd_planar_vec_kernel(bn_args a
         if (Z2)
             k2 = bn_c1_load(&a.p2, c);
         float u[BN_UNROLL][V], x[BN_UNROLL][V];
-#pragma unroll
-        for (int r = 0; r < BN_UNROLL; r++)
-            if (i0 + r * BN_THREADS < Wv)
-                bn_vload_at<T, V>(bn_plane_at<T>(&a.z1, b, c, (i0 + r * BN_THREADS) * V), u[r]);
-        if (Z2) {
-#pragma unroll
-            for (int r = 0; r < BN_UNROLL; r++)
-                if (i0 + r * BN_THREADS < Wv)
-                    bn_vload_at<T, V>(bn_plane_at<T>(&a.z2, b, c, (i0 + r * BN_THREADS) * V), x[r]);
-        }
+        bn_vload_plane<T, V>(&a.z1, b, c, i0, Wv, u);
+        if (Z2)
+            bn_vload_plane<T, V>(&a.z2, b, c, i0, Wv, x);
 #pragma unroll
         for (int r = 0; r < BN_UNROLL; r++)
 #pragma unroll
@@ -1062,20 +1077,10 @@ __global__ void __launch_bounds__(BN_THREADS) bn_fwd_planar_vec_kernel(bn_args a
                 u[r][e] = a.silu ? v * bn_sigmoid(v) : v;
             }
         if (RES) {
-#pragma unroll
-            for (int r = 0; r < BN_UNROLL; r++)
-                if (i0 + r * BN_THREADS < Wv)
-                    bn_vload_at<T, V>(bn_plane_at<T>(&a.res, b, c, (i0 + r * BN_THREADS) * V), x[r]);
-#pragma unroll
-            for (int r = 0; r < BN_UNROLL; r++)
-#pragma unroll
-                for (int e = 0; e < V; e++)
-                    u[r][e] = x[r][e] + u[r][e];
+            bn_vload_plane<T, V>(&a.res, b, c, i0, Wv, x);
+            bn_add_rows<V>(x, u);
         }
-#pragma unroll
-        for (int r = 0; r < BN_UNROLL; r++)
-            if (i0 + r * BN_THREADS < Wv)
-                bn_vstore_at<T, V>(bn_plane_at<T>(&a.out, b, c, (i0 + r * BN_THREADS) * V), u[r], 0);
+        bn_vstore_plane<T, V>(&a.out, b, c, i0, Wv, u);
     }
 }
 

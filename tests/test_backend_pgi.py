@@ -25,6 +25,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from saved_tensors import saved_bytes
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import accepts_uint8, apply
 from yolov9c.backends.c import pgi
@@ -148,21 +149,6 @@ def conv_outputs(cfg, x):
     for h in hs:
         h.remove()
     return counts
-
-
-def saved_bytes(model, x):
-    skip = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
-    seen = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in skip:
-            seen[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = model(x)
-    return sum(seen.values()), out
 
 
 @pytest.mark.parametrize("cfg", ["yolov9-t", "yolov9-c"])

@@ -87,17 +87,6 @@ def test_bad_files_are_skipped_and_every_good_file_is_written(tmp_path, kind):
     assert logs[-1] == "WARNING: 4 of 7 files could not be read and were skipped (the WARNING lines above say why)"
 
 
-@pytest.fixture(scope="module")
-def gelan_t(tmp_path_factory):
-    import yolov9c
-    from yolov9c.models.checkpoint import save_checkpoint
-
-    torch.manual_seed(0)
-    m = yolov9c.build_model("gelan-t", nc=3)
-    m.names = ["a", "b", "c"]
-    return save_checkpoint(tmp_path_factory.mktemp("w") / "gelan-t.pt", m)
-
-
 def test_cli_exit_code_1_when_files_were_skipped_0_when_none(gelan_t, tmp_path, capsys):
     d = _mixed_folder(tmp_path / "src")
     argv = ["--weights", str(gelan_t), "--img", "64", "--conf-thres", "0.001", "--max-det", "2", "--save-txt",

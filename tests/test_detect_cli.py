@@ -53,17 +53,6 @@ def test_usage_errors_exit_2(argv, words, capsys):
     assert words in capsys.readouterr().err
 
 
-@pytest.fixture(scope="module")
-def gelan_t(tmp_path_factory):
-    import yolov9c
-    from yolov9c.models.checkpoint import save_checkpoint
-
-    torch.manual_seed(0)
-    m = yolov9c.build_model("gelan-t", nc=3)
-    m.names = ["a", "b", "c"]
-    return save_checkpoint(tmp_path_factory.mktemp("w") / "gelan-t.pt", m)
-
-
 @pytest.mark.parametrize("extra, words", [
     (["--source", "/no/such/dir"], "no such file or folder"),
     (["--source", "0"], "webcam input is not supported"),

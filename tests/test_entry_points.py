@@ -17,8 +17,9 @@ def _run(*args):
     return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=120)
 
 
-@pytest.mark.parametrize("script", ["train_dual.py", "detect_dual.py"])
+@pytest.mark.parametrize("script", ["train_dual.py", "detect_dual.py", "val.py", "detect.py", "val_dual.py"])
 def test_entry_point_help(script):
+    """The _dual scripts and the published single-head ones (val.py, detect.py: the same flags)."""
     r = _run(REPO / script, "--help")
     assert r.returncode == 0, r.stderr
     assert f"usage: {script}" in r.stdout
@@ -36,15 +37,6 @@ def test_train_dual_bad_value_is_an_argparse_error():
     r = _run(REPO / "train_dual.py", "--optimizer", "RMSprop")
     assert r.returncode == 2
     assert "invalid choice" in r.stderr and "SGD" in r.stderr and "LION" in r.stderr
-
-
-@pytest.mark.parametrize("script", ["val.py", "detect.py", "val_dual.py"])
-def test_single_head_entry_points_help(script):
-    """train.py / val.py / detect.py: the published single-head scripts, same flags as the _dual ones."""
-    r = _run(REPO / script, "--help")
-    assert r.returncode == 0, r.stderr
-    assert f"usage: {script}" in r.stdout
-    assert "--weights" in r.stdout and "--device" in r.stdout
 
 
 def test_train_py_has_the_train_dual_flags():

@@ -27,21 +27,14 @@ import pytest
 import torch
 import torch.nn as nn
 
+from saved_tensors import saved_bytes
 from yolov9c.models.common import Conv, RepNCSPELAN4
 
 C_MAX = 2.1  # B per conv-output element kept by the c backend (fp16); 2.0 is the z's alone
 TORCH_MIN = 5.0  # eager PyTorch keeps ≈ 6
 GELAN_CONV_CHANNELS = 416  # sum of the conv-output channels of RepNCSPELAN4(64, 64, 64, 32, 1), see above
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: tiny tensors gain nothing from more, and on a shared CPU two OpenMP threads wait
-    on each other (measured 40x slower steps under load)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class Layers(nn.Module):
@@ -87,31 +80,13 @@ def _build(case, backend, device):
 # CPU: what autograd saves, counted through saved-tensor hooks (float32)
 # ---------------------------------------------------------------------------------------------------------
 
-def saved_bytes_by_hooks(model, x):
-    """(bytes of the distinct storages autograd saves in model(x), excluding parameters, x and the output;
-    the output)."""
-    skip = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
-    seen = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in skip:
-            seen[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = model(x)
-    seen.pop(out.untyped_storage().data_ptr(), None)
-    return sum(seen.values()), out
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_saved_tensors_cpu(case):
     got = {}
     for backend in ("torch", "c"):
         model, channels = _build(case, backend, "cpu")
         x = torch.randn(2, 64, 16, 16)  # per-channel statistics add 8 B per channel per conv: 0.016 B/elt here
-        nbytes, out = saved_bytes_by_hooks(model, x)
+        nbytes, out = saved_bytes(model, x, count_output=False)
         got[backend] = nbytes / (out.numel() // out.shape[1] * channels)
         out.sum().backward()  # the saved tensors are enough for backward
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

@@ -2,7 +2,8 @@
 
 CPU: size parsing, the linear cost model and its fit, the plan (largest micro-batch that divides the nominal
 batch and fits; --dynamic-img shrinks the images down to a floor; nothing fits → fits=False), the cards
-table, plan_for_training's errors, and the CLI's output and error lines.
+table, plan_for_training's errors, and the CLI's output and error lines; the measured step (random targets
+inside the image, one MeasuredStep.run() of yolov9-t on the CPU moves the weights and counts one EMA update).
 CUDA (marked cuda): measure() fits the line from two measured steps (batch 4 and 8 of yolov9-t at 640²)
 and the prediction for batch 16 is within 10 % of the measured peak reserved memory of that step. (At 320²
 and batches 2/4 → 8, peaks of 0.1-0.2 GiB, the line missed by 13 %: allocator granularity dominates there.)
@@ -12,6 +13,7 @@ Run: python -m pytest -q tests/test_memory_plan.py
 import re
 
 import pytest
+import torch
 
 from yolov9c.cli.main import main as cli_main
 from yolov9c.engine.train import memory_plan as mp
@@ -100,6 +102,29 @@ def test_cli_memory_unknown_model(capsys):
 def test_table_entries_are_sane():
     for (model, backend), (fixed, per_image) in mp.COSTS.items():
         assert backend in ("c", "torch") and fixed > 0 and per_image > 0, model
+
+
+def test_random_targets_inside_the_image():
+    t = mp.random_targets(3, 40, 5, torch.Generator().manual_seed(1))
+    assert t.shape == (120, 6) and t.dtype == torch.float32
+    assert torch.equal(t[:, 0], torch.arange(3).repeat_interleave(40).float())
+    assert set(t[:, 1].tolist()) <= set(range(5)) and len(set(t[:, 1].tolist())) > 1
+    xy, wh = t[:, 2:4], t[:, 4:6]
+    assert (wh >= 0.05).all() and (wh <= 0.5).all()
+    assert (xy - wh / 2 >= 0).all() and (xy + wh / 2 <= 1).all()
+
+
+@pytest.mark.parametrize("backend", ["torch", "c"])
+def test_measured_step_runs_the_trainer_step_on_cpu(backend):
+    step = mp.MeasuredStep("yolov9-t", backend, 2, 64, "cpu", torch.contiguous_format, boxes=3)
+    assert step.images.shape == (2, 3, 64, 64) and step.images.dtype == torch.uint8
+    assert step.targets.shape == (6, 6) and not step.amp
+    before = [p.detach().clone() for p in step.model.parameters()]
+    step.run()
+    moved = sum(not torch.equal(a, p) for a, p in zip(before, step.model.parameters()))
+    assert moved > len(before) // 2, f"{moved} of {len(before)} parameters changed"
+    assert step.ema.updates == 1
+    assert all(p.grad is None or not p.grad.any() for p in step.model.parameters())  # zero_grad ran
 
 
 @pytest.mark.cuda

@@ -19,16 +19,7 @@ from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train.results import read_results
 
 REL_TOL = 1e-4  # fp32 on the CPU; the backends differ only in summation order
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: tiny tensors gain nothing from more, and on a shared CPU two OpenMP threads wait
-    on each other (measured 40x slower steps under load)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

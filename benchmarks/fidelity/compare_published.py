@@ -12,6 +12,8 @@ Python that can run it (torch + torchvision):
 Without --published (or with a path that is not the published checkout) it prints these lines and exits 0.
 Both sides run as separate processes (ours_side.py from this checkout, published_side.py inside the published
 one) on the same dataset and seed and exchange JSON/npz files; nothing of the published code is imported here.
+Both sides load modes.py (their common command line, the data mode's counters and sampling loop, the loss
+mode's record and SGD step), stats.py and probe.py from this folder: plain torch + numpy, neither package.
 
 Steps (--steps, default all):
   data   augmented samples of both pipelines, mosaic on and off (--n each): boxes per image, box side / aspect /

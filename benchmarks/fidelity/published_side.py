@@ -20,7 +20,6 @@ stand-ins when they are missing (and np.trapz, gone from NumPy 2.4, is np.trapez
 installed (the data result says whether its transforms are active).
 """
 
-import argparse
 import json
 import os
 import sys
@@ -28,7 +27,7 @@ import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # stats.py, probe.py
+sys.path.insert(0, str(HERE))  # stats.py, probe.py, modes.py
 sys.path.insert(0, os.getcwd())  # the published checkout (the working directory)
 
 
@@ -82,8 +81,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
+from modes import AugmentCounts, data_phases, loss_step, parse, parser  # noqa: E402
 from probe import json_ready, wrap_loss  # noqa: E402
-from stats import item_stats, summarize  # noqa: E402
 
 
 def _hyp(path):
@@ -103,44 +102,21 @@ def run_data(a):
     hyp = _hyp(a.hyp)
     ds = D.LoadImagesAndLabels(data["train"], a.img, 16, augment=True, hyp=hyp, rect=False, cache_images=None,
                                stride=32, min_items=a.min_items, prefix="train: ")
-    counts = {"mosaic": 0, "mixup": 0, "copy_paste_calls": 0, "copy_paste_pasted": 0}
-    load_mosaic, mixup, copy_paste = ds.load_mosaic, D.mixup, D.copy_paste
-
-    def count_mosaic(*args, **kw):
-        counts["mosaic"] += 1
-        return load_mosaic(*args, **kw)
-
-    def count_mixup(*args, **kw):
-        counts["mixup"] += 1
-        return mixup(*args, **kw)
-
-    def count_copy_paste(im, labels, segments, p=0.5):
-        n0 = len(labels)
-        out = copy_paste(im, labels, segments, p=p)
-        counts["copy_paste_calls"] += 1
-        counts["copy_paste_pasted"] += len(out[1]) - n0
-        return out
-
-    ds.load_mosaic, D.mixup, D.copy_paste = count_mosaic, count_mixup, count_copy_paste
+    counts = AugmentCounts()
+    ds.load_mosaic, D.mixup, D.copy_paste = (counts.mosaic(ds.load_mosaic), counts.mixup(D.mixup),
+                                             counts.copy_paste(D.copy_paste))
     random.seed(a.seed)
     np.random.seed(a.seed)
-    nc = len(data["names"])
     result = {"albumentations": bool(ds.albumentations is not None and ds.albumentations.transform is not None),
               "n_images": len(ds), "n_labels": int(sum(len(x) for x in ds.labels)),
               "n_backgrounds": int(sum(len(x) == 0 for x in ds.labels))}
-    for phase, on in (("on", True), ("off", False)):
+
+    def sample(k, on):
         ds.mosaic = on
-        for k in counts:
-            counts[k] = 0
-        items = []
-        for k in range(a.n):
-            img, labels, _, _ = ds[k % len(ds)]
-            items.append(item_stats(img.numpy(), labels.numpy()))
-        result[phase] = summarize(items, nc)
-        m = counts["mosaic"] - counts["mixup"]  # the primary mosaics (mixup builds a second one)
-        result[phase]["rates"] = {
-            "mosaic": m / a.n, "mixup_given_mosaic": counts["mixup"] / max(m, 1),
-            "copy_paste_objects_per_mosaic": counts["copy_paste_pasted"] / max(counts["mosaic"], 1)}
+        img, labels, _, _ = ds[k % len(ds)]
+        return img, labels
+
+    result.update(data_phases(sample, a.n, len(data["names"]), counts))
     Path(a.out).write_text(json.dumps(json_ready(result)))
 
 
@@ -181,62 +157,13 @@ def run_loss(a):
     hyp["label_smoothing"] = 0.0
     model.hyp = hyp
     model.train()
-    loss_fn = ComputeLoss(model)
-    b = np.load(a.batch)
-    imgs = torch.from_numpy(b["imgs"]).float() / 255
-    targets = torch.from_numpy(b["targets"]).float()
-    pred = model(imgs)
-    loss, items = loss_fn(pred, targets)
-    loss.backward()
-
-    out = {"loss": loss.detach().double().numpy().reshape(-1), "items": items.detach().double().numpy()}
-    names = [n for n, _ in model.named_parameters()]
-    out["grad_names"] = np.array(names)
-    out["grad_norms"] = np.array([p.grad.double().norm().item() if p.grad is not None else -1.0
-                                  for _, p in model.named_parameters()])
-    for k, v in model.state_dict().items():
-        if "running_" in k:
-            out[f"bn::{k}"] = v.double().numpy()
-    lrs = [float(x) for x in a.lr.split(",")]
-    opt = smart_optimizer(model, "SGD", lrs[1], a.momentum, a.weight_decay)
-    ids = {id(p): n for n, p in model.named_parameters()}
-    for j, g in enumerate(opt.param_groups):
-        g["lr"] = lrs[j]
-        out[f"group{j}"] = np.array([ids[id(p)] for p in g["params"]])
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
-    opt.step()
-    for n, p in model.named_parameters():
-        out[f"param::{n}"] = p.detach().double().numpy()
-    np.savez(a.out, **out)
+    loss_step(model, ComputeLoss(model), a, lambda lr: smart_optimizer(model, "SGD", lr, a.momentum, a.weight_decay))
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="mode", required=True)
-    d = sub.add_parser("data")
-    d.add_argument("--data", required=True)
-    d.add_argument("--hyp", default="data/hyps/hyp.scratch-high.yaml")
-    d.add_argument("--img", type=int, default=640)
-    d.add_argument("--n", type=int, default=400)
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--min-items", type=int, default=0)
-    d.add_argument("--out", required=True)
-    t = sub.add_parser("train")
-    t.add_argument("--record", required=True)
-    t.add_argument("rest", nargs=argparse.REMAINDER)
-    lo = sub.add_parser("loss")
-    lo.add_argument("--cfg", required=True)
-    lo.add_argument("--nc", type=int, default=80)
-    lo.add_argument("--hyp", default="data/hyps/hyp.scratch-high.yaml")
-    lo.add_argument("--weights", required=True)
-    lo.add_argument("--batch", required=True)
-    lo.add_argument("--lr", default="0.1,0.01,0.01", help="lr of groups 0 (biases), 1 (decayed), 2 (BN)")
-    lo.add_argument("--momentum", type=float, default=0.937)
-    lo.add_argument("--weight-decay", type=float, default=0.0005)
-    lo.add_argument("--out", required=True)
-    a = p.parse_args(argv)
-    if a.mode == "train" and a.rest and a.rest[0] == "--":
-        a.rest = a.rest[1:]
+    p, _, _, lo = parser(__doc__.split("\n")[0], "data/hyps/hyp.scratch-high.yaml")
+    lo.add_argument("--weights", required=True, help="npz of state_dict arrays (ours_side.py --save-weights)")
+    a = parse(p, argv)
     {"data": run_data, "train": run_train, "loss": run_loss}[a.mode](a)
 
 

@@ -42,57 +42,28 @@ OPTIMIZERS = ("SGD", "Adam", "AdamW", "LION")
 CACHE_CHOICES = ("ram", "disk", "val")
 
 
-def _int_at_least(lo, what):
+def _number(cast, ok, must):
+    """An argparse type: cast(text) (int or float) when ok(value), else the error "<must>, got <text>"."""
     def parse(text):
         try:
-            v = int(text)
+            v = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer >= {lo}, got {text!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer >= {lo}, got {v}")
+            raise argparse.ArgumentTypeError(f"{must}, got {text!r}") from None
+        if not ok(v):
+            raise argparse.ArgumentTypeError(f"{must}, got {v}")
         return v
-    parse.__name__ = "int"
+    parse.__name__ = cast.__name__
     return parse
 
 
-def _probability(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1], got {text!r}") from None
-    if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1], got {v}")
-    return v
+def _int_at_least(lo, what):
+    return _number(int, lambda v: v >= lo, f"{what} must be an integer >= {lo}")
 
 
-def _batch_size(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (or -1 for AutoBatch), got {text!r}") from None
-    if v == 0 or v < -1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (or -1 for AutoBatch), got {v}")
-    return v
-
-
-def _freeze_index(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"layer indices must be integers >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"layer indices must be integers >= 0, got {v}")
-    return v
-
-
-def _smoothing(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {text!r}") from None
-    if not 0.0 <= v < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1), got {v}")
-    return v
+_probability = _number(float, lambda v: 0.0 <= v <= 1.0, "must be a probability in [0, 1]")
+_batch_size = _number(int, lambda v: v >= 1 or v == -1, "must be a positive integer (or -1 for AutoBatch)")
+_freeze_index = _number(int, lambda v: v >= 0, "layer indices must be integers >= 0")
+_smoothing = _number(float, lambda v: 0.0 <= v < 1.0, "must be a number in [0, 1)")
 
 
 def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:

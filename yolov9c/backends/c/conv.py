@@ -22,7 +22,7 @@ Test: python -m pytest -q tests/test_backend_c.py
 import torch
 import torch.nn.functional as F
 
-from yolov9c.backends.c.lazy import Evaluator, Grads, memory_format_of
+from yolov9c.backends.c.lazy import Evaluator, Grads, LeafIndex, memory_format_of
 
 
 class _Plan:
@@ -123,16 +123,9 @@ class LazyConvFunction(torch.autograd.Function):
 def lazy_conv(x, convs):
     """Run nn.Conv2d modules `convs` on the lazy value x; returns a list of their outputs (B, Co, H', W')
     in the compute dtype (see compute_dtype), differentiable w.r.t. x's leaves and the conv parameters."""
-    leaves, index = [], {}
-
-    def register(t):
-        k = id(t)
-        if k not in index:
-            index[k] = len(leaves)
-            leaves.append(t)
-        return index[k]
-
-    template = x.map(register, {})
+    index = LeafIndex()
+    template = x.map(index.add, {})
+    leaves = index.tensors
     w0 = convs[0].weight
     dtype = compute_dtype(w0)
     plan = _Plan(template, len(leaves), [_geometry(c) for c in convs], dtype,

@@ -47,6 +47,13 @@ class Node:
 
     def map(self, fn, memo):
         """A copy with every tensor t replaced by fn(t); shared sub-nodes stay shared (memo: id → copy)."""
+        k = id(self)
+        if k not in memo:
+            memo[k] = self._mapped(fn, memo)
+        return memo[k]
+
+    def _mapped(self, fn, memo):
+        """map()'s copy of this node (its children mapped through memo)."""
         raise NotImplementedError
 
     def tensors(self):
@@ -58,19 +65,29 @@ class Node:
 
 
 class _Leaf(Node):
+    """A node over stored tensors of `full` channels, of which it stands for channels [c0, c1).
+    A subclass gives `_make(tensors, c0, c1)`: the same node over `tensors` (in the order of tensors())."""
+
     __slots__ = ("c0", "c1", "full")
 
-    def _range(self, c0, c1):
-        """(c0, c1) of this node's own channel range after slicing it to [c0, c1)."""
+    def _set_range(self, t, c0, c1, shape):
+        """Channels [c0, c1) (c1=None: to the end) of stored tensors of (B, C, H, W) `shape` (t's when None)."""
+        s = t.shape if shape is None else shape
+        self.full = s[1]
+        self.c0, self.c1 = c0, self.full if c1 is None else c1
+        self.shape = (s[0], self.c1 - self.c0, s[2], s[3])
+
+    def _full_shape(self):
+        """(B, C, H, W) of the stored tensors (all `full` channels)."""
+        return (self.shape[0], self.full, self.shape[2], self.shape[3])
+
+    def slice(self, c0, c1):
         if not 0 <= c0 < c1 <= self.c1 - self.c0:
             raise ValueError(f"lazy slice [{c0}, {c1}) out of range for {self.c1 - self.c0} channels")
-        return self.c0 + c0, self.c0 + c1
+        return self._make(self.tensors(), self.c0 + c0, self.c0 + c1)
 
-    def _memo(self, memo, make):
-        k = id(self)
-        if k not in memo:
-            memo[k] = make()
-        return memo[k]
+    def _mapped(self, fn, memo):
+        return self._make(tuple(fn(t) for t in self.tensors()), self.c0, self.c1)
 
 
 class BNAct(_Leaf):
@@ -80,25 +97,15 @@ class BNAct(_Leaf):
 
     def __init__(self, z, mean, invstd, weight, bias, act, c0=0, c1=None, shape=None):
         self.z, self.mean, self.invstd, self.weight, self.bias, self.act = z, mean, invstd, weight, bias, act
-        self.full = z.shape[1] if shape is None else shape[1]  # channel count of z
-        self.c0, self.c1 = c0, self.full if c1 is None else c1
-        s = z.shape if shape is None else shape
-        self.shape = (s[0], self.c1 - self.c0, s[2], s[3])
+        self._set_range(z, c0, c1, shape)
+
+    def _make(self, tensors, c0, c1):
+        return BNAct(*tensors, self.act, c0, c1, self._full_shape())
 
     def _args(self):
         c0, c1, f = self.c0, self.c1, self.full
         return (_sl(self.z, c0, c1, f), _sl(self.mean, c0, c1, f), _sl(self.invstd, c0, c1, f),
                 _sl(self.weight, c0, c1, f), _sl(self.bias, c0, c1, f))
-
-    def slice(self, c0, c1):
-        a, b = self._range(c0, c1)
-        return BNAct(self.z, self.mean, self.invstd, self.weight, self.bias, self.act, a, b,
-                     (self.shape[0], self.full, self.shape[2], self.shape[3]))
-
-    def map(self, fn, memo):
-        full = (self.shape[0], self.full, self.shape[2], self.shape[3])
-        return self._memo(memo, lambda: BNAct(fn(self.z), fn(self.mean), fn(self.invstd), fn(self.weight),
-                                              fn(self.bias), self.act, self.c0, self.c1, full))
 
     def tensors(self):
         return (self.z, self.mean, self.invstd, self.weight, self.bias)
@@ -131,19 +138,10 @@ class RepAct(_Leaf):
 
     def __init__(self, t1, t2, c0=0, c1=None, shape=None):
         self.t1, self.t2 = tuple(t1), tuple(t2)  # (z, mean, invstd, weight, bias) each
-        self.full = t1[0].shape[1] if shape is None else shape[1]
-        self.c0, self.c1 = c0, self.full if c1 is None else c1
-        s = t1[0].shape if shape is None else shape
-        self.shape = (s[0], self.c1 - self.c0, s[2], s[3])
+        self._set_range(t1[0], c0, c1, shape)
 
-    def slice(self, c0, c1):
-        a, b = self._range(c0, c1)
-        return RepAct(self.t1, self.t2, a, b, (self.shape[0], self.full, self.shape[2], self.shape[3]))
-
-    def map(self, fn, memo):
-        full = (self.shape[0], self.full, self.shape[2], self.shape[3])
-        return self._memo(memo, lambda: RepAct([fn(t) for t in self.t1], [fn(t) for t in self.t2],
-                                               self.c0, self.c1, full))
+    def _make(self, tensors, c0, c1):
+        return RepAct(tensors[:5], tensors[5:], c0, c1, self._full_shape())
 
     def tensors(self):
         return self.t1 + self.t2
@@ -179,31 +177,29 @@ class RepAct(_Leaf):
                 acc.put(t, c0, c1, v, owned=True)
 
 
-class Plain(_Leaf):
-    """An ordinary tensor t (B, C, H, W), channels [c0, c1)."""
+class _TensorLeaf(_Leaf):
+    """A leaf over one stored tensor t (B, C, H, W), channels [c0, c1)."""
 
     __slots__ = ("t",)
 
     def __init__(self, t, c0=0, c1=None, shape=None):
         self.t = t
-        self.full = t.shape[1] if shape is None else shape[1]
-        self.c0, self.c1 = c0, self.full if c1 is None else c1
-        s = t.shape if shape is None else shape
-        self.shape = (s[0], self.c1 - self.c0, s[2], s[3])
+        self._set_range(t, c0, c1, shape)
 
-    def slice(self, c0, c1):
-        a, b = self._range(c0, c1)
-        return Plain(self.t, a, b, (self.shape[0], self.full, self.shape[2], self.shape[3]))
-
-    def map(self, fn, memo):
-        full = (self.shape[0], self.full, self.shape[2], self.shape[3])
-        return self._memo(memo, lambda: Plain(fn(self.t), self.c0, self.c1, full))
+    def _make(self, tensors, c0, c1):
+        return type(self)(tensors[0], c0, c1, self._full_shape())
 
     def tensors(self):
         return (self.t,)
 
     def first_tensor(self):
         return self.t
+
+
+class Plain(_TensorLeaf):
+    """An ordinary tensor t (B, C, H, W), channels [c0, c1)."""
+
+    __slots__ = ()
 
     def view(self):
         return _sl(self.t, self.c0, self.c1, self.full)
@@ -219,35 +215,17 @@ class Plain(_Leaf):
             acc.put(self.t, self.c0, self.c1, g)
 
 
-class Image(_Leaf):
+class Image(_TensorLeaf):
     """A uint8 image batch t (B, C, H, W) standing for t.float() / 255: the value the trainer's
     `imgs.float() / 255` gives, computed by its consumer (in float32, then cast to the compute dtype) instead
     of stored. No gradient (the image is data)."""
 
-    __slots__ = ("t",)
+    __slots__ = ()
 
     def __init__(self, t, c0=0, c1=None, shape=None):
         if isinstance(t, torch.Tensor) and t.dtype != torch.uint8:  # (a template holds an index instead)
             raise TypeError(f"lazy Image: expected a uint8 tensor, got {t.dtype}")
-        self.t = t
-        self.full = t.shape[1] if shape is None else shape[1]
-        self.c0, self.c1 = c0, self.full if c1 is None else c1
-        s = t.shape if shape is None else shape
-        self.shape = (s[0], self.c1 - self.c0, s[2], s[3])
-
-    def slice(self, c0, c1):
-        a, b = self._range(c0, c1)
-        return Image(self.t, a, b, (self.shape[0], self.full, self.shape[2], self.shape[3]))
-
-    def map(self, fn, memo):
-        full = (self.shape[0], self.full, self.shape[2], self.shape[3])
-        return self._memo(memo, lambda: Image(fn(self.t), self.c0, self.c1, full))
-
-    def tensors(self):
-        return (self.t,)
-
-    def first_tensor(self):
-        return self.t
+        super().__init__(t, c0, c1, shape)
 
     def normalised(self, dtype=torch.float32):
         """t/255 of channels [c0, c1) in `dtype` (float32 arithmetic, as the trainer's float path)."""
@@ -264,15 +242,35 @@ class Image(_Leaf):
         pass  # data: no gradient
 
 
-class Sum(Node):
-    """Elementwise sum of same-shape children (nested sums are flattened)."""
+class _Group(Node):
+    """A node over child nodes (nested groups of the same kind are flattened into one)."""
 
     __slots__ = ("children",)
 
-    def __init__(self, children):
+    @classmethod
+    def _flatten(cls, children):
         flat = []
         for c in children:
-            flat.extend(c.children if isinstance(c, Sum) else [c])
+            flat.extend(c.children if isinstance(c, cls) else [c])
+        return flat
+
+    def _mapped(self, fn, memo):
+        return type(self)([c.map(fn, memo) for c in self.children])
+
+    def tensors(self):
+        return tuple(t for c in self.children for t in c.tensors())
+
+    def first_tensor(self):
+        return self.children[0].first_tensor()
+
+
+class Sum(_Group):
+    """Elementwise sum of same-shape children (nested sums are flattened)."""
+
+    __slots__ = ()
+
+    def __init__(self, children):
+        flat = self._flatten(children)
         if any(tuple(c.shape) != tuple(flat[0].shape) for c in flat):
             raise ValueError(f"lazy sum of different shapes: {[tuple(c.shape) for c in flat]}")
         self.children = flat
@@ -280,18 +278,6 @@ class Sum(Node):
 
     def slice(self, c0, c1):
         return Sum([c.slice(c0, c1) for c in self.children])
-
-    def map(self, fn, memo):
-        k = id(self)
-        if k not in memo:
-            memo[k] = Sum([c.map(fn, memo) for c in self.children])
-        return memo[k]
-
-    def tensors(self):
-        return tuple(t for c in self.children for t in c.tensors())
-
-    def first_tensor(self):
-        return self.children[0].first_tensor()
 
     def fill(self, out, ev):
         first = self.children[0]
@@ -319,15 +305,13 @@ class Sum(Node):
             c.backward(g, ev, acc)
 
 
-class Cat(Node):
+class Cat(_Group):
     """Channel concatenation of children with equal B, H, W (nested concats are flattened)."""
 
-    __slots__ = ("children",)
+    __slots__ = ()
 
     def __init__(self, children):
-        flat = []
-        for c in children:
-            flat.extend(c.children if isinstance(c, Cat) else [c])
+        flat = self._flatten(children)
         b, _, h, w = flat[0].shape
         if any((c.shape[0], c.shape[2], c.shape[3]) != (b, h, w) for c in flat):
             raise ValueError(f"lazy concat of different sizes: {[tuple(c.shape) for c in flat]}")
@@ -343,18 +327,6 @@ class Cat(Node):
                 parts.append(c if (a, b) == (off, off + n) else c.slice(a - off, b - off))
             off += n
         return parts[0] if len(parts) == 1 else Cat(parts)
-
-    def map(self, fn, memo):
-        k = id(self)
-        if k not in memo:
-            memo[k] = Cat([c.map(fn, memo) for c in self.children])
-        return memo[k]
-
-    def tensors(self):
-        return tuple(t for c in self.children for t in c.tensors())
-
-    def first_tensor(self):
-        return self.children[0].first_tensor()
 
     def fill(self, out, ev):
         off = 0
@@ -413,11 +385,8 @@ class Spatial(Node):
         b, _, h, w = self.shape
         return Spatial(self.fn, self.child.slice(c0, c1), (b, c1 - c0, h, w))
 
-    def map(self, fn, memo):
-        k = id(self)
-        if k not in memo:
-            memo[k] = Spatial(self.fn, self.child.map(fn, memo), self.shape)
-        return memo[k]
+    def _mapped(self, fn, memo):
+        return Spatial(self.fn, self.child.map(fn, memo), self.shape)
 
     def tensors(self):
         return self.child.tensors()
@@ -437,6 +406,26 @@ class Spatial(Node):
             v = ev.value(self.child).detach().requires_grad_()
             (gv,) = torch.autograd.grad(self.fn(v), v, g)
         self.child.backward(gv, ev, acc)
+
+
+class LeafIndex:
+    """Numbers the distinct tensors of lazy values by identity, in the order first met: `add` is the map()
+    function that turns a value into its template (each tensor replaced by its number); `tensors` holds the
+    numbered tensors."""
+
+    def __init__(self):
+        self.tensors = []
+        self._ids = {}
+
+    def add(self, t):
+        k = id(t)
+        if k not in self._ids:
+            self._ids[k] = len(self.tensors)
+            self.tensors.append(t)
+        return self._ids[k]
+
+    def __contains__(self, t):
+        return id(t) in self._ids
 
 
 def memory_format_of(t):

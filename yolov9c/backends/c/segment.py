@@ -20,7 +20,7 @@ Test: python -m pytest -q tests/test_backend_pgi.py
 import torch
 
 from yolov9c.backends.c.layers import StatsTape, use_tape
-from yolov9c.backends.c.lazy import Node
+from yolov9c.backends.c.lazy import LeafIndex, Node
 
 
 class _Slot:
@@ -160,17 +160,10 @@ class SegmentFunction(torch.autograd.Function):
 def run_segment(fn, inputs, modules):
     """fn(inputs) as a recomputed segment (module docstring); returns its value, differentiable w.r.t. the
     tensors of `inputs` and the parameters of `modules`."""
-    leaves, index = [], {}
-
-    def register(t):
-        k = id(t)
-        if k not in index:
-            index[k] = len(leaves)
-            leaves.append(t)
-        return index[k]
-
-    template = _template(inputs, register, {})
-    params = [p for m in modules for p in m.parameters() if id(p) not in index]
+    index = LeafIndex()
+    template = _template(inputs, index.add, {})
+    leaves = index.tensors
+    params = [p for m in modules for p in m.parameters() if p not in index]
     device = leaves[0].device.type if leaves else params[0].device.type
     call = _Call(fn, template, len(leaves), params, device)
     outs = SegmentFunction.apply(call, *leaves, *params)

@@ -181,7 +181,10 @@ def fit(model, backend, samples):
 # On-GPU measurement
 # ---------------------------------------------------------------------------------------------------------
 
-def _targets(batch, boxes, nc, gen):
+def random_targets(batch, boxes, nc, gen):
+    """(batch·boxes, 6) float host targets [image, class, x, y, w, h] of the measured steps (here and in
+    benchmarks/): `boxes` per image, classes uniform in [0, nc), sides 5-50 % of the image, normalised and
+    inside it; drawn from the torch.Generator `gen`."""
     import torch
 
     n = batch * boxes
@@ -192,51 +195,72 @@ def _targets(batch, boxes, nc, gen):
     return torch.cat([idx[:, None], cls[:, None], xy, wh], 1)
 
 
+class MeasuredStep:
+    """The trainer's step (module docstring) on a fresh model of `cfg` under `backend`, as step_peak measures
+    it and benchmarks/mem_timeline.py instruments it: an EMA copy, SGD (Nesterov, momentum 0.937), a
+    GradScaler and fp16 autocast on CUDA, a random uint8 batch (batch, 3, img, img) on `device` in memory
+    format `fmt`, passed as is when `uint8` and the model accepts it (else float/255), and `boxes` random host
+    targets per image. run() is one step. The fields are the parts (model, ema, loss_fn, opt, scaler, images,
+    targets, uint8, device, amp)."""
+
+    def __init__(self, cfg, backend, batch, img, device, fmt, boxes=40, nc=80, uint8=True):
+        import torch
+
+        from yolov9c.api import build_model, make_loss
+        from yolov9c.backends import accepts_uint8, apply
+        from yolov9c.engine.train.ema import ModelEMA
+
+        self.device = torch.device(device)
+        self.amp = self.device.type == "cuda"
+        torch.manual_seed(0)
+        gen = torch.Generator().manual_seed(0)
+        self.model = build_model(cfg, nc=nc).to(self.device, memory_format=fmt).train()
+        self.ema = ModelEMA(self.model)  # the trainer's float32 copy (part of what is held between steps)
+        self.loss_fn = make_loss(self.model, backend=backend)  # built before the backend, as the trainer does
+        if backend != "torch":
+            apply(self.model, backend)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp)
+        images = torch.randint(0, 256, (batch, 3, img, img), dtype=torch.uint8, generator=gen)
+        self.images = images.to(self.device).contiguous(memory_format=fmt)
+        self.targets = random_targets(batch, boxes, nc, gen)
+        self.uint8 = uint8 and accepts_uint8(self.model)
+
+    def run(self):
+        import torch
+
+        imgs = self.images if self.uint8 else self.images.float() / 255
+        with torch.autocast(self.device.type, enabled=self.amp):
+            loss, _ = self.loss_fn(self.model(imgs), self.targets)
+        self.scaler.scale(loss.sum()).backward()
+        self.scaler.unscale_(self.opt)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=10.0)
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        self.opt.zero_grad()
+        self.ema.update(self.model)
+
+
 def step_peak(cfg, backend, batch, img, device, boxes=40, steps=2, nc=80):
-    """Peak reserved GiB (and peak allocated) of the trainer's step (module docstring) for a fresh model at
-    `batch` × img², after one warm-up step. Frees everything (empty_cache) before returning."""
+    """Peak reserved GiB (and peak allocated) of the trainer's step (MeasuredStep) for a fresh model at
+    `batch` × img² on a CUDA `device`, after one warm-up step. Frees everything (empty_cache) before
+    returning."""
     import torch
 
-    from yolov9c.api import build_model, make_loss
-    from yolov9c.backends import accepts_uint8, apply
-    from yolov9c.engine.train.ema import ModelEMA
-
-    device = torch.device(device)
     fmt = torch.channels_last if backend == "c" else torch.contiguous_format
-    torch.manual_seed(0)
-    gen = torch.Generator().manual_seed(0)
-    model = build_model(cfg, nc=nc).to(device, memory_format=fmt).train()
-    ema = ModelEMA(model)
-    loss_fn = make_loss(model, backend=backend)
-    if backend != "torch":
-        apply(model, backend)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
-    scaler = torch.amp.GradScaler("cuda")
-    images = torch.randint(0, 256, (batch, 3, img, img), dtype=torch.uint8, generator=gen)
-    images = images.to(device).contiguous(memory_format=fmt)
-    targets = _targets(batch, boxes, nc, gen)
-    uint8 = accepts_uint8(model)
+    step = MeasuredStep(cfg, backend, batch, img, device, fmt, boxes=boxes, nc=nc)
+    device = step.device
     try:
         for k in range(steps):
             if k == 1:  # the measured step: cached blocks of the warm-up (first-call workspaces) released
                 torch.cuda.synchronize(device)
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(device)
-            imgs = images if uint8 else images.float() / 255
-            with torch.autocast("cuda"):
-                loss, _ = loss_fn(model(imgs), targets)
-            scaler.scale(loss.sum()).backward()
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=10.0)
-            scaler.step(opt)
-            scaler.update()
-            opt.zero_grad()
-            ema.update(model)
-            del imgs, loss
+            step.run()
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_reserved(device) / GIB, torch.cuda.max_memory_allocated(device) / GIB
     finally:
-        del model, ema, opt, images
+        del step
         torch.cuda.empty_cache()
 
 
