@@ -4,7 +4,8 @@
 # Parts: guards (the CUDA guard and graph-step tests, long tracebacks), cuda (every CUDA test), train_M_B (the real
 # train_dual.py of bench_train.py, M in s/c/e, B in c/torch, 1024 images), step (bench_step.py, yolov9-s and
 # yolov9-c, both backends, eager and graph), pubstep (bench_published_step.py, the published code in
-# .dev/published), accuracy (bench_accuracy.py, with the published code when present; accuracy_bg starts it in
+# .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
+# accuracy (bench_accuracy.py, with the published code when present; accuracy_bg starts it in
 # the background, accuracy_wait waits for it). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-480}"; shift
 machine_info
@@ -33,8 +34,11 @@ for part in "$@"; do
       else timeout $(( $(left) - 15 )) "${acc[@]}" > "$OUT/accuracy.log" 2>&1 & ACC=$!; echo "accuracy started"; fi ;;
     accuracy_wait) wait $ACC; echo "accuracy rc=$?"; grep -h '^{' "$OUT/accuracy.log" >> "$OUT/rows.jsonl"
       tail -6 "$OUT/accuracy.log"; cp /tmp/acc/*.log "$OUT/" 2>/dev/null ;;
-    pubstep) [ -d .dev/published ] && stage pubstep 90 150 python3 benchmarks/bench_published_step.py \
-        --published .dev/published --models ${STEP_MODELS:-yolov9-s yolov9-c} --markdown; tail -6 "$OUT/pubstep.log" ;;
+    pubstep|pubstep_nodet) det=(); [ $part = pubstep_nodet ] && det=(--no-deterministic)
+      [ -d .dev/published ] && stage $part 60 150 python3 benchmarks/bench_published_step.py --published .dev/published \
+        --models ${STEP_MODELS:-yolov9-s yolov9-c} --profile 0 "${det[@]}" --markdown; tail -5 "$OUT/$part.log" ;;
+    kern) stage kern 60 200 $PYT --tb=short tests/test_det_loss.py tests/test_bn_silu.py tests/test_backend_c.py \
+            tests/test_bindings.py; tail -4 "$OUT/kern.log" ;;
     probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in
             ('torchvision', 'pandas', 'seaborn', 'scipy', 'thop', 'psutil', 'tensorboard', 'IPython')})"
             cat "$OUT/probe.log" ;;
