@@ -87,7 +87,7 @@ class _Leaf(Node):
         return self._make(self.tensors(), self.c0 + c0, self.c0 + c1)
 
     def _mapped(self, fn, memo):
-        return self._make(tuple(fn(t) for t in self.tensors()), self.c0, self.c1)
+        return self._make(tuple(map(fn, self.tensors())), self.c0, self.c1)
 
 
 class BNAct(_Leaf):
