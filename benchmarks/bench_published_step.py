@@ -23,7 +23,7 @@ of utils/loss_tal_dual.py. Per step: random uint8 images already on the device �
 under fp16 autocast (CUDA) with the host targets moved to the device → scaler.scale(loss).backward() →
 unscale_ → clip_grad_norm_(10) → scaler.step → scaler.update → zero_grad → EMA update. Not in the step, as in
 bench_step.py: the warm-up learning-rate ramp, logging, the loader. Targets: --boxes random boxes per image,
-drawn by bench_memory.random_targets (the boxes bench_step.py gives ours). torch.amp.autocast/GradScaler("cuda")
+drawn by yolov9c/engine/train/memory_plan.py's random_targets (the boxes bench_step.py gives ours). torch.amp.autocast/GradScaler("cuda")
 are what torch.cuda.amp's deprecated names call.
 
 After --warmup steps, --steps timed steps with torch.cuda.synchronize() around each: step_ms (median, the key
@@ -97,16 +97,24 @@ def check_published(args):
 # ---------------------------------------------------------------------------------------------------------
 
 def _bench_helpers():
-    """bench_memory.random_targets and bench_step._gpu_ms, without their import-time default of
-    PYTORCH_CUDA_ALLOC_CONF (the published step runs with the caller's allocator settings)."""
+    """memory_plan.random_targets (the boxes bench_step.py gives ours; its module is loaded from its file: it
+    imports only the standard library at the top, so no yolov9c package is imported) and bench_step._gpu_ms,
+    without bench_step's import-time default of PYTORCH_CUDA_ALLOC_CONF (the published step runs with the
+    caller's allocator settings)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_yolov9c_memory_plan", HERE.parent / "yolov9c" / "engine" / "train" / "memory_plan.py")
+    plan = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = plan  # its dataclasses look their module up there
+    spec.loader.exec_module(plan)
     before = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     sys.path.insert(0, str(HERE))
-    from bench_memory import random_targets
     from bench_step import _gpu_ms
 
     if before is None:
         os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    return random_targets, _gpu_ms
+    return plan.random_targets, _gpu_ms
 
 
 def _published_modules(root):
