@@ -32,7 +32,7 @@ for part in "$@"; do
            --seeds ${ACC_SEEDS:-0,1} --jobs ${ACC_JOBS:-6} --workers 2 --single-cls --out /tmp/acc "${pub[@]}")
       if [ $part = accuracy ]; then stage accuracy 300 540 "${acc[@]}"; tail -6 "$OUT/accuracy.log"
       else timeout $(( $(left) - 15 )) "${acc[@]}" > "$OUT/accuracy.log" 2>&1 & ACC=$!; echo "accuracy started"; fi ;;
-    accuracy_wait) wait $ACC; echo "accuracy rc=$?"; grep -h '^{' "$OUT/accuracy.log" >> "$OUT/rows.jsonl"
+    accuracy_wait) wait $ACC; echo "accuracy rc=$?"; tr '\r' '\n' < "$OUT/accuracy.log" | grep '^{' >> "$OUT/rows.jsonl"
       tail -6 "$OUT/accuracy.log"; cp /tmp/acc/*.log "$OUT/" 2>/dev/null ;;
     pubstep|pubstep_nodet) det=(); [ $part = pubstep_nodet ] && det=(--no-deterministic)
       [ -d .dev/published ] && stage $part 60 150 python3 benchmarks/bench_published_step.py --published .dev/published \
