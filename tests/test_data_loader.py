@@ -12,7 +12,7 @@ import torch
 from yolov9c.data.dataset_yaml import load_data_config
 from yolov9c.data.hyp import augment_hyp
 from yolov9c.data.image_weights import class_weights, image_weights
-from yolov9c.data.loader import ItemSampler, collate, create_dataloader
+from yolov9c.data.loader import ItemSampler, close_loader, collate, create_dataloader
 from yolov9c.data.multi_scale import multi_scale, multi_scale_size
 from yolov9c.data.synthetic import synthetic_dataset
 
@@ -220,3 +220,21 @@ def test_chw_conversion_of_views():
         out = to_chw_rgb(v)
         assert out.shape == (3,) + v.shape[:2] and out.flags.c_contiguous
         assert np.array_equal(out, np.ascontiguousarray(v.transpose(2, 0, 1)[::-1]))
+
+
+def test_close_stops_the_workers_and_a_new_pass_gives_the_same_batches(cfg):
+    args = dict(imgsz=128, batch_size=4, augment=True, hyp=augment_hyp(), shuffle=True, seed=7, nc=8,
+                workers=2, log=lambda s: None)
+    loader, _ = create_dataloader(cfg["train"], **args)
+    first = [imgs.clone() for imgs, *_ in loader]  # epoch 0; the workers go on building epoch 1
+    workers = list(loader._it._workers)
+    assert workers and all(w.is_alive() for w in workers)
+    close_loader(loader)
+    for w in workers:
+        w.join(timeout=10)
+    assert loader._it is None and not any(w.is_alive() for w in workers)
+    loader.sampler.set_epoch(0)
+    again = [imgs.clone() for imgs, *_ in loader]  # new workers, the same epoch 0
+    close_loader(loader)
+    close_loader(None)
+    assert len(first) == len(again) and all(torch.equal(a, b) for a, b in zip(first, again))

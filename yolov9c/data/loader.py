@@ -171,12 +171,28 @@ class RepeatingLoader:
         self._next = None
         return self._epoch(epoch)
 
+    def close(self):
+        """Stop the workers now (their prefetched batches of the next epochs are dropped), rather than when
+        the interpreter exits. Iterating again starts them anew."""
+        it, self._it, self._next = self._it, None, None
+        shutdown = getattr(it, "_shutdown_workers", None)  # torch's multi-process iterator; None without workers
+        if shutdown is not None:
+            shutdown()
+            self.loader._iterator = None  # the DataLoader keeps its persistent iterator: a new one next time
+
     def _epoch(self, epoch):
         n = len(self)
         for k in range(n):
             batch = next(self._it)
             self._next = (epoch, k + 1) if k + 1 < n else (epoch + 1, 0)
             yield batch
+
+
+def close_loader(loader):
+    """Stop a loader's workers now (a RepeatingLoader's persistent ones; a plain DataLoader's stop with its
+    iterator; None: nothing)."""
+    if isinstance(loader, RepeatingLoader):
+        loader.close()
 
 
 def collate(batch):

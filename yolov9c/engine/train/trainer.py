@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 from yolov9c.data.image_weights import class_weights, image_weights
+from yolov9c.data.loader import close_loader
 from yolov9c.engine.progress import EpochClock, bar
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig, opt_dict
@@ -103,6 +104,8 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
         last = state.wdir / "last.pt"
         raise Interrupted(state.save_dir, last if last.is_file() else None) from e
     finally:
+        for loader in (state.train_loader, state.val_loader):  # workers stopped here, not at interpreter exit
+            close_loader(loader)
         if state.folder is not None:
             state.folder.close()
 
