@@ -10,17 +10,15 @@ is tested in tests/test_checkpoint.py, next to the published-layout fixture.)
 Run: python -m pytest -q tests/test_cli.py
 """
 
-import io
 import json
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 import torch
 
+from inprocess import call
 from yolov9c.cli.main import main
 from yolov9c.models import checkpoint as ck
 from yolov9c.models.model import DetectionModel
@@ -35,22 +33,9 @@ def cli_process(*args):
                           cwd=REPO, timeout=600)
 
 
-class Ran(NamedTuple):
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 def cli(*args):
-    """`python -m yolov9c args...` in this process: yolov9c.cli.main.main(args) (argparse's exit included);
-    returns the exit code and what it printed."""
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-    return Ran(code, out.getvalue(), err.getvalue())
+    """`python -m yolov9c args...` in this process (tests/inprocess.py): exit code, stdout, stderr."""
+    return call(main, [str(a) for a in args])
 
 
 def assert_usage_error(r, *needles):
