@@ -1,6 +1,7 @@
 """detect_dual.py's command line (yolov9c/cli/detect.py): every published flag parses with the published
-defaults, a run through the root script (a real subprocess) writes the run folder, and bad input (no weights, missing weights
-file, missing source, webcam, refused flags, bad values) exits with code 2 and one clear `error:` line.
+defaults, a run through the root script (a real subprocess) writes the run folder, and bad input (no weights,
+missing weights file, missing source, webcam, refused flags, bad values) exits with code 2 and one clear `error:`
+line.
 
 Run: python -m pytest -q tests/test_detect_cli.py
 """
