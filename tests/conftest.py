@@ -1,10 +1,21 @@
-"""Shared pytest set-up: where ../shared lives, the `cuda` marker for tests that need a GPU, and the
-`one_thread` fixture (a module opts in with `pytestmark = pytest.mark.usefixtures("one_thread")`), and
-`gelan_t`: a fresh seeded gelan-t checkpoint (3 classes) for the detect tests.
+"""Shared pytest set-up: where ../shared lives, the `cuda` marker for tests that need a GPU, one CPU thread, the
+`one_thread` fixture (a module opts in with `pytestmark = pytest.mark.usefixtures("one_thread")`: it also keeps
+torch at one thread where a caller chose more), and `gelan_t`: a fresh seeded gelan-t checkpoint (3 classes)
+for the detect tests.
+
+One thread: the suite's tensors are tiny, and on the 2-core machine shared with other jobs torch's default of one
+OpenMP thread per core costs far more than it gains: two threads that wait for each other spin while the other is
+descheduled. Measured (2 cores, load average 1.6-3.8, test_resume_equals_uninterrupted + the three
+test_uint8_input_only_where_the_model_reads_it, two runs each): 1 thread 18-19 s CPU, 21-28 s wall; 2 threads
+53-59 s CPU, 54-86 s wall. The choice is made once, before any test runs, for this process
+(torch.set_num_threads) and for every process a test starts (OMP_NUM_THREADS in the environment, which the
+trainer's own thread choice also leaves alone). A thread count the caller chose (OMP_NUM_THREADS or
+MKL_NUM_THREADS set) is kept.
 
 Run everything: python -m pytest -q tests   (CUDA tests skip without a GPU; run them on a CUDA machine)
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -37,6 +48,9 @@ def gelan_t(tmp_path_factory):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (skipped without one)")
+    if not (os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS")):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -58,13 +58,13 @@ def _cat(ts):
 @pytest.mark.parametrize("cfg, aux", [
     ("yolov9-s", set(range(22, 29))), ("yolov9-c", set(range(23, 38))), ("yolov9-e", set(range(29, 36)))])
 def test_aux_split(cfg, aux):
-    g = pgi.Graph(build_model(cfg, nc=3))
+    m = build_model(cfg, nc=3)  # one build: Graph only reads the model
+    g = pgi.Graph(m)
     assert g.aux == aux
     order = [i for kind, w in g.steps for i in ([w] if kind == "layer" else w if kind == "segment" else [])]
-    n = len(build_model(cfg, nc=3).model) - 1
+    n = len(m.model) - 1
     assert sorted(order) == list(range(n))  # every layer once
     pos = {i: k for k, i in enumerate(order)}
-    m = build_model(cfg, nc=3)
     for i in order:  # a valid order: every layer after what it reads
         assert all(pos[j] < pos[i] for j in pgi.inputs_of(m.model[i]) if j >= 0)
     # every auxiliary layer runs before every main layer the auxiliary branch does not read (the neck): its
@@ -130,10 +130,10 @@ def test_recompute_state_dict_unchanged(monkeypatch):
 
 # ------------------------------------------------------------------------------------------------ memory
 
-def conv_outputs(cfg, x):
-    """Conv-output elements (every nn.Conv2d of the training graph) of the main and the auxiliary part."""
-    torch.manual_seed(0)
-    m = build_model(cfg, nc=3).train().to(x.device)
+def conv_outputs(m, x):
+    """Conv-output elements (every nn.Conv2d of the training graph of model `m`, torch backend) of the main and
+    the auxiliary part."""
+    m = m.train().to(x.device)
     g = pgi.Graph(m)
     head = m.model[-1]
     aux_mods = {id(c) for i in g.aux for c in m.model[i].modules()}
@@ -154,13 +154,14 @@ def conv_outputs(cfg, x):
 @pytest.mark.parametrize("cfg", ["yolov9-t", "yolov9-c"])
 def test_recompute_stores_main_branch_only_cpu(cfg, monkeypatch):
     x = torch.rand(2, 3, 128, 128)
-    z = conv_outputs(cfg, x)
+    torch.manual_seed(0)
+    base = build_model(cfg, nc=3).train()  # built once (yolov9-c: ~1.5 s), copied for each use
+    z = conv_outputs(copy.deepcopy(base), x)
     head_bytes = None
     got = {}
     for recompute in (True, False):
         monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1" if recompute else "0")
-        torch.manual_seed(0)
-        m = apply(build_model(cfg, nc=3).train(), "c")
+        m = apply(copy.deepcopy(base), "c")
         nbytes, out = saved_bytes(m, x)
         head_bytes = sum(t.numel() * 4 for t in flat(out))
         got[recompute] = nbytes
@@ -241,7 +242,8 @@ def _cuda_peak(cfg, recompute, x, monkeypatch):
 def test_recompute_peak_below_z_bound_cuda(monkeypatch):
     x = torch.randint(0, 256, (8, 3, 320, 320), dtype=torch.uint8, device="cuda")
     x = x.contiguous(memory_format=torch.channels_last)
-    z = conv_outputs("yolov9-c", x)
+    torch.manual_seed(0)
+    z = conv_outputs(build_model("yolov9-c", nc=3), x)
     peak_r, head = _cuda_peak("yolov9-c", True, x, monkeypatch)
     peak_s, _ = _cuda_peak("yolov9-c", False, x, monkeypatch)
     bound = peak_s - 0.5 * 2 * z["aux"]

@@ -5,7 +5,6 @@ configuration that fails becomes an error row instead of stopping the run. A tin
 """
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_memory  # noqa: E402
+from inprocess import call, run_script  # noqa: E402
 
 TINY_DUAL = """\
 nc: 3
@@ -46,11 +46,12 @@ def tiny(tmp_path_factory):
     return p
 
 
-def test_cpu_smoke_run(tiny, tmp_path):
-    cmd = [sys.executable, str(REPO / "benchmarks" / "bench_memory.py"), "--device", "cpu", "--batch", "2",
-           "--img", "64", "--steps", "2", "--warmup", "1", "--models", str(tiny), "--nc", "3",
-           "--configs", "c-cl", "torch-ckpt", "torch-nchw", "--markdown", "--threads", "1"]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+def test_cpu_smoke_run(tiny, tmp_path, monkeypatch):
+    # the parent here (tests/inprocess.py), each configuration in its own real `bench_memory.py --one` process
+    monkeypatch.chdir(tmp_path)
+    r = run_script(REPO / "benchmarks" / "bench_memory.py", "--device", "cpu", "--batch", "2", "--img", "64",
+                   "--steps", "2", "--warmup", "1", "--models", tiny, "--nc", "3", "--configs", "c-cl",
+                   "torch-ckpt", "torch-nchw", "--markdown", "--threads", "1")
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [json.loads(s) for s in r.stdout.splitlines() if s.startswith("{")]
     assert [x["config"] for x in rows] == ["torch-nchw", "c-cl", "torch-ckpt"]  # the reference row first
@@ -71,8 +72,7 @@ def test_cpu_smoke_run(tiny, tmp_path):
 
     saved = tmp_path / "rows.jsonl"
     saved.write_text("\n".join(json.dumps(x) for x in rows) + "\n")
-    t = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_memory.py"), "--table", str(saved)],
-                       capture_output=True, text=True, timeout=120)
+    t = call(bench_memory.main, ["--table", str(saved)])
     assert t.returncode == 0 and t.stdout.strip().splitlines() == table
 
 

@@ -29,6 +29,8 @@ import pytest
 import torch
 from torch import nn
 
+from inprocess import call
+from yolov9c.cli.main import main as cli_main
 from yolov9c.models import checkpoint as ck
 from yolov9c.models.common import Conv
 from yolov9c.models.info import count_flops, count_ops, layer_table, model_summary
@@ -388,8 +390,8 @@ def test_convert_published_file_via_cli(layout, tmp_path):
     model, ema = fresh_model("yolov9-t", seed=14), fresh_model("yolov9-t", seed=15)
     layout.save(tmp_path / "yolov9-t.pt", model, ema=ema)
     out = tmp_path / "yolov9-t-converted.pt"
-    r = subprocess.run([sys.executable, "-m", "yolov9c", "convert", "--weights", str(tmp_path / "yolov9-t.pt"),
-                        "--cfg", "gelan-t", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    # `python -m yolov9c convert ...` in this process (tests/inprocess.py; tests/test_cli.py starts it for real)
+    r = call(cli_main, ["convert", "--weights", str(tmp_path / "yolov9-t.pt"), "--cfg", "gelan-t", "--out", str(out)])
     assert r.returncode == 0, r.stderr
     assert "published checkpoint" in r.stdout and "EMA weights" in r.stdout
     gelan = ck.load_model(out)

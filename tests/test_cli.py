@@ -1,4 +1,6 @@
-"""`python -m yolov9c` (yolov9c/cli/main.py), run as a subprocess the way users run it.
+"""`python -m yolov9c` (yolov9c/cli/main.py): the info table once as a subprocess, the way users run it; every
+other case through the same `main(argv)` in this process (what `python -m yolov9c` calls; an exception that
+escapes fails the test, as a traceback would), which saves a Python start (~2-3 s of CPU) per case.
 
 info: the layer table and the summary line for a config, a fused config and a checkpoint; convert: a yolov9-t
 checkpoint becomes a gelan-t checkpoint whose outputs equal the yolov9-t main head's; bad input exits with
@@ -16,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from inprocess import call
+from yolov9c.cli.main import main
 from yolov9c.models import checkpoint as ck
 from yolov9c.models.model import DetectionModel
 
@@ -23,10 +27,15 @@ REPO = Path(__file__).resolve().parents[1]
 from shared_paths import SHARED  # noqa: E402
 
 
-def cli(*args, cwd=None):
-    """Run `python -m yolov9c args...`; returns the CompletedProcess (text)."""
+def cli_process(*args):
+    """Run `python -m yolov9c args...` as a subprocess; returns the CompletedProcess (text)."""
     return subprocess.run([sys.executable, "-m", "yolov9c", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd or REPO, timeout=600)
+                          cwd=REPO, timeout=600)
+
+
+def cli(*args):
+    """`python -m yolov9c args...` in this process (tests/inprocess.py): exit code, stdout, stderr."""
+    return call(main, [str(a) for a in args])
 
 
 def assert_usage_error(r, *needles):
@@ -47,7 +56,7 @@ def random_weights(model, seed):
 
 
 def test_info_prints_table_and_published_parameter_count():
-    r = cli("info", "--cfg", "gelan-t.yaml")
+    r = cli_process("info", "--cfg", "gelan-t.yaml")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].split() == ["from", "n", "params", "module", "arguments"]
@@ -160,15 +169,16 @@ def test_convert_bad_input_writes_nothing(yolov9t_checkpoint, tmp_path, case):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp files
 
 
-def test_check_data_subcommand_scans_the_synthetic_default(tmp_path):
+def test_check_data_subcommand_scans_the_synthetic_default(tmp_path, monkeypatch):
     """`python -m yolov9c check-data` is wired into the package CLI; with no --data it scans the built-in
-    synthetic dataset (generated into YOLOV9C_CACHE) and exits 0; a missing yaml exits 2."""
-    env = {**__import__("os").environ, "YOLOV9C_CACHE": str(tmp_path / "cache")}
-    r = subprocess.run([sys.executable, "-m", "yolov9c", "check-data"], capture_output=True, text=True,
-                       cwd=tmp_path, env=env, timeout=600)
+    synthetic dataset (generated into YOLOV9C_CACHE) and exits 0; a missing yaml exits 2.
+    (`python -m yolov9c check-data` as a subprocess: tests/test_data_check.py.)"""
+    monkeypatch.setenv("YOLOV9C_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    r = cli("check-data")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "train: 128 images, 0 backgrounds, 0 corrupt" in r.stdout + r.stderr
-    r = subprocess.run([sys.executable, "-m", "yolov9c", "check-data", "--data", str(tmp_path / "nope.yaml")],
-                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert (tmp_path / "cache" / "synthetic-v1-s0" / "data.yaml").is_file()
+    r = cli("check-data", "--data", tmp_path / "nope.yaml")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "nope.yaml" in r.stdout + r.stderr

@@ -1,6 +1,7 @@
 """detect_dual.py's command line (yolov9c/cli/detect.py): every published flag parses with the published
-defaults, a run through the root script writes the run folder, and bad input (no weights, missing weights
-file, missing source, webcam, refused flags, bad values) exits with code 2 and one clear `error:` line.
+defaults, a run through the root script (a real subprocess) writes the run folder, and bad input (no weights,
+missing weights file, missing source, webcam, refused flags, bad values) exits with code 2 and one clear `error:`
+line.
 
 Run: python -m pytest -q tests/test_detect_cli.py
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from inprocess import run_script
 from yolov9c.cli.detect import build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,8 +68,7 @@ def test_input_errors_exit_2_and_write_nothing(gelan_t, tmp_path, extra, words, 
 
 def test_script_runs_and_reports_a_missing_weights_file(gelan_t, tmp_path):
     env = {**os.environ, "YOLOV9C_CACHE": str(tmp_path / "cache")}
-    bad = subprocess.run([sys.executable, str(REPO / "detect_dual.py"), "--weights", str(tmp_path / "none.pt")],
-                         check=False, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    bad = run_script(REPO / "detect_dual.py", "--weights", tmp_path / "none.pt")  # in this process: no start
     assert bad.returncode == 2 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr
     # default --source: the built-in synthetic val images (32), generated into YOLOV9C_CACHE
     ok = subprocess.run([sys.executable, str(REPO / "detect_dual.py"), "--weights", str(gelan_t), "--img", "64",

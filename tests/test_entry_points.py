@@ -1,5 +1,12 @@
 """The root entry points run as scripts: `--help` prints the published usage and exits 0; a refused option
-gives one clear `error:` line, exit code 2 and no traceback.
+gives one clear `error:` line naming the script, exit code 2 and no traceback.
+
+Each script is started as a real subprocess at least once in the suite: train.py, val.py and detect.py here
+(`--help`), train_dual.py in tests/test_train_e2e.py and tests/test_train_ddp.py (training runs), val_dual.py in
+tests/test_val_cli.py, detect_dual.py in tests/test_detect_cli.py and tests/test_detect_bad_inputs.py,
+`python -m yolov9c` in tests/test_cli.py, tests/test_checkpoint.py and tests/test_data_check.py. The other cases
+run the script in this process (tests/inprocess.py: the same `__main__`, sys.argv and exit code, without a
+Python start).
 
 Run: python -m pytest -q tests/test_entry_points.py
 """
@@ -10,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from inprocess import run_script
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -17,32 +26,41 @@ def _run(*args):
     return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=120)
 
 
-@pytest.mark.parametrize("script", ["train_dual.py", "detect_dual.py", "val.py", "detect.py", "val_dual.py"])
-def test_entry_point_help(script):
-    """The _dual scripts and the published single-head ones (val.py, detect.py: the same flags)."""
-    r = _run(REPO / script, "--help")
+def _usage(r, script):
     assert r.returncode == 0, r.stderr
-    assert f"usage: {script}" in r.stdout
+    assert r.stdout.startswith(f"usage: {script} ")
     assert "--weights" in r.stdout and "--device" in r.stdout
 
 
-def test_train_dual_refused_option_is_a_clear_error():
-    r = _run(REPO / "train_dual.py", "--evolve", "0", "--epochs", "1")
+@pytest.mark.parametrize("script", ["train_dual.py", "detect_dual.py", "val_dual.py"])
+def test_entry_point_help(script):
+    _usage(run_script(REPO / script, "--help"), script)
+
+
+@pytest.mark.parametrize("script", ["val.py", "detect.py"])
+def test_single_head_entry_points_help(script):
+    """val.py / detect.py (and train.py below): the published single-head scripts, same flags as the _dual
+    ones; started as real processes."""
+    _usage(_run(REPO / script, "--help"), script)
+
+
+@pytest.mark.parametrize("script", ["train_dual.py", "train.py"])
+def test_refused_option_is_a_clear_error_naming_the_script(script):
+    r = run_script(REPO / script, "--evolve", "0", "--epochs", "1")
     assert r.returncode == 2
-    assert "--evolve 0: the number of generations must be >= 1" in r.stderr
-    assert "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"{script}: error: --evolve 0: the number of generations must be >= 1")
+    assert script != "train.py" or "train_dual" not in r.stderr
 
 
-def test_train_dual_bad_value_is_an_argparse_error():
-    r = _run(REPO / "train_dual.py", "--optimizer", "RMSprop")
+@pytest.mark.parametrize("script", ["train_dual.py", "train.py"])
+def test_bad_value_is_an_argparse_error(script):
+    r = run_script(REPO / script, "--optimizer", "RMSprop")
     assert r.returncode == 2
     assert "invalid choice" in r.stderr and "SGD" in r.stderr and "LION" in r.stderr
 
 
 def test_train_py_has_the_train_dual_flags():
     r = _run(REPO / "train.py", "--help")
-    assert r.returncode == 0, r.stderr
+    _usage(r, "train.py")
     for flag in ("--cfg", "--hyp", "--data", "--min-items", "--close-mosaic", "--backend"):
         assert flag in r.stdout
-    r = _run(REPO / "train.py", "--optimizer", "RMSprop")
-    assert r.returncode == 2 and "invalid choice" in r.stderr

@@ -56,6 +56,7 @@ import pytest
 import torch
 import yaml
 
+from inprocess import run_script
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train.results import read_results
 
@@ -109,7 +110,7 @@ def _load(path):
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def test_two_gloo_processes_equal_one_process(tmp_path):
+def test_two_gloo_processes_equal_one_process(tmp_path, monkeypatch):
     from yolov9c import build_model
     from yolov9c.models.checkpoint import save_checkpoint
     from yolov9c.resources import load_hyp
@@ -123,8 +124,17 @@ def test_two_gloo_processes_equal_one_process(tmp_path):
     init = save_checkpoint(tmp_path / "init.pt", build_model("gelan-t", nc=8), half=False)
 
     single = _base_args(data, hyp_file, init, tmp_path / "one")
-    # one thread per process in both (torchrun's default for its workers): other thread counts sum in other orders
-    _run([sys.executable, str(REPO / "train_dual.py"), *single], tmp_path, OMP_NUM_THREADS="1")
+    # one thread per process in both (torchrun's default for its workers): other thread counts sum in other orders.
+    # The single process is train_dual.py in this process (tests/inprocess.py; it is started as a real
+    # subprocess in tests/test_train_e2e.py), which saves a Python start.
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        r = run_script(REPO / "train_dual.py", *single)
+    finally:
+        torch.set_num_threads(threads)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                 str(REPO / "train_dual.py"), *_base_args(data, hyp_file, init, tmp_path / "ddp"), "--sync-bn"],
                tmp_path, OMP_NUM_THREADS="1")

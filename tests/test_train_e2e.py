@@ -1,7 +1,8 @@
 """End-to-end training on the built-in synthetic data (CPU, tiny): `python train_dual.py ...` writes the
 published run folder (hyp.yaml, opt.yaml, weights/last.pt + best.pt stripped + epochN.pt, results.csv with the
 published and added columns and really computed validation losses, results.png, labels.jpg,
-train_batch0-2.jpg, final validation plots), and the rarely used switches run together without error.
+train_batch0-2.jpg, final validation plots), and the rarely used switches run together without error (the same
+script in this process, tests/inprocess.py: the first run already starts train_dual.py as a real subprocess).
 
 test_map_rises: a short from-scratch CPU run whose final validation mAP@0.5 rises clearly above zero and whose
 training losses fall. Configuration (halved for the suite's 10-minute budget on 2 cores: 120 steps instead of
@@ -35,6 +36,7 @@ import pytest
 import torch
 import yaml
 
+from inprocess import run_script
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train.results import COLUMNS, read_results
 
@@ -46,10 +48,21 @@ def data(tmp_path_factory):
     return str(synthetic_dataset(seed=2, root=tmp_path_factory.mktemp("syn"), n_train=16, n_val=8, imgsz=96))
 
 
+def _args(data, project, *extra):
+    return ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8", "--epochs", "2", "--workers",
+            "0", "--project", str(project), *extra]
+
+
 def _train(data, project, *extra):
-    cmd = [sys.executable, str(REPO / "train_dual.py"), "--data", data, "--cfg", "gelan-t.yaml", "--img", "64",
-           "--batch", "8", "--epochs", "2", "--workers", "0", "--project", str(project), *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=project.parent, timeout=600)
+    r = subprocess.run([sys.executable, str(REPO / "train_dual.py"), *_args(data, project, *extra)],
+                       capture_output=True, text=True, cwd=project.parent, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+def _train_here(data, project, monkeypatch, *extra):
+    monkeypatch.chdir(project.parent)
+    r = run_script(REPO / "train_dual.py", *_args(data, project, *extra))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r
 
@@ -80,10 +93,11 @@ def test_run_folder_files_and_results(data, tmp_path):
     assert mid["model"]["model.0.conv.weight"].dtype == torch.float32  # resumable exactly
 
 
-def test_rare_switches_together(data, tmp_path):
-    _train(data, tmp_path / "runs", "--multi-scale", "--close-mosaic", "1", "--quad", "--image-weights", "--ckpt",
-           "--freeze", "2", "--flat-cos-lr", "--optimizer", "LION", "--single-cls", "--noval", "--nosave",
-           "--accumulate", "2", "--mosaic", "0.5", "--mixup", "0", "--name", "cfg", "--seed", "3")
+def test_rare_switches_together(data, tmp_path, monkeypatch):
+    _train_here(data, tmp_path / "runs", monkeypatch, "--multi-scale", "--close-mosaic", "1", "--quad",
+                "--image-weights", "--ckpt", "--freeze", "2", "--flat-cos-lr", "--optimizer", "LION", "--single-cls",
+                "--noval", "--nosave", "--accumulate", "2", "--mosaic", "0.5", "--mixup", "0", "--name", "cfg",
+                "--seed", "3")
     run = tmp_path / "runs" / "gelan-t"
     assert sorted(p.name for p in (run / "weights").iterdir()) == ["best.pt", "last.pt"]
     res = read_results(run / "results.csv")

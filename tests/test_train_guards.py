@@ -144,9 +144,10 @@ def test_injected_nan_gradient_skips_that_step_only(data, tmp_path, backend, mon
 
 @pytest.fixture(scope="module")
 def black(tmp_path_factory):
-    """The synthetic dataset with every image all black, and a hyp file with lr0: 100 and no augmentation."""
+    """The synthetic dataset with every image all black (8 training images: 2 batches of 4), and a hyp file with
+    lr0: 100 and no augmentation."""
     root = tmp_path_factory.mktemp("black")
-    data = synthetic_dataset(seed=1, root=root, n_train=16, n_val=4, imgsz=64)
+    data = synthetic_dataset(seed=1, root=root, n_train=8, n_val=4, imgsz=64)
     for f in [*root.rglob("*.jpg"), *root.rglob("*.png")]:
         im = cv2.imread(str(f))
         cv2.imwrite(str(f), np.zeros_like(im))
@@ -163,7 +164,7 @@ def test_lr0_100_on_black_images_stops_with_one_error_line(black, tmp_path, back
     """Every step of this run is non-finite (measured: from iteration 0, with lr0 0.01 as well): after the default
     10 in a row (epochs 0-4, 2 batches each) the run stops with exit code 2 and one error line."""
     data, hyp = black
-    rc = main(_args(data, tmp_path, backend, "--hyp", hyp, "--epochs", "8", "--name", "black"))
+    rc = main(_args(data, tmp_path, backend, "--hyp", hyp, "--epochs", "8", "--batch", "4", "--name", "black"))
     err = capsys.readouterr().err
     errors = [s for s in err.splitlines() if "error:" in s]
     assert rc == 2 and len(errors) == 1, err[-2000:]

@@ -1,13 +1,10 @@
 """The trainer's set-up wiring: uint8 input for the c backend, --mem-budget / --dynamic-img (the memory planner),
 the validation batch (twice the training batch, as published), the DFL convolutions staying frozen, the CPU
-thread choice, the model summary line, and train.py's own name in its usage and error lines.
+thread choice and the model summary line (train.py's own name in its usage and error lines:
+tests/test_entry_points.py).
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_train_wiring.py
 """
-
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +16,6 @@ from yolov9c.engine.train import memory_plan as mp
 from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.state import NBS, cpu_threads, setup
 from yolov9c.engine.train.trainer import train_one_epoch
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _setup(tmp_path, *args, n_train=4, n_val=2, img=64, logs=None):
@@ -141,16 +136,3 @@ def test_cpu_threads_choice():
     assert cpu_threads(2, cores=16, env={"OMP_NUM_THREADS": "3"}) is None
     assert cpu_threads(2, cores=16, env={"MKL_NUM_THREADS": "3"}) is None
     assert 1 <= cpu_threads(0, env={}) <= (__import__("os").cpu_count() or 1)
-
-
-def _run(*args):
-    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=120)
-
-
-def test_train_py_names_itself():
-    r = _run(REPO / "train.py", "--evolve", "0", "--epochs", "1")
-    assert r.returncode == 2 and r.stderr.startswith("train.py: error: --evolve 0") and "train_dual" not in r.stderr
-    r = _run(REPO / "train.py", "--help")
-    assert r.returncode == 0 and r.stdout.startswith("usage: train.py ")
-    r = _run(REPO / "train_dual.py", "--evolve", "0", "--epochs", "1")
-    assert r.returncode == 2 and r.stderr.startswith("train_dual.py: error: --evolve 0")

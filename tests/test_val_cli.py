@@ -1,6 +1,7 @@
 """val_dual.py as a script: validates a checkpoint file on a small synthetic dataset (exit 0, table printed,
 runs/val/exp then exp2, labels with --save-txt, predictions.json with --save-json), and bad input errors
-(exit 2, one error line, no traceback).
+(exit 2, one error line, no traceback). The first validation starts val_dual.py as a real subprocess; the
+other script runs are the same script in this process (tests/inprocess.py), which saves a Python start each.
 
 Run: python -m pytest -q tests/test_val_cli.py
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import yolov9c
+from inprocess import run_script
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.models.checkpoint import save_checkpoint
 
@@ -33,7 +35,13 @@ def run(args, cwd):
                           cwd=cwd, timeout=300, check=False)
 
 
-def test_val_dual_on_checkpoint(setup):
+def run_here(args, cwd, monkeypatch):
+    """`python val_dual.py args` started in `cwd`, run in this process."""
+    monkeypatch.chdir(cwd)
+    return run_script(REPO / "val_dual.py", *args)
+
+
+def test_val_dual_on_checkpoint(setup, monkeypatch):
     root, data, weights = setup
     args = ["--weights", str(weights), "--data", str(data), "--img", "64", "--batch", "4", "--device", "cpu",
             "--workers", "0", "--save-txt", "--save-json", "--verbose"]
@@ -46,7 +54,7 @@ def test_val_dual_on_checkpoint(setup):
     assert exp.is_dir() and (exp / "labels").is_dir()
     assert isinstance(json.loads((exp / "gelan-t_predictions.json").read_text()), list)
     assert (exp / "confusion_matrix.png").is_file()
-    r2 = run(args[:10], root)
+    r2 = run_here(args[:10], root, monkeypatch)
     assert r2.returncode == 0, r2.stderr
     assert (root / "runs" / "val" / "exp2").is_dir()
 
@@ -71,9 +79,9 @@ def test_val_dual_bad_input(setup, extra, needle, capsys):
     assert needle in capsys.readouterr().err
 
 
-def test_val_dual_missing_weights_script(setup):
+def test_val_dual_missing_weights_script(setup, monkeypatch):
     root, _, _ = setup
-    r = run(["--weights", "missing.pt", "--device", "cpu"], root)
+    r = run_here(["--weights", "missing.pt", "--device", "cpu"], root, monkeypatch)
     assert r.returncode == 2 and "missing.pt" in r.stderr and "not found" in r.stderr
     assert "Traceback" not in r.stderr
 
@@ -89,7 +97,7 @@ def test_val_dual_wrong_class_count(setup, tmp_path, capsys):
     assert code == 2 and "3 classes" in capsys.readouterr().err
 
 
-def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, tmp_path):
+def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, tmp_path, monkeypatch):
     """No --data: the dataset recorded in the checkpoint (its training --data) is validated on, and said; a
     recorded yaml that is missing here is one clear error; a checkpoint recording none means synthetic."""
     from yolov9c.cli.val import data_from_checkpoint
@@ -97,7 +105,8 @@ def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, tmp_path):
     root, data, _ = setup
     weights = tmp_path / "trained.pt"
     save_checkpoint(weights, yolov9c.build_model("gelan-t", nc=8), opt={"data": str(data), "epochs": 1})
-    r = run(["--weights", str(weights), "--img", "64", "--batch", "4", "--device", "cpu", "--workers", "0"], tmp_path)
+    r = run_here(["--weights", str(weights), "--img", "64", "--batch", "4", "--device", "cpu", "--workers", "0"],
+                 tmp_path, monkeypatch)
     assert r.returncode == 0, r.stderr
     out = r.stdout + r.stderr
     assert f"data: {data} (recorded in {weights}" in out
@@ -105,7 +114,7 @@ def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, tmp_path):
 
     gone = tmp_path / "moved.pt"
     save_checkpoint(gone, yolov9c.build_model("gelan-t", nc=8), opt={"data": "data/elsewhere.yaml"})
-    r = run(["--weights", str(gone), "--img", "64", "--device", "cpu"], tmp_path)
+    r = run_here(["--weights", str(gone), "--img", "64", "--device", "cpu"], tmp_path, monkeypatch)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "data/elsewhere.yaml" in r.stderr and "pass --data" in r.stderr
 

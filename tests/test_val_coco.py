@@ -13,8 +13,6 @@ Run: python -m pytest -q tests/test_val_coco.py
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import cv2
@@ -24,6 +22,7 @@ import torch
 import yaml
 from torch import nn
 
+from inprocess import run_script
 from yolov9c.data.dataset_yaml import load_data_config
 from yolov9c.data.loader import create_dataloader
 from yolov9c.engine.val.coco import coco80_to_coco91, coco_layout, image_id, is_coco_val, json_rows
@@ -184,7 +183,7 @@ def test_missing_annotations_message_not_crash(coco, tmp_path):
     assert len(json.loads((tmp_path / "predictions.json").read_text())) == 7
 
 
-def test_val_dual_save_json_on_coco_layout(coco, tmp_path):
+def test_val_dual_save_json_on_coco_layout(coco, tmp_path, monkeypatch):
     import yolov9c
     from yolov9c.models.checkpoint import save_checkpoint
 
@@ -194,9 +193,9 @@ def test_val_dual_save_json_on_coco_layout(coco, tmp_path):
             branch[-1].bias.zero_()
     weights = tmp_path / "tiny.pt"
     save_checkpoint(weights, model)
-    r = subprocess.run([sys.executable, str(REPO / "val_dual.py"), "--weights", str(weights), "--data", str(coco),
-                        "--img", str(IMGSZ), "--batch", "4", "--device", "cpu", "--workers", "0", "--max-det", "20"],
-                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    monkeypatch.chdir(tmp_path)  # val_dual.py run in this process (tests/inprocess.py; test_val_cli starts it)
+    r = run_script(REPO / "val_dual.py", "--weights", weights, "--data", coco, "--img", IMGSZ, "--batch", "4",
+                   "--device", "cpu", "--workers", "0", "--max-det", "20")
     assert r.returncode == 0, r.stderr[-3000:]
     rows = json.loads((tmp_path / "runs" / "val" / "exp" / "tiny_predictions.json").read_text())
     assert rows and {r_["image_id"] for r_ in rows} <= set(IMAGES)
