@@ -5,6 +5,7 @@
 # train_dual.py of bench_train.py, M in s/c/e, B in c/torch, 1024 images), step (bench_step.py, yolov9-s and
 # yolov9-c, both backends, eager and graph), pubstep (bench_published_step.py, the published code in
 # .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
+# timeline_M (mem_timeline.py of yolov9-M, batch 64, 640),
 # accuracy (bench_accuracy.py, with the published code when present; accuracy_bg starts it in
 # the background, accuracy_wait waits for it). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-480}"; shift
@@ -39,6 +40,8 @@ for part in "$@"; do
         --models ${STEP_MODELS:-yolov9-s yolov9-c} --profile 0 "${det[@]}" --markdown; tail -5 "$OUT/$part.log" ;;
     kern) stage kern 60 200 $PYT --tb=short tests/test_det_loss.py tests/test_bn_silu.py tests/test_backend_c.py \
             tests/test_bindings.py; tail -4 "$OUT/kern.log" ;;
+    timeline_*) m=yolov9-${part#timeline_}
+      stage "$part" 60 150 python3 benchmarks/mem_timeline.py --model $m --warmup 1 --markdown; tail -30 "$OUT/$part.log" ;;
     probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in
             ('torchvision', 'pandas', 'seaborn', 'scipy', 'thop', 'psutil', 'tensorboard', 'IPython')})"
             cat "$OUT/probe.log" ;;
