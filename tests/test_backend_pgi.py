@@ -13,6 +13,9 @@
   keeps all of them — the bound is derived from the conv-output count of each part (torch-backend hooks).
 - uint8 input: a uint8 batch gives bit-identical maps, loss and gradients to the float batch / 255, the
   float image is never stored (no saved tensor of the image's float32 size), eval mode converts up front.
+- Main blocks (YOLOV9C_MAIN_RECOMPUTE): the backbone blocks at stride ≤ 8 run as recomputed segments with the
+  same maps, loss, gradients and BN buffers as the plain path, and what forward stores falls by their inner z's
+  (all but each block's last conv output; CUDA: the peak falls by at least half of them in fp16).
 - CUDA (marked cuda): the peak allocated memory of forward + loss + backward (yolov9-c, 8 × 320², fp16) with
   the recompute is below the stored path's by at least half of the auxiliary z's (2 B per auxiliary
   conv-output element): the main and auxiliary z's are never all alive together.
@@ -153,6 +156,7 @@ def conv_outputs(m, x):
 
 @pytest.mark.parametrize("cfg", ["yolov9-t", "yolov9-c"])
 def test_recompute_stores_main_branch_only_cpu(cfg, monkeypatch):
+    monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "0")  # the auxiliary split alone (main blocks: below)
     x = torch.rand(2, 3, 128, 128)
     torch.manual_seed(0)
     base = build_model(cfg, nc=3).train()  # built once (yolov9-c: ~1.5 s), copied for each use
@@ -240,6 +244,7 @@ def _cuda_peak(cfg, recompute, x, monkeypatch):
 
 @pytest.mark.cuda
 def test_recompute_peak_below_z_bound_cuda(monkeypatch):
+    monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "0")  # the auxiliary recompute alone
     x = torch.randint(0, 256, (8, 3, 320, 320), dtype=torch.uint8, device="cuda")
     x = x.contiguous(memory_format=torch.channels_last)
     torch.manual_seed(0)
@@ -252,3 +257,84 @@ def test_recompute_peak_below_z_bound_cuda(monkeypatch):
            f"head maps {head / 2**20:.1f} MiB)")
     print(msg)
     assert peak_r <= bound, msg
+
+
+# ------------------------------------------------------------------------------------------------ main blocks
+
+@pytest.mark.parametrize("cfg, blocks", [
+    ("yolov9-s", {2, 4, 6, 8}), ("yolov9-c", {3, 5, 7, 9}), ("yolov9-e", {3, 5, 7, 9, 19, 22, 25, 28})])
+def test_main_blocks_are_the_backbone_blocks(cfg, blocks):
+    g = pgi.Graph(build_model(cfg, nc=3))
+    assert g.blocks == blocks  # RepNCSPELAN4 / ELAN1 of the backbone section; the stride is checked per call
+
+
+def inner_z(m, x, limit):
+    """Conv-output elements inside the main blocks recomputed at stride `limit` (torch backend), less each
+    block's last conv output (the z a recomputed block keeps): what the main recompute should not store."""
+    m = m.train()
+    g = pgi.Graph(m)
+    h_img, total, hs = x.shape[2], {"n": 0}, []
+    for i in sorted(g.blocks):
+        outs = []
+        convs = [c for c in m.model[i].modules() if isinstance(c, nn.Conv2d)]
+        hs += [c.register_forward_hook(lambda mod, inp, out, outs=outs: outs.append(out.numel())) for c in convs]
+        hs.append(m.model[i].register_forward_pre_hook(
+            lambda mod, inp, outs=outs: outs.append("stride %d" % (h_img // inp[0].shape[2]))))
+        total[i] = outs
+    with torch.no_grad():
+        m(x)
+    for h in hs:
+        h.remove()
+    for i in sorted(g.blocks):
+        stride = int(total[i][0].split()[1])
+        if stride <= limit:
+            total["n"] += sum(total[i][1:]) - total[i][-1]
+    return total["n"]
+
+
+@pytest.mark.parametrize("cfg", ["yolov9-s", "yolov9-c"])
+def test_main_recompute_same_results_and_stores_less(cfg, monkeypatch):
+    torch.manual_seed(0)
+    base = build_model(cfg, nc=3).train()
+    x = torch.rand(2, 3, 128, 128)
+    got = {}
+    for limit in ("8", "4", "0"):
+        monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", limit)
+        nbytes, _ = saved_bytes(apply(copy.deepcopy(base), "c"), x)
+        got[limit] = (nbytes, _run(base, x, True, monkeypatch))
+    plain = got["0"][1]
+    for limit in ("8", "4"):
+        res = got[limit][1]
+        assert all(err(a, b) <= SAME for a, b in zip(res[0], plain[0]))
+        assert err(res[1], plain[1]) <= SAME
+        idx = [i for i, g in enumerate(plain[2]) if g is not None]
+        assert [g is None for g in res[2]] == [g is None for g in plain[2]]
+        assert err(_cat(res[2][i] for i in idx), _cat(plain[2][i] for i in idx)) <= SAME
+        for a, b in zip(res[3], plain[3]):  # BN buffers: one update per step, as the plain path
+            assert torch.equal(a, b) if not a.dtype.is_floating_point else err(a, b) <= SAME
+        saved = got["0"][0] - got[limit][0]
+        z = inner_z(copy.deepcopy(base), x, int(limit))
+        assert z > 0
+        msg = f"{cfg} stride {limit}: stored {got[limit][0] / 2**20:.2f} MiB against {got['0'][0] / 2**20:.2f}; " \
+              f"inner z of the recomputed blocks {4 * z / 2**20:.2f} MiB"
+        assert saved >= 0.9 * 4 * z, msg  # (float32 here) most of the blocks' inner z's are no longer stored
+    assert got["8"][0] < got["4"][0] < got["0"][0]
+
+
+@pytest.mark.cuda
+def test_main_recompute_peak_below_z_bound_cuda(monkeypatch):
+    """yolov9-c, 8 × 320², fp16: recomputing the stride-4/8 backbone blocks lowers the step's peak (at the start
+    of backward, everything stored is alive) by at least half of their inner z's (2 B per element)."""
+    x = torch.randint(0, 256, (8, 3, 320, 320), dtype=torch.uint8, device="cuda")
+    x = x.contiguous(memory_format=torch.channels_last)
+    torch.manual_seed(0)
+    z = inner_z(build_model("yolov9-c", nc=3).cuda(), x.float() / 255, 8)
+    peaks = {}
+    for limit in ("8", "0"):
+        monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", limit)
+        peaks[limit], _ = _cuda_peak("yolov9-c", True, x, monkeypatch)
+    bound = peaks["0"] - 0.5 * 2 * z
+    msg = (f"peak above start: main recompute {peaks['8'] / 2**20:.1f} MiB, without {peaks['0'] / 2**20:.1f} MiB; "
+           f"bound {bound / 2**20:.1f} MiB (inner z of the blocks {2 * z / 2**20:.1f} MiB)")
+    print(msg)
+    assert peaks["8"] <= bound, msg

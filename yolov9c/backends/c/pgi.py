@@ -19,6 +19,14 @@ only the image (yolov9-c's second stem, layers 26-29) is back-propagated last, a
 (measured: recomputed between the neck and the first backbone, that chain alone raised yolov9-c's peak by
 8.1 GiB). Results do not depend on the order (each layer reads the same inputs; each BatchNorm updates once).
 
+Main blocks recomputed too (DESIGN.md "Memory design" item 3, extended): the multi-conv blocks of the yaml's
+backbone section (RepNCSPELAN4, ELAN1) whose input is at stride 8 or finer run as one-layer segments as well
+(yolov9-s: layers 2 and 4; yolov9-c: 3 and 5; yolov9-e: 3, 5, 19 and 22). Their inner z's are the largest
+stored tensors of the step (yolov9-e's layer 3 alone stores 3.5 GiB at batch 64, 640²) and the step's peak
+is at the start of backward, when every stored tensor is alive; recomputed, each keeps only its output z,
+for one more forward of those blocks in backward. YOLOV9C_MAIN_RECOMPUTE=S (read at every call) sets the
+stride limit (default 8; 4 keeps only the stride-4 blocks; 0 turns it off).
+
 Falls back to the plain layer loop (all auxiliary z's kept, as before) when: the model is not training or
 grad is off; the head is not a DualDDetect the c layers can run; YOLOV9C_AUX_RECOMPUTE=0. A segment whose
 layers are not all recomputable (a torch fallback inside, a non-SiLU activation: torch BatchNorm would update
@@ -35,7 +43,7 @@ import torch.nn as nn
 import yolov9c.backends.c.layers as L
 from yolov9c.backends.c.lazy import Image
 from yolov9c.backends.c.segment import run_segment
-from yolov9c.models.common import Conv, RepConvN
+from yolov9c.models.common import ELAN1, Conv, RepConvN, RepNCSPELAN4
 from yolov9c.models.head import DualDDetect
 
 
@@ -51,6 +59,20 @@ def _observe(label, value):
 def recompute_enabled():
     """YOLOV9C_AUX_RECOMPUTE (read at every call): anything but "0" recomputes the auxiliary branch."""
     return os.environ.get("YOLOV9C_AUX_RECOMPUTE", "1") != "0"
+
+
+MAIN_BLOCKS = (RepNCSPELAN4, ELAN1)  # the main layer types main_recompute_stride() may recompute
+
+
+def main_recompute_stride():
+    """YOLOV9C_MAIN_RECOMPUTE (read at every call): main backbone blocks whose input is at this stride or finer
+    are recomputed segments; 0 turns it off. Default 8."""
+    raw = os.environ.get("YOLOV9C_MAIN_RECOMPUTE", "8")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"YOLOV9C_MAIN_RECOMPUTE must be a stride (an integer such as 8, or 0 for off), "
+                         f"got {raw!r}") from None
 
 
 def inputs_of(m):
@@ -75,9 +97,10 @@ class Graph:
     """The auxiliary split of a model with a DualDDetect head.
     aux: the auxiliary layer indices; steps: the execution order, ("layer", i) for a main layer (index
     order), ("segment", [i, ...]) for a chain of auxiliary layers, ("aux_head", k) for auxiliary head level
-    k; uses: layer index (-1: the input) -> how many steps read it."""
+    k; uses: layer index (-1: the input) -> how many steps read it; blocks: the main layers of the yaml's
+    backbone section that may run as recomputed segments (MAIN_BLOCKS; the stride is checked per call)."""
 
-    __slots__ = ("key", "aux", "steps", "uses")
+    __slots__ = ("key", "aux", "steps", "uses", "blocks")
 
     def __init__(self, model):
         layers = model.model
@@ -96,6 +119,9 @@ class Graph:
         self.aux = aux
         self.steps = _schedule([i for i in range(n) if i not in aux], units)
         self.uses = {j: len(r) for j, r in readers.items()}
+        yaml = getattr(model, "yaml", None)
+        n_backbone = len(yaml.get("backbone") or []) if isinstance(yaml, dict) else 0
+        self.blocks = {i for i in range(min(n, n_backbone)) if i not in aux and type(layers[i]) in MAIN_BLOCKS}
 
 
 def _chains(layers, aux, readers):
@@ -205,8 +231,8 @@ class _Run:
                 del self.vals[j]
 
 
-def _segment(model, chain, run):
-    label = f"segment {chain[0]}-{chain[-1]}" if len(chain) > 1 else f"segment {chain[0]}"
+def _segment(model, chain, run, label=None):
+    label = label or (f"segment {chain[0]}-{chain[-1]}" if len(chain) > 1 else f"segment {chain[0]}")
     _observe(label, None)
     layers = model.model
     mods = [layers[i] for i in chain]
@@ -235,11 +261,16 @@ def _forward_pgi(model, g, x):
     hin = inputs_of(head)
     run = _Run(g, x)
     d1 = [None] * nl
+    limit, img_h = main_recompute_stride(), x.shape[2]
     for kind, what in g.steps:
         if kind == "layer":
             m = layers[what]
-            run.vals[what] = m(run.take(m))
-            run.done(inputs_of(m))
+            arg = run.take(m)
+            if what in g.blocks and limit > 0 and img_h <= limit * arg.shape[2]:
+                _segment(model, [what], run, f"{what} {type(m).__name__} (recomputed)")
+            else:
+                run.vals[what] = m(arg)
+                run.done(inputs_of(m))
         elif kind == "segment":
             _segment(model, what, run)
         else:  # an auxiliary head level
