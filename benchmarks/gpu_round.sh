@@ -5,7 +5,8 @@
 # train_dual.py of bench_train.py, M in s/c/e, B in c/torch, 1024 images), step (bench_step.py, yolov9-s and
 # yolov9-c, both backends, eager and graph), pubstep (bench_published_step.py, the published code in
 # .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
-# timeline_M (mem_timeline.py of yolov9-M, batch 64, 640),
+# timeline_M (mem_timeline.py of yolov9-M, batch 64, 640), plan (bench_plan.py: the planner's COSTS), mem (the
+# CUDA memory tests),
 # accuracy (bench_accuracy.py, with the published code when present; accuracy_bg starts it in
 # the background, accuracy_wait waits for it). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-480}"; shift
@@ -42,6 +43,10 @@ for part in "$@"; do
             tests/test_bindings.py; tail -4 "$OUT/kern.log" ;;
     timeline_*) m=yolov9-${part#timeline_}
       stage "$part" 60 150 python3 benchmarks/mem_timeline.py --model $m --warmup 1 --markdown; tail -30 "$OUT/$part.log" ;;
+    plan) stage plan 90 200 python3 benchmarks/bench_plan.py --models ${PLAN_MODELS:-yolov9-s yolov9-c yolov9-e} \
+            --backends ${PLAN_BACKENDS:-c} --batches 16 64; tail -6 "$OUT/plan.log" ;;
+    mem) stage mem 60 150 $PYT --tb=short tests/test_backend_pgi.py tests/test_memory_contract.py tests/test_memory_plan.py
+         tail -8 "$OUT/mem.log" ;;
     probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in
             ('torchvision', 'pandas', 'seaborn', 'scipy', 'thop', 'psutil', 'tensorboard', 'IPython')})"
             cat "$OUT/probe.log" ;;
