@@ -128,6 +128,23 @@ def test_cblinear_cbfuse_match_torch():
         assert err(t2.grad, t1.grad) < BLOCK_TOL
 
 
+def test_sum_keeps_no_upsampled_term():
+    """A CBFuse materialised without grad (a conv's input) keeps none of its upsampled terms: each is as large
+    as the sum (yolov9-e's stem held five of them, 4 GiB at batch 64), so the evaluator drops each after adding."""
+    from yolov9c.backends.c.lazy import Evaluator, Spatial, Sum
+    torch.manual_seed(3)
+    lin, fuse = CBLinear(8, [4, 4]), CBFuse([1])
+    with torch.no_grad():
+        node = layers.run(fuse, [layers.run(lin, torch.randn(2, 8, 4, 4)), layers.run(Conv(8, 4, 3), torch.randn(2, 8, 8, 8))])
+        assert isinstance(node, Sum) and any(isinstance(c, Spatial) for c in node.children)
+        ev = Evaluator(torch.float32, torch.contiguous_format, grad=False)
+        y = ev.run(node)
+        ref = materialise_any(node)
+    assert torch.allclose(y, ref)
+    kept = [c for c in node.children if id(c) in ev.memo]
+    assert not kept, [type(c).__name__ for c in kept]
+
+
 def test_fused_zero_uses_references(monkeypatch):
     """YOLOV9C_FUSED=0 keeps the c structure with the torch reference ops: same results."""
     monkeypatch.setenv("YOLOV9C_FUSED", "0")

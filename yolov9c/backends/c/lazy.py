@@ -291,7 +291,12 @@ class Sum(_Group):
                 # elementwise kernel (fill() runs without grad only; see Evaluator).
                 ops.bn_silu_nograd(*c._args(), act=c.act, out=out, residual=out)
             else:
+                # the term's value is not kept in the memo (unless something else put it there): a CBFuse's
+                # upsampled inputs are each as large as the sum, five of them held 4 GiB in yolov9-e's stem
+                known = id(c) in ev.memo
                 out.add_(ev.value(c))
+                if not known:
+                    ev.memo.pop(id(c), None)
         return out
 
     def compute(self, ev):
