@@ -133,10 +133,12 @@ def test_sum_keeps_no_upsampled_term():
     as the sum (yolov9-e's stem held five of them, 4 GiB at batch 64), so the evaluator drops each after adding."""
     from yolov9c.backends.c.lazy import Evaluator, Spatial, Sum
     torch.manual_seed(3)
-    lin, fuse = CBLinear(8, [4, 4]), CBFuse([1])
+    lin_a, lin_b, fuse = CBLinear(8, [4, 4]), CBLinear(8, [4]), CBFuse([1, 0])
     with torch.no_grad():
-        node = layers.run(fuse, [layers.run(lin, torch.randn(2, 8, 4, 4)), layers.run(Conv(8, 4, 3), torch.randn(2, 8, 8, 8))])
-        assert isinstance(node, Sum) and any(isinstance(c, Spatial) for c in node.children)
+        xs = [layers.run(lin_a, torch.randn(2, 8, 4, 4)), layers.run(lin_b, torch.randn(2, 8, 2, 2)),
+              layers.run(Conv(8, 4, 3), torch.randn(2, 8, 8, 8))]
+        node = layers.run(fuse, xs)
+        assert isinstance(node, Sum) and sum(isinstance(c, Spatial) for c in node.children) == 2
         ev = Evaluator(torch.float32, torch.contiguous_format, grad=False)
         y = ev.run(node)
         ref = materialise_any(node)
