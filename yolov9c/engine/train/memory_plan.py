@@ -62,12 +62,11 @@ class Plan:
 
 
 # Measured on one NVIDIA H200 (benchmarks/RESULTS.md "Memory planner"; benchmarks/bench_plan.py, steps at
-# batch 16 and 64, 640², 40 boxes/img): (fixed GiB, GiB per image at 640²). yolov9-c/c was measured before the
-# auxiliary steps were scheduled early (measured at 2d78f2e; 2dab84a): its peak is lower now, so it over-predicts
-# until re-measured (`python benchmarks/bench_plan.py --models yolov9-c --backends c`).
+# batch 16 and 64, 640², 40 boxes/img): (fixed GiB, GiB per image at 640²). The c entries include the recomputed
+# stride-4/8 backbone blocks (YOLOV9C_MAIN_RECOMPUTE=8, the default).
 COSTS = {
-    ("yolov9-s", "c"): (0.126, 0.0915),   # 16: 1.590, 64: 5.980 GiB reserved
-    ("yolov9-c", "c"): (0.650, 0.2790),   # 16: 5.113, 64: 18.504 (before the early schedule)
+    ("yolov9-s", "c"): (0.120, 0.0736),   # 16: 1.297, 64: 4.828 GiB reserved
+    ("yolov9-c", "c"): (0.391, 0.1588),   # 16: 2.932, 64: 10.555
     ("yolov9-e", "c"): (0.884, 0.3715),   # 16: 6.828, 64: 24.660
     ("yolov9-s", "torch"): (0.161, 0.3671),  # 16: 6.035, 64: 23.656
 }
