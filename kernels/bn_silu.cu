@@ -68,7 +68,7 @@
 #define BN_FOLD 32             /* float32 elements per thread before folding into float64 */
 #define BN_MAX_GRID (1 << 20)
 #define BN_NSUM 3
-#define BN_FIN_Y 16           /* finish kernels: lanes over S per channel */
+#define BN_FIN_Y 32           /* finish kernels: lanes over S per channel (blocks of 1024 threads) */
 
 typedef struct bn_geom {
     int64_t B, C, H, W, HW, n;
