@@ -10,7 +10,10 @@
  *             dz = γ·invstd·(g - Σg/n - x̂·Σ(g·x̂)/n)  (batch statistics), γ·invstd·g  (batch_stats = 0)
  * Per-element arithmetic is float32. Sums: each thread adds up to 32 elements per channel in float32, then
  * folds them into float64 accumulators; blocks write float64 partial sums; a per-channel pass adds those in
- * float64 in a fixed order (no atomics: results are the same run to run).
+ * float64 in a fixed order (no atomics: results are the same run to run on one device; the channels-last
+ * reductions' block count follows the device's SM count).
+ * The channels-last backward passes take s from the hardware exp2 and reciprocal (bn_sigmoid_hw, ~1e-6
+ * relative); every other pass uses expf and the IEEE division, as csrc/bn_silu_ref.c.
  *
  * Saved for backward (by the caller, yolov9c/ops/bn_silu.py): z in its storage dtype (2 B/element in fp16)
  * plus mean, invstd (C,) float32: no normalised or activated tensor. y and dz are recomputed from z.
@@ -38,9 +41,10 @@
  *             (min(C/V, 256) channel vectors, 256/tx rows): a thread keeps its channels for the whole pass, so
  *             the per-channel scale = invstd·γ, shift = β − mean·scale (and x̂ = (z − mean)·invstd for the
  *             backward) live in registers and no element needs a division. Elementwise passes are grid-stride
- *             over groups of ty rows; reductions give block s the contiguous rows [s·chunk, (s+1)·chunk), with
- *             S chosen for >= ~4 blocks per SM and >= ~64 rows per block (at most BN_FAST_SPLITS), summed over
- *             ty in shared memory in a fixed order.
+ *             over groups of ty rows; reductions give block s the contiguous rows [s·chunk, (s+1)·chunk) with
+ *             one wave of blocks (S = 4 per SM, fewer when blocks would get < ~64 rows), <= 64 registers per
+ *             thread (4 blocks of 256 resident per SM), BN_RED_ROWS rows of loads in flight per thread and the
+ *             float64 accumulators in shared memory, summed over ty in a fixed order.
  *             The elementwise passes run a grid of whole waves (24 blocks per SM) and keep 4 rows in flight
  *             per thread, so the constants are computed once per thread for many rows.
  *   planar vector  NCHW and channel slices of NCHW buffers: after the merge H == 1 and every operand has unit
