@@ -10,7 +10,10 @@
  *             dz = γ·invstd·(g - Σg/n - x̂·Σ(g·x̂)/n)  (batch statistics), γ·invstd·g  (batch_stats = 0)
  * Per-element arithmetic is float32. Sums: each thread adds up to 32 elements per channel in float32, then
  * folds them into float64 accumulators; blocks write float64 partial sums; a per-channel pass adds those in
- * float64 in a fixed order (no atomics: results are the same run to run).
+ * float64 in a fixed order (no atomics: results are the same run to run on one device; the channels-last
+ * reductions' block count follows the device's SM count).
+ * The channels-last backward passes take s from the hardware exp2 and reciprocal (bn_sigmoid_hw, ~1e-6
+ * relative); every other pass uses expf and the IEEE division, as csrc/bn_silu_ref.c.
  *
  * Saved for backward (by the caller, yolov9c/ops/bn_silu.py): z in its storage dtype (2 B/element in fp16)
  * plus mean, invstd (C,) float32: no normalised or activated tensor. y and dz are recomputed from z.
@@ -38,9 +41,10 @@
  *             (min(C/V, 256) channel vectors, 256/tx rows): a thread keeps its channels for the whole pass, so
  *             the per-channel scale = invstd·γ, shift = β − mean·scale (and x̂ = (z − mean)·invstd for the
  *             backward) live in registers and no element needs a division. Elementwise passes are grid-stride
- *             over groups of ty rows; reductions give block s the contiguous rows [s·chunk, (s+1)·chunk), with
- *             S chosen for >= ~4 blocks per SM and >= ~64 rows per block (at most BN_FAST_SPLITS), summed over
- *             ty in shared memory in a fixed order.
+ *             over groups of ty rows; reductions give block s the contiguous rows [s·chunk, (s+1)·chunk) with
+ *             one wave of blocks (S = 4 per SM, fewer when blocks would get < ~64 rows), <= 64 registers per
+ *             thread (4 blocks of 256 resident per SM), BN_RED_ROWS rows of loads in flight per thread and the
+ *             float64 accumulators in shared memory, summed over ty in a fixed order.
  *             The elementwise passes run a grid of whole waves (24 blocks per SM) and keep 4 rows in flight
  *             per thread, so the constants are computed once per thread for many rows.
  *   planar vector  NCHW and channel slices of NCHW buffers: after the merge H == 1 and every operand has unit
@@ -68,7 +72,7 @@
 #define BN_FOLD 32             /* float32 elements per thread before folding into float64 */
 #define BN_MAX_GRID (1 << 20)
 #define BN_NSUM 3
-#define BN_FIN_Y 16           /* finish kernels: lanes over S per channel */
+#define BN_FIN_Y 32           /* finish kernels: lanes over S per channel (blocks of 1024 threads) */
 
 typedef struct bn_geom {
     int64_t B, C, H, W, HW, n;
@@ -128,6 +132,17 @@ __device__ __forceinline__ void bn_row(const bn_geom *g, int64_t k, int64_t *b, 
 __device__ __forceinline__ float bn_sigmoid(float u)
 {
     return 1.0f / (1.0f + expf(-u));
+}
+
+/* sigmoid from the hardware exp2 and reciprocal (MUFU.EX2, MUFU.RCP): 4 instructions instead of ~25 for
+ * expf and the IEEE division, which made the channels-last backward passes instruction-bound. Relative error
+ * ~1e-6 for |u| < 16 (the exp2 of a rounded u·log2(e)), far inside the float32 tolerance (1e-5 of max|dz|);
+ * u -> -inf gives 0, u -> +inf gives 1. */
+__device__ __forceinline__ float bn_sigmoid_hw(float u)
+{
+    float e;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(u * -1.44269504f));   /* exp(-u); a denormal result is 0 */
+    return __fdividef(1.0f, 1.0f + e);
 }
 
 /* u of one element (x̂1, x̂2 returned for the backward). */
@@ -320,9 +335,20 @@ __device__ __forceinline__ void bn_finish_sums(const bn_args *a, const bn_geom *
 {
     for (int j = 0; j < ns; j++) {
         double x = 0.0;
-        if (c < g->C)
-            for (int64_t s = threadIdx.y; s < a->S; s += BN_FIN_Y)
-                x += a->partial[((int64_t)j * a->S + s) * g->C + c];
+        if (c < g->C) {
+            /* four loads in flight, added in the order of s */
+            const double *p = a->partial + (int64_t)j * a->S * g->C + c;
+            int64_t s = threadIdx.y, st = (int64_t)BN_FIN_Y * g->C;
+            for (; s + 3 * BN_FIN_Y < a->S; s += 4 * BN_FIN_Y) {
+                double v0 = p[s * g->C], v1 = p[s * g->C + st], v2 = p[s * g->C + 2 * st], v3 = p[s * g->C + 3 * st];
+                x += v0;
+                x += v1;
+                x += v2;
+                x += v3;
+            }
+            for (; s < a->S; s += BN_FIN_Y)
+                x += p[s * g->C];
+        }
         sh[j][threadIdx.y][threadIdx.x] = x;
     }
     __syncthreads();
@@ -447,6 +473,8 @@ __global__ void bn_bwd_rows_kernel(bn_args a, bn_geom g)
 #define BN_FAST_MIN_ROWS 64    /* never fewer rows per block than this (unless n is smaller) */
 #define BN_VEC_BYTES 16        /* stats and forward: 16-byte loads */
 #define BN_BWD_VEC_BYTES 8     /* backward: 8-byte loads (more per-channel constants per thread) */
+#define BN_RED_BLOCKS 4        /* fast reductions, backward elementwise: blocks resident per SM (<= 64 registers) */
+#define BN_RED_ROWS 4          /* fast reductions: rows of loads in flight per thread */
 
 __device__ __forceinline__ float bn_tof(float x) { return x; }
 __device__ __forceinline__ float bn_tof(__half x) { return __half2float(x); }
@@ -519,23 +547,66 @@ template <int V> __device__ __forceinline__ void bn_chan_load(const yv_bn_params
     }
 }
 
-/* Block sum over ty of one float64 value per (thread, channel lane e): thread t = ty·bx + tx holds channels
- * (cv0 + tx)·V + e; dst[o] (o = channel - cv0·V < nch) gets Σ_ty, added in ty order. */
-template <int V>
-__device__ __forceinline__ void bn_block_sum(double *sh, const double v[V], double *dst, int nch)
+/* ---- fast reductions: one wave of blocks with float64 accumulators in shared memory ----
+ * Registers bound the bytes a thread can have in flight, so the float64 sums live in shared memory, not in
+ * registers: __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) keeps a thread at <= 64 registers and 4 blocks
+ * (1024 threads) resident per SM, each thread with BN_RED_ROWS row loads issued before the first use. The grid
+ * is one wave (bn_red_splits: S = SMs · BN_RED_BLOCKS, fewer for small n), so no block waits for a second wave
+ * and the finish kernels add few partials. Per thread: float32 runs of at most BN_FOLD of its rows, each run
+ * then added to the thread's own float64 slots; the block adds the slots over ty in a fixed order. */
+
+/* The V elements at p (aligned to V·sizeof(T) bytes) as stored: converted to float32 only where they are used,
+ * so a load in flight holds V·sizeof(T) bytes of registers. */
+template <typename T, int V> __device__ __forceinline__ bn_vec<T, V> bn_vraw(const T *p)
+{
+    return *(const bn_vec<T, V> *)p;
+}
+
+/* The float64 slots of a block's threads: d[j][e][t] is sum j of channel lane e of thread t = ty·bx + tx,
+ * touched only by thread t until bn_slots_store (consecutive t: consecutive doubles, no bank conflicts). */
+template <int NS, int V> struct bn_slots {
+    double d[NS][V][BN_THREADS];
+};
+
+template <int NS, int V> __device__ __forceinline__ void bn_slots_zero(bn_slots<NS, V> *s, int t)
+{
+#pragma unroll
+    for (int j = 0; j < NS; j++)
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            s->d[j][e][t] = 0.0;
+}
+
+/* The float32 run f into thread t's slots; f restarts at 0. Volatile: the compiler would otherwise keep the
+ * slots in registers across the loop, which is what they are there to avoid. */
+template <int NS, int V> __device__ __forceinline__ void bn_slots_fold(bn_slots<NS, V> *s, int t, float f[NS][V])
+{
+#pragma unroll
+    for (int j = 0; j < NS; j++)
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            volatile double *d = &s->d[j][e][t];
+            *d = *d + (double)f[j][e];
+            f[j][e] = 0.0f;
+        }
+}
+
+/* Block sums of channel vectors cv0 .. cv0+nv-1: partial[j][blockIdx.x][(cv0 + tx)·V + e] = Σ_ty (in ty
+ * order) of slot [j][e][ty·bx + tx]. The barriers order it after every thread's last fold and before the slots
+ * are zeroed for the next channel chunk. */
+template <int NS, int V>
+__device__ __forceinline__ void bn_slots_store(bn_slots<NS, V> *s, const bn_args *a, int64_t C, int64_t cv0, int nv)
 {
     int bx = blockDim.x, by = blockDim.y, t = threadIdx.y * bx + threadIdx.x;
-    __syncthreads();   /* sh may still be read by the previous call */
-#pragma unroll
-    for (int e = 0; e < V; e++)
-        sh[t * V + e] = v[e];
     __syncthreads();
-    for (int o = t; o < nch; o += bx * by) {
+    for (int i = t; i < NS * V * nv; i += bx * by) {
+        int je = i / nv, tx = i - je * nv, j = je / V, e = je - j * V;
         double x = 0.0;
         for (int r = 0; r < by; r++)
-            x += sh[r * bx * V + o];
-        dst[o] = x;
+            x += s->d[j][e][r * bx + tx];
+        a->partial[((int64_t)j * a->S + blockIdx.x) * C + (cv0 + tx) * V + e] = x;
     }
+    __syncthreads();
 }
 
 /* Rows [k0, k1) of block s: S blocks over n rows. */
@@ -546,83 +617,92 @@ __device__ __forceinline__ void bn_fast_chunk(const bn_args *a, const bn_geom *g
     *k1 = *k0 + chunk < g->n ? *k0 + chunk : g->n;
 }
 
-/* Stats reduction: Σ(z - K), Σ(z - K)² per channel, K = z[row 0]. Grid (S), block (tx, ty). */
-template <typename T, int V, int Z2>   /* Z2 unused */
-__global__ void __launch_bounds__(BN_THREADS) bn_stats_fast_kernel(bn_args a, bn_geom g)
+/* This thread's rows of its block's chunk: k0 + ty, k0 + ty + by, ... below k1; their count. */
+__device__ __forceinline__ int64_t bn_thread_rows(int64_t k0, int64_t k1)
 {
-    __shared__ double sh[BN_THREADS * V];
-    int64_t k0, k1, Cv = g.C / V;
-    bn_fast_chunk(&a, &g, &k0, &k1);
-    for (int64_t cv0 = 0; cv0 < Cv; cv0 += blockDim.x) {
-        int64_t c0 = (cv0 + threadIdx.x) * V;
-        int on = cv0 + threadIdx.x < Cv;
-        double d0[V], d1[V];
-        float f0[V], f1[V], K[V];
+    int64_t k = k0 + threadIdx.y, by = blockDim.y;
+    return k < k1 ? (k1 - k + by - 1) / by : 0;
+}
+
+template <typename T, int V> __device__ __forceinline__ void bn_stats_add(bn_vec<T, V> x, const float K[V], float f[2][V])
+{
 #pragma unroll
-        for (int e = 0; e < V; e++) {
-            d0[e] = d1[e] = 0.0;
-            f0[e] = f1[e] = 0.0f;
-        }
-        if (on) {
-            bn_vload<T, V>(&a.z1, 0, c0, K);
-            int64_t step = blockDim.y;
-            for (int64_t kr = k0 + threadIdx.y; kr < k1; kr += BN_FOLD * step) {
-                /* one float32 run of at most BN_FOLD rows, unrolled so that several loads are in flight */
-                int64_t kend = kr + BN_FOLD * step < k1 ? kr + BN_FOLD * step : k1;
-#pragma unroll 4
-                for (int64_t k = kr; k < kend; k += step) {
-                    float x[V];
-                    bn_vload<T, V>(&a.z1, k, c0, x);
-#pragma unroll
-                    for (int e = 0; e < V; e++) {
-                        float d = x[e] - K[e];
-                        f0[e] += d;
-                        f1[e] += d * d;
-                    }
-                }
-#pragma unroll
-                for (int e = 0; e < V; e++) {
-                    d0[e] += f0[e];
-                    d1[e] += f1[e];
-                    f0[e] = f1[e] = 0.0f;
-                }
-            }
-        }
-        int64_t left = Cv - cv0;
-        int nch = (int)((left < (int64_t)blockDim.x ? left : (int64_t)blockDim.x) * V);
-        bn_block_sum<V>(sh, d0, a.partial + (int64_t)blockIdx.x * g.C + cv0 * V, nch);
-        bn_block_sum<V>(sh, d1, a.partial + ((int64_t)a.S + blockIdx.x) * g.C + cv0 * V, nch);
+    for (int e = 0; e < V; e++) {
+        float d = bn_tof(x.v[e]) - K[e];
+        f[0][e] += d;
+        f[1][e] += d * d;
     }
 }
 
-/* u, x̂1, x̂2 and g = dy·act'(u) of V channels of row k (backward). */
-template <typename T, int V, int Z2>
-__device__ __forceinline__ void bn_fast_g(const bn_args *a, int64_t k, int64_t c0, const bn_chan<V> *k1,
-                                          const bn_chan<V> *k2, float shift[V], float gg[V], float xh1[V],
-                                          float xh2[V])
+/* Stats reduction: Σ(z - K), Σ(z - K)² per channel, K = z[row 0]. Grid (S), block (tx, ty). */
+template <typename T, int V, int Z2>   /* Z2 unused */
+__global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_stats_fast_kernel(bn_args a, bn_geom g)
 {
-    float z[V], dy[V], u[V];
-    bn_vload<T, V>(&a->z1, k, c0, z);
+    __shared__ bn_slots<2, V> sl;
+    int64_t k0, k1, Cv = g.C / V;
+    int t = threadIdx.y * blockDim.x + threadIdx.x;
+    bn_fast_chunk(&a, &g, &k0, &k1);
+    int64_t rows = bn_thread_rows(k0, k1), step = (int64_t)blockDim.y * a.z1.stride[3];
+    for (int64_t cv0 = 0; cv0 < Cv; cv0 += blockDim.x) {
+        int64_t c0 = (cv0 + threadIdx.x) * V;
+        bn_slots_zero<2, V>(&sl, t);
+        if (cv0 + threadIdx.x < Cv && rows > 0) {
+            float K[V], f[2][V];
+            bn_vload<T, V>(&a.z1, 0, c0, K);
+#pragma unroll
+            for (int e = 0; e < V; e++)
+                f[0][e] = f[1][e] = 0.0f;
+            const T *p = bn_at<T>(&a.z1, k0 + threadIdx.y, c0);
+            for (int64_t done = 0; done < rows; done += BN_FOLD) {
+                int m = rows - done < BN_FOLD ? (int)(rows - done) : BN_FOLD, i = 0;
+                for (; i + BN_RED_ROWS <= m; i += BN_RED_ROWS) {
+                    bn_vec<T, V> x[BN_RED_ROWS];
+#pragma unroll
+                    for (int r = 0; r < BN_RED_ROWS; r++)
+                        x[r] = bn_vraw<T, V>(p + r * step);
+#pragma unroll
+                    for (int r = 0; r < BN_RED_ROWS; r++)
+                        bn_stats_add<T, V>(x[r], K, f);
+                    p += BN_RED_ROWS * step;
+                }
+                for (; i < m; i++, p += step)
+                    bn_stats_add<T, V>(bn_vraw<T, V>(p), K, f);
+                bn_slots_fold<2, V>(&sl, t, f);
+            }
+        }
+        int64_t left = Cv - cv0;
+        bn_slots_store<2, V>(&sl, &a, g.C, cv0, (int)(left < (int64_t)blockDim.x ? left : (int64_t)blockDim.x));
+    }
+}
+
+/* g = dy·act'(u) and z_i - mean_i of V channels of one row from its stored z1 [, z2], dy (backward reduction):
+ * u = z1·scale1 + shift [+ z2·scale2], as the channels-last forward. The reduction multiplies Σg·(z_i - mean_i)
+ * by invstd_i when it folds a float32 run, so x̂_i costs no per-element multiply and no registers. */
+template <typename T, int V, int Z2>
+__device__ __forceinline__ void bn_fast_g(int silu, const bn_vec<T, V> *z1, const bn_vec<T, V> *z2,
+                                          const bn_vec<T, V> *dy, const bn_chan<V> *k1, const bn_chan<V> *k2,
+                                          const float shift[V], float gg[V], float xm1[V], float xm2[V])
+{
+    float u[V];
 #pragma unroll
     for (int e = 0; e < V; e++) {
-        u[e] = z[e] * k1->scale[e] + shift[e];
-        xh1[e] = (z[e] - k1->mean[e]) * k1->invstd[e];
-        xh2[e] = 0.0f;
+        float x1 = bn_tof(z1->v[e]);
+        u[e] = x1 * k1->scale[e] + shift[e];
+        xm1[e] = x1 - k1->mean[e];
+        xm2[e] = 0.0f;
+        if (Z2) {
+            float x2 = bn_tof(z2->v[e]);
+            u[e] += x2 * k2->scale[e];
+            xm2[e] = x2 - k2->mean[e];
+        }
+        gg[e] = bn_tof(dy->v[e]);
     }
-    if (Z2) {
-        bn_vload<T, V>(&a->z2, k, c0, z);
+    if (silu)
 #pragma unroll
         for (int e = 0; e < V; e++) {
-            u[e] += z[e] * k2->scale[e];
-            xh2[e] = (z[e] - k2->mean[e]) * k2->invstd[e];
+            float sg = bn_sigmoid_hw(u[e]);
+            gg[e] = gg[e] * (sg * (1.0f + u[e] * (1.0f - sg)));
         }
-    }
-    bn_vload<T, V>(&a->gy, k, c0, dy);
-#pragma unroll
-    for (int e = 0; e < V; e++) {
-        float s = bn_sigmoid(u[e]);
-        gg[e] = a->silu ? dy[e] * (s * (1.0f + u[e] * (1.0f - s))) : dy[e];
-    }
 }
 
 /* shift1 + shift2 (bn2 form: u = z1·s1 + z2·s2 + (t1 + t2)). */
@@ -641,59 +721,87 @@ __device__ __forceinline__ void bn_fast_consts(const bn_args *a, int64_t c0, bn_
     }
 }
 
-/* Backward reduction: Σg, Σg·x̂1 [, Σg·x̂2]. Grid (S), block (tx, ty). */
+/* One row's terms into the float32 run f: Σg, Σg·(z1 - mean1) [, Σg·(z2 - mean2)]. */
 template <typename T, int V, int Z2>
-__global__ void __launch_bounds__(BN_THREADS) bn_bwd_red_fast_kernel(bn_args a, bn_geom g)
+__device__ __forceinline__ void bn_bwd_red_add(int silu, const bn_vec<T, V> *z1, const bn_vec<T, V> *z2,
+                                               const bn_vec<T, V> *dy, const bn_chan<V> *k1, const bn_chan<V> *k2,
+                                               const float shift[V], float f[Z2 ? 3 : 2][V])
 {
-    __shared__ double sh[BN_THREADS * V];
-    const int ns = Z2 ? 3 : 2;
-    int64_t k0, k1, Cv = g.C / V;
+    float gg[V], xm1[V], xm2[V];
+    bn_fast_g<T, V, Z2>(silu, z1, z2, dy, k1, k2, shift, gg, xm1, xm2);
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        f[0][e] += gg[e];
+        f[1][e] += gg[e] * xm1[e];
+        if (Z2)
+            f[Z2 ? 2 : 1][e] += gg[e] * xm2[e];
+    }
+}
+
+/* Backward reduction: Σg, Σg·x̂1 [, Σg·x̂2]. Grid (S), block (tx, ty); rows in flight: BN_RED_ROWS (z1, dy), half
+ * that in the bn2 form (z1, z2, dy and twice the constants). */
+template <typename T, int V, int Z2>
+__global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_red_fast_kernel(bn_args a, bn_geom g)
+{
+    constexpr int NS = Z2 ? 3 : 2, R = Z2 ? BN_RED_ROWS / 2 : BN_RED_ROWS;
+    __shared__ bn_slots<NS, V> sl;
+    int64_t k0, k1, Cv = g.C / V, by = blockDim.y;
+    int t = threadIdx.y * blockDim.x + threadIdx.x;
     bn_fast_chunk(&a, &g, &k0, &k1);
+    int64_t rows = bn_thread_rows(k0, k1);
+    int64_t s1 = by * a.z1.stride[3], s2 = Z2 ? by * a.z2.stride[3] : 0, sg = by * a.gy.stride[3];
     for (int64_t cv0 = 0; cv0 < Cv; cv0 += blockDim.x) {
         int64_t c0 = (cv0 + threadIdx.x) * V;
-        int on = cv0 + threadIdx.x < Cv;
-        double d[ns][V];
-        float f[ns][V];
-#pragma unroll
-        for (int j = 0; j < ns; j++)
+        bn_slots_zero<NS, V>(&sl, t);
+        if (cv0 + threadIdx.x < Cv && rows > 0) {
+            bn_chan<V> q1, q2;
+            float shift[V], f[NS][V];
+            bn_chan_load<V>(&a.p1, c0, &q1);
+            if (Z2)
+                bn_chan_load<V>(&a.p2, c0, &q2);
 #pragma unroll
             for (int e = 0; e < V; e++) {
-                d[j][e] = 0.0;
-                f[j][e] = 0.0f;
+                shift[e] = Z2 ? q1.shift[e] + q2.shift[e] : q1.shift[e];
+#pragma unroll
+                for (int j = 0; j < NS; j++)
+                    f[j][e] = 0.0f;
             }
-        if (on) {
-            bn_chan<V> q1, q2;
-            float shift[V];
-            bn_fast_consts<V, Z2>(&a, c0, &q1, &q2, shift);
-            int64_t step = blockDim.y;
-            for (int64_t kr = k0 + threadIdx.y; kr < k1; kr += BN_FOLD * step) {
-                int64_t kend = kr + BN_FOLD * step < k1 ? kr + BN_FOLD * step : k1;
-#pragma unroll 2
-                for (int64_t k = kr; k < kend; k += step) {
-                    float gg[V], xh1[V], xh2[V];
-                    bn_fast_g<T, V, Z2>(&a, k, c0, &q1, &q2, shift, gg, xh1, xh2);
+            int64_t k = k0 + threadIdx.y;
+            const T *p1 = bn_at<T>(&a.z1, k, c0), *pg = bn_at<T>(&a.gy, k, c0);
+            const T *p2 = Z2 ? bn_at<T>(&a.z2, k, c0) : p1;
+            for (int64_t done = 0; done < rows; done += BN_FOLD) {
+                int m = rows - done < BN_FOLD ? (int)(rows - done) : BN_FOLD, i = 0;
+                for (; i + R <= m; i += R) {
+                    bn_vec<T, V> z1[R], z2[R], dy[R];
 #pragma unroll
-                    for (int e = 0; e < V; e++) {
-                        f[0][e] += gg[e];
-                        f[1][e] += gg[e] * xh1[e];
-                        if (Z2)
-                            f[ns - 1][e] += gg[e] * xh2[e];
+                    for (int r = 0; r < R; r++) {
+                        z1[r] = bn_vraw<T, V>(p1 + r * s1);
+                        z2[r] = Z2 ? bn_vraw<T, V>(p2 + r * s2) : z1[r];
+                        dy[r] = bn_vraw<T, V>(pg + r * sg);
                     }
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        bn_bwd_red_add<T, V, Z2>(a.silu, &z1[r], &z2[r], &dy[r], &q1, &q2, shift, f);
+                    p1 += R * s1;
+                    p2 += R * s2;
+                    pg += R * sg;
                 }
+                for (; i < m; i++, p1 += s1, p2 += s2, pg += sg) {
+                    bn_vec<T, V> z1 = bn_vraw<T, V>(p1), z2 = Z2 ? bn_vraw<T, V>(p2) : z1, dy = bn_vraw<T, V>(pg);
+                    bn_bwd_red_add<T, V, Z2>(a.silu, &z1, &z2, &dy, &q1, &q2, shift, f);
+                }
+                /* Σg·(z - mean) · invstd = Σg·x̂ */
 #pragma unroll
-                for (int j = 0; j < ns; j++)
-#pragma unroll
-                    for (int e = 0; e < V; e++) {
-                        d[j][e] += f[j][e];
-                        f[j][e] = 0.0f;
-                    }
+                for (int e = 0; e < V; e++) {
+                    f[1][e] *= a.p1.invstd[c0 + e];
+                    if (Z2)
+                        f[NS - 1][e] *= a.p2.invstd[c0 + e];
+                }
+                bn_slots_fold<NS, V>(&sl, t, f);
             }
         }
         int64_t left = Cv - cv0;
-        int nch = (int)((left < (int64_t)blockDim.x ? left : (int64_t)blockDim.x) * V);
-#pragma unroll
-        for (int j = 0; j < ns; j++)
-            bn_block_sum<V>(sh, d[j], a.partial + ((int64_t)j * a.S + blockIdx.x) * g.C + cv0 * V, nch);
+        bn_slots_store<NS, V>(&sl, &a, g.C, cv0, (int)(left < (int64_t)blockDim.x ? left : (int64_t)blockDim.x));
     }
 }
 
@@ -768,60 +876,107 @@ __global__ void __launch_bounds__(BN_THREADS) bn_fwd_fast_kernel(bn_args a, bn_g
     }
 }
 
-/* The backward coefficients of channels c0 .. c0+V-1 (bn_bwd_finish_kernel's [5][C]). */
-template <int V, int Z2> struct bn_coef {
-    float k0[V], k1[V], k2[V], a1[V], a2[V];
+
+/* The backward elementwise pass's constants of channels c0 .. c0+V-1: u = z1·scale1 + shift [+ z2·scale2];
+ * dz_i = a_i·((g - k0) - (z_i - mean_i)·k_i) with k_i = (Σg·x̂_i/n)·invstd_i (bn_bwd_finish_kernel's coefficients
+ * [5][C] k0, k1, k2, a1, a2 with x̂_i's invstd folded in), so no invstd is kept. */
+template <int V, int Z2> struct bn_bwd_q {
+    float scale1[V], shift[V], mean1[V], k0[V], k1[V], a1[V];
+    float scale2[Z2 ? V : 1], mean2[Z2 ? V : 1], k2[Z2 ? V : 1], a2[Z2 ? V : 1];
 };
 
-template <int V, int Z2> __device__ __forceinline__ void bn_coef_load(const bn_args *a, int64_t C, int64_t c0,
-                                                                      bn_coef<V, Z2> *q)
+template <int V, int Z2> __device__ __forceinline__ void bn_bwd_q_load(const bn_args *a, int64_t C, int64_t c0,
+                                                                       bn_bwd_q<V, Z2> *q)
 {
+    const float *k = a->coef;
 #pragma unroll
     for (int e = 0; e < V; e++) {
-        q->k0[e] = a->coef[c0 + e];
-        q->k1[e] = a->coef[C + c0 + e];
-        q->k2[e] = Z2 ? a->coef[2 * C + c0 + e] : 0.0f;
-        q->a1[e] = a->coef[3 * C + c0 + e];
-        q->a2[e] = Z2 ? a->coef[4 * C + c0 + e] : 0.0f;
+        int64_t c = c0 + e;
+        float m1 = a->p1.mean[c], i1 = a->p1.invstd[c], s1 = i1 * a->p1.weight[c];
+        q->scale1[e] = s1;
+        q->mean1[e] = m1;
+        q->shift[e] = a->p1.bias[c] - m1 * s1;
+        q->k0[e] = k[c];
+        q->k1[e] = k[C + c] * i1;
+        q->a1[e] = k[3 * C + c];
+        if (Z2) {
+            float m2 = a->p2.mean[c], i2 = a->p2.invstd[c], s2 = i2 * a->p2.weight[c];
+            q->scale2[e] = s2;
+            q->mean2[e] = m2;
+            q->shift[e] += a->p2.bias[c] - m2 * s2;
+            q->k2[e] = k[2 * C + c] * i2;
+            q->a2[e] = k[4 * C + c];
+        }
     }
 }
 
-template <typename T, int V, int Z2>
-__global__ void __launch_bounds__(BN_THREADS) bn_bwd_fast_kernel(bn_args a, bn_geom g)
+/* dz1 [, dz2] of row k, channels c0 .. c0+V-1, from its stored z1 [, z2], dy; SILU: the activation (a
+ * compile-time constant, so the per-element branch goes). */
+template <typename T, int V, int Z2, int SILU>
+__device__ __forceinline__ void bn_bwd_row_act(const bn_args *a, const bn_bwd_q<V, Z2> *q, int64_t k, int64_t c0,
+                                               const bn_vec<T, V> *z1, const bn_vec<T, V> *z2,
+                                               const bn_vec<T, V> *dy)
 {
+    const int silu = SILU;
+    float d1[V], d2[V];
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        float x1 = bn_tof(z1->v[e]), x2 = 0.0f;
+        float u = x1 * q->scale1[e] + q->shift[e];
+        if (Z2) {
+            x2 = bn_tof(z2->v[e]);
+            u += x2 * q->scale2[e];
+        }
+        float gg = bn_tof(dy->v[e]);
+        if (silu) {
+            float s = bn_sigmoid_hw(u);
+            gg = gg * (s * (1.0f + u * (1.0f - s)));
+        }
+        float d = gg - q->k0[e];
+        d1[e] = q->a1[e] * (d - (x1 - q->mean1[e]) * q->k1[e]);
+        d2[e] = Z2 ? q->a2[e] * (d - (x2 - q->mean2[e]) * q->k2[e]) : 0.0f;
+    }
+    if (a->dz1.data != NULL)
+        bn_vstore<T, V>(&a->dz1, k, c0, d1, a->accumulate);
+    if (Z2 && a->dz2.data != NULL)
+        bn_vstore<T, V>(&a->dz2, k, c0, d2, a->accumulate);
+}
+
+template <typename T, int V, int Z2>
+__device__ __forceinline__ void bn_bwd_row(const bn_args *a, const bn_bwd_q<V, Z2> *q, int64_t k, int64_t c0,
+                                           const bn_vec<T, V> *z1, const bn_vec<T, V> *z2, const bn_vec<T, V> *dy)
+{
+    if (a->silu)
+        bn_bwd_row_act<T, V, Z2, 1>(a, q, k, c0, z1, z2, dy);
+    else
+        bn_bwd_row_act<T, V, Z2, 0>(a, q, k, c0, z1, z2, dy);
+}
+
+/* Backward elementwise pass (channels-last): as bn_fwd_fast_kernel (grid-stride over groups of ty rows, the
+ * constants in registers for many rows), BN_UNROLL rows' z1, dy (half that in the bn2 form) loaded before the
+ * first use, at most 64 registers per thread (4 blocks per SM). */
+template <typename T, int V, int Z2>
+__global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_fast_kernel(bn_args a, bn_geom g)
+{
+    constexpr int R = Z2 ? BN_UNROLL / 2 : BN_UNROLL;
     int64_t Cv = g.C / V, step = (int64_t)gridDim.x * blockDim.y;
     for (int64_t cv = threadIdx.x; cv < Cv; cv += blockDim.x) {
         int64_t c0 = cv * V;
-        bn_chan<V> q1, q2;
-        float shift[V];
-        bn_coef<V, Z2> q;
-        bn_fast_consts<V, Z2>(&a, c0, &q1, &q2, shift);
-        bn_coef_load<V, Z2>(&a, g.C, c0, &q);
-        for (int64_t k0 = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; k0 < g.n; k0 += BN_UNROLL * step) {
-            /* BN_UNROLL rows per iteration: z1 [, z2], dy of all are loaded before the first use */
-            float gg[BN_UNROLL][V], xh1[BN_UNROLL][V], xh2[BN_UNROLL][V], dz[V];
+        bn_bwd_q<V, Z2> q;
+        bn_bwd_q_load<V, Z2>(&a, g.C, c0, &q);
+        for (int64_t k = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; k < g.n; k += R * step) {
+            bn_vec<T, V> z1[R], z2[R], dy[R];
 #pragma unroll
-            for (int r = 0; r < BN_UNROLL; r++)
-                if (k0 + r * step < g.n)
-                    bn_fast_g<T, V, Z2>(&a, k0 + r * step, c0, &q1, &q2, shift, gg[r], xh1[r], xh2[r]);
-#pragma unroll
-            for (int r = 0; r < BN_UNROLL; r++) {
-                int64_t k = k0 + r * step;
-                if (k >= g.n)
-                    continue;
-                if (a.dz1.data != NULL) {
-#pragma unroll
-                    for (int e = 0; e < V; e++)
-                        dz[e] = q.a1[e] * ((gg[r][e] - q.k0[e]) - xh1[r][e] * q.k1[e]);
-                    bn_vstore<T, V>(&a.dz1, k, c0, dz, a.accumulate);
+            for (int r = 0; r < R; r++)
+                if (k + r * step < g.n) {
+                    z1[r] = bn_vraw<T, V>(bn_at<T>(&a.z1, k + r * step, c0));
+                    z2[r] = Z2 ? bn_vraw<T, V>(bn_at<T>(&a.z2, k + r * step, c0)) : z1[r];
+                    dy[r] = bn_vraw<T, V>(bn_at<T>(&a.gy, k + r * step, c0));
                 }
-                if (Z2 && a.dz2.data != NULL) {
 #pragma unroll
-                    for (int e = 0; e < V; e++)
-                        dz[e] = q.a2[e] * ((gg[r][e] - q.k0[e]) - xh2[r][e] * q.k2[e]);
-                    bn_vstore<T, V>(&a.dz2, k, c0, dz, a.accumulate);
-                }
-            }
+            for (int r = 0; r < R; r++)
+                if (k + r * step < g.n)
+                    bn_bwd_row<T, V, Z2>(&a, &q, k + r * step, c0, &z1[r], &z2[r], &dy[r]);
         }
     }
 }
@@ -1157,6 +1312,15 @@ static int64_t bn_planar_splits(int64_t C, int64_t per_channel)
     return s < 1 ? 1 : (s > BN_FAST_SPLITS ? BN_FAST_SPLITS : s);
 }
 
+/* Fast reductions on the device: one wave of BN_RED_BLOCKS blocks per SM, fewer when bn_fast_splits gives
+ * fewer (small n), so S never exceeds what bn_partial_bytes sized the workspace for. */
+static int bn_sm_count(void);
+static int64_t bn_red_splits(int64_t n)
+{
+    int64_t s = bn_fast_splits(n), wave = (int64_t)bn_sm_count() * BN_RED_BLOCKS;
+    return s < wave ? s : wave;
+}
+
 static size_t bn_partial_bytes(yv_bn_shape s)
 {
     int64_t n = s.B * s.H * s.W, S = bn_splits(n), Sf = bn_fast_splits(n), Sp = bn_planar_splits(s.C, n);
@@ -1387,7 +1551,7 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
         return cudaErrorInvalidValue;
     int v = bn_fast_vec(&g, ops, 1, BN_VEC_BYTES), vp = v > 0 ? 0 : bn_planar_vec(&g, ops, 1, BN_VEC_BYTES);
     if (v > 0) {
-        a.S = bn_fast_splits(g.n);
+        a.S = bn_red_splits(g.n);
         BN_FAST_LAUNCH(bn_stats_fast_kernel, 0, a.z1.dtype, v, (unsigned)a.S, bn_fast_block(&g, v), a, g, stream);
     }
     else if (vp > 0) {
@@ -1471,7 +1635,7 @@ extern "C" cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_par
     int pv = v > 0 ? 0 : bn_planar_vec(&g, ops, 5, BN_VEC_BYTES);
     int two = a.z2.data != NULL;
     if (vr > 0) {
-        a.S = bn_fast_splits(g.n);
+        a.S = bn_red_splits(g.n);
         if (a.z2.data != NULL)
             BN_FAST_LAUNCH(bn_bwd_red_fast_kernel, 1, a.z1.dtype, vr, (unsigned)a.S, bn_fast_block(&g, vr), a, g, stream);
         else
