@@ -7,6 +7,7 @@ OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
 FINAL=$OUT; OUT=$(mktemp -d /tmp/gpucall.XXXX)
 trap 'cp "$OUT/rows.jsonl" "$FINAL/" 2>/dev/null; tar czf "$FINAL/logs.tgz" -C "$OUT" .' EXIT
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
+[ -d .dev/shared ] && export YOLOV9C_SHARED=${YOLOV9C_SHARED:-$PWD/.dev/shared}  # the goldens the tests read (carried)
 END=$(( $(date +%s) + ${1:-480} ))
 left() { echo $(( END - $(date +%s) )); }
 stage() {  # stage NAME NEED_SECONDS LIMIT_SECONDS command...: run when NEED seconds are left, at most LIMIT

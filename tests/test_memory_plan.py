@@ -93,6 +93,15 @@ def test_cli_memory(monkeypatch, capsys):
     assert re.search(r"^torch +--batch-size 4 x 16 accumulated at 640, predicted 4\.00 GiB$", out, re.M), out
 
 
+def test_cli_memory_one_backend_measured(monkeypatch, capsys):
+    monkeypatch.setitem(mp.COSTS, ("half-known", "c"), (1.0, 0.1))
+    assert cli_main(["memory", "--cfg", "half-known.yaml", "--batch", "64", "--img", "640"]) == 0
+    captured = capsys.readouterr()
+    assert re.search(r"^c +7\.40 GiB ", captured.out, re.M), captured.out
+    assert re.search(r"^torch +not measured +\(--measure on a GPU measures it\)$", captured.out, re.M), captured.out
+    assert "error" not in captured.err
+
+
 def test_cli_memory_unknown_model(capsys):
     assert cli_main(["memory", "--cfg", "nothing-like-it.yaml"]) == 2
     err = capsys.readouterr().err

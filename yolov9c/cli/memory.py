@@ -49,20 +49,21 @@ def add_parser(subparsers):
     return p
 
 
-def _costs(args, err):
+def _costs(args):
+    """({backend: Cost} of the backends with costs, [backends without measured costs])."""
     from yolov9c.engine.train import memory_plan as mp
 
-    out = {}
+    out, missing = {}, []
     for backend in args.backend or BACKENDS:
         if args.measure:
             out[backend] = mp.measure(args.cfg, backend, img=args.img, device=args.device)
             continue
         cost = mp.lookup(args.cfg, backend)
         if cost is None:
-            err(f"{args.cfg}: no measured memory costs for --backend {backend} (run with --measure on a GPU)")
+            missing.append(backend)
         else:
             out[backend] = cost
-    return out
+    return out, missing
 
 
 def run(args):
@@ -81,8 +82,10 @@ def run(args):
         if not torch.cuda.is_available():
             err("--measure needs a CUDA GPU; without one the measured table is used (drop --measure)")
             return 2
-    costs = _costs(args, err)
+    costs, missing = _costs(args)
     if not costs:
+        for backend in missing:
+            err(f"{args.cfg}: no measured memory costs for --backend {backend} (run with --measure on a GPU)")
         return 2
     src = "measured on this GPU" if args.measure else "measured table (H200, benchmarks/RESULTS.md)"
     print(f"{args.cfg}: batch {args.batch}, {args.img}x{args.img}, AMP; costs: {src}")
@@ -91,6 +94,8 @@ def run(args):
         need = mp.predict(cost, args.batch, args.img)
         cards = [name for name, ok in mp.fits_cards(cost, args.batch, args.img).items() if ok]
         print(f"{backend:<8} {need:>10.2f} GiB  {', '.join(cards) if cards else 'none of ' + ', '.join(mp.CARDS)}")
+    for backend in missing:
+        print(f"{backend:<8} {'not measured':>14}  (--measure on a GPU measures it)")
     if args.budget is not None:
         print(f"budget {args.budget:.2f} GiB, nominal batch {args.batch}:")
         for backend, cost in costs.items():
