@@ -12,8 +12,8 @@
  * folds them into float64 accumulators; blocks write float64 partial sums; a per-channel pass adds those in
  * float64 in a fixed order (no atomics: results are the same run to run on one device; the channels-last
  * reductions' block count follows the device's SM count).
- * The channels-last backward passes take s from the hardware exp2 and reciprocal (bn_sigmoid_hw, ~1e-6
- * relative); every other pass uses expf and the IEEE division, as csrc/bn_silu_ref.c.
+ * The channels-last forward and backward passes take s from the hardware exp2 and reciprocal (bn_sigmoid_hw,
+ * ~1e-6 relative); the planar and generic passes use expf and the IEEE division, as csrc/bn_silu_ref.c.
  *
  * Saved for backward (by the caller, yolov9c/ops/bn_silu.py): z in its storage dtype (2 B/element in fp16)
  * plus mean, invstd (C,) float32: no normalised or activated tensor. y and dz are recomputed from z.
@@ -46,7 +46,10 @@
  *             thread (4 blocks of 256 resident per SM), BN_RED_ROWS rows of loads in flight per thread and the
  *             float64 accumulators in shared memory, summed over ty in a fixed order.
  *             The elementwise passes run a grid of whole waves (24 blocks per SM) and keep 4 rows in flight
- *             per thread, so the constants are computed once per thread for many rows.
+ *             per thread, so the constants are computed once per thread for many rows; they too stay at <= 64
+ *             registers (4 blocks per SM). The forward keeps its 16-byte loads as raw 32-bit words until used
+ *             (4 rows of z1; 2 when it also reads z2 or a residual; 1 when both), each row under its own
+ *             bounds test (which also keeps ptxas from sinking the later rows' loads into the arithmetic).
  *   planar vector  NCHW and channel slices of NCHW buffers: after the merge H == 1 and every operand has unit
  *             W stride, (b, c) planes of W = H·W elements, W % V == 0, V-aligned pointers and plane strides, one
  *             dtype: 16-byte loads along the plane. Reductions: grid (S, C), block (s, c) adds a contiguous
@@ -806,34 +809,12 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_red_fast_ker
 }
 
 /* Elementwise passes (channels-last): block (tx, ty), a grid sized to the machine (bn_elem_grid), grid-stride
- * over groups of ty rows, BN_UNROLL groups per iteration with every load issued before the first use; the
+ * over groups of ty rows, several groups per iteration with every load issued before the first use; the
  * channel vector cv is fixed per thread (loops over cv only when C/V > 256), so the per-channel constants are
- * computed once per thread, not once per row. FORM: bit 0 = the bn2 form (z2), bit 1 = a residual. */
+ * computed once per thread, not once per row. */
 #define BN_UNROLL 4
 
-/* Rows k0 + r·step (r < BN_UNROLL) below n of channels c0 .. c0+V-1 of a row-uniform operand: every load is
- * issued before the first use. */
-template <typename T, int V>
-__device__ __forceinline__ void bn_vload_rows(const yv_view4 *v, int64_t k0, int64_t step, int64_t n, int64_t c0,
-                                              float x[BN_UNROLL][V])
-{
-#pragma unroll
-    for (int r = 0; r < BN_UNROLL; r++)
-        if (k0 + r * step < n)
-            bn_vload<T, V>(v, k0 + r * step, c0, x[r]);
-}
-
-template <typename T, int V>
-__device__ __forceinline__ void bn_vstore_rows(const yv_view4 *v, int64_t k0, int64_t step, int64_t n, int64_t c0,
-                                               float x[BN_UNROLL][V])
-{
-#pragma unroll
-    for (int r = 0; r < BN_UNROLL; r++)
-        if (k0 + r * step < n)
-            bn_vstore<T, V>(v, k0 + r * step, c0, x[r], 0);
-}
-
-/* u = x + u over BN_UNROLL groups of V (the residual, added after the activation). */
+/* u = x + u over BN_UNROLL groups of V (the residual, added after the activation; planar forward). */
 template <int V> __device__ __forceinline__ void bn_add_rows(float x[BN_UNROLL][V], float u[BN_UNROLL][V])
 {
 #pragma unroll
@@ -843,36 +824,128 @@ template <int V> __device__ __forceinline__ void bn_add_rows(float x[BN_UNROLL][
             u[r][e] = x[r][e] + u[r][e];
 }
 
-template <typename T, int V, int FORM>
-__global__ void __launch_bounds__(BN_THREADS) bn_fwd_fast_kernel(bn_args a, bn_geom g)
+/* Forward pass (channels-last), FORM: bit 0 = the bn2 form (z2), bit 1 = a residual (which may be out itself:
+ * fill() adds into out; a row's loads come before its store, and each element belongs to one thread).
+ * R rows (R·ty apart) per iteration: BN_UNROLL of z1, half that when a second operand (z2 or a residual) is
+ * read, 1 when both are, so a thread has up to 4 16-byte loads in flight and stays at <= 64 registers (4
+ * blocks of 256 per SM; it was 70-130 with the rows converted to float32 at once): the loads are kept as
+ * stored (bn_braw) and converted where used. u = z1·scale1 + shift [+ z2·scale2] exactly as before (and as
+ * the backward passes recompute it); y = u·s with s from the hardware exp2 and reciprocal (bn_sigmoid_hw,
+ * ~1e-6 relative) instead of expf and the IEEE division: ~8 instructions per element instead of ~20, the
+ * pass was instruction-bound at about half the copy bandwidth. The identity activation is bit for bit as
+ * before. SILU: the activation, a compile-time constant. */
+template <int V, int FORM> struct bn_fwd_q {
+    float scale1[V], shift[V], scale2[(FORM & 1) ? V : 1];
+};
+
+template <int V, int FORM> __device__ __forceinline__ void bn_fwd_q_load(const bn_args *a, int64_t c0, bn_fwd_q<V, FORM> *q)
+{
+    const int Z2 = FORM & 1;
+    bn_chan<V> k1, k2;
+    bn_fast_consts<V, Z2>(a, c0, &k1, &k2, q->shift);
+#pragma unroll
+    for (int e = 0; e < V; e++) {
+        q->scale1[e] = k1.scale[e];
+        if (Z2)
+            q->scale2[(FORM & 1) ? e : 0] = k2.scale[e];
+    }
+}
+
+/* The forward keeps its loads as 32-bit words of storage bits and converts each element where it is used:
+ * a bn_vec of __nv_bfloat16 was split into 16-bit registers (twice the registers per row in flight, ~300
+ * bytes of spills at 64 registers). bn_bget: element e as float32, exactly as bn_tof (bfloat16: its bits in
+ * the high half of a float32). Fewer than 4 bytes (V = 1 of a 2-byte type): one 16-bit load. */
+template <typename T, int V> struct bn_bvec {
+    enum { NW = (V * (int)sizeof(T) + 3) / 4 };
+    bn_vec<unsigned int, NW> w;
+};
+
+template <typename T, int V> __device__ __forceinline__ bn_bvec<T, V> bn_braw(const T *p)
+{
+    bn_bvec<T, V> r;
+    if (V * sizeof(T) >= 4)
+        r.w = *(const bn_vec<unsigned int, bn_bvec<T, V>::NW> *)p;
+    else
+        r.w.v[0] = *(const unsigned short *)p;
+    return r;
+}
+
+template <int V> __device__ __forceinline__ float bn_bget(const bn_bvec<float, V> *x, int e)
+{
+    return __uint_as_float(x->w.v[e]);
+}
+
+template <int V> __device__ __forceinline__ float bn_bget(const bn_bvec<__half, V> *x, int e)
+{
+    unsigned int w = x->w.v[e / 2];
+    return __half2float(__ushort_as_half((unsigned short)((e & 1) ? w >> 16 : w & 0xffffu)));
+}
+
+template <int V> __device__ __forceinline__ float bn_bget(const bn_bvec<__nv_bfloat16, V> *x, int e)
+{
+    unsigned int w = x->w.v[e / 2];
+    return __uint_as_float((e & 1) ? w & 0xffff0000u : w << 16);
+}
+
+/* y of V channels of one row from its stored z1 [, z2] [, residual]. */
+template <typename T, int V, int FORM, int SILU>
+__device__ __forceinline__ void bn_fwd_vec(const bn_fwd_q<V, FORM> *q, const bn_bvec<T, V> *z1,
+                                           const bn_bvec<T, V> *z2, const bn_bvec<T, V> *res, float y[V])
 {
     const int Z2 = FORM & 1, RES = FORM & 2;
-    int64_t Cv = g.C / V, step = (int64_t)gridDim.x * blockDim.y;
-    for (int64_t cv = threadIdx.x; cv < Cv; cv += blockDim.x) {
-        int64_t c0 = cv * V;
-        bn_chan<V> q1, q2;
-        float shift[V];
-        bn_fast_consts<V, Z2>(&a, c0, &q1, &q2, shift);
-        for (int64_t k0 = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; k0 < g.n; k0 += BN_UNROLL * step) {
-            float u[BN_UNROLL][V], x[BN_UNROLL][V];
-            bn_vload_rows<T, V>(&a.z1, k0, step, g.n, c0, u);
-            if (Z2)
-                bn_vload_rows<T, V>(&a.z2, k0, step, g.n, c0, x);
 #pragma unroll
-            for (int r = 0; r < BN_UNROLL; r++)
+    for (int e = 0; e < V; e++) {
+        float v = bn_bget<V>(z1, e) * q->scale1[e] + q->shift[e];
+        if (Z2)
+            v += bn_bget<V>(z2, e) * q->scale2[Z2 ? e : 0];
+        v = SILU ? v * bn_sigmoid_hw(v) : v;
+        y[e] = RES ? bn_bget<V>(res, e) + v : v;
+    }
+}
+
+/* Rows k, k + step, ... below n of channels c0 .. c0+V-1, R per iteration. Each row's load and its y/store
+ * are under their own `row < n` test: the branches also keep ptxas from sinking the later rows' loads into
+ * the first rows' arithmetic (without them it issues two of four loads up front and the rest mid-way). */
+template <typename T, int V, int FORM, int SILU>
+__device__ __forceinline__ void bn_fwd_fast_rows(const bn_args *a, int64_t n, int64_t c0)
+{
+    const int Z2 = FORM & 1, RES = FORM & 2;
+    constexpr int R = FORM == 0 ? BN_UNROLL : (FORM == 3 ? 1 : BN_UNROLL / 2);
+    bn_fwd_q<V, FORM> q;
+    bn_fwd_q_load<V, FORM>(a, c0, &q);
+    int64_t step = (int64_t)gridDim.x * blockDim.y, k = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+    int64_t s1 = step * a->z1.stride[3], s2 = Z2 ? step * a->z2.stride[3] : 0;
+    int64_t sr = RES ? step * a->res.stride[3] : 0, so = step * a->out.stride[3];
+    const T *p1 = bn_at<T>(&a->z1, k, c0), *p2 = Z2 ? bn_at<T>(&a->z2, k, c0) : p1;
+    const T *pr = RES ? bn_at<T>(&a->res, k, c0) : p1;
+    T *po = bn_at<T>(&a->out, k, c0);
+    for (; k < n; k += R * step, p1 += R * s1, p2 += R * s2, pr += R * sr, po += R * so) {
+        bn_bvec<T, V> x1[R], x2[R], xr[R];
 #pragma unroll
-                for (int e = 0; e < V; e++) {
-                    float v = u[r][e] * q1.scale[e] + shift[e];
-                    if (Z2)
-                        v += x[r][e] * q2.scale[e];
-                    u[r][e] = a.silu ? v * bn_sigmoid(v) : v;
-                }
-            if (RES) {
-                bn_vload_rows<T, V>(&a.res, k0, step, g.n, c0, x);
-                bn_add_rows<V>(x, u);
+        for (int r = 0; r < R; r++)
+            if (k + r * step < n) {
+                x1[r] = bn_braw<T, V>(p1 + r * s1);
+                x2[r] = Z2 ? bn_braw<T, V>(p2 + r * s2) : x1[r];
+                xr[r] = RES ? bn_braw<T, V>(pr + r * sr) : x1[r];
             }
-            bn_vstore_rows<T, V>(&a.out, k0, step, g.n, c0, u);
-        }
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (k + r * step < n) {
+                float y[V];
+                bn_fwd_vec<T, V, FORM, SILU>(&q, &x1[r], &x2[r], &xr[r], y);
+                bn_vstore_at<T, V>(po + r * so, y, 0);
+            }
+    }
+}
+
+template <typename T, int V, int FORM>
+__global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_fwd_fast_kernel(bn_args a, bn_geom g)
+{
+    for (int64_t cv = threadIdx.x; cv < g.C / V; cv += blockDim.x) {
+        if (a.silu)
+            bn_fwd_fast_rows<T, V, FORM, 1>(&a, g.n, cv * V);
+        else
+            bn_fwd_fast_rows<T, V, FORM, 0>(&a, g.n, cv * V);
     }
 }
 
@@ -1586,8 +1659,8 @@ extern "C" cudaError_t yv_bn_silu_forward(yv_bn_shape s, yv_view4 z1, yv_bn_para
     int v = bn_fast_vec(&g, ops, 4, BN_VEC_BYTES), vp = v > 0 ? 0 : bn_planar_vec(&g, ops, 4, BN_VEC_BYTES);
     int form = (a.z2.data != NULL ? 1 : 0) | (a.res.data != NULL ? 2 : 0);
     if (v > 0) {
-        dim3 block = bn_fast_block(&g, v);
-        unsigned grid = bn_elem_grid(yv_ceil_div(g.n, (int64_t)block.y * BN_UNROLL));
+        dim3 block = bn_fast_block(&g, v);   /* rows per thread and iteration as in bn_fwd_fast_rows */
+        unsigned grid = bn_elem_grid(yv_ceil_div(g.n, (int64_t)block.y * (form ? BN_UNROLL / 2 : BN_UNROLL)));
         BN_FORM_LAUNCH(bn_fwd_fast_kernel, form, a.z1.dtype, v, grid, block, a, g, stream);
     }
     else if (vp > 0) {
