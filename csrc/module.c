@@ -22,7 +22,9 @@ int yv_numpy_import(void);   /* tensor.c */
 PyDoc_STRVAR(build_info_doc,
 "build_info($module, /)\n--\n\n"
 "How this module was built, as a dict: version (str), cuda (bool), cuda_version (str such as '13.0', or\n"
-"None), archs (list of str such as 'sm_90': the GPU code compiled in), ptx (str such as 'compute_90', or None).");
+"None), archs (list of str such as 'sm_90': the GPU code compiled in), ptx (str such as 'compute_90', or None),\n"
+"cudnn (str: 'headers 9.x.y' when cudnn_fusion_probe was compiled against cuDNN 9 headers, else 'absent';\n"
+"libcudnn itself is opened only when the probe runs).");
 
 static PyObject *build_info(PyObject *module, PyObject *unused)
 {
@@ -66,9 +68,14 @@ static PyObject *build_info(PyObject *module, PyObject *unused)
     if (ptx == NULL)
         goto fail;
 #endif
-    PyObject *info = Py_BuildValue("{s:s, s:O, s:O, s:O, s:O}", "version", YV_VERSION,
+#ifdef YV_WITH_CUDNN
+    const char *cudnn = "headers " YV_CUDNN_HEADERS;
+#else
+    const char *cudnn = "absent";
+#endif
+    PyObject *info = Py_BuildValue("{s:s, s:O, s:O, s:O, s:O, s:s}", "version", YV_VERSION,
                                    "cuda", cuda ? Py_True : Py_False, "cuda_version", cuda_version,
-                                   "archs", archs, "ptx", ptx);
+                                   "archs", archs, "ptx", ptx, "cudnn", cudnn);
     Py_DECREF(archs);
     Py_DECREF(cuda_version);
     Py_DECREF(ptx);
@@ -168,6 +175,15 @@ PyDoc_STRVAR(tal_assign_workspace_size_doc,
 "tal_assign_forward needs on the CPU (cuda false) or a GPU (cuda true): O(A + M + topk) on the CPU, "
 "O(B·A + B·M·topk) on a GPU.");
 
+PyDoc_STRVAR(cudnn_fusion_probe_doc,
+"cudnn_fusion_probe($module, conv, dtype_code, device, /)\n--\n\n"
+"Which fused convolution graphs cuDNN 9 can plan on CUDA device `device` (int): conv = (N, C, H, W, K, R, S,\n"
+"stride) ints (NHWC x (N, C, H, W), w (K, C, R, S), padding R//2, S//2); dtype_code DTYPE_FLOAT16 or\n"
+"DTYPE_BFLOAT16 (storage; fp32 accumulation). Returns {pattern: {'supported': bool, 'status': str ('ok' or\n"
+"the cuDNN failure), 'engines': int, 'tried': int, 'mode': 'A'/'FALLBACK'/None, 'workspace': int bytes,\n"
+"'seconds': float}}; the patterns are listed in csrc/cudnn_fusion.c. Nothing is executed. RuntimeError when\n"
+"built without cuDNN (build_info()['cudnn'] == 'absent') or when libcudnn.so.9 cannot be opened.");
+
 static PyMethodDef module_methods[] = {
     {"build_info", build_info, METH_NOARGS, build_info_doc},
     {"nms_forward", (PyCFunction)(void (*)(void))yv_py_nms_forward, METH_FASTCALL, nms_forward_doc},
@@ -189,6 +205,8 @@ static PyMethodDef module_methods[] = {
      tal_assign_forward_doc},
     {"tal_assign_workspace_size", (PyCFunction)(void (*)(void))yv_py_tal_assign_workspace_size, METH_FASTCALL,
      tal_assign_workspace_size_doc},
+    {"cudnn_fusion_probe", (PyCFunction)(void (*)(void))yv_py_cudnn_fusion_probe, METH_FASTCALL,
+     cudnn_fusion_probe_doc},
     {NULL, NULL, 0, NULL},
 };
 
