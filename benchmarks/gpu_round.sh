@@ -6,7 +6,7 @@
 # yolov9-c, both backends, eager and graph), pubstep (bench_published_step.py, the published code in
 # .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
 # timeline_M (mem_timeline.py of yolov9-M, batch 64, 640), plan (bench_plan.py: the planner's COSTS), mem (the
-# CUDA memory tests), bnbench (bench_bn_silu.py),
+# CUDA memory tests), bnbench (bench_bn_silu.py), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py),
 # accuracy (bench_accuracy.py, with the published code when present; accuracy_bg starts it in
 # the background, accuracy_wait waits for it). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-480}"; shift
@@ -48,6 +48,10 @@ for part in "$@"; do
     mem) stage mem 60 150 $PYT --tb=short tests/test_backend_pgi.py tests/test_memory_contract.py tests/test_memory_plan.py
          tail -8 "$OUT/mem.log" ;;
     bnbench) stage bnbench 45 90 python3 benchmarks/bench_bn_silu.py --no-torch; tail -22 "$OUT/bnbench.log" ;;
+    cudnn) stage cudnn_tests 60 150 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/test_cudnn_fusion.py \
+             tests/test_build.py tests/test_bindings.py; tail -4 "$OUT/cudnn_tests.log"
+           stage cudnn_probe 60 ${PROBE_LIMIT:-240} python3 benchmarks/probe_cudnn_fusion.py ${PROBE_ARGS:-}
+           tail -30 "$OUT/cudnn_probe.log" ;;
     probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in
             ('torchvision', 'pandas', 'seaborn', 'scipy', 'thop', 'psutil', 'tensorboard', 'IPython')})"
             cat "$OUT/probe.log" ;;
