@@ -11,7 +11,7 @@ optimizer step, scaler update, EMA update. Inputs: random uint8 images (on the d
 the memory format as prepare_batch does) and --boxes random boxes per image (host targets, as the loader
 gives them). After --warmup steps (the graph step captures after its own 3 eager ones), --steps timed steps
 with torch.cuda.synchronize() around each: the median ms; GPU time per step = the sum of kernel times of
---profile steps under torch.profiler; peak allocated / reserved GiB over the timed steps. Each configuration
+--profile steps under torch.profiler (also split by op group and the longest kernels); peak allocated / reserved GiB over the timed steps. Each configuration
 runs in its own subprocess. One JSON line per configuration; --markdown adds the table.
 """
 
@@ -121,12 +121,34 @@ def run_one(model_name, backend, mode, args):
                peak_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3), last_loss=losses[-1],
                graphed=mode == "graph" and bool(step.micro))
     if args.profile:
-        row["gpu_ms"] = round(_gpu_ms(one, args.profile), 2)
+        gpu, groups, top = _gpu_ms(one, args.profile)
+        row.update(gpu_ms=round(gpu, 2), gpu_ms_by_group=groups, top_kernels=top)
     return row
 
 
+# kernel-name patterns of the op groups of the GPU-time breakdown, first match wins
+KERNEL_GROUPS = [
+    ("bn_silu", ("bn_",)),
+    ("conv", ("xmma", "cudnn", "implicit", "conv", "dgrad", "wgrad", "cutlass", "gemm", "sm90_", "nhwc")),
+    ("loss_assign", ("det_loss", "tal_")),
+    ("optimizer", ("multi_tensor", "foreach", "fused_sgd", "fused_adam", "_amp_")),
+    ("copy", ("copy", "memcpy", "memset", "cat", "fill")),
+    ("elementwise", ("elementwise", "vectorized", "unrolled")),
+    ("reduce", ("reduce",)),
+]
+
+
+def kernel_group(name):
+    low = name.lower()
+    for group, keys in KERNEL_GROUPS:
+        if any(k in low for k in keys):
+            return group
+    return "other"
+
+
 def _gpu_ms(one, steps):
-    """Sum of CUDA kernel times per step under torch.profiler (graph replays included)."""
+    """GPU time per step under torch.profiler (graph replays included): the sum of CUDA kernel times, the same
+    split by op group (KERNEL_GROUPS) and the 12 longest kernels, all in ms per step."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -137,8 +159,14 @@ def _gpu_ms(one, steps):
         torch.cuda.synchronize()
     ka = prof.key_averages()
     attr = "self_device_time_total" if hasattr(ka[0], "self_device_time_total") else "self_cuda_time_total"
-    busy = sum(getattr(e, attr) for e in ka if e.device_type == torch.autograd.DeviceType.CUDA)
-    return busy / 1000 / steps
+    kernels = [(e.key, getattr(e, attr) / 1000 / steps) for e in ka
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+    groups = {}
+    for name, ms in kernels:
+        groups[kernel_group(name)] = groups.get(kernel_group(name), 0.0) + ms
+    top = sorted(kernels, key=lambda k: -k[1])[:12]
+    return (sum(ms for _, ms in kernels), {g: round(ms, 2) for g, ms in sorted(groups.items(), key=lambda g: -g[1])},
+            [[name[:90], round(ms, 2)] for name, ms in top])
 
 
 def run_config(args, model_name, backend, mode):

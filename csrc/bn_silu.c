@@ -318,11 +318,11 @@ PyObject *yv_py_bn_stats_forward(PyObject *module, PyObject *const *args, Py_ssi
         || check_workspace(args[7], op, &z, c.s, &c.workspace) < 0 || yv_parse_stream(args[8], op, &stream) < 0)
         return NULL;
     if (c.momentum < 0.0 || c.momentum > 1.0) {
-        PyErr_Format(PyExc_ValueError, "%s: momentum must be in [0, 1], got %g", op, c.momentum);
+        yv_errorf(PyExc_ValueError, "%s: momentum must be in [0, 1], got %g", op, c.momentum);
         return NULL;
     }
     if (!(c.eps > 0.0)) {
-        PyErr_Format(PyExc_ValueError, "%s: eps must be > 0, got %g", op, c.eps);
+        yv_errorf(PyExc_ValueError, "%s: eps must be > 0, got %g", op, c.eps);
         return NULL;
     }
     if (c.s.B * c.s.H * c.s.W < 2) {

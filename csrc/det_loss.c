@@ -100,7 +100,7 @@ static int parse_levels(PyObject *maps, PyObject *strides, const char *op, const
             if (yv_parse_finite(PySequence_Fast_GET_ITEM(strides, l), op, "strides", &s) < 0)
                 return -1;
             if (!(s > 0.0)) {
-                PyErr_Format(PyExc_ValueError, "%s: strides must be positive, got %g at level %zd", op, s, l);
+                yv_errorf(PyExc_ValueError, "%s: strides must be positive, got %g at level %zd", op, s, l);
                 return -1;
             }
             L->stride[l] = s;
@@ -170,7 +170,7 @@ static int parse_targets(PyObject *const *args, const char *op, const yv_levels 
     if (!cuda) {
         double v = value_at(&T->tss, 0);
         if (!(v > 0.0) || !isfinite(v)) {
-            PyErr_Format(PyExc_ValueError, "%s: target_scores_sum must be positive and finite, got %g", op, v);
+            yv_errorf(PyExc_ValueError, "%s: target_scores_sum must be positive and finite, got %g", op, v);
             return -1;
         }
     }
@@ -185,16 +185,16 @@ static int parse_scalars(PyObject *const *args, const char *op, int reg_max, dou
         || yv_parse_finite(args[2], op, "max_dist", max_dist) < 0)
         return -1;
     if (*eps < 0.0 || *eps > 1.0) {
-        PyErr_Format(PyExc_ValueError, "%s: label_smoothing must be in [0, 1], got %g", op, *eps);
+        yv_errorf(PyExc_ValueError, "%s: label_smoothing must be in [0, 1], got %g", op, *eps);
         return -1;
     }
     if (!(*pos_weight > 0.0)) {
-        PyErr_Format(PyExc_ValueError, "%s: pos_weight must be positive, got %g", op, *pos_weight);
+        yv_errorf(PyExc_ValueError, "%s: pos_weight must be positive, got %g", op, *pos_weight);
         return -1;
     }
     /* the right bin ⌊τ⌋ + 1 must stay inside the R bins */
     if (!(*max_dist >= 0.0 && *max_dist < (double)(reg_max - 1))) {
-        PyErr_Format(PyExc_ValueError, "%s: max_dist must be in [0, reg_max - 1) = [0, %d), got %g", op,
+        yv_errorf(PyExc_ValueError, "%s: max_dist must be in [0, reg_max - 1) = [0, %d), got %g", op,
                      reg_max - 1, *max_dist);
         return -1;
     }

@@ -5,6 +5,8 @@
  */
 #include "module.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +29,19 @@ PyObject *yv_kernel_error(PyObject *module, const char *op, const char *message)
 {
     yv_state *st = (yv_state *)PyModule_GetState(module);
     PyErr_Format(st && st->KernelError ? st->KernelError : PyExc_RuntimeError, "%s: %s", op, message);
+    return NULL;
+}
+
+PyObject *yv_errorf(PyObject *type, const char *fmt, ...)
+{
+    /* C's vsnprintf, not PyErr_Format: the messages print doubles (%g), which PyErr_Format rejects on
+     * Python 3.12+ (SystemError) and printed verbatim before. */
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    PyErr_SetString(type, buf);
     return NULL;
 }
 

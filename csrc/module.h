@@ -78,6 +78,8 @@ int yv_check_nargs(const char *op, Py_ssize_t nargs, Py_ssize_t expected);
 PyObject *yv_kernel_error(PyObject *module, const char *op, const char *message);
 /* RuntimeError telling how to build with CUDA; used when a CUDA tensor reaches a CPU-only build. */
 PyObject *yv_no_cuda_error(const char *op);
+/* Set `type` with a printf-formatted message (doubles allowed: %g); returns NULL. */
+PyObject *yv_errorf(PyObject *type, const char *fmt, ...);
 /* A tuple (or list) of exactly n items: its items in items[0..n-1] (borrowed); TypeError naming op and arg
  * with `what` ("(z, mean, invstd, weight, bias)") otherwise. */
 int yv_parse_group(PyObject *obj, const char *op, const char *arg, const char *what, Py_ssize_t n,

@@ -70,8 +70,10 @@ def test_wrapper_errors_come_from_c():
         bn_ops.bn_silu(z, v, v, v, torch.ones(4))
     with pytest.raises(ValueError, match=r"^bn_silu_forward: out must have the shape of z \(2, 3, 4, 4\)"):
         bn_ops.bn_silu(z, v, v, v, v, out=torch.empty(2, 3, 4, 5))
-    with pytest.raises(ValueError, match=r"^bn_stats_forward: momentum must be in \[0, 1\]"):
-        bn_ops.bn_stats(z, momentum=1.5)
+    with pytest.raises(ValueError, match=r"^bn_stats_forward: momentum must be in \[0, 1\], got 1.5$"):
+        bn_ops.bn_stats(z, momentum=1.5)   # the double printed (PyErr_Format has no %g: SystemError on 3.12)
+    with pytest.raises(ValueError, match=r"^bn_stats_forward: eps must be > 0, got -0.25$"):
+        bn_ops.bn_stats(z, eps=-0.25)
 
 
 def test_cpu_stream_must_be_zero_in_every_op():
