@@ -3,7 +3,7 @@
 #   bash benchmarks/gpu_round.sh SECONDS PART...     e.g.  bash benchmarks/gpu_round.sh 560 guards train_s_c cuda
 # Parts: guards (the CUDA guard and graph-step tests, long tracebacks), cuda (every CUDA test), train_M_B (the real
 # train_dual.py of bench_train.py, M in s/c/e, B in c/torch, 1024 images), step (bench_step.py, yolov9-s and
-# yolov9-c, both backends, eager and graph), pubstep (bench_published_step.py, the published code in
+# yolov9-c, both backends, eager and graph; step16 at batch 16; STEP_PROFILE=N profiles N steps), pubstep (bench_published_step.py, the published code in
 # .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
 # timeline_M (mem_timeline.py of yolov9-M, batch 64, 640), plan (bench_plan.py: the planner's COSTS), mem (the
 # CUDA memory tests), bnbench (bench_bn_silu.py), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py),
@@ -27,8 +27,9 @@ for part in "$@"; do
         --root /tmp/yolov9c_bench_train
       tail -1 "$OUT/$part.log"; cp /tmp/yolov9c_bench_train/logs/*.log "$OUT/" 2>/dev/null
       grep -h "AMP:\|skipped\|WARNING\|GPU_mem" /tmp/yolov9c_bench_train/logs/$m-$b-*.log | head -5 ;;
-    step) stage step 150 240 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} --backends c torch --steps 10 \
-            --warmup 5 --profile 0 --timeout 110 --markdown; tail -8 "$OUT/step.log" ;;
+    step|step16) b=64; [ $part = step16 ] && b=16
+          stage $part 150 240 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} --backends c torch \
+            --steps 10 --warmup 5 --batch $b --profile ${STEP_PROFILE:-0} --timeout 110 --markdown; tail -8 "$OUT/$part.log" ;;
     accuracy|accuracy_bg) pub=(); [ -d .dev/published ] && pub=(--published .dev/published --python python3)
       acc=(python3 benchmarks/bench_accuracy.py --data ${ACC_DATA:-.dev/shared/data/coco128/data.yaml} --epochs ${ACC_EPOCHS:-30} --close-mosaic ${ACC_CLOSE:-10}
            --seeds ${ACC_SEEDS:-0,1} --jobs ${ACC_JOBS:-6} --workers 2 --single-cls --out /tmp/acc "${pub[@]}")
