@@ -128,11 +128,12 @@ def run_one(model_name, backend, mode, args):
 
 # kernel-name patterns of the op groups of the GPU-time breakdown, first match wins
 KERNEL_GROUPS = [
-    ("bn_silu", ("bn_",)),
-    ("conv", ("xmma", "cudnn", "implicit", "conv", "dgrad", "wgrad", "cutlass", "gemm", "sm90_", "nhwc")),
+    ("bn_silu", ("bn_", "batchnorm", "silu")),
+    ("pool_upsample", ("pool", "upsample")),
+    ("conv", ("xmma", "implicit", "conv", "dgrad", "wgrad", "cutlass", "gemm", "cudnn")),
     ("loss_assign", ("det_loss", "tal_")),
-    ("optimizer", ("multi_tensor", "foreach", "fused_sgd", "fused_adam", "_amp_")),
-    ("copy", ("copy", "memcpy", "memset", "cat", "fill")),
+    ("optimizer", ("multi_tensor", "foreach", "fused_sgd", "fused_adam", "_amp_", "optimizer")),
+    ("copy", ("copy", "memcpy", "memset", "catarray", "fill")),
     ("elementwise", ("elementwise", "vectorized", "unrolled")),
     ("reduce", ("reduce",)),
 ]
@@ -159,8 +160,10 @@ def _gpu_ms(one, steps):
         torch.cuda.synchronize()
     ka = prof.key_averages()
     attr = "self_device_time_total" if hasattr(ka[0], "self_device_time_total") else "self_cuda_time_total"
+    # CUDA-side events minus the GPU spans of user annotations (`Optimizer.step#SGD.step`, ...), which would
+    # count their kernels twice
     kernels = [(e.key, getattr(e, attr) / 1000 / steps) for e in ka
-               if e.device_type == torch.autograd.DeviceType.CUDA]
+               if e.device_type == torch.autograd.DeviceType.CUDA and "#" not in e.key]
     groups = {}
     for name, ms in kernels:
         groups[kernel_group(name)] = groups.get(kernel_group(name), 0.0) + ms
