@@ -17,6 +17,9 @@ allocator's state cannot affect the next one (an OOM is reported as a row):
     torch-ckpt   torch backend, NCHW, per-layer torch.utils.checkpoint as train_dual.py --ckpt does it
     c-cl         c backend (yolov9c.backends.apply(model, "c")), channels-last
     c-nchw       c backend, NCHW
+    c-cl-graph, torch-cl-graph   the trainer's own step (RunState, build_optimizer, EMA) replayed as one CUDA
+                 graph (yolov9c.engine.train.graph_step.GraphStep, as train_dual.py's default --cuda-graph),
+                 run by bench_step.py's code; CUDA only
 Measured after --warmup steps: peak allocated and peak reserved memory (GiB, after reset_peak_memory_stats),
 the memory held between steps (weights, gradients, optimizer state), and the median of --steps step times with
 torch.cuda.synchronize() around each step. Ratios are against the torch-nchw row of the same model in the
@@ -40,13 +43,15 @@ os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # 
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 2 ** 30
-CONFIGS = {  # name: (backend, channels_last, per-layer checkpointing); the default run order (c rows early, so
-    # that a run cut short by a time limit still has them)
-    "torch-nchw": ("torch", False, False),
-    "c-cl": ("c", True, False),
-    "torch-cl": ("torch", True, False),
-    "c-nchw": ("c", False, False),
-    "torch-ckpt": ("torch", False, True),
+CONFIGS = {  # name: (backend, channels_last, per-layer checkpointing, whole-step CUDA graph); the default run
+    # order (c rows early, so that a run cut short by a time limit still has them)
+    "torch-nchw": ("torch", False, False, False),
+    "c-cl": ("c", True, False, False),
+    "c-cl-graph": ("c", True, False, True),
+    "torch-cl": ("torch", True, False, False),
+    "torch-cl-graph": ("torch", True, False, True),
+    "c-nchw": ("c", False, False, False),
+    "torch-ckpt": ("torch", False, True, False),
 }
 REFERENCE = "torch-nchw"
 
@@ -85,7 +90,9 @@ def run_one(model_name, config, args):
     from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
     from yolov9c.engine.train.memory_plan import random_targets
 
-    backend, channels_last, ckpt = CONFIGS[config]
+    backend, channels_last, ckpt, graph = CONFIGS[config]
+    if graph:
+        return _run_graph(model_name, config, args)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -169,6 +176,25 @@ def run_one(model_name, config, args):
                    static_alloc_gib=round(static / GIB, 3))
     else:
         row.update(peak_alloc_gib=None, peak_reserved_gib=None, static_alloc_gib=None)
+    return row
+
+
+def _run_graph(model_name, config, args):
+    """A -graph configuration: bench_step.py's graphed trainer step (the same fields as the other rows)."""
+    import bench_step
+    import torch
+
+    backend = CONFIGS[config][0]
+    row = {"model": model_name, "config": config, "backend": backend, "layout": "channels_last", "ckpt": False,
+           "device": args.device, "batch": args.batch, "img": args.img, "boxes": args.boxes}
+    if torch.device(args.device).type != "cuda":
+        return {**row, "status": "error", "error": f"{config} needs a CUDA device (whole-step CUDA graphs)"}
+    r = bench_step.run_one(model_name, backend, "graph", args)
+    row.update({k: r[k] for k in ("status", "error", "step_ms", "peak_alloc_gib", "peak_reserved_gib", "gpu_ms")
+                if k in r})
+    if r.get("status") == "ok":
+        row.update(img_per_s=round(args.batch / (r["step_ms"] / 1000), 1), static_alloc_gib=None,
+                   graphed=r.get("graphed"))
     return row
 
 

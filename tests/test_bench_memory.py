@@ -96,3 +96,13 @@ def test_ratios_and_table():
     table = bench_memory.markdown(rows).splitlines()
     assert table[3].startswith("| m | c-cl | ok | 4.00 | 0.40 | 6.00 | 0.50 |")
     assert table[4].startswith("| m | torch-cl | oom | — |")
+
+
+def test_graph_configuration_needs_cuda():
+    """The -graph rows run the trainer's graphed step (bench_step.py); on a CPU device they are an error row that
+    says why, not a crash or an eager measurement under the graph row's name."""
+    args = bench_memory.build_parser().parse_args(["--device", "cpu", "--configs", "c-cl-graph"])
+    row = bench_memory.run_one("yolov9-t", "c-cl-graph", args)
+    assert row["status"] == "error" and "needs a CUDA device" in row["error"]
+    assert (row["config"], row["backend"], row["layout"]) == ("c-cl-graph", "c", "channels_last")
+    assert bench_memory.CONFIGS["torch-cl-graph"] == ("torch", True, False, True)
