@@ -6,7 +6,8 @@
 # yolov9-c, both backends, eager and graph; step16 at batch 16; STEP_PROFILE=N profiles N steps), pubstep (bench_published_step.py, the published code in
 # .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
 # timeline_M (mem_timeline.py of yolov9-M, batch 64, 640), plan (bench_plan.py: the planner's COSTS), mem (the
-# CUDA memory tests), bnbench (bench_bn_silu.py), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py),
+# CUDA memory tests), bnbench (bench_bn_silu.py), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py), cudnntime (its --time), newk / rest (the CUDA tests of
+# the kernels changed this session / all other CUDA tests), poolbench (bench_pool.py),
 # accuracy (bench_accuracy.py, with the published code when present; accuracy_bg starts it in
 # the background, accuracy_wait waits for it). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-480}"; shift
@@ -53,6 +54,14 @@ for part in "$@"; do
              tests/test_build.py tests/test_bindings.py; tail -4 "$OUT/cudnn_tests.log"
            stage cudnn_probe 60 ${PROBE_LIMIT:-240} python3 benchmarks/probe_cudnn_fusion.py ${PROBE_ARGS:-}
            tail -30 "$OUT/cudnn_probe.log" ;;
+    newk) stage newk 60 200 $PYT --tb=short tests/test_pool.py tests/test_bn_silu.py tests/test_backend_c.py \
+            tests/test_backend_pgi.py tests/test_cudnn_fusion.py tests/test_bindings.py; tail -6 "$OUT/newk.log" ;;
+    rest) stage rest 60 300 $PYT --tb=short --ignore=tests/test_pool.py --ignore=tests/test_bn_silu.py \
+            --ignore=tests/test_backend_c.py --ignore=tests/test_backend_pgi.py --ignore=tests/test_cudnn_fusion.py \
+            --ignore=tests/test_bindings.py tests; tail -8 "$OUT/rest.log" ;;
+    poolbench) stage poolbench 30 90 python3 benchmarks/bench_pool.py; tail -16 "$OUT/poolbench.log" ;;
+    cudnntime) stage cudnntime 40 ${PROBE_LIMIT:-150} python3 benchmarks/probe_cudnn_fusion.py --time ${PROBE_ARGS:-}
+           grep "^|" "$OUT/cudnntime.log" | head -30 ;;
     probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in
             ('torchvision', 'pandas', 'seaborn', 'scipy', 'thop', 'psutil', 'tensorboard', 'IPython')})"
             cat "$OUT/probe.log" ;;
