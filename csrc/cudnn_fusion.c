@@ -112,14 +112,6 @@ static const pattern_info PATTERNS[P_COUNT] = {
     {"dgrad_dswish_stats", K_DGRAD, ACT_NONE, 0, 8, {R_DY, R_W, R_Z, R_SCALE, R_BIAS, R_DV, R_DVSUM, R_DVZSUM}},
 };
 
-static int pattern_has(const pattern_info *pi, role r)
-{
-    for (int i = 0; i < pi->n_roles; i++)
-        if (pi->roles[i] == r)
-            return 1;
-    return 0;
-}
-
 /* What cudnn_fusion_time checked and passes on: one pattern, its tensors' pointers, the launch context. */
 typedef struct time_request {
     conv_shape s;
@@ -504,6 +496,14 @@ static desc prologue(builder *b, const pattern_ctx *p, op_list *l, const pattern
         add(l, pointwise(b, pi->act == ACT_RELU ? CUDNN_POINTWISE_RELU_FWD : CUDNN_POINTWISE_SWISH_FWD, v, NULL, a));
     }
     return a;
+}
+
+static int pattern_has(const pattern_info *pi, role r)
+{
+    for (int i = 0; i < pi->n_roles; i++)
+        if (pi->roles[i] == r)
+            return 1;
+    return 0;
 }
 
 /* Forward patterns: [prologue] conv [statistics]. */
