@@ -8,7 +8,8 @@ FALLBACK) give an engine config whose execution plan finalizes. `seconds` is the
 dtype pattern supported status engines tried mode workspace seconds, plus cudnn (the library version torch
 reports) and device.
 
---time: for each shape, each fused pattern of TIMED is run through yolov9c._C.cudnn_fusion_time (workspace from
+--time: for each shape, each fused pattern of TIMED (conv + BN statistics, dgrad + dSiLU + BN-backward sums,
+SiLU prologue + conv [+ statistics]) is run through yolov9c._C.cudnn_fusion_time (workspace from
 torch's allocator, torch's current stream, CUDA-event mean over --iters after one untimed run) against its
 unfused equivalent made of what the c backend runs today: cuDNN convolutions through torch (F.conv2d,
 aten.convolution_backward on channels-last tensors) and yolov9c's BN/SiLU kernels (bn_stats, bn_silu,
@@ -177,20 +178,33 @@ def time_dgrad_dswish_stats(C, cs, pattern, iters):
 
 
 def time_ssa_conv(C, cs, pattern, iters):
-    """SiLU(scale*z + bias) prologue + conv against bn_silu + F.conv2d; checks y."""
+    """SiLU(scale*z + bias) prologue + conv [+ statistics of y] against bn_silu + F.conv2d [+ bn_stats];
+    checks y [and mean/invstd from the sums]."""
     x, k = cs["x"], cs["conv"][4]
-    io = pattern.endswith("_io")
-    scale, shift = (cs["scale"].to(x.dtype), cs["shift"].to(x.dtype)) if io else (cs["scale"], cs["shift"])
+    stats = "genstats" in pattern
     y = cl(torch.empty(cs["conv"][0], k, cs["ho"], cs["wo"], device=x.device, dtype=x.dtype))
-    out = fused(C, cs["conv"], pattern, (x, scale, shift, cs["w"], y), iters)
-    row = dict(covers="y = conv(silu(scale*z + bias)); the activation never stored")
+    s, sq = torch.empty(k, device=x.device), torch.empty(k, device=x.device)
+    tensors = (x, cs["scale"], cs["shift"], cs["w"], y) + ((s, sq) if stats else ())
+    out = fused(C, cs["conv"], pattern, tensors, iters)
+    row = dict(covers="y = conv(silu(scale*z + bias))" + (", sum(y), sum(y^2)" if stats else "")
+               + "; the activation never stored")
     bn_args = (x, cs["mean"], cs["invstd"], cs["weight"], cs["bias"])
     bn_ms = cuda_ms(lambda: bn_silu(*bn_args), iters)
     a = bn_silu(*bn_args)
     conv_ms = cuda_ms(lambda: torch_conv(cs, a), iters)
+    yr = torch_conv(cs, a)
     row.update(unfused_parts={"bn_silu": bn_ms, "conv": conv_ms})
-    if out["status"] == "ok":
-        row["errors"] = {"y": error(y, torch_conv(cs, a))}
+    if stats:
+        row["unfused_parts"]["bn_stats"] = cuda_ms(lambda: bn_stats(yr, eps=EPS), iters)
+    if out["status"] != "ok":
+        return out, row
+    row["errors"] = {"y": error(y, yr)}
+    if stats:
+        mean_r, invstd_r = bn_stats(yr, eps=EPS)
+        m = y.numel() // k
+        mean = s / m
+        invstd = torch.rsqrt((sq / m - mean * mean).clamp_min(0) + EPS)
+        row["errors"].update(mean=error(mean, mean_r), invstd=error(invstd, invstd_r))
     return out, row
 
 
@@ -200,6 +214,8 @@ TIMED = {
     "dgrad_dswish_stats": time_dgrad_dswish_stats,
     "ssa_conv": time_ssa_conv,
     "ssa_conv_io": time_ssa_conv,
+    "ssa_conv_genstats": time_ssa_conv,
+    "ssa_conv_genstats_io": time_ssa_conv,
 }
 
 

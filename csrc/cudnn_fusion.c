@@ -17,7 +17,8 @@
  *   ssa_conv_genstats       (a)+(b) the whole Conv block: prologue, conv, statistics of y
  *   ssr_conv_genstats_io    the documented ConvBNfprop pattern (scale, bias, ReLU, conv, genstats) with scale,
  *                           bias and relu(v) in the storage dtype: a control for the prologue's dtypes
- *   ssa_conv_io             (b) with scale, bias and swish(v) in the storage dtype
+ *   ssa_conv_io             (b) with swish(v), the conv's input, in the storage dtype (scale, bias fp32)
+ *   ssa_conv_genstats_io    (a)+(b) likewise: the whole Conv block with one conv input dtype
  *   wgrad                   dw = wgrad(x, dy)                                baseline
  *   ssa_wgrad               (c) dw = wgrad(swish(scale*x + bias), dy)
  *   ssr_wgrad_io            the documented ConvBNwgrad pattern (scale, bias, ReLU, wgrad), storage-dtype s, b
@@ -64,7 +65,7 @@ typedef struct conv_shape {
 /* The real tensors a pattern reads or writes. Their order in a pattern's table (PATTERNS below) is the order
  * of the `tensors` tuple of cudnn_fusion_time; shapes in torch's terms (NHWC memory = channels_last):
  *   X, DX, Z, DV: (N, C, H, W)   W, DW: (K, C, R, S)   Y, DY: (N, K, Ho, Wo)   storage dtype, channels-last
- *   SCALE, BIAS: (C,) fp32 (the storage dtype in the *_io patterns)   SUM, SQSUM: (K,) fp32
+ *   SCALE, BIAS: (C,) fp32 (the storage dtype in ssr_*_io)   SUM, SQSUM: (K,) fp32
  *   DVSUM, DVZSUM: (C,) fp32 -- sum(dv) and sum(dv * z) over N, H, W */
 typedef enum {
     R_X, R_W, R_Y, R_DY, R_DX, R_DW, R_Z, R_DV, R_SCALE, R_BIAS, R_SUM, R_SQSUM, R_DVSUM, R_DVZSUM, R_COUNT
@@ -76,8 +77,8 @@ static const char *const ROLE_NAMES[R_COUNT] = {
 
 typedef enum {
     P_CONV_FPROP, P_CONV_GENSTATS, P_CONV_REDUCTION, P_SSR_CONV, P_SSA_CONV, P_SSA_SIGMOID_CONV,
-    P_SSA_CONV_GENSTATS, P_SSR_CONV_GENSTATS_IO, P_SSA_CONV_IO, P_WGRAD, P_SSA_WGRAD, P_SSR_WGRAD_IO, P_DGRAD,
-    P_DGRAD_DSWISH, P_DGRAD_DSWISH_STATS, P_COUNT
+    P_SSA_CONV_GENSTATS, P_SSR_CONV_GENSTATS_IO, P_SSA_CONV_IO, P_SSA_CONV_GENSTATS_IO, P_WGRAD, P_SSA_WGRAD,
+    P_SSR_WGRAD_IO, P_DGRAD, P_DGRAD_DSWISH, P_DGRAD_DSWISH_STATS, P_COUNT
 } pattern_id;
 
 typedef enum { K_FPROP, K_WGRAD, K_DGRAD } pattern_family;
@@ -89,27 +90,30 @@ typedef struct pattern_info {
     const char *name;
     pattern_family family;
     prologue_act act;
-    int io_affine;           /* prologue's scale, bias and act(v) in the storage dtype (else fp32) */
+    int affine_io;           /* the prologue's scale and bias in the storage dtype (else fp32) */
+    int act_io;              /* act(v), the conv's virtual input, in the storage dtype (else fp32) */
     int n_roles;
     role roles[MAX_ROLES];   /* the tensors it binds, in the order cudnn_fusion_time takes them */
 } pattern_info;
 
 static const pattern_info PATTERNS[P_COUNT] = {
-    {"conv_fprop", K_FPROP, ACT_NONE, 0, 3, {R_X, R_W, R_Y}},
-    {"conv_genstats", K_FPROP, ACT_NONE, 0, 5, {R_X, R_W, R_Y, R_SUM, R_SQSUM}},
-    {"conv_reduction", K_FPROP, ACT_NONE, 0, 5, {R_X, R_W, R_Y, R_SUM, R_SQSUM}},
-    {"ssr_conv", K_FPROP, ACT_RELU, 0, 5, {R_X, R_SCALE, R_BIAS, R_W, R_Y}},
-    {"ssa_conv", K_FPROP, ACT_SWISH, 0, 5, {R_X, R_SCALE, R_BIAS, R_W, R_Y}},
-    {"ssa_sigmoid_conv", K_FPROP, ACT_SIGMOID, 0, 5, {R_X, R_SCALE, R_BIAS, R_W, R_Y}},
-    {"ssa_conv_genstats", K_FPROP, ACT_SWISH, 0, 7, {R_X, R_SCALE, R_BIAS, R_W, R_Y, R_SUM, R_SQSUM}},
-    {"ssr_conv_genstats_io", K_FPROP, ACT_RELU, 1, 7, {R_X, R_SCALE, R_BIAS, R_W, R_Y, R_SUM, R_SQSUM}},
-    {"ssa_conv_io", K_FPROP, ACT_SWISH, 1, 5, {R_X, R_SCALE, R_BIAS, R_W, R_Y}},
-    {"wgrad", K_WGRAD, ACT_NONE, 0, 3, {R_X, R_DY, R_DW}},
-    {"ssa_wgrad", K_WGRAD, ACT_SWISH, 0, 5, {R_X, R_SCALE, R_BIAS, R_DY, R_DW}},
-    {"ssr_wgrad_io", K_WGRAD, ACT_RELU, 1, 5, {R_X, R_SCALE, R_BIAS, R_DY, R_DW}},
-    {"dgrad", K_DGRAD, ACT_NONE, 0, 3, {R_DY, R_W, R_DX}},
-    {"dgrad_dswish", K_DGRAD, ACT_NONE, 0, 6, {R_DY, R_W, R_Z, R_SCALE, R_BIAS, R_DV}},
-    {"dgrad_dswish_stats", K_DGRAD, ACT_NONE, 0, 8, {R_DY, R_W, R_Z, R_SCALE, R_BIAS, R_DV, R_DVSUM, R_DVZSUM}},
+    {"conv_fprop", K_FPROP, ACT_NONE, 0, 0, 3, {R_X, R_W, R_Y}},
+    {"conv_genstats", K_FPROP, ACT_NONE, 0, 0, 5, {R_X, R_W, R_Y, R_SUM, R_SQSUM}},
+    {"conv_reduction", K_FPROP, ACT_NONE, 0, 0, 5, {R_X, R_W, R_Y, R_SUM, R_SQSUM}},
+    {"ssr_conv", K_FPROP, ACT_RELU, 0, 0, 5, {R_X, R_SCALE, R_BIAS, R_W, R_Y}},
+    {"ssa_conv", K_FPROP, ACT_SWISH, 0, 0, 5, {R_X, R_SCALE, R_BIAS, R_W, R_Y}},
+    {"ssa_sigmoid_conv", K_FPROP, ACT_SIGMOID, 0, 0, 5, {R_X, R_SCALE, R_BIAS, R_W, R_Y}},
+    {"ssa_conv_genstats", K_FPROP, ACT_SWISH, 0, 0, 7, {R_X, R_SCALE, R_BIAS, R_W, R_Y, R_SUM, R_SQSUM}},
+    {"ssr_conv_genstats_io", K_FPROP, ACT_RELU, 1, 1, 7, {R_X, R_SCALE, R_BIAS, R_W, R_Y, R_SUM, R_SQSUM}},
+    {"ssa_conv_io", K_FPROP, ACT_SWISH, 0, 1, 5, {R_X, R_SCALE, R_BIAS, R_W, R_Y}},
+    {"ssa_conv_genstats_io", K_FPROP, ACT_SWISH, 0, 1, 7, {R_X, R_SCALE, R_BIAS, R_W, R_Y, R_SUM, R_SQSUM}},
+    {"wgrad", K_WGRAD, ACT_NONE, 0, 0, 3, {R_X, R_DY, R_DW}},
+    {"ssa_wgrad", K_WGRAD, ACT_SWISH, 0, 0, 5, {R_X, R_SCALE, R_BIAS, R_DY, R_DW}},
+    {"ssr_wgrad_io", K_WGRAD, ACT_RELU, 1, 1, 5, {R_X, R_SCALE, R_BIAS, R_DY, R_DW}},
+    {"dgrad", K_DGRAD, ACT_NONE, 0, 0, 3, {R_DY, R_W, R_DX}},
+    {"dgrad_dswish", K_DGRAD, ACT_NONE, 0, 0, 6, {R_DY, R_W, R_Z, R_SCALE, R_BIAS, R_DV}},
+    {"dgrad_dswish_stats", K_DGRAD, ACT_NONE, 0, 0, 8,
+     {R_DY, R_W, R_Z, R_SCALE, R_BIAS, R_DV, R_DVSUM, R_DVZSUM}},
 };
 
 /* What cudnn_fusion_time checked and passes on: one pattern, its tensors' pointers, the launch context. */
@@ -477,15 +481,16 @@ static void add(op_list *l, desc op)
 }
 
 /* v = scale*x + bias, then act(v) into a virtual tensor: the BN + activation prologue; returns act(v).
- * io_affine: scale, bias and act(v) (the conv's input) in the storage dtype, as the ConvBNfprop / ConvBNwgrad
- * engines document (FP16 s, b: see the note at the top); else scale, bias and every intermediate fp32. */
+ * affine_io: scale and bias in the storage dtype, as the ConvBNfprop / ConvBNwgrad engines document (FP16 s, b:
+ * see the note at the top); act_io: act(v), the conv's own input, in the storage dtype like w (the conv then
+ * has one input dtype; cuDNN spells mixed conv inputs as a Pointwise:Identity conversion in g1); else fp32. */
 static desc prologue(builder *b, const pattern_ctx *p, op_list *l, const pattern_info *pi, desc x)
 {
     const conv_shape *s = &p->s;
-    cudnnDataType_t affine = pi->io_affine ? p->io : CUDNN_DATA_FLOAT, f = CUDNN_DATA_FLOAT;
+    cudnnDataType_t f = CUDNN_DATA_FLOAT, affine = pi->affine_io ? p->io : f, act = pi->act_io ? p->io : f;
     desc scale = per_channel(b, R_SCALE, affine, s->C), bias = per_channel(b, R_BIAS, affine, s->C);
     desc u = virtual_like(b, f, s->N, s->C, s->H, s->W), v = virtual_like(b, f, s->N, s->C, s->H, s->W);
-    desc a = virtual_like(b, affine, s->N, s->C, s->H, s->W);
+    desc a = virtual_like(b, act, s->N, s->C, s->H, s->W);
     add(l, pointwise(b, CUDNN_POINTWISE_MUL, x, scale, u));
     add(l, pointwise(b, CUDNN_POINTWISE_ADD, u, bias, v));
     if (pi->act == ACT_SIGMOID) {
@@ -1001,7 +1006,7 @@ static role_spec spec_of(role r, const pattern_info *pi, const conv_shape *s, yv
     case R_Y: case R_DY:
         return (role_spec){io, 4, {s->N, s->K, s->Ho, s->Wo}};
     case R_SCALE: case R_BIAS:
-        return (role_spec){pi->io_affine ? io : YV_FLOAT32, 1, {s->C, 0, 0, 0}};
+        return (role_spec){pi->affine_io ? io : YV_FLOAT32, 1, {s->C, 0, 0, 0}};
     case R_SUM: case R_SQSUM:
         return (role_spec){YV_FLOAT32, 1, {s->K, 0, 0, 0}};
     default:   /* R_DVSUM, R_DVZSUM */

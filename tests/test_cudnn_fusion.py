@@ -22,7 +22,8 @@ from yolov9c.ops import extension
 
 C = extension.load()
 PATTERNS = {"conv_fprop", "conv_genstats", "conv_reduction", "ssr_conv", "ssa_conv", "ssa_sigmoid_conv",
-            "ssa_conv_genstats", "ssr_conv_genstats_io", "ssa_conv_io", "wgrad", "ssa_wgrad", "ssr_wgrad_io",
+            "ssa_conv_genstats", "ssr_conv_genstats_io", "ssa_conv_io", "ssa_conv_genstats_io", "wgrad",
+            "ssa_wgrad", "ssr_wgrad_io",
             "dgrad", "dgrad_dswish", "dgrad_dswish_stats"}
 SMALL = (2, 16, 8, 8, 16, 3, 3, 1)   # (N, C, H, W, K, R, S, stride)
 ADDR = 1 << 20                       # a made-up, 16-byte aligned device address (never dereferenced)
@@ -155,9 +156,12 @@ def test_time_checks_the_per_channel_tensors_of_a_pattern():
     with pytest.raises(TypeError, match=r"^cudnn_fusion_time: tensors must be a tuple of 8 \(dy, w, z, scale, "
                                         r"bias, dv, dv_sum, dvz_sum\)"):
         time_call("dgrad_dswish_stats", (y, w, z, vec(16), vec(16), z))
-    # scale/bias are fp32, except in the *_io patterns (the storage dtype)
+    # scale/bias are fp32, except in the ConvBNfprop/ConvBNwgrad controls ssr_*_io (the storage dtype)
+    fp32_affine = (x, vec(16), vec(16), w, y, vec(16), vec(16))
     with pytest.raises(TypeError, match=r"^cudnn_fusion_time: scale must be float16, got float32"):
-        time_call("ssa_conv_io", (x, vec(16), vec(16), w, y))
+        time_call("ssr_conv_genstats_io", fp32_affine)
+    with pytest.raises(TypeError, match=r"^cudnn_fusion_time: bias must be float32, got float16"):
+        time_call("ssa_conv_io", (x, vec(16), vec(16, C.DTYPE_FLOAT16), w, y))
 
 
 def test_time_arity():
