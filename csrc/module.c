@@ -184,6 +184,17 @@ PyDoc_STRVAR(cudnn_fusion_probe_doc,
 "'seconds': float}}; the patterns are listed in csrc/cudnn_fusion.c. Nothing is executed. RuntimeError when\n"
 "built without cuDNN (build_info()['cudnn'] == 'absent') or when libcudnn.so.9 cannot be opened.");
 
+PyDoc_STRVAR(cudnn_fusion_time_doc,
+"cudnn_fusion_time($module, conv, dtype_code, pattern, tensors, workspace, stream, iters, /)\n--\n\n"
+"Plan fused convolution graph `pattern` (str, a cudnn_fusion_probe key) for conv = (N, C, H, W, K, R, S,\n"
+"stride), bind `tensors` (a tuple of CUDA tensor descriptors in the pattern's order, listed in\n"
+"csrc/cudnn_fusion.c: e.g. conv_genstats (x, w, y, sum, sqsum); channels-last, 16-byte aligned) and\n"
+"`workspace` (uint8, 1-d), run it once untimed and `iters` (int in [1, 100000]) times on `stream`. Returns\n"
+"{'status': 'ok' or why not ('not supported: ...', 'workspace: the plan needs N bytes, got M', a cuDNN or\n"
+"CUDA failure), 'ms': mean ms per execution (CUDA events) or None, 'plan': the planning status, 'workspace':\n"
+"int bytes the plan needs, 'mode': 'A'/'FALLBACK'/None, 'seconds': host planning time}. Argument errors raise\n"
+"ValueError/TypeError; RuntimeError when built without cuDNN.");
+
 static PyMethodDef module_methods[] = {
     {"build_info", build_info, METH_NOARGS, build_info_doc},
     {"nms_forward", (PyCFunction)(void (*)(void))yv_py_nms_forward, METH_FASTCALL, nms_forward_doc},
@@ -207,6 +218,8 @@ static PyMethodDef module_methods[] = {
      tal_assign_workspace_size_doc},
     {"cudnn_fusion_probe", (PyCFunction)(void (*)(void))yv_py_cudnn_fusion_probe, METH_FASTCALL,
      cudnn_fusion_probe_doc},
+    {"cudnn_fusion_time", (PyCFunction)(void (*)(void))yv_py_cudnn_fusion_time, METH_FASTCALL,
+     cudnn_fusion_time_doc},
     {NULL, NULL, 0, NULL},
 };
 

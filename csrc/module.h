@@ -35,6 +35,7 @@ PyObject *yv_py_det_loss_workspace_size(PyObject *module, PyObject *const *args,
 PyObject *yv_py_tal_assign_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_tal_assign_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_cudnn_fusion_probe(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_cudnn_fusion_time(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* --- the one launch path (csrc/launch.c) ---
  * A binding parses and checks its arguments into a small struct of its own, then hands that struct to
