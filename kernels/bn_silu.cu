@@ -53,10 +53,9 @@
  *             bounds test (which also keeps ptxas from sinking the later rows' loads into the arithmetic).
  *   planar vector  NCHW and channel slices of NCHW buffers: after the merge H == 1 and every operand has unit
  *             W stride, (b, c) planes of W = H·W elements, one dtype, V-wide loads along the plane (16 bytes
- *             where W % V == 0 and pointers and plane strides allow, down to V = 1 for odd planes; the
- *             backward elementwise pass 8 bytes, to stay at 64 registers). Every pass walks flat vector
- *             indices with one wave of blocks (not a block per plane or channel: small planes starved it),
- *             stepping without divisions (bn_pplan). Reductions: block k adds `chunk` contiguous vectors of
+ *             where W % V == 0 and pointers and plane strides allow, down to V = 1 for odd planes). Every
+ *             pass walks flat vector indices with one wave of blocks (not a block per plane or channel:
+ *             small planes starved it), stepping without divisions (bn_pplan). Reductions: block k adds `chunk` contiguous vectors of
  *             the channel-major order, i.e. the parts of one or a few channels, into per-channel partial
  *             slots (the same [NSUM][S][C] layout, so the finish kernels are shared). Elementwise:
  *             grid-stride over (b, c, i) with the channel constants read per vector through the read-only
@@ -1070,9 +1069,15 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_fast_kernel(
  *               where used) and a float32 run of at most BN_UNROLL vectors (32 fp16 elements) per sum,
  *               folded into float64; the block adds its threads' float64 values in a fixed order.
  *   elementwise one wave of blocks, grid-stride over all B·C·W/V vectors in (b, c, i) order: every thread
- *               has work at any plane size; R vectors per iteration (BN_UNROLL of z1, fewer with a second
- *               operand) loaded before the first use; the channel constants come through the read-only
- *               path (__ldg, L1-resident: C·16 bytes) per vector, so nothing per plane is kept in registers.
+ *               has work at any plane size; R vectors per iteration loaded before the first use (forward:
+ *               BN_UNROLL of z1, half that with z2 or a residual, 1 with both; backward: 2 of z1 and dy, 1
+ *               in the bn2 form), stored from 32-bit words packed here (bn_bput); the channel constants
+ *               come through the read-only path (__ldg, L1-resident) per vector, so nothing per plane is
+ *               kept in registers.
+ * Bytes in flight: every planar kernel is __launch_bounds__(BN_THREADS, BN_RED_BLOCKS), <= 64 registers, 4
+ * blocks = 1024 threads per SM; per thread 64 B of loads in flight (stats 4 x 16 B; forward 4 x 16 B, or 2
+ * x 2 x 16 B; backward elementwise 2 x 2 x 16 B), 128 B in the backward reduction (4 x (z1, dy)): 64-128
+ * KB per SM, against ~32 KB that 4.2 TB/s needs at ~1 us of loaded latency on 132 SMs.
  * u = ((z - mean)·invstd)·γ + β [+ ((z2 - mean2)·invstd2)·γ2 + β2], operation for operation as the generic
  * kernels (bn_u) that served these layouts before (not the channels-last z·scale + shift, which rounds
  * differently when |mean| >> std); the sigmoid is bn_sigmoid_hw, as in the channels-last passes. ---- */
@@ -1134,6 +1139,56 @@ __device__ __forceinline__ void bn_ppos_step(bn_ppos *p, const bn_pplan *pl)
 template <int V> __device__ __forceinline__ int64_t bn_poff(const yv_view4 *v, bn_ppos p)
 {
     return (int64_t)p.b * v->stride[0] + (int64_t)p.c * v->stride[1] + (int64_t)p.i * V;
+}
+
+/* The storage bits of x (the low 16 bits for 2-byte types), rounded to nearest as bn_fromf. */
+__device__ __forceinline__ unsigned bn_bits(float x, const float *) { return __float_as_uint(x); }
+__device__ __forceinline__ unsigned bn_bits(float x, const __half *) { return __half_as_ushort(__float2half_rn(x)); }
+__device__ __forceinline__ unsigned bn_bits(float x, const __nv_bfloat16 *)
+{
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+/* NW 32-bit words stored at global address p (aligned to 4·NW bytes) as one access. Inline PTX: stores of
+ * words built here (a struct, or uint4) were split into 32-bit stores by the front end. No memory clobber:
+ * the only other accesses of p in these kernels are the loads whose values the words are computed from. */
+template <int NW> __device__ __forceinline__ void bn_wstore(void *p, const unsigned int w[NW])
+{
+    if (NW == 4)
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[NW > 1 ? 1 : 0]),
+                     "r"(w[NW > 2 ? 2 : 0]), "r"(w[NW > 3 ? 3 : 0]));
+    else if (NW == 2)
+        asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[NW > 1 ? 1 : 0]));
+    else
+        asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(w[0]));
+}
+
+/* x[0..V) stored at p (aligned to V·sizeof(T) bytes) as one access of 32-bit words packed here (a struct of
+ * V halves was split into 16-bit stores by the front end), += the stored values when accumulate. */
+template <typename T, int V> __device__ __forceinline__ void bn_bput(T *p, const float x[V], int accumulate)
+{
+    float y[V];
+    bn_bvec<T, V> r;
+    if (accumulate)
+        r = bn_braw<T, V>(p);
+#pragma unroll
+    for (int e = 0; e < V; e++)
+        y[e] = accumulate ? bn_bget<V>(&r, e) + x[e] : x[e];
+    if (sizeof(T) == 4) {
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            r.w.v[e < bn_bvec<T, V>::NW ? e : 0] = bn_bits(y[e], p);
+    }
+    else if (V == 1) {
+        *(unsigned short *)p = (unsigned short)bn_bits(y[0], p);
+        return;
+    }
+    else {
+#pragma unroll
+        for (int w = 0; w < bn_bvec<T, V>::NW; w++)
+            r.w.v[w] = bn_bits(y[2 * w], p) | (bn_bits(y[(2 * w + 1) % V], p) << 16);
+    }
+    bn_wstore<bn_bvec<T, V>::NW>(p, r.w.v);
 }
 
 /* One channel's scalar constants, loaded through the read-only path. */
@@ -1331,17 +1386,19 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_fwd_planar_vec_k
                 u = SILU ? u * bn_sigmoid_hw(u) : u;
                 y[e] = RES ? bn_bget<V>(&xr[r], e) + u : u;
             }
-            bn_vstore_at<T, V>((T *)a.out.data + bn_poff<V>(&a.out, q[r]), y, 0);
+            bn_bput<T, V>((T *)a.out.data + bn_poff<V>(&a.out, q[r]), y, 0);
         }
     }
 }
 
 /* Planar backward elementwise pass (Z2: the bn2 form): dz_i = a_i·((g - k0) - x̂_i·k_i) with the
- * coefficients [5][C] of bn_bwd_finish_kernel. */
+ * coefficients [5][C] of bn_bwd_finish_kernel. 16-byte vectors, 2 of z1 and dy in flight (1 of z1, z2, dy in
+ * the bn2 form): as many bytes as 4 of 8 bytes, with half the per-vector work (positions, offsets, 7
+ * constants) per element; 4 of 16 bytes spilled at 64 registers. */
 template <typename T, int V, int Z2, int SILU>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_planar_vec_kernel(bn_args a, bn_pplan pl)
 {
-    constexpr int R = Z2 ? BN_UNROLL / 2 : BN_UNROLL;
+    constexpr int R = Z2 ? BN_UNROLL / 4 : BN_UNROLL / 2;
     const float *k = a.coef;
     int C = pl.C;
     bn_ppos p = bn_ppos_of(&pl, (int64_t)blockIdx.x * BN_THREADS + threadIdx.x);
@@ -1380,9 +1437,9 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_planar_vec_k
                 d2[e] = a2 * (d - xh2 * q2);
             }
             if (a.dz1.data != NULL)
-                bn_vstore_at<T, V>((T *)a.dz1.data + bn_poff<V>(&a.dz1, q[r]), d1, a.accumulate);
+                bn_bput<T, V>((T *)a.dz1.data + bn_poff<V>(&a.dz1, q[r]), d1, a.accumulate);
             if (Z2 && a.dz2.data != NULL)
-                bn_vstore_at<T, V>((T *)a.dz2.data + bn_poff<V>(&a.dz2, q[r]), d2, a.accumulate);
+                bn_bput<T, V>((T *)a.dz2.data + bn_poff<V>(&a.dz2, q[r]), d2, a.accumulate);
         }
     }
 }
@@ -1615,14 +1672,6 @@ static bn_pplan bn_planar_red_plan(const bn_geom *g, int v, int64_t *S, unsigned
     case 2: KERNEL<T, 2, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;                               \
     default: KERNEL<T, 1, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;                              \
     }
-/* The same for 8-byte vectors at most (the planar backward elementwise pass: v <= 4 for 2-byte types, 2 for
- * float32), so no 16-byte instantiation is compiled for it. */
-#define BN_PV_CASES8(KERNEL, X, SILU, T, vec, grid, a, pl, stream)                                            \
-    switch (vec) {                                                                                              \
-    case 4: KERNEL<T, (sizeof(T) == 2 ? 4 : 2), X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;       \
-    case 2: KERNEL<T, 2, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;                               \
-    default: KERNEL<T, 1, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;                              \
-    }
 #define BN_PV_DTYPES(CASES, KERNEL, X, SILU, dtype, v, grid, a, pl, stream)                                     \
     do {                                                                                                        \
         if ((dtype) == YV_FLOAT16) {                                                                            \
@@ -1637,8 +1686,6 @@ static bn_pplan bn_planar_red_plan(const bn_geom *g, int v, int64_t *S, unsigned
     } while (0)
 #define BN_PV_LAUNCH(KERNEL, X, SILU, dtype, v, grid, a, pl, stream)                                            \
     BN_PV_DTYPES(BN_PV_CASES, KERNEL, X, SILU, dtype, v, grid, a, pl, stream)
-#define BN_PV_LAUNCH8(KERNEL, X, SILU, dtype, v, grid, a, pl, stream)                                           \
-    BN_PV_DTYPES(BN_PV_CASES8, KERNEL, X, SILU, dtype, v, grid, a, pl, stream)
 
 /* The planar reduction: stats (mode 0) or backward (1, 2 = bn2 form). */
 static void bn_planar_red_launch(bn_args *a, const bn_geom *g, int v, int mode, cudaStream_t stream)
@@ -1674,18 +1721,17 @@ static void bn_planar_fwd_launch(const bn_args *a, const bn_geom *g, int v, int 
     }
 }
 
-/* The planar backward elementwise pass (two: the bn2 form), 8-byte vectors at most (v from
- * bn_planar_vec(..., BN_BWD_VEC_BYTES)). */
+/* The planar backward elementwise pass (two: the bn2 form). */
 static void bn_planar_bwd_launch(const bn_args *a, const bn_geom *g, int v, int two, cudaStream_t stream)
 {
     unsigned grid;
     bn_pplan pl = bn_planar_elem_plan(g, v, &grid);
     yv_dtype dt = a->z1.dtype;
     switch (two * 2 + (a->silu != 0)) {
-    case 0: BN_PV_LAUNCH8(bn_bwd_planar_vec_kernel, 0, 0, dt, v, grid, *a, pl, stream); break;
-    case 1: BN_PV_LAUNCH8(bn_bwd_planar_vec_kernel, 0, 1, dt, v, grid, *a, pl, stream); break;
-    case 2: BN_PV_LAUNCH8(bn_bwd_planar_vec_kernel, 1, 0, dt, v, grid, *a, pl, stream); break;
-    default: BN_PV_LAUNCH8(bn_bwd_planar_vec_kernel, 1, 1, dt, v, grid, *a, pl, stream); break;
+    case 0: BN_PV_LAUNCH(bn_bwd_planar_vec_kernel, 0, 0, dt, v, grid, *a, pl, stream); break;
+    case 1: BN_PV_LAUNCH(bn_bwd_planar_vec_kernel, 0, 1, dt, v, grid, *a, pl, stream); break;
+    case 2: BN_PV_LAUNCH(bn_bwd_planar_vec_kernel, 1, 0, dt, v, grid, *a, pl, stream); break;
+    default: BN_PV_LAUNCH(bn_bwd_planar_vec_kernel, 1, 1, dt, v, grid, *a, pl, stream); break;
     }
 }
 
@@ -1847,7 +1893,7 @@ extern "C" cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_par
     /* the reduction reads z1, z2, dy; the elementwise pass also writes dz1, dz2 (their own eligibility) */
     int vr = bn_fast_vec(&g, ops, 3, BN_BWD_VEC_BYTES), v = bn_fast_vec(&g, ops, 5, BN_BWD_VEC_BYTES);
     int pr = vr > 0 ? 0 : bn_planar_vec(&g, ops, 3, BN_VEC_BYTES);
-    int pv = v > 0 ? 0 : bn_planar_vec(&g, ops, 5, BN_BWD_VEC_BYTES);   /* 16 bytes would spill */
+    int pv = v > 0 ? 0 : bn_planar_vec(&g, ops, 5, BN_VEC_BYTES);
     int two = a.z2.data != NULL;
     if (vr > 0) {
         a.S = bn_red_splits(g.n);
