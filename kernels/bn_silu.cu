@@ -1393,8 +1393,8 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_fwd_planar_vec_k
 
 /* Planar backward elementwise pass (Z2: the bn2 form): dz_i = a_i·((g - k0) - x̂_i·k_i) with the
  * coefficients [5][C] of bn_bwd_finish_kernel. 16-byte vectors, 2 of z1 and dy in flight (1 of z1, z2, dy in
- * the bn2 form): as many bytes as 4 of 8 bytes, with half the per-vector work (positions, offsets, 7
- * constants) per element; 4 of 16 bytes spilled at 64 registers. */
+ * the bn2 form): as many bytes in flight as 4 vectors of 8 bytes, with half the per-vector work (position,
+ * offsets, 7 constants) per element; 4 vectors of 16 bytes spilled at 64 registers. */
 template <typename T, int V, int Z2, int SILU>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_planar_vec_kernel(bn_args a, bn_pplan pl)
 {
