@@ -11,9 +11,10 @@
  * Per-element arithmetic is float32. Sums: each thread adds up to 32 elements per channel in float32, then
  * folds them into float64 accumulators; blocks write float64 partial sums; a per-channel pass adds those in
  * float64 in a fixed order (no atomics: results are the same run to run on one device; the channels-last
- * reductions' block count follows the device's SM count).
- * The channels-last forward and backward passes take s from the hardware exp2 and reciprocal (bn_sigmoid_hw,
- * ~1e-6 relative); the planar and generic passes use expf and the IEEE division, as csrc/bn_silu_ref.c.
+ * and planar reductions' block counts follow the device's SM count).
+ * The channels-last and planar-vector forward and backward passes take s from the hardware exp2 and
+ * reciprocal (bn_sigmoid_hw, ~1e-6 relative); the generic passes use expf and the IEEE division, as
+ * csrc/bn_silu_ref.c.
  *
  * Saved for backward (by the caller, yolov9c/ops/bn_silu.py): z in its storage dtype (2 B/element in fp16)
  * plus mean, invstd (C,) float32: no normalised or activated tensor. y and dz are recomputed from z.
@@ -51,11 +52,14 @@
  *             (4 rows of z1; 2 when it also reads z2 or a residual; 1 when both), each row under its own
  *             bounds test (which also keeps ptxas from sinking the later rows' loads into the arithmetic).
  *   planar vector  NCHW and channel slices of NCHW buffers: after the merge H == 1 and every operand has unit
- *             W stride, (b, c) planes of W = H·W elements, W % V == 0, V-aligned pointers and plane strides, one
- *             dtype: 16-byte loads along the plane. Reductions: grid (S, C), block (s, c) adds a contiguous
- *             range of channel c's B·W/V vectors, 4 in flight per thread (partials in the same [NSUM][S][C]
- *             layout, so the finish kernels are shared). Elementwise: grid (tiles of a plane, planes), the
- *             plane's constants in registers. u = ((z - mean)·invstd)·γ + β as in the generic kernels.
+ *             W stride, (b, c) planes of W = H·W elements, one dtype, V-wide loads along the plane (16 bytes
+ *             where W % V == 0 and pointers and plane strides allow, down to V = 1 for odd planes). Every
+ *             pass walks flat vector indices with one wave of blocks (not a block per plane or channel:
+ *             small planes starved it), stepping without divisions (bn_pplan). Reductions: block k adds `chunk` contiguous vectors of
+ *             the channel-major order, i.e. the parts of one or a few channels, into per-channel partial
+ *             slots (the same [NSUM][S][C] layout, so the finish kernels are shared). Elementwise:
+ *             grid-stride over (b, c, i) with the channel constants read per vector through the read-only
+ *             cache. u = ((z - mean)·invstd)·γ + β as in the generic kernels. Details above the kernels.
  *   rows      channel stride 1 otherwise (mixed dtypes, unmerged strides): a warp per (b, h, w) row with lanes
  *             over channels, scalar loads (generic, slow).
  *   planar    everything else (odd H·W, 'hw'-permuted layouts): (b, c) planes, tiles of contiguous elements.
@@ -814,16 +818,6 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_red_fast_ker
  * computed once per thread, not once per row. */
 #define BN_UNROLL 4
 
-/* u = x + u over BN_UNROLL groups of V (the residual, added after the activation; planar forward). */
-template <int V> __device__ __forceinline__ void bn_add_rows(float x[BN_UNROLL][V], float u[BN_UNROLL][V])
-{
-#pragma unroll
-    for (int r = 0; r < BN_UNROLL; r++)
-#pragma unroll
-        for (int e = 0; e < V; e++)
-            u[r][e] = x[r][e] + u[r][e];
-}
-
 /* Forward pass (channels-last), FORM: bit 0 = the bn2 form (z2), bit 1 = a residual (which may be out itself:
  * fill() adds into out; a row's loads come before its store, and each element belongs to one thread).
  * R rows (R·ty apart) per iteration: BN_UNROLL of z1, half that when a second operand (z2 or a residual) is
@@ -1055,89 +1049,183 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_fast_kernel(
 }
 
 /* ---- planar fast path (NCHW and channel slices of NCHW buffers): after the merge H == 1, every operand has
- * unit W stride, (b, c) planes of W = H·W elements at b·s0 + c·s1, W % V == 0, V-aligned pointers and
- * plane strides, all in z1's dtype. Loads and stores are V-wide (16 bytes) along the plane. ---- */
+ * unit W stride, (b, c) planes of W = H·W elements at b·s0 + c·s1, W % V == 0 (V = 1 serves any W),
+ * V-aligned pointers and plane strides, all in z1's dtype. Loads and stores are V-wide (16 bytes) along the
+ * plane; B, C and W/V below 2^30 (bn_planar_vec), so positions are 32-bit and offsets 64-bit.
+ *
+ * Every planar kernel walks flat vector indices, never one block per plane or per channel (a 40x40 plane is
+ * 3.2 KB of fp16: a block per plane cannot keep enough bytes in flight, and a plane of 200 vectors left most
+ * of a 1024-vector tile idle). A flat index is decomposed once per thread; after that a thread's next vector,
+ * `step` flat vectors on, is reached by adding the step's precomputed decomposition (bn_pplan) and at most
+ * two carries, so no division per vector (the previous reductions did a 64-bit division per step whenever
+ * the step left a plane: every step for planes of fewer than 256 vectors).
+ *   reductions  one wave of blocks (BN_RED_BLOCKS per SM, <= 64 registers) over the C·B·W/V vectors in
+ *               channel-major order, `chunk` contiguous vectors per block: a block adds the part of each
+ *               channel that falls into its range (one channel or a few, or part of one) and writes one
+ *               partial sum per channel it touched into slot s = block - first block of that channel; the
+ *               channel's last block zeroes the slots above its own, so the finish kernels (shared with the
+ *               other layouts) add a fixed [NSUM][S][C] layout. Equal ranges: no block waits for a second
+ *               wave, whatever C and H·W are. Per thread BN_UNROLL 16-byte loads in flight (raw, converted
+ *               where used) and a float32 run of at most BN_UNROLL vectors (32 fp16 elements) per sum,
+ *               folded into float64; the block adds its threads' float64 values in a fixed order.
+ *   elementwise one wave of blocks, grid-stride over all B·C·W/V vectors in (b, c, i) order: every thread
+ *               has work at any plane size; R vectors per iteration loaded before the first use (forward:
+ *               BN_UNROLL of z1, half that with z2 or a residual, 1 with both; backward: 2 of z1 and dy, 1
+ *               in the bn2 form), stored from 32-bit words packed here (bn_bput); the channel constants
+ *               come through the read-only path (__ldg, L1-resident) per vector, so nothing per plane is
+ *               kept in registers.
+ * Bytes in flight: every planar kernel is __launch_bounds__(BN_THREADS, BN_RED_BLOCKS), <= 64 registers, 4
+ * blocks = 1024 threads per SM; per thread 64 B of loads in flight (stats 4 x 16 B; forward 4 x 16 B, or 2
+ * x 2 x 16 B; backward elementwise 2 x 2 x 16 B), 128 B in the backward reduction (4 x (z1, dy)): 64-128
+ * KB per SM, against ~32 KB that 4.2 TB/s needs at ~1 us of loaded latency on 132 SMs.
+ * u = ((z - mean)·invstd)·γ + β [+ ((z2 - mean2)·invstd2)·γ2 + β2], operation for operation as the generic
+ * kernels (bn_u) that served these layouts before (not the channels-last z·scale + shift, which rounds
+ * differently when |mean| >> std); the sigmoid is bn_sigmoid_hw, as in the channels-last passes. ---- */
 
-/* Element pointer of vector r of plane (b, c) of a planar operand. */
-template <typename T>
-__device__ __forceinline__ T *bn_plane_at(const yv_view4 *v, int64_t b, int64_t c, int64_t i)
+/* The planar geometry and the decomposition of one thread's step: step = (sb·C + sc)·Wv + si with
+ * sc < C, si < Wv (the reductions: bt = BN_THREADS = sb·Wv + si, sc = 0). */
+typedef struct bn_pplan {
+    int B, C, Wv;
+    int sb, sc, si;
+    int64_t chunk;     /* reductions: flat vectors per block */
+} bn_pplan;
+
+/* Position of a flat vector: plane (b, c), vector i of the plane. */
+typedef struct bn_ppos {
+    int b, c, i;
+} bn_ppos;
+
+/* q = x / d, r = x % d; 32-bit when it fits (the usual case), 64-bit otherwise. */
+__device__ __forceinline__ void bn_divmod(int64_t x, int64_t d, int64_t *q, int64_t *r)
 {
-    return (T *)v->data + b * v->stride[0] + c * v->stride[1] + i;
+    if ((uint64_t)x <= 0xffffffffu && (uint64_t)d <= 0xffffffffu) {
+        unsigned qq = (unsigned)x / (unsigned)d;
+        *q = qq;
+        *r = (int64_t)((unsigned)x - qq * (unsigned)d);
+    }
+    else {
+        *q = x / d;
+        *r = x - *q * d;
+    }
 }
 
-/* One channel's scalar constants (the planar kernels keep one channel per block or per plane). The planar
- * kernels compute u = ((z - mean)·invstd)·γ + β, operation for operation as the generic kernels (bn_u) that
- * served these layouts before, not the channels-last kernels' z·scale + shift (which rounds differently
- * when |mean| >> std). */
+/* (b, c, i) of flat vector j of the whole tensor (j = (b·C + c)·Wv + i). */
+__device__ __forceinline__ bn_ppos bn_ppos_of(const bn_pplan *pl, int64_t j)
+{
+    int64_t p, i, b, c;
+    bn_divmod(j, pl->Wv, &p, &i);
+    bn_divmod(p, pl->C, &b, &c);
+    bn_ppos r = {(int)b, (int)c, (int)i};
+    return r;
+}
+
+/* The position `step` flat vectors on. */
+__device__ __forceinline__ void bn_ppos_step(bn_ppos *p, const bn_pplan *pl)
+{
+    p->i += pl->si;
+    p->c += pl->sc;
+    p->b += pl->sb;
+    if (p->i >= pl->Wv) {
+        p->i -= pl->Wv;
+        p->c++;
+    }
+    if (p->c >= pl->C) {
+        p->c -= pl->C;
+        p->b++;
+    }
+}
+
+/* Element offset of vector i of plane (b, c) of a planar operand. */
+template <int V> __device__ __forceinline__ int64_t bn_poff(const yv_view4 *v, bn_ppos p)
+{
+    return (int64_t)p.b * v->stride[0] + (int64_t)p.c * v->stride[1] + (int64_t)p.i * V;
+}
+
+/* The storage bits of x (the low 16 bits for 2-byte types), rounded to nearest as bn_fromf. */
+__device__ __forceinline__ unsigned bn_bits(float x, const float *) { return __float_as_uint(x); }
+__device__ __forceinline__ unsigned bn_bits(float x, const __half *) { return __half_as_ushort(__float2half_rn(x)); }
+__device__ __forceinline__ unsigned bn_bits(float x, const __nv_bfloat16 *)
+{
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+/* NW 32-bit words stored at global address p (aligned to 4·NW bytes) as one access. Inline PTX: stores of
+ * words built here (a struct, or uint4) were split into 32-bit stores by the front end. No memory clobber:
+ * the only other accesses of p in these kernels are the loads whose values the words are computed from. */
+template <int NW> __device__ __forceinline__ void bn_wstore(void *p, const unsigned int w[NW])
+{
+    if (NW == 4)
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[NW > 1 ? 1 : 0]),
+                     "r"(w[NW > 2 ? 2 : 0]), "r"(w[NW > 3 ? 3 : 0]));
+    else if (NW == 2)
+        asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[NW > 1 ? 1 : 0]));
+    else
+        asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(w[0]));
+}
+
+/* x[0..V) stored at p (aligned to V·sizeof(T) bytes) as one access of 32-bit words packed here (a struct of
+ * V halves was split into 16-bit stores by the front end), += the stored values when accumulate. */
+template <typename T, int V> __device__ __forceinline__ void bn_bput(T *p, const float x[V], int accumulate)
+{
+    float y[V];
+    bn_bvec<T, V> r;
+    if (accumulate)
+        r = bn_braw<T, V>(p);
+#pragma unroll
+    for (int e = 0; e < V; e++)
+        y[e] = accumulate ? bn_bget<V>(&r, e) + x[e] : x[e];
+    if (sizeof(T) == 4) {
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            r.w.v[e < bn_bvec<T, V>::NW ? e : 0] = bn_bits(y[e], p);
+    }
+    else if (V == 1) {
+        *(unsigned short *)p = (unsigned short)bn_bits(y[0], p);
+        return;
+    }
+    else {
+#pragma unroll
+        for (int w = 0; w < bn_bvec<T, V>::NW; w++)
+            r.w.v[w] = bn_bits(y[2 * w], p) | (bn_bits(y[(2 * w + 1) % V], p) << 16);
+    }
+    bn_wstore<bn_bvec<T, V>::NW>(p, r.w.v);
+}
+
+/* One channel's scalar constants, loaded through the read-only path. */
 typedef struct bn_c1 {
     float mean, invstd, weight, bias;
 } bn_c1;
 
-__device__ __forceinline__ bn_c1 bn_c1_load(const yv_bn_params *p, int64_t c)
+__device__ __forceinline__ bn_c1 bn_c1_load(const yv_bn_params *p, int c)
 {
     bn_c1 k;
-    k.mean = p->mean[c];
-    k.invstd = p->invstd[c];
-    k.weight = p->weight[c];
-    k.bias = p->bias[c];
+    k.mean = __ldg(p->mean + c);
+    k.invstd = __ldg(p->invstd + c);
+    k.weight = __ldg(p->weight + c);
+    k.bias = __ldg(p->bias + c);
     return k;
 }
 
-/* u of one element (x̂1, x̂2 returned), as bn_u. */
-template <int Z2>
-__device__ __forceinline__ float bn_c1_u(bn_c1 k1, bn_c1 k2, float z1, float z2, float *xh1, float *xh2)
+/* x̂ and γ·x̂ + β of one element, as bn_u. */
+__device__ __forceinline__ float bn_c1_u(bn_c1 k, float z, float *xh)
 {
-    float x1 = (z1 - k1.mean) * k1.invstd;
-    float u = x1 * k1.weight + k1.bias;
-    *xh1 = x1;
-    *xh2 = 0.0f;
-    if (Z2) {
-        float x2 = (z2 - k2.mean) * k2.invstd;
-        u = u + (x2 * k2.weight + k2.bias);
-        *xh2 = x2;
-    }
-    return u;
+    float x = (z - k.mean) * k.invstd;
+    *xh = x;
+    return x * k.weight + k.bias;
 }
 
-/* g = dy·act'(u), x̂1, x̂2 of V elements of one channel (planar backward). */
-template <typename T, int V, int Z2>
-__device__ __forceinline__ void bn_planar_g(const bn_args *a, const T *p1, const T *p2, const T *pg, bn_c1 k1,
-                                            bn_c1 k2, float gg[V], float xh1[V], float xh2[V])
+/* g = dy·act'(u) of one element. */
+template <int SILU> __device__ __forceinline__ float bn_c1_g(float u, float dy)
 {
-    float z[V], y[V], dy[V];
-    bn_vload_at<T, V>(p1, z);
-    if (Z2)
-        bn_vload_at<T, V>(p2, y);
-    bn_vload_at<T, V>(pg, dy);
-#pragma unroll
-    for (int e = 0; e < V; e++) {
-        float u = bn_c1_u<Z2>(k1, k2, z[e], Z2 ? y[e] : 0.0f, &xh1[e], &xh2[e]);
-        float s = bn_sigmoid(u);
-        gg[e] = a->silu ? dy[e] * (s * (1.0f + u * (1.0f - s))) : dy[e];
-    }
+    if (!SILU)
+        return dy;
+    float s = bn_sigmoid_hw(u);
+    return dy * (s * (1.0f + u * (1.0f - s)));
 }
 
-/* Position (b, i) of flat vector j of one channel (j = b·Wv + i/V): advanced by `by` vectors at a time, so
- * the division happens once per thread. */
-__device__ __forceinline__ void bn_plane_pos(int64_t j, int64_t Wv, int64_t *b, int64_t *i)
-{
-    *b = j / Wv;
-    *i = j - *b * Wv;
-}
-
-__device__ __forceinline__ void bn_plane_advance(int64_t by, int64_t Wv, int64_t *b, int64_t *i)
-{
-    *i += by;
-    if (*i >= Wv) {   /* a division only when the step leaves the plane */
-        int64_t q = *i / Wv;
-        *b += q;
-        *i -= q * Wv;
-    }
-}
-
-/* Block sum of ns float64 values per thread (lanes already added), in a fixed order; thread 0 gets the
- * result in out[]. */
-__device__ __forceinline__ void bn_block_sum1(double sh[BN_NSUM][BN_THREADS / 32], int ns, double v[BN_NSUM],
+/* Sum of ns float64 values per thread over the block in a fixed order (lanes by shuffles, then warps);
+ * thread 0 gets the result in out[]. Ends with a barrier, so sh can be reused at once. */
+__device__ __forceinline__ void bn_block_sum1(double sh[BN_NSUM][BN_THREADS / 32], int ns, const double v[BN_NSUM],
                                               double out[BN_NSUM])
 {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1152,208 +1240,210 @@ __device__ __forceinline__ void bn_block_sum1(double sh[BN_NSUM][BN_THREADS / 32
     for (int j = 0; j < ns; j++) {
         double x = 0.0;
         if (threadIdx.x == 0)
-            for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+            for (int w = 0; w < BN_THREADS / 32; w++)
                 x += sh[j][w];
         out[j] = x;
     }
+    __syncthreads();
 }
 
-/* Planar reduction (stats: MODE 0; backward: MODE 1 one BN, 2 the bn2 form). Grid (S, C): block (s, c) adds
- * channel c's flat vectors [s·chunk, (s+1)·chunk) of the B·Wv; 1-D blocks of BN_THREADS, BN_UNROLL vectors
- * in flight per thread; float32 runs of at most BN_FOLD vectors per lane folded into float64. */
-template <typename T, int V, int MODE>
-__global__ void __launch_bounds__(BN_THREADS) bn_planar_red_kernel(bn_args a, bn_geom g)
+/* Channel c's sums over its flat vectors [j0, j1) (j = b·Wv + i) into d[]: stats (MODE 0) Σ(z - K),
+ * Σ(z - K)²; backward (1, 2 = bn2 form) Σg, Σg·x̂1 [, Σg·x̂2]. R vectors per thread in flight. */
+template <typename T, int V, int MODE, int SILU>
+__device__ __forceinline__ void bn_planar_red_channel(const bn_args *a, const bn_pplan *pl, int c, int64_t j0,
+                                                      int64_t j1, double d[BN_NSUM])
 {
-    const int Z2 = MODE == 2, ns = MODE == 0 ? 2 : (Z2 ? 3 : 2);
-    __shared__ double sh[BN_NSUM][BN_THREADS / 32];
-    int64_t c = blockIdx.y, Wv = g.W / V, total = g.B * Wv;
-    int64_t chunk = (total + a.S - 1) / a.S, j0 = (int64_t)blockIdx.x * chunk;
-    int64_t j1 = j0 + chunk < total ? j0 + chunk : total;
-    bn_c1 k1 = {0.0f, 0.0f, 0.0f, 0.0f}, k2 = {0.0f, 0.0f, 0.0f, 0.0f};
+    const int Z2 = MODE == 2;
+    constexpr int R = Z2 ? BN_UNROLL / 2 : BN_UNROLL;
+    const T *z1 = (const T *)a->z1.data + (int64_t)c * a->z1.stride[1];
+    const T *z2 = Z2 ? (const T *)a->z2.data + (int64_t)c * a->z2.stride[1] : z1;
+    const T *gy = MODE ? (const T *)a->gy.data + (int64_t)c * a->gy.stride[1] : z1;
+    int64_t s1 = a->z1.stride[0], s2 = Z2 ? a->z2.stride[0] : 0, sg = MODE ? a->gy.stride[0] : 0;
     float K = 0.0f;
+    bn_c1 k1 = {0.0f, 0.0f, 0.0f, 0.0f}, k2 = k1;
     if (MODE == 0)
-        K = bn_tof(*bn_plane_at<T>(&a.z1, 0, c, 0));
+        K = bn_tof(*z1);
     else {
-        k1 = bn_c1_load(&a.p1, c);
+        k1 = bn_c1_load(&a->p1, c);
         if (Z2)
-            k2 = bn_c1_load(&a.p2, c);
+            k2 = bn_c1_load(&a->p2, c);
     }
-    double d[BN_NSUM] = {0.0, 0.0, 0.0};
-    float f[BN_NSUM][V];
+    int64_t j = j0 + threadIdx.x;
+    if (j >= j1)
+        return;
+    int64_t qb, qi;
+    bn_divmod(j, pl->Wv, &qb, &qi);
+    int b = (int)qb, i = (int)qi;
+    for (; j < j1; j += R * BN_THREADS) {
+        bn_bvec<T, V> x1[R], x2[R], dy[R];
 #pragma unroll
-    for (int s = 0; s < BN_NSUM; s++)
-#pragma unroll
-        for (int e = 0; e < V; e++)
-            f[s][e] = 0.0f;
-    int64_t b = 0, i = 0, bt = blockDim.x;
-    int run = 0;
-    if (j0 + threadIdx.x < j1)
-        bn_plane_pos(j0 + threadIdx.x, Wv, &b, &i);
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += BN_UNROLL * bt) {
-        int64_t pb[BN_UNROLL], pi[BN_UNROLL];
-#pragma unroll
-        for (int r = 0; r < BN_UNROLL; r++) {
-            pb[r] = b;
-            pi[r] = i;
-            bn_plane_advance(bt, Wv, &b, &i);
-        }
-        if (MODE == 0) {
-            float x[BN_UNROLL][V];
-#pragma unroll
-            for (int r = 0; r < BN_UNROLL; r++)
-                if (j + r * bt < j1)
-                    bn_vload_at<T, V>(bn_plane_at<T>(&a.z1, pb[r], c, pi[r] * V), x[r]);
-#pragma unroll
-            for (int r = 0; r < BN_UNROLL; r++)
-                if (j + r * bt < j1)
-#pragma unroll
-                    for (int e = 0; e < V; e++) {
-                        float t = x[r][e] - K;
-                        f[0][e] += t;
-                        f[1][e] += t * t;
-                    }
-        }
-        else {
-#pragma unroll
-            for (int r = 0; r < BN_UNROLL; r++) {
-                if (j + r * bt >= j1)
-                    continue;
-                float gg[V], xh1[V], xh2[V];
-                int64_t o = pi[r] * V;
-                bn_planar_g<T, V, Z2>(&a, bn_plane_at<T>(&a.z1, pb[r], c, o),
-                                      Z2 ? bn_plane_at<T>(&a.z2, pb[r], c, o) : (const T *)NULL,
-                                      bn_plane_at<T>(&a.gy, pb[r], c, o), k1, k2, gg, xh1, xh2);
-#pragma unroll
-                for (int e = 0; e < V; e++) {
-                    f[0][e] += gg[e];
-                    f[1][e] += gg[e] * xh1[e];
-                    if (Z2)
-                        f[2][e] += gg[e] * xh2[e];
-                }
+        for (int r = 0; r < R; r++) {
+            if (j + r * BN_THREADS < j1) {
+                x1[r] = bn_braw<T, V>(z1 + b * s1 + (int64_t)i * V);
+                x2[r] = Z2 ? bn_braw<T, V>(z2 + b * s2 + (int64_t)i * V) : x1[r];
+                dy[r] = MODE ? bn_braw<T, V>(gy + b * sg + (int64_t)i * V) : x1[r];
+            }
+            i += pl->si;
+            b += pl->sb;
+            if (i >= pl->Wv) {
+                i -= pl->Wv;
+                b++;
             }
         }
-        run += BN_UNROLL;
-        if (run >= BN_FOLD) {
+        float f[BN_NSUM] = {0.0f, 0.0f, 0.0f};
 #pragma unroll
-            for (int s = 0; s < BN_NSUM; s++)
-#pragma unroll
-                for (int e = 0; e < V; e++) {
-                    d[s] += f[s][e];
-                    f[s][e] = 0.0f;
-                }
-            run = 0;
-        }
-    }
-#pragma unroll
-    for (int s = 0; s < BN_NSUM; s++)
-#pragma unroll
-        for (int e = 0; e < V; e++)
-            d[s] += f[s][e];
-    double out[BN_NSUM];
-    bn_block_sum1(sh, ns, d, out);
-    if (threadIdx.x == 0)
-        for (int s = 0; s < ns; s++)
-            a.partial[((int64_t)s * a.S + blockIdx.x) * g.C + c] = out[s];
-}
-
-/* Vectors i0 + r·BN_THREADS (r < BN_UNROLL) below Wv of plane (b, c) of a planar operand: every load is
- * issued before the first use. */
-template <typename T, int V>
-__device__ __forceinline__ void bn_vload_plane(const yv_view4 *v, int64_t b, int64_t c, int64_t i0, int64_t Wv,
-                                               float x[BN_UNROLL][V])
-{
-#pragma unroll
-    for (int r = 0; r < BN_UNROLL; r++)
-        if (i0 + r * BN_THREADS < Wv)
-            bn_vload_at<T, V>(bn_plane_at<T>(v, b, c, (i0 + r * BN_THREADS) * V), x[r]);
-}
-
-template <typename T, int V>
-__device__ __forceinline__ void bn_vstore_plane(const yv_view4 *v, int64_t b, int64_t c, int64_t i0, int64_t Wv,
-                                                float x[BN_UNROLL][V])
-{
-#pragma unroll
-    for (int r = 0; r < BN_UNROLL; r++)
-        if (i0 + r * BN_THREADS < Wv)
-            bn_vstore_at<T, V>(bn_plane_at<T>(v, b, c, (i0 + r * BN_THREADS) * V), x[r], 0);
-}
-
-/* Planar elementwise passes: grid (tiles of BN_THREADS·BN_UNROLL vectors along a plane, planes); block
- * (x, y) does tile x of planes y, y + gridDim.y, ... with that plane's channel constants in registers.
- * FORM as in bn_fwd_fast_kernel. */
-template <typename T, int V, int FORM>
-__global__ void __launch_bounds__(BN_THREADS) bn_fwd_planar_vec_kernel(bn_args a, bn_geom g)
-{
-    const int Z2 = FORM & 1, RES = FORM & 2;
-    int64_t Wv = g.W / V, planes = g.B * g.C;
-    int64_t i0 = (int64_t)blockIdx.x * BN_THREADS * BN_UNROLL + threadIdx.x;
-    for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
-        int64_t b = p / g.C, c = p - b * g.C;
-        bn_c1 k1 = bn_c1_load(&a.p1, c), k2 = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (Z2)
-            k2 = bn_c1_load(&a.p2, c);
-        float u[BN_UNROLL][V], x[BN_UNROLL][V];
-        bn_vload_plane<T, V>(&a.z1, b, c, i0, Wv, u);
-        if (Z2)
-            bn_vload_plane<T, V>(&a.z2, b, c, i0, Wv, x);
-#pragma unroll
-        for (int r = 0; r < BN_UNROLL; r++)
+        for (int r = 0; r < R; r++) {
+            if (j + r * BN_THREADS >= j1)
+                continue;
 #pragma unroll
             for (int e = 0; e < V; e++) {
-                float xh1, xh2;
-                float v = bn_c1_u<Z2>(k1, k2, u[r][e], Z2 ? x[r][e] : 0.0f, &xh1, &xh2);
-                u[r][e] = a.silu ? v * bn_sigmoid(v) : v;
+                if (MODE == 0) {
+                    float t = bn_bget<V>(&x1[r], e) - K;
+                    f[0] += t;
+                    f[1] += t * t;
+                }
+                else {
+                    float xh1, xh2 = 0.0f;
+                    float u = bn_c1_u(k1, bn_bget<V>(&x1[r], e), &xh1);
+                    if (Z2)
+                        u = u + bn_c1_u(k2, bn_bget<V>(&x2[r], e), &xh2);
+                    float g = bn_c1_g<SILU>(u, bn_bget<V>(&dy[r], e));
+                    f[0] += g;
+                    f[1] += g * xh1;
+                    if (Z2)
+                        f[2] += g * xh2;
+                }
             }
-        if (RES) {
-            bn_vload_plane<T, V>(&a.res, b, c, i0, Wv, x);
-            bn_add_rows<V>(x, u);
         }
-        bn_vstore_plane<T, V>(&a.out, b, c, i0, Wv, u);
+#pragma unroll
+        for (int s = 0; s < BN_NSUM; s++)
+            d[s] += f[s];
     }
 }
 
-template <typename T, int V, int Z2>
-__global__ void __launch_bounds__(BN_THREADS) bn_bwd_planar_vec_kernel(bn_args a, bn_geom g)
+/* Planar reduction (MODE 0 stats, 1 backward, 2 backward bn2; SILU for the backward): block k adds the
+ * flat vectors [k·chunk, (k+1)·chunk) of the channel-major C·Bv (Bv = B·Wv), see the section comment. */
+template <typename T, int V, int MODE, int SILU>
+__global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_planar_red_kernel(bn_args a, bn_pplan pl)
 {
-    int64_t Wv = g.W / V, planes = g.B * g.C, C = g.C;
-    int64_t i0 = (int64_t)blockIdx.x * BN_THREADS * BN_UNROLL + threadIdx.x;
-    for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
-        int64_t b = p / C, c = p - b * C;
-        bn_c1 k1 = bn_c1_load(&a.p1, c), k2 = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (Z2)
-            k2 = bn_c1_load(&a.p2, c);
-        float q0 = a.coef[c], q1 = a.coef[C + c], q2 = Z2 ? a.coef[2 * C + c] : 0.0f;
-        float a1 = a.coef[3 * C + c], a2 = Z2 ? a.coef[4 * C + c] : 0.0f;
-        float gg[BN_UNROLL][V], xh1[BN_UNROLL][V], xh2[BN_UNROLL][V];
+    const int ns = MODE == 2 ? 3 : 2;
+    __shared__ double sh[BN_NSUM][BN_THREADS / 32];
+    int64_t Bv = (int64_t)pl.B * pl.Wv, J0 = (int64_t)blockIdx.x * pl.chunk;
+    int64_t J1 = J0 + pl.chunk < (int64_t)pl.C * Bv ? J0 + pl.chunk : (int64_t)pl.C * Bv;
+    int64_t c0, rest;
+    bn_divmod(J0, Bv, &c0, &rest);
+    for (int64_t c = c0; c < pl.C && c * Bv < J1; c++) {
+        int64_t j0 = c * Bv > J0 ? 0 : J0 - c * Bv, j1 = (c + 1) * Bv < J1 ? Bv : J1 - c * Bv;
+        double d[BN_NSUM] = {0.0, 0.0, 0.0}, out[BN_NSUM];
+        bn_planar_red_channel<T, V, MODE, SILU>(&a, &pl, (int)c, j0, j1, d);
+        bn_block_sum1(sh, ns, d, out);
+        int64_t s = blockIdx.x - c * Bv / pl.chunk;   /* this block's slot for channel c */
+        if (threadIdx.x == 0)
+            for (int j = 0; j < ns; j++)
+                a.partial[((int64_t)j * a.S + s) * pl.C + c] = out[j];
+        if ((c + 1) * Bv <= J1)   /* the channel's last block: zero its unused slots */
+            for (int64_t x = s + 1 + threadIdx.x; x < a.S; x += BN_THREADS)
+                for (int j = 0; j < ns; j++)
+                    a.partial[((int64_t)j * a.S + x) * pl.C + c] = 0.0;
+    }
+}
+
+/* Planar forward, FORM as in bn_fwd_fast_kernel (bit 0 z2, bit 1 residual, which may be out itself: each
+ * element's loads come before its store and belong to one thread); SILU the activation. */
+template <typename T, int V, int FORM, int SILU>
+__global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_fwd_planar_vec_kernel(bn_args a, bn_pplan pl)
+{
+    const int Z2 = FORM & 1, RES = FORM & 2;
+    constexpr int R = FORM == 0 ? BN_UNROLL : (FORM == 3 ? 1 : BN_UNROLL / 2);
+    bn_ppos p = bn_ppos_of(&pl, (int64_t)blockIdx.x * BN_THREADS + threadIdx.x);
+    while (p.b < pl.B) {
+        bn_ppos q[R];
+        bn_bvec<T, V> x1[R], x2[R], xr[R];
 #pragma unroll
-        for (int r = 0; r < BN_UNROLL; r++) {
-            int64_t o = (i0 + r * BN_THREADS) * V;
-            if (i0 + r * BN_THREADS < Wv)
-                bn_planar_g<T, V, Z2>(&a, bn_plane_at<T>(&a.z1, b, c, o),
-                                      Z2 ? bn_plane_at<T>(&a.z2, b, c, o) : (const T *)NULL,
-                                      bn_plane_at<T>(&a.gy, b, c, o), k1, k2, gg[r], xh1[r], xh2[r]);
+        for (int r = 0; r < R; r++) {
+            q[r] = p;
+            if (p.b < pl.B) {
+                x1[r] = bn_braw<T, V>((const T *)a.z1.data + bn_poff<V>(&a.z1, p));
+                x2[r] = Z2 ? bn_braw<T, V>((const T *)a.z2.data + bn_poff<V>(&a.z2, p)) : x1[r];
+                xr[r] = RES ? bn_braw<T, V>((const T *)a.res.data + bn_poff<V>(&a.res, p)) : x1[r];
+            }
+            bn_ppos_step(&p, &pl);
         }
 #pragma unroll
-        for (int r = 0; r < BN_UNROLL; r++) {
-            int64_t o = (i0 + r * BN_THREADS) * V;
-            if (i0 + r * BN_THREADS >= Wv)
+        for (int r = 0; r < R; r++) {
+            if (q[r].b >= pl.B)
                 continue;
-            float dz[V];
-            if (a.dz1.data != NULL) {
+            bn_c1 k1 = bn_c1_load(&a.p1, q[r].c), k2 = k1;
+            if (Z2)
+                k2 = bn_c1_load(&a.p2, q[r].c);
+            float y[V];
 #pragma unroll
-                for (int e = 0; e < V; e++)
-                    dz[e] = a1 * ((gg[r][e] - q0) - xh1[r][e] * q1);
-                bn_vstore_at<T, V>(bn_plane_at<T>(&a.dz1, b, c, o), dz, a.accumulate);
+            for (int e = 0; e < V; e++) {
+                float xh;
+                float u = bn_c1_u(k1, bn_bget<V>(&x1[r], e), &xh);
+                if (Z2)
+                    u = u + bn_c1_u(k2, bn_bget<V>(&x2[r], e), &xh);
+                u = SILU ? u * bn_sigmoid_hw(u) : u;
+                y[e] = RES ? bn_bget<V>(&xr[r], e) + u : u;
             }
-            if (Z2 && a.dz2.data != NULL) {
-#pragma unroll
-                for (int e = 0; e < V; e++)
-                    dz[e] = a2 * ((gg[r][e] - q0) - xh2[r][e] * q2);
-                bn_vstore_at<T, V>(bn_plane_at<T>(&a.dz2, b, c, o), dz, a.accumulate);
-            }
+            bn_bput<T, V>((T *)a.out.data + bn_poff<V>(&a.out, q[r]), y, 0);
         }
     }
 }
+
+/* Planar backward elementwise pass (Z2: the bn2 form): dz_i = a_i·((g - k0) - x̂_i·k_i) with the
+ * coefficients [5][C] of bn_bwd_finish_kernel. 16-byte vectors, 2 of z1 and dy in flight (1 of z1, z2, dy in
+ * the bn2 form): as many bytes in flight as 4 vectors of 8 bytes, with half the per-vector work (position,
+ * offsets, 7 constants) per element; 4 vectors of 16 bytes spilled at 64 registers. */
+template <typename T, int V, int Z2, int SILU>
+__global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_planar_vec_kernel(bn_args a, bn_pplan pl)
+{
+    constexpr int R = Z2 ? BN_UNROLL / 4 : BN_UNROLL / 2;
+    const float *k = a.coef;
+    int C = pl.C;
+    bn_ppos p = bn_ppos_of(&pl, (int64_t)blockIdx.x * BN_THREADS + threadIdx.x);
+    while (p.b < pl.B) {
+        bn_ppos q[R];
+        bn_bvec<T, V> x1[R], x2[R], dy[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            q[r] = p;
+            if (p.b < pl.B) {
+                x1[r] = bn_braw<T, V>((const T *)a.z1.data + bn_poff<V>(&a.z1, p));
+                x2[r] = Z2 ? bn_braw<T, V>((const T *)a.z2.data + bn_poff<V>(&a.z2, p)) : x1[r];
+                dy[r] = bn_braw<T, V>((const T *)a.gy.data + bn_poff<V>(&a.gy, p));
+            }
+            bn_ppos_step(&p, &pl);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (q[r].b >= pl.B)
+                continue;
+            int c = q[r].c;
+            bn_c1 k1 = bn_c1_load(&a.p1, c), k2 = k1;
+            if (Z2)
+                k2 = bn_c1_load(&a.p2, c);
+            float q0 = __ldg(k + c), q1 = __ldg(k + C + c), a1 = __ldg(k + 3 * C + c);
+            float q2 = Z2 ? __ldg(k + 2 * C + c) : 0.0f, a2 = Z2 ? __ldg(k + 4 * C + c) : 0.0f;
+            float d1[V], d2[V];
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                float xh1, xh2 = 0.0f;
+                float u = bn_c1_u(k1, bn_bget<V>(&x1[r], e), &xh1);
+                if (Z2)
+                    u = u + bn_c1_u(k2, bn_bget<V>(&x2[r], e), &xh2);
+                float d = bn_c1_g<SILU>(u, bn_bget<V>(&dy[r], e)) - q0;
+                d1[e] = a1 * (d - xh1 * q1);
+                d2[e] = a2 * (d - xh2 * q2);
+            }
+            if (a.dz1.data != NULL)
+                bn_bput<T, V>((T *)a.dz1.data + bn_poff<V>(&a.dz1, q[r]), d1, a.accumulate);
+            if (Z2 && a.dz2.data != NULL)
+                bn_bput<T, V>((T *)a.dz2.data + bn_poff<V>(&a.dz2, q[r]), d2, a.accumulate);
+        }
+    }
+}
+
 /* ---- host side ---- */
 
 static int64_t bn_splits(int64_t n)
@@ -1374,17 +1464,6 @@ static int64_t bn_fast_splits(int64_t n)
     return s < 1 ? 1 : (s > BN_FAST_SPLITS ? BN_FAST_SPLITS : s);
 }
 
-/* Planar fast reductions: about BN_PLANAR_BLOCKS blocks over the C channels, each at least
- * BN_PLANAR_MIN_VECS vectors of its channel's `per_channel`. */
-#define BN_PLANAR_BLOCKS 1056     /* 8 per SM on a 132-SM H200 */
-#define BN_PLANAR_MIN_VECS 1024
-static int64_t bn_planar_splits(int64_t C, int64_t per_channel)
-{
-    int64_t s = yv_ceil_div(BN_PLANAR_BLOCKS, C), most = yv_ceil_div(per_channel, BN_PLANAR_MIN_VECS);
-    s = s < most ? s : most;
-    return s < 1 ? 1 : (s > BN_FAST_SPLITS ? BN_FAST_SPLITS : s);
-}
-
 /* Fast reductions on the device: one wave of BN_RED_BLOCKS blocks per SM, fewer when bn_fast_splits gives
  * fewer (small n), so S never exceeds what bn_partial_bytes sized the workspace for. */
 static int bn_sm_count(void);
@@ -1394,9 +1473,16 @@ static int64_t bn_red_splits(int64_t n)
     return s < wave ? s : wave;
 }
 
+/* Planar reductions: at most BN_FAST_SPLITS blocks (bn_planar_red_plan), so a channel's blocks, and with them
+ * its partial slots S, never exceed BN_FAST_SPLITS/C + 2 (S = (Bv - 1)/chunk + 2 with chunk >= C·Bv/blocks). */
+static int64_t bn_planar_max_splits(int64_t C)
+{
+    return BN_FAST_SPLITS / (C > 0 ? C : 1) + 2;
+}
+
 static size_t bn_partial_bytes(yv_bn_shape s)
 {
-    int64_t n = s.B * s.H * s.W, S = bn_splits(n), Sf = bn_fast_splits(n), Sp = bn_planar_splits(s.C, n);
+    int64_t n = s.B * s.H * s.W, S = bn_splits(n), Sf = bn_fast_splits(n), Sp = bn_planar_max_splits(s.C);
     S = S > Sf ? S : Sf;
     S = S > Sp ? S : Sp;
     return yv_align256((size_t)BN_NSUM * (size_t)S * (size_t)s.C * sizeof(double));
@@ -1479,12 +1565,13 @@ static int bn_fast_vec(const bn_geom *g, yv_view4 *ops[], int nops, int max_byte
 }
 
 /* The planar fast path's vector width: after the merge H == 1 and every present operand has unit inner stride
- * (planes (b, c) of W contiguous elements), z1's dtype, and for the largest V <= max_bytes/es with W % V == 0
- * a V-aligned pointer and V-multiple plane strides. 0: not planar, or V would be 1 (the generic planar kernels
- * serve that). C <= 65535 (grid.y of the reductions). */
+ * (planes (b, c) of W contiguous elements), z1's dtype, and the largest V <= max_bytes/es with W % V == 0, a
+ * V-aligned pointer and V-multiple plane strides (V = 1 for odd planes). 0: not planar. B, C and W/V below
+ * 2^30 (32-bit positions in the planar kernels; larger ones take the generic kernels). */
+#define BN_PLANAR_MAX_DIM ((int64_t)1 << 30)
 static int bn_planar_vec(const bn_geom *g, yv_view4 *ops[], int nops, int max_bytes)
 {
-    if (g->H != 1 || g->n < 1 || g->C > 65535)
+    if (g->H != 1 || g->n < 1 || g->B >= BN_PLANAR_MAX_DIM || g->C >= BN_PLANAR_MAX_DIM)
         return 0;
     yv_dtype dt = ops[0]->dtype;
     size_t es = dt == YV_FLOAT32 ? 4 : 2;
@@ -1493,14 +1580,14 @@ static int bn_planar_vec(const bn_geom *g, yv_view4 *ops[], int nops, int max_by
     for (int i = 0; i < nops; i++)
         if (ops[i]->data != NULL && (ops[i]->dtype != dt || ops[i]->stride[3] != 1))
             return 0;
-    for (int v = (int)(max_bytes / es); v > 1; v >>= 1) {
+    for (int v = (int)(max_bytes / es); v >= 1; v >>= 1) {
         int ok = g->W % v == 0;
         for (int i = 0; ok && i < nops; i++)
             if (ops[i]->data != NULL && ((uintptr_t)ops[i]->data % (v * es) != 0 || ops[i]->stride[0] % v != 0
                                          || ops[i]->stride[1] % v != 0))
                 ok = 0;
         if (ok)
-            return v;
+            return g->W / v < BN_PLANAR_MAX_DIM ? v : 0;
     }
     return 0;
 }
@@ -1533,15 +1620,119 @@ static unsigned bn_elem_grid(int64_t needed)
     return (unsigned)(needed < 1 ? 1 : (needed < most ? needed : most));
 }
 
-/* Planar elementwise grid: x over tiles of BN_THREADS·BN_UNROLL vectors of a plane, y over planes (at most
- * 65535, grid-stride beyond) so that about bn_elem_grid blocks run. */
-static dim3 bn_planar_grid(const bn_geom *g, int v)
+/* The planar kernels' geometry with `step` (flat vectors between a thread's consecutive vectors) decomposed. */
+static bn_pplan bn_planar_plan(const bn_geom *g, int v, int64_t step)
 {
-    int64_t tiles = yv_ceil_div(g->W / v, (int64_t)BN_THREADS * BN_UNROLL), planes = g->B * g->C;
-    int64_t y = yv_ceil_div((int64_t)bn_elem_grid(tiles * planes), tiles);
-    y = y < planes ? y : planes;
-    y = y < 65535 ? y : 65535;
-    return dim3((unsigned)tiles, (unsigned)(y < 1 ? 1 : y));
+    bn_pplan pl;
+    pl.B = (int)g->B;
+    pl.C = (int)g->C;
+    pl.Wv = (int)(g->W / v);
+    int64_t planes = step / pl.Wv;
+    pl.si = (int)(step % pl.Wv);
+    pl.sc = (int)(planes % pl.C);
+    pl.sb = (int)(planes / pl.C);
+    pl.chunk = 0;
+    return pl;
+}
+
+/* Planar elementwise passes: one wave of BN_RED_BLOCKS blocks per SM (fewer for small tensors), grid-stride
+ * over the B·C·W/V vectors; *grid: the block count. */
+static bn_pplan bn_planar_elem_plan(const bn_geom *g, int v, unsigned *grid)
+{
+    int64_t total = g->B * g->C * (g->W / v), wave = (int64_t)bn_sm_count() * BN_RED_BLOCKS;
+    int64_t blocks = yv_ceil_div(total, (int64_t)BN_THREADS * BN_UNROLL);
+    blocks = blocks < wave ? blocks : wave;
+    *grid = (unsigned)(blocks < 1 ? 1 : blocks);
+    return bn_planar_plan(g, v, (int64_t)*grid * BN_THREADS);
+}
+
+/* Planar reductions: at most one wave of BN_RED_BLOCKS blocks per SM (and BN_FAST_SPLITS), equal ranges of
+ * `chunk` >= BN_PLANAR_MIN_VECS flat vectors; the step is a block's BN_THREADS vectors within one channel
+ * (sc unused). *S: partial slots per channel, *grid: the block count. */
+#define BN_PLANAR_MIN_VECS 1024   /* 4 vectors per thread */
+static bn_pplan bn_planar_red_plan(const bn_geom *g, int v, int64_t *S, unsigned *grid)
+{
+    bn_pplan pl = bn_planar_plan(g, v, 0);
+    pl.sb = BN_THREADS / pl.Wv;
+    pl.si = BN_THREADS % pl.Wv;
+    int64_t Bv = g->B * (int64_t)pl.Wv, total = g->C * Bv, wave = (int64_t)bn_sm_count() * BN_RED_BLOCKS;
+    wave = wave < BN_FAST_SPLITS ? wave : BN_FAST_SPLITS;
+    int64_t chunk = yv_ceil_div(total, wave);
+    pl.chunk = chunk > BN_PLANAR_MIN_VECS ? chunk : BN_PLANAR_MIN_VECS;
+    *grid = (unsigned)yv_ceil_div(total, pl.chunk);
+    *S = (Bv - 1) / pl.chunk + 2;
+    return pl;
+}
+
+/* Launch KERNEL<T, V, X, SILU>(a, pl) for z1's dtype and the planar vector width v, blocks of BN_THREADS. */
+#define BN_PV_CASES(KERNEL, X, SILU, T, vec, grid, a, pl, stream)                                             \
+    switch (vec) {                                                                                              \
+    case 8: KERNEL<T, (sizeof(T) == 2 ? 8 : 4), X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;       \
+    case 4: KERNEL<T, 4, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;                               \
+    case 2: KERNEL<T, 2, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;                               \
+    default: KERNEL<T, 1, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;                              \
+    }
+#define BN_PV_DTYPES(CASES, KERNEL, X, SILU, dtype, v, grid, a, pl, stream)                                     \
+    do {                                                                                                        \
+        if ((dtype) == YV_FLOAT16) {                                                                            \
+            CASES(KERNEL, X, SILU, __half, v, grid, a, pl, stream)                                              \
+        }                                                                                                       \
+        else if ((dtype) == YV_BFLOAT16) {                                                                      \
+            CASES(KERNEL, X, SILU, __nv_bfloat16, v, grid, a, pl, stream)                                       \
+        }                                                                                                       \
+        else {                                                                                                  \
+            CASES(KERNEL, X, SILU, float, v, grid, a, pl, stream)                                               \
+        }                                                                                                       \
+    } while (0)
+#define BN_PV_LAUNCH(KERNEL, X, SILU, dtype, v, grid, a, pl, stream)                                            \
+    BN_PV_DTYPES(BN_PV_CASES, KERNEL, X, SILU, dtype, v, grid, a, pl, stream)
+
+/* The planar reduction: stats (mode 0) or backward (1, 2 = bn2 form). */
+static void bn_planar_red_launch(bn_args *a, const bn_geom *g, int v, int mode, cudaStream_t stream)
+{
+    unsigned grid;
+    bn_pplan pl = bn_planar_red_plan(g, v, &a->S, &grid);
+    yv_dtype dt = a->z1.dtype;
+    int x = mode * 2 + (mode > 0 && a->silu);
+    switch (x) {
+    case 0: BN_PV_LAUNCH(bn_planar_red_kernel, 0, 0, dt, v, grid, *a, pl, stream); break;
+    case 2: BN_PV_LAUNCH(bn_planar_red_kernel, 1, 0, dt, v, grid, *a, pl, stream); break;
+    case 3: BN_PV_LAUNCH(bn_planar_red_kernel, 1, 1, dt, v, grid, *a, pl, stream); break;
+    case 4: BN_PV_LAUNCH(bn_planar_red_kernel, 2, 0, dt, v, grid, *a, pl, stream); break;
+    default: BN_PV_LAUNCH(bn_planar_red_kernel, 2, 1, dt, v, grid, *a, pl, stream); break;
+    }
+}
+
+/* The planar forward (form: bit 0 z2, bit 1 residual). */
+static void bn_planar_fwd_launch(const bn_args *a, const bn_geom *g, int v, int form, cudaStream_t stream)
+{
+    unsigned grid;
+    bn_pplan pl = bn_planar_elem_plan(g, v, &grid);
+    yv_dtype dt = a->z1.dtype;
+    switch (form * 2 + (a->silu != 0)) {
+    case 0: BN_PV_LAUNCH(bn_fwd_planar_vec_kernel, 0, 0, dt, v, grid, *a, pl, stream); break;
+    case 1: BN_PV_LAUNCH(bn_fwd_planar_vec_kernel, 0, 1, dt, v, grid, *a, pl, stream); break;
+    case 2: BN_PV_LAUNCH(bn_fwd_planar_vec_kernel, 1, 0, dt, v, grid, *a, pl, stream); break;
+    case 3: BN_PV_LAUNCH(bn_fwd_planar_vec_kernel, 1, 1, dt, v, grid, *a, pl, stream); break;
+    case 4: BN_PV_LAUNCH(bn_fwd_planar_vec_kernel, 2, 0, dt, v, grid, *a, pl, stream); break;
+    case 5: BN_PV_LAUNCH(bn_fwd_planar_vec_kernel, 2, 1, dt, v, grid, *a, pl, stream); break;
+    case 6: BN_PV_LAUNCH(bn_fwd_planar_vec_kernel, 3, 0, dt, v, grid, *a, pl, stream); break;
+    default: BN_PV_LAUNCH(bn_fwd_planar_vec_kernel, 3, 1, dt, v, grid, *a, pl, stream); break;
+    }
+}
+
+/* The planar backward elementwise pass (two: the bn2 form). */
+static void bn_planar_bwd_launch(const bn_args *a, const bn_geom *g, int v, int two, cudaStream_t stream)
+{
+    unsigned grid;
+    bn_pplan pl = bn_planar_elem_plan(g, v, &grid);
+    yv_dtype dt = a->z1.dtype;
+    switch (two * 2 + (a->silu != 0)) {
+    case 0: BN_PV_LAUNCH(bn_bwd_planar_vec_kernel, 0, 0, dt, v, grid, *a, pl, stream); break;
+    case 1: BN_PV_LAUNCH(bn_bwd_planar_vec_kernel, 0, 1, dt, v, grid, *a, pl, stream); break;
+    case 2: BN_PV_LAUNCH(bn_bwd_planar_vec_kernel, 1, 0, dt, v, grid, *a, pl, stream); break;
+    default: BN_PV_LAUNCH(bn_bwd_planar_vec_kernel, 1, 1, dt, v, grid, *a, pl, stream); break;
+    }
 }
 
 /* Block (tx, ty) of the fast kernels for vector width v. */
@@ -1628,9 +1819,7 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
         BN_FAST_LAUNCH(bn_stats_fast_kernel, 0, a.z1.dtype, v, (unsigned)a.S, bn_fast_block(&g, v), a, g, stream);
     }
     else if (vp > 0) {
-        a.S = bn_planar_splits(g.C, g.B * (g.W / vp));
-        dim3 grid((unsigned)a.S, (unsigned)g.C);
-        BN_FAST_LAUNCH(bn_planar_red_kernel, 0, a.z1.dtype, vp, grid, BN_THREADS, a, g, stream);
+        bn_planar_red_launch(&a, &g, vp, 0, stream);
     }
     else {
         a.S = bn_splits(g.n);
@@ -1664,8 +1853,7 @@ extern "C" cudaError_t yv_bn_silu_forward(yv_bn_shape s, yv_view4 z1, yv_bn_para
         BN_FORM_LAUNCH(bn_fwd_fast_kernel, form, a.z1.dtype, v, grid, block, a, g, stream);
     }
     else if (vp > 0) {
-        BN_FORM_LAUNCH(bn_fwd_planar_vec_kernel, form, a.z1.dtype, vp, bn_planar_grid(&g, vp), BN_THREADS, a, g,
-                       stream);
+        bn_planar_fwd_launch(&a, &g, vp, form, stream);
     }
     else if (rows) {
         bn_fwd_rows_kernel<<<bn_grid(yv_ceil_div(g.n, BN_THREADS / 32)), BN_THREADS, 0, stream>>>(a, g);
@@ -1715,12 +1903,7 @@ extern "C" cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_par
             BN_FAST_LAUNCH(bn_bwd_red_fast_kernel, 0, a.z1.dtype, vr, (unsigned)a.S, bn_fast_block(&g, vr), a, g, stream);
     }
     else if (pr > 0) {
-        a.S = bn_planar_splits(g.C, g.B * (g.W / pr));
-        dim3 grid((unsigned)a.S, (unsigned)g.C);
-        if (two)
-            BN_FAST_LAUNCH(bn_planar_red_kernel, 2, a.z1.dtype, pr, grid, BN_THREADS, a, g, stream);
-        else
-            BN_FAST_LAUNCH(bn_planar_red_kernel, 1, a.z1.dtype, pr, grid, BN_THREADS, a, g, stream);
+        bn_planar_red_launch(&a, &g, pr, two ? 2 : 1, stream);
     }
     else {
         a.S = bn_splits(g.n);
@@ -1739,11 +1922,7 @@ extern "C" cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_par
             BN_FAST_LAUNCH(bn_bwd_fast_kernel, 0, a.z1.dtype, v, grid, block, a, g, stream);
     }
     else if (pv > 0) {
-        dim3 grid = bn_planar_grid(&g, pv);
-        if (two)
-            BN_FAST_LAUNCH(bn_bwd_planar_vec_kernel, 1, a.z1.dtype, pv, grid, BN_THREADS, a, g, stream);
-        else
-            BN_FAST_LAUNCH(bn_bwd_planar_vec_kernel, 0, a.z1.dtype, pv, grid, BN_THREADS, a, g, stream);
+        bn_planar_bwd_launch(&a, &g, pv, two, stream);
     }
     else if (rows) {
         bn_bwd_rows_kernel<<<bn_grid(yv_ceil_div(g.n, BN_THREADS / 32)), BN_THREADS, 0, stream>>>(a, g);

@@ -491,6 +491,37 @@ def test_cuda_vector_paths(dtype, layout, shape):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["nchw", "slice"])
+@pytest.mark.parametrize("shape", [(2, 6, 3, 4), (3, 5, 2, 3), (2, 7, 5, 3), (300, 3, 2, 4), (2, 1500, 2, 2),
+                                   (64, 8, 40, 40), (1, 2, 1, 20000)])
+def test_cuda_planar_shapes(dtype, layout, shape):
+    """The planar kernels' branches: H·W = 12, 6, 15 (8-, 4-, 2-byte vectors: V = 4, 2, 1 in fp16), many images
+    of tiny planes, more channels than reduction blocks (a block adds several whole channels), 40x40 planes
+    (channels split over blocks, ranges crossing channel boundaries), one long plane per channel (B == 1)."""
+    check_all(make_z(shape, layout, dtype, device="cuda", seed=80), device="cuda", seed=80)
+    z2 = make_z(shape, layout, dtype, device="cuda", seed=81)
+    check_bn2(make_z(shape, layout, dtype, device="cuda", seed=82), z2, device="cuda")
+    check_add(make_z(shape, layout, dtype, device="cuda", seed=83), z2, device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(64, 32, 40, 40), (2, 1500, 2, 2)])
+def test_cuda_planar_reductions_repeat_bit_for_bit(shape):
+    """The planar reductions add in a fixed order: the same inputs give the same bits, call after call."""
+    z = make_z(shape, "nchw", torch.float16, device="cuda", seed=84)
+    w, b = params(shape[1], "cuda")
+    gy = torch.randn(z.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(85)).half()
+    first = [*ops.bn_stats(z)]
+    first += ops.bn_silu_backward(z, first[0], first[1], w, b, gy)
+    for _ in range(2):
+        again = [*ops.bn_stats(z)]
+        again += ops.bn_silu_backward(z, again[0], again[1], w, b, gy)
+        for x, y, name in zip(first, again, ("mean", "invstd", "dz", "dw", "db")):
+            assert torch.equal(x, y), name
+
+
+@pytest.mark.cuda
 def test_cuda_views_accumulate_bn2_add():
     z = make_z((2, 35, 6, 7), "cl", torch.float32, device="cuda", seed=53)
     mean, invstd = ops.bn_stats(z)
