@@ -77,7 +77,7 @@ static int check_pair(const yv_tensor *big, const yv_tensor *small, const yv_ten
             return -1;
         }
     }
-    for (int d = 0; d < 4; d++) {
+    for (int d = 0; d < 4 && out->numel > 0; d++) {
         if (out->shape[d] > 1 && out->strides[d] == 0) {
             PyErr_Format(PyExc_ValueError, "%s: %s is an output and has stride 0 in dimension %d (an expanded "
                          "tensor); pass a tensor with its own storage", out->op, out->arg, d);
