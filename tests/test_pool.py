@@ -82,8 +82,8 @@ def close_scaled(actual, truth, dtype, n, what):
     a, t = actual.detach().cpu().double(), truth.detach().cpu().double()
     m = t.abs().max().to(dtype)
     ulp = (torch.nextafter(m, torch.tensor(float("inf"), dtype=dtype)).double() - m.double()).item()
-    diff = (a - t).abs().max().item()
-    assert diff <= n * ulp, f"{what}: max |diff| {diff:.3g} is {100 * diff / (n * ulp):.0f}% of the allowed {n * ulp:.3g}"
+    diff, allowed = (a - t).abs().max().item(), n * ulp
+    assert diff <= allowed, f"{what}: max |diff| {diff:.3g} is {100 * diff / allowed:.0f}% of the allowed {allowed:.3g}"
 
 
 def close_truth(actual, truth, inp, what):
