@@ -5,7 +5,8 @@ Ground truth: F.avg_pool2d(x, 2, 1, 0, False, True) and its autograd backward, i
 (and torch's own result in the op's dtype).
 Tolerances:
   * float32: the forward and the backward equal torch's CPU float32 results bit for bit (the same float32
-    additions in the same order); CUDA equals the C CPU implementation bit for bit in every dtype.
+    additions in the same order); CUDA equals the C CPU implementation bit for bit in every dtype (and
+    torch's CUDA float32 result within 4e-7·max|x|: its order of the adds is not ours to fix).
     Against the float64 truth: |diff| <= 2e-7·max|input| (three rounded adds).
   * float16 / bfloat16: within 1 ulp of the float64 truth rounded to the dtype (one rounding of the float32
     sum), and within 1 ulp of torch's forward. torch's CPU 16-bit backward rounds after every add, so
@@ -111,6 +112,9 @@ def check_op(x, seed=1):
     assert y.is_contiguous(memory_format=expected_format(x))
     if dtype == torch.float32 and x.is_cpu:
         assert torch.equal(y, ref), f"forward: {(y - ref).abs().max().item():.3g} from torch's float32 result"
+    elif dtype == torch.float32:  # torch's CUDA kernel may add in another order: both within 2e-7·max|x|
+        diff, allowed = (y - ref).abs().max().item(), 4e-7 * x.abs().max().item()
+        assert diff <= allowed, f"forward vs torch: {diff:.3g} is {100 * diff / allowed:.0f}% of the allowed"
     else:
         close_ulps(y, ref, dtype, 1, "forward vs torch")
     close_truth(y, truth, x, "forward vs float64")
