@@ -175,6 +175,19 @@ PyDoc_STRVAR(tal_assign_workspace_size_doc,
 "tal_assign_forward needs on the CPU (cuda false) or a GPU (cuda true): O(A + M + topk) on the CPU, "
 "O(B·A + B·M·topk) on a GPU.");
 
+PyDoc_STRVAR(avg_pool2x2_forward_doc,
+"avg_pool2x2_forward($module, x, out, stream, /)\n--\n\n"
+"ADown's F.avg_pool2d(x, 2, 1, 0, False, True): out[b,c,y,x] = 0.25*(((x[y,x] + x[y,x+1]) + x[y+1,x]) +\n"
+"x[y+1,x+1]) in float32 (maths: kernels/pool.cu). x (B, C, H, W), H, W >= 2, float32/float16 (bfloat16 on\n"
+"CUDA), any strides; out (B, C, H-1, W-1) of x's dtype and device, any strides, not overlapping x, written;\n"
+"stream: the CUDA stream handle (0 for CPU). Returns None.");
+
+PyDoc_STRVAR(avg_pool2x2_backward_doc,
+"avg_pool2x2_backward($module, grad_out, grad_in, stream, /)\n--\n\n"
+"Input gradient of avg_pool2x2_forward from grad_out alone: grad_in[y,x] = 0.25 * the sum of grad_out over\n"
+"the (up to 4) windows covering (y, x). grad_out (B, C, H-1, W-1), grad_in (B, C, H, W) written (=), one\n"
+"dtype and device, any strides, not overlapping. Returns None.");
+
 PyDoc_STRVAR(cudnn_fusion_probe_doc,
 "cudnn_fusion_probe($module, conv, dtype_code, device, /)\n--\n\n"
 "Which fused convolution graphs cuDNN 9 can plan on CUDA device `device` (int): conv = (N, C, H, W, K, R, S,\n"
@@ -216,6 +229,10 @@ static PyMethodDef module_methods[] = {
      tal_assign_forward_doc},
     {"tal_assign_workspace_size", (PyCFunction)(void (*)(void))yv_py_tal_assign_workspace_size, METH_FASTCALL,
      tal_assign_workspace_size_doc},
+    {"avg_pool2x2_forward", (PyCFunction)(void (*)(void))yv_py_avg_pool2x2_forward, METH_FASTCALL,
+     avg_pool2x2_forward_doc},
+    {"avg_pool2x2_backward", (PyCFunction)(void (*)(void))yv_py_avg_pool2x2_backward, METH_FASTCALL,
+     avg_pool2x2_backward_doc},
     {"cudnn_fusion_probe", (PyCFunction)(void (*)(void))yv_py_cudnn_fusion_probe, METH_FASTCALL,
      cudnn_fusion_probe_doc},
     {"cudnn_fusion_time", (PyCFunction)(void (*)(void))yv_py_cudnn_fusion_time, METH_FASTCALL,

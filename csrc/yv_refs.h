@@ -79,4 +79,12 @@ int yv_tal_assign_forward_ref(const void *scores, yv_dtype score_dtype, const in
                               double alpha, double beta, double eps, void *workspace, int64_t *target_labels,
                               float *target_boxes, void *target_norm, uint8_t *fg, int64_t *gt_idx);
 
+/* ---- avg_pool2x2 (csrc/pool_ref.c; maths stated there) ----
+ * in / grad_in (B, C, H, W), out / grad_out (B, C, H-1, W-1): strided host views (yv_view4), one dtype
+ * YV_FLOAT32/YV_FLOAT16/YV_BFLOAT16; H, W >= 2. forward: out = 2x2 window means (=); backward: grad_in (=).
+ * Float32 sums in the kernels' order: the same bits as kernels/pool.cu. Return 0.
+ */
+int yv_avg_pool2x2_forward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 in, yv_view4 out);
+int yv_avg_pool2x2_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 grad_out, yv_view4 grad_in);
+
 #endif /* YV_REFS_H */

@@ -95,6 +95,18 @@ cudaError_t yv_tal_assign_forward(const void *scores, yv_dtype score_dtype, cons
                                   double eps, void *workspace, int64_t *target_labels, float *target_boxes,
                                   float *target_norm, uint8_t *fg, int64_t *gt_idx, cudaStream_t stream);
 
+/* ---- avg_pool2x2 (kernels/pool.cu; maths stated there): ADown's F.avg_pool2d(x, 2, 1, 0, False, True) ----
+ * in / grad_in (B, C, H, W), out / grad_out (B, C, H-1, W-1): yv_view4 device views, any strides (a channel
+ * slice of a channels-last buffer included), one dtype YV_FLOAT32/YV_FLOAT16/YV_BFLOAT16; H, W >= 2.
+ * forward:  out = 2x2 window mean of in (=), float32 sum in row-major window order
+ * backward: grad_in = 0.25 * the sum of grad_out over the windows covering each element (=); reads only
+ *           grad_out (nothing is saved from the forward)
+ */
+cudaError_t yv_avg_pool2x2_forward(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 in, yv_view4 out,
+                                   cudaStream_t stream);
+cudaError_t yv_avg_pool2x2_backward(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 grad_out,
+                                    yv_view4 grad_in, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,6 +30,7 @@ from yolov9c.models.common import (ADown, AConv, CBFuse, CBLinear, Concat, Conv,
                                    RepNCSP, RepNCSPELAN4, SP, SPPELAN, Silence)
 from yolov9c.models.head import DFL, DDetect, DualDDetect
 from yolov9c.ops import bn_silu as ops
+from yolov9c.ops import pool
 
 
 def _node(x):
@@ -145,8 +146,10 @@ def elan(m, x):
     return conv(m.cv4, Cat([y1, y2, y3, y4]))
 
 
-def _avg2(t):
-    return F.avg_pool2d(t, 2, 1, 0, False, True)
+def _avg2(x):
+    """ADown/AConv's F.avg_pool2d(x, 2, 1, 0, False, True) as a lazy value: the yolov9c.ops.pool op (C on the
+    CPU, CUDA kernels on a GPU), whose backward reads only the incoming gradient (no forward re-run)."""
+    return Spatial(pool.avg_pool2x2, _node(x), grad=pool.avg_pool2x2_backward)
 
 
 def _max3s2(t):
@@ -154,11 +157,11 @@ def _max3s2(t):
 
 
 def aconv(m, x):
-    return conv(m.cv1, Spatial(_avg2, _node(x)))
+    return conv(m.cv1, _avg2(x))
 
 
 def adown(m, x):
-    p = Spatial(_avg2, _node(x))
+    p = _avg2(x)
     c = p.shape[1]
     h = (c + 1) // 2
     a = conv(m.cv1, p.slice(0, h))

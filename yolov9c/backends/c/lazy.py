@@ -9,8 +9,9 @@ A lazy value is a small expression tree whose leaves hold stored tensors; nothin
                                          is never stored; a consumer normalises it on the fly)
     Sum(children)                        elementwise sum (RepNBottleneck's shortcut, CBFuse)
     Cat(children)                        channel concatenation (ELAN/GELAN, ADown, yaml Concat rows)
-    Spatial(fn, child)                   a per-channel spatial op applied after activation (max/avg pool,
-                                         nearest upsample/resize, zero pad)
+    Spatial(fn, child[, grad])           a per-channel spatial op applied after activation (max/avg pool,
+                                         nearest upsample/resize, zero pad); grad: its input gradient from
+                                         the output gradient alone, when it has one (ADown's average pool)
 Every leaf node carries a channel range [c0, c1) of its tensors, so a channel slice (the chunk of an ELAN
 block, ADown's halves) is pushed down to the leaves and never copies anything: slicing commutes with every
 node type (BN, activation and the spatial ops are per-channel).
@@ -376,22 +377,25 @@ def _spatial_shape(fn, shape):
 
 
 class Spatial(Node):
-    """fn(child) for a per-channel spatial op fn (a module such as nn.MaxPool2d, or a function)."""
+    """fn(child) for a per-channel spatial op fn (a module such as nn.MaxPool2d, or a function).
 
-    __slots__ = ("fn", "child")
+    grad: the op's input gradient from the output gradient alone, grad(g) (the 2×2 average pool's, which
+    needs no forward value), or None: backward then re-runs fn on the child's value under autograd."""
 
-    def __init__(self, fn, child, shape=None):
-        self.fn, self.child = fn, child
+    __slots__ = ("fn", "child", "grad")
+
+    def __init__(self, fn, child, shape=None, grad=None):
+        self.fn, self.child, self.grad = fn, child, grad
         if shape is None:
             shape = _spatial_shape(fn, tuple(child.shape))
         self.shape = tuple(shape)
 
     def slice(self, c0, c1):
         b, _, h, w = self.shape
-        return Spatial(self.fn, self.child.slice(c0, c1), (b, c1 - c0, h, w))
+        return Spatial(self.fn, self.child.slice(c0, c1), (b, c1 - c0, h, w), self.grad)
 
     def _mapped(self, fn, memo):
-        return Spatial(self.fn, self.child.map(fn, memo), self.shape)
+        return Spatial(self.fn, self.child.map(fn, memo), self.shape, self.grad)
 
     def tensors(self):
         return self.child.tensors()
@@ -406,10 +410,13 @@ class Spatial(Node):
         return self.fn(ev.value(self.child))
 
     def backward(self, g, ev, acc):
-        # the op's own backward through autograd, on the child's value (memoised by the recompute)
-        with torch.enable_grad():
-            v = ev.value(self.child).detach().requires_grad_()
-            (gv,) = torch.autograd.grad(self.fn(v), v, g)
+        if self.grad is not None:
+            gv = self.grad(g)
+        else:
+            # the op's own backward through autograd, on the child's value (memoised by the recompute)
+            with torch.enable_grad():
+                v = ev.value(self.child).detach().requires_grad_()
+                (gv,) = torch.autograd.grad(self.fn(v), v, g)
         self.child.backward(gv, ev, acc)
 
 

@@ -1,0 +1,181 @@
+"""Benchmark of the 2×2 stride-1 average pool (kernels/pool.cu through yolov9c/ops/pool.py) against torch's
+F.avg_pool2d(x, 2, 1, 0, False, True) and its backward on the same tensors, with a copy of the same tensor on
+the same GPU in the same run as the ceiling.
+
+Shapes: the pool calls the c backend makes per training step at batch 64, 640 (from the models' ADown/AConv
+inputs: yolov9-c's ADown pools each channel half of its input separately, so (64, 256, 160, 160) is two calls
+of (64, 128, 160, 160); yolov9-s's AConv pools its whole input), with how many calls of each a step has.
+Prints one JSON line per (shape, layout, impl, pass):
+    impl      "copy" (dst.copy_(src) of an input-sized tensor), "c" (yolov9c.ops.pool) or "torch"
+    pass      "forward" | "backward" (c: avg_pool2x2_backward from the gradient alone; torch:
+              aten.avg_pool2d_backward, what autograd calls)
+    ms        GPU time per call: `--calls` calls captured in one CUDA graph, replayed, median of `--reps`
+    gbps      (elements read + written) · element size / time; pct_copy: gbps as % of the copy's (same shape)
+then a table, and per model the pool time of one training step: c = calls·(2 forward (forward + the lazy
+conv's backward recompute) + 1 backward), torch's path as the c backend ran it before = calls·(3 forward
+(forward, recompute, the autograd re-run in backward) + 1 backward), both with the measured times.
+Layouts: "cl" channels-last (the training path), "nchw" contiguous, "cl_slice" channels [C, 2C) of a
+channels-last (B, 2C, H, W) buffer (pixel stride 2C).
+Run (GPU): python benchmarks/bench_pool.py
+           python benchmarks/bench_pool.py --shapes 64,128,160,160 --layouts cl --dtype bfloat16
+Without CUDA it prints a message and exits 0.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
+from yolov9c.ops import pool
+
+# (model, pool input shape, calls per training step) at batch 64, 640
+CALLS = [
+    ("yolov9-c", (64, 128, 160, 160), 4), ("yolov9-c", (64, 256, 80, 80), 4), ("yolov9-c", (64, 128, 80, 80), 2),
+    ("yolov9-c", (64, 256, 40, 40), 6),
+    ("yolov9-s", (64, 64, 160, 160), 1), ("yolov9-s", (64, 128, 80, 80), 2), ("yolov9-s", (64, 192, 40, 40), 2),
+]
+LAYOUTS = ["cl", "nchw", "cl_slice"]
+
+
+def make(shape, layout, dtype, seed):
+    B, C, H, W = shape
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if layout == "cl_slice":
+        buf = torch.randn(B, 2 * C, H, W, device="cuda", dtype=dtype, generator=g)
+        return buf.contiguous(memory_format=torch.channels_last)[:, C:]
+    t = torch.randn(shape, device="cuda", dtype=dtype, generator=g)
+    return t.contiguous(memory_format=torch.channels_last) if layout != "nchw" else t
+
+
+def _events(fn, count):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(count):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def timed(fn, args):
+    """ms per call: `calls` calls captured in one CUDA graph and replayed (no host launch gaps); the calls back
+    to back when a capture fails."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(args.warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(args.calls):
+                fn()
+        graph.replay()
+        torch.cuda.synchronize()
+        return statistics.median(_events(graph.replay, 1) / args.calls for _ in range(args.reps))
+    except Exception as e:
+        print(json.dumps({"note": f"graph capture failed ({type(e).__name__}: {e}); loop timing"}), flush=True)
+        torch.cuda.synchronize()
+        return statistics.median(_events(fn, args.calls) / args.calls for _ in range(args.reps))
+
+
+def report(shape, layout, dtype, impl, name, ms, elements, elem_bytes, copy_gbps):
+    gbps = elements * elem_bytes / ms / 1e6
+    row = {"shape": list(shape), "layout": layout, "dtype": str(dtype).replace("torch.", ""), "impl": impl,
+           "pass": name, "ms": round(ms, 4), "gbps": round(gbps, 1)}
+    if copy_gbps:
+        row["pct_copy"] = round(100 * gbps / copy_gbps, 1)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def bench_copy(shape, dtype, args):
+    """GB/s of dst.copy_(src) for an input-sized tensor (bytes read + written)."""
+    src = torch.randn(shape, device="cuda", dtype=dtype)
+    dst = torch.empty_like(src)
+    n = src.numel()
+    return report(shape, "contiguous", dtype, "copy", "copy", timed(lambda: dst.copy_(src), args), 2 * n,
+                  src.element_size(), None)
+
+
+def bench_case(shape, layout, dtype, args, cg):
+    B, C, H, W = shape
+    n_in, n_out = B * C * H * W, B * C * (H - 1) * (W - 1)
+    x = make(shape, layout, dtype, 0)
+    g = make((B, C, H - 1, W - 1), layout, dtype, 1)
+    eb = x.element_size()
+    rows = [report(shape, layout, dtype, "c", "forward", timed(lambda: pool.avg_pool2x2(x), args), n_in + n_out,
+                   eb, cg),
+            report(shape, layout, dtype, "c", "backward", timed(lambda: pool.avg_pool2x2_backward(g), args),
+                   n_in + n_out, eb, cg)]
+    if not args.no_torch:
+        rows.append(report(shape, layout, dtype, "torch", "forward",
+                           timed(lambda: F.avg_pool2d(x, 2, 1, 0, False, True), args), n_in + n_out, eb, cg))
+        rows.append(report(shape, layout, dtype, "torch", "backward",
+                           timed(lambda: torch.ops.aten.avg_pool2d_backward(g, x, [2, 2], [1, 1], [0, 0], False,
+                                                                            True, None), args),
+                           n_in + n_out, eb, cg))
+    return rows
+
+
+def summary(rows):
+    print(f"{'shape':22} {'layout':9} {'impl':6} {'pass':9} {'ms':>9} {'GB/s':>7} {'% copy':>7}")
+    for r in rows:
+        print(f"{str(tuple(r['shape'])):22} {r['layout']:9} {r['impl']:6} {r['pass']:9} {r['ms']:9.4f} "
+              f"{r['gbps']:7.0f} {r.get('pct_copy', 100.0):7.1f}")
+
+
+def step_estimate(rows, calls):
+    """Pool GPU time of one training step per model (channels-last rows), c vs the former torch path."""
+    t = {(tuple(r["shape"]), r["impl"], r["pass"]): r["ms"] for r in rows if r["layout"] == "cl"}
+    for model in sorted({m for m, _, _ in calls}):
+        c = old = 0.0
+        for m, shape, n in calls:
+            if m != model or (shape, "c", "forward") not in t:
+                continue
+            c += n * (2 * t[shape, "c", "forward"] + t[shape, "c", "backward"])
+            if (shape, "torch", "forward") in t:
+                old += n * (3 * t[shape, "torch", "forward"] + t[shape, "torch", "backward"])
+        row = {"model": model, "step_pool_ms_c": round(c, 3), "step_pool_ms_torch_path": round(old, 3) or None}
+        print(json.dumps(row), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", nargs="*", default=None, help="B,C,H,W (default: the yolov9-s/c batch-64 calls)")
+    ap.add_argument("--layouts", nargs="*", default=LAYOUTS, choices=LAYOUTS)
+    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+    ap.add_argument("--calls", type=int, default=10, help="calls per captured graph")
+    ap.add_argument("--reps", type=int, default=10, help="timed replays (median)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--no-torch", action="store_true", help="skip torch's rows")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_pool: no CUDA GPU here; nothing measured (run it on a GPU machine)")
+        return 0
+    calls = CALLS if not args.shapes else []
+    shapes = ([tuple(int(v) for v in s.split(",")) for s in args.shapes] if args.shapes
+              else list(dict.fromkeys(s for _, s, _ in CALLS)))
+    dtype = getattr(torch, args.dtype)
+    print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}), flush=True)
+    rows = []
+    for shape in shapes:
+        copy = bench_copy(shape, dtype, args)
+        rows.append(copy)
+        for layout in args.layouts:
+            rows += bench_case(shape, layout, dtype, args, copy["gbps"])
+            torch.cuda.empty_cache()
+    summary(rows)
+    step_estimate(rows, calls)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The 2×2 stride-1 average pool of ADown and AConv: F.avg_pool2d(x, 2, 1, 0, False, True).
+
+Shapes and dtypes:
+    x, grad_in          (B, C, H, W), H, W >= 2, any strides (NCHW, channels-last, a channel slice of a
+                        bigger channels-last buffer: read in place, no copy); float32 / float16 / bfloat16
+    out, grad_out       (B, C, H-1, W-1), x's dtype; new tensors take the input's memory format
+Maths (kernels/pool.cu, csrc/pool_ref.c):
+    forward   out[y,x] = 0.25·(((x[y,x] + x[y,x+1]) + x[y+1,x]) + x[y+1,x+1])   (float32, this order: torch's CPU
+              float32 result bit for bit; one rounding to a 16-bit dtype)
+    backward  grad_in[y,x] = 0.25·Σ grad_out over the (up to 4) windows covering (y, x), from grad_out alone
+AvgPool2x2Function saves nothing for backward but the shape it implies (no tensor).
+
+Dispatch (read at every call): YOLOV9C_FUSED=0 or a device other than CPU/CUDA (the c backend's shape probe
+runs ops on meta tensors) -> the *_reference functions; CPU -> csrc/pool_ref.c through NumPy (bfloat16, which
+NumPy lacks, is widened to float32 and rounded back: the same bits); CUDA -> kernels/pool.cu on the current
+stream. Argument checks live in C (csrc/pool.c).
+Test: python -m pytest -q tests/test_pool.py; speed: python benchmarks/bench_pool.py
+"""
+
+import torch
+import torch.nn.functional as F
+
+from yolov9c.ops import extension
+
+
+def avg_pool2x2_reference(x):
+    """F.avg_pool2d(x, 2, 1, 0, False, True) (differentiable through autograd)."""
+    return F.avg_pool2d(x, 2, 1, 0, False, True)
+
+
+def avg_pool2x2_backward_reference(grad_out):
+    """torch's own avg_pool2d backward for grad_out (B, C, H-1, W-1): the input gradient (B, C, H, W)."""
+    B, C, h, w = grad_out.shape
+    like = torch.empty((B, C, h + 1, w + 1), dtype=grad_out.dtype, device=grad_out.device,
+                       memory_format=_format_of(grad_out))
+    return torch.ops.aten.avg_pool2d_backward(grad_out, like, [2, 2], [1, 1], [0, 0], False, True, None)
+
+
+def _format_of(t):
+    """t's memory format for new tensors: channels-last when its channel stride is 1 (a channel slice of a
+    channels-last buffer too), else NCHW contiguous."""
+    if t.ndim == 4 and t.stride(1) == 1 and t.shape[1] > 1:
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+def _use_reference(op, t):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: expected a torch.Tensor, got {type(t).__name__}")
+    return not extension.fused_enabled() or t.device.type not in ("cpu", "cuda")
+
+
+def _run(op, name, src, dst_shape, out_name):
+    """dst = op(src) through yolov9c._C: a new tensor of dst_shape in src's dtype and memory format."""
+    C = extension.load()
+    fn = getattr(C, op)
+    wide = src.is_cpu and src.dtype == torch.bfloat16  # NumPy has no bfloat16: float32 gives the same bits
+    s = src.float() if wide else src
+    fmt = _format_of(src) if len(dst_shape) == 4 else torch.contiguous_format
+    dst = torch.empty(dst_shape, dtype=s.dtype, device=src.device, memory_format=fmt)
+    fn(extension.arg(s, op, name), extension.arg(dst, op, out_name), extension.stream_of(src.device))
+    return dst.to(torch.bfloat16) if wide else dst
+
+
+def _shape(t, dh):
+    """t's shape with H and W changed by dh (4-D), or unchanged (let C name the bad dimensions)."""
+    s = tuple(t.shape)
+    return (s[0], s[1], s[2] + dh, s[3] + dh) if len(s) == 4 else s
+
+
+def _forward_impl(x):
+    op = "avg_pool2x2_forward"
+    if _use_reference(op, x):
+        with torch.no_grad():
+            return avg_pool2x2_reference(x)
+    return _run(op, "x", x, _shape(x, -1), "out")
+
+
+def _backward_impl(grad_out):
+    op = "avg_pool2x2_backward"
+    if _use_reference(op, grad_out):
+        with torch.no_grad():
+            return avg_pool2x2_backward_reference(grad_out)
+    return _run(op, "grad_out", grad_out, _shape(grad_out, 1), "grad_in")
+
+
+class AvgPool2x2Function(torch.autograd.Function):
+    """out = avg_pool2x2(x); backward from grad_out alone (nothing saved)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return _forward_impl(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return _backward_impl(grad_out)
+
+
+def avg_pool2x2(x):
+    """F.avg_pool2d(x, 2, 1, 0, False, True) for x (B, C, H, W): a new (B, C, H-1, W-1) tensor of x's dtype and
+    memory format. Differentiable (AvgPool2x2Function)."""
+    if not extension.fused_enabled():
+        return avg_pool2x2_reference(x)
+    return AvgPool2x2Function.apply(x)
+
+
+def avg_pool2x2_backward(grad_out):
+    """The input gradient (B, C, H, W) of avg_pool2x2 for grad_out (B, C, H-1, W-1), computed from grad_out
+    alone (no autograd recorded): a new tensor of grad_out's dtype and memory format."""
+    return _backward_impl(grad_out)
