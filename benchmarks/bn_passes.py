@@ -1,0 +1,106 @@
+"""How many times the c backend's BN/SiLU kernels touch each conv output z in one training step (issue 12: the
+c step spends ~2x torch's time in BN/SiLU kernels; this says where the extra passes come from). CPU only; the
+counts do not depend on the device, the batch or the image size (only on the model graph).
+
+    python benchmarks/bn_passes.py --model yolov9-s            # one step at batch 2, 128 px, on the CPU
+
+Wraps the five entry points of yolov9c.ops.bn_silu (statistics, forward, two-BN forward, backward, two-BN
+backward), runs forward + loss + backward of `--backend c`, and prints per entry point its calls and the
+elements of z it read, in forward and in backward, as multiples of the BN layers' input elements of one torch
+forward (the minimum for one pass over every z), plus how many times each z region was applied (activated) in
+forward and in backward. Bytes per element per pass (fp16): statistics 2, forward apply 4, backward 10 (a
+reduction pass reading z and g, then an elementwise pass reading z and g and writing dz).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+from yolov9c.api import build_model, make_loss  # noqa: E402
+from yolov9c.backends import apply  # noqa: E402
+from yolov9c.engine.train.memory_plan import random_targets  # noqa: E402
+from yolov9c.ops import bn_silu  # noqa: E402
+
+# entry point: positions of its z arguments
+ENTRY_POINTS = {"_stats_impl": (0,), "_forward_impl": (0,), "_forward2_impl": (0, 5), "_backward_impl": (0,),
+                "_backward2_impl": (0, 5)}
+APPLIES = ("_forward_impl", "_forward2_impl")
+
+
+class Counter:
+    def __init__(self):
+        self.phase = "forward"
+        self.elems = collections.Counter()     # (phase, entry point) -> elements of z
+        self.calls = collections.Counter()     # (phase, entry point) -> calls
+        self.applies = collections.Counter()   # (phase, z region) -> times activated
+
+    def wrap(self, name, positions):
+        f = getattr(bn_silu, name)
+
+        def counted(*args, **kwargs):
+            for i in positions:
+                z = args[i]
+                self.elems[self.phase, name] += z.numel()
+                if name in APPLIES:
+                    self.applies[self.phase, (z.untyped_storage().data_ptr(), z.storage_offset(), z.shape)] += 1
+            self.calls[self.phase, name] += 1
+            return f(*args, **kwargs)
+        setattr(bn_silu, name, counted)
+        return f
+
+
+def bn_input_elements(name, x):
+    """Elements of every BatchNorm2d input in one plain torch forward: one pass over every z."""
+    model = build_model(name, nc=80).train()
+    total = [0]
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.register_forward_hook(lambda mod, inp, out: total.__setitem__(0, total[0] + inp[0].numel()))
+    with torch.no_grad():
+        model(x)
+    return total[0]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="yolov9-s")
+    ap.add_argument("--img", type=int, default=128)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    x = torch.rand(2, 3, args.img, args.img)
+    base = bn_input_elements(args.model, x)
+    model = build_model(args.model, nc=80).train()
+    loss_fn = make_loss(model, backend="c")
+    out = apply(model, "c")
+    model = model if out is None else out
+    counter = Counter()
+    originals = {name: counter.wrap(name, pos) for name, pos in ENTRY_POINTS.items()}
+    try:
+        loss, _ = loss_fn(model(x), random_targets(2, 5, 80, torch.Generator().manual_seed(0)))
+        counter.phase = "backward"
+        loss.sum().backward()
+    finally:
+        for name, f in originals.items():
+            setattr(bn_silu, name, f)
+    print(f"{args.model}: BN input elements of one forward {base / 1e6:.2f}M (= 1.00x)")
+    print(f"{'entry point':16s} {'phase':9s} {'calls':>6s} {'x one pass':>10s}")
+    for (phase, name), n in sorted(counter.elems.items(), key=lambda kv: (kv[0][1], kv[0][0] != "forward")):
+        print(f"{name:16s} {phase:9s} {counter.calls[phase, name]:6d} {n / base:10.2f}")
+    for phase in ("forward", "backward"):
+        hist = collections.Counter(n for (p, _), n in counter.applies.items() if p == phase)
+        print(f"{phase}: z regions by times activated (times: regions) {dict(sorted(hist.items()))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

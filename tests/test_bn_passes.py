@@ -1,0 +1,23 @@
+"""benchmarks/bn_passes.py: the counts of the c backend's BN/SiLU passes in one CPU training step."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_bn_passes_counts_one_statistics_pass_per_z():
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bn_passes.py"), "--model", "yolov9-t",
+                        "--img", "64"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {tuple(line.split()[:2]): line.split() for line in r.stdout.splitlines() if line.startswith("_")}
+    # batch statistics: every BatchNorm's input exactly once per step (the torch forward's BN inputs = 1.00x)
+    assert float(rows["_stats_impl", "forward"][3]) == 1.0
+    # every z is activated at least once in forward and its BN backward runs at least once in backward
+    assert float(rows["_forward_impl", "forward"][3]) + float(rows["_forward2_impl", "forward"][3]) >= 1.0
+    assert float(rows["_backward_impl", "backward"][3]) + float(rows["_backward2_impl", "backward"][3]) >= 1.0
+    assert ("_stats_impl", "backward") not in rows   # no statistics recomputed in backward
+    assert "forward: z regions by times activated" in r.stdout
