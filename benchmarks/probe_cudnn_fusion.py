@@ -38,6 +38,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
 from yolov9c.ops import extension  # noqa: E402
 from yolov9c.ops.bn_silu import bn_silu, bn_silu_backward, bn_stats  # noqa: E402
+from yolov9c.ops.cudnn_fusion import time_pattern  # noqa: E402
 
 EPS = 1e-3   # yolov9's BatchNorm2d eps
 
@@ -75,19 +76,6 @@ def cuda_ms(fn, iters):
     stop.record()
     stop.synchronize()
     return start.elapsed_time(stop) / iters
-
-
-def fused(C, conv, pattern, tensors, iters):
-    """cudnn_fusion_time's result, with a workspace from torch's allocator grown once if the plan needs more."""
-    device = tensors[0].device
-    args = tuple(extension.arg(t) for t in tensors)
-    stream, code = extension.stream_of(device), extension.dtype_code(tensors[0].dtype)
-    ws = torch.empty(0, dtype=torch.uint8, device=device)
-    out = C.cudnn_fusion_time(conv, code, pattern, args, extension.arg(ws), stream, iters)
-    if out["status"].startswith("workspace:"):
-        ws = torch.empty(out["workspace"], dtype=torch.uint8, device=device)
-        out = C.cudnn_fusion_time(conv, code, pattern, args, extension.arg(ws), stream, iters)
-    return out
 
 
 def error(got, want):
@@ -129,12 +117,12 @@ def torch_dgrad(cs):
                                                [1, 1], False, [0, 0], 1, [True, False, False])[0]
 
 
-def time_conv_stats(C, cs, pattern, iters):
+def time_conv_stats(cs, pattern, iters):
     """conv_genstats / conv_reduction against F.conv2d + bn_stats; checks y, and mean/invstd from the sums."""
     x, k = cs["x"], cs["conv"][4]
     y = cl(torch.empty(cs["conv"][0], k, cs["ho"], cs["wo"], device=x.device, dtype=x.dtype))
     s, sq = torch.empty(k, device=x.device), torch.empty(k, device=x.device)
-    out = fused(C, cs["conv"], pattern, (x, cs["w"], y, s, sq), iters)
+    out = time_pattern(cs["conv"], pattern, (x, cs["w"], y, s, sq), iters)
     row = dict(covers="y, sum(y), sum(y^2) (BN statistics in the conv epilogue)")
     conv_ms = cuda_ms(lambda: torch_conv(cs, x), iters)
     yr = torch_conv(cs, x)
@@ -152,13 +140,14 @@ def time_conv_stats(C, cs, pattern, iters):
     return out, row
 
 
-def time_dgrad_dswish_stats(C, cs, pattern, iters):
+def time_dgrad_dswish_stats(cs, pattern, iters):
     """dgrad + dSiLU + BN-backward sums against aten.convolution_backward + bn_silu_backward; checks dv and the
     dweight/dbias that follow from the sums."""
     x = cs["x"]
     dv = torch.empty_like(x)
     dv_sum, dvz_sum = torch.empty_like(cs["mean"]), torch.empty_like(cs["mean"])
-    out = fused(C, cs["conv"], pattern, (cs["dy"], cs["w"], x, cs["scale"], cs["shift"], dv, dv_sum, dvz_sum), iters)
+    tensors = (cs["dy"], cs["w"], x, cs["scale"], cs["shift"], dv, dv_sum, dvz_sum)
+    out = time_pattern(cs["conv"], pattern, tensors, iters)
     row = dict(covers="dv, sum(dv), sum(dv*z); not dz (the unfused bn_silu_backward also writes dz: one more "
                       "pass reading dv and z)")
     dgrad_ms = cuda_ms(lambda: torch_dgrad(cs), iters)
@@ -177,7 +166,7 @@ def time_dgrad_dswish_stats(C, cs, pattern, iters):
     return out, row
 
 
-def time_ssa_conv(C, cs, pattern, iters):
+def time_ssa_conv(cs, pattern, iters):
     """SiLU(scale*z + bias) prologue + conv [+ statistics of y] against bn_silu + F.conv2d [+ bn_stats];
     checks y [and mean/invstd from the sums]."""
     x, k = cs["x"], cs["conv"][4]
@@ -185,7 +174,7 @@ def time_ssa_conv(C, cs, pattern, iters):
     y = cl(torch.empty(cs["conv"][0], k, cs["ho"], cs["wo"], device=x.device, dtype=x.dtype))
     s, sq = torch.empty(k, device=x.device), torch.empty(k, device=x.device)
     tensors = (x, cs["scale"], cs["shift"], cs["w"], y) + ((s, sq) if stats else ())
-    out = fused(C, cs["conv"], pattern, tensors, iters)
+    out = time_pattern(cs["conv"], pattern, tensors, iters)
     row = dict(covers="y = conv(silu(scale*z + bias))" + (", sum(y), sum(y^2)" if stats else "")
                + "; the activation never stored")
     bn_args = (x, cs["mean"], cs["invstd"], cs["weight"], cs["bias"])
@@ -219,19 +208,19 @@ TIMED = {
 }
 
 
-def time_shape(C, args, shape, dtype):
+def time_shape(args, shape, dtype):
     """One JSON row per TIMED pattern at `shape`."""
     c, h, w, k, r, stride = shape
     cs = make_case(args.batch, c, h, w, k, r, stride, dtype)
     plain = {}
     for name, tensors in (("conv_fprop", (cs["x"], cs["w"], torch.empty_like(cs["dy"]))),
                           ("dgrad", (cs["dy"], cs["w"], torch.empty_like(cs["x"])))):
-        res = fused(C, cs["conv"], name, tensors, args.iters)
+        res = time_pattern(cs["conv"], name, tensors, args.iters)
         plain[name] = res["ms"] if res["status"] == "ok" else res["status"]
     rows = []
     for pattern, fn in TIMED.items():
         with torch.no_grad():
-            out, row = fn(C, cs, pattern, args.iters)
+            out, row = fn(cs, pattern, args.iters)
         unfused_ms = sum(row["unfused_parts"].values())
         errors = row.get("errors", {})
         ok = all(rel <= TOL[name] for name, (_, rel) in errors.items()) if errors else None
@@ -286,7 +275,7 @@ def main(argv=None):
     common = dict(cudnn=torch.backends.cudnn.version(), device=torch.cuda.get_device_name(device),
                   built_against=C.build_info()["cudnn"])
     if args.time:
-        rows = [row for shape in args.shapes for row in time_shape(C, args, shape, getattr(torch, args.dtype))]
+        rows = [row for shape in args.shapes for row in time_shape(args, shape, getattr(torch, args.dtype))]
         print(markdown(rows), flush=True)
         return 0
     code = extension.dtype_code(getattr(torch, args.dtype))

@@ -16,27 +16,12 @@
 #include <stddef.h>
 
 #include "half.h"
+#include "view4_ref.h"
 #include "yv_refs.h"
-
-static inline float load(const yv_view4 *v, int64_t off)
-{
-    if (v->dtype == YV_FLOAT16)
-        return yv_half_to_float(((const uint16_t *)v->data)[off]);
-    if (v->dtype == YV_BFLOAT16)
-        return yv_bfloat16_to_float(((const uint16_t *)v->data)[off]);
-    return ((const float *)v->data)[off];
-}
 
 static inline void store(const yv_view4 *v, int64_t off, float x, int accumulate)
 {
-    if (accumulate)
-        x = load(v, off) + x;
-    if (v->dtype == YV_FLOAT16)
-        ((uint16_t *)v->data)[off] = yv_float_to_half(x);
-    else if (v->dtype == YV_BFLOAT16)
-        ((uint16_t *)v->data)[off] = yv_float_to_bfloat16(x);
-    else
-        ((float *)v->data)[off] = x;
+    yv_view_store(v, off, accumulate ? yv_view_load(v, off) + x : x);
 }
 
 static inline int64_t offset(const yv_view4 *v, int64_t b, int64_t c, int64_t h, int64_t w)
@@ -53,11 +38,11 @@ static inline float sigmoidf(float u)
 static inline float bn_u(const yv_view4 *z1, const yv_bn_params *p1, const yv_view4 *z2, const yv_bn_params *p2,
                          int64_t b, int64_t c, int64_t h, int64_t w, float *xh1, float *xh2)
 {
-    float x1 = (load(z1, offset(z1, b, c, h, w)) - p1->mean[c]) * p1->invstd[c];
+    float x1 = (yv_view_load(z1, offset(z1, b, c, h, w)) - p1->mean[c]) * p1->invstd[c];
     float u = x1 * p1->weight[c] + p1->bias[c];
     *xh1 = x1;
     if (z2->data != NULL) {
-        float x2 = (load(z2, offset(z2, b, c, h, w)) - p2->mean[c]) * p2->invstd[c];
+        float x2 = (yv_view_load(z2, offset(z2, b, c, h, w)) - p2->mean[c]) * p2->invstd[c];
         u = u + (x2 * p2->weight[c] + p2->bias[c]);
         *xh2 = x2;
     }
@@ -75,12 +60,12 @@ int yv_bn_stats_forward_ref(yv_bn_shape s, yv_view4 z, float *running_mean, floa
         for (int64_t b = 0; b < s.B; b++)
             for (int64_t h = 0; h < s.H; h++)
                 for (int64_t w = 0; w < s.W; w++)
-                    sum += load(&z, offset(&z, b, c, h, w));
+                    sum += yv_view_load(&z, offset(&z, b, c, h, w));
         double m = sum / (double)n;
         for (int64_t b = 0; b < s.B; b++)
             for (int64_t h = 0; h < s.H; h++)
                 for (int64_t w = 0; w < s.W; w++) {
-                    double d = load(&z, offset(&z, b, c, h, w)) - m;
+                    double d = yv_view_load(&z, offset(&z, b, c, h, w)) - m;
                     sq += d * d;
                 }
         double var = sq / (double)n;
@@ -105,7 +90,7 @@ int yv_bn_silu_forward_ref(yv_bn_shape s, yv_view4 z1, yv_bn_params p1, yv_view4
                     float u = bn_u(&z1, &p1, &z2, &p2, b, c, h, w, &xh1, &xh2);
                     float y = silu ? u * sigmoidf(u) : u;
                     if (residual.data != NULL)
-                        y = load(&residual, offset(&residual, b, c, h, w)) + y;
+                        y = yv_view_load(&residual, offset(&residual, b, c, h, w)) + y;
                     store(&out, offset(&out, b, c, h, w), y, 0);
                 }
     return 0;
@@ -117,7 +102,7 @@ static inline float bn_g(const yv_view4 *z1, const yv_bn_params *p1, const yv_vi
                          float *xh2)
 {
     float u = bn_u(z1, p1, z2, p2, b, c, h, w, xh1, xh2);
-    float dy = load(gy, offset(gy, b, c, h, w));
+    float dy = yv_view_load(gy, offset(gy, b, c, h, w));
     if (!silu)
         return dy;
     float sg = sigmoidf(u);

@@ -14,26 +14,8 @@
 #include <stddef.h>
 
 #include "half.h"
+#include "view4_ref.h"
 #include "yv_refs.h"
-
-static inline float load(const yv_view4 *v, int64_t off)
-{
-    if (v->dtype == YV_FLOAT16)
-        return yv_half_to_float(((const uint16_t *)v->data)[off]);
-    if (v->dtype == YV_BFLOAT16)
-        return yv_bfloat16_to_float(((const uint16_t *)v->data)[off]);
-    return ((const float *)v->data)[off];
-}
-
-static inline void store(const yv_view4 *v, int64_t off, float x)
-{
-    if (v->dtype == YV_FLOAT16)
-        ((uint16_t *)v->data)[off] = yv_float_to_half(x);
-    else if (v->dtype == YV_BFLOAT16)
-        ((uint16_t *)v->data)[off] = yv_float_to_bfloat16(x);
-    else
-        ((float *)v->data)[off] = x;
-}
 
 /* dst (Hd, Wd) = 0.25 · window sums of src (Hs, Ws) with window origin offset o (0 forward, -1 backward). */
 typedef struct pool_geom {
@@ -45,7 +27,7 @@ static inline float at(const yv_view4 *s, const pool_geom *g, int64_t b, int64_t
 {
     if (y < 0 || y >= g->Hs || x < 0 || x >= g->Ws)
         return 0.0f;
-    return load(s, b * s->stride[0] + c * s->stride[1] + y * s->stride[2] + x * s->stride[3]);
+    return yv_view_load(s, b * s->stride[0] + c * s->stride[1] + y * s->stride[2] + x * s->stride[3]);
 }
 
 static inline void one(const yv_view4 *s, const yv_view4 *d, const pool_geom *g, int64_t b, int64_t c, int64_t y,
@@ -54,7 +36,7 @@ static inline void one(const yv_view4 *s, const yv_view4 *d, const pool_geom *g,
     int64_t sy = y + g->o, sx = x + g->o;
     float sum = ((at(s, g, b, c, sy, sx) + at(s, g, b, c, sy, sx + 1)) + at(s, g, b, c, sy + 1, sx))
                 + at(s, g, b, c, sy + 1, sx + 1);
-    store(d, b * d->stride[0] + c * d->stride[1] + y * d->stride[2] + x * d->stride[3], sum * 0.25f);
+    yv_view_store(d, b * d->stride[0] + c * d->stride[1] + y * d->stride[2] + x * d->stride[3], sum * 0.25f);
 }
 
 /* Channel stride 1 in both: all C channels of one output pixel, the four source pixels' offsets computed once
@@ -75,8 +57,8 @@ static inline void pixel(const yv_view4 *s, const yv_view4 *d, const pool_geom *
     for (int64_t c = 0; c < g->C; c++) {
         float v[4];
         for (int k = 0; k < 4; k++)
-            v[k] = ok[k] ? load(&sv, off[k] + c) : 0.0f;
-        store(&dv, o + c, (((v[0] + v[1]) + v[2]) + v[3]) * 0.25f);   /* k = 2·dy + dx: row-major order */
+            v[k] = ok[k] ? yv_view_load(&sv, off[k] + c) : 0.0f;
+        yv_view_store(&dv, o + c, (((v[0] + v[1]) + v[2]) + v[3]) * 0.25f);   /* k = 2·dy + dx: row-major order */
     }
 }
 

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from yolov9c.ops import extension
+from yolov9c.ops.cudnn_fusion import time_pattern
 
 C = extension.load()
 PATTERNS = {"conv_fprop", "conv_genstats", "conv_reduction", "ssr_conv", "ssa_conv", "ssa_sigmoid_conv",
@@ -183,17 +184,7 @@ def channels_last(*shape, scale=1.0):
 
 
 def run_timed(pattern, tensors, conv=SMALL, iters=3):
-    """cudnn_fusion_time with a workspace from torch's allocator, grown once if the plan asks for more."""
-    device = tensors[0].device
-    args = tuple(extension.arg(t) for t in tensors)
-    stream = extension.stream_of(device)
-    code = extension.dtype_code(tensors[0].dtype)
-    ws = torch.empty(0, dtype=torch.uint8, device=device)
-    out = C.cudnn_fusion_time(conv, code, pattern, args, extension.arg(ws), stream, iters)
-    if out["status"].startswith("workspace:"):
-        ws = torch.empty(out["workspace"], dtype=torch.uint8, device=device)
-        out = C.cudnn_fusion_time(conv, code, pattern, args, extension.arg(ws), stream, iters)
-    return out
+    return time_pattern(conv, pattern, tensors, iters)
 
 
 def reference_conv(x, w):
