@@ -21,7 +21,6 @@ Run (GPU): python benchmarks/bench_bn_silu.py
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -29,84 +28,31 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
+from gpu_timing import add_args, copy_row, emit, gpu_ms, make_input  # noqa: E402
 from yolov9c.ops import bn_silu as ops
 
 SHAPES = [(64, 32, 320, 320), (64, 128, 160, 160), (64, 256, 80, 80), (64, 512, 40, 40)]
 LAYOUTS = ["cl", "nchw", "cl_slice", "nchw_slice"]
 
 
-def make(shape, layout, dtype, seed):
-    B, C, H, W = shape
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    if layout in ("cl_slice", "nchw_slice"):
-        buf = torch.randn(B, 2 * C, H, W, device="cuda", dtype=dtype, generator=g)
-        if layout == "cl_slice":
-            buf = buf.contiguous(memory_format=torch.channels_last)
-        return buf[:, C:]
-    t = torch.randn(shape, device="cuda", dtype=dtype, generator=g)
-    return t.contiguous(memory_format=torch.channels_last) if layout == "cl" else t
-
-
-def _events(fn, count):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(count):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
-
-
 def timed(fn, calls, reps, warmup, graph=True):
-    """(ms per call, "graph" | "loop"): GPU time without the host's launch gaps (graph), or of `calls` calls
-    back to back (loop: torch's rows, whose autograd backward cannot be captured)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    if not graph:
-        return statistics.median(_events(fn, calls) / calls for _ in range(reps)), "loop"
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
-        graph.replay()
-        torch.cuda.synchronize()
-        return statistics.median(_events(graph.replay, 1) / calls for _ in range(reps)), "graph"
-    except Exception as e:   # a capture can fail (an op that syncs); time the calls back to back instead
-        print(json.dumps({"note": f"graph capture failed ({type(e).__name__}: {e}); loop timing"}), flush=True)
-        torch.cuda.synchronize()
-        return statistics.median(_events(fn, calls) / calls for _ in range(reps)), "loop"
+    return gpu_ms(fn, calls, reps, warmup, graph)
 
 
 def report(shape, layout, dtype, impl, name, timing, passes, elem_bytes, copy_gbps):
-    ms, how = timing
+    """A row whose bytes are `passes` z-sized tensors."""
     nbytes = passes * shape[0] * shape[1] * shape[2] * shape[3] * elem_bytes
-    gbps = nbytes / ms / 1e6
-    row = {"shape": list(shape), "layout": layout, "dtype": str(dtype).replace("torch.", ""), "impl": impl,
-           "pass": name, "ms": round(ms, 4), "gbps": round(gbps, 1), "timing": how}
-    if copy_gbps:
-        row["pct_copy"] = round(100 * gbps / copy_gbps, 1)
-    print(json.dumps(row), flush=True)
-    return row
+    return emit(shape, layout, dtype, impl, name, timing, nbytes, copy_gbps)
 
 
 def bench_copy(shape, dtype, args):
-    src = torch.randn(shape, device="cuda", dtype=dtype)
-    dst = torch.empty_like(src)
-    row = report(shape, "contiguous", dtype, "copy", "copy", timed(lambda: dst.copy_(src), args.calls, args.reps,
-                                                                  args.warmup), 2, src.element_size(), None)
-    return row["gbps"]
+    return copy_row(shape, dtype, args.calls, args.reps, args.warmup)["gbps"]
 
 
 def bench_case(shape, layout, dtype, args, copy_gbps):
     C = shape[1]
-    z = make(shape, layout, dtype, 0)
-    gy = make(shape, layout, dtype, 1)
+    z = make_input(shape, layout, dtype, 0)
+    gy = make_input(shape, layout, dtype, 1)
     w = torch.rand(C, device="cuda") + 0.5
     b = torch.rand(C, device="cuda") - 0.5
     rm, rv = torch.zeros(C, device="cuda"), torch.ones(C, device="cuda")
@@ -151,13 +97,7 @@ def summary(rows, copy_gbps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", nargs="*", default=None, help="B,C,H,W (default: the yolov9-s batch-64 sizes)")
-    ap.add_argument("--layouts", nargs="*", default=LAYOUTS, choices=LAYOUTS)
-    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
-    ap.add_argument("--calls", type=int, default=10, help="calls per captured graph")
-    ap.add_argument("--reps", type=int, default=10, help="timed replays (median)")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--no-torch", action="store_true", help="skip the BatchNorm2d + SiLU rows")
+    add_args(ap, LAYOUTS, "the yolov9-s batch-64 sizes", "the BatchNorm2d + SiLU rows")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_bn_silu: needs a CUDA GPU")

@@ -23,7 +23,6 @@ Without CUDA it prints a message and exits 0.
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
+from gpu_timing import add_args, copy_row, emit, gpu_ms, make_input  # noqa: E402
 from yolov9c.ops import pool
 
 # (model, pool input shape, calls per training step) at batch 64, 640
@@ -42,74 +42,23 @@ CALLS = [
 LAYOUTS = ["cl", "nchw", "cl_slice"]
 
 
-def make(shape, layout, dtype, seed):
-    B, C, H, W = shape
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    if layout == "cl_slice":
-        buf = torch.randn(B, 2 * C, H, W, device="cuda", dtype=dtype, generator=g)
-        return buf.contiguous(memory_format=torch.channels_last)[:, C:]
-    t = torch.randn(shape, device="cuda", dtype=dtype, generator=g)
-    return t.contiguous(memory_format=torch.channels_last) if layout != "nchw" else t
-
-
-def _events(fn, count):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(count):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
-
-
 def timed(fn, args):
-    """ms per call: `calls` calls captured in one CUDA graph and replayed (no host launch gaps); the calls back
-    to back when a capture fails."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(args.warmup):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(args.calls):
-                fn()
-        graph.replay()
-        torch.cuda.synchronize()
-        return statistics.median(_events(graph.replay, 1) / args.calls for _ in range(args.reps))
-    except Exception as e:
-        print(json.dumps({"note": f"graph capture failed ({type(e).__name__}: {e}); loop timing"}), flush=True)
-        torch.cuda.synchronize()
-        return statistics.median(_events(fn, args.calls) / args.calls for _ in range(args.reps))
+    return gpu_ms(fn, args.calls, args.reps, args.warmup)
 
 
-def report(shape, layout, dtype, impl, name, ms, elements, elem_bytes, copy_gbps):
-    gbps = elements * elem_bytes / ms / 1e6
-    row = {"shape": list(shape), "layout": layout, "dtype": str(dtype).replace("torch.", ""), "impl": impl,
-           "pass": name, "ms": round(ms, 4), "gbps": round(gbps, 1)}
-    if copy_gbps:
-        row["pct_copy"] = round(100 * gbps / copy_gbps, 1)
-    print(json.dumps(row), flush=True)
-    return row
+def report(shape, layout, dtype, impl, name, timing, elements, elem_bytes, copy_gbps):
+    return emit(shape, layout, dtype, impl, name, timing, elements * elem_bytes, copy_gbps)
 
 
 def bench_copy(shape, dtype, args):
-    """GB/s of dst.copy_(src) for an input-sized tensor (bytes read + written)."""
-    src = torch.randn(shape, device="cuda", dtype=dtype)
-    dst = torch.empty_like(src)
-    n = src.numel()
-    return report(shape, "contiguous", dtype, "copy", "copy", timed(lambda: dst.copy_(src), args), 2 * n,
-                  src.element_size(), None)
+    return copy_row(shape, dtype, args.calls, args.reps, args.warmup)
 
 
 def bench_case(shape, layout, dtype, args, cg):
     B, C, H, W = shape
     n_in, n_out = B * C * H * W, B * C * (H - 1) * (W - 1)
-    x = make(shape, layout, dtype, 0)
-    g = make((B, C, H - 1, W - 1), layout, dtype, 1)
+    x = make_input(shape, layout, dtype, 0)
+    g = make_input((B, C, H - 1, W - 1), layout, dtype, 1)
     eb = x.element_size()
     rows = [report(shape, layout, dtype, "c", "forward", timed(lambda: pool.avg_pool2x2(x), args), n_in + n_out,
                    eb, cg),
@@ -149,13 +98,7 @@ def step_estimate(rows, calls):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", nargs="*", default=None, help="B,C,H,W (default: the yolov9-s/c batch-64 calls)")
-    ap.add_argument("--layouts", nargs="*", default=LAYOUTS, choices=LAYOUTS)
-    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
-    ap.add_argument("--calls", type=int, default=10, help="calls per captured graph")
-    ap.add_argument("--reps", type=int, default=10, help="timed replays (median)")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--no-torch", action="store_true", help="skip torch's rows")
+    add_args(ap, LAYOUTS, "the yolov9-s/c batch-64 calls", "torch's rows")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_pool: no CUDA GPU here; nothing measured (run it on a GPU machine)")
