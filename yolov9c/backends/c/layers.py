@@ -176,11 +176,36 @@ def sppelan(m, x):
     return conv(m.cv5, Cat(y))
 
 
+def _nearest_grad(in_hw, scales, g):
+    """Nearest upsampling's input gradient from the output gradient alone: the op autograd runs for it
+    (aten.upsample_nearest2d_backward, the same scales), without re-running the upsampling first."""
+    return torch.ops.aten.upsample_nearest2d_backward(g, list(g.shape[2:]), [g.shape[0], g.shape[1], *in_hw],
+                                                      *scales)
+
+
+def _nearest_backward(child, scales=(None, None)):
+    """Spatial's direct gradient of a nearest upsampling of `child` (scales as the forward passed them)."""
+    return functools.partial(_nearest_grad, tuple(child.shape[2:]), scales)
+
+
+def _upsample_grad(m, child):
+    """Spatial's direct gradient for an nn.Upsample in nearest mode; None (autograd re-runs it) otherwise."""
+    if type(m) is not nn.Upsample or m.mode != "nearest" or m.recompute_scale_factor:
+        return None
+    if m.size is not None or m.scale_factor is None:
+        scales = (None, None)
+    else:
+        sf = m.scale_factor
+        scales = tuple(float(v) for v in sf) if isinstance(sf, tuple) else (float(sf), float(sf))
+    return _nearest_backward(child, scales)
+
+
 def spatial(m, x):
     """SP, nn.MaxPool2d, nn.AvgPool2d, nn.Upsample, nn.ZeroPad2d: per-channel, applied after activation."""
     m = m.m if isinstance(m, SP) else m
+    child = _node(x)
     # the class's forward: a top-level layer's own `forward` attribute is the c forward (this function)
-    return Spatial(functools.partial(type(m).forward, m), _node(x))
+    return Spatial(functools.partial(type(m).forward, m), child, grad=_upsample_grad(m, child))
 
 
 def identity(m, x):
@@ -207,7 +232,10 @@ def cbfuse(m, xs):
     last = _node(xs[-1])
     size = tuple(last.shape[2:])
     resize = functools.partial(F.interpolate, size=size, mode="nearest")
-    picked = [Spatial(resize, _node(x[m.idx[i]])) for i, x in enumerate(xs[:-1])]
+    picked = []
+    for i, x in enumerate(xs[:-1]):
+        child = _node(x[m.idx[i]])
+        picked.append(Spatial(resize, child, grad=_nearest_backward(child)))
     return Sum(picked + [last])
 
 

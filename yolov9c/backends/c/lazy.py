@@ -11,7 +11,7 @@ A lazy value is a small expression tree whose leaves hold stored tensors; nothin
     Cat(children)                        channel concatenation (ELAN/GELAN, ADown, yaml Concat rows)
     Spatial(fn, child[, grad])           a per-channel spatial op applied after activation (max/avg pool,
                                          nearest upsample/resize, zero pad); grad: its input gradient from
-                                         the output gradient alone, when it has one (ADown's average pool)
+                                         the output gradient alone, when it has one (ADown's average pool, nearest upsampling)
 Every leaf node carries a channel range [c0, c1) of its tensors, so a channel slice (the chunk of an ELAN
 block, ADown's halves) is pushed down to the leaves and never copies anything: slicing commutes with every
 node type (BN, activation and the spatial ops are per-channel).
@@ -379,8 +379,9 @@ def _spatial_shape(fn, shape):
 class Spatial(Node):
     """fn(child) for a per-channel spatial op fn (a module such as nn.MaxPool2d, or a function).
 
-    grad: the op's input gradient from the output gradient alone, grad(g) (the 2×2 average pool's, which
-    needs no forward value), or None: backward then re-runs fn on the child's value under autograd."""
+    grad: the op's input gradient from the output gradient alone, grad(g) (the 2×2 average pool's and
+    nearest upsampling's, which need no forward value), or None: backward then re-runs fn on the child's
+    value under autograd."""
 
     __slots__ = ("fn", "child", "grad")
 
