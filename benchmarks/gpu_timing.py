@@ -35,7 +35,8 @@ def make_input(shape, layout, dtype, seed, device="cuda"):
     return t.contiguous(memory_format=torch.channels_last) if layout == "cl" else t
 
 
-def _events_ms(fn, count):
+def events_ms(fn, count):
+    """ms of `count` calls of fn back to back on the current stream, between two CUDA events."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(count):
@@ -64,11 +65,11 @@ def gpu_ms(fn, calls, reps, warmup, graph=True):
                     fn()
             g.replay()
             torch.cuda.synchronize()
-            return statistics.median(_events_ms(g.replay, 1) / calls for _ in range(reps)), "graph"
+            return statistics.median(events_ms(g.replay, 1) / calls for _ in range(reps)), "graph"
         except Exception as e:   # a capture can fail (an op that syncs); time the calls back to back instead
             print(json.dumps({"note": f"graph capture failed ({type(e).__name__}: {e}); loop timing"}), flush=True)
             torch.cuda.synchronize()
-    return statistics.median(_events_ms(fn, calls) / calls for _ in range(reps)), "loop"
+    return statistics.median(events_ms(fn, calls) / calls for _ in range(reps)), "loop"
 
 
 def emit(shape, layout, dtype, impl, name, timing, nbytes, copy_gbps):

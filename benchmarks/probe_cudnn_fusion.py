@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a che
 from yolov9c.ops import extension  # noqa: E402
 from yolov9c.ops.bn_silu import bn_silu, bn_silu_backward, bn_stats  # noqa: E402
 from yolov9c.ops.cudnn_fusion import time_pattern  # noqa: E402
+from gpu_timing import events_ms  # noqa: E402
 
 EPS = 1e-3   # yolov9's BatchNorm2d eps
 
@@ -69,13 +70,7 @@ TOL = {"y": 1e-2, "dv": 1e-2, "mean": 1e-2, "invstd": 1e-2, "dbias": 1e-2, "dwei
 def cuda_ms(fn, iters):
     """Mean ms of fn() over `iters` calls on the current stream, after one untimed call."""
     fn()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) / iters
+    return events_ms(fn, iters) / iters
 
 
 def error(got, want):
