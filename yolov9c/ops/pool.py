@@ -130,8 +130,9 @@ def max_pool2d_backward_reference(x, grad_out, k, s, p):
 
 
 def _max_shape(t, k, s, p):
+    """The output shape of max_pool2d(t, k, s, p); any shape when the arguments are bad (C names them)."""
     sh = tuple(t.shape)
-    if len(sh) != 4:
+    if len(sh) != 4 or not all(type(v) is int for v in (k, s, p)) or s < 1:
         return sh
     return (sh[0], sh[1], max((sh[2] + 2 * p - k) // s + 1, 0), max((sh[3] + 2 * p - k) // s + 1, 0))
 
