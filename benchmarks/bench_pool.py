@@ -1,6 +1,15 @@
-"""Benchmark of the 2×2 stride-1 average pool (kernels/pool.cu through yolov9c/ops/pool.py) against torch's
-F.avg_pool2d(x, 2, 1, 0, False, True) and its backward on the same tensors, with a copy of the same tensor on
-the same GPU in the same run as the ceiling.
+"""Benchmark of the 2×2 stride-1 average pool and the k×k max pool (kernels/pool.cu through yolov9c/ops/pool.py)
+against torch's F.avg_pool2d(x, 2, 1, 0, False, True) / F.max_pool2d(x, k, s, p) and their backwards on the same
+tensors, with a copy of the same tensor on the same GPU in the same run as the ceiling.
+
+Max pool rows (pass "max{k}s{s}_forward" / "max{k}s{s}_backward"; shape = the pool's input): the c backend's
+calls at batch 64, 640, found by hooking F.max_pool2d in a forward of each model (ADown's 3×3/2 pool of its
+second channel half, SPPELAN's three chained 5×5/1 pools). c backward: max_pool2d_backward from x and g (no
+indices); torch backward: aten.max_pool2d_with_indices_backward with the forward's indices (what autograd
+runs). gbps counts the c op's bytes for both (forward: x + out; backward: x + g + grad_in). Per model the step
+estimate adds c = calls·(2 forward + b backward) and the former torch path = calls·((2 + b) forward + b
+backward), b = backward calls per pool (1 for ADown; 2 on average for SPPELAN's chain, reached once per
+consumer path: tests/test_maxpool.py counts them).
 
 Shapes: the pool calls the c backend makes per training step at batch 64, 640 (from the models' ADown/AConv
 inputs: yolov9-c's ADown pools each channel half of its input separately, so (64, 256, 160, 160) is two calls
@@ -17,6 +26,7 @@ conv's backward recompute) + 1 backward), torch's path as the c backend ran it b
 Layouts: "cl" channels-last (the training path), "nchw" contiguous, "cl_slice" channels [C, 2C) of a
 channels-last (B, 2C, H, W) buffer (pixel stride 2C).
 Run (GPU): python benchmarks/bench_pool.py
+           python benchmarks/bench_pool.py --ops max --layouts cl
            python benchmarks/bench_pool.py --shapes 64,128,160,160 --layouts cl --dtype bfloat16
 Without CUDA it prints a message and exits 0.
 """
@@ -40,6 +50,13 @@ CALLS = [
     ("yolov9-s", (64, 64, 160, 160), 1), ("yolov9-s", (64, 128, 80, 80), 2), ("yolov9-s", (64, 192, 40, 40), 2),
 ]
 LAYOUTS = ["cl", "nchw", "cl_slice"]
+# (model, max pool input shape, (k, s, p), calls per forward, backward calls per pool) at batch 64, 640
+MAX_CALLS = [
+    ("yolov9-c", (64, 128, 159, 159), (3, 2, 1), 2, 1), ("yolov9-c", (64, 256, 79, 79), (3, 2, 1), 2, 1),
+    ("yolov9-c", (64, 128, 79, 79), (3, 2, 1), 1, 1), ("yolov9-c", (64, 256, 39, 39), (3, 2, 1), 3, 1),
+    ("yolov9-c", (64, 256, 20, 20), (5, 1, 2), 3, 2),
+    ("yolov9-s", (64, 128, 20, 20), (5, 1, 2), 6, 2),
+]
 
 
 def timed(fn, args):
@@ -74,10 +91,46 @@ def bench_case(shape, layout, dtype, args, cg):
     return rows
 
 
+def bench_max_case(shape, geom, layout, dtype, args, cg):
+    k, s, p = geom
+    B, C, H, W = shape
+    x = make_input(shape, layout, dtype, 0)
+    out, idx = F.max_pool2d(x, k, s, p, return_indices=True)
+    g = make_input(tuple(out.shape), layout, dtype, 1)
+    n_in, n_out, eb, tag = x.numel(), out.numel(), x.element_size(), f"max{k}s{s}"
+    rows = [report(shape, layout, dtype, "c", f"{tag}_forward", timed(lambda: pool.max_pool2d(x, k, s, p), args),
+                   n_in + n_out, eb, cg),
+            report(shape, layout, dtype, "c", f"{tag}_backward",
+                   timed(lambda: pool.max_pool2d_backward(x, g, k, s, p), args), 2 * n_in + n_out, eb, cg)]
+    if not args.no_torch:
+        rows.append(report(shape, layout, dtype, "torch", f"{tag}_forward",
+                           timed(lambda: F.max_pool2d(x, k, s, p), args), n_in + n_out, eb, cg))
+        rows.append(report(shape, layout, dtype, "torch", f"{tag}_backward",
+                           timed(lambda: torch.ops.aten.max_pool2d_with_indices_backward(
+                               g, x, [k, k], [s, s], [p, p], [1, 1], False, idx), args), 2 * n_in + n_out, eb, cg))
+    return rows
+
+
+def max_step_estimate(rows, calls):
+    """Max-pool GPU time of one training step per model (channels-last rows), c vs the former torch path."""
+    t = {(tuple(r["shape"]), r["impl"], r["pass"]): r["ms"] for r in rows if r["layout"] == "cl"}
+    for model in sorted({m for m, *_ in calls}):
+        c = old = 0.0
+        for m, shape, (k, s, _), n, b in calls:
+            f, bw = f"max{k}s{s}_forward", f"max{k}s{s}_backward"
+            if m != model or (shape, "c", f) not in t:
+                continue
+            c += n * (2 * t[shape, "c", f] + b * t[shape, "c", bw])
+            if (shape, "torch", f) in t:
+                old += n * ((2 + b) * t[shape, "torch", f] + b * t[shape, "torch", bw])
+        row = {"model": model, "step_max_pool_ms_c": round(c, 3), "step_max_pool_ms_torch_path": round(old, 3) or None}
+        print(json.dumps(row), flush=True)
+
+
 def summary(rows):
-    print(f"{'shape':22} {'layout':9} {'impl':6} {'pass':9} {'ms':>9} {'GB/s':>7} {'% copy':>7}")
+    print(f"{'shape':22} {'layout':9} {'impl':6} {'pass':15} {'ms':>9} {'GB/s':>7} {'% copy':>7}")
     for r in rows:
-        print(f"{str(tuple(r['shape'])):22} {r['layout']:9} {r['impl']:6} {r['pass']:9} {r['ms']:9.4f} "
+        print(f"{str(tuple(r['shape'])):22} {r['layout']:9} {r['impl']:6} {r['pass']:15} {r['ms']:9.4f} "
               f"{r['gbps']:7.0f} {r.get('pct_copy', 100.0):7.1f}")
 
 
@@ -99,6 +152,8 @@ def step_estimate(rows, calls):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_args(ap, LAYOUTS, "the yolov9-s/c batch-64 calls", "torch's rows")
+    ap.add_argument("--ops", nargs="*", default=["avg", "max"], choices=["avg", "max"],
+                    help="which pools (--shapes: each shape through the avg pool and both max-pool geometries)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_pool: no CUDA GPU here; nothing measured (run it on a GPU machine)")
@@ -109,14 +164,27 @@ def main():
     dtype = getattr(torch, args.dtype)
     print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__}), flush=True)
     rows = []
-    for shape in shapes:
-        copy = bench_copy(shape, dtype, args)
-        rows.append(copy)
-        for layout in args.layouts:
-            rows += bench_case(shape, layout, dtype, args, copy["gbps"])
-            torch.cuda.empty_cache()
+    if "avg" in args.ops:
+        for shape in shapes:
+            copy = bench_copy(shape, dtype, args)
+            rows.append(copy)
+            for layout in args.layouts:
+                rows += bench_case(shape, layout, dtype, args, copy["gbps"])
+                torch.cuda.empty_cache()
+    max_calls = MAX_CALLS if not args.shapes else []
+    max_cases = ([(shape, geom) for _, shape, geom, _, _ in MAX_CALLS] if not args.shapes
+                 else [(shape, geom) for shape in shapes for geom in ((3, 2, 1), (5, 1, 2))])
+    if "max" in args.ops:
+        for shape, geom in max_cases:
+            copy = bench_copy(shape, dtype, args)
+            rows.append(copy)
+            for layout in args.layouts:
+                rows += bench_max_case(shape, geom, layout, dtype, args, copy["gbps"])
+                torch.cuda.empty_cache()
     summary(rows)
-    step_estimate(rows, calls)
+    if "avg" in args.ops:
+        step_estimate(rows, calls)
+    max_step_estimate(rows, max_calls)
     return 0
 
 

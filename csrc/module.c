@@ -188,6 +188,19 @@ PyDoc_STRVAR(avg_pool2x2_backward_doc,
 "the (up to 4) windows covering (y, x). grad_out (B, C, H-1, W-1), grad_in (B, C, H, W) written (=), one\n"
 "dtype and device, any strides, not overlapping. Returns None.");
 
+PyDoc_STRVAR(max_pool2d_forward_doc,
+"max_pool2d_forward($module, x, out, k, s, p, stream, /)\n--\n\n"
+"F.max_pool2d(x, k, s, p) (dilation 1, floor mode; maths: kernels/pool.cu): out[y,x] = the maximum of the\n"
+"k x k window at (y*s - p, x*s - p), padding never picked; torch's argmax rule (first maximum, a NaN window\n"
+"its last NaN). x (B, C, H, W) float32/float16 (bfloat16 on CUDA), any strides; k >= 1, s >= 1, 0 <= p <= k/2;\n"
+"out (B, C, (H+2p-k)/s+1, (W+2p-k)/s+1) of x's dtype and device, not overlapping x, written. Returns None.");
+
+PyDoc_STRVAR(max_pool2d_backward_doc,
+"max_pool2d_backward($module, x, grad_out, grad_in, k, s, p, stream, /)\n--\n\n"
+"Input gradient of max_pool2d_forward from x and grad_out alone (no indices): grad_in[y,x] = the float32 sum\n"
+"of grad_out over the windows whose argmax (y, x) is, in row-major output order. x, grad_in (B, C, H, W),\n"
+"grad_out (B, C, Ho, Wo), one dtype and device, any strides; grad_in written (=), not overlapping. Returns None.");
+
 PyDoc_STRVAR(cudnn_fusion_probe_doc,
 "cudnn_fusion_probe($module, conv, dtype_code, device, /)\n--\n\n"
 "Which fused convolution graphs cuDNN 9 can plan on CUDA device `device` (int): conv = (N, C, H, W, K, R, S,\n"
@@ -233,6 +246,10 @@ static PyMethodDef module_methods[] = {
      avg_pool2x2_forward_doc},
     {"avg_pool2x2_backward", (PyCFunction)(void (*)(void))yv_py_avg_pool2x2_backward, METH_FASTCALL,
      avg_pool2x2_backward_doc},
+    {"max_pool2d_forward", (PyCFunction)(void (*)(void))yv_py_max_pool2d_forward, METH_FASTCALL,
+     max_pool2d_forward_doc},
+    {"max_pool2d_backward", (PyCFunction)(void (*)(void))yv_py_max_pool2d_backward, METH_FASTCALL,
+     max_pool2d_backward_doc},
     {"cudnn_fusion_probe", (PyCFunction)(void (*)(void))yv_py_cudnn_fusion_probe, METH_FASTCALL,
      cudnn_fusion_probe_doc},
     {"cudnn_fusion_time", (PyCFunction)(void (*)(void))yv_py_cudnn_fusion_time, METH_FASTCALL,

@@ -1,5 +1,6 @@
 /* pool.c — bindings of the 2×2 stride-1 average pool (ADown/AConv's F.avg_pool2d(x, 2, 1, 0, False, True)):
- * avg_pool2x2_forward and avg_pool2x2_backward.
+ * avg_pool2x2_forward and avg_pool2x2_backward; and of the k×k max pool (ADown's F.max_pool2d(x, 3, 2, 1),
+ * SPPELAN's nn.MaxPool2d(5, 1, 2)): max_pool2d_forward and max_pool2d_backward (from x and grad_out).
  *
  * Checks every argument (ValueError/TypeError naming the op and the argument), then hands the views to
  * yv_launch: csrc/pool_ref.c (CPU, NumPy arrays: float32/float16) or kernels/pool.cu (CUDA descriptors,
@@ -53,6 +54,27 @@ static void span(const yv_tensor *t, uintptr_t *lo, uintptr_t *hi)
     *hi = (uintptr_t)t->data + (uintptr_t)b + es;
 }
 
+/* out has its own storage (no zero stride) and does not meet input `in` in memory. */
+static int check_output(const yv_tensor *out, const yv_tensor *in)
+{
+    for (int d = 0; d < 4 && out->numel > 0; d++) {
+        if (out->shape[d] > 1 && out->strides[d] == 0) {
+            PyErr_Format(PyExc_ValueError, "%s: %s is an output and has stride 0 in dimension %d (an expanded "
+                         "tensor); pass a tensor with its own storage", out->op, out->arg, d);
+            return -1;
+        }
+    }
+    uintptr_t ilo, ihi, olo, ohi;
+    span(in, &ilo, &ihi);
+    span(out, &olo, &ohi);
+    if (in->numel > 0 && out->numel > 0 && ilo < ohi && olo < ihi) {
+        PyErr_Format(PyExc_ValueError, "%s: %s overlaps %s in memory; write the result into separate storage",
+                     out->op, out->arg, in->arg);
+        return -1;
+    }
+    return 0;
+}
+
 /* big: the (B, C, H, W) operand (H, W >= 2); small: the (B, C, H-1, W-1) one; out: which of them is written. */
 static int check_pair(const yv_tensor *big, const yv_tensor *small, const yv_tensor *out, pool_call *c)
 {
@@ -77,21 +99,8 @@ static int check_pair(const yv_tensor *big, const yv_tensor *small, const yv_ten
             return -1;
         }
     }
-    for (int d = 0; d < 4 && out->numel > 0; d++) {
-        if (out->shape[d] > 1 && out->strides[d] == 0) {
-            PyErr_Format(PyExc_ValueError, "%s: %s is an output and has stride 0 in dimension %d (an expanded "
-                         "tensor); pass a tensor with its own storage", out->op, out->arg, d);
-            return -1;
-        }
-    }
-    uintptr_t ilo, ihi, olo, ohi;
-    span(first, &ilo, &ihi);
-    span(out, &olo, &ohi);
-    if (first->numel > 0 && ilo < ohi && olo < ihi) {
-        PyErr_Format(PyExc_ValueError, "%s: %s overlaps %s in memory; write the result into separate storage",
-                     out->op, out->arg, first->arg);
+    if (check_output(out, first) < 0)
         return -1;
-    }
     c->B = big->shape[0];
     c->C = big->shape[1];
     c->H = big->shape[2];
@@ -161,4 +170,155 @@ PyObject *yv_py_avg_pool2x2_forward(PyObject *module, PyObject *const *args, Py_
 PyObject *yv_py_avg_pool2x2_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     return pool_binding(module, &BACKWARD, "grad_out", "grad_in", 1, args, nargs);
+}
+
+/* ---- max_pool2d ---- */
+
+#define MAX_POOL_K 63   /* window side: window indices fit an int; ample for the models' 3 and 5 */
+
+typedef struct max_call {
+    int64_t B, C, H, W;
+    int k, s, p;
+    yv_view4 in, src, dst;   /* forward: src = in, dst = out; backward: src = grad_out, dst = grad_in */
+} max_call;
+
+static int parse_small(PyObject *obj, const char *op, const char *arg, long lo, long hi, int *out)
+{
+    if (!PyLong_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be an int, got %.80s", op, arg, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    long v = PyLong_AsLong(obj);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be in [%ld, %ld], got %ld", op, arg, lo, hi, v);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* k, s, p from args[0..2]; the input x (B, C, H, W) fixes the device and dtype; *ho, *wo: the output size. */
+static int check_max_geometry(PyObject *const *args, const yv_tensor *x, max_call *c, int64_t *ho, int64_t *wo)
+{
+    const char *op = x->op;
+    unsigned types = x->device == YV_CPU ? CPU_FLOATS : FLOATS;
+    if (yv_check_ndim(x, 4) < 0 || yv_check_dtype(x, types) < 0
+        || parse_small(args[0], op, "k", 1, MAX_POOL_K, &c->k) < 0
+        || parse_small(args[1], op, "s", 1, MAX_POOL_K, &c->s) < 0
+        || parse_small(args[2], op, "p", 0, c->k / 2, &c->p) < 0)
+        return -1;
+    c->B = x->shape[0];
+    c->C = x->shape[1];
+    c->H = x->shape[2];
+    c->W = x->shape[3];
+    if (c->H + 2 * c->p < c->k || c->W + 2 * c->p < c->k) {
+        PyErr_Format(PyExc_ValueError, "%s: x is %lld x %lld, smaller than one %d x %d window with padding %d",
+                     op, (long long)c->H, (long long)c->W, c->k, c->k, c->p);
+        return -1;
+    }
+    *ho = (c->H + 2 * c->p - c->k) / c->s + 1;
+    *wo = (c->W + 2 * c->p - c->k) / c->s + 1;
+    return 0;
+}
+
+/* t has shape (B, C, h, w) and x's device and dtype. */
+static int check_like(const yv_tensor *t, const yv_tensor *x, int64_t h, int64_t w)
+{
+    if (yv_check_ndim(t, 4) < 0 || yv_check_same_device(t, x) < 0 || yv_check_same_dtype(t, x) < 0)
+        return -1;
+    int64_t want[4] = {x->shape[0], x->shape[1], h, w};
+    for (int d = 0; d < 4; d++) {
+        if (t->shape[d] != want[d]) {
+            PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%lld, %lld, %lld, %lld), got (%lld, %lld, %lld, "
+                         "%lld)", t->op, t->arg, (long long)want[0], (long long)want[1], (long long)want[2],
+                         (long long)want[3], (long long)t->shape[0], (long long)t->shape[1],
+                         (long long)t->shape[2], (long long)t->shape[3]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int max_forward_cpu(void *p)
+{
+    max_call *c = (max_call *)p;
+    return yv_max_pool2d_forward_ref(c->B, c->C, c->H, c->W, c->k, c->s, c->p, c->src, c->dst);
+}
+
+static int max_backward_cpu(void *p)
+{
+    max_call *c = (max_call *)p;
+    return yv_max_pool2d_backward_ref(c->B, c->C, c->H, c->W, c->k, c->s, c->p, c->in, c->src, c->dst);
+}
+
+#ifdef YV_WITH_CUDA
+static int max_forward_cuda(void *p, void *stream)
+{
+    max_call *c = (max_call *)p;
+    return (int)yv_max_pool2d_forward(c->B, c->C, c->H, c->W, c->k, c->s, c->p, c->src, c->dst,
+                                      (cudaStream_t)stream);
+}
+
+static int max_backward_cuda(void *p, void *stream)
+{
+    max_call *c = (max_call *)p;
+    return (int)yv_max_pool2d_backward(c->B, c->C, c->H, c->W, c->k, c->s, c->p, c->in, c->src, c->dst,
+                                       (cudaStream_t)stream);
+}
+#endif
+
+static const yv_op MAX_FORWARD = {"max_pool2d_forward", max_forward_cpu, YV_CUDA_FN(max_forward_cuda), NULL};
+static const yv_op MAX_BACKWARD = {"max_pool2d_backward", max_backward_cpu, YV_CUDA_FN(max_backward_cuda), NULL};
+
+static PyObject *max_launch(PyObject *module, const yv_op *op, const yv_tensor *x, uintptr_t stream, max_call *c)
+{
+    if (x->numel == 0) {   /* B or C is 0 */
+        if (stream != 0 && x->device == YV_CPU) {
+            PyErr_Format(PyExc_ValueError, "%s: stream must be 0 for CPU tensors", op->name);
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    return yv_launch(module, op, x->device, stream, c);
+}
+
+/* max_pool2d_forward(x, out, k, s, p, stream) */
+PyObject *yv_py_max_pool2d_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const yv_op *op = &MAX_FORWARD;
+    yv_tensor x, out;
+    uintptr_t stream = 0;
+    max_call c;
+    int64_t ho, wo;
+    if (yv_check_nargs(op->name, nargs, 6) < 0 || yv_tensor_parse(args[0], op->name, "x", 0, &x) < 0
+        || yv_tensor_parse(args[1], op->name, "out", 1, &out) < 0 || check_max_geometry(args + 2, &x, &c, &ho, &wo) < 0
+        || yv_parse_stream(args[5], op->name, &stream) < 0 || check_like(&out, &x, ho, wo) < 0
+        || check_output(&out, &x) < 0)
+        return NULL;
+    c.in = c.src = view_of(&x);
+    c.dst = view_of(&out);
+    return max_launch(module, op, &x, stream, &c);
+}
+
+/* max_pool2d_backward(x, grad_out, grad_in, k, s, p, stream) */
+PyObject *yv_py_max_pool2d_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    const yv_op *op = &MAX_BACKWARD;
+    yv_tensor x, go, gi;
+    uintptr_t stream = 0;
+    max_call c;
+    int64_t ho, wo;
+    if (yv_check_nargs(op->name, nargs, 7) < 0 || yv_tensor_parse(args[0], op->name, "x", 0, &x) < 0
+        || yv_tensor_parse(args[1], op->name, "grad_out", 0, &go) < 0
+        || yv_tensor_parse(args[2], op->name, "grad_in", 1, &gi) < 0
+        || check_max_geometry(args + 3, &x, &c, &ho, &wo) < 0 || yv_parse_stream(args[6], op->name, &stream) < 0
+        || check_like(&go, &x, ho, wo) < 0 || check_like(&gi, &x, c.H, c.W) < 0 || check_output(&gi, &x) < 0
+        || check_output(&gi, &go) < 0)
+        return NULL;
+    c.in = view_of(&x);
+    c.src = view_of(&go);
+    c.dst = view_of(&gi);
+    return max_launch(module, op, &x, stream, &c);
 }

@@ -101,3 +101,107 @@ int yv_avg_pool2x2_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_v
     window_sum(&grad_out, &grad_in, &g);
     return 0;
 }
+
+/* ---- max_pool2d: F.max_pool2d(x, k, s, p) (dilation 1, floor mode), forward and an index-free backward ----
+ * Maths (the same as kernels/pool.cu, bit for bit; torch reference in yolov9c/ops/pool.py):
+ *   window (oy, ox) = rows oy·s-p .. oy·s-p+k-1, columns ox·s-p .. ox·s-p+k-1, cut to the image (the padding
+ *   is -inf: never picked; every window keeps >= 1 element since p <= k/2)
+ *   argmax: scan the window row-major from its first element, taking v when v > best or v is NaN (torch's
+ *   rule: the first maximum; a NaN window picks its last NaN)
+ *   forward   out[oy,ox] = x at the argmax (the element itself: exact)
+ *   backward  gin[y,x] = Σ g[oy,ox] over the windows whose argmax is (y, x), in row-major (oy, ox) order, in
+ *             float32 (torch's scatter order: float32 equal bit for bit), rounded once
+ * The backward is a gather: each input element recomputes the argmax of the <= ceil(k/s)² windows covering
+ * it, so it needs x and g only (no index tensor) and is deterministic.
+ */
+typedef struct max_geom {
+    int64_t B, C, H, W, Ho, Wo;
+    int k, s, p;
+} max_geom;
+
+static inline int64_t max_off(const yv_view4 *v, int64_t b, int64_t c, int64_t y, int64_t x)
+{
+    return b * v->stride[0] + c * v->stride[1] + y * v->stride[2] + x * v->stride[3];
+}
+
+/* The argmax of window (oy, ox) of channel (b, c) as a window-relative row-major index dy·k + dx; *val: its
+ * value. */
+static int window_argmax(const yv_view4 *x, const max_geom *g, int64_t b, int64_t c, int64_t oy, int64_t ox,
+                         float *val)
+{
+    int64_t y0 = oy * g->s - g->p, x0 = ox * g->s - g->p;
+    int best = -1;
+    float m = 0.0f;
+    for (int dy = 0; dy < g->k; dy++) {
+        int64_t y = y0 + dy;
+        if (y < 0 || y >= g->H)
+            continue;
+        for (int dx = 0; dx < g->k; dx++) {
+            int64_t xx = x0 + dx;
+            if (xx < 0 || xx >= g->W)
+                continue;
+            float v = yv_view_load(x, max_off(x, b, c, y, xx));
+            if (best < 0 || v > m || v != v) {
+                m = v;
+                best = dy * g->k + dx;
+            }
+        }
+    }
+    *val = m;
+    return best;
+}
+
+/* [*lo, *hi]: the output rows (or columns) whose window covers input row i (n outputs). */
+static void covering(int64_t i, const max_geom *g, int64_t n, int64_t *lo, int64_t *hi)
+{
+    int64_t a = i + g->p - g->k + 1, b = i + g->p;
+    *lo = a <= 0 ? 0 : (a + g->s - 1) / g->s;
+    *hi = b / g->s < n - 1 ? b / g->s : n - 1;
+}
+
+int yv_max_pool2d_forward_ref(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p, yv_view4 in,
+                              yv_view4 out)
+{
+    max_geom g = {B, C, H, W, (H + 2 * p - k) / s + 1, (W + 2 * p - k) / s + 1, k, s, p};
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t oy = 0; oy < g.Ho; oy++)
+                for (int64_t ox = 0; ox < g.Wo; ox++) {
+                    float v;
+                    int a = window_argmax(&in, &g, b, c, oy, ox, &v);
+                    int64_t y = oy * s - p + a / k, x = ox * s - p + a % k;
+                    /* the element's own bits (a NaN keeps its payload, -0.0 its sign) */
+                    size_t es = in.dtype == YV_FLOAT32 ? 4 : 2;
+                    const char *src = (const char *)in.data + (size_t)max_off(&in, b, c, y, x) * es;
+                    char *dst = (char *)out.data + (size_t)max_off(&out, b, c, oy, ox) * es;
+                    for (size_t i = 0; i < es; i++)
+                        dst[i] = src[i];
+                }
+    return 0;
+}
+
+int yv_max_pool2d_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p, yv_view4 in,
+                               yv_view4 grad_out, yv_view4 grad_in)
+{
+    max_geom g = {B, C, H, W, (H + 2 * p - k) / s + 1, (W + 2 * p - k) / s + 1, k, s, p};
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t y = 0; y < H; y++) {
+                int64_t oy0, oy1;
+                covering(y, &g, g.Ho, &oy0, &oy1);
+                for (int64_t x = 0; x < W; x++) {
+                    int64_t ox0, ox1;
+                    covering(x, &g, g.Wo, &ox0, &ox1);
+                    float acc = 0.0f;
+                    for (int64_t oy = oy0; oy <= oy1; oy++)
+                        for (int64_t ox = ox0; ox <= ox1; ox++) {
+                            float v;
+                            int a = window_argmax(&in, &g, b, c, oy, ox, &v);
+                            if (a == (y - (oy * s - p)) * k + (x - (ox * s - p)))
+                                acc += yv_view_load(&grad_out, max_off(&grad_out, b, c, oy, ox));
+                        }
+                    yv_view_store(&grad_in, max_off(&grad_in, b, c, y, x), acc);
+                }
+            }
+    return 0;
+}

@@ -1,4 +1,5 @@
-/* pool.cu — the 2×2 stride-1 average pool of ADown/AConv (F.avg_pool2d(x, 2, 1, 0, False, True)) on the GPU:
+/* pool.cu — the 2×2 stride-1 average pool of ADown/AConv (F.avg_pool2d(x, 2, 1, 0, False, True)) on the GPU
+ * (and, at the end of the file, the k×k max pool of ADown/SPPELAN, F.max_pool2d(x, k, s, p)):
  * forward and backward, one window-sum kernel for both.
  *
  * Maths (csrc/pool_ref.c is the CPU twin, bit for bit; yolov9c/ops/pool.py holds the torch reference):
@@ -208,4 +209,163 @@ extern "C" cudaError_t yv_avg_pool2x2_backward(int64_t B, int64_t C, int64_t H, 
 {
     pool_geom g = {B, C, H - 1, W - 1, H, W, 0, -1};
     return pool_run(grad_out, grad_in, g, stream);
+}
+
+/* ---- max_pool2d: F.max_pool2d(x, k, s, p), dilation 1, floor mode ------------------------------------------
+ * Maths (csrc/pool_ref.c is the CPU twin, bit for bit):
+ *   window (oy, ox): rows oy·s-p .. +k-1, columns ox·s-p .. +k-1, cut to the image (padding counts as -inf:
+ *   never picked; p <= k/2 leaves >= 1 element in every window)
+ *   argmax: scanned row-major from the window's first element, v taken when v > best or v is NaN (torch's
+ *   rule: ties go to the first maximum, a window with NaN picks its last NaN)
+ *   forward   out[oy,ox] = x at the argmax (its own bits)                                           (=)
+ *   backward  gin[y,x] = Σ g[oy,ox] over the covering windows whose argmax is (y, x), float32 in row-major
+ *             (oy, ox) order (torch's scatter order), rounded once                                     (=)
+ * Saved for backward: x itself (which autograd keeps as the pool's input anyway); no index tensor. The
+ * backward is a gather: each input element rescans the <= ceil(k/s)² windows covering it (k=3 s=2: <= 4
+ * windows of 9; k=5 s=1: 25 of 25, from L1), so there are no atomics and the result is deterministic.
+ * Kernels: one thread per destination element × channel vector, grid-stride over (b, y, x, channel vector)
+ * with channels fastest (cl: channel stride 1 in every operand; 16-byte vectors when C and every pointer and
+ * stride allow, else V = 1), or over (b, c, y, x) with x fastest (planar: any strides, scalar).
+ */
+
+#define MAX_BLOCKS (1 << 20)        /* grid-stride beyond */
+
+typedef struct max_geom {
+    int64_t B, C, H, W, Ho, Wo;
+    int k, s, p;
+} max_geom;
+
+/* The argmax of window (oy, ox) for V channels at base (the (b, c) element of x; rs, ps: row and pixel
+ * strides): window index a[e] = dy·k + dx and the element's raw value best[e]. */
+template <typename T, int V>
+__device__ __forceinline__ void max_scan(const T *base, int64_t rs, int64_t ps, const max_geom *g, int64_t oy,
+                                         int64_t ox, int a[V], T best[V])
+{
+    int64_t y0 = oy * g->s - g->p, x0 = ox * g->s - g->p;
+    float m[V];
+    bool first = true;
+    for (int dy = 0; dy < g->k; dy++) {
+        int64_t y = y0 + dy;
+        if (y < 0 || y >= g->H)
+            continue;
+        for (int dx = 0; dx < g->k; dx++) {
+            int64_t x = x0 + dx;
+            if (x < 0 || x >= g->W)
+                continue;
+            pool_vec<T, V> r = *(const pool_vec<T, V> *)(base + y * rs + x * ps);
+            T t[V];
+            memcpy(t, &r.bits, sizeof(t));
+#pragma unroll
+            for (int e = 0; e < V; e++) {
+                float v = pool_f(t[e]);
+                if (first || v > m[e] || isnan(v)) {
+                    m[e] = v;
+                    a[e] = dy * g->k + dx;
+                    best[e] = t[e];
+                }
+            }
+            first = false;
+        }
+    }
+}
+
+/* [*lo, *hi]: the outputs (n of them) whose window covers input row or column i. */
+__device__ __forceinline__ void max_covering(int64_t i, const max_geom *g, int64_t n, int64_t *lo, int64_t *hi)
+{
+    int64_t a = i + g->p - g->k + 1, b = i + g->p;
+    *lo = a <= 0 ? 0 : (a + g->s - 1) / g->s;
+    *hi = b / g->s < n - 1 ? b / g->s : n - 1;
+}
+
+template <typename T, int V, bool CL, bool BWD>
+__global__ void __launch_bounds__(POOL_THREADS) max_kernel(yv_view4 in, yv_view4 go, yv_view4 dst, max_geom g)
+{
+    int64_t Hd = BWD ? g.H : g.Ho, Wd = BWD ? g.W : g.Wo, cv = g.C / V, n = g.B * cv * Hd * Wd;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t b, c, y, x, r;
+        if (CL) {
+            c = (i % cv) * V, r = i / cv, x = r % Wd, r /= Wd, y = r % Hd, b = r / Hd;
+        } else {
+            x = i % Wd, r = i / Wd, y = r % Hd, r /= Hd, c = r % g.C, b = r / g.C;
+        }
+        const T *base = (const T *)in.data + b * in.stride[0] + c * in.stride[1];
+        T *q = (T *)dst.data + b * dst.stride[0] + c * dst.stride[1] + y * dst.stride[2] + x * dst.stride[3];
+        int a[V];
+        T best[V];
+        pool_vec<T, V> w;
+        if (!BWD) {
+            max_scan<T, V>(base, in.stride[2], in.stride[3], &g, y, x, a, best);
+            memcpy(&w.bits, best, sizeof(best));
+        } else {
+            float acc[V];
+#pragma unroll
+            for (int e = 0; e < V; e++)
+                acc[e] = 0.0f;
+            int64_t oy0, oy1, ox0, ox1;
+            max_covering(y, &g, g.Ho, &oy0, &oy1);
+            max_covering(x, &g, g.Wo, &ox0, &ox1);
+            const T *gb = (const T *)go.data + b * go.stride[0] + c * go.stride[1];
+            for (int64_t oy = oy0; oy <= oy1; oy++) {
+                for (int64_t ox = ox0; ox <= ox1; ox++) {
+                    max_scan<T, V>(base, in.stride[2], in.stride[3], &g, oy, ox, a, best);
+                    int me = (int)((y - (oy * g.s - g.p)) * g.k + (x - (ox * g.s - g.p)));
+                    pool_vec<T, V> gr = *(const pool_vec<T, V> *)(gb + oy * go.stride[2] + ox * go.stride[3]);
+#pragma unroll
+                    for (int e = 0; e < V; e++)
+                        if (a[e] == me)
+                            acc[e] += pool_get(gr, e);
+                }
+            }
+            T out[V];
+#pragma unroll
+            for (int e = 0; e < V; e++)
+                pool_set(&out[e], acc[e]);
+            memcpy(&w.bits, out, sizeof(out));
+        }
+        *(pool_vec<T, V> *)q = w;
+    }
+}
+
+template <typename T, bool BWD>
+static cudaError_t max_launch(yv_view4 in, yv_view4 go, yv_view4 dst, max_geom g, cudaStream_t stream)
+{
+    const int V = 16 / (int)sizeof(T);
+    int cl = in.stride[1] == 1 && dst.stride[1] == 1 && (!BWD || go.stride[1] == 1);
+    int vec = cl && pool_vector_ok(&in, g.C, V, sizeof(T)) && pool_vector_ok(&dst, g.C, V, sizeof(T))
+              && (!BWD || pool_vector_ok(&go, g.C, V, sizeof(T)));
+    int64_t n = g.B * g.C * (BWD ? g.H * g.W : g.Ho * g.Wo) / (vec ? V : 1);
+    int64_t blocks = yv_ceil_div(n, POOL_THREADS);
+    dim3 grid((unsigned)(blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS));
+    if (vec)
+        max_kernel<T, V, true, BWD><<<grid, POOL_THREADS, 0, stream>>>(in, go, dst, g);
+    else if (cl)
+        max_kernel<T, 1, true, BWD><<<grid, POOL_THREADS, 0, stream>>>(in, go, dst, g);
+    else
+        max_kernel<T, 1, false, BWD><<<grid, POOL_THREADS, 0, stream>>>(in, go, dst, g);
+    return cudaGetLastError();
+}
+
+template <bool BWD> static cudaError_t max_run(yv_view4 in, yv_view4 go, yv_view4 dst, max_geom g, cudaStream_t stream)
+{
+    if (g.B * g.C * g.Ho * g.Wo == 0)
+        return cudaSuccess;
+    if (in.dtype == YV_FLOAT16)
+        return max_launch<__half, BWD>(in, go, dst, g, stream);
+    if (in.dtype == YV_BFLOAT16)
+        return max_launch<__nv_bfloat16, BWD>(in, go, dst, g, stream);
+    return max_launch<float, BWD>(in, go, dst, g, stream);
+}
+
+extern "C" cudaError_t yv_max_pool2d_forward(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p,
+                                             yv_view4 in, yv_view4 out, cudaStream_t stream)
+{
+    max_geom g = {B, C, H, W, (H + 2 * p - k) / s + 1, (W + 2 * p - k) / s + 1, k, s, p};
+    return max_run<false>(in, in, out, g, stream);
+}
+
+extern "C" cudaError_t yv_max_pool2d_backward(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p,
+                                              yv_view4 in, yv_view4 grad_out, yv_view4 grad_in, cudaStream_t stream)
+{
+    max_geom g = {B, C, H, W, (H + 2 * p - k) / s + 1, (W + 2 * p - k) / s + 1, k, s, p};
+    return max_run<true>(in, grad_out, grad_in, g, stream);
 }

@@ -107,6 +107,18 @@ cudaError_t yv_avg_pool2x2_forward(int64_t B, int64_t C, int64_t H, int64_t W, y
 cudaError_t yv_avg_pool2x2_backward(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 grad_out,
                                     yv_view4 grad_in, cudaStream_t stream);
 
+/* ---- max_pool2d (kernels/pool.cu; maths stated there): F.max_pool2d(x, k, s, p), dilation 1, floor mode ----
+ * in / grad_in (B, C, H, W), out / grad_out (B, C, Ho, Wo), Ho = (H + 2p - k) / s + 1 (W alike): yv_view4
+ * device views, any strides, one dtype YV_FLOAT32/YV_FLOAT16/YV_BFLOAT16; k >= 1, s >= 1, 0 <= p <= k/2.
+ * forward:  out = window maxima (=), torch's argmax rule (first maximum row-major; a NaN window: its last NaN)
+ * backward: grad_in (=) = Σ grad_out over the windows whose argmax each element is, float32 in row-major
+ *           output order; a gather from in and grad_out (no index tensor, no atomics)
+ */
+cudaError_t yv_max_pool2d_forward(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p, yv_view4 in,
+                                  yv_view4 out, cudaStream_t stream);
+cudaError_t yv_max_pool2d_backward(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p, yv_view4 in,
+                                   yv_view4 grad_out, yv_view4 grad_in, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

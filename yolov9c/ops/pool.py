@@ -1,4 +1,10 @@
-"""The 2×2 stride-1 average pool of ADown and AConv: F.avg_pool2d(x, 2, 1, 0, False, True).
+"""The 2×2 stride-1 average pool of ADown and AConv, F.avg_pool2d(x, 2, 1, 0, False, True), and the k×k max
+pool of ADown and SPPELAN, F.max_pool2d(x, k, s, p) (dilation 1, floor mode).
+
+max_pool2d: out (B, C, (H+2p-k)//s+1, (W+2p-k)//s+1) = the window maxima (torch's bits: a max is exact);
+its backward takes the input gradient from x and grad_out alone (each input element recomputes the argmax of
+the windows covering it; torch's rule: the first maximum row-major, a NaN window its last NaN): MaxPool2dFunction
+saves x (the input autograd keeps anyway), no index tensor. Sums of grad_out in float32, rounded once.
 
 Shapes and dtypes:
     x, grad_in          (B, C, H, W), H, W >= 2, any strides (NCHW, channels-last, a channel slice of a
@@ -108,3 +114,80 @@ def avg_pool2x2_backward(grad_out):
     """The input gradient (B, C, H, W) of avg_pool2x2 for grad_out (B, C, H-1, W-1), computed from grad_out
     alone (no autograd recorded): a new tensor of grad_out's dtype and memory format."""
     return _backward_impl(grad_out)
+
+
+def max_pool2d_reference(x, k, s, p):
+    """F.max_pool2d(x, k, s, p) (differentiable through autograd)."""
+    return F.max_pool2d(x, k, s, p)
+
+
+def max_pool2d_backward_reference(x, grad_out, k, s, p):
+    """torch's autograd input gradient of F.max_pool2d(x, k, s, p) for grad_out."""
+    with torch.enable_grad():
+        xr = x.detach().requires_grad_()
+        (gi,) = torch.autograd.grad(F.max_pool2d(xr, k, s, p), xr, grad_out)
+    return gi
+
+
+def _max_shape(t, k, s, p):
+    """The output shape of max_pool2d(t, k, s, p); any shape when the arguments are bad (C names them)."""
+    sh = tuple(t.shape)
+    if len(sh) != 4 or not all(type(v) is int for v in (k, s, p)) or s < 1:
+        return sh
+    return (sh[0], sh[1], max((sh[2] + 2 * p - k) // s + 1, 0), max((sh[3] + 2 * p - k) // s + 1, 0))
+
+
+def _max_forward_impl(x, k, s, p):
+    op = "max_pool2d_forward"
+    if _use_reference(op, x):
+        with torch.no_grad():
+            return max_pool2d_reference(x, k, s, p)
+    C = extension.load()
+    wide = x.is_cpu and x.dtype == torch.bfloat16  # NumPy has no bfloat16: float32 holds the same values
+    xs = x.float() if wide else x
+    out = torch.empty(_max_shape(x, k, s, p), dtype=xs.dtype, device=x.device, memory_format=_format_of(x))
+    C.max_pool2d_forward(extension.arg(xs, op, "x"), extension.arg(out, op, "out"), k, s, p,
+                         extension.stream_of(x.device))
+    return out.to(torch.bfloat16) if wide else out
+
+
+def _max_backward_impl(x, grad_out, k, s, p):
+    op = "max_pool2d_backward"
+    if _use_reference(op, x) or _use_reference(op, grad_out):
+        return max_pool2d_backward_reference(x, grad_out, k, s, p)
+    C = extension.load()
+    wide = x.is_cpu and x.dtype == torch.bfloat16
+    xs, gs = (x.float(), grad_out.float()) if wide else (x, grad_out)
+    gi = torch.empty(x.shape, dtype=xs.dtype, device=x.device, memory_format=_format_of(grad_out))
+    C.max_pool2d_backward(extension.arg(xs, op, "x"), extension.arg(gs, op, "grad_out"),
+                          extension.arg(gi, op, "grad_in"), k, s, p, extension.stream_of(x.device))
+    return gi.to(torch.bfloat16) if wide else gi
+
+
+class MaxPool2dFunction(torch.autograd.Function):
+    """out = max_pool2d(x, k, s, p); backward from x and grad_out (x saved, no indices)."""
+
+    @staticmethod
+    def forward(ctx, x, k, s, p):
+        ctx.save_for_backward(x)
+        ctx.geom = (k, s, p)
+        return _max_forward_impl(x, k, s, p)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return _max_backward_impl(x, grad_out, *ctx.geom), None, None, None
+
+
+def max_pool2d(x, k, s, p):
+    """F.max_pool2d(x, k, s, p) (dilation 1, floor mode) for x (B, C, H, W): a new tensor of x's dtype and
+    memory format. Differentiable (MaxPool2dFunction)."""
+    if not extension.fused_enabled():
+        return max_pool2d_reference(x, k, s, p)
+    return MaxPool2dFunction.apply(x, k, s, p)
+
+
+def max_pool2d_backward(x, grad_out, k, s, p):
+    """The input gradient (B, C, H, W) of max_pool2d(x, k, s, p) for grad_out, from x and grad_out alone (no
+    autograd recorded): a new tensor of grad_out's dtype and memory format."""
+    return _max_backward_impl(x, grad_out, k, s, p)

@@ -152,8 +152,29 @@ def _avg2(x):
     return Spatial(pool.avg_pool2x2, _node(x), grad=pool.avg_pool2x2_backward)
 
 
-def _max3s2(t):
-    return F.max_pool2d(t, 3, 2, 1)
+def _max_pool_grad(k, s, p, g, x):
+    """Spatial's direct gradient of max_pool2d(x, k, s, p): from g and the pool's input x (no forward re-run)."""
+    return pool.max_pool2d_backward(x, g.to(x.dtype), k, s, p)
+
+
+def _max_pool(child, k, s, p):
+    """F.max_pool2d(child, k, s, p) as a lazy value: the yolov9c.ops.pool op, whose backward reads the memoised
+    input and the gradient (grad_reads_x), not a re-run of the forward under autograd."""
+    return Spatial(functools.partial(pool.max_pool2d, k=k, s=s, p=p), child,
+                   grad=functools.partial(_max_pool_grad, k, s, p), grad_reads_x=True)
+
+
+def _max_geometry(m):
+    """(k, s, p) of an nn.MaxPool2d the op covers (square, dilation 1, floor mode, no indices), else None."""
+    def pair(v):
+        return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+    k, s, p, d = (pair(v) for v in (m.kernel_size, m.stride if m.stride else m.kernel_size, m.padding, m.dilation))
+    if k[0] != k[1] or s[0] != s[1] or p[0] != p[1] or d != (1, 1) or m.ceil_mode or m.return_indices:
+        return None
+    if not 1 <= k[0] <= 63 or not 1 <= s[0] <= 63 or not 0 <= p[0] <= k[0] // 2:
+        return None
+    return k[0], s[0], p[0]
 
 
 def aconv(m, x):
@@ -165,7 +186,7 @@ def adown(m, x):
     c = p.shape[1]
     h = (c + 1) // 2
     a = conv(m.cv1, p.slice(0, h))
-    b = conv(m.cv2, Spatial(_max3s2, p.slice(h, c)))
+    b = conv(m.cv2, _max_pool(p.slice(h, c), 3, 2, 1))
     return Cat([a, b])
 
 
@@ -204,6 +225,9 @@ def spatial(m, x):
     """SP, nn.MaxPool2d, nn.AvgPool2d, nn.Upsample, nn.ZeroPad2d: per-channel, applied after activation."""
     m = m.m if isinstance(m, SP) else m
     child = _node(x)
+    geom = _max_geometry(m) if type(m) is nn.MaxPool2d else None
+    if geom is not None:
+        return _max_pool(child, *geom)
     # the class's forward: a top-level layer's own `forward` attribute is the c forward (this function)
     return Spatial(functools.partial(type(m).forward, m), child, grad=_upsample_grad(m, child))
 

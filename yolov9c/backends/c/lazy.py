@@ -11,7 +11,8 @@ A lazy value is a small expression tree whose leaves hold stored tensors; nothin
     Cat(children)                        channel concatenation (ELAN/GELAN, ADown, yaml Concat rows)
     Spatial(fn, child[, grad])           a per-channel spatial op applied after activation (max/avg pool,
                                          nearest upsample/resize, zero pad); grad: its input gradient from
-                                         the output gradient alone, when it has one (ADown's average pool, nearest upsampling)
+                                         the output gradient alone, when it has one (ADown's average pool, nearest upsampling),
+                                         or from the gradient and the child's value (max pools: grad_reads_x)
 Every leaf node carries a channel range [c0, c1) of its tensors, so a channel slice (the chunk of an ELAN
 block, ADown's halves) is pushed down to the leaves and never copies anything: slicing commutes with every
 node type (BN, activation and the spatial ops are per-channel).
@@ -379,24 +380,25 @@ def _spatial_shape(fn, shape):
 class Spatial(Node):
     """fn(child) for a per-channel spatial op fn (a module such as nn.MaxPool2d, or a function).
 
-    grad: the op's input gradient from the output gradient alone, grad(g) (the 2×2 average pool's and
-    nearest upsampling's, which need no forward value), or None: backward then re-runs fn on the child's
-    value under autograd."""
+    grad: the op's input gradient without re-running fn: grad(g) from the output gradient alone (the 2×2
+    average pool's and nearest upsampling's), or grad(g, x) with the child's value x too when grad_reads_x
+    (the max pool's, which recomputes its argmax from x; x comes from the evaluator's memo); or None: backward
+    then re-runs fn on the child's value under autograd."""
 
-    __slots__ = ("fn", "child", "grad")
+    __slots__ = ("fn", "child", "grad", "grad_reads_x")
 
-    def __init__(self, fn, child, shape=None, grad=None):
-        self.fn, self.child, self.grad = fn, child, grad
+    def __init__(self, fn, child, shape=None, grad=None, grad_reads_x=False):
+        self.fn, self.child, self.grad, self.grad_reads_x = fn, child, grad, grad_reads_x
         if shape is None:
             shape = _spatial_shape(fn, tuple(child.shape))
         self.shape = tuple(shape)
 
     def slice(self, c0, c1):
         b, _, h, w = self.shape
-        return Spatial(self.fn, self.child.slice(c0, c1), (b, c1 - c0, h, w), self.grad)
+        return Spatial(self.fn, self.child.slice(c0, c1), (b, c1 - c0, h, w), self.grad, self.grad_reads_x)
 
     def _mapped(self, fn, memo):
-        return Spatial(self.fn, self.child.map(fn, memo), self.shape, self.grad)
+        return Spatial(self.fn, self.child.map(fn, memo), self.shape, self.grad, self.grad_reads_x)
 
     def tensors(self):
         return self.child.tensors()
@@ -412,7 +414,7 @@ class Spatial(Node):
 
     def backward(self, g, ev, acc):
         if self.grad is not None:
-            gv = self.grad(g)
+            gv = self.grad(g, ev.value(self.child).detach()) if self.grad_reads_x else self.grad(g)
         else:
             # the op's own backward through autograd, on the child's value (memoised by the recompute)
             with torch.enable_grad():
