@@ -19,6 +19,8 @@ backward recompute produce the same values.
 Test: python -m pytest -q tests/test_backend_c.py
 """
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 
@@ -34,6 +36,32 @@ class _Plan:
     def __init__(self, template, n_leaves, convs, dtype, fmt, device_type):
         self.template, self.n_leaves, self.convs = template, n_leaves, convs
         self.dtype, self.fmt, self.device_type = dtype, fmt, device_type
+
+
+_KEEP = [False]  # inside inputs_kept(): each forward keeps its materialised input for its own backward
+
+
+@contextlib.contextmanager
+def inputs_kept():
+    """Inside, LazyConvFunction.forward keeps the input it materialised (with the Evaluator's memo: the values
+    a Spatial backward reads) for its own backward, which then runs on it instead of activating the leaves
+    again, and frees it. For a segment's backward recompute (segment.py), whose backward follows at once:
+    the kept inputs are a transient of one segment. Elsewhere the input is a temporary, rebuilt in backward."""
+    prev, _KEEP[0] = _KEEP[0], True
+    try:
+        yield
+    finally:
+        _KEEP[0] = prev
+
+
+class _Input:
+    """A conv input kept from forward for backward (inputs_kept): the lazy tree over the forward's leaves and
+    the Evaluator whose memo holds its value."""
+
+    __slots__ = ("leaves", "tree", "ev")
+
+    def __init__(self, leaves, tree, ev):
+        self.leaves, self.tree, self.ev = leaves, tree, ev
 
 
 def compute_dtype(weight):
@@ -63,7 +91,8 @@ class LazyConvFunction(torch.autograd.Function):
         leaves, params = args[:n], args[n:]
         tree = plan.template.map(lambda i: leaves[i], {})
         with torch.autocast(plan.device_type, enabled=False):
-            a = Evaluator(plan.dtype, plan.fmt, grad=False).run(tree)
+            ev = Evaluator(plan.dtype, plan.fmt, grad=False)
+            a = ev.run(tree)
             outs, cast = [], []
             for k, (stride, padding, dilation, groups, _) in enumerate(plan.convs):
                 w, b = params[2 * k], params[2 * k + 1]
@@ -71,8 +100,8 @@ class LazyConvFunction(torch.autograd.Function):
                 cast.append(wc)
                 outs.append(F.conv2d(a, wc, None if b is None else b.to(plan.dtype), stride, padding, dilation,
                                      groups))
-        del a  # the activated input is a temporary: it is rebuilt in backward
-        ctx.plan = plan
+        del a  # the activated input is a temporary: it is rebuilt in backward (unless kept, inputs_kept)
+        ctx.plan, ctx.kept = plan, (_Input(leaves, tree, ev) if _KEEP[0] else None)
         ctx.save_for_backward(*leaves, *params, *cast)
         return tuple(outs)
 
@@ -82,13 +111,16 @@ class LazyConvFunction(torch.autograd.Function):
         n, nc = plan.n_leaves, len(plan.convs)
         saved = ctx.saved_tensors
         leaves, params, cast = saved[:n], saved[n:n + 2 * nc], saved[n + 2 * nc:]
+        kept, ctx.kept = ctx.kept, None  # freed when this backward returns
         need = ctx.needs_input_grad[1:]
         need_leaf = [bool(need[i]) for i in range(n)]
         want_input = any(need_leaf)
         with torch.autocast(plan.device_type, enabled=False), torch.no_grad():
-            # the same evaluation as forward (same kernels, same in-place buffer): bit-identical input
-            tree = plan.template.map(lambda i: leaves[i], {})
-            ev = Evaluator(plan.dtype, plan.fmt, grad=False)
+            if kept is not None:  # forward's own input (a memo hit: no activation)
+                leaves, tree, ev = kept.leaves, kept.tree, kept.ev
+            else:  # the same evaluation as forward (same kernels, same in-place buffer): bit-identical input
+                tree = plan.template.map(lambda i: leaves[i], {})
+                ev = Evaluator(plan.dtype, plan.fmt, grad=False)
             a = ev.run(tree)
             grad_a = None
             param_grads = [None] * len(params)

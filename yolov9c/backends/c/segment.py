@@ -19,6 +19,7 @@ Test: python -m pytest -q tests/test_backend_pgi.py
 
 import torch
 
+from yolov9c.backends.c.conv import inputs_kept
 from yolov9c.backends.c.layers import StatsTape, use_tape
 from yolov9c.backends.c.lazy import LeafIndex, Node
 
@@ -134,7 +135,8 @@ class SegmentFunction(torch.autograd.Function):
         leaves = [t.detach().requires_grad_() if need[i] else t.detach() for i, t in enumerate(ctx.saved_tensors)]
         call.tape.pos = 0
         try:
-            with torch.enable_grad(), torch.autocast(call.device_type, dtype=call.amp_dtype, enabled=call.amp):
+            with torch.enable_grad(), torch.autocast(call.device_type, dtype=call.amp_dtype, enabled=call.amp), \
+                    inputs_kept():
                 out = call.run(_fill(call.template, leaves, {}))
         finally:
             call.tape.pos = None
