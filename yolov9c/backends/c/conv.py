@@ -101,7 +101,10 @@ class LazyConvFunction(torch.autograd.Function):
                 outs.append(F.conv2d(a, wc, None if b is None else b.to(plan.dtype), stride, padding, dilation,
                                      groups))
         del a  # the activated input is a temporary: it is rebuilt in backward (unless kept, inputs_kept)
-        ctx.plan, ctx.kept = plan, (_Input(leaves, tree, ev) if _KEEP[0] else None)
+        ctx.plan, ctx.kept = plan, None
+        if _KEEP[0]:
+            ev.keep_for_backward(tree)
+            ctx.kept = _Input(leaves, tree, ev)
         ctx.save_for_backward(*leaves, *params, *cast)
         return tuple(outs)
 

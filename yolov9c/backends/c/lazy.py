@@ -504,6 +504,27 @@ class Evaluator:
         self._device = node.first_tensor().device
         return self.value(node)
 
+    def keep_for_backward(self, node):
+        """Drop from the memo every value but node's and those its backward reads (backward_reads): what a
+        conv input kept from forward for its backward holds (conv.inputs_kept)."""
+        keep = {id(node)} | {id(n) for n in backward_reads(node)}
+        self.memo = {k: v for k, v in self.memo.items() if k in keep}
+
+
+def backward_reads(node):
+    """The nodes under `node` whose values Node.backward reads from the Evaluator's memo: the input of every
+    Spatial op without a gradient function (its backward re-runs the op under autograd on that value)."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Spatial):
+            if n.grad is None:
+                out.append(n.child)
+            stack.append(n.child)
+        elif isinstance(n, _Group):
+            stack.extend(n.children)
+    return out
+
 
 class Grads:
     """Gradients of a lazy value's leaf tensors, accumulated by Node.backward without autograd.
