@@ -13,6 +13,11 @@ forward and in backward. --sites adds the activation passes by call site: the c-
 for them (LazyConvFunction.forward / .backward, a segment's recompute, a torch fallback's materialise) and the
 lazy node method that ran the kernel (BNAct.fill, Cat.fill into a concat buffer, Sum.fill's residual, ...). Bytes per element per pass (fp16): statistics 2, forward apply 4, backward 10 (a
 reduction pass reading z and g, then an elementwise pass reading z and g and writing dz).
+
+Measured (CPU, this script's defaults): activation passes in backward equal forward's since a segment's
+recompute hands each conv its materialised input (conv.inputs_kept): yolov9-s 1.39x (2.08x before), yolov9-c
+1.26x (2.07x), yolov9-e 1.41x (2.13x); by call site (yolov9-s, --sites): conv backward 0.71x, segment
+recompute's forward 0.70x (its conv backwards: 0.70x before, 0 now).
 """
 
 from __future__ import annotations

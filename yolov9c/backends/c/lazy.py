@@ -19,7 +19,9 @@ node type (BN, activation and the spatial ops are per-channel).
 `Evaluator.value(node)` computes the activated tensor; `Evaluator.fill(node, out)` writes it into a given
 view (a channel slice of a concat buffer), so a concat is built in place. With grad enabled the same code
 builds an autograd graph through the differentiable ops of yolov9c.ops.bn_silu (used by the backward
-recompute in conv.py and by layers that fall back to plain torch).
+recompute in conv.py and by layers that fall back to plain torch). `Evaluator.keep_for_backward(node)` trims
+the memo to what node's backward reads (backward_reads: node's value and the inputs of Spatial ops without a
+gradient function): what a conv input kept from forward for its backward holds (conv.inputs_kept).
 Shapes: (B, C, H, W). Test: python -m pytest -q tests/test_backend_c.py
 """
 
