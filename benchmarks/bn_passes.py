@@ -11,8 +11,9 @@ elements of z it read, in forward and in backward, as multiples of the BN layers
 forward (the minimum for one pass over every z), plus how many times each z region was applied (activated) in
 forward and in backward. --sites adds the activation passes by call site: the c-backend function that asked
 for them (LazyConvFunction.forward / .backward, a segment's recompute, a torch fallback's materialise) and the
-lazy node method that ran the kernel (BNAct.fill, Cat.fill into a concat buffer, Sum.fill's residual, ...). Bytes per element per pass (fp16): statistics 2, forward apply 4, backward 10 (a
-reduction pass reading z and g, then an elementwise pass reading z and g and writing dz).
+lazy node method that ran the kernel (BNAct.fill, Cat.fill into a concat buffer, Sum.fill's residual, ...).
+Bytes per element per pass (fp16): statistics 2, forward apply 4, backward 10 (a reduction pass reading z and
+g, then an elementwise pass reading z and g and writing dz).
 
 Measured (CPU, this script's defaults): activation passes in backward equal forward's since a segment's
 recompute hands each conv its materialised input (conv.inputs_kept): yolov9-s 1.39x (2.08x before), yolov9-c
