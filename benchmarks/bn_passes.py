@@ -3,13 +3,22 @@ c step spends ~2x torch's time in BN/SiLU kernels; this says where the extra pas
 counts do not depend on the device, the batch or the image size (only on the model graph).
 
     python benchmarks/bn_passes.py --model yolov9-s            # one step at batch 2, 128 px, on the CPU
+    python benchmarks/bn_passes.py --model yolov9-s --sites    # and the activation passes by call site
 
 Wraps the five entry points of yolov9c.ops.bn_silu (statistics, forward, two-BN forward, backward, two-BN
 backward), runs forward + loss + backward of `--backend c`, and prints per entry point its calls and the
 elements of z it read, in forward and in backward, as multiples of the BN layers' input elements of one torch
 forward (the minimum for one pass over every z), plus how many times each z region was applied (activated) in
-forward and in backward. Bytes per element per pass (fp16): statistics 2, forward apply 4, backward 10 (a
-reduction pass reading z and g, then an elementwise pass reading z and g and writing dz).
+forward and in backward. --sites adds the activation passes by call site: the c-backend function that asked
+for them (LazyConvFunction.forward / .backward, a segment's recompute, a torch fallback's materialise) and the
+lazy node method that ran the kernel (BNAct.fill, Cat.fill into a concat buffer, Sum.fill's residual, ...).
+Bytes per element per pass (fp16): statistics 2, forward apply 4, backward 10 (a reduction pass reading z and
+g, then an elementwise pass reading z and g and writing dz).
+
+Measured (CPU, this script's defaults): activation passes in backward equal forward's since a segment's
+recompute hands each conv its materialised input (conv.inputs_kept): yolov9-s 1.39x (2.08x before), yolov9-c
+1.26x (2.07x), yolov9-e 1.41x (2.13x); by call site (yolov9-s, --sites): conv backward 0.71x, segment
+recompute's forward 0.70x (its conv backwards: 0.70x before, 0 now).
 """
 
 from __future__ import annotations
@@ -34,11 +43,35 @@ from yolov9c.ops import bn_silu  # noqa: E402
 ENTRY_POINTS = {"_stats_impl": (0,), "_forward_impl": (0,), "_forward2_impl": (0, 5), "_backward_impl": (0,),
                 "_backward2_impl": (0, 5)}
 APPLIES = ("_forward_impl", "_forward2_impl")
+BACKEND = str(Path(__file__).resolve().parents[1] / "yolov9c" / "backends" / "c")
+CALLERS = {"LazyConvFunction.forward": "conv forward", "LazyConvFunction.backward": "conv backward",
+           "materialise": "materialise"}
+
+
+def call_site():
+    """(caller, node method) of the current BN/SiLU call: the innermost c-backend caller of CALLERS ("segment
+    recompute: ..." inside SegmentFunction.backward) and the innermost lazy-node method (lazy.py)."""
+    caller = node = None
+    recompute = False
+    f = sys._getframe(2)
+    while f is not None:
+        code = f.f_code
+        if code.co_filename.startswith(BACKEND):
+            name = code.co_qualname
+            if node is None and code.co_filename.endswith("lazy.py"):
+                node = name
+            if caller is None and name in CALLERS:
+                caller = CALLERS[name]
+            recompute = recompute or name == "SegmentFunction.backward"
+        f = f.f_back
+    caller = caller or "other"
+    return (f"segment recompute: {caller}" if recompute else caller), node or "-"
 
 
 class Counter:
-    def __init__(self):
-        self.phase = "forward"
+    def __init__(self, sites=False):
+        self.phase, self.sites = "forward", sites
+        self.by_site = collections.Counter()   # (phase, caller, node method) -> elements of z activated
         self.elems = collections.Counter()     # (phase, entry point) -> elements of z
         self.calls = collections.Counter()     # (phase, entry point) -> calls
         self.applies = collections.Counter()   # (phase, z region) -> times activated
@@ -50,6 +83,8 @@ class Counter:
             for i in positions:
                 z = args[i]
                 self.elems[self.phase, name] += z.numel()
+                if name in APPLIES and self.sites:
+                    self.by_site[(self.phase, *call_site())] += z.numel()
                 if name in APPLIES:
                     self.applies[self.phase, (z.untyped_storage().data_ptr(), z.storage_offset(), z.shape)] += 1
             self.calls[self.phase, name] += 1
@@ -74,6 +109,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="yolov9-s")
     ap.add_argument("--img", type=int, default=128)
+    ap.add_argument("--sites", action="store_true", help="also print the activation passes by call site")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -83,7 +119,7 @@ def main(argv=None):
     loss_fn = make_loss(model, backend="c")
     out = apply(model, "c")
     model = model if out is None else out
-    counter = Counter()
+    counter = Counter(args.sites)
     originals = {name: counter.wrap(name, pos) for name, pos in ENTRY_POINTS.items()}
     try:
         loss, _ = loss_fn(model(x), random_targets(2, 5, 80, torch.Generator().manual_seed(0)))
@@ -99,6 +135,10 @@ def main(argv=None):
     for phase in ("forward", "backward"):
         hist = collections.Counter(n for (p, _), n in counter.applies.items() if p == phase)
         print(f"{phase}: z regions by times activated (times: regions) {dict(sorted(hist.items()))}")
+    if args.sites:
+        print(f"{'activation by call site':60s} {'x one pass':>10s}")
+        for (phase, caller, node), n in sorted(counter.by_site.items(), key=lambda kv: (kv[0][0] != "forward", -kv[1])):
+            print(f"  {phase:9s} {caller + ' / ' + node:48s} {n / base:10.2f}")
     return 0
 
 

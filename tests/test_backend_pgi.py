@@ -16,12 +16,19 @@
 - Main blocks (YOLOV9C_MAIN_RECOMPUTE): the backbone blocks at stride ≤ 8 run as recomputed segments with the
   same maps, loss, gradients and BN buffers as the plain path, and what forward stores falls by their inner z's
   (all but each block's last conv output; CUDA: the peak falls by at least half of them in fp16).
+- Kept conv inputs (conv.inputs_kept): a segment's backward recompute hands each conv the input it materialised
+  to its own backward. Bit-identical maps, loss, gradients, BN buffers and stored bytes to re-activating the
+  input there (fp32 and CPU bf16 autocast); every kept input is freed before its segment's backward returns; and
+  backward applies BN+SiLU to exactly as many z elements as forward (each conv input once: in its conv's
+  backward, or in its segment's recompute), where it applied 1.5x as many without the reuse (yolov9-t at 64 px:
+  1.376 against 2.057 passes over every z; benchmarks/bn_passes.py at 128 px: 1.35 against 2.01).
 - CUDA (marked cuda): the peak allocated memory of forward + loss + backward (yolov9-c, 8 × 320², fp16) with
   the recompute is below the stored path's by at least half of the auxiliary z's (2 B per auxiliary
   conv-output element): the main and auxiliary z's are never all alive together.
 Run: python -m pytest -q tests/test_backend_pgi.py
 """
 
+import contextlib
 import copy
 
 import pytest
@@ -31,7 +38,8 @@ import torch.nn as nn
 from saved_tensors import saved_bytes
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import accepts_uint8, apply
-from yolov9c.backends.c import pgi
+from yolov9c.backends.c import conv, pgi, segment
+from yolov9c.ops import bn_silu
 
 SAME = 1e-5  # recompute vs stored path, norm-relative: the same kernels, gradients summed in another order
 TARGETS = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25], [0, 0, 0.7, 0.3, 0.2, 0.3]])
@@ -174,6 +182,113 @@ def test_recompute_stores_main_branch_only_cpu(cfg, monkeypatch):
           f"bound {bound / 2**20:.2f} MiB, z main {z['main']} aux {z['aux']}"
     assert got[True] <= bound, msg
     assert got[False] > bound, msg
+
+
+# ------------------------------------------------------------------------------------------------ kept inputs
+
+def _no_kept_inputs(mp):
+    """The recompute without conv.inputs_kept: every conv backward in it activates its input again."""
+    mp.setattr(segment, "inputs_kept", contextlib.nullcontext)
+
+
+def _step(base, x, amp=False):
+    """(maps, loss, parameter gradients, buffers, stored bytes) of one c training step of a copy of base."""
+    m = apply(copy.deepcopy(base), "c")
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+        nbytes, out = saved_bytes(m, x)
+    loss, _ = make_loss(m)(out, TARGETS)
+    loss.backward()
+    return flat(out), loss.detach(), [p.grad for p in m.parameters()], list(m.buffers()), nbytes
+
+
+def _same(a, b):
+    return (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+
+
+@pytest.mark.parametrize("cfg, amp", [("yolov9-t", False), ("yolov9-t", True), ("yolov9-c", False)])
+def test_kept_inputs_bit_identical_and_freed_per_segment(cfg, amp, monkeypatch):
+    monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
+    monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "8")
+    torch.manual_seed(0)
+    base = build_model(cfg, nc=3).train()
+    x = torch.rand(2, 3, 64, 64)
+    live = {"now": 0, "made": 0, "left": []}
+
+    class Counted(conv._Input):
+        __slots__ = ()
+
+        def __init__(self, *args):
+            super().__init__(*args)
+            live["now"] += 1
+            live["made"] += 1
+
+        def __del__(self):
+            live["now"] -= 1
+
+    backward = segment.SegmentFunction.backward
+
+    def checked(ctx, *grads):
+        got = backward(ctx, *grads)
+        live["left"].append(live["now"])  # kept inputs still alive when a segment's backward returns
+        return got
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(conv, "_Input", Counted)
+        mp.setattr(segment.SegmentFunction, "backward", staticmethod(checked))
+        kept = _step(base, x, amp)
+    with pytest.MonkeyPatch.context() as mp:
+        _no_kept_inputs(mp)
+        again = _step(base, x, amp)
+    assert live["made"] > 0 and live["left"] and set(live["left"]) == {0}, live
+    assert all(map(_same, kept[0], again[0])) and _same(kept[1], again[1])
+    assert all(map(_same, kept[2], again[2])) and all(map(_same, kept[3], again[3]))
+    assert kept[4] == again[4]  # forward stores the same bytes
+
+
+def bn_inputs(base, x):
+    """Elements of every BatchNorm2d input in one torch forward of base: one pass over every z."""
+    m = copy.deepcopy(base)
+    total = [0]
+    for b in m.modules():
+        if isinstance(b, nn.BatchNorm2d):
+            b.register_forward_hook(lambda mod, inp, out: total.__setitem__(0, total[0] + inp[0].numel()))
+    with torch.no_grad():
+        m(x)
+    return total[0]
+
+
+def activated(base, x):
+    """Elements of z the BN+SiLU apply kernels read in forward and in backward of one c training step."""
+    counts, phase = {"forward": 0, "backward": 0}, ["forward"]
+    with pytest.MonkeyPatch.context() as mp:
+        for name, zs in (("_forward_impl", (0,)), ("_forward2_impl", (0, 5))):
+            def counted(*args, f=getattr(bn_silu, name), zs=zs, **kwargs):
+                counts[phase[0]] += sum(args[i].numel() for i in zs)
+                return f(*args, **kwargs)
+            mp.setattr(bn_silu, name, counted)
+        m = apply(copy.deepcopy(base), "c")
+        loss, _ = make_loss(m)(m(x), TARGETS)
+        phase[0] = "backward"
+        loss.backward()
+    return counts["forward"], counts["backward"]
+
+
+def test_backward_activates_each_conv_input_once(monkeypatch):
+    monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
+    monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "8")
+    torch.manual_seed(0)
+    base = build_model("yolov9-t", nc=3).train()
+    x = torch.rand(2, 3, 64, 64)
+    one = bn_inputs(base, x)
+    fwd, bwd = activated(base, x)
+    msg = f"passes over every z: forward {fwd / one:.3f}, backward {bwd / one:.3f}"
+    assert bwd == fwd and bwd <= 1.38 * one, msg  # each conv input activated once in backward (1.376)
+    with pytest.MonkeyPatch.context() as mp:
+        _no_kept_inputs(mp)
+        fwd0, bwd0 = activated(base, x)
+    msg += f"; without kept inputs: forward {fwd0 / one:.3f}, backward {bwd0 / one:.3f}"
+    assert fwd0 == fwd, msg
+    assert bwd0 >= 1.4 * bwd, msg  # (2.057) the recompute's conv backwards activated their inputs again
 
 
 # ------------------------------------------------------------------------------------------------ uint8

@@ -20,7 +20,9 @@ node type (BN, activation and the spatial ops are per-channel).
 `Evaluator.value(node)` computes the activated tensor; `Evaluator.fill(node, out)` writes it into a given
 view (a channel slice of a concat buffer), so a concat is built in place. With grad enabled the same code
 builds an autograd graph through the differentiable ops of yolov9c.ops.bn_silu (used by the backward
-recompute in conv.py and by layers that fall back to plain torch).
+recompute in conv.py and by layers that fall back to plain torch). `Evaluator.keep_for_backward(node)` trims
+the memo to what node's backward reads (backward_reads: node's value and the inputs of Spatial ops without a
+gradient function): what a conv input kept from forward for its backward holds (conv.inputs_kept).
 Shapes: (B, C, H, W). Test: python -m pytest -q tests/test_backend_c.py
 """
 
@@ -506,6 +508,27 @@ class Evaluator:
     def run(self, node):
         self._device = node.first_tensor().device
         return self.value(node)
+
+    def keep_for_backward(self, node):
+        """Drop from the memo every value but node's and those its backward reads (backward_reads): what a
+        conv input kept from forward for its backward holds (conv.inputs_kept)."""
+        keep = {id(node)} | {id(n) for n in backward_reads(node)}
+        self.memo = {k: v for k, v in self.memo.items() if k in keep}
+
+
+def backward_reads(node):
+    """The nodes under `node` whose values Node.backward reads from the Evaluator's memo: the input of every
+    Spatial op without a gradient function (its backward re-runs the op under autograd on that value)."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Spatial):
+            if n.grad is None:
+                out.append(n.child)
+            stack.append(n.child)
+        elif isinstance(n, _Group):
+            stack.extend(n.children)
+    return out
 
 
 class Grads:

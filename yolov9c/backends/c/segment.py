@@ -10,6 +10,10 @@ tensors (detached), re-runs fn with grad enabled under the forward's autocast st
 gradients of the new tensors through it with torch.autograd.grad: the gradients of the input tensors and of
 the parameters are the Function's gradients (so AccumulateGrad, and DDP's hooks on it, see them as usual).
 
+The recompute runs under conv.inputs_kept(): each conv in it keeps the input it materialised for its own
+backward in the torch.autograd.grad that follows (one activation of each conv input per recompute, not two;
+all kept inputs are freed before this backward returns: a transient of one segment's conv inputs).
+
 BatchNorm statistics: the forward records every batch statistic fn computes (layers.StatsTape, the only
 place the c layers update running statistics); the recompute takes them back from the tape in the same
 order, so it normalises with exactly the forward's statistics and updates no running statistic again.
@@ -19,6 +23,7 @@ Test: python -m pytest -q tests/test_backend_pgi.py
 
 import torch
 
+from yolov9c.backends.c.conv import inputs_kept
 from yolov9c.backends.c.layers import StatsTape, use_tape
 from yolov9c.backends.c.lazy import LeafIndex, Node
 
@@ -134,7 +139,8 @@ class SegmentFunction(torch.autograd.Function):
         leaves = [t.detach().requires_grad_() if need[i] else t.detach() for i, t in enumerate(ctx.saved_tensors)]
         call.tape.pos = 0
         try:
-            with torch.enable_grad(), torch.autocast(call.device_type, dtype=call.amp_dtype, enabled=call.amp):
+            with torch.enable_grad(), torch.autocast(call.device_type, dtype=call.amp_dtype, enabled=call.amp), \
+                    inputs_kept():
                 out = call.run(_fill(call.template, leaves, {}))
         finally:
             call.tape.pos = None
