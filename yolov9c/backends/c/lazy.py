@@ -22,7 +22,8 @@ view (a channel slice of a concat buffer), so a concat is built in place. With g
 builds an autograd graph through the differentiable ops of yolov9c.ops.bn_silu (used by the backward
 recompute in conv.py and by layers that fall back to plain torch). `Evaluator.keep_for_backward(node)` trims
 the memo to what node's backward reads (backward_reads: node's value and the inputs of Spatial ops without a
-gradient function): what a conv input kept from forward for its backward holds (conv.inputs_kept).
+gradient function or whose gradient reads them): what a conv input kept from forward for its backward holds
+(conv.inputs_kept).
 Shapes: (B, C, H, W). Test: python -m pytest -q tests/test_backend_c.py
 """
 
@@ -518,12 +519,13 @@ class Evaluator:
 
 def backward_reads(node):
     """The nodes under `node` whose values Node.backward reads from the Evaluator's memo: the input of every
-    Spatial op without a gradient function (its backward re-runs the op under autograd on that value)."""
+    Spatial op without a gradient function (its backward re-runs the op under autograd on that value) or whose
+    gradient reads it (grad_reads_x: the max pools)."""
     out, stack = [], [node]
     while stack:
         n = stack.pop()
         if isinstance(n, Spatial):
-            if n.grad is None:
+            if n.grad is None or n.grad_reads_x:
                 out.append(n.child)
             stack.append(n.child)
         elif isinstance(n, _Group):
