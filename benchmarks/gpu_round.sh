@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call of named parts, in the order given (each skipped when the deadline is near):
 #   bash benchmarks/gpu_round.sh SECONDS PART...     e.g.  bash benchmarks/gpu_round.sh 560 guards train_s_c cuda
-# Parts: guards (the CUDA guard and graph-step tests, long tracebacks), cuda (every CUDA test), train_M_B (the real
+# Parts: guards (the CUDA guard and graph-step tests, long tracebacks), cuda (every CUDA test), tests (the CUDA
+# tests of $TEST_FILES), train_M_B (the real
 # train_dual.py of bench_train.py, M in s/c/e, B in c/torch, 1024 images), step (bench_step.py, yolov9-s and
 # yolov9-c, both backends, eager and graph; step16 at batch 16; STEP_PROFILE=N profiles N steps), pubstep (bench_published_step.py, the published code in
 # .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
@@ -21,6 +22,7 @@ for part in "$@"; do
     guards) stage guards 120 150 $PYT --tb=long tests/test_train_guards_cuda.py tests/test_graph_step.py
             tail -40 "$OUT/guards.log" ;;
     cuda) stage cuda 240 300 $PYT --tb=short tests; tail -25 "$OUT/cuda.log" ;;
+    tests) stage tests 60 ${TEST_LIMIT:-240} $PYT --tb=short $TEST_FILES; tail -8 "$OUT/tests.log" ;;
     train_*) wait $DATA
       m=${part#train_}; b=${m#*_}; m=yolov9-${m%_*}
       stage "$part" 100 240 python3 benchmarks/bench_train.py --models $m --backends $b --images 1024 \
