@@ -15,10 +15,11 @@ lazy node method that ran the kernel (BNAct.fill, Cat.fill into a concat buffer,
 Bytes per element per pass (fp16): statistics 2, forward apply 4, backward 10 (a reduction pass reading z and
 g, then an elementwise pass reading z and g and writing dz).
 
-Measured (CPU, this script's defaults): activation passes in backward equal forward's since a segment's
-recompute hands each conv its materialised input (conv.inputs_kept): yolov9-s 1.39x (2.08x before), yolov9-c
+Measured (CPU, this script's defaults): activation passes in backward equal forward's when a segment's
+recompute hands each conv its materialised input (YOLOV9C_KEEP_INPUTS=1, conv.inputs_kept; default off):
+yolov9-s 1.39x (2.08x without), yolov9-c
 1.26x (2.07x), yolov9-e 1.41x (2.13x); by call site (yolov9-s, --sites): conv backward 0.71x, segment
-recompute's forward 0.70x (its conv backwards: 0.70x before, 0 now).
+recompute's forward 0.70x (its conv backwards: 0.70x without, 0 with).
 """
 
 from __future__ import annotations

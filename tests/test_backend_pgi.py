@@ -207,6 +207,7 @@ def _same(a, b):
 
 @pytest.mark.parametrize("cfg, amp", [("yolov9-t", False), ("yolov9-t", True), ("yolov9-c", False)])
 def test_kept_inputs_bit_identical_and_freed_per_segment(cfg, amp, monkeypatch):
+    monkeypatch.setenv("YOLOV9C_KEEP_INPUTS", "1")
     monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
     monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "8")
     torch.manual_seed(0)
@@ -274,6 +275,7 @@ def activated(base, x):
 
 
 def test_backward_activates_each_conv_input_once(monkeypatch):
+    monkeypatch.setenv("YOLOV9C_KEEP_INPUTS", "1")
     monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
     monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "8")
     torch.manual_seed(0)
@@ -286,6 +288,8 @@ def test_backward_activates_each_conv_input_once(monkeypatch):
     with pytest.MonkeyPatch.context() as mp:
         _no_kept_inputs(mp)
         fwd0, bwd0 = activated(base, x)
+    monkeypatch.setenv("YOLOV9C_KEEP_INPUTS", "0")
+    assert activated(base, x) == (fwd0, bwd0)  # the default: no kept inputs
     msg += f"; without kept inputs: forward {fwd0 / one:.3f}, backward {bwd0 / one:.3f}"
     assert fwd0 == fwd, msg
     assert bwd0 >= 1.4 * bwd, msg  # (2.057) the recompute's conv backwards activated their inputs again

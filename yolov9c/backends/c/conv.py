@@ -30,6 +30,7 @@ Test: python -m pytest -q tests/test_backend_c.py
 """
 
 import contextlib
+import os
 
 import torch
 import torch.nn.functional as F
@@ -51,13 +52,22 @@ class _Plan:
 _KEEP = [False]  # inside inputs_kept(): each forward keeps its materialised input for its own backward
 
 
+def keep_inputs_enabled():
+    """YOLOV9C_KEEP_INPUTS=1 turns inputs_kept() on (default off). Measured on the H200 (benchmarks/RESULTS.md,
+    batch 64, 640): it saves one BN+SiLU activation pass per recomputed conv (yolov9-c BN/SiLU GPU time per
+    step 80.0 -> 70.5 ms, bench_step.py) but a segment's kept inputs raise the step's peak (real train_dual.py,
+    yolov9-c reserved 11.2 -> 13.6 GiB, above its 13.5 goal), so it is for runs with memory to spare."""
+    return os.environ.get("YOLOV9C_KEEP_INPUTS", "0") == "1"
+
+
 @contextlib.contextmanager
 def inputs_kept():
-    """Inside, LazyConvFunction.forward keeps the input it materialised (with the Evaluator's memo: the values
-    a Spatial backward reads) for its own backward, which then runs on it instead of activating the leaves
-    again, and frees it. For a segment's backward recompute (segment.py), whose backward follows at once:
-    the kept inputs are a transient of one segment. Elsewhere the input is a temporary, rebuilt in backward."""
-    prev, _KEEP[0] = _KEEP[0], True
+    """Inside (when keep_inputs_enabled()), LazyConvFunction.forward keeps the input it materialised (with the
+    Evaluator's memo: the values a Spatial backward reads) for its own backward, which then runs on it instead
+    of activating the leaves again, and frees it. For a segment's backward recompute (segment.py), whose
+    backward follows at once: the kept inputs are a transient of one segment. Elsewhere (and by default) the
+    input is a temporary, rebuilt in backward."""
+    prev, _KEEP[0] = _KEEP[0], keep_inputs_enabled()
     try:
         yield
     finally:

@@ -10,8 +10,8 @@ In training (grad enabled) they run as recomputed segments (segment.py): chains 
 layer is read only by the next and reads nothing outside the chain (_chains), and one segment per auxiliary
 head level. A segment keeps only its result (typically its last conv output z); its inputs
 are kept by the main branch anyway. In backward it is re-run and back-propagated at once, so only one
-segment's z's are rebuilt at a time (with the conv inputs its recompute materialised, kept for the conv
-backwards that follow: segment.py, conv.inputs_kept).
+segment's z's are rebuilt at a time (with YOLOV9C_KEEP_INPUTS=1 also the conv inputs its recompute
+materialised, kept for the conv backwards that follow: segment.py, conv.inputs_kept).
 
 Order: every auxiliary step runs as soon as its inputs exist (so before the main neck and the main head
 levels). Autograd runs the ready node created last first, so the whole main neck's backward runs before any

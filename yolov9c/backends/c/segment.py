@@ -10,9 +10,10 @@ tensors (detached), re-runs fn with grad enabled under the forward's autocast st
 gradients of the new tensors through it with torch.autograd.grad: the gradients of the input tensors and of
 the parameters are the Function's gradients (so AccumulateGrad, and DDP's hooks on it, see them as usual).
 
-The recompute runs under conv.inputs_kept(): each conv in it keeps the input it materialised for its own
-backward in the torch.autograd.grad that follows (one activation of each conv input per recompute, not two;
-all kept inputs are freed before this backward returns: a transient of one segment's conv inputs).
+The recompute runs under conv.inputs_kept(): with YOLOV9C_KEEP_INPUTS=1 (default off: it raises the peak)
+each conv in it keeps the input it materialised for its own backward in the torch.autograd.grad that follows
+(one activation of each conv input per recompute, not two; all kept inputs are freed before this backward
+returns: a transient of one segment's conv inputs).
 
 BatchNorm statistics: the forward records every batch statistic fn computes (layers.StatsTape, the only
 place the c layers update running statistics); the recompute takes them back from the tape in the same
