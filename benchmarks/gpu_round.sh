@@ -35,7 +35,7 @@ for part in "$@"; do
             --steps 10 --warmup 5 --batch $b --profile ${STEP_PROFILE:-0} --timeout 110 --markdown; tail -8 "$OUT/$part.log" ;;
     accuracy|accuracy_bg) pub=(); [ -d .dev/published ] && pub=(--published .dev/published --python python3)
       acc=(python3 benchmarks/bench_accuracy.py --data ${ACC_DATA:-.dev/shared/data/coco128/data.yaml} --epochs ${ACC_EPOCHS:-30} --close-mosaic ${ACC_CLOSE:-10}
-           --seeds ${ACC_SEEDS:-0,1} --jobs ${ACC_JOBS:-6} --workers 2 --single-cls --out /tmp/acc "${pub[@]}")
+           --seeds ${ACC_SEEDS:-0,1} --jobs ${ACC_JOBS:-6} --workers 2 ${ACC_FLAGS:---single-cls} --out /tmp/acc "${pub[@]}")
       if [ $part = accuracy ]; then stage accuracy 300 540 "${acc[@]}"; tail -6 "$OUT/accuracy.log"
       else timeout $(( $(left) - 15 )) "${acc[@]}" > "$OUT/accuracy.log" 2>&1 & ACC=$!; echo "accuracy started"; fi ;;
     accuracy_wait) wait $ACC; echo "accuracy rc=$?"; tr '\r' '\n' < "$OUT/accuracy.log" | grep '^{' >> "$OUT/rows.jsonl"
