@@ -203,14 +203,64 @@ def test_raw_binding_checks():
         f(x, x[:, :, :3, :3], 3, 2, 1, 0)
     with pytest.raises(ValueError, match="max_pool2d_forward: stream must be 0 for CPU tensors"):
         f(x, np.zeros((2, 3, 3, 3), np.float32), 3, 2, 1, 7)
-    go = np.zeros((2, 3, 3, 3), np.float32)
+    go, ix, gi = np.zeros((2, 3, 3, 3), np.float32), np.zeros((2, 3, 3, 3), np.uint8), np.zeros_like(x)
+    with pytest.raises(TypeError, match=r"max_pool2d_backward\(\) takes exactly 8 positional arguments"):
+        b(x, go, gi, 3, 2, 1, 0)
     with pytest.raises(ValueError, match=r"max_pool2d_backward: grad_in must have shape \(2, 3, 5, 6\)"):
-        b(x, go, np.zeros((2, 3, 5, 5), np.float32), 3, 2, 1, 0)
+        b(x, go, ix, np.zeros((2, 3, 5, 5), np.float32), 3, 2, 1, 0)
     with pytest.raises(ValueError, match="max_pool2d_backward: grad_in overlaps x"):
-        b(x, go, x, 3, 2, 1, 0)
+        b(x, go, ix, x, 3, 2, 1, 0)
     with pytest.raises(ValueError, match="grad_in is an output and has stride 0"):
-        b(x, go, np.lib.stride_tricks.as_strided(np.zeros((3, 5, 6), np.float32), (2, 3, 5, 6), (0, 120, 24, 4)),
+        b(x, go, ix, np.lib.stride_tricks.as_strided(np.zeros((3, 5, 6), np.float32), (2, 3, 5, 6), (0, 120, 24, 4)),
           3, 2, 1, 0)
+    with pytest.raises(TypeError, match="max_pool2d_backward: index must be uint8, got float32"):
+        b(x, go, go.copy(), gi, 3, 2, 1, 0)
+    with pytest.raises(ValueError, match=r"max_pool2d_backward: index must have shape \(2, 3, 3, 3\)"):
+        b(x, go, np.zeros((2, 3, 3, 4), np.uint8), gi, 3, 2, 1, 0)
+    with pytest.raises(ValueError, match="max_pool2d_backward: index overlaps x"):
+        b(x, go, x.view(np.uint8)[:, :, :3, :3], gi, 3, 2, 1, 0)
+    with pytest.raises(ValueError, match="max_pool2d_backward: grad_in overlaps index"):
+        b(x, go, gi.view(np.uint8)[:, :, :3, :3], gi, 3, 2, 1, 0)
+    with pytest.raises(ValueError, match="max_pool2d_backward: index is an output and has stride 0"):
+        b(x, go, np.lib.stride_tricks.as_strided(ix, ix.shape, (0, 9, 3, 1)), gi, 3, 2, 1, 0)
+
+
+def test_backward_refuses_windows_over_255():
+    """The backward stores each window's argmax as one uint8: k = 15 (225 indices) runs, k = 16 is refused
+    with a clear error (the forward has no such limit; the c backend keeps torch's pool for k > 15)."""
+    x = make_x((1, 3, 17, 16), "cl", torch.float32, ties=False)
+    for k in (15, 16):
+        g = torch.randn(F.max_pool2d(x, k, 1, 0).shape)
+        if k == 15:
+            assert torch.equal(pool.max_pool2d_backward(x, g, k, 1, 0), torch_backward(x, g, k, 1, 0))
+            continue
+        assert same_values(pool.max_pool2d(x, k, 1, 0), F.max_pool2d(x, k, 1, 0))
+        with pytest.raises(ValueError, match=r"max_pool2d_backward: k\*k must be <= 255 .*got k = 16"):
+            pool.max_pool2d_backward(x, g, k, 1, 0)
+    assert layers._max_geometry(nn.MaxPool2d(15, 1, 7)) == (15, 1, 7)
+    assert layers._max_geometry(nn.MaxPool2d(16, 1, 0)) is None
+
+
+@pytest.mark.parametrize("geom", GEOMS)
+@pytest.mark.parametrize("layout", ("nchw", "cl"))
+def test_index_holds_torchs_argmax(geom, layout):
+    """The backward's scratch after a call: index[oy,ox] = dy*k + dx of torch's argmax (return_indices, a flat
+    h*W + w of the input plane) in every window, ties and a NaN included; in an NCHW or a channels-last index."""
+    k, s, p = geom
+    x = make_x((2, 9, 9, 11), "nchw", torch.float32)
+    x[1, 2, 3, 4] = float("nan")
+    out, flat = F.max_pool2d(x, k, s, p, return_indices=True)
+    oy = torch.arange(out.shape[2]).view(-1, 1)
+    ox = torch.arange(out.shape[3]).view(1, -1)
+    want = (flat // x.shape[3] - (oy * s - p)) * k + flat % x.shape[3] - (ox * s - p)
+    ix = torch.full(out.shape, 255, dtype=torch.uint8)
+    if layout == "cl":
+        ix = ix.contiguous(memory_format=torch.channels_last)
+    g = torch.randn(out.shape)
+    gi = torch.empty_like(x)
+    C_EXT.max_pool2d_backward(x.numpy(), g.numpy(), ix.numpy(), gi.numpy(), k, s, p, 0)
+    assert torch.equal(ix.long(), want)
+    assert torch.equal(gi, torch_backward(x, g, k, s, p))
 
 
 # ------------------------------------------------------------------------------------------------ c backend
