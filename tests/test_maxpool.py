@@ -432,3 +432,47 @@ def test_cuda_aligned_slice_and_side_stream():
         gi = pool.max_pool2d_backward(base, torch.ones_like(y), 3, 2, 1)
     s.synchronize()
     assert torch.equal(y, F.max_pool2d(base, 3, 2, 1)) and gi.shape == base.shape
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("geom", GEOMS)
+def test_cuda_index_matches_cpu(geom):
+    """The raw binding on both devices (channels-last float16: the vector kernels, the compile-time ones for
+    3×3/2 and 5×5/1): the same window argmaxes in index and the same gradient bits."""
+    k, s, p = geom
+    x = make_x((2, 16, 9, 11), "cl", torch.float16)
+    x[1, 2, 3, 4] = float("nan")
+    g = torch.randn(F.max_pool2d(x, k, s, p).shape).half().contiguous(memory_format=torch.channels_last)
+    got = []
+    for dev in ("cpu", "cuda"):
+        xd, gd = x.to(dev), g.to(dev)
+        ix = torch.full(g.shape, 255, dtype=torch.uint8, device=dev).contiguous(memory_format=torch.channels_last)
+        gi = torch.empty_like(xd)
+        C_EXT.max_pool2d_backward(extension.arg(xd), extension.arg(gd), extension.arg(ix), extension.arg(gi), k, s,
+                                  p, extension.stream_of(xd.device))
+        got.append((ix.cpu(), gi.cpu()))
+    assert torch.equal(got[0][0], got[1][0]), "index differs between CUDA and CPU"
+    assert torch.equal(got[0][1], got[1][1]), "grad_in differs between CUDA and CPU"
+
+
+@pytest.mark.cuda
+def test_cuda_backward_in_graph():
+    """The backward (index scratch from torch's allocator, two kernels) captured in a CUDA graph: a replay
+    recomputes it from the current grad_out."""
+    x = make_x((2, 64, 20, 20), "cl", torch.float16, device="cuda", ties=False)
+    for geom in ((5, 1, 2), (3, 2, 1)):
+        g = torch.randn(F.max_pool2d(x, *geom).shape, device="cuda").half().contiguous(
+            memory_format=torch.channels_last)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            pool.max_pool2d_backward(x, g, *geom)   # warm-up outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = pool.max_pool2d_backward(x, g, *geom)
+        g.mul_(-2)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(got, pool.max_pool2d_backward(x, g, *geom))
+        assert ulps(got, torch_backward(x.double(), g.double(), *geom).half(), torch.float16) <= 1
