@@ -196,10 +196,13 @@ PyDoc_STRVAR(max_pool2d_forward_doc,
 "out (B, C, (H+2p-k)/s+1, (W+2p-k)/s+1) of x's dtype and device, not overlapping x, written. Returns None.");
 
 PyDoc_STRVAR(max_pool2d_backward_doc,
-"max_pool2d_backward($module, x, grad_out, grad_in, k, s, p, stream, /)\n--\n\n"
-"Input gradient of max_pool2d_forward from x and grad_out alone (no indices): grad_in[y,x] = the float32 sum\n"
-"of grad_out over the windows whose argmax (y, x) is, in row-major output order. x, grad_in (B, C, H, W),\n"
-"grad_out (B, C, Ho, Wo), one dtype and device, any strides; grad_in written (=), not overlapping. Returns None.");
+"max_pool2d_backward($module, x, grad_out, index, grad_in, k, s, p, stream, /)\n--\n\n"
+"Input gradient of max_pool2d_forward from x and grad_out (nothing saved but x): grad_in[y,x] = the float32\n"
+"sum of grad_out over the windows whose argmax (y, x) is, in row-major output order. Two phases through the\n"
+"scratch index (B, C, Ho, Wo) uint8 on x's device, any strides (best: grad_out's memory format), written\n"
+"first with each window's argmax dy*k + dx (so k*k <= 255), then gathered. x, grad_in (B, C, H, W), grad_out\n"
+"(B, C, Ho, Wo), one dtype and device, any strides; grad_in written (=); no output overlaps another operand.\n"
+"Returns None.");
 
 PyDoc_STRVAR(cudnn_fusion_probe_doc,
 "cudnn_fusion_probe($module, conv, dtype_code, device, /)\n--\n\n"

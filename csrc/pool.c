@@ -1,6 +1,7 @@
 /* pool.c — bindings of the 2×2 stride-1 average pool (ADown/AConv's F.avg_pool2d(x, 2, 1, 0, False, True)):
  * avg_pool2x2_forward and avg_pool2x2_backward; and of the k×k max pool (ADown's F.max_pool2d(x, 3, 2, 1),
- * SPPELAN's nn.MaxPool2d(5, 1, 2)): max_pool2d_forward and max_pool2d_backward (from x and grad_out).
+ * SPPELAN's nn.MaxPool2d(5, 1, 2)): max_pool2d_forward and max_pool2d_backward (from x and grad_out, through
+ * the caller's uint8 scratch `index`).
  *
  * Checks every argument (ValueError/TypeError naming the op and the argument), then hands the views to
  * yv_launch: csrc/pool_ref.c (CPU, NumPy arrays: float32/float16) or kernels/pool.cu (CUDA descriptors,
@@ -175,11 +176,13 @@ PyObject *yv_py_avg_pool2x2_backward(PyObject *module, PyObject *const *args, Py
 /* ---- max_pool2d ---- */
 
 #define MAX_POOL_K 63   /* window side: window indices fit an int; ample for the models' 3 and 5 */
+#define MAX_INDEX 255   /* the backward's window indices dy·k + dx are uint8: k·k <= 255 (k <= 15) */
 
 typedef struct max_call {
     int64_t B, C, H, W;
     int k, s, p;
     yv_view4 in, src, dst;   /* forward: src = in, dst = out; backward: src = grad_out, dst = grad_in */
+    yv_view4 index;          /* backward: the uint8 window-argmax scratch (B, C, Ho, Wo) */
 } max_call;
 
 static int parse_small(PyObject *obj, const char *op, const char *arg, long lo, long hi, int *out)
@@ -223,10 +226,10 @@ static int check_max_geometry(PyObject *const *args, const yv_tensor *x, max_cal
     return 0;
 }
 
-/* t has shape (B, C, h, w) and x's device and dtype. */
-static int check_like(const yv_tensor *t, const yv_tensor *x, int64_t h, int64_t w)
+/* t has 4 dimensions, shape (B, C, h, w) and x's device. */
+static int check_shape(const yv_tensor *t, const yv_tensor *x, int64_t h, int64_t w)
 {
-    if (yv_check_ndim(t, 4) < 0 || yv_check_same_device(t, x) < 0 || yv_check_same_dtype(t, x) < 0)
+    if (yv_check_ndim(t, 4) < 0 || yv_check_same_device(t, x) < 0)
         return -1;
     int64_t want[4] = {x->shape[0], x->shape[1], h, w};
     for (int d = 0; d < 4; d++) {
@@ -241,6 +244,28 @@ static int check_like(const yv_tensor *t, const yv_tensor *x, int64_t h, int64_t
     return 0;
 }
 
+/* t has shape (B, C, h, w) and x's device and dtype. */
+static int check_like(const yv_tensor *t, const yv_tensor *x, int64_t h, int64_t w)
+{
+    return yv_check_same_dtype(t, x) < 0 ? -1 : check_shape(t, x, h, w);
+}
+
+/* The backward's index: uint8 (B, C, ho, wo) on x's device, an output apart from x, grad_out and grad_in; the
+ * window's k·k indices fit a uint8. */
+static int check_index(const yv_tensor *idx, const yv_tensor *x, const yv_tensor *go, const yv_tensor *gi,
+                       const max_call *c, int64_t ho, int64_t wo)
+{
+    if (c->k * c->k > MAX_INDEX) {
+        PyErr_Format(PyExc_ValueError, "%s: k*k must be <= %d (the window argmax is stored as one uint8 in "
+                     "index), got k = %d; use torch's F.max_pool2d for larger windows", idx->op, MAX_INDEX, c->k);
+        return -1;
+    }
+    if (yv_check_dtype(idx, YV_DT(YV_UINT8)) < 0 || check_shape(idx, x, ho, wo) < 0 || check_output(idx, x) < 0
+        || check_output(idx, go) < 0 || check_output(gi, idx) < 0)
+        return -1;
+    return 0;
+}
+
 static int max_forward_cpu(void *p)
 {
     max_call *c = (max_call *)p;
@@ -250,7 +275,7 @@ static int max_forward_cpu(void *p)
 static int max_backward_cpu(void *p)
 {
     max_call *c = (max_call *)p;
-    return yv_max_pool2d_backward_ref(c->B, c->C, c->H, c->W, c->k, c->s, c->p, c->in, c->src, c->dst);
+    return yv_max_pool2d_backward_ref(c->B, c->C, c->H, c->W, c->k, c->s, c->p, c->in, c->src, c->index, c->dst);
 }
 
 #ifdef YV_WITH_CUDA
@@ -264,8 +289,8 @@ static int max_forward_cuda(void *p, void *stream)
 static int max_backward_cuda(void *p, void *stream)
 {
     max_call *c = (max_call *)p;
-    return (int)yv_max_pool2d_backward(c->B, c->C, c->H, c->W, c->k, c->s, c->p, c->in, c->src, c->dst,
-                                       (cudaStream_t)stream);
+    return (int)yv_max_pool2d_backward(c->B, c->C, c->H, c->W, c->k, c->s, c->p, c->in, c->src, c->index,
+                                       c->dst, (cudaStream_t)stream);
 }
 #endif
 
@@ -302,23 +327,25 @@ PyObject *yv_py_max_pool2d_forward(PyObject *module, PyObject *const *args, Py_s
     return max_launch(module, op, &x, stream, &c);
 }
 
-/* max_pool2d_backward(x, grad_out, grad_in, k, s, p, stream) */
+/* max_pool2d_backward(x, grad_out, index, grad_in, k, s, p, stream) */
 PyObject *yv_py_max_pool2d_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     const yv_op *op = &MAX_BACKWARD;
-    yv_tensor x, go, gi;
+    yv_tensor x, go, idx, gi;
     uintptr_t stream = 0;
     max_call c;
     int64_t ho, wo;
-    if (yv_check_nargs(op->name, nargs, 7) < 0 || yv_tensor_parse(args[0], op->name, "x", 0, &x) < 0
+    if (yv_check_nargs(op->name, nargs, 8) < 0 || yv_tensor_parse(args[0], op->name, "x", 0, &x) < 0
         || yv_tensor_parse(args[1], op->name, "grad_out", 0, &go) < 0
-        || yv_tensor_parse(args[2], op->name, "grad_in", 1, &gi) < 0
-        || check_max_geometry(args + 3, &x, &c, &ho, &wo) < 0 || yv_parse_stream(args[6], op->name, &stream) < 0
+        || yv_tensor_parse(args[2], op->name, "index", 1, &idx) < 0
+        || yv_tensor_parse(args[3], op->name, "grad_in", 1, &gi) < 0
+        || check_max_geometry(args + 4, &x, &c, &ho, &wo) < 0 || yv_parse_stream(args[7], op->name, &stream) < 0
         || check_like(&go, &x, ho, wo) < 0 || check_like(&gi, &x, c.H, c.W) < 0 || check_output(&gi, &x) < 0
-        || check_output(&gi, &go) < 0)
+        || check_output(&gi, &go) < 0 || check_index(&idx, &x, &go, &gi, &c, ho, wo) < 0)
         return NULL;
     c.in = view_of(&x);
     c.src = view_of(&go);
+    c.index = view_of(&idx);
     c.dst = view_of(&gi);
     return max_launch(module, op, &x, stream, &c);
 }

@@ -12,6 +12,7 @@
  * Test: python -m pytest -q tests/test_pool.py
  */
 #include <stddef.h>
+#include <stdint.h>
 
 #include "half.h"
 #include "view4_ref.h"
@@ -102,7 +103,7 @@ int yv_avg_pool2x2_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_v
     return 0;
 }
 
-/* ---- max_pool2d: F.max_pool2d(x, k, s, p) (dilation 1, floor mode), forward and an index-free backward ----
+/* ---- max_pool2d: F.max_pool2d(x, k, s, p) (dilation 1, floor mode), forward and backward --------------
  * Maths (the same as kernels/pool.cu, bit for bit; torch reference in yolov9c/ops/pool.py):
  *   window (oy, ox) = rows oy·s-p .. oy·s-p+k-1, columns ox·s-p .. ox·s-p+k-1, cut to the image (the padding
  *   is -inf: never picked; every window keeps >= 1 element since p <= k/2)
@@ -111,8 +112,9 @@ int yv_avg_pool2x2_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_v
  *   forward   out[oy,ox] = x at the argmax (the element itself: exact)
  *   backward  gin[y,x] = Σ g[oy,ox] over the windows whose argmax is (y, x), in row-major (oy, ox) order, in
  *             float32 (torch's scatter order: float32 equal bit for bit), rounded once
- * The backward is a gather: each input element recomputes the argmax of the <= ceil(k/s)² windows covering
- * it, so it needs x and g only (no index tensor) and is deterministic.
+ * The backward runs the kernels' two phases through the caller's uint8 scratch `index` (the output's shape):
+ * 1. index[oy,ox] = each window's argmax dy·k + dx (k·k <= 255); 2. a gather: each input element adds the g of
+ * the <= ceil(k/s)² covering windows whose index names it. Needs x and g only, no atomics, deterministic.
  */
 typedef struct max_geom {
     int64_t B, C, H, W, Ho, Wo;
@@ -180,11 +182,24 @@ int yv_max_pool2d_forward_ref(int64_t B, int64_t C, int64_t H, int64_t W, int k,
     return 0;
 }
 
+/* The window index of (b, c, oy, ox) in the uint8 view ix. */
+static inline uint8_t *index_at(const yv_view4 *ix, int64_t b, int64_t c, int64_t oy, int64_t ox)
+{
+    return (uint8_t *)ix->data + max_off(ix, b, c, oy, ox);
+}
+
 int yv_max_pool2d_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p, yv_view4 in,
-                               yv_view4 grad_out, yv_view4 grad_in)
+                               yv_view4 grad_out, yv_view4 index, yv_view4 grad_in)
 {
     max_geom g = {B, C, H, W, (H + 2 * p - k) / s + 1, (W + 2 * p - k) / s + 1, k, s, p};
-    for (int64_t b = 0; b < B; b++)
+    for (int64_t b = 0; b < B; b++)   /* phase 1: the window argmaxes */
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t oy = 0; oy < g.Ho; oy++)
+                for (int64_t ox = 0; ox < g.Wo; ox++) {
+                    float v;
+                    *index_at(&index, b, c, oy, ox) = (uint8_t)window_argmax(&in, &g, b, c, oy, ox, &v);
+                }
+    for (int64_t b = 0; b < B; b++)   /* phase 2: the gather, covering windows in row-major order */
         for (int64_t c = 0; c < C; c++)
             for (int64_t y = 0; y < H; y++) {
                 int64_t oy0, oy1;
@@ -194,12 +209,9 @@ int yv_max_pool2d_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, int k
                     covering(x, &g, g.Wo, &ox0, &ox1);
                     float acc = 0.0f;
                     for (int64_t oy = oy0; oy <= oy1; oy++)
-                        for (int64_t ox = ox0; ox <= ox1; ox++) {
-                            float v;
-                            int a = window_argmax(&in, &g, b, c, oy, ox, &v);
-                            if (a == (y - (oy * s - p)) * k + (x - (ox * s - p)))
+                        for (int64_t ox = ox0; ox <= ox1; ox++)
+                            if (*index_at(&index, b, c, oy, ox) == (y - (oy * s - p)) * k + (x - (ox * s - p)))
                                 acc += yv_view_load(&grad_out, max_off(&grad_out, b, c, oy, ox));
-                        }
                     yv_view_store(&grad_in, max_off(&grad_in, b, c, y, x), acc);
                 }
             }

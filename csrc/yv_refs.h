@@ -90,12 +90,13 @@ int yv_avg_pool2x2_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_v
 /* ---- max_pool2d (csrc/pool_ref.c; maths stated there): F.max_pool2d(x, k, s, p), dilation 1, floor mode ----
  * in / grad_in (B, C, H, W), out / grad_out (B, C, Ho, Wo), Ho = (H + 2p - k) / s + 1 (W alike): strided host
  * views, one dtype YV_FLOAT32/YV_FLOAT16/YV_BFLOAT16; k >= 1, s >= 1, 0 <= p <= k/2, Ho, Wo >= 1.
- * forward: out = the window maxima (=, the elements' own bits); backward: grad_in (=) from in and grad_out
- * alone (the argmax of every covering window recomputed; torch's first-maximum / last-NaN rule). Return 0.
+ * forward: out = the window maxima (=, the elements' own bits); backward: index (B, C, Ho, Wo) YV_UINT8
+ * scratch (=) the window argmaxes dy·k + dx (torch's first-maximum / last-NaN rule; k·k <= 255), then grad_in
+ * (=) gathered from grad_out through index. Return 0.
  */
 int yv_max_pool2d_forward_ref(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p, yv_view4 in,
                               yv_view4 out);
 int yv_max_pool2d_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p, yv_view4 in,
-                               yv_view4 grad_out, yv_view4 grad_in);
+                               yv_view4 grad_out, yv_view4 index, yv_view4 grad_in);
 
 #endif /* YV_REFS_H */

@@ -221,36 +221,56 @@ extern "C" cudaError_t yv_avg_pool2x2_backward(int64_t B, int64_t C, int64_t H, 
  *   backward  gin[y,x] = Σ g[oy,ox] over the covering windows whose argmax is (y, x), float32 in row-major
  *             (oy, ox) order (torch's scatter order), rounded once                                     (=)
  * Saved for backward: x itself (which autograd keeps as the pool's input anyway); no index tensor. The
- * backward is a gather: each input element rescans the <= ceil(k/s)² windows covering it (k=3 s=2: <= 4
- * windows of 9; k=5 s=1: 25 of 25, from L1), so there are no atomics and the result is deterministic.
+ * backward runs in two phases through a uint8 scratch tensor `index` (the output's shape, 1 byte per output
+ * element, from the caller's allocator: k·k <= 255), so there are no atomics and the result is deterministic:
+ *   1. index[oy,ox] = the window argmax dy·k + dx (the forward's scan), one thread per output element (=)
+ *   2. gin[y,x] = Σ g[oy,ox] over the <= ceil(k/s)² covering windows whose index names (y, x), one thread per
+ *      input element; g is loaded only where some channel of the vector matches                    (=)
  * Kernels: one thread per destination element × channel vector, grid-stride over (b, y, x, channel vector)
- * with channels fastest (cl: channel stride 1 in every operand; 16-byte vectors when C and every pointer and
- * stride allow, else V = 1), or over (b, c, y, x) with x fastest (planar: any strides, scalar).
+ * with channels fastest (cl: channel stride 1 in every operand; 16-byte vectors, and V-byte index vectors,
+ * when C and every pointer and stride allow, else V = 1), or over (b, c, y, x) with x fastest (planar: any
+ * strides, scalar). The backward's vector path has compile-time geometries for ADown's 3×3/2 pad 1 and
+ * SPPELAN's 5×5/1 pad 2 (unrolled loops, 32-bit offsets when every operand's offsets and the thread count
+ * fit an int32); every other case runs the generic kernels (runtime k, s, p; 64-bit offsets).
  */
 
 #define MAX_BLOCKS (1 << 20)        /* grid-stride beyond */
+#define MAX_STEP ((int64_t)MAX_BLOCKS * POOL_THREADS)
 
 typedef struct max_geom {
     int64_t B, C, H, W, Ho, Wo;
     int k, s, p;
 } max_geom;
 
+/* V window indices (uint8) moved as one load/store of V bytes. */
+template <int BYTES> struct max_bytes;
+template <> struct max_bytes<1> { typedef uint8_t type; };
+template <> struct max_bytes<4> { typedef uint32_t type; };
+template <> struct max_bytes<8> { typedef uint2 type; };
+
+template <int V> struct max_ivec {
+    typename max_bytes<V>::type bits;
+};
+
 /* The argmax of window (oy, ox) for V channels at base (the (b, c) element of x; rs, ps: row and pixel
- * strides): window index a[e] = dy·k + dx and the element's raw value best[e]. */
-template <typename T, int V>
-__device__ __forceinline__ void max_scan(const T *base, int64_t rs, int64_t ps, const max_geom *g, int64_t oy,
-                                         int64_t ox, int a[V], T best[V])
+ * strides; I: the offset type): window index a[e] = dy·k + dx and the element's raw value best[e]. The loops
+ * unroll when k is a compile-time constant. */
+template <typename T, int V, typename I>
+__device__ __forceinline__ void max_scan(const T *base, I rs, I ps, I H, I W, int k, int s, int p, I oy, I ox,
+                                         int a[V], T best[V])
 {
-    int64_t y0 = oy * g->s - g->p, x0 = ox * g->s - g->p;
+    I y0 = oy * s - p, x0 = ox * s - p;
     float m[V];
     bool first = true;
-    for (int dy = 0; dy < g->k; dy++) {
-        int64_t y = y0 + dy;
-        if (y < 0 || y >= g->H)
+#pragma unroll
+    for (int dy = 0; dy < k; dy++) {
+        I y = y0 + dy;
+        if (y < 0 || y >= H)
             continue;
-        for (int dx = 0; dx < g->k; dx++) {
-            int64_t x = x0 + dx;
-            if (x < 0 || x >= g->W)
+#pragma unroll
+        for (int dx = 0; dx < k; dx++) {
+            I x = x0 + dx;
+            if (x < 0 || x >= W)
                 continue;
             pool_vec<T, V> r = *(const pool_vec<T, V> *)(base + y * rs + x * ps);
             T t[V];
@@ -260,7 +280,7 @@ __device__ __forceinline__ void max_scan(const T *base, int64_t rs, int64_t ps, 
                 float v = pool_f(t[e]);
                 if (first || v > m[e] || isnan(v)) {
                     m[e] = v;
-                    a[e] = dy * g->k + dx;
+                    a[e] = dy * k + dx;
                     best[e] = t[e];
                 }
             }
@@ -269,103 +289,239 @@ __device__ __forceinline__ void max_scan(const T *base, int64_t rs, int64_t ps, 
     }
 }
 
-/* [*lo, *hi]: the outputs (n of them) whose window covers input row or column i. */
-__device__ __forceinline__ void max_covering(int64_t i, const max_geom *g, int64_t n, int64_t *lo, int64_t *hi)
+/* Element i of n = B·C·h·w / V split into (b, c, y, x): channels fastest (cl) or x fastest (planar). */
+template <int V, bool CL, typename I>
+__device__ __forceinline__ void max_split(I i, I C, I h, I w, I *b, I *c, I *y, I *x)
 {
-    int64_t a = i + g->p - g->k + 1, b = i + g->p;
-    *lo = a <= 0 ? 0 : (a + g->s - 1) / g->s;
-    *hi = b / g->s < n - 1 ? b / g->s : n - 1;
-}
-
-template <typename T, int V, bool CL, bool BWD>
-__global__ void __launch_bounds__(POOL_THREADS) max_kernel(yv_view4 in, yv_view4 go, yv_view4 dst, max_geom g)
-{
-    int64_t Hd = BWD ? g.H : g.Ho, Wd = BWD ? g.W : g.Wo, cv = g.C / V, n = g.B * cv * Hd * Wd;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t b, c, y, x, r;
-        if (CL) {
-            c = (i % cv) * V, r = i / cv, x = r % Wd, r /= Wd, y = r % Hd, b = r / Hd;
-        } else {
-            x = i % Wd, r = i / Wd, y = r % Hd, r /= Hd, c = r % g.C, b = r / g.C;
-        }
-        const T *base = (const T *)in.data + b * in.stride[0] + c * in.stride[1];
-        T *q = (T *)dst.data + b * dst.stride[0] + c * dst.stride[1] + y * dst.stride[2] + x * dst.stride[3];
-        int a[V];
-        T best[V];
-        pool_vec<T, V> w;
-        if (!BWD) {
-            max_scan<T, V>(base, in.stride[2], in.stride[3], &g, y, x, a, best);
-            memcpy(&w.bits, best, sizeof(best));
-        } else {
-            float acc[V];
-#pragma unroll
-            for (int e = 0; e < V; e++)
-                acc[e] = 0.0f;
-            int64_t oy0, oy1, ox0, ox1;
-            max_covering(y, &g, g.Ho, &oy0, &oy1);
-            max_covering(x, &g, g.Wo, &ox0, &ox1);
-            const T *gb = (const T *)go.data + b * go.stride[0] + c * go.stride[1];
-            for (int64_t oy = oy0; oy <= oy1; oy++) {
-                for (int64_t ox = ox0; ox <= ox1; ox++) {
-                    max_scan<T, V>(base, in.stride[2], in.stride[3], &g, oy, ox, a, best);
-                    int me = (int)((y - (oy * g.s - g.p)) * g.k + (x - (ox * g.s - g.p)));
-                    pool_vec<T, V> gr = *(const pool_vec<T, V> *)(gb + oy * go.stride[2] + ox * go.stride[3]);
-#pragma unroll
-                    for (int e = 0; e < V; e++)
-                        if (a[e] == me)
-                            acc[e] += pool_get(gr, e);
-                }
-            }
-            T out[V];
-#pragma unroll
-            for (int e = 0; e < V; e++)
-                pool_set(&out[e], acc[e]);
-            memcpy(&w.bits, out, sizeof(out));
-        }
-        *(pool_vec<T, V> *)q = w;
+    I r;
+    if (CL) {
+        I cv = C / V;
+        *c = (i % cv) * V, r = i / cv, *x = r % w, r /= w, *y = r % h, *b = r / h;
+    } else {
+        *x = i % w, r = i / w, *y = r % h, r /= h, *c = r % C, *b = r / C;
     }
 }
 
-template <typename T, bool BWD>
-static cudaError_t max_launch(yv_view4 in, yv_view4 go, yv_view4 dst, max_geom g, cudaStream_t stream)
+/* Store V raw elements at q (V-aligned) as one vector. */
+template <typename T, int V> __device__ __forceinline__ void max_store(T *q, const T t[V])
 {
-    const int V = 16 / (int)sizeof(T);
-    int cl = in.stride[1] == 1 && dst.stride[1] == 1 && (!BWD || go.stride[1] == 1);
-    int vec = cl && pool_vector_ok(&in, g.C, V, sizeof(T)) && pool_vector_ok(&dst, g.C, V, sizeof(T))
-              && (!BWD || pool_vector_ok(&go, g.C, V, sizeof(T)));
-    int64_t n = g.B * g.C * (BWD ? g.H * g.W : g.Ho * g.Wo) / (vec ? V : 1);
+    pool_vec<T, V> r;
+    memcpy(&r.bits, t, sizeof(r.bits));
+    *(pool_vec<T, V> *)q = r;
+}
+
+__device__ __forceinline__ int64_t max_off(const yv_view4 *v, int64_t b, int64_t c)
+{
+    return b * v->stride[0] + c * v->stride[1];
+}
+
+/* Forward: out = x at each window's argmax (runtime geometry, 64-bit offsets). */
+template <typename T, int V, bool CL>
+__global__ void __launch_bounds__(POOL_THREADS) max_fwd_kernel(yv_view4 in, yv_view4 dst, max_geom g)
+{
+    int64_t n = g.B * g.C / V * g.Ho * g.Wo;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t b, c, y, x;
+        max_split<V, CL, int64_t>(i, g.C, g.Ho, g.Wo, &b, &c, &y, &x);
+        int a[V];
+        T best[V];
+        max_scan<T, V, int64_t>((const T *)in.data + max_off(&in, b, c), in.stride[2], in.stride[3], g.H, g.W, g.k,
+                                g.s, g.p, y, x, a, best);
+        max_store<T, V>((T *)dst.data + max_off(&dst, b, c) + y * dst.stride[2] + x * dst.stride[3], best);
+    }
+}
+
+/* Backward phase 1: index[oy,ox] = the argmax dy·k + dx of each window. K, S, P: a compile-time geometry, or
+ * 0 for the runtime one in g; I: int32_t (offsets known to fit) or int64_t. */
+template <typename T, int V, bool CL, int K, int S, int P, typename I>
+__global__ void __launch_bounds__(POOL_THREADS) max_index_kernel(yv_view4 in, yv_view4 idx, max_geom g)
+{
+    const int k = K ? K : g.k, s = K ? S : g.s, p = K ? P : g.p;
+    I n = (I)(g.B * g.C / V * g.Ho * g.Wo), step = (I)gridDim.x * (I)blockDim.x;
+    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
+        I b, c, oy, ox;
+        max_split<V, CL, I>(i, (I)g.C, (I)g.Ho, (I)g.Wo, &b, &c, &oy, &ox);
+        const T *base = (const T *)in.data + (b * (I)in.stride[0] + c * (I)in.stride[1]);
+        int a[V];
+        T best[V];
+        max_scan<T, V, I>(base, (I)in.stride[2], (I)in.stride[3], (I)g.H, (I)g.W, k, s, p, oy, ox, a, best);
+        uint8_t out[V];
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            out[e] = (uint8_t)a[e];
+        max_ivec<V> w;
+        memcpy(&w.bits, out, sizeof(out));
+        I o = b * (I)idx.stride[0] + c * (I)idx.stride[1] + oy * (I)idx.stride[2] + ox * (I)idx.stride[3];
+        *(max_ivec<V> *)((uint8_t *)idx.data + o) = w;
+    }
+}
+
+/* [*lo, *hi]: the outputs (n of them) whose window covers input row or column i. */
+template <typename I> __device__ __forceinline__ void max_covering(I i, int k, int s, int p, I n, I *lo, I *hi)
+{
+    I a = i + p - k + 1, b = i + p;
+    *lo = a <= 0 ? 0 : (a + s - 1) / s;
+    *hi = b / s < n - 1 ? b / s : n - 1;
+}
+
+/* Backward phase 2: gin[y,x] = Σ g over the covering windows whose index is (y, x)'s place in them, row-major
+ * (oy, ox) order. At most ceil(k/s) covering windows per axis: fixed trip counts (unrolled) when K is set. */
+template <typename T, int V, bool CL, int K, int S, int P, typename I>
+__global__ void __launch_bounds__(POOL_THREADS) max_gather_kernel(yv_view4 idx, yv_view4 go, yv_view4 gi, max_geom g)
+{
+    const int k = K ? K : g.k, s = K ? S : g.s, p = K ? P : g.p, span = K ? (K + S - 1) / S : (k + s - 1) / s;
+    I n = (I)(g.B * g.C / V * g.H * g.W), step = (I)gridDim.x * (I)blockDim.x;
+    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += step) {
+        I b, c, y, x, oy0, oy1, ox0, ox1;
+        max_split<V, CL, I>(i, (I)g.C, (I)g.H, (I)g.W, &b, &c, &y, &x);
+        max_covering<I>(y, k, s, p, (I)g.Ho, &oy0, &oy1);
+        max_covering<I>(x, k, s, p, (I)g.Wo, &ox0, &ox1);
+        const uint8_t *ib = (const uint8_t *)idx.data + (b * (I)idx.stride[0] + c * (I)idx.stride[1]);
+        const T *gb = (const T *)go.data + (b * (I)go.stride[0] + c * (I)go.stride[1]);
+        float acc[V];
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            acc[e] = 0.0f;
+#pragma unroll
+        for (int jy = 0; jy < span; jy++) {
+            I oy = oy0 + jy;
+            if (oy > oy1)
+                break;
+            int ry = (int)(y - oy * s + p);   /* (y, x)'s row in window (oy, ox): 0 .. k-1 */
+#pragma unroll
+            for (int jx = 0; jx < span; jx++) {
+                I ox = ox0 + jx;
+                if (ox > ox1)
+                    break;
+                int me = ry * k + (int)(x - ox * s + p);
+                max_ivec<V> iv = *(const max_ivec<V> *)(ib + oy * (I)idx.stride[2] + ox * (I)idx.stride[3]);
+                uint8_t a[V];
+                memcpy(a, &iv.bits, sizeof(a));
+                bool any = false;
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    any |= a[e] == me;
+                if (!any)   /* most windows point elsewhere: skip their g load */
+                    continue;
+                pool_vec<T, V> gr = *(const pool_vec<T, V> *)(gb + oy * (I)go.stride[2] + ox * (I)go.stride[3]);
+#pragma unroll
+                for (int e = 0; e < V; e++)
+                    if (a[e] == me)
+                        acc[e] += pool_get(gr, e);
+            }
+        }
+        T out[V];
+#pragma unroll
+        for (int e = 0; e < V; e++)
+            pool_set(&out[e], acc[e]);
+        max_store<T, V>((T *)gi.data + (b * (I)gi.stride[0] + c * (I)gi.stride[1] + y * (I)gi.stride[2]
+                                        + x * (I)gi.stride[3]), out);
+    }
+}
+
+static dim3 max_grid(int64_t n)
+{
     int64_t blocks = yv_ceil_div(n, POOL_THREADS);
-    dim3 grid((unsigned)(blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS));
-    if (vec)
-        max_kernel<T, V, true, BWD><<<grid, POOL_THREADS, 0, stream>>>(in, go, dst, g);
-    else if (cl)
-        max_kernel<T, 1, true, BWD><<<grid, POOL_THREADS, 0, stream>>>(in, go, dst, g);
-    else
-        max_kernel<T, 1, false, BWD><<<grid, POOL_THREADS, 0, stream>>>(in, go, dst, g);
+    return dim3((unsigned)(blocks < MAX_BLOCKS ? blocks : MAX_BLOCKS));
+}
+
+/* Whether every element offset of v (a (B, C, h, w) view with non-negative strides) fits an int32. */
+static int max_fits32(const yv_view4 *v, int64_t B, int64_t C, int64_t h, int64_t w)
+{
+    int64_t n[4] = {B, C, h, w}, top = 0;
+    for (int d = 0; d < 4; d++) {
+        if (v->stride[d] < 0 || v->stride[d] > INT32_MAX)
+            return 0;
+        top += (n[d] - 1) * v->stride[d];
+    }
+    return top <= INT32_MAX;
+}
+
+template <typename T, int V, bool CL>
+static cudaError_t max_fwd_launch(yv_view4 in, yv_view4 out, max_geom g, cudaStream_t stream)
+{
+    max_fwd_kernel<T, V, CL><<<max_grid(g.B * g.C / V * g.Ho * g.Wo), POOL_THREADS, 0, stream>>>(in, out, g);
     return cudaGetLastError();
 }
 
-template <bool BWD> static cudaError_t max_run(yv_view4 in, yv_view4 go, yv_view4 dst, max_geom g, cudaStream_t stream)
+template <typename T> static cudaError_t max_forward_run(yv_view4 in, yv_view4 out, max_geom g, cudaStream_t stream)
 {
-    if (g.B * g.C * g.Ho * g.Wo == 0)
-        return cudaSuccess;
-    if (in.dtype == YV_FLOAT16)
-        return max_launch<__half, BWD>(in, go, dst, g, stream);
-    if (in.dtype == YV_BFLOAT16)
-        return max_launch<__nv_bfloat16, BWD>(in, go, dst, g, stream);
-    return max_launch<float, BWD>(in, go, dst, g, stream);
+    const int V = 16 / (int)sizeof(T);
+    int cl = in.stride[1] == 1 && out.stride[1] == 1;
+    if (cl && pool_vector_ok(&in, g.C, V, sizeof(T)) && pool_vector_ok(&out, g.C, V, sizeof(T)))
+        return max_fwd_launch<T, V, true>(in, out, g, stream);
+    return cl ? max_fwd_launch<T, 1, true>(in, out, g, stream) : max_fwd_launch<T, 1, false>(in, out, g, stream);
+}
+
+/* Both backward phases of one kernel configuration, in stream order. */
+template <typename T, int V, bool CL, int K, int S, int P, typename I>
+static cudaError_t max_bwd_launch(yv_view4 in, yv_view4 go, yv_view4 idx, yv_view4 gi, max_geom g,
+                                  cudaStream_t stream)
+{
+    max_index_kernel<T, V, CL, K, S, P, I><<<max_grid(g.B * g.C / V * g.Ho * g.Wo), POOL_THREADS, 0, stream>>>(
+        in, idx, g);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        return err;
+    max_gather_kernel<T, V, CL, K, S, P, I><<<max_grid(g.B * g.C / V * g.H * g.W), POOL_THREADS, 0, stream>>>(
+        idx, go, gi, g);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t max_backward_run(yv_view4 in, yv_view4 go, yv_view4 idx, yv_view4 gi, max_geom g,
+                                    cudaStream_t stream)
+{
+    const int V = 16 / (int)sizeof(T);
+    int cl = in.stride[1] == 1 && go.stride[1] == 1 && idx.stride[1] == 1 && gi.stride[1] == 1;
+    int vec = cl && pool_vector_ok(&in, g.C, V, sizeof(T)) && pool_vector_ok(&go, g.C, V, sizeof(T))
+              && pool_vector_ok(&gi, g.C, V, sizeof(T)) && pool_vector_ok(&idx, g.C, V, 1);
+    if (!vec)
+        return cl ? max_bwd_launch<T, 1, true, 0, 0, 0, int64_t>(in, go, idx, gi, g, stream)
+                  : max_bwd_launch<T, 1, false, 0, 0, 0, int64_t>(in, go, idx, gi, g, stream);
+    /* 32-bit offsets: every operand's offsets, and both phases' element counts plus one grid step, fit an int32 */
+    int64_t n1 = g.B * g.C / V * g.Ho * g.Wo, n2 = g.B * g.C / V * g.H * g.W;
+    int fits = (n1 > n2 ? n1 : n2) <= INT32_MAX - MAX_STEP && max_fits32(&in, g.B, g.C, g.H, g.W)
+               && max_fits32(&gi, g.B, g.C, g.H, g.W) && max_fits32(&go, g.B, g.C, g.Ho, g.Wo)
+               && max_fits32(&idx, g.B, g.C, g.Ho, g.Wo);
+    if (fits && g.k == 3 && g.s == 2 && g.p == 1)
+        return max_bwd_launch<T, V, true, 3, 2, 1, int32_t>(in, go, idx, gi, g, stream);
+    if (fits && g.k == 5 && g.s == 1 && g.p == 2)
+        return max_bwd_launch<T, V, true, 5, 1, 2, int32_t>(in, go, idx, gi, g, stream);
+    return max_bwd_launch<T, V, true, 0, 0, 0, int64_t>(in, go, idx, gi, g, stream);
+}
+
+static max_geom max_geometry(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p)
+{
+    max_geom g = {B, C, H, W, (H + 2 * p - k) / s + 1, (W + 2 * p - k) / s + 1, k, s, p};
+    return g;
 }
 
 extern "C" cudaError_t yv_max_pool2d_forward(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p,
                                              yv_view4 in, yv_view4 out, cudaStream_t stream)
 {
-    max_geom g = {B, C, H, W, (H + 2 * p - k) / s + 1, (W + 2 * p - k) / s + 1, k, s, p};
-    return max_run<false>(in, in, out, g, stream);
+    max_geom g = max_geometry(B, C, H, W, k, s, p);
+    if (g.B * g.C * g.Ho * g.Wo == 0)
+        return cudaSuccess;
+    if (in.dtype == YV_FLOAT16)
+        return max_forward_run<__half>(in, out, g, stream);
+    if (in.dtype == YV_BFLOAT16)
+        return max_forward_run<__nv_bfloat16>(in, out, g, stream);
+    return max_forward_run<float>(in, out, g, stream);
 }
 
 extern "C" cudaError_t yv_max_pool2d_backward(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p,
-                                              yv_view4 in, yv_view4 grad_out, yv_view4 grad_in, cudaStream_t stream)
+                                              yv_view4 in, yv_view4 grad_out, yv_view4 index, yv_view4 grad_in,
+                                              cudaStream_t stream)
 {
-    max_geom g = {B, C, H, W, (H + 2 * p - k) / s + 1, (W + 2 * p - k) / s + 1, k, s, p};
-    return max_run<true>(in, grad_out, grad_in, g, stream);
+    max_geom g = max_geometry(B, C, H, W, k, s, p);
+    if (g.B * g.C * g.Ho * g.Wo == 0)
+        return cudaSuccess;
+    if (k * k > 255)   /* the window index is one uint8 (the binding refuses this first) */
+        return cudaErrorInvalidValue;
+    if (in.dtype == YV_FLOAT16)
+        return max_backward_run<__half>(in, grad_out, index, grad_in, g, stream);
+    if (in.dtype == YV_BFLOAT16)
+        return max_backward_run<__nv_bfloat16>(in, grad_out, index, grad_in, g, stream);
+    return max_backward_run<float>(in, grad_out, index, grad_in, g, stream);
 }

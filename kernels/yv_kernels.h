@@ -112,12 +112,14 @@ cudaError_t yv_avg_pool2x2_backward(int64_t B, int64_t C, int64_t H, int64_t W, 
  * device views, any strides, one dtype YV_FLOAT32/YV_FLOAT16/YV_BFLOAT16; k >= 1, s >= 1, 0 <= p <= k/2.
  * forward:  out = window maxima (=), torch's argmax rule (first maximum row-major; a NaN window: its last NaN)
  * backward: grad_in (=) = Σ grad_out over the windows whose argmax each element is, float32 in row-major
- *           output order; a gather from in and grad_out (no index tensor, no atomics)
+ *           output order; two kernels (no atomics): index (B, C, Ho, Wo) YV_UINT8 scratch, any strides, (=) the
+ *           window argmaxes dy·k + dx of in (k·k <= 255, else cudaErrorInvalidValue), then a gather of
+ *           grad_out through index
  */
 cudaError_t yv_max_pool2d_forward(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p, yv_view4 in,
                                   yv_view4 out, cudaStream_t stream);
 cudaError_t yv_max_pool2d_backward(int64_t B, int64_t C, int64_t H, int64_t W, int k, int s, int p, yv_view4 in,
-                                   yv_view4 grad_out, yv_view4 grad_in, cudaStream_t stream);
+                                   yv_view4 grad_out, yv_view4 index, yv_view4 grad_in, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -203,14 +203,64 @@ def test_raw_binding_checks():
         f(x, x[:, :, :3, :3], 3, 2, 1, 0)
     with pytest.raises(ValueError, match="max_pool2d_forward: stream must be 0 for CPU tensors"):
         f(x, np.zeros((2, 3, 3, 3), np.float32), 3, 2, 1, 7)
-    go = np.zeros((2, 3, 3, 3), np.float32)
+    go, ix, gi = np.zeros((2, 3, 3, 3), np.float32), np.zeros((2, 3, 3, 3), np.uint8), np.zeros_like(x)
+    with pytest.raises(TypeError, match=r"max_pool2d_backward\(\) takes exactly 8 positional arguments"):
+        b(x, go, gi, 3, 2, 1, 0)
     with pytest.raises(ValueError, match=r"max_pool2d_backward: grad_in must have shape \(2, 3, 5, 6\)"):
-        b(x, go, np.zeros((2, 3, 5, 5), np.float32), 3, 2, 1, 0)
+        b(x, go, ix, np.zeros((2, 3, 5, 5), np.float32), 3, 2, 1, 0)
     with pytest.raises(ValueError, match="max_pool2d_backward: grad_in overlaps x"):
-        b(x, go, x, 3, 2, 1, 0)
+        b(x, go, ix, x, 3, 2, 1, 0)
     with pytest.raises(ValueError, match="grad_in is an output and has stride 0"):
-        b(x, go, np.lib.stride_tricks.as_strided(np.zeros((3, 5, 6), np.float32), (2, 3, 5, 6), (0, 120, 24, 4)),
+        b(x, go, ix, np.lib.stride_tricks.as_strided(np.zeros((3, 5, 6), np.float32), (2, 3, 5, 6), (0, 120, 24, 4)),
           3, 2, 1, 0)
+    with pytest.raises(TypeError, match="max_pool2d_backward: index must be uint8, got float32"):
+        b(x, go, go.copy(), gi, 3, 2, 1, 0)
+    with pytest.raises(ValueError, match=r"max_pool2d_backward: index must have shape \(2, 3, 3, 3\)"):
+        b(x, go, np.zeros((2, 3, 3, 4), np.uint8), gi, 3, 2, 1, 0)
+    with pytest.raises(ValueError, match="max_pool2d_backward: index overlaps x"):
+        b(x, go, x.view(np.uint8)[:, :, :3, :3], gi, 3, 2, 1, 0)
+    with pytest.raises(ValueError, match="max_pool2d_backward: grad_in overlaps index"):
+        b(x, go, gi.view(np.uint8)[:, :, :3, :3], gi, 3, 2, 1, 0)
+    with pytest.raises(ValueError, match="max_pool2d_backward: index is an output and has stride 0"):
+        b(x, go, np.lib.stride_tricks.as_strided(ix, ix.shape, (0, 9, 3, 1)), gi, 3, 2, 1, 0)
+
+
+def test_backward_refuses_windows_over_255():
+    """The backward stores each window's argmax as one uint8: k = 15 (225 indices) runs, k = 16 is refused
+    with a clear error (the forward has no such limit; the c backend keeps torch's pool for k > 15)."""
+    x = make_x((1, 3, 17, 16), "cl", torch.float32, ties=False)
+    for k in (15, 16):
+        g = torch.randn(F.max_pool2d(x, k, 1, 0).shape)
+        if k == 15:
+            assert torch.equal(pool.max_pool2d_backward(x, g, k, 1, 0), torch_backward(x, g, k, 1, 0))
+            continue
+        assert same_values(pool.max_pool2d(x, k, 1, 0), F.max_pool2d(x, k, 1, 0))
+        with pytest.raises(ValueError, match=r"max_pool2d_backward: k\*k must be <= 255 .*got k = 16"):
+            pool.max_pool2d_backward(x, g, k, 1, 0)
+    assert layers._max_geometry(nn.MaxPool2d(15, 1, 7)) == (15, 1, 7)
+    assert layers._max_geometry(nn.MaxPool2d(16, 1, 0)) is None
+
+
+@pytest.mark.parametrize("geom", GEOMS)
+@pytest.mark.parametrize("layout", ("nchw", "cl"))
+def test_index_holds_torchs_argmax(geom, layout):
+    """The backward's scratch after a call: index[oy,ox] = dy*k + dx of torch's argmax (return_indices, a flat
+    h*W + w of the input plane) in every window, ties and a NaN included; in an NCHW or a channels-last index."""
+    k, s, p = geom
+    x = make_x((2, 9, 9, 11), "nchw", torch.float32)
+    x[1, 2, 3, 4] = float("nan")
+    out, flat = F.max_pool2d(x, k, s, p, return_indices=True)
+    oy = torch.arange(out.shape[2]).view(-1, 1)
+    ox = torch.arange(out.shape[3]).view(1, -1)
+    want = (flat // x.shape[3] - (oy * s - p)) * k + flat % x.shape[3] - (ox * s - p)
+    ix = torch.full(out.shape, 255, dtype=torch.uint8)
+    if layout == "cl":
+        ix = ix.contiguous(memory_format=torch.channels_last)
+    g = torch.randn(out.shape)
+    gi = torch.empty_like(x)
+    C_EXT.max_pool2d_backward(x.numpy(), g.numpy(), ix.numpy(), gi.numpy(), k, s, p, 0)
+    assert torch.equal(ix.long(), want)
+    assert torch.equal(gi, torch_backward(x, g, k, s, p))
 
 
 # ------------------------------------------------------------------------------------------------ c backend
@@ -382,3 +432,47 @@ def test_cuda_aligned_slice_and_side_stream():
         gi = pool.max_pool2d_backward(base, torch.ones_like(y), 3, 2, 1)
     s.synchronize()
     assert torch.equal(y, F.max_pool2d(base, 3, 2, 1)) and gi.shape == base.shape
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("geom", GEOMS)
+def test_cuda_index_matches_cpu(geom):
+    """The raw binding on both devices (channels-last float16: the vector kernels, the compile-time ones for
+    3×3/2 and 5×5/1): the same window argmaxes in index and the same gradient bits."""
+    k, s, p = geom
+    x = make_x((2, 16, 9, 11), "cl", torch.float16)
+    x[1, 2, 3, 4] = float("nan")
+    g = torch.randn(F.max_pool2d(x, k, s, p).shape).half().contiguous(memory_format=torch.channels_last)
+    got = []
+    for dev in ("cpu", "cuda"):
+        xd, gd = x.to(dev), g.to(dev)
+        ix = torch.full(g.shape, 255, dtype=torch.uint8, device=dev).contiguous(memory_format=torch.channels_last)
+        gi = torch.empty_like(xd)
+        C_EXT.max_pool2d_backward(extension.arg(xd), extension.arg(gd), extension.arg(ix), extension.arg(gi), k, s,
+                                  p, extension.stream_of(xd.device))
+        got.append((ix.cpu(), gi.cpu()))
+    assert torch.equal(got[0][0], got[1][0]), "index differs between CUDA and CPU"
+    assert torch.equal(got[0][1], got[1][1]), "grad_in differs between CUDA and CPU"
+
+
+@pytest.mark.cuda
+def test_cuda_backward_in_graph():
+    """The backward (index scratch from torch's allocator, two kernels) captured in a CUDA graph: a replay
+    recomputes it from the current grad_out."""
+    x = make_x((2, 64, 20, 20), "cl", torch.float16, device="cuda", ties=False)
+    for geom in ((5, 1, 2), (3, 2, 1)):
+        g = torch.randn(F.max_pool2d(x, *geom).shape, device="cuda").half().contiguous(
+            memory_format=torch.channels_last)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            pool.max_pool2d_backward(x, g, *geom)   # warm-up outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = pool.max_pool2d_backward(x, g, *geom)
+        g.mul_(-2)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(got, pool.max_pool2d_backward(x, g, *geom))
+        assert ulps(got, torch_backward(x.double(), g.double(), *geom).half(), torch.float16) <= 1

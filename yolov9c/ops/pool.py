@@ -2,9 +2,11 @@
 pool of ADown and SPPELAN, F.max_pool2d(x, k, s, p) (dilation 1, floor mode).
 
 max_pool2d: out (B, C, (H+2p-k)//s+1, (W+2p-k)//s+1) = the window maxima (torch's bits: a max is exact);
-its backward takes the input gradient from x and grad_out alone (each input element recomputes the argmax of
-the windows covering it; torch's rule: the first maximum row-major, a NaN window its last NaN): MaxPool2dFunction
-saves x (the input autograd keeps anyway), no index tensor. Sums of grad_out in float32, rounded once.
+its backward takes the input gradient from x and grad_out alone (torch's argmax rule: the first maximum
+row-major, a NaN window its last NaN): MaxPool2dFunction saves x (the input autograd keeps anyway), no index
+tensor. The backward recomputes the window argmaxes into a transient uint8 scratch `index` (the output's shape,
+1 byte per output element, from torch's allocator, freed on return; k*k <= 255), then gathers grad_out through
+it. Sums of grad_out in float32, rounded once.
 
 Shapes and dtypes:
     x, grad_in          (B, C, H, W), H, W >= 2, any strides (NCHW, channels-last, a channel slice of a
@@ -158,9 +160,13 @@ def _max_backward_impl(x, grad_out, k, s, p):
     C = extension.load()
     wide = x.is_cpu and x.dtype == torch.bfloat16
     xs, gs = (x.float(), grad_out.float()) if wide else (x, grad_out)
-    gi = torch.empty(x.shape, dtype=xs.dtype, device=x.device, memory_format=_format_of(grad_out))
+    fmt = _format_of(grad_out) if x.ndim == 4 else torch.contiguous_format
+    gi = torch.empty(x.shape, dtype=xs.dtype, device=x.device, memory_format=fmt)
+    # the window argmaxes, one byte per output element: scratch of the two-phase backward (kernels/pool.cu)
+    index = torch.empty(_max_shape(x, k, s, p), dtype=torch.uint8, device=x.device, memory_format=fmt)
     C.max_pool2d_backward(extension.arg(xs, op, "x"), extension.arg(gs, op, "grad_out"),
-                          extension.arg(gi, op, "grad_in"), k, s, p, extension.stream_of(x.device))
+                          extension.arg(index, op, "index"), extension.arg(gi, op, "grad_in"), k, s, p,
+                          extension.stream_of(x.device))
     return gi.to(torch.bfloat16) if wide else gi
 
 

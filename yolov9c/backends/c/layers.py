@@ -172,7 +172,8 @@ def _max_geometry(m):
     k, s, p, d = (pair(v) for v in (m.kernel_size, m.stride if m.stride else m.kernel_size, m.padding, m.dilation))
     if k[0] != k[1] or s[0] != s[1] or p[0] != p[1] or d != (1, 1) or m.ceil_mode or m.return_indices:
         return None
-    if not 1 <= k[0] <= 63 or not 1 <= s[0] <= 63 or not 0 <= p[0] <= k[0] // 2:
+    # k <= 15: the op's backward stores each window's argmax as one uint8 (k*k <= 255)
+    if not 1 <= k[0] <= 15 or not 1 <= s[0] <= 63 or not 0 <= p[0] <= k[0] // 2:
         return None
     return k[0], s[0], p[0]
 
