@@ -5,8 +5,10 @@ tensors, with a copy of the same tensor on the same GPU in the same run as the c
 Max pool rows (pass "max{k}s{s}_forward" / "max{k}s{s}_backward"; shape = the pool's input): the c backend's
 calls at batch 64, 640, found by hooking F.max_pool2d in a forward of each model (ADown's 3×3/2 pool of its
 second channel half, SPPELAN's three chained 5×5/1 pools). c backward: max_pool2d_backward from x and g (no
-indices); torch backward: aten.max_pool2d_with_indices_backward with the forward's indices (what autograd
-runs). gbps counts the c op's bytes for both (forward: x + out; backward: x + g + grad_in). Per model the step
+saved indices: the window argmaxes recomputed into a 1-byte-per-output scratch, then a gather); torch backward:
+aten.max_pool2d_with_indices_backward with the forward's indices (what autograd runs). gbps counts the c op's
+bytes for both (forward: x + out; backward: x + g + grad_in; not the scratch, 1 write + <= ceil(k/s)^2 reads of
+one byte per output element). Per model the step
 estimate adds c = calls·(2 forward + b backward) and the former torch path = calls·((2 + b) forward + b
 backward), b = backward calls per pool (1 for ADown; 2 on average for SPPELAN's chain, reached once per
 consumer path: tests/test_maxpool.py counts them).
