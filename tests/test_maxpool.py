@@ -17,7 +17,6 @@ Run: python -m pytest -q tests/test_maxpool.py   (GPU: python -m pytest -q -m cu
 """
 
 import collections
-import copy
 import functools
 
 import numpy as np
@@ -26,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from block_compare import assert_c_block_matches_torch
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import apply
 from yolov9c.backends.c import layers
@@ -38,7 +38,6 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 GEOMS = [(3, 2, 1), (5, 1, 2), (2, 2, 0), (3, 1, 1), (4, 3, 2)]
 SHAPES = [(2, 16, 8, 8), (1, 13, 7, 9), (3, 5, 5, 4), (2, 9, 11, 6)]
 LAYOUTS = ("nchw", "cl", "cl_slice", "nchw_slice")
-BLOCK_TOL = 1e-5
 TARGETS = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25]])
 
 
@@ -266,28 +265,11 @@ def test_index_holds_torchs_argmax(geom, layout):
 # ------------------------------------------------------------------------------------------------ c backend
 
 
-def _err(a, ref):
-    a, ref = a.detach().double(), ref.detach().double()
-    return ((a - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-
-
 @pytest.mark.parametrize("cls, args, c_in", [(ADown, (16, 24), 16), (ADown, (18, 10), 18),
                                              (SPPELAN, (16, 12, 8), 16), (SPPELAN, (13, 10, 6), 13)])
 def test_c_block_channels_last_matches_torch(cls, args, c_in):
     torch.manual_seed(3)
-    b1 = cls(*args).train().to(memory_format=torch.channels_last)
-    b2 = copy.deepcopy(b1)
-    x1 = (torch.randn(2, c_in, 11, 9) * 2 + 0.5).contiguous(memory_format=torch.channels_last).requires_grad_()
-    x2 = x1.detach().clone(memory_format=torch.channels_last).requires_grad_()
-    y1 = b1(x1)
-    y2 = materialise_any(layers.run(b2, x2))
-    assert _err(y2, y1) < BLOCK_TOL
-    g = torch.randn_like(y1)
-    (y1 * g).sum().backward()
-    (y2 * g).sum().backward()
-    assert _err(x2.grad, x1.grad) < BLOCK_TOL, "input gradient"
-    for (n, p1), p2 in zip(b1.named_parameters(), b2.parameters()):
-        assert _err(p2.grad, p1.grad) < BLOCK_TOL, n
+    assert_c_block_matches_torch(cls(*args).train(), torch.randn(2, c_in, 11, 9) * 2 + 0.5)
 
 
 def test_only_supported_maxpools_use_the_op():
