@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from block_compare import assert_c_block_matches_torch
+from pool_common import CUDA_CASES, LAYOUTS, assert_c_block_matches_torch, in_layout, ulps
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import apply
 from yolov9c.backends.c import layers
@@ -37,26 +37,17 @@ C_EXT = extension.load()
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 GEOMS = [(3, 2, 1), (5, 1, 2), (2, 2, 0), (3, 1, 1), (4, 3, 2)]
 SHAPES = [(2, 16, 8, 8), (1, 13, 7, 9), (3, 5, 5, 4), (2, 9, 11, 6)]
-LAYOUTS = ("nchw", "cl", "cl_slice", "nchw_slice")
 TARGETS = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25]])
 
 
 def make_x(shape, layout, dtype, device="cpu", seed=0, ties=True):
-    """x of `shape`: small integers (many ties) or normal values, in a layout of tests/test_pool.py."""
+    """x of `shape`: small integers (many ties) or normal values, in a layout of pool_common.in_layout."""
     g = torch.Generator().manual_seed(seed)
     B, C, H, W = shape
     base = torch.randint(-2, 3, (B, C + 5, H, W), generator=g).float() if ties else torch.randn(
         B, C + 5, H, W, generator=g) * 3
     base = base.to(dtype)
-    if layout == "nchw":
-        return base[:, :C].contiguous().to(device)
-    if layout == "cl":
-        return base[:, :C].contiguous(memory_format=torch.channels_last).to(device)
-    if layout == "cl_slice":
-        return base.contiguous(memory_format=torch.channels_last).to(device)[:, 3:3 + C]
-    if layout == "nchw_slice":
-        return base.to(device)[:, 3:3 + C]
-    raise AssertionError(layout)
+    return in_layout(base, C, layout, device)
 
 
 def torch_backward(x, g, k, s, p):
@@ -67,14 +58,8 @@ def torch_backward(x, g, k, s, p):
 
 def same_values(a, b):
     """Equal bit for bit up to NaN payloads: NaNs at the same places, every other element equal."""
-    return a.shape == b.shape and torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
-
-
-def ulps(a, b, dtype):
-    a, b = a.detach().cpu().double(), b.detach().cpu().double()
-    m = torch.maximum(a.abs(), b.abs()).to(dtype)
-    up = torch.nextafter(m, torch.full_like(m, float("inf"))).double() - m.double()
-    return ((a - b).abs() / up).max().item() if a.numel() else 0.0
+    return (a.shape == b.shape and torch.equal(a.isnan(), b.isnan())
+            and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
 
 
 def check_op(x, k, s, p, seed=1):
@@ -379,14 +364,6 @@ def test_max_pool_forward_not_rerun_in_backward(run, monkeypatch):
 # ------------------------------------------------------------------------------------------------ CUDA
 
 
-CUDA_CASES = [
-    ((2, 64, 40, 40), "cl"),          # vectorised: 8 halves / 4 floats per load
-    ((2, 16, 9, 7), "cl"),
-    ((1, 13, 7, 9), "cl"),            # C % 8 != 0: scalar channels-last
-    ((2, 16, 11, 10), "cl_slice"),    # pixel stride 21, offset 3: scalar
-    ((3, 8, 6, 5), "nchw"),
-    ((2, 13, 5, 12), "nchw_slice"),
-]
 
 
 @pytest.mark.cuda

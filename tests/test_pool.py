@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from block_compare import assert_c_block_matches_torch
+from pool_common import CUDA_CASES as POOL_CUDA_CASES, LAYOUTS, assert_c_block_matches_torch, in_layout, ulps
 from yolov9c.backends.c import layers
 from yolov9c.backends.c.lazy import materialise_any
 from yolov9c.models.common import ADown, AConv
@@ -33,24 +33,14 @@ from yolov9c.ops import extension, pool
 C_EXT = extension.load()
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SHAPES = [(2, 16, 8, 8), (1, 13, 7, 9), (3, 8, 2, 2), (2, 24, 5, 12)]
-LAYOUTS = ("nchw", "cl", "cl_slice", "nchw_slice")
 
 
 def make_x(shape, layout, dtype, device="cpu", seed=0):
-    """x of `shape` (B, C, H, W): 'nchw', 'cl' (channels-last), 'cl_slice' / 'nchw_slice' (channels 3..3+C of a
-    buffer with C + 5 channels: pixel stride C + 5 in the channels-last one)."""
+    """x of `shape` (B, C, H, W), normal values, in a layout of pool_common.in_layout."""
     g = torch.Generator().manual_seed(seed)
     B, C, H, W = shape
     base = (torch.randn(B, C + 5, H, W, generator=g) * 3).to(dtype)
-    if layout == "nchw":
-        return base[:, :C].contiguous().to(device)
-    if layout == "cl":
-        return base[:, :C].contiguous(memory_format=torch.channels_last).to(device)
-    if layout == "cl_slice":
-        return base.contiguous(memory_format=torch.channels_last).to(device)[:, 3:3 + C]
-    if layout == "nchw_slice":
-        return base.to(device)[:, 3:3 + C]
-    raise AssertionError(layout)
+    return in_layout(base, C, layout, device)
 
 
 def torch_pool(x):
@@ -62,14 +52,6 @@ def torch_backward(x, g):
     xr = x.detach().clone().requires_grad_()
     (gi,) = torch.autograd.grad(torch_pool(xr), xr, g)
     return gi
-
-
-def ulps(a, b, dtype):
-    """max |a - b| in ulps of dtype at the larger magnitude of each pair."""
-    a, b = a.detach().cpu().double(), b.detach().cpu().double()
-    m = torch.maximum(a.abs(), b.abs()).to(dtype)
-    up = torch.nextafter(m, torch.full_like(m, float("inf"))).double() - m.double()
-    return ((a - b).abs() / up).max().item() if a.numel() else 0.0
 
 
 def close_ulps(actual, truth, dtype, n, what):
@@ -307,13 +289,7 @@ def test_model_pool_forward_not_rerun_in_backward(monkeypatch):
 # ------------------------------------------------------------------------------------------------ CUDA
 
 
-CUDA_CASES = [
-    ((2, 64, 40, 40), "cl"),          # vectorised: 8 halves / 4 floats per load
-    ((2, 16, 9, 7), "cl"),
-    ((1, 13, 7, 9), "cl"),            # C % 8 != 0: scalar channels-last
-    ((2, 16, 11, 10), "cl_slice"),    # pixel stride 21, offset 3: scalar
-    ((3, 8, 6, 5), "nchw"),
-    ((2, 13, 5, 12), "nchw_slice"),
+CUDA_CASES = POOL_CUDA_CASES + [
     ((4, 1024, 130, 3), "nchw"),      # (b, c, strip) > 65535: grid-stride in y
     ((8200, 8, 65, 2), "cl"),         # (b, strip) > 65535
 ]

@@ -1,0 +1,70 @@
+"""Helpers of the pool tests (tests/test_pool.py, tests/test_maxpool.py): the layouts of a test input, ulps,
+and a block through the c backend against the same block in plain torch, channels-last (the training layout)."""
+
+import copy
+
+import torch
+
+from yolov9c.backends.c import layers
+from yolov9c.backends.c.lazy import materialise_any
+
+BLOCK_TOL = 1e-5
+LAYOUTS = ("nchw", "cl", "cl_slice", "nchw_slice")
+CUDA_CASES = [  # (shape, layout) of the CUDA tests: each kernel path
+    ((2, 64, 40, 40), "cl"),          # vectorised: 8 halves / 4 floats per load
+    ((2, 16, 9, 7), "cl"),
+    ((1, 13, 7, 9), "cl"),            # C % 8 != 0: scalar channels-last
+    ((2, 16, 11, 10), "cl_slice"),    # pixel stride 21, offset 3: scalar
+    ((3, 8, 6, 5), "nchw"),
+    ((2, 13, 5, 12), "nchw_slice"),
+]
+
+
+def in_layout(base, C, layout, device="cpu"):
+    """Channels of base (B, C + 5, H, W) as a test input: 'nchw' / 'cl' (channels-last) hold channels 0..C-1;
+    'cl_slice' / 'nchw_slice' are channels 3..3+C of the whole buffer (pixel stride C + 5 in the channels-last
+    one)."""
+    if layout == "nchw":
+        return base[:, :C].contiguous().to(device)
+    if layout == "cl":
+        return base[:, :C].contiguous(memory_format=torch.channels_last).to(device)
+    if layout == "cl_slice":
+        return base.contiguous(memory_format=torch.channels_last).to(device)[:, 3:3 + C]
+    if layout == "nchw_slice":
+        return base.to(device)[:, 3:3 + C]
+    raise AssertionError(layout)
+
+
+def ulps(a, b, dtype):
+    """max |a - b| in ulps of dtype at the larger magnitude of each pair."""
+    a, b = a.detach().cpu().double(), b.detach().cpu().double()
+    m = torch.maximum(a.abs(), b.abs()).to(dtype)
+    up = torch.nextafter(m, torch.full_like(m, float("inf"))).double() - m.double()
+    return ((a - b).abs() / up).max().item() if a.numel() else 0.0
+
+
+def rel_err(a, ref):
+    """max |a - ref| / max |ref| in float64."""
+    a, ref = a.detach().double(), ref.detach().double()
+    return ((a - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+
+
+def assert_c_block_matches_torch(block, x, tol=BLOCK_TOL):
+    """block (in train mode) on x as plain torch and through layers.run on a copy: output, input gradient,
+    parameter gradients and floating-point buffers (BN running statistics) within tol (relative)."""
+    b1 = block.to(memory_format=torch.channels_last)
+    b2 = copy.deepcopy(b1)
+    x1 = x.contiguous(memory_format=torch.channels_last).requires_grad_()
+    x2 = x1.detach().clone(memory_format=torch.channels_last).requires_grad_()
+    y1 = b1(x1)
+    y2 = materialise_any(layers.run(b2, x2))
+    assert rel_err(y2, y1) < tol
+    g = torch.randn_like(y1)
+    (y1 * g).sum().backward()
+    (y2 * g).sum().backward()
+    assert rel_err(x2.grad, x1.grad) < tol, "input gradient"
+    for (n, p1), p2 in zip(b1.named_parameters(), b2.parameters()):
+        assert rel_err(p2.grad, p1.grad) < tol, n
+    for (n, t1), t2 in zip(b1.named_buffers(), b2.buffers()):
+        if t1.dtype.is_floating_point:
+            assert rel_err(t2, t1) < tol, n
