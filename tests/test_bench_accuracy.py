@@ -1,0 +1,130 @@
+"""benchmarks/accuracy_data.py, the datasets bench_accuracy.py derives from coco128 (no training here): the crops
+of --derive crops are valid YOLO labels of large boxes, held out by source image and deterministic; the class
+subset of --classes keeps and renumbers only the chosen classes.
+Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_bench_accuracy.py
+"""
+
+import csv
+import hashlib
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import accuracy_data  # noqa: E402
+from shared_paths import COCO128 as COCO128_DIR  # noqa: E402
+
+COCO128 = COCO128_DIR / "data.yaml"
+
+
+@pytest.fixture(scope="module")
+def crops(tmp_path_factory):
+    return accuracy_data.crop_dataset(COCO128, tmp_path_factory.mktemp("a"), seed=0)
+
+
+def _labels(data_yaml, split):
+    d = Path(data_yaml).parent
+    return {f.stem: accuracy_data.read_labels(f) for f in sorted((d / "labels" / split).glob("*.txt"))}
+
+
+def _digest(root):
+    h = hashlib.sha256()
+    for f in sorted(p for p in Path(root).rglob("*") if p.is_file() and p.name != "data.yaml"):
+        h.update(f.relative_to(root).as_posix().encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+def test_crops_have_images_and_valid_labels(crops):
+    cfg = yaml.safe_load(crops.read_text())
+    assert Path(cfg["path"]).is_absolute() and cfg["nc"] == 3 and cfg["names"][0] == "person"
+    for split in ("train", "val"):
+        images = sorted((crops.parent / "images" / split).glob("*.jpg"))
+        labels = _labels(crops, split)
+        assert len(images) >= 100 and sorted(p.stem for p in images) == sorted(labels)
+        for im in images[::7]:
+            h, w = cv2.imread(str(im)).shape[:2]
+            assert min(h, w) >= 32
+        rows = np.concatenate(list(labels.values()))
+        assert all(len(r) for r in labels.values()), "every crop holds its anchor box"
+        c, x, y, bw, bh = rows.T
+        assert np.all(c == np.round(c)) and c.min() >= 0 and c.max() < cfg["nc"]
+        assert np.all((bw > 0) & (bw <= 1) & (bh > 0) & (bh <= 1))
+        eps = 1e-6  # the labels are written with 6 decimals
+        assert np.all(x - bw / 2 >= -eps) and np.all(x + bw / 2 <= 1 + eps)
+        assert np.all(y - bh / 2 >= -eps) and np.all(y + bh / 2 <= 1 + eps)
+        assert set(np.unique(c).astype(int)) == {0, 1, 2}, f"{split}: every class present"
+
+
+def test_crop_boxes_are_large(crops):
+    for split in ("train", "val"):
+        rows = np.concatenate(list(_labels(crops, split).values()))
+        assert np.median(np.maximum(rows[:, 3], rows[:, 4])) >= 0.3
+        # the anchor of each crop fills at least FILL[0] of its longer side (when not cut to the image)
+        anchors = [r[:, 3:].max(1).max() for r in _labels(crops, split).values()]
+        assert np.median(anchors) >= accuracy_data.FILL[0]
+
+
+def test_val_crops_come_only_from_val_images(crops):
+    rows = list(csv.DictReader(open(crops.parent / "sources.csv")))
+    src = {s: {r["source"] for r in rows if r["split"] == s} for s in ("train", "val")}
+    coco = COCO128.parent / "images"
+    assert src["train"] <= {p.name for p in (coco / "train").iterdir()}
+    assert src["val"] <= {p.name for p in (coco / "val").iterdir()}
+    assert not src["train"] & src["val"]
+    for split in ("train", "val"):
+        names = {p.stem for p in (crops.parent / "images" / split).glob("*.jpg")}
+        assert names == {r["name"] for r in rows if r["split"] == split}
+        assert all(r["name"].startswith(Path(r["source"]).stem + "_") for r in rows if r["split"] == split)
+
+
+def test_crops_are_deterministic(crops, tmp_path):
+    again = accuracy_data.crop_dataset(COCO128, tmp_path / "same", seed=0)
+    assert _digest(again.parent) == _digest(crops.parent)
+    other = accuracy_data.crop_dataset(COCO128, tmp_path / "other", classes=[0, 60, 45], seed=1)
+    assert _digest(other.parent) != _digest(crops.parent)
+
+
+def test_crop_window_keeps_the_anchor_whole():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        w, h = int(rng.integers(100, 900)), int(rng.integers(100, 900))
+        x1, y1 = rng.uniform(0, w - 40), rng.uniform(0, h - 40)
+        box = (x1, y1, rng.uniform(x1 + 30, w), rng.uniform(y1 + 30, h))
+        x0, y0, cw, ch = accuracy_data.crop_window(box, w, h, rng)
+        assert 0 <= x0 and x0 + cw <= w and 0 <= y0 and y0 + ch <= h
+        assert x0 <= box[0] + 1 and box[2] <= x0 + cw + 1 and y0 <= box[1] + 1 and box[3] <= y0 + ch + 1
+        assert max(cw, ch) >= max(box[2] - box[0], box[3] - box[1])
+
+
+def test_crop_labels_drop_boxes_mostly_outside():
+    boxes = np.array([[0, 10, 10, 50, 50],      # inside
+                      [1, 90, 10, 130, 50],     # 25 % inside: dropped
+                      [2, 70, 10, 110, 50]])    # 75 % inside: clipped and kept
+    rows = accuracy_data.crop_labels(boxes, 0, 0, 100, 100)
+    assert rows[:, 0].tolist() == [0, 2]
+    np.testing.assert_allclose(rows[1, 1:], [0.85, 0.3, 0.3, 0.4])
+
+
+def test_class_subset_keeps_and_renumbers(tmp_path):
+    f = accuracy_data.class_subset(COCO128, [60, 0], tmp_path)
+    cfg = yaml.safe_load(f.read_text())
+    assert cfg["names"] == {0: "dining table", 1: "person"}
+    coco_val = COCO128.parent / "labels" / "val"
+    n_person = sum(int((accuracy_data.read_labels(p)[:, 0] == 0).sum()) for p in coco_val.glob("*.txt"))
+    rows = np.concatenate([r for r in _labels(f, "val").values() if len(r)])
+    assert set(rows[:, 0].astype(int)) == {0, 1} and int((rows[:, 0] == 1).sum()) == n_person
+
+
+def test_derive_needs_image_folders(tmp_path):
+    (tmp_path / "list.txt").write_text("")
+    data = tmp_path / "d.yaml"
+    data.write_text(yaml.safe_dump({"path": str(tmp_path), "train": "list.txt", "val": "list.txt", "nc": 1,
+                                    "names": ["a"]}))
+    with pytest.raises(SystemExit, match=r"^error: .*train: must be an image folder"):
+        accuracy_data.crop_dataset(data, tmp_path / "out")
+    assert not (tmp_path / "out" / "data-crops").exists()
