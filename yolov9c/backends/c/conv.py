@@ -14,8 +14,8 @@ them (BN's backward is linear in the incoming gradient, so the sum is the exact 
 Inside a recomputed segment's backward (segment.py) the recompute's forward has just materialised each conv
 input, and that conv's backward follows within the same torch.autograd.grad: with YOLOV9C_KEEP_INPUTS=1 (default
 off, keep_inputs_enabled) the forward under inputs_kept() keeps its input (and the few memo values a Spatial
-backward reads) for its own backward, which frees it, instead of activating the leaves a third time. BN/SiLU apply passes in backward (benchmarks/bn_passes.py, multiples of
-one pass over every z): yolov9-s 2.08x -> 1.39x, yolov9-c 2.07x -> 1.26x, yolov9-e 2.13x -> 1.41x, equal to
+backward reads) for its own backward, which frees it, instead of activating the leaves a third time.
+BN/SiLU apply passes in backward (benchmarks/bn_passes.py, multiples of one pass over every z): yolov9-s 2.08x -> 1.39x, yolov9-c 2.07x -> 1.26x, yolov9-e 2.13x -> 1.41x, equal to
 forward's (each conv input is activated once in backward: in its conv's backward, or in its segment's
 recompute). Bit-identical gradients; forward stores the same bytes; the extra memory is a transient of one
 segment's conv inputs (CPU, profiler, batch 2, 256 px, fp32: the largest segment backward, yolov9-c's second
