@@ -11,16 +11,16 @@ with aten.convolution_backward on it, and sends the input gradient back into the
 torch.autograd.grad. A z read by several consumers receives each consumer's share of dz; autograd adds
 them (BN's backward is linear in the incoming gradient, so the sum is the exact dz).
 
-Inside a recomputed segment's backward (segment.py) the recompute's forward has just materialised each conv
-input, and that conv's backward follows within the same torch.autograd.grad: with YOLOV9C_KEEP_INPUTS=1 (default
-off, keep_inputs_enabled) the forward under inputs_kept() keeps its input (and the few memo values a Spatial
-backward reads) for its own backward, which frees it, instead of activating the leaves a third time.
-BN/SiLU apply passes in backward (benchmarks/bn_passes.py, multiples of one pass over every z): yolov9-s 2.08x -> 1.39x, yolov9-c 2.07x -> 1.26x, yolov9-e 2.13x -> 1.41x, equal to
-forward's (each conv input is activated once in backward: in its conv's backward, or in its segment's
-recompute). Bit-identical gradients; forward stores the same bytes; the extra memory is a transient of one
-segment's conv inputs (CPU, profiler, batch 2, 256 px, fp32: the largest segment backward, yolov9-c's second
-stem 26-29, rose from 50 to 90 MiB under a 92-MiB step peak; on the H200 at batch 64, 640 it raised yolov9-c's
-real train_dual.py peak by 1.9 GiB allocated, hence off by default).
+Inside a recomputed segment's backward (segment.py) the recompute's forward has just materialised each conv input,
+and that conv's backward follows within the same torch.autograd.grad: with YOLOV9C_KEEP_INPUTS=1 (default off,
+keep_inputs_enabled) the forward under inputs_kept() keeps its input (and the few memo values a Spatial backward
+reads) for its own backward, which frees it, instead of activating the leaves a third time. BN/SiLU apply passes in
+backward (benchmarks/bn_passes.py, multiples of one pass over every z): yolov9-s 2.08x -> 1.39x, yolov9-c 2.07x ->
+1.26x, yolov9-e 2.13x -> 1.41x, equal to forward's (each conv input is activated once in backward: in its conv's
+backward, or in its segment's recompute). Bit-identical gradients; forward stores the same bytes; the extra memory
+is a transient of one segment's conv inputs (CPU, profiler, batch 2, 256 px, fp32: the largest segment backward,
+yolov9-c's second stem 26-29, rose from 50 to 90 MiB under a 92-MiB step peak; on the H200 at batch 64, 640 it
+raised yolov9-c's real train_dual.py peak by 1.9 GiB allocated, hence off by default).
 
 Several convs reading the same input (RepConvN's 3×3 and 1×1, RepNCSP's cv1/cv2, a detect level's box and
 class branches) share one Function, so the input is materialised once forward and once backward.
