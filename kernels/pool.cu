@@ -220,12 +220,13 @@ extern "C" cudaError_t yv_avg_pool2x2_backward(int64_t B, int64_t C, int64_t H, 
  * Saved for backward: nothing (the backward reads only g).
  * Kernels: one thread per element (or channel vector) of the small side (in for the forward, gin for the
  * backward), touching its 2×2 block of the big side: the forward loads once and stores four times, the
- * backward loads four times and stores once. Grid x over the lanes of one small-side row, y over its rows
- * (grid-stride beyond 65535), no 64-bit division per element beyond one per thread:
+ * backward loads four times and stores once. Grid x over the lanes of one small-side row, y over its rows,
+ * z over b (cl) or (b, c) (planar), grid-stride in y and z beyond 65535:
  *   cl     channel stride 1 in src and dst (channels-last or a channel slice of one, any pixel stride): lanes
- *          (column, channel vector), channels fastest, rows (b, y); V = 16 bytes (8 halves / 4 floats) when
- *          C % V == 0 and every pointer and stride is V-aligned (pool_vector_ok), else V = 1.
- *   planar everything else (NCHW, any strides): lanes = columns, rows (b, c, y); scalar.
+ *          (column, channel vector), channels fastest, split with one 32-bit division per thread; V = 16 bytes
+ *          (8 halves / 4 floats) when C % V == 0 and every pointer and stride is V-aligned (pool_vector_ok),
+ *          else V = 1.
+ *   planar everything else (NCHW, any strides): lanes = columns; scalar.
  */
 
 typedef struct up_geom {
@@ -268,24 +269,25 @@ __device__ __forceinline__ void up_one(const yv_view4 *s, const yv_view4 *d, int
     *(vec *)((T *)d->data + os) = w;
 }
 
-/* cl: grid x over (column, channel vector) of a small-side row, y over (b, y). sm / big: the small / big views
- * (s and d in the order read, written). */
+/* cl: grid x over (column, channel vector) of a small-side row (32-bit: up_launch checks the count), y over
+ * its rows, z over b (grid-stride in y and z beyond 65535): no 64-bit division per element. */
 template <typename T, int V, bool BWD>
 __global__ void __launch_bounds__(POOL_THREADS) up_cl_kernel(yv_view4 s, yv_view4 d, up_geom g)
 {
-    int64_t cv = g.C / V, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= g.W * cv)
+    int cv = (int)(g.C / V), i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if ((int64_t)i >= g.W * cv)
         return;
-    int64_t c = (i % cv) * V, x = i / cv;
+    int64_t c = (int64_t)(i % cv) * V, x = i / cv;
     const yv_view4 *sm = BWD ? &d : &s, *big = BWD ? &s : &d;
-    for (int64_t r = blockIdx.y; r < g.B * g.H; r += gridDim.y) {
-        int64_t y = r % g.H, b = r / g.H, os, ob;
-        up_offsets(sm, big, b, c, y, x, &os, &ob);
-        up_one<T, V, BWD>(&s, &d, os, ob);
-    }
+    for (int64_t b = blockIdx.z; b < g.B; b += gridDim.z)
+        for (int64_t y = blockIdx.y; y < g.H; y += gridDim.y) {
+            int64_t os, ob;
+            up_offsets(sm, big, b, c, y, x, &os, &ob);
+            up_one<T, V, BWD>(&s, &d, os, ob);
+        }
 }
 
-/* planar: grid x over the columns of a small-side row, y over (b, c, y). */
+/* planar: grid x over the columns of a small-side row, y over its rows, z over (b, c). */
 template <typename T, bool BWD>
 __global__ void __launch_bounds__(POOL_THREADS) up_planar_kernel(yv_view4 s, yv_view4 d, up_geom g)
 {
@@ -293,11 +295,17 @@ __global__ void __launch_bounds__(POOL_THREADS) up_planar_kernel(yv_view4 s, yv_
     if (x >= g.W)
         return;
     const yv_view4 *sm = BWD ? &d : &s, *big = BWD ? &s : &d;
-    for (int64_t r = blockIdx.y; r < g.B * g.C * g.H; r += gridDim.y) {
-        int64_t y = r % g.H, bc = r / g.H, os, ob;
-        up_offsets(sm, big, bc / g.C, bc % g.C, y, x, &os, &ob);
-        up_one<T, 1, BWD>(&s, &d, os, ob);
-    }
+    for (int64_t bc = blockIdx.z; bc < g.B * g.C; bc += gridDim.z)
+        for (int64_t y = blockIdx.y; y < g.H; y += gridDim.y) {
+            int64_t os, ob;
+            up_offsets(sm, big, bc / g.C, bc % g.C, y, x, &os, &ob);
+            up_one<T, 1, BWD>(&s, &d, os, ob);
+        }
+}
+
+static unsigned up_dim(int64_t n)
+{
+    return (unsigned)(n < POOL_MAX_ROWS ? n : POOL_MAX_ROWS);
 }
 
 template <typename T, bool BWD> static cudaError_t up_launch(yv_view4 s, yv_view4 d, up_geom g, cudaStream_t stream)
@@ -305,11 +313,10 @@ template <typename T, bool BWD> static cudaError_t up_launch(yv_view4 s, yv_view
     const int V = 16 / (int)sizeof(T);
     int cl = s.stride[1] == 1 && d.stride[1] == 1;
     int vec = cl && pool_vector_ok(&s, g.C, V, sizeof(T)) && pool_vector_ok(&d, g.C, V, sizeof(T));
-    int64_t lanes = cl ? g.W * (g.C / (vec ? V : 1)) : g.W;
-    int64_t rows = cl ? g.B * g.H : g.B * g.C * g.H;
-    if (yv_ceil_div(lanes, POOL_THREADS) > INT32_MAX)
+    int64_t lanes = cl ? g.W * (g.C / (vec ? V : 1)) : g.W;       /* threads per small-side row */
+    if (yv_ceil_div(lanes, POOL_THREADS) * POOL_THREADS > INT32_MAX)
         return cudaErrorInvalidConfiguration;
-    dim3 grid((unsigned)yv_ceil_div(lanes, POOL_THREADS), (unsigned)(rows < POOL_MAX_ROWS ? rows : POOL_MAX_ROWS));
+    dim3 grid((unsigned)yv_ceil_div(lanes, POOL_THREADS), up_dim(g.H), up_dim(cl ? g.B : g.B * g.C));
     if (vec)
         up_cl_kernel<T, V, BWD><<<grid, POOL_THREADS, 0, stream>>>(s, d, g);
     else if (cl)

@@ -306,9 +306,9 @@ def test_model_forward_not_rerun_in_backward(monkeypatch):
 
 
 CUDA_CASES = POOL_CUDA_CASES + [
-    ((4, 1024, 70, 3), "nchw"),       # (b, c, y) > 65535: grid-stride in y
-    ((1100, 8, 65, 2), "cl"),         # (b, y) > 65535
-    ((2, 8, 1, 1), "cl"),
+    ((2, 33000, 1, 2), "nchw"),       # (b, c) > 65535: grid-stride in z
+    ((66000, 8, 1, 1), "cl"),         # b > 65535: grid-stride in z
+    ((1, 8, 65600, 1), "cl"),         # H > 65535: grid-stride in y
 ]
 
 
