@@ -1,6 +1,14 @@
 """Benchmark of the 2×2 stride-1 average pool and the k×k max pool (kernels/pool.cu through yolov9c/ops/pool.py)
 against torch's F.avg_pool2d(x, 2, 1, 0, False, True) / F.max_pool2d(x, k, s, p) and their backwards on the same
-tensors, with a copy of the same tensor on the same GPU in the same run as the ceiling.
+tensors, with a copy of the same tensor on the same GPU in the same run as the ceiling; and (--ops upsample) the
+nearest 2× upsampling, upsample_nearest2x against torch's F.interpolate(x, scale_factor=2, mode='nearest') and
+aten.upsample_nearest2d_backward (what autograd runs).
+
+Upsample rows (pass "up2_forward" / "up2_backward"; shape = the upsampling's input): the 2× nearest resizes of
+one forward at batch 64, 640, found by hooking F.interpolate in a forward of each model (the heads'
+nn.Upsample, yolov9-c's CBFuse 2× resizes). gbps counts x + out (5 input sizes) for both passes; the copy row
+is of the output-sized tensor. No step estimate: how often the lazy convs' recomputes re-run an upsampling in
+backward varies per model (tests/test_upsample.py counts them).
 
 Max pool rows (pass "max{k}s{s}_forward" / "max{k}s{s}_backward"; shape = the pool's input): the c backend's
 calls at batch 64, 640, found by hooking F.max_pool2d in a forward of each model (ADown's 3×3/2 pool of its
@@ -29,6 +37,7 @@ Layouts: "cl" channels-last (the training path), "nchw" contiguous, "cl_slice" c
 channels-last (B, 2C, H, W) buffer (pixel stride 2C).
 Run (GPU): python benchmarks/bench_pool.py
            python benchmarks/bench_pool.py --ops max --layouts cl
+           python benchmarks/bench_pool.py --ops upsample --layouts cl nchw --dtype float16
            python benchmarks/bench_pool.py --shapes 64,128,160,160 --layouts cl --dtype bfloat16
 Without CUDA it prints a message and exits 0.
 """
@@ -58,6 +67,12 @@ MAX_CALLS = [
     ("yolov9-c", (64, 128, 79, 79), (3, 2, 1), 1, 1), ("yolov9-c", (64, 256, 39, 39), (3, 2, 1), 3, 1),
     ("yolov9-c", (64, 256, 20, 20), (5, 1, 2), 3, 2),
     ("yolov9-s", (64, 128, 20, 20), (5, 1, 2), 6, 2),
+]
+
+# (model, upsampling input shape, calls per forward) at batch 64, 640
+UP_CALLS = [
+    ("yolov9-c", (64, 512, 20, 20), 2), ("yolov9-c", (64, 512, 40, 40), 1), ("yolov9-c", (64, 256, 40, 40), 1),
+    ("yolov9-s", (64, 256, 20, 20), 2), ("yolov9-s", (64, 192, 40, 40), 2),
 ]
 
 
@@ -113,6 +128,24 @@ def bench_max_case(shape, geom, layout, dtype, args, cg):
     return rows
 
 
+def bench_up_case(shape, layout, dtype, args, cg):
+    B, C, H, W = shape
+    x = make_input(shape, layout, dtype, 0)
+    g = make_input((B, C, 2 * H, 2 * W), layout, dtype, 1)
+    n, eb = 5 * x.numel(), x.element_size()
+    rows = [report(shape, layout, dtype, "c", "up2_forward", timed(lambda: pool.upsample_nearest2x(x), args), n,
+                   eb, cg),
+            report(shape, layout, dtype, "c", "up2_backward", timed(lambda: pool.upsample_nearest2x_backward(g),
+                                                                    args), n, eb, cg)]
+    if not args.no_torch:
+        rows.append(report(shape, layout, dtype, "torch", "up2_forward",
+                           timed(lambda: F.interpolate(x, scale_factor=2.0, mode="nearest"), args), n, eb, cg))
+        rows.append(report(shape, layout, dtype, "torch", "up2_backward",
+                           timed(lambda: torch.ops.aten.upsample_nearest2d_backward(
+                               g, [2 * H, 2 * W], list(shape), 2.0, 2.0), args), n, eb, cg))
+    return rows
+
+
 def max_step_estimate(rows, calls):
     """Max-pool GPU time of one training step per model (channels-last rows), c vs the former torch path."""
     t = {(tuple(r["shape"]), r["impl"], r["pass"]): r["ms"] for r in rows if r["layout"] == "cl"}
@@ -154,8 +187,9 @@ def step_estimate(rows, calls):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_args(ap, LAYOUTS, "the yolov9-s/c batch-64 calls", "torch's rows")
-    ap.add_argument("--ops", nargs="*", default=["avg", "max"], choices=["avg", "max"],
-                    help="which pools (--shapes: each shape through the avg pool and both max-pool geometries)")
+    ap.add_argument("--ops", nargs="*", default=["avg", "max"], choices=["avg", "max", "upsample"],
+                    help="which pools (--shapes: each shape through the avg pool and both max-pool geometries); "
+                         "upsample: the nearest 2x upsampling (--shapes: its input shapes)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_pool: no CUDA GPU here; nothing measured (run it on a GPU machine)")
@@ -182,6 +216,14 @@ def main():
             rows.append(copy)
             for layout in args.layouts:
                 rows += bench_max_case(shape, geom, layout, dtype, args, copy["gbps"])
+                torch.cuda.empty_cache()
+    if "upsample" in args.ops:
+        up_shapes = shapes if args.shapes else list(dict.fromkeys(s for _, s, _ in UP_CALLS))
+        for B, C, H, W in up_shapes:
+            copy = bench_copy((B, C, 2 * H, 2 * W), dtype, args)
+            rows.append(copy)
+            for layout in args.layouts:
+                rows += bench_up_case((B, C, H, W), layout, dtype, args, copy["gbps"])
                 torch.cuda.empty_cache()
     summary(rows)
     if "avg" in args.ops:

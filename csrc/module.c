@@ -188,6 +188,19 @@ PyDoc_STRVAR(avg_pool2x2_backward_doc,
 "the (up to 4) windows covering (y, x). grad_out (B, C, H-1, W-1), grad_in (B, C, H, W) written (=), one\n"
 "dtype and device, any strides, not overlapping. Returns None.");
 
+PyDoc_STRVAR(upsample_nearest2x_forward_doc,
+"upsample_nearest2x_forward($module, x, out, stream, /)\n--\n\n"
+"nn.Upsample(scale_factor=2, mode='nearest'): out[b,c,y,x] = x[b,c,y/2,x/2] (a copy of the bits; maths:\n"
+"kernels/pool.cu). x (B, C, H, W) float32/float16 (bfloat16 on CUDA), any strides; out (B, C, 2H, 2W) of x's\n"
+"dtype and device, any strides, not overlapping x, written; stream: the CUDA stream handle (0 for CPU).\n"
+"Returns None.");
+
+PyDoc_STRVAR(upsample_nearest2x_backward_doc,
+"upsample_nearest2x_backward($module, grad_out, grad_in, stream, /)\n--\n\n"
+"Input gradient of upsample_nearest2x_forward from grad_out alone: grad_in[i,j] = ((g[2i,2j] + g[2i,2j+1]) +\n"
+"g[2i+1,2j]) + g[2i+1,2j+1] in float32, rounded once (torch's bits). grad_out (B, C, 2H, 2W), grad_in\n"
+"(B, C, H, W) written (=), one dtype and device, any strides, not overlapping. Returns None.");
+
 PyDoc_STRVAR(max_pool2d_forward_doc,
 "max_pool2d_forward($module, x, out, k, s, p, stream, /)\n--\n\n"
 "F.max_pool2d(x, k, s, p) (dilation 1, floor mode; maths: kernels/pool.cu): out[y,x] = the maximum of the\n"
@@ -249,6 +262,10 @@ static PyMethodDef module_methods[] = {
      avg_pool2x2_forward_doc},
     {"avg_pool2x2_backward", (PyCFunction)(void (*)(void))yv_py_avg_pool2x2_backward, METH_FASTCALL,
      avg_pool2x2_backward_doc},
+    {"upsample_nearest2x_forward", (PyCFunction)(void (*)(void))yv_py_upsample_nearest2x_forward, METH_FASTCALL,
+     upsample_nearest2x_forward_doc},
+    {"upsample_nearest2x_backward", (PyCFunction)(void (*)(void))yv_py_upsample_nearest2x_backward, METH_FASTCALL,
+     upsample_nearest2x_backward_doc},
     {"max_pool2d_forward", (PyCFunction)(void (*)(void))yv_py_max_pool2d_forward, METH_FASTCALL,
      max_pool2d_forward_doc},
     {"max_pool2d_backward", (PyCFunction)(void (*)(void))yv_py_max_pool2d_backward, METH_FASTCALL,

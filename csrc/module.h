@@ -36,6 +36,8 @@ PyObject *yv_py_tal_assign_forward(PyObject *module, PyObject *const *args, Py_s
 PyObject *yv_py_tal_assign_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_avg_pool2x2_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_avg_pool2x2_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_upsample_nearest2x_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *yv_py_upsample_nearest2x_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_max_pool2d_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_max_pool2d_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_cudnn_fusion_probe(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

@@ -1,7 +1,9 @@
 /* pool.c — bindings of the 2×2 stride-1 average pool (ADown/AConv's F.avg_pool2d(x, 2, 1, 0, False, True)):
  * avg_pool2x2_forward and avg_pool2x2_backward; and of the k×k max pool (ADown's F.max_pool2d(x, 3, 2, 1),
  * SPPELAN's nn.MaxPool2d(5, 1, 2)): max_pool2d_forward and max_pool2d_backward (from x and grad_out, through
- * the caller's uint8 scratch `index`).
+ * the caller's uint8 scratch `index`); and of the nearest 2× upsampling (nn.Upsample(scale_factor=2,
+ * mode='nearest'), CBFuse's resize to twice the size): upsample_nearest2x_forward and
+ * upsample_nearest2x_backward (from grad_out alone).
  *
  * Checks every argument (ValueError/TypeError naming the op and the argument), then hands the views to
  * yv_launch: csrc/pool_ref.c (CPU, NumPy arrays: float32/float16) or kernels/pool.cu (CUDA descriptors,
@@ -76,13 +78,44 @@ static int check_output(const yv_tensor *out, const yv_tensor *in)
     return 0;
 }
 
+/* The input `first` is a float 4-D tensor (it fixes the device and dtype); out is 4-D, of its device and dtype. */
+static int check_io(const yv_tensor *first, const yv_tensor *out)
+{
+    unsigned types = first->device == YV_CPU ? CPU_FLOATS : FLOATS;
+    if (yv_check_ndim(first, 4) < 0 || yv_check_dtype(first, types) < 0 || yv_check_ndim(out, 4) < 0
+        || yv_check_same_device(out, first) < 0 || yv_check_same_dtype(out, first) < 0)
+        return -1;
+    return 0;
+}
+
+/* t has shape want, derived from `of` as `how` says (" less 1 in H and W", " with H and W doubled"). */
+static int check_derived(const yv_tensor *t, const int64_t want[4], const yv_tensor *of, const char *how)
+{
+    for (int d = 0; d < 4; d++) {
+        if (t->shape[d] != want[d]) {
+            PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%lld, %lld, %lld, %lld) (%s's shape%s), got "
+                         "(%lld, %lld, %lld, %lld)", t->op, t->arg, (long long)want[0], (long long)want[1],
+                         (long long)want[2], (long long)want[3], of->arg, how, (long long)t->shape[0],
+                         (long long)t->shape[1], (long long)t->shape[2], (long long)t->shape[3]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void set_shape(pool_call *c, const yv_tensor *t)
+{
+    c->B = t->shape[0];
+    c->C = t->shape[1];
+    c->H = t->shape[2];
+    c->W = t->shape[3];
+}
+
 /* big: the (B, C, H, W) operand (H, W >= 2); small: the (B, C, H-1, W-1) one; out: which of them is written. */
 static int check_pair(const yv_tensor *big, const yv_tensor *small, const yv_tensor *out, pool_call *c)
 {
     const yv_tensor *first = out == big ? small : big;   /* the input: fixes the device and dtype */
-    unsigned types = first->device == YV_CPU ? CPU_FLOATS : FLOATS;
-    if (yv_check_ndim(first, 4) < 0 || yv_check_dtype(first, types) < 0 || yv_check_ndim(out, 4) < 0
-        || yv_check_same_device(out, first) < 0 || yv_check_same_dtype(out, first) < 0)
+    if (check_io(first, out) < 0)
         return -1;
     if (big->shape[2] < 2 || big->shape[3] < 2) {
         PyErr_Format(PyExc_ValueError, "%s: %s must have H >= 2 and W >= 2 (one 2x2 window), got %lld x %lld",
@@ -90,22 +123,23 @@ static int check_pair(const yv_tensor *big, const yv_tensor *small, const yv_ten
         return -1;
     }
     int64_t want[4] = {big->shape[0], big->shape[1], big->shape[2] - 1, big->shape[3] - 1};
-    for (int d = 0; d < 4; d++) {
-        if (small->shape[d] != want[d]) {
-            PyErr_Format(PyExc_ValueError, "%s: %s must have shape (%lld, %lld, %lld, %lld) (%s's shape less 1 in H "
-                         "and W), got (%lld, %lld, %lld, %lld)", small->op, small->arg, (long long)want[0],
-                         (long long)want[1], (long long)want[2], (long long)want[3], big->arg,
-                         (long long)small->shape[0], (long long)small->shape[1], (long long)small->shape[2],
-                         (long long)small->shape[3]);
-            return -1;
-        }
-    }
-    if (check_output(out, first) < 0)
+    if (check_derived(small, want, big, " less 1 in H and W") < 0 || check_output(out, first) < 0)
         return -1;
-    c->B = big->shape[0];
-    c->C = big->shape[1];
-    c->H = big->shape[2];
-    c->W = big->shape[3];
+    set_shape(c, big);
+    return 0;
+}
+
+/* The upsampling's pair: small (B, C, H, W) (x or grad_in), big (B, C, 2H, 2W) (out or grad_out); out: which
+ * of them is written. The shape checked is big's, from small's: a grad_out of odd H or W is refused. */
+static int check_upsample_pair(const yv_tensor *small, const yv_tensor *big, const yv_tensor *out, pool_call *c)
+{
+    const yv_tensor *first = out == big ? small : big;
+    if (check_io(first, out) < 0)
+        return -1;
+    int64_t want[4] = {small->shape[0], small->shape[1], 2 * small->shape[2], 2 * small->shape[3]};
+    if (check_derived(big, want, small, " with H and W doubled") < 0 || check_output(out, first) < 0)
+        return -1;
+    set_shape(c, small);
     return 0;
 }
 
@@ -138,9 +172,10 @@ static int backward_cuda(void *p, void *stream)
 static const yv_op FORWARD = {"avg_pool2x2_forward", forward_cpu, YV_CUDA_FN(forward_cuda), NULL};
 static const yv_op BACKWARD = {"avg_pool2x2_backward", backward_cpu, YV_CUDA_FN(backward_cuda), NULL};
 
-/* Both bindings: (src, dst, stream), src read and dst written; forward: big = src, backward: big = dst. */
+/* The four bindings (src, dst, stream): src read and dst written. avg pool (upsample 0): forward big = src,
+ * backward big = dst; upsampling (upsample 1): forward small = src, backward small = dst. */
 static PyObject *pool_binding(PyObject *module, const yv_op *op, const char *src_name, const char *dst_name,
-                              int backward, PyObject *const *args, Py_ssize_t nargs)
+                              int backward, int upsample, PyObject *const *args, Py_ssize_t nargs)
 {
     yv_tensor src, dst;
     uintptr_t stream = 0;
@@ -149,11 +184,12 @@ static PyObject *pool_binding(PyObject *module, const yv_op *op, const char *src
         || yv_parse_stream(args[2], op->name, &stream) < 0)
         return NULL;
     pool_call c;
-    if (check_pair(backward ? &dst : &src, backward ? &src : &dst, &dst, &c) < 0)
+    const yv_tensor *first = backward ? &dst : &src, *second = backward ? &src : &dst;
+    if ((upsample ? check_upsample_pair(first, second, &dst, &c) : check_pair(first, second, &dst, &c)) < 0)
         return NULL;
     c.src = view_of(&src);
     c.dst = view_of(&dst);
-    if (src.numel == 0) {   /* B or C is 0: nothing to compute */
+    if (src.numel == 0 || dst.numel == 0) {   /* B, C (or the upsampling's H or W) is 0: nothing to compute */
         if (stream != 0 && src.device == YV_CPU) {
             PyErr_Format(PyExc_ValueError, "%s: stream must be 0 for CPU tensors", op->name);
             return NULL;
@@ -165,12 +201,54 @@ static PyObject *pool_binding(PyObject *module, const yv_op *op, const char *src
 
 PyObject *yv_py_avg_pool2x2_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    return pool_binding(module, &FORWARD, "x", "out", 0, args, nargs);
+    return pool_binding(module, &FORWARD, "x", "out", 0, 0, args, nargs);
 }
 
 PyObject *yv_py_avg_pool2x2_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    return pool_binding(module, &BACKWARD, "grad_out", "grad_in", 1, args, nargs);
+    return pool_binding(module, &BACKWARD, "grad_out", "grad_in", 1, 0, args, nargs);
+}
+
+/* ---- upsample_nearest2x: the same call struct (B, C, H, W: the upsampling's input shape) and binding ---- */
+
+static int up_forward_cpu(void *p)
+{
+    pool_call *c = (pool_call *)p;
+    return yv_upsample_nearest2x_forward_ref(c->B, c->C, c->H, c->W, c->src, c->dst);
+}
+
+static int up_backward_cpu(void *p)
+{
+    pool_call *c = (pool_call *)p;
+    return yv_upsample_nearest2x_backward_ref(c->B, c->C, c->H, c->W, c->src, c->dst);
+}
+
+#ifdef YV_WITH_CUDA
+static int up_forward_cuda(void *p, void *stream)
+{
+    pool_call *c = (pool_call *)p;
+    return (int)yv_upsample_nearest2x_forward(c->B, c->C, c->H, c->W, c->src, c->dst, (cudaStream_t)stream);
+}
+
+static int up_backward_cuda(void *p, void *stream)
+{
+    pool_call *c = (pool_call *)p;
+    return (int)yv_upsample_nearest2x_backward(c->B, c->C, c->H, c->W, c->src, c->dst, (cudaStream_t)stream);
+}
+#endif
+
+static const yv_op UP_FORWARD = {"upsample_nearest2x_forward", up_forward_cpu, YV_CUDA_FN(up_forward_cuda), NULL};
+static const yv_op UP_BACKWARD = {"upsample_nearest2x_backward", up_backward_cpu, YV_CUDA_FN(up_backward_cuda),
+                                  NULL};
+
+PyObject *yv_py_upsample_nearest2x_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pool_binding(module, &UP_FORWARD, "x", "out", 0, 1, args, nargs);
+}
+
+PyObject *yv_py_upsample_nearest2x_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    return pool_binding(module, &UP_BACKWARD, "grad_out", "grad_in", 1, 1, args, nargs);
 }
 
 /* ---- max_pool2d ---- */

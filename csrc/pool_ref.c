@@ -1,5 +1,6 @@
 /* pool_ref.c — the 2×2 stride-1 average pool (ADown/AConv's F.avg_pool2d(x, 2, 1, 0, False, True)) on the CPU,
- * plain loops over strided views: forward and backward.
+ * plain loops over strided views: forward and backward (and, further down, the nearest 2× upsampling and the
+ * k×k max pool).
  *
  * Maths (the same as kernels/pool.cu, bit for bit; torch reference in yolov9c/ops/pool.py):
  *   forward   out[b,c,y,x] = 0.25·(((in[y,x] + in[y,x+1]) + in[y+1,x]) + in[y+1,x+1])        out (H-1, W-1)
@@ -13,15 +14,19 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "half.h"
 #include "view4_ref.h"
 #include "yv_refs.h"
 
-/* dst (Hd, Wd) = 0.25 · window sums of src (Hs, Ws) with window origin offset o (0 forward, -1 backward). */
+/* dst (Hd, Wd) = scale · the 2×2 window sums of src (Hs, Ws): window (y, x) starts at (st·y + o, st·x + o);
+ * avg pool: st 1, o 0 (forward) or -1 (backward), scale 0.25; nearest 2× upsampling's backward: st 2, o 0,
+ * scale 1 (exact: the plain sum). */
 typedef struct pool_geom {
     int64_t B, C, Hs, Ws, Hd, Wd;
-    int o;
+    int o, st;
+    float scale;
 } pool_geom;
 
 static inline float at(const yv_view4 *s, const pool_geom *g, int64_t b, int64_t c, int64_t y, int64_t x)
@@ -34,10 +39,10 @@ static inline float at(const yv_view4 *s, const pool_geom *g, int64_t b, int64_t
 static inline void one(const yv_view4 *s, const yv_view4 *d, const pool_geom *g, int64_t b, int64_t c, int64_t y,
                        int64_t x)
 {
-    int64_t sy = y + g->o, sx = x + g->o;
+    int64_t sy = g->st * y + g->o, sx = g->st * x + g->o;
     float sum = ((at(s, g, b, c, sy, sx) + at(s, g, b, c, sy, sx + 1)) + at(s, g, b, c, sy + 1, sx))
                 + at(s, g, b, c, sy + 1, sx + 1);
-    yv_view_store(d, b * d->stride[0] + c * d->stride[1] + y * d->stride[2] + x * d->stride[3], sum * 0.25f);
+    yv_view_store(d, b * d->stride[0] + c * d->stride[1] + y * d->stride[2] + x * d->stride[3], sum * g->scale);
 }
 
 /* Channel stride 1 in both: all C channels of one output pixel, the four source pixels' offsets computed once
@@ -48,7 +53,7 @@ static inline void pixel(const yv_view4 *s, const yv_view4 *d, const pool_geom *
     int64_t off[4];
     int ok[4];
     for (int k = 0; k < 4; k++) {
-        int64_t sy = y + g->o + k / 2, sx = x + g->o + k % 2;
+        int64_t sy = g->st * y + g->o + k / 2, sx = g->st * x + g->o + k % 2;
         ok[k] = sy >= 0 && sy < g->Hs && sx >= 0 && sx < g->Ws;
         off[k] = ok[k] ? b * s->stride[0] + sy * s->stride[2] + sx * s->stride[3] : 0;
     }
@@ -59,7 +64,7 @@ static inline void pixel(const yv_view4 *s, const yv_view4 *d, const pool_geom *
         float v[4];
         for (int k = 0; k < 4; k++)
             v[k] = ok[k] ? yv_view_load(&sv, off[k] + c) : 0.0f;
-        yv_view_store(&dv, o + c, (((v[0] + v[1]) + v[2]) + v[3]) * 0.25f);   /* k = 2·dy + dx: row-major order */
+        yv_view_store(&dv, o + c, (((v[0] + v[1]) + v[2]) + v[3]) * g->scale);   /* k = 2·dy + dx: row-major */
     }
 }
 
@@ -91,14 +96,50 @@ static void window_sum(const yv_view4 *s, const yv_view4 *d, const pool_geom *g)
 
 int yv_avg_pool2x2_forward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 in, yv_view4 out)
 {
-    pool_geom g = {B, C, H, W, H - 1, W - 1, 0};
+    pool_geom g = {B, C, H, W, H - 1, W - 1, 0, 1, 0.25f};
     window_sum(&in, &out, &g);
     return 0;
 }
 
 int yv_avg_pool2x2_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 grad_out, yv_view4 grad_in)
 {
-    pool_geom g = {B, C, H - 1, W - 1, H, W, -1};
+    pool_geom g = {B, C, H - 1, W - 1, H, W, -1, 1, 0.25f};
+    window_sum(&grad_out, &grad_in, &g);
+    return 0;
+}
+
+/* ---- upsample_nearest2x: nn.Upsample(scale_factor=2, mode='nearest') (F.interpolate to twice the size) ----
+ * Maths (the same as kernels/pool.cu, bit for bit; torch reference in yolov9c/ops/pool.py):
+ *   forward   out[b,c,y,x] = in[b,c,y/2,x/2]                                                   out (2H, 2W)
+ *             (the element's own bits: a copy)
+ *   backward  gin[b,c,i,j] = ((g[2i,2j] + g[2i,2j+1]) + g[2i+1,2j]) + g[2i+1,2j+1]              gin (H, W)
+ *             float32 in that (row-major) order, rounded once to the storage dtype: torch's CPU
+ *             upsample_nearest2d_backward in float32, float16 and bfloat16 bit for bit (the window sum above
+ *             with st 2, scale 1).
+ */
+int yv_upsample_nearest2x_forward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 in, yv_view4 out)
+{
+    size_t es = in.dtype == YV_FLOAT32 ? 4 : 2;
+    int cl = in.stride[1] == 1 && out.stride[1] == 1;   /* a pixel's C channels are one run of bytes */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t c = 0; c < (cl ? 1 : C); c++)
+            for (int64_t y = 0; y < 2 * H; y++)
+                for (int64_t x = 0; x < 2 * W; x++) {
+                    const char *src = (const char *)in.data
+                                      + (size_t)(b * in.stride[0] + c * in.stride[1] + (y / 2) * in.stride[2]
+                                                 + (x / 2) * in.stride[3]) * es;
+                    char *dst = (char *)out.data
+                                + (size_t)(b * out.stride[0] + c * out.stride[1] + y * out.stride[2]
+                                           + x * out.stride[3]) * es;
+                    memcpy(dst, src, (cl ? (size_t)C : 1) * es);
+                }
+    return 0;
+}
+
+int yv_upsample_nearest2x_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 grad_out,
+                                       yv_view4 grad_in)
+{
+    pool_geom g = {B, C, 2 * H, 2 * W, H, W, 0, 2, 1.0f};
     window_sum(&grad_out, &grad_in, &g);
     return 0;
 }

@@ -87,6 +87,15 @@ int yv_tal_assign_forward_ref(const void *scores, yv_dtype score_dtype, const in
 int yv_avg_pool2x2_forward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 in, yv_view4 out);
 int yv_avg_pool2x2_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 grad_out, yv_view4 grad_in);
 
+/* ---- upsample_nearest2x (csrc/pool_ref.c; maths stated there): nn.Upsample(scale_factor=2, mode='nearest') ----
+ * in / grad_in (B, C, H, W), out / grad_out (B, C, 2H, 2W): strided host views, one dtype
+ * YV_FLOAT32/YV_FLOAT16/YV_BFLOAT16. forward: out = in[y/2, x/2] (=, the elements' bits); backward: grad_in (=)
+ * the float32 sum of each 2x2 block of grad_out in row-major order (torch's bits). Return 0.
+ */
+int yv_upsample_nearest2x_forward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 in, yv_view4 out);
+int yv_upsample_nearest2x_backward_ref(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 grad_out,
+                                       yv_view4 grad_in);
+
 /* ---- max_pool2d (csrc/pool_ref.c; maths stated there): F.max_pool2d(x, k, s, p), dilation 1, floor mode ----
  * in / grad_in (B, C, H, W), out / grad_out (B, C, Ho, Wo), Ho = (H + 2p - k) / s + 1 (W alike): strided host
  * views, one dtype YV_FLOAT32/YV_FLOAT16/YV_BFLOAT16; k >= 1, s >= 1, 0 <= p <= k/2, Ho, Wo >= 1.

@@ -1,5 +1,6 @@
 /* pool.cu — the 2×2 stride-1 average pool of ADown/AConv (F.avg_pool2d(x, 2, 1, 0, False, True)) on the GPU
- * (and, at the end of the file, the k×k max pool of ADown/SPPELAN, F.max_pool2d(x, k, s, p)):
+ * (and, further down, the nearest 2× upsampling of the heads and CBFuse, nn.Upsample(scale_factor=2,
+ * mode='nearest'), and the k×k max pool of ADown/SPPELAN, F.max_pool2d(x, k, s, p)):
  * forward and backward, one window-sum kernel for both.
  *
  * Maths (csrc/pool_ref.c is the CPU twin, bit for bit; yolov9c/ops/pool.py holds the torch reference):
@@ -209,6 +210,145 @@ extern "C" cudaError_t yv_avg_pool2x2_backward(int64_t B, int64_t C, int64_t H, 
 {
     pool_geom g = {B, C, H - 1, W - 1, H, W, 0, -1};
     return pool_run(grad_out, grad_in, g, stream);
+}
+
+/* ---- upsample_nearest2x: nn.Upsample(scale_factor=2, mode='nearest') -------------------------------------
+ * Maths (csrc/pool_ref.c is the CPU twin, bit for bit):
+ *   forward   out[b,c,y,x] = in[b,c,y/2,x/2]                         out (2H, 2W): the element's bits (=)
+ *   backward  gin[b,c,i,j] = ((g[2i,2j] + g[2i,2j+1]) + g[2i+1,2j]) + g[2i+1,2j+1]                    (=)
+ *             float32 in that (row-major) order, rounded once: torch's CPU upsample_nearest2d_backward bits
+ * Saved for backward: nothing (the backward reads only g).
+ * Kernels: one thread per element (or channel vector) of the small side (in for the forward, gin for the
+ * backward), touching its 2×2 block of the big side: the forward loads once and stores four times, the
+ * backward loads four times and stores once. Grid x over the lanes of one small-side row, y over its rows,
+ * z over b (cl) or (b, c) (planar), grid-stride in y and z beyond 65535:
+ *   cl     channel stride 1 in src and dst (channels-last or a channel slice of one, any pixel stride): lanes
+ *          (column, channel vector), channels fastest, split with one 32-bit division per thread; V = 16 bytes
+ *          (8 halves / 4 floats) when C % V == 0 and every pointer and stride is V-aligned (pool_vector_ok),
+ *          else V = 1.
+ *   planar everything else (NCHW, any strides): lanes = columns; scalar.
+ */
+
+typedef struct up_geom {
+    int64_t B, C, H, W;   /* the small side: the forward's input, the backward's grad_in */
+} up_geom;
+
+/* Offsets (elements) of small-side pixel (b, c, y, x) in the small view sm and of its block's top-left in big. */
+__device__ __forceinline__ void up_offsets(const yv_view4 *sm, const yv_view4 *big, int64_t b, int64_t c, int64_t y,
+                                           int64_t x, int64_t *os, int64_t *ob)
+{
+    *os = b * sm->stride[0] + c * sm->stride[1] + y * sm->stride[2] + x * sm->stride[3];
+    *ob = b * big->stride[0] + c * big->stride[1] + 2 * y * big->stride[2] + 2 * x * big->stride[3];
+}
+
+/* One small-side pixel's V channels: forward (BWD false) copies src[os] to the 2×2 block at dst[ob]; backward
+ * sums the block at src[ob] into dst[os]. s: the view read, d: the view written. */
+template <typename T, int V, bool BWD>
+__device__ __forceinline__ void up_one(const yv_view4 *s, const yv_view4 *d, int64_t os, int64_t ob)
+{
+    typedef pool_vec<T, V> vec;
+    if (!BWD) {
+        vec r = *(const vec *)((const T *)s->data + os);
+        T *q = (T *)d->data + ob;
+        int64_t rs = d->stride[2], ps = d->stride[3];
+        *(vec *)q = r;
+        *(vec *)(q + ps) = r;
+        *(vec *)(q + rs) = r;
+        *(vec *)(q + rs + ps) = r;
+        return;
+    }
+    const T *p = (const T *)s->data + ob;
+    int64_t rs = s->stride[2], ps = s->stride[3];
+    vec a = *(const vec *)p, b = *(const vec *)(p + ps), c = *(const vec *)(p + rs), e = *(const vec *)(p + rs + ps);
+    T out[V];
+#pragma unroll
+    for (int k = 0; k < V; k++)   /* row-major: upper row left to right, then the lower row */
+        pool_set(&out[k], ((pool_get(a, k) + pool_get(b, k)) + pool_get(c, k)) + pool_get(e, k));
+    vec w;
+    memcpy(&w.bits, out, sizeof(out));
+    *(vec *)((T *)d->data + os) = w;
+}
+
+/* cl: grid x over (column, channel vector) of a small-side row (32-bit: up_launch checks the count), y over
+ * its rows, z over b (grid-stride in y and z beyond 65535): no 64-bit division per element. */
+template <typename T, int V, bool BWD>
+__global__ void __launch_bounds__(POOL_THREADS) up_cl_kernel(yv_view4 s, yv_view4 d, up_geom g)
+{
+    int cv = (int)(g.C / V), i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if ((int64_t)i >= g.W * cv)
+        return;
+    int64_t c = (int64_t)(i % cv) * V, x = i / cv;
+    const yv_view4 *sm = BWD ? &d : &s, *big = BWD ? &s : &d;
+    for (int64_t b = blockIdx.z; b < g.B; b += gridDim.z)
+        for (int64_t y = blockIdx.y; y < g.H; y += gridDim.y) {
+            int64_t os, ob;
+            up_offsets(sm, big, b, c, y, x, &os, &ob);
+            up_one<T, V, BWD>(&s, &d, os, ob);
+        }
+}
+
+/* planar: grid x over the columns of a small-side row, y over its rows, z over (b, c). */
+template <typename T, bool BWD>
+__global__ void __launch_bounds__(POOL_THREADS) up_planar_kernel(yv_view4 s, yv_view4 d, up_geom g)
+{
+    int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= g.W)
+        return;
+    const yv_view4 *sm = BWD ? &d : &s, *big = BWD ? &s : &d;
+    for (int64_t bc = blockIdx.z; bc < g.B * g.C; bc += gridDim.z)
+        for (int64_t y = blockIdx.y; y < g.H; y += gridDim.y) {
+            int64_t os, ob;
+            up_offsets(sm, big, bc / g.C, bc % g.C, y, x, &os, &ob);
+            up_one<T, 1, BWD>(&s, &d, os, ob);
+        }
+}
+
+static unsigned up_dim(int64_t n)
+{
+    return (unsigned)(n < POOL_MAX_ROWS ? n : POOL_MAX_ROWS);
+}
+
+template <typename T, bool BWD> static cudaError_t up_launch(yv_view4 s, yv_view4 d, up_geom g, cudaStream_t stream)
+{
+    const int V = 16 / (int)sizeof(T);
+    int cl = s.stride[1] == 1 && d.stride[1] == 1;
+    int vec = cl && pool_vector_ok(&s, g.C, V, sizeof(T)) && pool_vector_ok(&d, g.C, V, sizeof(T));
+    int64_t lanes = cl ? g.W * (g.C / (vec ? V : 1)) : g.W;       /* threads per small-side row */
+    if (yv_ceil_div(lanes, POOL_THREADS) * POOL_THREADS > INT32_MAX)
+        return cudaErrorInvalidConfiguration;
+    dim3 grid((unsigned)yv_ceil_div(lanes, POOL_THREADS), up_dim(g.H), up_dim(cl ? g.B : g.B * g.C));
+    if (vec)
+        up_cl_kernel<T, V, BWD><<<grid, POOL_THREADS, 0, stream>>>(s, d, g);
+    else if (cl)
+        up_cl_kernel<T, 1, BWD><<<grid, POOL_THREADS, 0, stream>>>(s, d, g);
+    else
+        up_planar_kernel<T, BWD><<<grid, POOL_THREADS, 0, stream>>>(s, d, g);
+    return cudaGetLastError();
+}
+
+template <bool BWD> static cudaError_t up_run(yv_view4 s, yv_view4 d, up_geom g, cudaStream_t stream)
+{
+    if (g.B * g.C * g.H * g.W == 0)
+        return cudaSuccess;
+    if (s.dtype == YV_FLOAT16)
+        return up_launch<__half, BWD>(s, d, g, stream);
+    if (s.dtype == YV_BFLOAT16)
+        return up_launch<__nv_bfloat16, BWD>(s, d, g, stream);
+    return up_launch<float, BWD>(s, d, g, stream);
+}
+
+extern "C" cudaError_t yv_upsample_nearest2x_forward(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 in,
+                                                     yv_view4 out, cudaStream_t stream)
+{
+    up_geom g = {B, C, H, W};
+    return up_run<false>(in, out, g, stream);
+}
+
+extern "C" cudaError_t yv_upsample_nearest2x_backward(int64_t B, int64_t C, int64_t H, int64_t W,
+                                                      yv_view4 grad_out, yv_view4 grad_in, cudaStream_t stream)
+{
+    up_geom g = {B, C, H, W};
+    return up_run<true>(grad_out, grad_in, g, stream);
 }
 
 /* ---- max_pool2d: F.max_pool2d(x, k, s, p), dilation 1, floor mode ------------------------------------------

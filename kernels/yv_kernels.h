@@ -107,6 +107,18 @@ cudaError_t yv_avg_pool2x2_forward(int64_t B, int64_t C, int64_t H, int64_t W, y
 cudaError_t yv_avg_pool2x2_backward(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 grad_out,
                                     yv_view4 grad_in, cudaStream_t stream);
 
+/* ---- upsample_nearest2x (kernels/pool.cu; maths stated there): nn.Upsample(scale_factor=2, mode='nearest') ----
+ * in / grad_in (B, C, H, W), out / grad_out (B, C, 2H, 2W): yv_view4 device views, any strides (a channel
+ * slice of a channels-last buffer included), one dtype YV_FLOAT32/YV_FLOAT16/YV_BFLOAT16.
+ * forward:  out[y,x] = in[y/2,x/2] (=, the elements' bits)
+ * backward: grad_in (=) the float32 sum of each 2x2 block of grad_out, row-major, rounded once; reads only
+ *           grad_out
+ */
+cudaError_t yv_upsample_nearest2x_forward(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 in, yv_view4 out,
+                                          cudaStream_t stream);
+cudaError_t yv_upsample_nearest2x_backward(int64_t B, int64_t C, int64_t H, int64_t W, yv_view4 grad_out,
+                                           yv_view4 grad_in, cudaStream_t stream);
+
 /* ---- max_pool2d (kernels/pool.cu; maths stated there): F.max_pool2d(x, k, s, p), dilation 1, floor mode ----
  * in / grad_in (B, C, H, W), out / grad_out (B, C, Ho, Wo), Ho = (H + 2p - k) / s + 1 (W alike): yv_view4
  * device views, any strides, one dtype YV_FLOAT32/YV_FLOAT16/YV_BFLOAT16; k >= 1, s >= 1, 0 <= p <= k/2.

@@ -1,9 +1,11 @@
 """The c backend's nearest upsampling (nn.Upsample, CBFuse's resize) takes its input gradient from the output
 gradient alone (yolov9c/backends/c/layers.py `_nearest_backward`: aten.upsample_nearest2d_backward, what
 autograd runs): the same gradients bit for bit as re-running the upsampling under autograd, and one
-upsampling fewer per Spatial node in backward."""
+upsampling fewer per Spatial node in backward. The exact 2× ones run yolov9c.ops.pool.upsample_nearest2x
+(tests/test_upsample.py); here they are routed back to torch's F.interpolate (_torch_up2) to test this path."""
 
 import collections
+import functools
 
 import pytest
 import torch
@@ -12,8 +14,16 @@ import torch.nn.functional as F
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import apply
 from yolov9c.backends.c import layers
+from yolov9c.backends.c.lazy import Spatial
 
 TARGETS = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25]])
+
+
+def _torch_up2(child):
+    """A 2× nearest upsampling on torch's F.interpolate (read at call time: counted), its direct gradient from
+    layers._nearest_backward (read at call time: replaceable)."""
+    return Spatial(functools.partial(F.interpolate, scale_factor=2.0, mode="nearest"), child,
+                   grad=layers._nearest_backward(child, (2.0, 2.0)))
 
 
 def _step(name, monkeypatch, direct, channels_last):
@@ -27,6 +37,7 @@ def _step(name, monkeypatch, direct, channels_last):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(F, "interpolate", counted)
+    monkeypatch.setattr(layers, "_up2", _torch_up2)
     if not direct:
         monkeypatch.setattr(layers, "_nearest_backward", lambda child, scales=(None, None): None)
     torch.manual_seed(0)

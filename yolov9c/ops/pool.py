@@ -1,5 +1,13 @@
-"""The 2×2 stride-1 average pool of ADown and AConv, F.avg_pool2d(x, 2, 1, 0, False, True), and the k×k max
-pool of ADown and SPPELAN, F.max_pool2d(x, k, s, p) (dilation 1, floor mode).
+"""The 2×2 stride-1 average pool of ADown and AConv, F.avg_pool2d(x, 2, 1, 0, False, True), the k×k max
+pool of ADown and SPPELAN, F.max_pool2d(x, k, s, p) (dilation 1, floor mode), and the nearest 2× upsampling of
+the heads and CBFuse, nn.Upsample(scale_factor=2, mode='nearest').
+
+upsample_nearest2x: out (B, C, 2H, 2W), out[y,x] = x[y//2, x//2] (a copy: x's bits); its backward from grad_out
+alone, grad_in[i,j] = ((g[2i,2j] + g[2i,2j+1]) + g[2i+1,2j]) + g[2i+1,2j+1] in float32 rounded once — torch's
+CPU aten.upsample_nearest2d_backward bit for bit in float32, float16 and bfloat16 (it sums in that order).
+UpsampleNearest2xFunction saves nothing. It lives here, beside the pools, because it is their kind of op (its
+backward is a 2×2 stride-2 window sum: the avg pool's window sum in csrc/pool_ref.c), and it shares their
+argument checks (csrc/pool.c) and their launch path (_run below).
 
 max_pool2d: out (B, C, (H+2p-k)//s+1, (W+2p-k)//s+1) = the window maxima (torch's bits: a max is exact);
 its backward takes the input gradient from x and grad_out alone (torch's argmax rule: the first maximum
@@ -116,6 +124,68 @@ def avg_pool2x2_backward(grad_out):
     """The input gradient (B, C, H, W) of avg_pool2x2 for grad_out (B, C, H-1, W-1), computed from grad_out
     alone (no autograd recorded): a new tensor of grad_out's dtype and memory format."""
     return _backward_impl(grad_out)
+
+
+def upsample_nearest2x_reference(x):
+    """F.interpolate(x, scale_factor=2, mode='nearest') (nn.Upsample(None, 2, 'nearest'); differentiable)."""
+    return F.interpolate(x, scale_factor=2.0, mode="nearest")
+
+
+def upsample_nearest2x_backward_reference(grad_out):
+    """torch's own nearest-upsampling backward for grad_out (B, C, 2H, 2W): the input gradient (B, C, H, W)."""
+    B, C, h, w = grad_out.shape
+    return torch.ops.aten.upsample_nearest2d_backward(grad_out, [h, w], [B, C, h // 2, w // 2], 2.0, 2.0)
+
+
+def _up_shape(t, backward):
+    """The upsampling's other shape: H and W doubled (forward) or halved (backward: an odd H or W is refused in
+    C, with the shape it needs), or t's own when not 4-D (C names the bad dimensions)."""
+    s = tuple(t.shape)
+    if len(s) != 4:
+        return s
+    return (s[0], s[1], s[2] // 2, s[3] // 2) if backward else (s[0], s[1], 2 * s[2], 2 * s[3])
+
+
+def _up_forward_impl(x):
+    op = "upsample_nearest2x_forward"
+    if _use_reference(op, x):
+        with torch.no_grad():
+            return upsample_nearest2x_reference(x)
+    return _run(op, "x", x, _up_shape(x, False), "out")
+
+
+def _up_backward_impl(grad_out):
+    op = "upsample_nearest2x_backward"
+    if _use_reference(op, grad_out):
+        with torch.no_grad():
+            return upsample_nearest2x_backward_reference(grad_out)
+    return _run(op, "grad_out", grad_out, _up_shape(grad_out, True), "grad_in")
+
+
+class UpsampleNearest2xFunction(torch.autograd.Function):
+    """out = upsample_nearest2x(x); backward from grad_out alone (nothing saved)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return _up_forward_impl(x)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return _up_backward_impl(grad_out)
+
+
+def upsample_nearest2x(x):
+    """nn.Upsample(scale_factor=2, mode='nearest') for x (B, C, H, W): a new (B, C, 2H, 2W) tensor of x's dtype
+    and memory format. Differentiable (UpsampleNearest2xFunction)."""
+    if not extension.fused_enabled():
+        return upsample_nearest2x_reference(x)
+    return UpsampleNearest2xFunction.apply(x)
+
+
+def upsample_nearest2x_backward(grad_out):
+    """The input gradient (B, C, H, W) of upsample_nearest2x for grad_out (B, C, 2H, 2W), from grad_out alone
+    (no autograd recorded): a new tensor of grad_out's dtype and memory format."""
+    return _up_backward_impl(grad_out)
 
 
 def max_pool2d_reference(x, k, s, p):

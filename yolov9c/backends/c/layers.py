@@ -210,16 +210,27 @@ def _nearest_backward(child, scales=(None, None)):
     return functools.partial(_nearest_grad, tuple(child.shape[2:]), scales)
 
 
+def _up2(child):
+    """A nearest 2× upsampling of child as a lazy value: the yolov9c.ops.pool op (C on the CPU, CUDA kernels on a
+    GPU), whose backward reads only the incoming gradient (no forward re-run)."""
+    return Spatial(pool.upsample_nearest2x, child, grad=pool.upsample_nearest2x_backward)
+
+
+def _nearest_scales(m):
+    """(sh, sw) of an nn.Upsample in nearest mode with a scale factor (floats), else None."""
+    if type(m) is not nn.Upsample or m.mode != "nearest" or m.recompute_scale_factor:
+        return None
+    if m.size is not None or m.scale_factor is None:
+        return None
+    sf = m.scale_factor
+    return tuple(float(v) for v in sf) if isinstance(sf, tuple) else (float(sf), float(sf))
+
+
 def _upsample_grad(m, child):
     """Spatial's direct gradient for an nn.Upsample in nearest mode; None (autograd re-runs it) otherwise."""
     if type(m) is not nn.Upsample or m.mode != "nearest" or m.recompute_scale_factor:
         return None
-    if m.size is not None or m.scale_factor is None:
-        scales = (None, None)
-    else:
-        sf = m.scale_factor
-        scales = tuple(float(v) for v in sf) if isinstance(sf, tuple) else (float(sf), float(sf))
-    return _nearest_backward(child, scales)
+    return _nearest_backward(child, _nearest_scales(m) or (None, None))
 
 
 def spatial(m, x):
@@ -229,6 +240,8 @@ def spatial(m, x):
     geom = _max_geometry(m) if type(m) is nn.MaxPool2d else None
     if geom is not None:
         return _max_pool(child, *geom)
+    if _nearest_scales(m) == (2.0, 2.0):  # the heads' nn.Upsample(None, 2, 'nearest')
+        return _up2(child)
     # the class's forward: a top-level layer's own `forward` attribute is the c forward (this function)
     return Spatial(functools.partial(type(m).forward, m), child, grad=_upsample_grad(m, child))
 
@@ -260,7 +273,10 @@ def cbfuse(m, xs):
     picked = []
     for i, x in enumerate(xs[:-1]):
         child = _node(x[m.idx[i]])
-        picked.append(Spatial(resize, child, grad=_nearest_backward(child)))
+        if tuple(2 * v for v in child.shape[2:]) == size:  # exactly 2× nearest: the op; other sizes on torch
+            picked.append(_up2(child))
+        else:
+            picked.append(Spatial(resize, child, grad=_nearest_backward(child)))
     return Sum(picked + [last])
 
 
