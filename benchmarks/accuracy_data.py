@@ -21,7 +21,7 @@ import yaml
 SPLITS = ("train", "val")
 FILL = (0.3, 0.8)        # the anchor object's longer side over the crop's side, drawn uniformly
 MIN_SIDE = (96, 32)      # an anchor's longer / shorter side in source pixels at least
-CROPS_PER_ANCHOR = {"train": 3, "val": 1}
+CROPS_PER_ANCHOR = {"train": 3, "val": 1}  # the training default; bench_accuracy.py --crops-per-anchor
 MIN_VISIBLE = 0.4        # a box cut by the crop is kept when this share of its area is inside
 MIN_CLIPPED_PX = 4       # ... and both its clipped sides are this many pixels at least
 N_CLASSES = 3            # classes chosen when none are given
@@ -143,8 +143,9 @@ def crop_labels(boxes, x0, y0, cw, ch):
     return np.stack([c, (x1 + x2) / 2 / cw, (y1 + y2) / 2 / ch, vw / cw, vh / ch], 1)[keep]
 
 
-def crop_split(images, labels, dst, split, keep, seed):
-    """Write the crops of one split; returns the manifest rows (name, source, anchor class, x0, y0, w, h)."""
+def crop_split(images, labels, dst, split, keep, seed, per_anchor):
+    """Write `per_anchor` crops per anchor of one split; returns the manifest rows (name, source, anchor class,
+    x0, y0, w, h)."""
     new = {c: i for i, c in enumerate(keep)}
     (dst / "images" / split).mkdir(parents=True, exist_ok=True)
     (dst / "labels" / split).mkdir(parents=True, exist_ok=True)
@@ -160,9 +161,9 @@ def crop_split(images, labels, dst, split, keep, seed):
         boxes = pixel_boxes(rows, w, h)
         boxes[:, 0] = [new[int(k)] for k in boxes[:, 0]]
         for i in np.flatnonzero(is_anchor(boxes)):
-            for k in range(CROPS_PER_ANCHOR[split]):
+            for k in range(per_anchor):
                 x0, y0, cw, ch = crop_window(boxes[i, 1:], w, h, rng)
-                name = f"{im_path.stem}_{i:02d}_{k}"
+                name = f"{im_path.stem}_{i:02d}_{k:02d}"
                 cv2.imwrite(str(dst / "images" / split / f"{name}.jpg"), im[y0:y0 + ch, x0:x0 + cw],
                             [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
                 lab = crop_labels(boxes, x0, y0, cw, ch)
@@ -172,12 +173,12 @@ def crop_split(images, labels, dst, split, keep, seed):
     return manifest
 
 
-def crop_dataset(data, out, classes=None, seed=0):
+def crop_dataset(data, out, classes=None, seed=0, train_per_anchor=CROPS_PER_ANCHOR["train"]):
     """A new YOLO dataset OUT/data-crops of crops around the large objects of a few classes.
 
     Anchors: every box of a kept class whose longer side is >= 96 px and shorter >= 32 px in the source
     image. Classes: `classes` (list of ids), else the 3 with the most anchors in the split holding fewer of
-    them. Each anchor gives 3 training crops (train) or 1 (val), each a square whose side is the anchor's
+    them. Each anchor gives `train_per_anchor` training crops (train; 3 unless given) or 1 (val), each a square whose side is the anchor's
     longer side over a fill drawn from U(0.3, 0.8), cut to the image, at a random offset that keeps the anchor
     whole. Labels: every kept-class box of the source clipped to the crop, kept when >= 40 % of its area is
     inside and both clipped sides are >= 4 px (other boxes cut by the crop are left unlabelled). Train crops
@@ -191,7 +192,8 @@ def crop_dataset(data, out, classes=None, seed=0):
         shutil.rmtree(dst)  # the crops of another seed or class list must not stay behind
     manifest = []
     for split, (images, labels) in dirs.items():
-        manifest += [[split] + r for r in crop_split(images, labels, dst, split, keep, seed)]
+        n = train_per_anchor if split == "train" else CROPS_PER_ANCHOR["val"]
+        manifest += [[split] + r for r in crop_split(images, labels, dst, split, keep, seed, n)]
     with open(dst / "sources.csv", "w", newline="") as f:
         csv.writer(f).writerows([["split", "name", "source", "anchor_class", "x0", "y0", "w", "h"]] + manifest)
     return write_yaml(dst, [class_names(cfg)[c] for c in keep])

@@ -89,6 +89,14 @@ def test_crops_are_deterministic(crops, tmp_path):
     assert _digest(other.parent) != _digest(crops.parent)
 
 
+def test_crops_per_anchor_multiplies_train_only(crops, tmp_path):
+    more = accuracy_data.crop_dataset(COCO128, tmp_path / "more", seed=0, train_per_anchor=5)
+    n = {d.parent: {s: len(list((d.parent / "images" / s).glob("*.jpg"))) for s in ("train", "val")}
+         for d in (crops, more)}
+    assert n[more.parent]["train"] == 5 * n[crops.parent]["train"] // 3
+    assert n[more.parent]["val"] == n[crops.parent]["val"]
+
+
 def test_crop_window_keeps_the_anchor_whole():
     rng = np.random.default_rng(0)
     for _ in range(500):
