@@ -413,3 +413,36 @@ def test_pointwise_input_grad_adds_in_one_gemm(fmt):
     assert not add_pointwise_input_grad(grad_a, g, w3, ((1, 1), (1, 1), (1, 1), 1, False))
     assert not add_pointwise_input_grad(grad_a, g.float(), w, ((1, 1), (0, 0), (1, 1), 1, False))
     assert torch.equal(grad_a, before)
+
+
+def _block_grads(block, x, g):
+    for p in block.parameters():
+        p.grad = None
+    x = x.detach().clone().requires_grad_()
+    (materialise_any(layers.run(block, x)) * g).sum().backward()
+    return [x.grad] + [p.grad for p in block.parameters()]
+
+
+def test_shared_bn_backward_runs_once_per_output(monkeypatch):
+    """A conv output read by several lazy convs (RepNCSPELAN4's first conv: its halves go to the next stage
+    and to the last conv) gets its readers' dL/dy summed in a lazy.SharedGrad and one BN backward, run by its
+    producer: fewer BN backwards than one per reader (SharedGrad.deferred off) and the same gradients."""
+    from yolov9c.backends.c import lazy
+    from yolov9c.ops import bn_silu as ops
+    torch.manual_seed(3)
+    block = RepNCSPELAN4(8, 16, 16, 8, 2).train()
+    x = torch.randn(2, 8, 8, 8)
+    g = torch.randn(2, 16, 8, 8)
+    sizes = []
+    real = ops.bn_silu_backward
+    monkeypatch.setattr(ops, "bn_silu_backward", lambda z, *a, **k: sizes.append(z.numel()) or real(z, *a, **k))
+    shared = _block_grads(block, x, g)
+    n_shared = len(sizes)
+    sizes.clear()
+    monkeypatch.setattr(lazy.SharedGrad, "deferred", lambda self: False)
+    per_reader = _block_grads(block, x, g)
+    assert 0 < n_shared < len(sizes)
+    for a, b in zip(shared, per_reader):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert err(a, b) < 1e-6
