@@ -392,28 +392,6 @@ def test_cuda_amp_matches_torch(cfg, channels_last):
         assert oc[0].is_contiguous(memory_format=torch.channels_last)
 
 
-@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
-def test_pointwise_input_grad_adds_in_one_gemm(fmt):
-    """conv.add_pointwise_input_grad: grad_a + the 1×1 conv's input gradient, as convolution_backward gives
-    it, for both memory formats; any other geometry is left to the caller (returns False, grad_a untouched)."""
-    from yolov9c.backends.c.conv import add_pointwise_input_grad
-    g0 = torch.Generator().manual_seed(0)
-    a = torch.randn(2, 6, 5, 7, generator=g0, dtype=torch.float64).contiguous(memory_format=fmt)
-    grad_a = torch.randn(a.shape, generator=g0, dtype=torch.float64).contiguous(memory_format=fmt)
-    g = torch.randn(2, 4, 5, 7, generator=g0, dtype=torch.float64).contiguous(memory_format=fmt)
-    w = torch.randn(4, 6, 1, 1, generator=g0, dtype=torch.float64)
-    gi = torch.ops.aten.convolution_backward(g, a, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
-                                             [True, False, False])[0]
-    want = grad_a + gi
-    assert add_pointwise_input_grad(grad_a, g, w, ((1, 1), (0, 0), (1, 1), 1, False))
-    torch.testing.assert_close(grad_a, want, rtol=1e-12, atol=1e-12)
-    before = grad_a.clone()
-    assert not add_pointwise_input_grad(grad_a, g, w, ((1, 1), (1, 1), (1, 1), 1, False))  # padded
-    w3 = torch.randn(4, 6, 3, 3, dtype=torch.float64)
-    assert not add_pointwise_input_grad(grad_a, g, w3, ((1, 1), (1, 1), (1, 1), 1, False))
-    assert not add_pointwise_input_grad(grad_a, g.float(), w, ((1, 1), (0, 0), (1, 1), 1, False))
-    assert torch.equal(grad_a, before)
-
 
 def _block_grads(block, x, g):
     for p in block.parameters():

@@ -172,11 +172,9 @@ class LazyConvFunction(torch.autograd.Function):
                 mask = [want_input, bool(need[n + j]), has_bias and bool(need[n + j + 1])]
                 if not any(mask):
                     continue
-                w, g = params[j], g.to(plan.dtype)
-                if mask[0] and grad_a is not None and add_pointwise_input_grad(grad_a, g, cast[k], plan.convs[k]):
-                    mask[0] = False  # added into grad_a by one GEMM (no separate input gradient and add)
-                gi, gw, gb = (None, None, None) if not any(mask) else torch.ops.aten.convolution_backward(
-                    g, a, cast[k], [w.shape[0]] if has_bias else None,
+                w = params[j]
+                gi, gw, gb = torch.ops.aten.convolution_backward(
+                    g.to(plan.dtype), a, cast[k], [w.shape[0]] if has_bias else None,
                     list(stride), list(padding), list(dilation), False, [0, 0], groups, mask)
                 if gi is not None:
                     grad_a = gi if grad_a is None else grad_a.add_(gi)
@@ -195,31 +193,6 @@ class LazyConvFunction(torch.autograd.Function):
                 tree.backward(grad_a, ev, acc)
                 leaf_grads = acc.result()
         return (None, *leaf_grads, *param_grads)
-
-
-def add_pointwise_input_grad(grad_a, g, w, geometry):
-    """grad_a += the input gradient of a 1×1 conv (stride 1, no padding, dilation 1, one group) of weight w
-    (Co, Ci, 1, 1) whose output gradient is g, as one GEMM with beta = 1 (cuBLAS on CUDA) when both tensors are
-    dense in the same memory format: the input gradient is never written on its own and read back by an add
-    (RepConvN's 1×1 branch reads the input of its 3×3 one). Returns False, doing nothing, for any other conv or
-    layout (the caller then runs convolution_backward and adds)."""
-    stride, padding, dilation, groups, _ = geometry
-    if (tuple(w.shape[2:]) != (1, 1) or set(stride) | set(dilation) != {1} or set(padding) != {0} or groups != 1
-            or g.dtype != grad_a.dtype or w.dtype != grad_a.dtype or g.shape[2:] != grad_a.shape[2:]):
-        return False
-    b, ci, h, wd = grad_a.shape
-    co = g.shape[1]
-    w2 = w.reshape(co, ci)
-    cl = torch.channels_last
-    if grad_a.is_contiguous(memory_format=cl) and g.is_contiguous(memory_format=cl) and not grad_a.is_contiguous():
-        # (B·H·W, Ci) += (B·H·W, Co) @ (Co, Ci): channels-last tensors are these row-major matrices
-        grad_a.permute(0, 2, 3, 1).reshape(-1, ci).addmm_(g.permute(0, 2, 3, 1).reshape(-1, co), w2)
-        return True
-    if grad_a.is_contiguous() and g.is_contiguous():
-        # per image (Ci, H·W) += (Ci, Co) @ (Co, H·W)
-        grad_a.view(b, ci, h * wd).baddbmm_(w2.t().expand(b, ci, co), g.view(b, co, h * wd))
-        return True
-    return False
 
 
 def _shared_backward(sh, z, g, param_grads, j, need_wb):
