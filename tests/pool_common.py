@@ -68,3 +68,24 @@ def assert_c_block_matches_torch(block, x, tol=BLOCK_TOL):
     for (n, t1), t2 in zip(b1.named_buffers(), b2.buffers()):
         if t1.dtype.is_floating_point:
             assert rel_err(t2, t1) < tol, n
+
+
+class OpCalls:
+    """Calls of an op's forward and backward implementations (module.forward_name / backward_name, each of one
+    tensor) on real data, split by phase (set .phase to "forward" or "backward": model forward / loss backward);
+    the c backend's shape probe on meta tensors is not counted."""
+
+    def __init__(self, monkeypatch, module, forward_name, backward_name):
+        self.fwd, self.bwd, self.phase = {"forward": 0, "backward": 0}, {"forward": 0, "backward": 0}, "forward"
+        real_f, real_b = getattr(module, forward_name), getattr(module, backward_name)
+
+        def f(x):
+            self.fwd[self.phase] += x.device.type != "meta"
+            return real_f(x)
+
+        def b(g):
+            self.bwd[self.phase] += 1
+            return real_b(g)
+
+        monkeypatch.setattr(module, forward_name, f)
+        monkeypatch.setattr(module, backward_name, b)

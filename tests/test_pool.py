@@ -24,7 +24,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pool_common import CUDA_CASES as POOL_CUDA_CASES, LAYOUTS, assert_c_block_matches_torch, in_layout, ulps
+from pool_common import CUDA_CASES as POOL_CUDA_CASES, LAYOUTS, OpCalls, assert_c_block_matches_torch, in_layout, ulps
 from yolov9c.backends.c import layers
 from yolov9c.backends.c.lazy import materialise_any
 from yolov9c.models.common import ADown, AConv
@@ -230,31 +230,11 @@ def test_c_block_channels_last_matches_torch(cls, c_in, c_out):
     assert_c_block_matches_torch(b1, torch.randn(2, c_in, 10, 9) * 2 + 0.5)
 
 
-class _Counts:
-    """Calls of the op's forward and backward on real data, split by phase (model forward / loss backward);
-    the c backend's shape probe on meta tensors is not counted."""
-
-    def __init__(self, monkeypatch):
-        self.fwd, self.bwd, self.phase = {"forward": 0, "backward": 0}, {"forward": 0, "backward": 0}, "forward"
-        real_f, real_b = pool._forward_impl, pool._backward_impl
-
-        def f(x):
-            self.fwd[self.phase] += x.device.type != "meta"
-            return real_f(x)
-
-        def b(g):
-            self.bwd[self.phase] += 1
-            return real_b(g)
-
-        monkeypatch.setattr(pool, "_forward_impl", f)
-        monkeypatch.setattr(pool, "_backward_impl", b)
-
-
 def test_adown_pool_forward_not_rerun_in_backward(monkeypatch):
     """An ADown reads its pooled input in two halves (cv1; max-pool → cv2): forward pools each half once; backward
     re-pools each half once (the lazy conv rebuilds its input for the weight gradient) and takes the input
     gradient from the pool's backward alone: no third forward through autograd."""
-    counts = _Counts(monkeypatch)
+    counts = OpCalls(monkeypatch, pool, "_forward_impl", "_backward_impl")
     _, b = _block_pair(ADown, 16, 24, 4)
     x = torch.randn(2, 16, 10, 10).contiguous(memory_format=torch.channels_last).requires_grad_()
     y = materialise_any(layers.run(b, x))
@@ -274,7 +254,7 @@ def test_model_pool_forward_not_rerun_in_backward(monkeypatch):
 
     torch.manual_seed(0)
     model = apply(build_model("yolov9-t", nc=3).train(), "c")
-    counts = _Counts(monkeypatch)
+    counts = OpCalls(monkeypatch, pool, "_forward_impl", "_backward_impl")
     x = torch.rand(2, 3, 64, 64)
     targets = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25]])
     loss, _ = make_loss(model)(model(x), targets)

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pool_common import CUDA_CASES as POOL_CUDA_CASES, LAYOUTS, in_layout, ulps
+from pool_common import CUDA_CASES as POOL_CUDA_CASES, LAYOUTS, OpCalls, in_layout, ulps
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import apply
 from yolov9c.backends.c import layers
@@ -240,26 +240,6 @@ def _op_rerun(child):
     return Spatial(pool.upsample_nearest2x, child)
 
 
-class _Counts:
-    """Calls of the op's forward and backward on real data, split by phase (model forward / loss backward);
-    the c backend's shape probe on meta tensors is not counted."""
-
-    def __init__(self, monkeypatch):
-        self.fwd, self.bwd, self.phase = {"forward": 0, "backward": 0}, {"forward": 0, "backward": 0}, "forward"
-        real_f, real_b = pool._up_forward_impl, pool._up_backward_impl
-
-        def f(x):
-            self.fwd[self.phase] += x.device.type != "meta"
-            return real_f(x)
-
-        def b(g):
-            self.bwd[self.phase] += 1
-            return real_b(g)
-
-        monkeypatch.setattr(pool, "_up_forward_impl", f)
-        monkeypatch.setattr(pool, "_up_backward_impl", b)
-
-
 def _step(name, monkeypatch, up2, channels_last, counts=None):
     """One c-backend training step with layers._up2 replaced by up2 (None: the op as wired): the parameter
     gradients."""
@@ -293,9 +273,9 @@ def test_model_forward_not_rerun_in_backward(monkeypatch):
     the op's forward runs only for the lazy convs' recomputes — one call per upsampling fewer than when
     Spatial re-runs it under autograd for the gradient — and each upsampling has one backward."""
     n_up = sum(type(m) is nn.Upsample for m in build_model("yolov9-t", nc=3).modules())
-    rerun = _Counts(monkeypatch)
+    rerun = OpCalls(monkeypatch, pool, "_up_forward_impl", "_up_backward_impl")
     _step("yolov9-t", monkeypatch, _op_rerun, True, rerun)
-    counts = _Counts(monkeypatch)
+    counts = OpCalls(monkeypatch, pool, "_up_forward_impl", "_up_backward_impl")
     _step("yolov9-t", monkeypatch, None, True, counts)
     assert n_up > 0 and counts.fwd["forward"] == rerun.fwd["forward"] == n_up and counts.bwd["forward"] == 0
     assert counts.fwd["backward"] == rerun.fwd["backward"] - n_up, (counts.fwd, rerun.fwd)
