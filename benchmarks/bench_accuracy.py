@@ -26,9 +26,7 @@ the crop, kept when >= 40 % of its area is inside and both clipped sides are >= 
 images/train (train2017), val crops only from images/val (val2017): the val set is held out. JPEG quality 95,
 OUT/data-crops/sources.csv names each crop's source; --derive-seed (default 0) seeds the crops, the same seed
 writes the same files (4 s). --crops-per-anchor N writes N training crops per anchor instead of 3 (different
-random windows of the same objects: more distinct images and steps per epoch at the same validation cost).
---noval passes train_dual.py's --noval to every runner (validation of the last epoch only, whose weights are
-then best.pt): the published runner spent about half its time in per-epoch validation on the person crops. Counts with seed 0: train 411 images, boxes person 1441 / dining table 77 / bowl
+random windows of the same objects: more distinct images and steps per epoch at the same validation cost). Counts with seed 0: train 411 images, boxes person 1441 / dining table 77 / bowl
 225; val 200 images, boxes 857 / 37 / 38; median longer box side 0.45 of the crop (anchors 0.3-0.8 of it, the
 smaller neighbours of crowds below). The counts go to OUT/results.jsonl as a first {"kind": "dataset"} line.
 
@@ -71,8 +69,6 @@ def train_command(a, runner, seed, project, data):
              "--workers", str(a.workers), "--project", str(project), "--name", name, "--exist-ok", "--noplots"]
     if a.single_cls:
         flags.append("--single-cls")
-    if a.noval:
-        flags.append("--noval")
     if a.cache != "none":
         flags += ["--cache", a.cache]
     if runner == "published":
@@ -145,7 +141,7 @@ def run_line(a, runner, seed, run_dir, info):
     return {"kind": "run", "runner": runner, "seed": seed, "map50": map50, "map": mapv,
             "best_epoch": best_epoch(run_dir), "train_s": info["train_s"], "cfg": a.cfg, "img": a.img,
             "epochs": a.epochs, "batch": a.batch, "single_cls": a.single_cls, "classes": a.classes, "derive": a.derive, "jobs": a.jobs,
-            "noval": a.noval, "data": str(a.data)}
+            "data": str(a.data)}
 
 
 def summarize(runs):
@@ -197,9 +193,6 @@ def main(argv=None):
     p.add_argument("--derive-seed", type=int, default=0, help="seed of the --derive crops (not the training seed)")
     p.add_argument("--crops-per-anchor", type=int, default=3,
                    help="--derive crops: training crops per anchor object (more steps per epoch; val keeps 1)")
-    p.add_argument("--noval", action="store_true",
-                   help="every runner validates only its last epoch (both codes' flag): best.pt is then the last "
-                        "epoch's; saves the per-epoch validation (about half the published run's time on crops)")
     p.add_argument("--jobs", type=int, default=1, help="runs trained at the same time (one GPU can hold several)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
