@@ -136,3 +136,19 @@ def test_derive_needs_image_folders(tmp_path):
     with pytest.raises(SystemExit, match=r"^error: .*train: must be an image folder"):
         accuracy_data.crop_dataset(data, tmp_path / "out")
     assert not (tmp_path / "out" / "data-crops").exists()
+
+
+def test_train_command_gives_every_runner_the_same_flags(tmp_path):
+    """bench_accuracy.train_command: ours and the published train_dual.py get the same training flags, each with
+    its own entry point and run folder name."""
+    import argparse
+    import bench_accuracy
+    a = argparse.Namespace(img=320, batch=32, epochs=25, close_mosaic=8, device="0", workers=2, single_cls=True,
+                           cache="ram", cfg="yolov9-s", python="python3", published=tmp_path)
+    ours, _ = bench_accuracy.train_command(a, "c", 1, tmp_path, tmp_path / "d.yaml")
+    pub, pub_cwd = bench_accuracy.train_command(a, "published", 1, tmp_path, tmp_path / "d.yaml")
+    flags, tail = ours[ours.index("--data"):], pub[-len(ours[ours.index("--data"):]):]
+    i = flags.index("--name") + 1
+    assert flags[i] == "c-s1" and tail[i] == "published-s1"
+    assert tail[:i] + tail[i + 1:] == flags[:i] + flags[i + 1:] and "--single-cls" in flags
+    assert ours[1] == "train_dual.py" and ours[ours.index("--backend") + 1] == "c" and pub_cwd == tmp_path
