@@ -38,18 +38,20 @@ def _golden_value(name, k, shape):
     numel = 1
     for s in shape:
         numel *= s
+    # in place on one buffer, the same float64 operations in the same order as the recipe's expressions
+    # (bit-identical; the conv weights of the e models are ~58M values, where temporaries cost seconds)
     j = torch.arange(numel, dtype=torch.float64)
     if name.endswith("running_var"):
-        v = 1 + 0.25 * (1 + torch.sin(0.7 * j + k))
+        v = j.mul_(0.7).add_(k).sin_().add_(1).mul_(0.25).add_(1)  # 1 + 0.25 * (1 + sin(0.7 j + k))
     elif name.endswith("running_mean"):
-        v = 0.1 * torch.sin(0.3 * j + k)
+        v = j.mul_(0.3).add_(k).sin_().mul_(0.1)  # 0.1 * sin(0.3 j + k)
     elif len(shape) == 4:
         fan_in = numel / shape[0]
-        v = torch.sin(0.37 * j + 1.3 * k) * 1.7 / fan_in ** 0.5
+        v = j.mul_(0.37).add_(1.3 * k).sin_().mul_(1.7).div_(fan_in ** 0.5)  # sin(0.37 j + 1.3 k) * 1.7 / √fan_in
     elif name.endswith("weight"):
-        v = 1 + 0.1 * torch.sin(0.5 * j + k)
+        v = j.mul_(0.5).add_(k).sin_().mul_(0.1).add_(1)  # 1 + 0.1 * sin(0.5 j + k)
     else:
-        v = 0.1 * torch.sin(0.9 * j + k)
+        v = j.mul_(0.9).add_(k).sin_().mul_(0.1)  # 0.1 * sin(0.9 j + k)
     return v.view(shape)
 
 
