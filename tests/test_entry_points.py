@@ -4,7 +4,7 @@ gives one clear `error:` line naming the script, exit code 2 and no traceback.
 Each script is started as a real subprocess at least once in the suite: train.py, val.py and detect.py here
 (`--help`), train_dual.py in tests/test_train_e2e.py and tests/test_train_ddp.py (training runs), val_dual.py in
 tests/test_val_cli.py, detect_dual.py in tests/test_detect_cli.py and tests/test_detect_bad_inputs.py,
-`python -m yolov9c` in tests/test_cli.py, tests/test_checkpoint.py and tests/test_data_check.py. The other cases
+`python -m yolov9c` in tests/test_cli.py and tests/test_data_check.py. The other cases
 run the script in this process (tests/inprocess.py: the same `__main__`, sys.argv and exit code, without a
 Python start).
 
