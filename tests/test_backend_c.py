@@ -323,10 +323,11 @@ def test_fused_model_trains_through_torch_path():
 
 
 def test_leakyrelu_activation_yaml():
-    """A yaml `activation:` other than SiLU: those Convs apply BN + act through torch; results still match."""
+    """A yaml `activation:` other than SiLU: those Convs apply BN + act through torch; results still match.
+    gelan-t: gelan-s's layers at a quarter of the widths (test_model_matches_torch runs gelan-s itself)."""
     from yolov9c.models.parse import resolve_config
 
-    d, _, _ = resolve_config("gelan-s")
+    d, _, _ = resolve_config("gelan-t")
     d["activation"] = "nn.LeakyReLU(0.1)"
     _compare_models(d, (2, 3, 64, 64))
 
