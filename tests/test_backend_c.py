@@ -29,6 +29,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from seeded_models import seeded_model, shared_seeded_model
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import apply, backend_of
 from yolov9c.backends.c import layers
@@ -186,8 +187,11 @@ def _cat(ts):
 
 
 def _compare_models(cfg, shape, device="cpu", factor=8.0):
-    torch.manual_seed(0)
-    base = build_model(cfg, nc=3).train()
+    if isinstance(cfg, str):
+        base = shared_seeded_model(cfg)  # only read and copied here
+    else:  # a yaml dict
+        torch.manual_seed(0)
+        base = build_model(cfg, nc=3).train()
     m_t = copy.deepcopy(base).to(device)
     m_c = apply(copy.deepcopy(base).to(device), "c")
     m_64 = copy.deepcopy(base).double().to(device)
@@ -237,8 +241,7 @@ def test_yolov9c_matches_torch():
 def test_sgd_trajectory():
     """5 SGD steps (momentum, weight decay) from the same start: the c run stays as close to the float64 run
     as the torch run does."""
-    torch.manual_seed(0)
-    base = build_model("yolov9-t", nc=3).train()
+    base = shared_seeded_model("yolov9-t")  # only read and copied here
     runs = []
     for backend, dtype in (("torch", torch.float32), ("c", torch.float32), ("torch", torch.float64)):
         m = apply(copy.deepcopy(base).to(dtype), backend)
@@ -261,8 +264,7 @@ def test_sgd_trajectory():
 # ------------------------------------------------------------------------------------------------ transform
 
 def test_apply_keeps_state_and_restores():
-    torch.manual_seed(0)
-    m = build_model("yolov9-t", nc=3).train()
+    m = seeded_model("yolov9-t")
     keys = list(m.state_dict())
     names = [n for n, _ in m.named_modules()]
     ref = copy.deepcopy(m)
@@ -282,14 +284,13 @@ def test_apply_keeps_state_and_restores():
 
 
 def test_checkpoint_moves_between_backends():
-    torch.manual_seed(0)
-    m = apply(build_model("yolov9-t", nc=3).train(), "c")
+    m = apply(seeded_model("yolov9-t"), "c")
     loss, _ = make_loss(m)(m(torch.rand(2, 3, 64, 64)), _targets(2))
     loss.backward()
     buf = io.BytesIO()
     torch.save(m.state_dict(), buf)
     buf.seek(0)
-    plain = build_model("yolov9-t", nc=3)
+    plain = seeded_model("yolov9-t")
     plain.load_state_dict(torch.load(buf, weights_only=True))
     assert backend_of(plain) == "torch"
     for (k, a), b in zip(m.state_dict().items(), plain.state_dict().values()):
@@ -299,8 +300,7 @@ def test_checkpoint_moves_between_backends():
 def test_eval_and_deepcopy_run_torch():
     """Eval mode (validation, the EMA copy) runs every layer's torch forward: identical to the torch backend;
     a deep copy of a c model is a c model whose forwards are bound to the copy."""
-    torch.manual_seed(0)
-    m = apply(build_model("yolov9-t", nc=3).train(), "c")
+    m = apply(seeded_model("yolov9-t"), "c")
     ref = apply(copy.deepcopy(m), "torch").eval()
     ema = copy.deepcopy(m).eval()
     assert backend_of(ema) == "c"
@@ -313,8 +313,7 @@ def test_eval_and_deepcopy_run_torch():
 
 def test_fused_model_trains_through_torch_path():
     """A fused (deploy) model has no BatchNorm: its layers run the torch forward even in train mode."""
-    torch.manual_seed(0)
-    m = build_model("gelan-s", nc=3).eval().fuse().train()
+    m = seeded_model("gelan-s").eval().fuse().train()
     ref = copy.deepcopy(m)
     apply(m, "c")
     x = torch.rand(1, 3, 64, 64)

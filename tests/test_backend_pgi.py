@@ -33,13 +33,13 @@ Run: python -m pytest -q tests/test_backend_pgi.py
 
 import contextlib
 import copy
-import functools
 
 import pytest
 import torch
 import torch.nn as nn
 
 from saved_tensors import saved_bytes
+from seeded_models import seeded_model, shared_seeded_model
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import accepts_uint8, apply
 from yolov9c.backends.c import conv, pgi, segment
@@ -55,22 +55,6 @@ def _threads():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-@functools.lru_cache(maxsize=None)
-def _seed0_build(cfg):
-    torch.manual_seed(0)
-    m = build_model(cfg, nc=3).train()
-    return m, torch.get_rng_state()
-
-
-def seeded(cfg):
-    """What `torch.manual_seed(0); build_model(cfg, nc=3).train()` gives, global RNG state included (so the inputs
-    drawn next are the same), from one build per config and test process (yolov9-c: ~1.5 s a build). Shared:
-    callers copy it before changing it (apply, .double(), hooks)."""
-    m, rng = _seed0_build(cfg)
-    torch.set_rng_state(rng)
-    return m
 
 
 def err(a, ref):
@@ -89,7 +73,7 @@ def _cat(ts):
 @pytest.mark.parametrize("cfg, aux", [
     ("yolov9-s", set(range(22, 29))), ("yolov9-c", set(range(23, 38))), ("yolov9-e", set(range(29, 36)))])
 def test_aux_split(cfg, aux):
-    m = seeded(cfg)  # Graph only reads the model
+    m = shared_seeded_model(cfg)  # Graph only reads the model
     g = pgi.Graph(m)
     assert g.aux == aux
     order = [i for kind, w in g.steps for i in ([w] if kind == "layer" else w if kind == "segment" else [])]
@@ -123,7 +107,7 @@ def _backward(m, out):
 
 @pytest.mark.parametrize("cfg", ["yolov9-t", "yolov9-c"])
 def test_recompute_equals_stored_and_float64(cfg, monkeypatch):
-    base = seeded(cfg)
+    base = shared_seeded_model(cfg)
     x = torch.rand(2, 3, 64, 64)
     rec = _run(base, x, True, monkeypatch)
     sto = _run(base, x, False, monkeypatch)
@@ -152,7 +136,7 @@ def test_recompute_equals_stored_and_float64(cfg, monkeypatch):
 
 def test_recompute_state_dict_unchanged(monkeypatch):
     monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
-    m = copy.deepcopy(seeded("yolov9-t"))
+    m = seeded_model("yolov9-t")
     keys = list(m.state_dict())
     apply(m, "c")
     loss, _ = make_loss(m)(m(torch.rand(2, 3, 64, 64)), TARGETS)
@@ -189,7 +173,7 @@ def conv_outputs(m, x):
 def test_recompute_stores_main_branch_only_cpu(cfg, monkeypatch):
     monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "0")  # the auxiliary split alone (main blocks: below)
     x = torch.rand(2, 3, 64, 64)
-    base = seeded(cfg)
+    base = shared_seeded_model(cfg)
     z = conv_outputs(copy.deepcopy(base), x)
     head_bytes = None
     got = {}
@@ -232,7 +216,7 @@ def test_kept_inputs_bit_identical_and_freed_per_segment(cfg, amp, monkeypatch):
     monkeypatch.setenv("YOLOV9C_KEEP_INPUTS", "1")
     monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
     monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "8")
-    base = seeded(cfg)
+    base = shared_seeded_model(cfg)
     x = torch.rand(2, 3, 64, 64)
     live = {"now": 0, "made": 0, "left": []}
 
@@ -299,7 +283,7 @@ def test_backward_activates_each_conv_input_once(monkeypatch):
     monkeypatch.setenv("YOLOV9C_KEEP_INPUTS", "1")
     monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
     monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "8")
-    base = seeded("yolov9-t")
+    base = shared_seeded_model("yolov9-t")
     x = torch.rand(2, 3, 64, 64)
     one = bn_inputs(base, x)
     fwd, bwd = activated(base, x)
@@ -318,7 +302,7 @@ def test_backward_activates_each_conv_input_once(monkeypatch):
 # ------------------------------------------------------------------------------------------------ uint8
 
 def test_uint8_input_same_results_and_not_stored(monkeypatch):
-    base = seeded("yolov9-c")
+    base = shared_seeded_model("yolov9-c")
     x8 = (torch.rand(2, 3, 64, 64) * 255).to(torch.uint8)
     res = []
     for x in (x8, x8.float() / 255):
@@ -343,7 +327,7 @@ def test_uint8_input_same_results_and_not_stored(monkeypatch):
 
 
 def test_uint8_eval_mode_converts():
-    m = apply(copy.deepcopy(seeded("yolov9-t")), "c").eval()
+    m = apply(seeded_model("yolov9-t"), "c").eval()
     x8 = (torch.rand(1, 3, 64, 64) * 255).to(torch.uint8)
     with torch.no_grad():
         y8, _ = m(x8)
@@ -401,7 +385,7 @@ def test_recompute_peak_below_z_bound_cuda(monkeypatch):
 @pytest.mark.parametrize("cfg, blocks", [
     ("yolov9-s", {2, 4, 6, 8}), ("yolov9-c", {3, 5, 7, 9}), ("yolov9-e", {3, 5, 7, 9, 19, 22, 25, 28})])
 def test_main_blocks_are_the_backbone_blocks(cfg, blocks):
-    g = pgi.Graph(seeded(cfg))
+    g = pgi.Graph(shared_seeded_model(cfg))
     assert g.blocks == blocks  # RepNCSPELAN4 / ELAN1 of the backbone section; the stride is checked per call
 
 
@@ -431,7 +415,7 @@ def inner_z(m, x, limit):
 
 @pytest.mark.parametrize("cfg", ["yolov9-s", "yolov9-c"])
 def test_main_recompute_same_results_and_stores_less(cfg, monkeypatch):
-    base = seeded(cfg)
+    base = shared_seeded_model(cfg)
     x = torch.rand(2, 3, 64, 64)
     monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
     got = {}

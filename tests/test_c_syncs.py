@@ -16,7 +16,8 @@ import traceback
 import pytest
 import torch
 
-from yolov9c.api import build_model, make_loss
+from seeded_models import seeded_model
+from yolov9c.api import make_loss
 from yolov9c.backends import apply
 
 _READS = ("item", "__bool__", "__int__", "__float__", "__index__", "tolist", "cpu", "nonzero")
@@ -24,8 +25,7 @@ _TARGETS = [[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25], [0, 0, 0.7,
 
 
 def _model(device="cpu"):
-    torch.manual_seed(0)
-    m = apply(build_model("yolov9-t", nc=3).train().to(device), "c")
+    m = apply(seeded_model("yolov9-t").train().to(device), "c")
     return m, make_loss(m, backend="c")
 
 

@@ -15,7 +15,8 @@ import pytest
 import torch
 from torch import nn
 
-from yolov9c.api import build_model, make_loss
+from seeded_models import seeded_model
+from yolov9c.api import make_loss
 from yolov9c.backends import apply
 from yolov9c.cli.train import parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
@@ -133,8 +134,7 @@ def _targets(boxes_per_image, gen):
 def test_padded_loss_equals_unpadded(backend, cfg, boxes):
     if backend == "c" and extension.fused_enabled():
         pytest.importorskip("yolov9c._C")
-    torch.manual_seed(0)
-    model = build_model(cfg, nc=3).train()
+    model = seeded_model(cfg)
     loss_fn = make_loss(model, backend=backend)
     x = torch.rand(2, 3, 64, 64)
     targets = _targets(boxes, torch.Generator().manual_seed(3))

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from pool_common import CUDA_CASES as POOL_CUDA_CASES, LAYOUTS, OpCalls, assert_c_block_matches_torch, in_layout, ulps
+from seeded_models import seeded_model
 from yolov9c.backends.c import layers
 from yolov9c.backends.c.lazy import materialise_any
 from yolov9c.models.common import ADown, AConv
@@ -249,11 +250,10 @@ def test_adown_pool_forward_not_rerun_in_backward(monkeypatch):
 def test_model_pool_forward_not_rerun_in_backward(monkeypatch):
     """A whole yolov9-t training step on the c backend: the pools run in backward no more often than in
     forward (only the lazy convs' recomputes), and each has one backward."""
-    from yolov9c.api import build_model, make_loss
+    from yolov9c.api import make_loss
     from yolov9c.backends import apply
 
-    torch.manual_seed(0)
-    model = apply(build_model("yolov9-t", nc=3).train(), "c")
+    model = apply(seeded_model("yolov9-t"), "c")
     counts = OpCalls(monkeypatch, pool, "_forward_impl", "_backward_impl")
     x = torch.rand(2, 3, 64, 64)
     targets = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25]])

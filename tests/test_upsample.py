@@ -26,7 +26,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from pool_common import CUDA_CASES as POOL_CUDA_CASES, LAYOUTS, OpCalls, in_layout, ulps
-from yolov9c.api import build_model, make_loss
+from seeded_models import seeded_model, shared_seeded_model
+from yolov9c.api import make_loss
 from yolov9c.backends import apply
 from yolov9c.backends.c import layers
 from yolov9c.backends.c.lazy import Plain, Spatial, materialise_any
@@ -245,9 +246,8 @@ def _step(name, monkeypatch, up2, channels_last, counts=None):
     gradients."""
     if up2 is not None:
         monkeypatch.setattr(layers, "_up2", up2)
-    torch.manual_seed(0)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    model = apply(build_model(name, nc=3).to(memory_format=fmt).train(), "c")
+    model = apply(seeded_model(name).to(memory_format=fmt).train(), "c")
     x = torch.rand(2, 3, 64, 64).contiguous(memory_format=fmt)
     loss, _ = make_loss(model)(model(x), TARGETS)
     if counts is not None:
@@ -272,7 +272,7 @@ def test_model_forward_not_rerun_in_backward(monkeypatch):
     """yolov9-t's neck upsamplings: each runs once in forward (its consumer conv materialises it); in backward
     the op's forward runs only for the lazy convs' recomputes — one call per upsampling fewer than when
     Spatial re-runs it under autograd for the gradient — and each upsampling has one backward."""
-    n_up = sum(type(m) is nn.Upsample for m in build_model("yolov9-t", nc=3).modules())
+    n_up = sum(type(m) is nn.Upsample for m in shared_seeded_model("yolov9-t").modules())
     rerun = OpCalls(monkeypatch, pool, "_up_forward_impl", "_up_backward_impl")
     _step("yolov9-t", monkeypatch, _op_rerun, True, rerun)
     counts = OpCalls(monkeypatch, pool, "_up_forward_impl", "_up_backward_impl")
