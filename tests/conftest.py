@@ -1,7 +1,10 @@
 """Shared pytest set-up: where ../shared lives, the `cuda` marker for tests that need a GPU, one CPU thread, the
 `one_thread` fixture (a module opts in with `pytestmark = pytest.mark.usefixtures("one_thread")`: it also keeps
-torch at one thread where a caller chose more), and `gelan_t`: a fresh seeded gelan-t checkpoint (3 classes)
-for the detect tests.
+torch at one thread where a caller chose more), `gelan_t`: a fresh seeded gelan-t checkpoint (3 classes)
+for the detect tests, and `golden_model`: the golden recipe's model of each config for tests/test_goldens.py and
+tests/test_goldens_loss.py together (one float64 build per config: ~14 s of CPU for the ten, once instead of
+twice; session scope makes pytest run the two files' tests of one config one after another, so one model is
+alive at a time).
 
 One thread: the suite's tensors are tiny, and on the 2-core machine shared with other jobs torch's default of one
 OpenMP thread per core costs far more than it gains: two threads that wait for each other spin while the other is
@@ -22,6 +25,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+from golden_weights import CONFIGS, golden_init_  # noqa: E402
 from shared_paths import SHARED  # noqa: E402,F401
 
 
@@ -44,6 +48,28 @@ def gelan_t(tmp_path_factory):
     m = yolov9c.build_model("gelan-t", nc=3)
     m.names = ["a", "b", "c"]
     return save_checkpoint(tmp_path_factory.mktemp("w") / "gelan-t.pt", m)
+
+
+@pytest.fixture(scope="session", params=CONFIGS)
+def golden_build(request):
+    """(cfg, float64 model with the recipe's weights, its buffers as built). Parametrise it indirectly to run a
+    test on some configs only."""
+    from yolov9c.models.model import DetectionModel
+
+    model = golden_init_(DetectionModel(request.param).double())
+    return request.param, model, {k: v.clone() for k, v in model.named_buffers()}
+
+
+@pytest.fixture
+def golden_model(golden_build):
+    """(cfg, model) of golden_build as built: its BatchNorm buffers put back (a train-mode forward of an earlier
+    test moved the running statistics), no gradients. Tests never change its weights."""
+    cfg, model, buffers = golden_build
+    with torch.no_grad():
+        for k, v in model.named_buffers():
+            v.copy_(buffers[k])
+    model.zero_grad(set_to_none=True)
+    return cfg, model
 
 
 def pytest_configure(config):

@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from golden_weights import CONFIGS, GOLDEN_DIR, golden_init_, golden_input, ulp_perturbed
-from yolov9c.models.model import DetectionModel
+from golden_weights import GOLDEN_DIR, golden_input, ulp_perturbed
 
 TOL = 1e-6
 SLACK = 30.0  # observed |golden − ours| / sensitivity ≤ 3 on every ill-conditioned map: 10× margin
@@ -35,16 +34,9 @@ def _check(out, ref, tol, what):
     return rel
 
 
-@pytest.fixture(scope="module", params=CONFIGS)
-def golden_model(request):
-    cfg = request.param
-    model = DetectionModel(cfg).double()
-    golden_init_(model)
-    return cfg, model, np.load(GOLDEN_DIR / f"{cfg}.npz")
-
-
-def test_eval_decoded(golden_model):
-    cfg, model, ref = golden_model
+def test_eval_decoded(golden_model):  # golden_model: tests/conftest.py (every config, the recipe's weights)
+    cfg, model = golden_model
+    ref = np.load(GOLDEN_DIR / f"{cfg}.npz")
     with torch.no_grad():
         y, _ = model.eval()(golden_input(1))
     if isinstance(y, list):  # DualDDetect: [aux, main]; the main head is the one kept for inference
@@ -59,7 +51,8 @@ def test_eval_decoded(golden_model):
 
 
 def test_train_maps(golden_model):
-    cfg, model, ref = golden_model
+    cfg, model = golden_model
+    ref = np.load(GOLDEN_DIR / f"{cfg}.npz")
     model.train()
     x = golden_input(2)
     with torch.no_grad():

@@ -46,7 +46,7 @@ import pytest
 import yolov9c
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from golden_weights import CONFIGS, GOLDEN_DIR, GOLDEN_TARGETS, golden_init_, golden_input  # noqa: E402
+from golden_weights import GOLDEN_DIR, GOLDEN_TARGETS, golden_init_, golden_input  # noqa: E402
 
 ZERO_RATIO = 1e-12  # bias/weight gradient-norm ratio below which a bias gradient is float64 round-off
 # cfg -> (loss rtol, gradient check: "all" = every norm within 1e-6, "bulk" = median/90th percentile, None)
@@ -82,16 +82,26 @@ def drop_numerical_zeros(cfg, names, norms, want):
 # and the larger models would add minutes of CPU time to CI. tests/test_loss_c.py checks all ten configs'
 # stored maps through the c loss.
 C_CONFIGS = ["yolov9-t", "gelan-t", "gelan-s"]
-CASES = [(cfg, "torch") for cfg in CONFIGS] + [(cfg, "c") for cfg in C_CONFIGS]
 
 
-@pytest.mark.parametrize("cfg,backend", CASES)
-def test_golden_loss_and_gradients(cfg, backend):
+def test_golden_loss_and_gradients(golden_model):
+    """The torch loss on every config. golden_model: tests/conftest.py (the recipe's float64 model, one build per
+    config for this file and tests/test_goldens.py)."""
+    check_loss_and_gradients(*golden_model, "torch")
+
+
+@pytest.mark.parametrize("cfg", C_CONFIGS)
+def test_golden_c_loss_and_gradients(cfg):
+    check_loss_and_gradients(cfg, golden_init_(yolov9c.build_model(cfg).double()), "c")
+
+
+def check_loss_and_gradients(cfg, model, backend):
+    """Loss, loss items and gradient norms of model (the recipe's weights, no gradients yet) against the goldens."""
     loss_rtol, grad_check = TOLERANCE[cfg]
     z = np.load(GOLDEN_DIR / f"{cfg}.npz")
     want_names = (GOLDEN_DIR / f"{cfg}.grad_names.txt").read_text().split()
 
-    model = golden_init_(yolov9c.build_model(cfg).double()).train()
+    model.train()
     preds = model(golden_input(2))
     total, items = yolov9c.make_loss(model, backend=backend)(preds, GOLDEN_TARGETS)
     total.backward()
