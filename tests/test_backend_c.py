@@ -19,6 +19,9 @@ Tolerances (err(a, ref) = max|a − ref| / max|ref| per tensor, "norm-relative")
     error size give a median loss error of 6.8e-6, up to 2.4e-5 in 40 draws. The maps, gradients and buffers
     are max-norms over many elements and keep the plain NCHW yardstick.)
   - CUDA (marked `cuda`): the same, plus fp16 autocast against the float32 torch model within 2e-2.
+The whole models run the backend's defaults, so yolov9-t / yolov9-c recompute their PGI auxiliary branch (and
+the stride-4/8 backbone blocks): these cases are that path's accuracy check (tests/test_backend_pgi.py checks it
+equals the stored path).
 Run: python -m pytest -q tests/test_backend_c.py   (GPU: python -m pytest -q -m cuda tests/test_backend_c.py)
 """
 

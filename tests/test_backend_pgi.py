@@ -6,8 +6,10 @@
   parameter gradient and every BN buffer equal the stored path's (YOLOV9C_AUX_RECOMPUTE=0) within 1e-5
   norm-relative (measured on the CPU: bit-identical for yolov9-t, 1.8e-6 for the gradients of yolov9-c, whose
   second stem runs first and so sums some gradients in another order), num_batches_tracked counts one update per step (the
-  recompute takes the forward's statistics back from the tape and updates nothing), and the gradients and
-  BN buffers are as close to a float64 copy as the torch backend's (tests/test_backend_c.py's rule).
+  recompute takes the forward's statistics back from the tape and updates nothing). That the recompute's
+  gradients and BN buffers are as close to a float64 copy as the torch backend's is tests/test_backend_c.py's
+  test_model_matches_torch / test_yolov9c_matches_torch: the recompute is the default there, on the same seeded
+  yolov9-t / yolov9-c, input and targets as here.
 - Memory (CPU, saved-tensor hooks; float32): what forward stores with the recompute is at most the main
   branch's conv outputs plus a quarter of the auxiliary ones (the segment outputs), while the stored path
   keeps all of them — the bound is derived from the conv-output count of each part (torch-backend hooks).
@@ -89,12 +91,10 @@ def test_aux_split(cfg, aux):
     assert neck and max(pos[i] for i in aux) < min(pos[i] for i in neck)
 
 
-def _run(base, x, recompute, monkeypatch, backend="c"):
-    """(maps, loss, parameter gradients, buffers) of one training step of a copy of base in x's dtype."""
+def _run(base, x, recompute, monkeypatch):
+    """(maps, loss, parameter gradients, buffers) of one c training step of a copy of base."""
     monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1" if recompute else "0")
-    m = copy.deepcopy(base).to(x.dtype)
-    if backend == "c":
-        apply(m, "c")
+    m = apply(copy.deepcopy(base), "c")
     return _backward(m, m(x))
 
 
@@ -106,32 +106,22 @@ def _backward(m, out):
 
 
 @pytest.mark.parametrize("cfg", ["yolov9-t", "yolov9-c"])
-def test_recompute_equals_stored_and_float64(cfg, monkeypatch):
+def test_recompute_equals_stored(cfg, monkeypatch):
     base = shared_seeded_model(cfg)
     x = torch.rand(2, 3, 64, 64)
     rec = _run(base, x, True, monkeypatch)
     sto = _run(base, x, False, monkeypatch)
-    ref_t = _run(base, x, True, monkeypatch, backend="torch")
-    r64 = _run(base, x.double(), True, monkeypatch, backend="torch")
     for a, b in zip(rec[0], sto[0]):
         assert err(a, b) <= SAME
     assert err(rec[1], sto[1]) <= SAME
-    assert [g is None for g in rec[2]] == [g is None for g in sto[2]] == [g is None for g in ref_t[2]]
+    assert [g is None for g in rec[2]] == [g is None for g in sto[2]]
     got = [i for i, g in enumerate(rec[2]) if g is not None]
-    g_rec, g_t, g_64 = (_cat(r[2][i] for i in got) for r in (rec, ref_t, r64))  # each concatenated once
-    assert err(g_rec, _cat(sto[2][i] for i in got)) <= SAME
+    assert err(_cat(rec[2][i] for i in got), _cat(sto[2][i] for i in got)) <= SAME
     for a, b in zip(rec[3], sto[3]):
         assert torch.equal(a, b) if not a.dtype.is_floating_point else err(a, b) <= SAME
     before = [b for b in base.buffers() if not b.dtype.is_floating_point]
     ints = [b for b in rec[3] if not b.dtype.is_floating_point]
     assert ints and all(int(b) == int(b0) + 1 for b, b0 in zip(ints, before))  # one BN update per step
-    # as accurate as the torch backend against float64 (tests/test_backend_c.py's rule)
-    ec, et = err(g_rec, g_64), err(g_t, g_64)
-    assert ec <= 8 * et + 1e-5, (ec, et)
-    fl = [i for i, b in enumerate(r64[3]) if b.dtype.is_floating_point]
-    ec = err(_cat(rec[3][i] for i in fl), _cat(r64[3][i] for i in fl))
-    et = err(_cat(ref_t[3][i] for i in fl), _cat(r64[3][i] for i in fl))
-    assert ec <= 8 * et + 1e-5, (ec, et)
 
 
 def test_recompute_state_dict_unchanged(monkeypatch):
