@@ -15,7 +15,6 @@ Run: pytest tests/test_goldens.py (about 2-3 s per config on 2 cores).
 """
 
 import numpy as np
-import pytest
 import torch
 
 from golden_weights import GOLDEN_DIR, golden_input, ulp_perturbed
