@@ -11,7 +11,9 @@
   start, a second OOM halves again, an OOM at one image is one `error:` line; the micro-batch is in last.pt and
   --resume keeps it; an OOM in validation validates again with a smaller batch.
 GPU versions (real OOM, AMP on/off): tests/test_train_guards_cuda.py.
-Tiny on purpose: 16 synthetic images, gelan-t at --img 64, batch 8 (2 batches per epoch).
+Tiny on purpose: 16 synthetic images, gelan-t at --img 64, batch 8 (2 batches per epoch). Runs whose end is not
+under test stop after the epochs they need (train(stop_after_epoch=...), as an interruption: last.pt stays the
+float32 checkpoint with EMA and optimizer; no strip, no final validation of best.pt).
 Run: python -m pytest -q tests/test_train_guards.py
 """
 
@@ -128,7 +130,7 @@ def test_injected_nan_gradient_skips_that_step_only(data, tmp_path, backend, mon
     monkeypatch.setattr(S, "forward_backward", forward_backward)
     monkeypatch.setattr(S, "optimizer_step", optimizer_step)
     lines, log = _logger()
-    out = train(parse_opt(_args(data, tmp_path, backend)), log=log)
+    out = train(parse_opt(_args(data, tmp_path, backend, "--epochs", "3")), stop_after_epoch=1, log=log)
     assert seen["oks"] == [True, False, True, True]
     (m0, e0, u0, o0), (m1, e1, u1, o1) = seen["before"], seen["after"]
     assert _same(m0, m1), "the skipped step changed the model (weights or BN statistics)"
@@ -240,7 +242,7 @@ def test_oom_halves_the_micro_batch_and_retries_the_same_batch(data, tmp_path, b
     calls = _oom_when(monkeypatch, {8})
     per_step = _images_per_step(monkeypatch)  # wraps the OOM wrapper: counts only the micro-batches that ran
     lines, log = _logger()
-    out = train(parse_opt(_args(data, tmp_path / "a", backend, "--epochs", "1")), log=log)
+    out = train(parse_opt(_args(data, tmp_path / "a", backend)), stop_after_epoch=0, log=log)
     assert [(n, r) for n, _, r in calls] == [(8, True), (4, False), (4, False), (4, False), (4, False)]
     assert torch.equal(torch.cat([calls[1][1], calls[2][1]]), calls[0][1])  # the same batch, in two halves
     assert per_step == [8, 8]  # the nominal batch: 8 images per optimizer step (accumulate 1) as before
@@ -257,15 +259,15 @@ def test_oom_halves_the_micro_batch_and_retries_the_same_batch(data, tmp_path, b
         state.micro_batch = 4
         return state
     monkeypatch.setattr(T, "setup", setup_micro4)
-    ref = train(parse_opt(_args(data, tmp_path / "b", backend, "--epochs", "1")), log=lambda *a, **k: None)
+    ref = train(parse_opt(_args(data, tmp_path / "b", backend)), stop_after_epoch=0, log=lambda *a, **k: None)
     ref_last = torch.load(ref["save_dir"] / "weights" / "last.pt", map_location="cpu", weights_only=True)
-    assert _same(last["model"], ref_last["model"])
+    assert _same(last["model"], ref_last["model"]) and _same(last["ema"], ref_last["ema"])  # float32, bit for bit
 
 
 def test_second_oom_halves_again_and_one_image_is_an_error(data, tmp_path, monkeypatch, capsys):
     calls = _oom_when(monkeypatch, {8, 4})
     lines, log = _logger()
-    train(parse_opt(_args(data, tmp_path / "a", "torch", "--epochs", "1")), log=log)
+    train(parse_opt(_args(data, tmp_path / "a", "torch")), stop_after_epoch=0, log=log)
     assert [n for n, _, _ in calls] == [8, 4, 2, 2, 2, 2, 2, 2, 2, 2]
     assert sum("WARNING: CUDA out of memory" in s for s in lines) == 2
     monkeypatch.undo()
