@@ -165,8 +165,8 @@ def test_weights_transfer_from_another_class_count(data, tmp_path, caplog):
     same = [k for k, v in dst.items() if k in ssd and ssd[k].shape == v.shape]
     assert 0 < len(same) < len(dst)
     with caplog.at_level(logging.INFO):
-        out = train(_opt(data, tmp_path, "--weights", str(tmp_path / "src.pt"), "--epochs", "1", "--freeze", "10",
-                         "--nosave"), stop_after_epoch=0, log=lambda *a, **k: None)
+        out = train(_opt(data, tmp_path, "--weights", str(tmp_path / "src.pt"), "--epochs", "2", "--freeze", "10"),
+                    stop_after_epoch=0, log=lambda *a, **k: None)  # epoch 0's last.pt (float32); no finish
     assert f"Transferred {len(same)}/{len(dst)} items from {tmp_path / 'src.pt'}" in caplog.text
     ck = _load(out["save_dir"] / "weights" / "last.pt")
     w = ck["model"]["model.0.conv.weight"]  # frozen: still the transferred weights
