@@ -1,5 +1,6 @@
-"""Helpers of the pool tests (tests/test_pool.py, tests/test_maxpool.py): the layouts of a test input, ulps,
-and a block through the c backend against the same block in plain torch, channels-last (the training layout)."""
+"""Helpers of the pool tests (test_pool.py, test_maxpool.py, test_upsample.py): test inputs and their layouts, ulps,
+a block through the c backend against the same block in plain torch (channels-last, the training layout), the
+op-call counter and the in-place check of a channel slice."""
 
 import copy
 
@@ -7,6 +8,7 @@ import torch
 
 from yolov9c.backends.c import layers
 from yolov9c.backends.c.lazy import materialise_any
+from yolov9c.ops import extension
 
 BLOCK_TOL = 1e-5
 LAYOUTS = ("nchw", "cl", "cl_slice", "nchw_slice")
@@ -89,3 +91,28 @@ class OpCalls:
 
         monkeypatch.setattr(module, forward_name, f)
         monkeypatch.setattr(module, backward_name, b)
+
+
+def make_x(shape, layout, dtype, device="cpu", seed=0):
+    """x of `shape` (B, C, H, W), normal values, in a layout of pool_common.in_layout."""
+    g = torch.Generator().manual_seed(seed)
+    B, C, H, W = shape
+    base = (torch.randn(B, C + 5, H, W, generator=g) * 3).to(dtype)
+    return in_layout(base, C, layout, device)
+
+
+def assert_slice_read_in_place(monkeypatch, op):
+    """op(x) on a channel slice of a channels-last buffer hands C the slice itself (its data pointer and
+    strides: a view of the buffer, no copy)."""
+    x = make_x((2, 16, 6, 6), "cl_slice", torch.float32)
+    seen = []
+    real = extension.arg
+
+    def spy(t, op_name="yolov9c._C", name="a tensor argument"):
+        if name == "x":
+            seen.append((t.data_ptr(), t.stride()))
+        return real(t, op_name, name)
+
+    monkeypatch.setattr(extension, "arg", spy)
+    op(x)
+    assert seen == [(x.data_ptr(), x.stride())] and x.stride(3) == 21

@@ -24,7 +24,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pool_common import CUDA_CASES as POOL_CUDA_CASES, LAYOUTS, OpCalls, assert_c_block_matches_torch, in_layout, ulps
+from pool_common import (CUDA_CASES as POOL_CUDA_CASES, LAYOUTS, OpCalls, assert_c_block_matches_torch,
+                         assert_slice_read_in_place, make_x, ulps)
 from seeded_models import seeded_model
 from yolov9c.backends.c import layers
 from yolov9c.backends.c.lazy import materialise_any
@@ -34,14 +35,6 @@ from yolov9c.ops import extension, pool
 C_EXT = extension.load()
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SHAPES = [(2, 16, 8, 8), (1, 13, 7, 9), (3, 8, 2, 2), (2, 24, 5, 12)]
-
-
-def make_x(shape, layout, dtype, device="cpu", seed=0):
-    """x of `shape` (B, C, H, W), normal values, in a layout of pool_common.in_layout."""
-    g = torch.Generator().manual_seed(seed)
-    B, C, H, W = shape
-    base = (torch.randn(B, C + 5, H, W, generator=g) * 3).to(dtype)
-    return in_layout(base, C, layout, device)
 
 
 def torch_pool(x):
@@ -148,18 +141,7 @@ def test_c_reference_layouts_agree_bit_for_bit():
 
 def test_channel_slice_is_read_in_place(monkeypatch):
     """A channel slice of a channels-last buffer reaches C as a view of the buffer (no copy)."""
-    x = make_x((2, 16, 6, 6), "cl_slice", torch.float32)
-    seen = []
-    real = extension.arg
-
-    def spy(t, op="yolov9c._C", name="a tensor argument"):
-        if name == "x":
-            seen.append((t.data_ptr(), t.stride()))
-        return real(t, op, name)
-
-    monkeypatch.setattr(extension, "arg", spy)
-    pool.avg_pool2x2(x)
-    assert seen == [(x.data_ptr(), x.stride())] and x.stride(3) == 21
+    assert_slice_read_in_place(monkeypatch, pool.avg_pool2x2)
 
 
 def test_empty_batch_and_meta():

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pool_common import CUDA_CASES as POOL_CUDA_CASES, LAYOUTS, OpCalls, in_layout, ulps
+from pool_common import CUDA_CASES as POOL_CUDA_CASES, LAYOUTS, OpCalls, assert_slice_read_in_place, make_x, ulps
 from seeded_models import seeded_model, shared_seeded_model
 from yolov9c.api import make_loss
 from yolov9c.backends import apply
@@ -38,14 +38,6 @@ C_EXT = extension.load()
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SHAPES = [(2, 16, 8, 8), (1, 13, 7, 9), (3, 8, 1, 1), (2, 24, 5, 12), (1, 3, 1, 6)]
 TARGETS = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25]])
-
-
-def make_x(shape, layout, dtype, device="cpu", seed=0):
-    """x of `shape` (B, C, H, W), normal values, in a layout of pool_common.in_layout."""
-    g = torch.Generator().manual_seed(seed)
-    B, C, H, W = shape
-    base = (torch.randn(B, C + 5, H, W, generator=g) * 3).to(dtype)
-    return in_layout(base, C, layout, device)
 
 
 def torch_up(x):
@@ -136,18 +128,7 @@ def test_forward_copies_bits():
 
 def test_channel_slice_is_read_in_place(monkeypatch):
     """A channel slice of a channels-last buffer reaches C as a view of the buffer (no copy)."""
-    x = make_x((2, 16, 6, 6), "cl_slice", torch.float32)
-    seen = []
-    real = extension.arg
-
-    def spy(t, op="yolov9c._C", name="a tensor argument"):
-        if name == "x":
-            seen.append((t.data_ptr(), t.stride()))
-        return real(t, op, name)
-
-    monkeypatch.setattr(extension, "arg", spy)
-    pool.upsample_nearest2x(x)
-    assert seen == [(x.data_ptr(), x.stride())] and x.stride(3) == 21
+    assert_slice_read_in_place(monkeypatch, pool.upsample_nearest2x)
 
 
 def test_empty_and_meta():
