@@ -35,11 +35,11 @@ import torch.nn as nn
 from seeded_models import seeded_model, shared_seeded_model
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import apply, backend_of
-from yolov9c.backends.c import layers
+from yolov9c.backends.c import layers, lazy
 from yolov9c.backends.c.lazy import materialise_any
 from yolov9c.models.common import (ADown, AConv, CBFuse, CBLinear, Conv, ELAN1, RepConvN, RepNBottleneck, RepNCSP,
                                    RepNCSPELAN4, SPPELAN)
-from yolov9c.models.head import DualDDetect
+from yolov9c.ops import bn_silu as ops
 
 BLOCK_TOL = 1e-5
 
@@ -393,3 +393,34 @@ def test_cuda_amp_matches_torch(cfg, channels_last):
     assert e_c <= 2 * e_t + 2e-2, (e_c, e_t)
     if channels_last:
         assert oc[0].is_contiguous(memory_format=torch.channels_last)
+
+
+def _block_grads(block, x, g):
+    for p in block.parameters():
+        p.grad = None
+    x = x.detach().clone().requires_grad_()
+    (materialise_any(layers.run(block, x)) * g).sum().backward()
+    return [x.grad] + [p.grad for p in block.parameters()]
+
+
+def test_shared_bn_backward_runs_once_per_output(monkeypatch):
+    """A conv output read by several lazy convs (RepNCSPELAN4's first conv: its halves go to the next stage
+    and to the last conv) gets its readers' dL/dy summed in a lazy.SharedGrad and one BN backward, run by its
+    producer: fewer BN backwards than one per reader (SharedGrad.deferred off) and the same gradients."""
+    torch.manual_seed(3)
+    block = RepNCSPELAN4(8, 16, 16, 8, 2).train()
+    x = torch.randn(2, 8, 8, 8)
+    g = torch.randn(2, 16, 8, 8)
+    sizes = []
+    real = ops.bn_silu_backward
+    monkeypatch.setattr(ops, "bn_silu_backward", lambda z, *a, **k: sizes.append(z.numel()) or real(z, *a, **k))
+    shared = _block_grads(block, x, g)
+    n_shared = len(sizes)
+    sizes.clear()
+    monkeypatch.setattr(lazy.SharedGrad, "deferred", lambda self: False)
+    per_reader = _block_grads(block, x, g)
+    assert 0 < n_shared < len(sizes)
+    for a, b in zip(shared, per_reader):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert err(a, b) < 1e-6

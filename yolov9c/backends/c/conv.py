@@ -36,18 +36,21 @@ import os
 import torch
 import torch.nn.functional as F
 
-from yolov9c.backends.c.lazy import Evaluator, Grads, LeafIndex, memory_format_of
+from yolov9c.backends.c.lazy import Evaluator, Grads, LeafIndex, SharedGrad, memory_format_of
+from yolov9c.ops import bn_silu as ops
 
 
 class _Plan:
     """What LazyConvFunction needs besides tensors: the input's tree with leaf indices in place of tensors,
-    the conv geometry, and the compute dtype / memory format."""
+    the conv geometry, the compute dtype / memory format, and the SharedGrads of the leaves it reads
+    (`reads`: {leaf position: SharedGrad}) and of its outputs (`outs`: one per conv, or None)."""
 
-    __slots__ = ("template", "n_leaves", "convs", "dtype", "fmt", "device_type")
+    __slots__ = ("template", "n_leaves", "convs", "dtype", "fmt", "device_type", "reads", "outs")
 
-    def __init__(self, template, n_leaves, convs, dtype, fmt, device_type):
+    def __init__(self, template, n_leaves, convs, dtype, fmt, device_type, reads, outs):
         self.template, self.n_leaves, self.convs = template, n_leaves, convs
         self.dtype, self.fmt, self.device_type = dtype, fmt, device_type
+        self.reads, self.outs = reads, outs
 
 
 _KEEP = [False]  # inside inputs_kept(): each forward keeps its materialised input for its own backward
@@ -103,20 +106,25 @@ def conv_supported(conv):
             and not isinstance(conv.padding, str) and not conv.transposed)
 
 
+_PER_CONV = 4  # parameters per conv: weight, bias, and the γ, β of the BN its output is activated with (or None)
+
+
 class LazyConvFunction(torch.autograd.Function):
-    """forward(plan, *leaves, w_0, b_0, w_1, b_1, ...) -> conv outputs (one per conv). See module docstring."""
+    """forward(plan, *leaves, w_0, b_0, γ_0, β_0, w_1, ...) -> conv outputs (one per conv). See module docstring;
+    γ_k, β_k (the BN of output k, for its SharedGrad) may be None."""
 
     @staticmethod
     def forward(ctx, plan, *args):
         n = plan.n_leaves
         leaves, params = args[:n], args[n:]
+        ctx.set_materialize_grads(False)  # an output whose readers all stashed (SharedGrad) has no gradient
         tree = plan.template.map(lambda i: leaves[i], {})
         with torch.autocast(plan.device_type, enabled=False):
             ev = Evaluator(plan.dtype, plan.fmt, grad=False)
             a = ev.run(tree)
             outs, cast = [], []
             for k, (stride, padding, dilation, groups, _) in enumerate(plan.convs):
-                w, b = params[2 * k], params[2 * k + 1]
+                w, b = params[_PER_CONV * k], params[_PER_CONV * k + 1]
                 wc = w.to(plan.dtype)  # kept for backward (w itself when no cast is needed)
                 cast.append(wc)
                 outs.append(F.conv2d(a, wc, None if b is None else b.to(plan.dtype), stride, padding, dilation,
@@ -126,7 +134,8 @@ class LazyConvFunction(torch.autograd.Function):
         if _KEEP[0]:
             ev.keep_for_backward(tree)
             ctx.kept = _Input(leaves, tree, ev)
-        ctx.save_for_backward(*leaves, *params, *cast)
+        # an output with a SharedGrad is kept to its backward (which runs after all its readers')
+        ctx.save_for_backward(*leaves, *params, *cast, *[o if sh else None for o, sh in zip(outs, plan.outs)])
         return tuple(outs)
 
     @staticmethod
@@ -134,11 +143,19 @@ class LazyConvFunction(torch.autograd.Function):
         plan = ctx.plan
         n, nc = plan.n_leaves, len(plan.convs)
         saved = ctx.saved_tensors
-        leaves, params, cast = saved[:n], saved[n:n + 2 * nc], saved[n + 2 * nc:]
+        np_ = _PER_CONV * nc
+        leaves, params = saved[:n], saved[n:n + np_]
+        cast, outs = saved[n + np_:n + np_ + nc], saved[n + np_ + nc:]
         kept, ctx.kept = ctx.kept, None  # freed when this backward returns
         need = ctx.needs_input_grad[1:]
         need_leaf = [bool(need[i]) for i in range(n)]
         want_input = any(need_leaf)
+        param_grads = [None] * len(params)
+        grads = list(grads)
+        for k, sh in enumerate(plan.outs):
+            if sh is not None:  # the BN backward of the readers that stashed into it, on their summed dL/dy
+                grads[k] = _shared_backward(sh, outs[k], grads[k], param_grads, _PER_CONV * k + 2,
+                                            need[n + _PER_CONV * k + 2:n + _PER_CONV * k + 4])
         with torch.autocast(plan.device_type, enabled=False), torch.no_grad():
             if kept is not None:  # forward's own input (a memo hit: no activation)
                 leaves, tree, ev = kept.leaves, kept.tree, kept.ev
@@ -147,46 +164,78 @@ class LazyConvFunction(torch.autograd.Function):
                 ev = Evaluator(plan.dtype, plan.fmt, grad=False)
             a = ev.run(tree)
             grad_a = None
-            param_grads = [None] * len(params)
             for k, (stride, padding, dilation, groups, has_bias) in enumerate(plan.convs):
                 g = grads[k]
                 if g is None:
                     continue
-                mask = [want_input, bool(need[n + 2 * k]), has_bias and bool(need[n + 2 * k + 1])]
+                j = _PER_CONV * k
+                mask = [want_input, bool(need[n + j]), has_bias and bool(need[n + j + 1])]
                 if not any(mask):
                     continue
-                w = params[2 * k]
+                w = params[j]
                 gi, gw, gb = torch.ops.aten.convolution_backward(
                     g.to(plan.dtype), a, cast[k], [w.shape[0]] if has_bias else None,
                     list(stride), list(padding), list(dilation), False, [0, 0], groups, mask)
                 if gi is not None:
                     grad_a = gi if grad_a is None else grad_a.add_(gi)
                 if gw is not None:
-                    param_grads[2 * k] = gw.to(w.dtype)
+                    param_grads[j] = gw.to(w.dtype)
                 if gb is not None:
-                    param_grads[2 * k + 1] = gb.to(params[2 * k + 1].dtype)
+                    param_grads[j + 1] = gb.to(params[j + 1].dtype)
             del a
             leaf_grads = [None] * n
             if want_input and grad_a is not None:
                 # dL/da sent down the tree by hand (lazy.Node.backward): each leaf's gradient is written
-                # into one buffer, channel slice by slice, by the fused BN backward (dz=, accumulate=)
-                acc = Grads(leaves, need_leaf)
+                # into one buffer, channel slice by slice, by the fused BN backward (dz=, accumulate=);
+                # a leaf read by several lazy convs has its dL/dy stashed for its producer instead
+                shared = {i: sh for i, sh in plan.reads.items() if sh.deferred()}
+                acc = Grads(leaves, need_leaf, shared)
                 tree.backward(grad_a, ev, acc)
                 leaf_grads = acc.result()
         return (None, *leaf_grads, *param_grads)
 
 
-def lazy_conv(x, convs):
+def _shared_backward(sh, z, g, param_grads, j, need_wb):
+    """z's gradient with the BN backward of sh's stashed dL/dy added (g: what autograd brought, or None);
+    dγ, dβ into param_grads[j], [j + 1]."""
+    dy = sh.take()
+    if dy is None:
+        return g
+    mean, invstd, act = sh.stats
+    dz, dw, db = ops.bn_silu_backward(z, mean, invstd, sh.weight, sh.bias, dy, act=act)
+    del dy
+    param_grads[j] = dw if need_wb[0] else None
+    param_grads[j + 1] = db if need_wb[1] else None
+    return dz if g is None else dz.add_(g.to(dz.dtype))
+
+
+def lazy_conv(x, convs, bns=None):
     """Run nn.Conv2d modules `convs` on the lazy value x; returns a list of their outputs (B, Co, H', W')
-    in the compute dtype (see compute_dtype), differentiable w.r.t. x's leaves and the conv parameters."""
+    in the compute dtype (see compute_dtype), differentiable w.r.t. x's leaves and the conv parameters.
+    bns: the nn.BatchNorm2d each output is activated with (or None each): with grad enabled each such
+    output gets a SharedGrad (lazy.py), and its γ, β become inputs of the Function."""
+    grad = torch.is_grad_enabled()
     index = LeafIndex()
     template = x.map(index.add, {})
     leaves = index.tensors
+    reads = {}
+    if grad:
+        for i, t in enumerate(leaves):
+            sh = getattr(t, "yv_shared", None)
+            if sh is not None:
+                sh.readers += 1
+                reads[i] = sh
+    bns = bns if (grad and bns is not None) else [None] * len(convs)
+    outs = [None if bn is None else SharedGrad(bn.weight, bn.bias) for bn in bns]
     w0 = convs[0].weight
     dtype = compute_dtype(w0)
     plan = _Plan(template, len(leaves), [_geometry(c) for c in convs], dtype,
-                 memory_format_of(x.first_tensor()), w0.device.type)
+                 memory_format_of(x.first_tensor()), w0.device.type, reads, outs)
     params = []
-    for c in convs:
-        params += [c.weight, c.bias]
-    return list(LazyConvFunction.apply(plan, *leaves, *params))
+    for c, sh in zip(convs, outs):
+        params += [c.weight, c.bias, None if sh is None else sh.weight, None if sh is None else sh.bias]
+    zs = list(LazyConvFunction.apply(plan, *leaves, *params))
+    for z, sh in zip(zs, outs):
+        if sh is not None:
+            z.yv_shared = sh
+    return zs

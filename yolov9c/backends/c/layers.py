@@ -101,17 +101,20 @@ def _bn_act(m, z):
     if act is None:  # no fused kernel for this activation: torch BN + act, stored as in the torch backend
         return Plain(m.act(m.bn(z)))
     mean, invstd = _stats(m.bn, z)
+    shared = getattr(z, "yv_shared", None)  # (lazy.SharedGrad: lazy_conv made one for m.bn)
+    if shared is not None:
+        shared.bind(mean, invstd, m.bn.weight, act)
     return BNAct(z, mean, invstd, m.bn.weight, m.bn.bias, act)
 
 
 def conv(m, x):
     """Conv: lazy conv → lazy BN-act."""
-    return _bn_act(m, lazy_conv(_node(x), [m.conv])[0])
+    return _bn_act(m, lazy_conv(_node(x), [m.conv], [m.bn])[0])
 
 
 def convs(ms, x):
     """Several Convs reading the same input (one materialisation of x)."""
-    zs = lazy_conv(_node(x), [m.conv for m in ms])
+    zs = lazy_conv(_node(x), [m.conv for m in ms], [m.bn for m in ms])
     return [_bn_act(m, z) for m, z in zip(ms, zs)]
 
 

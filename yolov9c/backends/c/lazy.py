@@ -125,6 +125,10 @@ class BNAct(_Leaf):
         return ops.bn_silu(*self._args(), act=self.act)
 
     def backward(self, g, ev, acc):
+        shared = acc.shared(self.z)
+        if shared is not None:  # summed with the other readers' and sent back by z's producer (SharedGrad)
+            shared.stash(g, self.c0, self.c1)
+            return
         need_z, need_w, need_b = acc.needs(self.z), acc.needs(self.weight), acc.needs(self.bias)
         if not (need_z or need_w or need_b):
             return
@@ -533,24 +537,86 @@ def backward_reads(node):
     return out
 
 
+class SharedGrad:
+    """dL/dy of y = act(BN(z)) for a conv output z that several lazy convs read (an ELAN block's first output:
+    its halves go to the next stage and to the last conv), summed over its readers so that BN's backward runs
+    once, in z's producer's backward, instead of once per reader followed by autograd adding their dz.
+
+    conv.lazy_conv makes one per output when it runs with grad and is given the output's BatchNorm, and hangs it
+    on the output (`z.yv_shared`); layers' BN-act binds the batch statistics and activation (bind); every
+    lazy_conv that reads z counts itself (readers). When deferred() (bound, two or more readers), a reader's
+    BNAct.backward stashes its channel slice of dL/dy here and returns no gradient for z and the BN parameters;
+    the producer's backward takes the sum (take: channels nobody wrote are zero) and runs the fused BN
+    backward on it, returning dz to its convs and dγ, dβ as its own inputs' gradients. A reader that is not a
+    lazy conv (a torch fallback) sends its dz through autograd as before; both add up in the producer. The
+    count only decides whether to defer: a reader whose backward never runs stashes nothing, and the sum is
+    exact whatever the order (BN's backward is linear in dL/dy)."""
+
+    __slots__ = ("weight", "bias", "stats", "readers", "buf", "done")
+
+    def __init__(self, weight, bias):
+        self.weight, self.bias = weight, bias  # the BN affine parameters the producer takes as inputs
+        self.stats, self.readers, self.buf, self.done = None, 0, None, []
+
+    def bind(self, mean, invstd, weight, act):
+        """The statistics and activation y is computed with (weight: the BN's, checked against the producer's)."""
+        if weight is self.weight:
+            self.stats = (mean, invstd, act)
+
+    def deferred(self):
+        return self.stats is not None and self.readers >= 2
+
+    def stash(self, g, c0, c1):
+        """Add g, dL/dy of channels [c0, c1), into the sum (the first write of a range is a copy)."""
+        full = self.stats[0].shape[0]
+        if self.buf is None:
+            b, _, h, w = g.shape
+            self.buf = torch.empty((b, full, h, w), dtype=g.dtype, device=g.device, memory_format=memory_format_of(g))
+        gaps = _gaps(self.done, c0, c1)
+        view = _sl(self.buf, c0, c1, full)
+        if gaps == [(c0, c1)]:
+            view.copy_(g)
+        else:
+            for a, b in gaps:
+                _sl(self.buf, a, b, full).zero_()
+            view.add_(g)
+        self.done.append((c0, c1))
+
+    def take(self):
+        """The summed dL/dy (None when no reader stashed), zero where nobody wrote; the sum is released."""
+        buf, self.buf = self.buf, None
+        if buf is not None:
+            full = buf.shape[1]
+            for a, b in _gaps(self.done, 0, full):
+                _sl(buf, a, b, full).zero_()
+        self.done = []
+        return buf
+
+
 class Grads:
     """Gradients of a lazy value's leaf tensors, accumulated by Node.backward without autograd.
 
-    leaves: the stored tensors; needed: which of them want a gradient. A leaf's gradient is one full-size
+    leaves: the stored tensors; needed: which of them want a gradient; shared: {leaf position: SharedGrad} of
+    the leaves whose BN-act gradient goes to their producer (SharedGrad.deferred()). A leaf's gradient is one full-size
     buffer (the leaf's dtype and strides), allocated uninitialised on first use; each channel range a node
     writes is recorded, so the first write of a range is a plain store (the kernels' dz=, a copy_) and only
     a range written before is accumulated into (accumulate=True, add_). result() zeroes the ranges nobody
     wrote (a chunk read by another consumer) and returns one gradient per leaf (None: not needed/unreached)."""
 
-    def __init__(self, leaves, needed):
+    def __init__(self, leaves, needed, shared=None):
         self.leaves = leaves
         self.index = {id(t): i for i, t in enumerate(leaves)}
         self.needed = needed
+        self._shared = shared or {}
         self.bufs = [None] * len(leaves)
         self.done = [None] * len(leaves)  # per leaf: list of written [c0, c1) ranges
 
     def needs(self, t):
         return self.needed[self.index[id(t)]]
+
+    def shared(self, t):
+        """The SharedGrad that takes t's BN-act gradient instead of this reader's BN backward, or None."""
+        return self._shared.get(self.index[id(t)]) if self._shared else None
 
     def slot(self, t, c0, c1):
         """(view, accumulate): channels [c0, c1) of t's gradient buffer and whether it already holds a value
