@@ -13,8 +13,11 @@
 # the background, accuracy_wait waits for it). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-480}"; shift
 machine_info
-python3 benchmarks/bench_train.py --data-only --images 1024 --procs 12 > "$OUT/data.log" 2>&1 &
-DATA=$!
+DATA=
+if [ -z "${NO_DATA:-}" ]; then  # NO_DATA=1: no train_* part follows (the prep's 12 processes load the host)
+  python3 benchmarks/bench_train.py --data-only --images 1024 --procs 12 > "$OUT/data.log" 2>&1 &
+  DATA=$!
+fi
 build_sm90
 PYT="python3 -m pytest -q -p no:cacheprovider -m cuda -rf"
 for part in "$@"; do
@@ -23,7 +26,7 @@ for part in "$@"; do
             tail -40 "$OUT/guards.log" ;;
     cuda) stage cuda 240 300 $PYT --tb=short tests; tail -25 "$OUT/cuda.log" ;;
     tests) stage tests 60 ${TEST_LIMIT:-240} $PYT --tb=short $TEST_FILES; tail -8 "$OUT/tests.log" ;;
-    train_*) wait $DATA
+    train_*) [ -n "$DATA" ] && wait $DATA
       m=${part#train_}; b=${m#*_}; m=yolov9-${m%_*}
       stage "$part" 100 240 python3 benchmarks/bench_train.py --models $m --backends $b --images 1024 \
         --timeout ${TRAIN_TIMEOUT:-230} \
