@@ -27,6 +27,7 @@ Test: python -m pytest -q tests/test_memory_plan.py   (measure: the cuda case)
 
 from __future__ import annotations
 
+import gc
 import re
 from dataclasses import dataclass
 
@@ -242,10 +243,13 @@ class MeasuredStep:
 
 def step_peak(cfg, backend, batch, img, device, boxes=40, steps=2, nc=80):
     """Peak reserved GiB (and peak allocated) of the trainer's step (MeasuredStep) for a fresh model at
-    `batch` × img² on a CUDA `device`, after one warm-up step. Frees everything (empty_cache) before
-    returning."""
+    `batch` × img² on a CUDA `device`, after one warm-up step. Unreachable objects of earlier work (a
+    trainer's CUDA graphs and their pool in a reference cycle) are collected first, so that only this step is
+    counted; frees everything (empty_cache) before returning."""
     import torch
 
+    gc.collect()
+    torch.cuda.empty_cache()
     fmt = torch.channels_last if backend == "c" else torch.contiguous_format
     step = MeasuredStep(cfg, backend, batch, img, device, fmt, boxes=boxes, nc=nc)
     device = step.device
