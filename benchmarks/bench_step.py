@@ -45,6 +45,9 @@ def build_parser():
     p.add_argument("--profile", type=int, default=2, help="steps under torch.profiler for the GPU time (0: off)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--markdown", action="store_true")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="torch.backends.cudnn.benchmark = True in every configuration (cuDNN times its algorithms per "
+                        "shape in the warm-up; neither the trainer nor the published code sets it): an experiment")
     p.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "MODE"), help=argparse.SUPPRESS)
     return p
 
@@ -84,6 +87,7 @@ def run_one(model_name, backend, mode, args):
     from yolov9c.engine.train.memory_plan import random_targets
     from yolov9c.engine.train.step import train_step
 
+    torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
     state = _state(model_name, backend, args)
     step = GraphStep(state) if mode == "graph" else train_step
     gen = torch.Generator().manual_seed(0)
@@ -99,7 +103,8 @@ def run_one(model_name, backend, mode, args):
         return r
 
     row = {"model": model_name, "backend": backend, "mode": mode, "batch": args.batch, "img": args.img,
-           "boxes": args.boxes, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+           "boxes": args.boxes, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "cudnn_benchmark": bool(args.cudnn_benchmark)}
     try:
         for _ in range(args.warmup):
             one()
@@ -176,6 +181,8 @@ def run_config(args, model_name, backend, mode):
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", model_name, backend, mode]
     for k in ("batch", "img", "boxes", "nc", "steps", "warmup", "profile"):
         argv += [f"--{k}", str(getattr(args, k))]
+    if args.cudnn_benchmark:
+        argv.append("--cudnn-benchmark")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     base = {"model": model_name, "backend": backend, "mode": mode}

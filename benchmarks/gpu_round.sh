@@ -4,7 +4,7 @@
 # Parts: guards (the CUDA guard and graph-step tests, long tracebacks), cuda (every CUDA test), tests (the CUDA
 # tests of $TEST_FILES), train_M_B (the real
 # train_dual.py of bench_train.py, M in s/c/e, B in c/torch, 1024 images), step (bench_step.py, yolov9-s and
-# yolov9-c, both backends, eager and graph; step16 at batch 16; STEP_PROFILE=N profiles N steps), pubstep (bench_published_step.py, the published code in
+# yolov9-c, both backends, eager and graph; step16 at batch 16; STEP_PROFILE=N profiles N steps; STEP_FLAGS more bench_step flags, e.g. --cudnn-benchmark), pubstep (bench_published_step.py, the published code in
 # .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
 # timeline_M (mem_timeline.py of yolov9-M, batch 64, 640), plan (bench_plan.py: the planner's COSTS), mem (the
 # CUDA memory tests), bnbench (bench_bn_silu.py), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py), cudnntime (its --time), newk / rest (the CUDA tests of
@@ -35,7 +35,8 @@ for part in "$@"; do
       grep -h "AMP:\|skipped\|WARNING\|GPU_mem" /tmp/yolov9c_bench_train/logs/$m-$b-*.log | head -5 ;;
     step|step16) b=64; [ $part = step16 ] && b=16
           stage $part 150 240 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} --backends c torch \
-            --steps 10 --warmup 5 --batch $b --profile ${STEP_PROFILE:-0} --timeout 110 --markdown; tail -8 "$OUT/$part.log" ;;
+            --steps 10 --warmup 5 --batch $b --profile ${STEP_PROFILE:-0} --timeout 110 --markdown ${STEP_FLAGS:-}
+          tail -8 "$OUT/$part.log" ;;
     accuracy|accuracy_bg) pub=(); [ -d .dev/published ] && pub=(--published .dev/published --python python3)
       acc=(python3 benchmarks/bench_accuracy.py --data ${ACC_DATA:-.dev/shared/data/coco128/data.yaml} --epochs ${ACC_EPOCHS:-30} --close-mosaic ${ACC_CLOSE:-10}
            --seeds ${ACC_SEEDS:-0,1} --jobs ${ACC_JOBS:-6} --workers 2 ${ACC_FLAGS:---single-cls} --out /tmp/acc "${pub[@]}")
