@@ -18,7 +18,8 @@ mode's record and SGD step), stats.py and probe.py from this folder: plain torch
 Steps (--steps, default all):
   data   augmented samples of both pipelines, mosaic on and off (--n each): boxes per image, box side / aspect /
          class histograms, pixel mean/std, grey padding share, sharpness, mosaic / mixup / copy-paste rates,
-         dataset sizes after the label checks. Random draws differ, so means are compared with their standard
+         dataset sizes after the label checks. With --rects N: N synthetic images of bright rectangles drawn at their labels,
+         and each visible box's edge offsets (measured in the augmented pixels − labelled) compared as well. Random draws differ, so means are compared with their standard
          errors (|z| > 4 flagged) and histograms by total-variation distance (flagged above 1.5 x the distance
          between two halves of the same sample, i.e. about twice the sampling noise).
   loss   identical weights (ours, seeded) and an identical augmented batch (our --backend, default torch):
@@ -128,6 +129,41 @@ def run_side(side, args, a, log_name, product=None):
         tail = log.read_text()[-3000:]
         raise SystemExit(f"error: {side} side ({log_name}) exited with {rc}; log {log}:\n{tail}")
     print(f"  {side:9s} {log_name:12s} {time.time() - t:6.0f} s", flush=True)
+
+
+def write_rects(out, n, seed=0):
+    """A dataset of n PNG images (one split for train and val): a dark ground with 2-5 bright rectangles drawn
+    exactly at their label boxes, apart from each other, so that an augmented sample shows where its boxes'
+    edges really are (stats.edge_offsets). Returns its data.yaml."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    img_dir, lab_dir = out / "images" / "train", out / "labels" / "train"
+    img_dir.mkdir(parents=True, exist_ok=True)
+    lab_dir.mkdir(parents=True, exist_ok=True)
+    for k in range(n):
+        w, h = int(rng.integers(400, 900)), int(rng.integers(300, 800))
+        img = np.full((h, w, 3), 50, np.uint8)
+        boxes = []
+        for _ in range(200):
+            if len(boxes) >= int(rng.integers(2, 6)):
+                break
+            bw, bh = int(rng.integers(40, w // 3)), int(rng.integers(40, h // 3))
+            x0, y0 = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
+            pad = 0.25 * max(bw, bh)
+            if any(x0 < b[2] + pad and b[0] < x0 + bw + pad and y0 < b[3] + pad and b[1] < y0 + bh + pad
+                   for b in boxes):
+                continue
+            boxes.append((x0, y0, x0 + bw, y0 + bh))
+            img[y0:y0 + bh, x0:x0 + bw] = 220  # pixels x0 .. x0+bw-1: the box's edges at x0 and x0 + bw
+        cv2.imwrite(str(img_dir / f"r{k:04d}.png"), img)
+        (lab_dir / f"r{k:04d}.txt").write_text("".join(
+            f"0 {(b[0] + b[2]) / 2 / w:.6f} {(b[1] + b[3]) / 2 / h:.6f} {(b[2] - b[0]) / w:.6f} {(b[3] - b[1]) / h:.6f}\n"
+            for b in boxes))
+    data = out / "data.yaml"
+    data.write_text(yaml.safe_dump({"path": str(out), "train": "images/train", "val": "images/train", "nc": 1,
+                                    "names": ["rect"]}))
+    return data
 
 
 # ------------------------------------------------------------------------------------------------- steps -----
@@ -332,6 +368,8 @@ def main(argv=None):
     p.add_argument("--img", type=int, default=320, help="image size of the data and loss steps")
     p.add_argument("--n", type=int, default=400, help="samples per phase in the data step")
     p.add_argument("--upscale", type=int, default=0, help="enlarge the training images K times first")
+    p.add_argument("--rects", type=int, default=0, help="instead of --data: N synthetic images of bright "
+                   "rectangles drawn at their labels; the data step also measures the boxes' edge offsets")
     p.add_argument("--cfg", default="yolov9-t")
     p.add_argument("--nc", type=int, default=80)
     p.add_argument("--loss-batch", type=int, default=4)
@@ -352,6 +390,9 @@ def main(argv=None):
         return 0
     a.out = Path(a.out or f"/tmp/fidelity-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.rects:
+        os.environ["FIDELITY_EDGES"] = "1"  # both sides' stats.py (the environment is passed on)
+        a.data, a.nc = str(write_rects(a.out / "rects", a.rects, a.seed)), 1
     data_yaml = mirror_dataset(a.data, a.out / "data", a.upscale)
     report = {}
     for step in a.steps.split(","):

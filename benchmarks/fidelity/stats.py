@@ -12,11 +12,15 @@ Not a test: a developer tool (see benchmarks/fidelity/compare_published.py).
 """
 
 import math
+import os
 
 import cv2
 import numpy as np
 
 GREY = 114
+# FIDELITY_EDGES=1 (compare_published.py --rects: bright rectangles drawn exactly at the label boxes): each
+# sample also measures where its boxes' edges are in the pixels (edge_offsets), both sides with this code
+EDGES = os.environ.get("FIDELITY_EDGES") == "1"
 # box size bins: sqrt(w * h) in pixels of the sample (COCO's small/medium/large cut at 32 and 96 px for 640)
 SIZE_EDGES = (0, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 10_000)
 ASPECT_EDGES = (0, 0.25, 0.5, 0.8, 1.25, 2.0, 4.0, 1e9)
@@ -44,7 +48,60 @@ def item_stats(img, labels):
         "grey": float((img == GREY).all(0).mean()),
         "sharp": float(np.abs(lap).mean()),
         "hw": (int(h), int(w)),
+        **(edge_offsets(gray, labels) if EDGES else {}),
     }
+
+
+def _crossing(v, thr, i_in, i_out):
+    """Sub-pixel position (pixel centres at k + 0.5) where the profile v goes from above thr at i_in to below
+    it at the adjacent i_out."""
+    a, b = float(v[i_in]), float(v[i_out])
+    t = (a - thr) / max(a - b, 1e-9)
+    return i_in + 0.5 + (i_out - i_in) * t
+
+
+def _run_edges(v, c, thr):
+    """(start, end) of the bright run of profile v through index c: the crossings on both sides, or None when
+    the run reaches the end of the profile."""
+    lo = c
+    while lo > 0 and v[lo - 1] >= thr:
+        lo -= 1
+    hi = c
+    while hi < len(v) - 1 and v[hi + 1] >= thr:
+        hi += 1
+    if lo == 0 or hi == len(v) - 1:
+        return None
+    return _crossing(v, thr, lo, lo - 1), _crossing(v, thr, hi, hi + 1)
+
+
+def edge_offsets(gray, labels, min_side=12, margin=3, contrast=40):
+    """Signed offsets in pixels (measured − labelled) of the left, right, top and bottom edges of each label
+    box whose rectangle is visible: on the row and the column through the box centre, the bright run around
+    the centre, cut at half way between the centre's level and the background 3 px outside the box. Boxes
+    smaller than min_side, within margin of the border or without the contrast are skipped. For datasets of
+    bright rectangles on a dark ground drawn exactly at their labels (compare_published.py --rects)."""
+    h, w = gray.shape
+    out = {k: [] for k in ("edge_x1", "edge_x2", "edge_y1", "edge_y2")}
+    g = gray.astype(np.float64)
+    for _, _, xc, yc, bw, bh in labels:
+        x1, x2, y1, y2 = (xc - bw / 2) * w, (xc + bw / 2) * w, (yc - bh / 2) * h, (yc + bh / 2) * h
+        if min(x2 - x1, y2 - y1) < min_side or x1 < margin or y1 < margin or x2 > w - margin or y2 > h - margin:
+            continue
+        cx, cy = min(int(xc * w), w - 1), min(int(yc * h), h - 1)
+        fg = g[cy, cx]
+        bg = min(g[cy, max(int(x1) - 3, 0)], g[cy, min(int(x2) + 3, w - 1)],
+                 g[max(int(y1) - 3, 0), cx], g[min(int(y2) + 3, h - 1), cx])
+        if fg - bg < contrast:
+            continue
+        thr = (fg + bg) / 2
+        row, col = _run_edges(g[cy], cx, thr), _run_edges(g[:, cx], cy, thr)
+        if row is None or col is None:
+            continue
+        out["edge_x1"].append(row[0] - x1)
+        out["edge_x2"].append(row[1] - x2)
+        out["edge_y1"].append(col[0] - y1)
+        out["edge_y2"].append(col[1] - y2)
+    return {k: np.asarray(v, np.float64) for k, v in out.items()}
 
 
 def batch_items(imgs, targets):
@@ -106,6 +163,10 @@ def summarize(items, nc=80):
                         ("hist_cls", lambda it: _cls_hist(np.concatenate([s["cls"] for s in it]), nc))):
             out["noise"][key] = hist_distance(fn(items[:half]), fn(items[half:]))
     out["shapes"] = sorted({f"{s['hw'][0]}x{s['hw'][1]}" for s in items})
+    if "edge_x1" in items[0]:
+        for k in ("edge_x1", "edge_x2", "edge_y1", "edge_y2"):
+            out[k] = _ratio_mean_se([s[k] for s in items])
+        out["edge_boxes"] = int(sum(len(s["edge_x1"]) for s in items))
     return out
 
 
