@@ -67,3 +67,19 @@ def test_rects_dataset_draws_its_labels(tmp_path):
         got = stats.edge_offsets(gray, labels)
         assert len(got["edge_x1"]) >= 1
         assert all(float(np.abs(got[k]).max()) < 0.01 for k in got), got
+
+
+def _init_record(std=0.05, bias=1.0, eps=1e-3):
+    return {"params": {"model.0.conv.weight": [[0.0, std, 432]] * 3, "model.9.cv2.0.2.bias": [[bias, 0.0, 64]] * 3},
+            "bn": {"model.0.bn": [eps, 0.03]}}
+
+
+def test_init_comparison_flags_what_differs():
+    same = compare_published.compare_init(_init_record(), _init_record())
+    assert same == ({"tensors_compared": 2, "bn_layers": 1}, [])
+    _, flags = compare_published.compare_init(_init_record(std=0.06), _init_record())
+    assert len(flags) == 1 and "model.0.conv.weight: std" in flags[0]
+    _, flags = compare_published.compare_init(_init_record(bias=-4.6), _init_record())
+    assert len(flags) == 1 and "constant" in flags[0]
+    _, flags = compare_published.compare_init(_init_record(eps=1e-5), _init_record())
+    assert flags == ["BatchNorm eps / momentum differ"]

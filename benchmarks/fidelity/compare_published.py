@@ -22,6 +22,8 @@ Steps (--steps, default all):
          and each visible box's edge offsets (measured in the augmented pixels − labelled) compared as well. Random draws differ, so means are compared with their standard
          errors (|z| > 4 flagged) and histograms by total-variation distance (flagged above 1.5 x the distance
          between two halves of the same sample, i.e. about twice the sampling noise).
+  init   (only when named) each code's freshly built --cfg model, three seeds: per tensor the mean and std of
+         its initial values, every BatchNorm's eps and momentum.
   loss   identical weights (ours, seeded) and an identical augmented batch (our --backend, default torch):
          loss items, every gradient norm, BatchNorm running statistics, the optimizer's three groups by
          parameter name, the parameters after one clipped SGD step with the given per-group lr (agreement to
@@ -261,6 +263,40 @@ def step_train(a, data_yaml):
     return compare_train(o, p)
 
 
+def step_init(a, data_yaml):
+    """Both codes' freshly built model (--cfg, --nc), three seeds each: per parameter tensor the mean and std of
+    its initial values, and every BatchNorm's eps and momentum."""
+    ro, rp = a.out / "ours_init.json", a.out / "pub_init.json"
+    args = ["init", "--cfg", a.cfg, "--nc", str(a.nc), "--seeds", "0,1,2"]
+    run_side("ours", args + ["--out", str(ro)], a, "init_ours", ro)
+    run_side("published", args + ["--out", str(rp)], a, "init_pub", rp)
+    return compare_init(json.loads(ro.read_text()), json.loads(rp.read_text()))
+
+
+def compare_init(o, p, tol=0.1):
+    """Flags: parameter names or counts that differ, BatchNorm settings that differ, a tensor of 64+ values whose
+    std (mean over the seeds) differs by more than `tol` relative, a constant tensor (std 0: the heads' bias
+    init, BN's weight and bias) whose value differs."""
+    flags = []
+    if set(o["params"]) != set(p["params"]):
+        flags.append(f"parameter names differ: {sorted(set(o['params']) ^ set(p['params']))[:6]}")
+    if o["bn"] != p["bn"]:
+        flags.append("BatchNorm eps / momentum differ")
+    checked = 0
+    for n in sorted(set(o["params"]) & set(p["params"])):
+        so, sp = np.array(o["params"][n]), np.array(p["params"][n])
+        if so[0, 2] != sp[0, 2]:
+            flags.append(f"{n}: {int(so[0, 2])} values against {int(sp[0, 2])}")
+            continue
+        if sp[:, 1].max() == 0 and so[:, 1].max() == 0:
+            if abs(so[0, 0] - sp[0, 0]) > 1e-6:
+                flags.append(f"{n}: constant {so[0, 0]:.6g} against {sp[0, 0]:.6g}")
+        elif so[0, 2] >= 64 and abs(so[:, 1].mean() / max(sp[:, 1].mean(), 1e-12) - 1) > tol:
+            flags.append(f"{n}: std {so[:, 1].mean():.4g} against {sp[:, 1].mean():.4g}")
+        checked += 1
+    return {"tensors_compared": checked, "bn_layers": len(o["bn"])}, flags
+
+
 def _stepped(recs):
     """ni of each optimizer step, read from last_opt_step as the next iteration sees it."""
     return sorted({r["last_opt_step"] for r in recs if r["last_opt_step"] >= 0})
@@ -397,7 +433,7 @@ def main(argv=None):
     report = {}
     for step in a.steps.split(","):
         print(f"{step}:", flush=True)
-        report[step] = {"data": step_data, "loss": step_loss, "train": step_train}[step](a, data_yaml)
+        report[step] = {"data": step_data, "loss": step_loss, "train": step_train, "init": step_init}[step](a, data_yaml)
     print_report(report)
     (a.out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     print(f"\nreport: {a.out / 'report.json'}")

@@ -38,6 +38,11 @@ def parser(description, hyp_default):
     t = sub.add_parser("train")
     t.add_argument("--record", required=True)
     t.add_argument("rest", nargs=argparse.REMAINDER)
+    i = sub.add_parser("init")
+    i.add_argument("--cfg", required=True)
+    i.add_argument("--nc", type=int, default=80)
+    i.add_argument("--seeds", default="0,1,2")
+    i.add_argument("--out", required=True)
     lo = sub.add_parser("loss")
     lo.add_argument("--cfg", required=True)
     lo.add_argument("--nc", type=int, default=80)
@@ -56,6 +61,24 @@ def parse(p, argv=None):
     if a.mode == "train" and a.rest and a.rest[0] == "--":
         a.rest = a.rest[1:]
     return a
+
+
+def init_stats(build, seeds):
+    """The initial weights of a freshly built model, per seed: {"params": {name: [[mean, std, numel], ...]},
+    "bn": {name: [eps, momentum]}}. build() makes the model after torch.manual_seed(seed)."""
+    import torch
+
+    params, bn = {}, {}
+    for seed in seeds:
+        torch.manual_seed(seed)
+        model = build()
+        with torch.no_grad():
+            for n, t in model.named_parameters():
+                t = t.double()
+                params.setdefault(n, []).append([float(t.mean()), float(t.std()) if t.numel() > 1 else 0.0,
+                                                 t.numel()])
+        bn = {n: [m.eps, m.momentum] for n, m in model.named_modules() if isinstance(m, torch.nn.BatchNorm2d)}
+    return {"params": params, "bn": bn}
 
 
 class AugmentCounts:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's yolov9c
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from modes import AugmentCounts, data_phases, loss_step, parse, parser  # noqa: E402
+from modes import AugmentCounts, data_phases, init_stats, loss_step, parse, parser  # noqa: E402
 from probe import json_ready, wrap_loss  # noqa: E402
 
 
@@ -119,6 +119,13 @@ def run_loss(a):
               lambda lr: build_optimizer(model, "SGD", lr, a.momentum, a.weight_decay, log=lambda *x: None))
 
 
+def run_init(a):
+    from yolov9c.api import build_model
+
+    seeds = [int(x) for x in a.seeds.split(",")]
+    Path(a.out).write_text(json.dumps(init_stats(lambda: build_model(a.cfg, nc=a.nc), seeds)))
+
+
 def main(argv=None):
     p, _, _, lo = parser(__doc__.split("\n")[0], None)
     lo.add_argument("--seed", type=int, default=0)
@@ -132,7 +139,7 @@ def main(argv=None):
     a = parse(p, argv)
     if a.mode == "loss":
         a.mosaic = bool(a.mosaic)
-    {"data": run_data, "train": run_train, "loss": run_loss}[a.mode](a)
+    {"data": run_data, "train": run_train, "loss": run_loss, "init": run_init}[a.mode](a)
 
 
 if __name__ == "__main__":

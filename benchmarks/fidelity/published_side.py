@@ -81,7 +81,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from modes import AugmentCounts, data_phases, loss_step, parse, parser  # noqa: E402
+from modes import AugmentCounts, data_phases, init_stats, loss_step, parse, parser  # noqa: E402
 from probe import json_ready, wrap_loss  # noqa: E402
 
 
@@ -160,11 +160,19 @@ def run_loss(a):
     loss_step(model, ComputeLoss(model), a, lambda lr: smart_optimizer(model, "SGD", lr, a.momentum, a.weight_decay))
 
 
+def run_init(a):
+    from models.yolo import Model
+
+    cfg = Path("models/detect") / f"{Path(a.cfg).stem}.yaml"
+    seeds = [int(x) for x in a.seeds.split(",")]
+    Path(a.out).write_text(json.dumps(init_stats(lambda: Model(str(cfg), ch=3, nc=a.nc), seeds)))
+
+
 def main(argv=None):
     p, _, _, lo = parser(__doc__.split("\n")[0], "data/hyps/hyp.scratch-high.yaml")
     lo.add_argument("--weights", required=True, help="npz of state_dict arrays (ours_side.py --save-weights)")
     a = parse(p, argv)
-    {"data": run_data, "train": run_train, "loss": run_loss}[a.mode](a)
+    {"data": run_data, "train": run_train, "loss": run_loss, "init": run_init}[a.mode](a)
 
 
 if __name__ == "__main__":
