@@ -47,7 +47,8 @@ def build_parser():
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--cudnn-benchmark", action="store_true",
                    help="torch.backends.cudnn.benchmark = True in every configuration (cuDNN times its algorithms per "
-                        "shape in the warm-up; neither the trainer nor the published code sets it): an experiment")
+                        "shape in the warm-up): the eager steps run with it throughout, the graph step as the "
+                        "trainer runs it by default (--cudnn-benchmark: warm-up and captures); off: neither")
     p.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "MODE"), help=argparse.SUPPRESS)
     return p
 
@@ -74,7 +75,8 @@ def _state(model_name, backend, args):
     if backend != "torch":
         out = apply(model, backend)
         model = model if out is None else out
-    return RunState(cfg=RunConfig(backend=backend, channels_last=True), device=device, amp=True,
+    cfg = RunConfig(backend=backend, channels_last=True, cudnn_benchmark=bool(args.cudnn_benchmark))
+    return RunState(cfg=cfg, device=device, amp=True,
                     memory_format=torch.channels_last, hyp=hyp, model=model, ema=ema, loss=loss,
                     optimizer=optimizer, scaler=torch.amp.GradScaler("cuda"), batch_size=args.batch,
                     accumulate=1, bn_stats=bn_buffers(model), log=lambda *a: None)

@@ -207,6 +207,28 @@ def test_runs_that_keep_the_eager_step(change, reason):
     assert lines == [f"step: eager ({G.unsupported(state)})"]
 
 
+def test_cudnn_benchmark_choice_and_scope():
+    """--cudnn-benchmark (default on) is the graph step's, off with --deterministic; the context manager sets
+    torch.backends.cudnn.benchmark only inside and restores it, also when the body raises."""
+    assert parse_opt([]).cudnn_benchmark is True and parse_opt(["--no-cudnn-benchmark"]).cudnn_benchmark is False
+    assert G.GraphStep(_fake_state()).benchmark is True
+    assert G.GraphStep(_fake_state(cudnn_benchmark=False)).benchmark is False
+    assert G.GraphStep(_fake_state(deterministic=True)).benchmark is False
+    before = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = False
+        with G.cudnn_benchmark(True):
+            assert torch.backends.cudnn.benchmark is True
+        assert torch.backends.cudnn.benchmark is False
+        with pytest.raises(RuntimeError), G.cudnn_benchmark(True):
+            raise RuntimeError("inside")
+        assert torch.backends.cudnn.benchmark is False
+        with G.cudnn_benchmark(False):
+            assert torch.backends.cudnn.benchmark is False
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
 def test_batches_that_run_eagerly():
     step = G.GraphStep(_fake_state(), warmup=2)
     imgs = torch.zeros(4, 3, 64, 64)
@@ -363,6 +385,27 @@ def test_cuda_graph_micro_step_gradients_equal_eager(tmp_path, backend):
     floor = 1e-6 * sum(float(t.norm()) for t in eager)  # a gradient of ~0 is compared to rounding of the rest
     worst = max(float((a - b).norm()) / max(float(b.norm()), floor) for a, b in zip(graphed, eager))
     assert worst < 1e-2, worst
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("flag", ["--cudnn-benchmark", "--no-cudnn-benchmark"])
+def test_cuda_graph_warm_up_and_capture_under_cudnn_benchmark(tmp_path, monkeypatch, flag):
+    """The warm-up batches run under cudnn.benchmark (with --cudnn-benchmark), the capture hits the timed
+    algorithms (it would fail on a cache miss: timing synchronises), and the flag is back after every step."""
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
+    state, _ = _cuda_state(tmp_path / "runs", "c", True, data)
+    state.cfg.cudnn_benchmark = flag == "--cudnn-benchmark"
+    state.step = G.GraphStep(state)
+    seen = []
+    real = G.forward_backward
+    monkeypatch.setattr(G, "forward_backward", lambda *a: seen.append(torch.backends.cudnn.benchmark) or real(*a))
+    torch.backends.cudnn.benchmark = False
+    rng = np.random.default_rng(0)
+    for ni, (imgs, targets) in enumerate(_batches()[:G.WARMUP + 2]):
+        r = state.step(state, prepare_batch(state, imgs, rng), targets, ni)
+        assert torch.backends.cudnn.benchmark is False
+    assert seen == [state.cfg.cudnn_benchmark] * G.WARMUP  # the warm-up; then the captured graph replays
+    assert state.step.micro and torch.isfinite(r.loss_items).all()
 
 
 @pytest.mark.cuda

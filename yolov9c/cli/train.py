@@ -11,7 +11,8 @@ model: CPU-friendly first runs), `--hyp` the bundled hyp.scratch-high.yaml (a ba
 configs/hyps/).
 Added: `--backend {torch,c}` (default c on a CUDA GPU, torch on the CPU), `--channels-last`, `--accumulate N`,
 `--amp/--no-amp`, `--ckpt`, `--val-period N`, `--pin-memory/--no-pin-memory`, `--mosaic P`, `--mixup P`,
-`--deterministic`, `--max-nonfinite N`, `--cuda-graph/--no-cuda-graph`, `--mem-budget SIZE` / `--dynamic-img` /
+`--deterministic`, `--max-nonfinite N`, `--cuda-graph/--no-cuda-graph`,
+`--cudnn-benchmark/--no-cudnn-benchmark`, `--mem-budget SIZE` / `--dynamic-img` /
 `--min-img N` (the memory planner picks the micro-batch, or the image size, that fits). The root train.py
 passes prog="train.py" (usage line and error prefix). PYTORCH_CUDA_ALLOC_CONF defaults to
 expandable_segments:True (set before CUDA starts).
@@ -152,6 +153,11 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
                    help="capture the training step in CUDA graphs and replay it (default on; runs only on CUDA "
                         "with fixed shapes and no DDP, the log says which step runs and why)")
+    p.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=True,
+                   help="with the CUDA-graph step: cuDNN times its convolution algorithms for the fixed training "
+                        "shape in the eager warm-up batches and the graphs replay the fastest (default on; not "
+                        "with --deterministic; validation and eager batches of other shapes keep the default "
+                        "choice)")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic algorithms (torch.use_deterministic_algorithms; slower; off by default)")
     p.add_argument("--max-nonfinite", type=_int_at_least(0, "--max-nonfinite"), default=10,

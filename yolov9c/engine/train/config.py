@@ -26,6 +26,7 @@ import yaml
 # options that --resume takes from the command line instead of the stored opt.yaml (memory knobs and placement)
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
                     "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph",
+                    "cudnn_benchmark",
                     "mem_budget")
 
 
@@ -91,6 +92,8 @@ class RunConfig:
     deterministic: bool = False  # torch.use_deterministic_algorithms
     max_nonfinite: int = 10  # stop after N skipped (non-finite) optimizer steps in a row; 0 = never (guards.py)
     cuda_graph: bool = True  # whole-step CUDA graphs where they work (CUDA, fixed shapes, no DDP): graph_step.py
+    cudnn_benchmark: bool = True  # cuDNN times its algorithms for the graphed shape (graph_step.py; not with
+    #                               --deterministic, never for validation or eager batches of other shapes)
     mem_budget: float | str | None = None  # GiB (or a size text, '7.5G') a step may reserve: memory_plan picks
     #                                      the micro-batch (state.apply_memory_plan); None: off
     dynamic_img: bool = False  # with mem_budget: shrink the image size instead of splitting the batch
