@@ -388,6 +388,43 @@ def test_cuda_graph_micro_step_gradients_equal_eager(tmp_path, backend):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("backend", ["torch", "c"])
+def test_cuda_graph_two_micro_steps_accumulate_as_eager(tmp_path, backend):
+    """A window of two graphed micro-steps (--accumulate 2: the graph replayed twice into the same gradients)
+    against two eager forward_backward calls on the same weights, batches and loss scale: the accumulated
+    gradients agree to rounding. The trajectory test above has no applied window of two graphed micro-steps
+    before its first assigner flip, so state carried from one replay to the next would only show here."""
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
+    state, _ = _cuda_state(tmp_path / "runs", backend, True, data)
+    batches = _batches()[:G.WARMUP + 3]  # bucket 32 throughout: warm-up, the capture, two compared batches
+    rng = np.random.default_rng(0)
+    for ni, (imgs, targets) in enumerate(batches[:-2]):
+        state.step(state, prepare_batch(state, imgs, rng), targets, ni)
+    step = state.step
+    pair = [(prepare_batch(state, imgs, rng), targets) for imgs, targets in batches[-2:]]
+    state.scaler._scale.fill_(64.0)
+    step.flat.zero_()
+    for imgs, targets in pair:
+        assert step.plan(imgs, targets)[1] is None
+        step._replay_micro(state, imgs, targets, 32)
+    graphed = [g.clone() for g in step.grads]
+    one = None
+    step.flat.zero_()
+    step._bind_grads()
+    for k, (imgs, targets) in enumerate(pair):
+        forward_backward(state, imgs, targets)
+        if k == 0:
+            one = [p.grad.clone() for p in step.params]
+    eager = [p.grad.clone() for p in step.params]
+    zero = [torch.zeros_like(t) for t in eager]
+    assert _rel(one, eager, zero) > 0.05  # the second batch adds a gradient of its own
+    assert _rel(graphed, eager, zero) < 1e-4
+    floor = 1e-6 * sum(float(t.norm()) for t in eager)
+    worst = max(float((a - b).norm()) / max(float(b.norm()), floor) for a, b in zip(graphed, eager))
+    assert worst < 1e-2, worst
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("flag", ["--cudnn-benchmark", "--no-cudnn-benchmark"])
 def test_cuda_graph_warm_up_and_capture_under_cudnn_benchmark(tmp_path, monkeypatch, flag):
     """The warm-up batches run under cudnn.benchmark (with --cudnn-benchmark), the capture hits the timed
