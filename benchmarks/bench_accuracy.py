@@ -30,10 +30,14 @@ random windows of the same objects: more distinct images and steps per epoch at 
 225; val 200 images, boxes 857 / 37 / 38; median longer box side 0.45 of the crop (anchors 0.3-0.8 of it, the
 smaller neighbours of crowds below). The counts go to OUT/results.jsonl as a first {"kind": "dataset"} line.
 
+--backends also takes variants of our runners, BACKEND+VARIANT[+VARIANT]: the same run with one thing changed,
+to find which part of a backend makes a difference: c+no-cuda-graph (the eager step), c+no-cudnn-benchmark,
+c+no-amp (float32), c+unfused (YOLOV9C_FUSED=0: the c structure on torch ops instead of the kernels).
+
 Output: one JSON line per run ({"kind": "run", "runner", "seed", "map50", "map", "best_epoch", "train_s", ...}),
 then one per runner ({"kind": "summary", "runner", "n", "map50_mean", "map50_std", "map_mean", "map_std"}), and
-a last line comparing them ({"kind": "compare", "<runner>_minus_published_map", "c_minus_torch_map"}, points of
-mAP@0.5:0.95 × 100). Lines also go to OUT/results.jsonl; a second call with the same --out keeps the runs that
+a last line comparing them ({"kind": "compare", "<runner>_minus_published_map", "<runner>_minus_torch_map", and
+"<c variant>_minus_c_map"}, points of mAP@0.5:0.95 × 100). Lines also go to OUT/results.jsonl; a second call with the same --out keeps the runs that
 finished there and trains only the others. Results: benchmarks/RESULTS.md.
 """
 
@@ -61,8 +65,29 @@ def _emit(line, out):
         f.write(s + "\n")
 
 
+# runner variants: BACKEND+VARIANT... (e.g. c+no-cuda-graph): what each adds to our train_dual.py run
+VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isolates the CUDA-graph step)
+            "no-cudnn-benchmark": (["--no-cudnn-benchmark"], {}),
+            "no-amp": (["--no-amp"], {}),  # float32 training (isolates fp16)
+            "unfused": ([], {"YOLOV9C_FUSED": "0"})}  # the c structure on torch ops (isolates the kernels)
+
+
+def runner_spec(runner):
+    """'c+no-cuda-graph' → ('c', ['--no-cuda-graph'], {}); ValueError for an unknown backend or variant."""
+    backend, *variants = runner.split("+")
+    if backend not in ("torch", "c"):
+        raise ValueError(f"runner {runner!r}: the backend must be torch or c")
+    flags, env = [], {}
+    for v in variants:
+        if v not in VARIANTS:
+            raise ValueError(f"runner {runner!r}: unknown variant {v!r} (known: {', '.join(VARIANTS)})")
+        flags += VARIANTS[v][0]
+        env.update(VARIANTS[v][1])
+    return backend, flags, env
+
+
 def train_command(a, runner, seed, project, data):
-    """(argv, cwd) of one training run."""
+    """(argv, cwd, extra environment) of one training run."""
     name = f"{runner}-s{seed}"
     flags = ["--data", str(data), "--img", str(a.img), "--batch", str(a.batch), "--epochs", str(a.epochs),
              "--close-mosaic", str(a.close_mosaic), "--min-items", "0", "--seed", str(seed), "--device", a.device,
@@ -77,10 +102,12 @@ def train_command(a, runner, seed, project, data):
         side = ROOT / "benchmarks" / "fidelity" / "published_side.py"
         cfg = f"models/detect/{a.cfg}.yaml"
         return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--",
-                 "--cfg", cfg, "--hyp", "hyp.scratch-high.yaml"] + flags, a.published)
-    extra = ["--channels-last"] if runner == "torch" and a.device != "cpu" else []
+                 "--cfg", cfg, "--hyp", "hyp.scratch-high.yaml"] + flags, a.published, {})
+    backend, extra, env = runner_spec(runner)
+    if backend == "torch" and a.device != "cpu":
+        extra = ["--channels-last"] + extra
     return ([sys.executable, "train_dual.py", "--cfg", f"{a.cfg}.yaml", "--hyp", "hyp.scratch-high.yaml",
-             "--backend", runner] + extra + flags, ROOT)
+             "--backend", backend] + extra + flags, ROOT, env)
 
 
 def published_data_yaml(a, out):
@@ -121,12 +148,12 @@ def train_run(a, runner, seed, data):
     """Train one run (its own process, console in OUT/RUNNER-sSEED.log): (runner, seed, run_dir or None, info)."""
     project = a.out / "train"
     project.mkdir(parents=True, exist_ok=True)
-    argv, cwd = train_command(a, runner, seed, project, data)
+    argv, cwd, extra_env = train_command(a, runner, seed, project, data)
     log = a.out / f"{runner}-s{seed}.log"
     t = time.time()
     with open(log, "w") as f:
         # the published strip_optimizer re-reads its own fresh checkpoints with torch.load: allowed explicitly
-        env = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", **extra_env)
         rc = subprocess.call(argv, cwd=str(cwd), stdout=f, stderr=subprocess.STDOUT, env=env)
     run_dir = project / f"{runner}-s{seed}"
     ok = rc == 0 and (run_dir / "weights" / "best.pt").is_file()
@@ -160,11 +187,10 @@ def summarize(runs):
 def compare(summaries):
     by = {s["runner"]: s for s in summaries}
     line = {"kind": "compare"}
-    for r in ("torch", "c"):
-        if r in by and "published" in by:
-            line[f"{r}_minus_published_map"] = round(100 * (by[r]["map_mean"] - by["published"]["map_mean"]), 3)
-    if "torch" in by and "c" in by:
-        line["c_minus_torch_map"] = round(100 * (by["c"]["map_mean"] - by["torch"]["map_mean"]), 3)
+    for r in by:  # each of ours against published and torch; a c variant (c+...) against c as well
+        for base in ("published", "torch") + (("c",) if r.startswith("c+") else ()):
+            if r != "published" and base in by and base != r:
+                line[f"{r}_minus_{base}_map"] = round(100 * (by[r]["map_mean"] - by[base]["map_mean"]), 3)
     return line
 
 
@@ -178,7 +204,8 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--close-mosaic", type=int, default=15)
     p.add_argument("--seeds", default="0,1")
-    p.add_argument("--backends", default="torch,c")
+    p.add_argument("--backends", default="torch,c",
+                   help="our runners: torch, c, or BACKEND+VARIANT (variants: " + ", ".join(VARIANTS) + ")")
     p.add_argument("--cache", default="ram", choices=("ram", "disk", "none"))
     p.add_argument("--device", default="0")
     p.add_argument("--workers", type=int, default=8)
@@ -196,6 +223,12 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="runs trained at the same time (one GPU can hold several)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
+    for r in (b for b in a.backends.split(",") if b):
+        try:
+            runner_spec(r)
+        except ValueError as e:
+            print(f"error: --backends: {e}", file=sys.stderr)
+            return 2
     a.data = Path(a.data).resolve()
     a.out = Path(a.out or f"runs/bench-accuracy-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     a.out.mkdir(parents=True, exist_ok=True)

@@ -145,10 +145,39 @@ def test_train_command_gives_every_runner_the_same_flags(tmp_path):
     import bench_accuracy
     a = argparse.Namespace(img=320, batch=32, epochs=25, close_mosaic=8, device="0", workers=2, single_cls=True,
                            cache="ram", cfg="yolov9-s", python="python3", published=tmp_path)
-    ours, _ = bench_accuracy.train_command(a, "c", 1, tmp_path, tmp_path / "d.yaml")
-    pub, pub_cwd = bench_accuracy.train_command(a, "published", 1, tmp_path, tmp_path / "d.yaml")
+    ours, _, env = bench_accuracy.train_command(a, "c", 1, tmp_path, tmp_path / "d.yaml")
+    pub, pub_cwd, pub_env = bench_accuracy.train_command(a, "published", 1, tmp_path, tmp_path / "d.yaml")
+    assert env == pub_env == {}
     flags, tail = ours[ours.index("--data"):], pub[-len(ours[ours.index("--data"):]):]
     i = flags.index("--name") + 1
     assert flags[i] == "c-s1" and tail[i] == "published-s1"
     assert tail[:i] + tail[i + 1:] == flags[:i] + flags[i + 1:] and "--single-cls" in flags
     assert ours[1] == "train_dual.py" and ours[ours.index("--backend") + 1] == "c" and pub_cwd == tmp_path
+
+
+def test_runner_variants_add_their_flag_or_environment(tmp_path):
+    """BACKEND+VARIANT runners (c+no-cuda-graph, c+unfused, ...): the same run with one thing changed, named by
+    the runner; unknown backends or variants are refused before anything trains; compare() puts a c variant
+    against c, torch and published."""
+    import argparse
+    import bench_accuracy
+    import pytest
+    a = argparse.Namespace(img=320, batch=32, epochs=25, close_mosaic=8, device="0", workers=2, single_cls=False,
+                           cache="ram", cfg="yolov9-s", python="python3", published=None)
+    base, _, _ = bench_accuracy.train_command(a, "c", 0, tmp_path, tmp_path / "d.yaml")
+    argv, _, env = bench_accuracy.train_command(a, "c+no-cuda-graph", 0, tmp_path, tmp_path / "d.yaml")
+    assert "--no-cuda-graph" in argv and "--no-cuda-graph" not in base and env == {}
+    assert argv[argv.index("--backend") + 1] == "c" and argv[argv.index("--name") + 1] == "c+no-cuda-graph-s0"
+    argv, _, env = bench_accuracy.train_command(a, "c+unfused+no-amp", 0, tmp_path, tmp_path / "d.yaml")
+    assert env == {"YOLOV9C_FUSED": "0"} and "--no-amp" in argv
+    argv, _, _ = bench_accuracy.train_command(a, "torch+no-cuda-graph", 0, tmp_path, tmp_path / "d.yaml")
+    assert argv[argv.index("--backend") + 1] == "torch" and "--channels-last" in argv
+    for bad in ("c+fast", "cuda", "torch+"):
+        with pytest.raises(ValueError, match="runner"):
+            bench_accuracy.runner_spec(bad)
+    assert bench_accuracy.main(["--backends", "c+fast", "--out", str(tmp_path / "o")]) == 2
+    s = [{"runner": r, "map_mean": m} for r, m in (("published", 0.07), ("torch", 0.08), ("c", 0.06),
+                                                   ("c+no-cuda-graph", 0.075))]
+    line = bench_accuracy.compare(s)
+    assert line["c_minus_torch_map"] == -2.0 and line["c+no-cuda-graph_minus_c_map"] == 1.5
+    assert line["torch_minus_published_map"] == 1.0 and "torch_minus_c_map" not in line
