@@ -10,7 +10,7 @@
 # CUDA memory tests), bnbench (bench_bn_silu.py), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py), cudnntime (its --time), newk / rest (the CUDA tests of
 # the kernels changed this session / all other CUDA tests), poolbench (bench_pool.py),
 # accuracy (bench_accuracy.py, with the published code when present; accuracy_bg starts it in
-# the background, accuracy_wait waits for it). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
+# the background, accuracy_wait waits for it), grads (fidelity/backend_grads.py, fp16 and --fp32; GRADS_CFG, GRADS_BATCHES). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-480}"; shift
 machine_info
 DATA=
@@ -68,6 +68,10 @@ for part in "$@"; do
     poolbench) stage poolbench 30 90 python3 benchmarks/bench_pool.py; tail -16 "$OUT/poolbench.log" ;;
     cudnntime) stage cudnntime 40 ${PROBE_LIMIT:-150} python3 benchmarks/probe_cudnn_fusion.py --time ${PROBE_ARGS:-}
            grep "^|" "$OUT/cudnntime.log" | head -30 ;;
+    grads) for mode in "" --fp32; do  # fidelity/backend_grads.py: c vs torch gradients against float64
+             stage "grads${mode}" 60 150 python3 benchmarks/fidelity/backend_grads.py --data .dev/shared/data/coco128/data.yaml \
+               --cfg ${GRADS_CFG:-yolov9-s} --img 320 --batch 16 --batches ${GRADS_BATCHES:-16} --warm-steps 30 $mode \
+               --json "$OUT/grads$mode.jsonl"; grep "^| " "$OUT/grads${mode}.log" | head -8; done ;;
     probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in
             ('torchvision', 'pandas', 'seaborn', 'scipy', 'thop', 'psutil', 'tensorboard', 'IPython')})"
             cat "$OUT/probe.log" ;;
