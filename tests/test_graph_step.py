@@ -390,23 +390,25 @@ def test_cuda_graph_micro_step_gradients_equal_eager(tmp_path, backend):
 @pytest.mark.cuda
 @pytest.mark.parametrize("backend", ["torch", "c"])
 def test_cuda_graph_two_micro_steps_accumulate_as_eager(tmp_path, backend):
-    """A window of two graphed micro-steps (--accumulate 2: the graph replayed twice into the same gradients)
+    """A window of two graphed micro-steps (--accumulate 2: graphs replayed twice into the same gradients)
     against two eager forward_backward calls on the same weights, batches and loss scale: the accumulated
     gradients agree to rounding. The trajectory test above has no applied window of two graphed micro-steps
     before its first assigner flip, so state carried from one replay to the next would only show here."""
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
     state, _ = _cuda_state(tmp_path / "runs", backend, True, data)
-    batches = _batches()[:G.WARMUP + 3]  # bucket 32 throughout: warm-up, the capture, two compared batches
+    batches = _batches()[:G.WARMUP + 3]  # warm-up, the capture (bucket 32), two compared batches (32 and 64)
     rng = np.random.default_rng(0)
     for ni, (imgs, targets) in enumerate(batches[:-2]):
         state.step(state, prepare_batch(state, imgs, rng), targets, ni)
     step = state.step
+    assert isinstance(step, G.GraphStep) and step.micro
     pair = [(prepare_batch(state, imgs, rng), targets) for imgs, targets in batches[-2:]]
     state.scaler._scale.fill_(64.0)
     step.flat.zero_()
     for imgs, targets in pair:
-        assert step.plan(imgs, targets)[1] is None
-        step._replay_micro(state, imgs, targets, 32)
+        bucket, why = step.plan(imgs, targets)
+        assert why is None
+        step._replay_micro(state, imgs, targets, bucket)
     graphed = [g.clone() for g in step.grads]
     one = None
     step.flat.zero_()
