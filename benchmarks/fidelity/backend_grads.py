@@ -5,8 +5,7 @@ identical augmented batches of a real dataset it computes the step's gradients f
 model torch or c × loss torch or c — and once in float32 (TF32 off, torch model and loss: the reference), each
 with the loss multiplied by --scale as GradScaler does and divided out again. Per parameter tensor it reports
 the relative error of each fp16 way against the reference (|g − g32| / |g32|) and their cosine, then per
-parameter kind (conv weights, BN weights, BN biases, head convs, the auxiliary branch) the median error of
-each way; and the tensors where c's error most exceeds torch's. The loss items of each way come first.
+parameter kind (conv weights, BN weights, BN biases, the heads' conv biases) the median error of each way; and the tensors where c's error most exceeds torch's. The loss items of each way come first.
 
     python benchmarks/fidelity/backend_grads.py --data ../shared/data/coco128/data.yaml --cfg yolov9-s \\
         --img 320 --batch 16 --batches 3 --warm-steps 20 [--device 0] [--json out.jsonl]
@@ -51,12 +50,12 @@ def batches(a, nc):
 
 
 def kind_of(name):
-    """Parameter kind for the summary: head / aux (the PGI branch) / conv weight / BN weight / BN bias / bias."""
-    parts = name.split(".")
-    tail = parts[-1]
-    kind = ("bn weight" if ".bn." in name and tail == "weight" else "bn bias" if ".bn." in name else
-            "conv weight" if tail == "weight" else "bias")
-    return kind
+    """Parameter kind for the summary: bn weight / bn bias (every Conv's BatchNorm), conv weight, head bias (the
+    only plain conv biases: the detection heads' last convs)."""
+    tail = name.rsplit(".", 1)[-1]
+    if ".bn." in name:
+        return "bn weight" if tail == "weight" else "bn bias"
+    return "conv weight" if tail == "weight" else "head bias"
 
 
 def grads(model, loss_fn, imgs, targets, amp, scale, device, dtype=torch.float32):
