@@ -37,8 +37,11 @@ c+no-amp (float32), c+unfused (YOLOV9C_FUSED=0: the c structure on torch ops ins
 Output: one JSON line per run ({"kind": "run", "runner", "seed", "map50", "map", "best_epoch", "train_s", ...}),
 then one per runner ({"kind": "summary", "runner", "n", "map50_mean", "map50_std", "map_mean", "map_std"}), and
 a last line comparing them ({"kind": "compare", "<runner>_minus_published_map", "<runner>_minus_torch_map", and
-"<c variant>_minus_c_map"}, points of mAP@0.5:0.95 × 100). Lines also go to OUT/results.jsonl; a second call with the same --out keeps the runs that
-finished there and trains only the others. Results: benchmarks/RESULTS.md.
+"<c variant>_minus_c_map"}, points of mAP@0.5:0.95 × 100, each with a `..._paired` entry on the seeds both
+runners have: n, mean and standard error of the per-seed difference, t, and how many seeds are lower). Lines
+also go to OUT/results.jsonl; a second call with the same --out keeps the runs that finished there and trains
+only the others. `--rows A.jsonl B.jsonl ...` trains nothing and summarizes the runs of earlier calls (seeds
+measured in several device calls). Results: benchmarks/RESULTS.md.
 """
 
 import argparse
@@ -184,14 +187,46 @@ def summarize(runs):
     return out
 
 
-def compare(summaries):
+def paired(runs, runner, base):
+    """runner − base by seed, on the seeds both have (points of mAP@0.5:0.95 × 100): {"n", "mean", "se", "t",
+    "lower"} (se: standard error of the mean difference; lower: seeds where runner is below base); None for
+    fewer than two common seeds. The seed fixes the initial weights and the augmentation draws, so pairing
+    removes part of the seed-to-seed spread."""
+    maps = {r: {x["seed"]: x["map"] for x in runs if x["runner"] == r and "map" in x} for r in (runner, base)}
+    seeds = sorted(set(maps[runner]) & set(maps[base]))
+    if len(seeds) < 2:
+        return None
+    d = 100 * np.array([maps[runner][s] - maps[base][s] for s in seeds])
+    se = float(d.std(ddof=1) / np.sqrt(len(d)))
+    return {"n": len(d), "mean": round(float(d.mean()), 3), "se": round(se, 3),
+            "t": round(float(d.mean()) / se, 2) if se > 0 else None, "lower": int((d < 0).sum())}
+
+
+def compare(summaries, runs=()):
+    """Differences of the runners' mean mAP@0.5:0.95 (points × 100), and where `runs` share seeds, the paired
+    difference by seed (`<r>_minus_<base>_paired`, see paired)."""
     by = {s["runner"]: s for s in summaries}
     line = {"kind": "compare"}
     for r in by:  # each of ours against published and torch; a c variant (c+...) against c as well
         for base in ("published", "torch") + (("c",) if r.startswith("c+") else ()):
             if r != "published" and base in by and base != r:
                 line[f"{r}_minus_{base}_map"] = round(100 * (by[r]["map_mean"] - by[base]["map_mean"]), 3)
+                pair = paired(runs, r, base)
+                if pair is not None:
+                    line[f"{r}_minus_{base}_paired"] = pair
     return line
+
+
+def read_rows(files):
+    """The run lines of earlier results.jsonl files (several device calls' runs of one benchmark), the last line
+    of each (runner, seed) kept."""
+    runs = {}
+    for f in files:
+        for text in Path(f).read_text().splitlines():
+            r = json.loads(text) if text.startswith("{") else {}
+            if r.get("kind") == "run" and "map" in r:
+                runs[(r["runner"], r["seed"])] = r
+    return list(runs.values())
 
 
 def main(argv=None):
@@ -222,7 +257,19 @@ def main(argv=None):
                    help="--derive crops: training crops per anchor object (more steps per epoch; val keeps 1)")
     p.add_argument("--jobs", type=int, default=1, help="runs trained at the same time (one GPU can hold several)")
     p.add_argument("--out", default=None)
+    p.add_argument("--rows", nargs="+", metavar="JSONL",
+                   help="train nothing: summarize and compare the run lines of these results.jsonl files")
     a = p.parse_args(argv)
+    if a.rows:
+        missing = [f for f in a.rows if not Path(f).is_file()]
+        if missing:
+            print(f"error: --rows: no such file: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        runs = read_rows(a.rows)
+        summaries = summarize(runs)
+        for line in summaries + [compare(summaries, runs)]:
+            print(json.dumps(line), flush=True)
+        return 0 if runs else 1
     for r in (b for b in a.backends.split(",") if b):
         try:
             runner_spec(r)
@@ -275,7 +322,7 @@ def main(argv=None):
     summaries = summarize(runs)
     for s in summaries:
         _emit(s, a.out)
-    _emit(compare(summaries), a.out)
+    _emit(compare(summaries, runs), a.out)
     return 0
 
 

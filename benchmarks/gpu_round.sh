@@ -9,8 +9,8 @@
 # timeline_M (mem_timeline.py of yolov9-M, batch 64, 640), plan (bench_plan.py: the planner's COSTS), mem (the
 # CUDA memory tests), bnbench (bench_bn_silu.py), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py), cudnntime (its --time), newk / rest (the CUDA tests of
 # the kernels changed this session / all other CUDA tests), poolbench (bench_pool.py),
-# accuracy (bench_accuracy.py, with the published code when present; accuracy_bg starts it in
-# the background, accuracy_wait waits for it), grads (fidelity/backend_grads.py, fp16 and --fp32; GRADS_CFG, GRADS_BATCHES). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
+# accuracy (bench_accuracy.py, with the published code when present and ACC_PUBLISHED is not 0; accuracy_bg starts it in
+# the background, accuracy_wait waits for it), grads (fidelity/backend_grads.py, fp16 and --fp32; GRADS_CFG, GRADS_BATCHES (6; 16 passed 150 s beside four accuracy runs), GRADS_LIMIT). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-480}"; shift
 machine_info
 DATA=
@@ -37,7 +37,7 @@ for part in "$@"; do
           stage $part 150 240 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} --backends c torch \
             --steps 10 --warmup 5 --batch $b --profile ${STEP_PROFILE:-0} --timeout 110 --markdown ${STEP_FLAGS:-}
           tail -8 "$OUT/$part.log" ;;
-    accuracy|accuracy_bg) pub=(); [ -d .dev/published ] && pub=(--published .dev/published --python python3)
+    accuracy|accuracy_bg) pub=(); [ -d .dev/published ] && [ "${ACC_PUBLISHED:-1}" = 1 ] && pub=(--published .dev/published --python python3)
       acc=(python3 benchmarks/bench_accuracy.py --data ${ACC_DATA:-.dev/shared/data/coco128/data.yaml} --epochs ${ACC_EPOCHS:-30} --close-mosaic ${ACC_CLOSE:-10}
            --seeds ${ACC_SEEDS:-0,1} --jobs ${ACC_JOBS:-6} --workers 2 ${ACC_FLAGS:---single-cls} --out /tmp/acc "${pub[@]}")
       if [ $part = accuracy ]; then stage accuracy 300 540 "${acc[@]}"; tail -6 "$OUT/accuracy.log"
@@ -69,8 +69,8 @@ for part in "$@"; do
     cudnntime) stage cudnntime 40 ${PROBE_LIMIT:-150} python3 benchmarks/probe_cudnn_fusion.py --time ${PROBE_ARGS:-}
            grep "^|" "$OUT/cudnntime.log" | head -30 ;;
     grads) for mode in "" --fp32; do  # fidelity/backend_grads.py: c vs torch gradients against float64
-             stage "grads${mode}" 60 150 python3 benchmarks/fidelity/backend_grads.py --data .dev/shared/data/coco128/data.yaml \
-               --cfg ${GRADS_CFG:-yolov9-s} --img 320 --batch 16 --batches ${GRADS_BATCHES:-16} --warm-steps 30 $mode \
+             stage "grads${mode}" 60 ${GRADS_LIMIT:-240} python3 benchmarks/fidelity/backend_grads.py --data .dev/shared/data/coco128/data.yaml \
+               --cfg ${GRADS_CFG:-yolov9-s} --img 320 --batch 16 --batches ${GRADS_BATCHES:-6} --warm-steps 30 $mode \
                --json "$OUT/grads$mode.jsonl"; grep "^| " "$OUT/grads${mode}.log" | head -8; done ;;
     probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in
             ('torchvision', 'pandas', 'seaborn', 'scipy', 'thop', 'psutil', 'tensorboard', 'IPython')})"

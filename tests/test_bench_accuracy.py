@@ -181,3 +181,29 @@ def test_runner_variants_add_their_flag_or_environment(tmp_path):
     line = bench_accuracy.compare(s)
     assert line["c_minus_torch_map"] == -2.0 and line["c+no-cuda-graph_minus_c_map"] == 1.5
     assert line["torch_minus_published_map"] == 1.0 and "torch_minus_c_map" not in line
+
+
+def test_paired_differences_and_rows_summary(tmp_path, capsys):
+    """compare() pairs runners by seed (mean, standard error, t and count of lower seeds of the per-seed
+    difference, points × 100) on the seeds both have; --rows summarizes earlier calls' results.jsonl files
+    without training, the later line of a (runner, seed) winning; a missing file is an error."""
+    import json
+    import bench_accuracy
+    rows = [("torch", 0, 0.080), ("c", 0, 0.070), ("torch", 1, 0.070), ("c", 1, 0.072), ("torch", 2, 0.060),
+            ("c", 2, 0.050), ("c", 3, 0.090)]
+    runs = [{"kind": "run", "runner": r, "seed": s, "map50": 3 * m, "map": m} for r, s, m in rows]
+    pair = bench_accuracy.paired(runs, "c", "torch")
+    d = np.array([-1.0, 0.2, -1.0])  # seed 3 has no torch run: not paired
+    assert pair["n"] == 3 and pair["lower"] == 2 and pair["mean"] == round(d.mean(), 3)
+    assert pair["se"] == round(d.std(ddof=1) / np.sqrt(3), 3) and pair["t"] < 0
+    assert bench_accuracy.paired(runs[:2], "c", "torch") is None  # one common seed: no spread
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(json.dumps(r) for r in runs[:4]) + "\n{\"kind\": \"summary\", \"runner\": \"c\"}\n")
+    stale = dict(runs[5], map=0.5)  # an earlier line of (c, 2), replaced by the later file's
+    b.write_text("\n".join(json.dumps(r) for r in [stale] + runs[4:]) + "\n")
+    assert bench_accuracy.main(["--rows", str(a), str(b)]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    summary = {x["runner"]: x for x in lines if x["kind"] == "summary"}
+    assert summary["c"]["n"] == 4 and abs(summary["c"]["map_mean"] - 0.0705) < 1e-9
+    assert lines[-1]["c_minus_torch_paired"] == pair
+    assert bench_accuracy.main(["--rows", str(tmp_path / "none.jsonl")]) == 2
