@@ -4,7 +4,7 @@
 # Parts: guards (the CUDA guard and graph-step tests, long tracebacks), cuda (every CUDA test), tests (the CUDA
 # tests of $TEST_FILES), train_M_B (the real
 # train_dual.py of bench_train.py, M in s/c/e, B in c/torch, 1024 images), step (bench_step.py, yolov9-s and
-# yolov9-c, both backends, eager and graph; step16 at batch 16; STEP_PROFILE=N profiles N steps; STEP_FLAGS more bench_step flags, e.g. --cudnn-benchmark), pubstep (bench_published_step.py, the published code in
+# yolov9-c, both backends, eager and graph; step16 at batch 16; STEP_PROFILE=N profiles N steps; STEP_FLAGS more bench_step flags, e.g. --cudnn-benchmark; STEP_LIMIT seconds, 300: two models' eight rows took > 240), pubstep (bench_published_step.py, the published code in
 # .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
 # timeline_M (mem_timeline.py of yolov9-M, batch 64, 640), plan (bench_plan.py: the planner's COSTS), mem (the
 # CUDA memory tests), bnbench (bench_bn_silu.py), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py), cudnntime (its --time), newk / rest (the CUDA tests of
@@ -34,7 +34,7 @@ for part in "$@"; do
       tail -1 "$OUT/$part.log"; cp /tmp/yolov9c_bench_train/logs/*.log "$OUT/" 2>/dev/null
       grep -h "AMP:\|skipped\|WARNING\|GPU_mem" /tmp/yolov9c_bench_train/logs/$m-$b-*.log | head -5 ;;
     step|step16) b=64; [ $part = step16 ] && b=16
-          stage $part 150 240 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} --backends c torch \
+          stage $part 150 ${STEP_LIMIT:-300} python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} --backends c torch \
             --steps 10 --warmup 5 --batch $b --profile ${STEP_PROFILE:-0} --timeout 110 --markdown ${STEP_FLAGS:-}
           tail -8 "$OUT/$part.log" ;;
     accuracy|accuracy_bg) pub=(); [ -d .dev/published ] && [ "${ACC_PUBLISHED:-1}" = 1 ] && pub=(--published .dev/published --python python3)
