@@ -13,10 +13,13 @@ Prints one JSON line per (shape, layout, pass), after one line for the copy:
                 stats 1 read; forward 1 read + 1 write; backward 2 reads (reduction) + 2 reads + 1 write
                 (elementwise); torch forward counted as c stats + forward, torch backward as c backward
     pct_copy    gbps as % of the copy's
+--kernels adds a {"kind": "kernels", ...} line per c pass: its kernels' µs per call under torch.profiler
+(eager calls, so without the graph's gaps), e.g. the statistics' reduction and finish kernels apart.
 Layouts: "cl" channels-last, "nchw" contiguous, "cl_slice" channels [C, 2C) of a channels-last (B, 2C, H, W)
 buffer (a concat slice, row stride 2C), "nchw_slice" the same of an NCHW buffer.
 Run (GPU): python benchmarks/bench_bn_silu.py
            python benchmarks/bench_bn_silu.py --shapes 64,32,320,320 --layouts cl --reps 10
+           python benchmarks/bench_bn_silu.py --shapes 64,512,40,40 --no-torch --kernels
 """
 
 import argparse
@@ -28,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
-from gpu_timing import add_args, copy_row, emit, gpu_ms, make_input  # noqa: E402
+from gpu_timing import add_args, copy_row, emit, gpu_ms, kernel_times, make_input  # noqa: E402
 from yolov9c.ops import bn_silu as ops
 
 SHAPES = [(64, 32, 320, 320), (64, 128, 160, 160), (64, 256, 80, 80), (64, 512, 40, 40)]
@@ -61,14 +64,14 @@ def bench_case(shape, layout, dtype, args, copy_gbps):
     rows = []
 
     mean, invstd = ops.bn_stats(z, rm, rv)
-    rows.append(report(shape, layout, dtype, "c", "stats", timed(lambda: ops.bn_stats(z, rm, rv), *t), 1, eb,
-                       copy_gbps))
-    out = torch.empty_like(z)
-    rows.append(report(shape, layout, dtype, "c", "forward",
-                       timed(lambda: ops.bn_silu(z, mean, invstd, w, b, out=out), *t), 2, eb, copy_gbps))
-    dz = torch.empty_like(z)
-    rows.append(report(shape, layout, dtype, "c", "backward",
-                       timed(lambda: ops.bn_silu_backward(z, mean, invstd, w, b, gy, dz=dz), *t), 5, eb, copy_gbps))
+    out, dz = torch.empty_like(z), torch.empty_like(z)
+    passes = [("stats", lambda: ops.bn_stats(z, rm, rv), 1),
+              ("forward", lambda: ops.bn_silu(z, mean, invstd, w, b, out=out), 2),
+              ("backward", lambda: ops.bn_silu_backward(z, mean, invstd, w, b, gy, dz=dz), 5)]
+    for name, fn, n in passes:
+        rows.append(report(shape, layout, dtype, "c", name, timed(fn, *t), n, eb, copy_gbps))
+        if args.kernels:
+            kernels_row(shape, layout, name, fn, args.calls)
     if args.no_torch:
         return rows
 
@@ -87,6 +90,15 @@ def bench_case(shape, layout, dtype, args, copy_gbps):
     return rows
 
 
+def kernels_row(shape, layout, name, fn, calls):
+    """--kernels: the pass's kernels one by one (µs per call under torch.profiler, eager calls), e.g. a
+    reduction's partial-sum kernel and its finish kernel."""
+    ks = kernel_times(fn, calls)
+    row = {"kind": "kernels", "shape": list(shape), "layout": layout, "pass": name,
+           "kernels": [[k[:80], round(1000 * ms, 2)] for k, ms in ks], "sum_us": round(1000 * sum(ms for _, ms in ks), 2)}
+    print(json.dumps(row), flush=True)
+
+
 def summary(rows, copy_gbps):
     print(f"copy {copy_gbps:.0f} GB/s; c passes, GB/s (% of copy):")
     for r in rows:
@@ -98,6 +110,8 @@ def summary(rows, copy_gbps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_args(ap, LAYOUTS, "the yolov9-s batch-64 sizes", "the BatchNorm2d + SiLU rows")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also each c pass's kernels one by one (µs per call under torch.profiler)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_bn_silu: needs a CUDA GPU")

@@ -157,24 +157,13 @@ def kernel_group(name):
 def _gpu_ms(one, steps):
     """GPU time per step under torch.profiler (graph replays included): the sum of CUDA kernel times, the same
     split by op group (KERNEL_GROUPS) and the 12 longest kernels, all in ms per step."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+    from gpu_timing import kernel_times
 
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            one()
-        torch.cuda.synchronize()
-    ka = prof.key_averages()
-    attr = "self_device_time_total" if hasattr(ka[0], "self_device_time_total") else "self_cuda_time_total"
-    # CUDA-side events minus the GPU spans of user annotations (`Optimizer.step#SGD.step`, ...), which would
-    # count their kernels twice
-    kernels = [(e.key, getattr(e, attr) / 1000 / steps) for e in ka
-               if e.device_type == torch.autograd.DeviceType.CUDA and "#" not in e.key]
+    kernels = kernel_times(one, steps)
     groups = {}
     for name, ms in kernels:
         groups[kernel_group(name)] = groups.get(kernel_group(name), 0.0) + ms
-    top = sorted(kernels, key=lambda k: -k[1])[:12]
+    top = kernels[:12]
     return (sum(ms for _, ms in kernels), {g: round(ms, 2) for g, ms in sorted(groups.items(), key=lambda g: -g[1])},
             [[name[:90], round(ms, 2)] for name, ms in top])
 

@@ -1,5 +1,6 @@
-"""What the kernel micro-benchmarks share (bench_bn_silu.py, bench_pool.py): input tensors in the layouts they
-compare, GPU time per call without the host's launch gaps, and the JSON row with GB/s and % of a copy.
+"""What the kernel micro-benchmarks share (bench_bn_silu.py, bench_pool.py; bench_step.py's profile): input tensors
+in the layouts they compare, GPU time per call without the host's launch gaps, the time per kernel under
+torch.profiler, and the JSON row with GB/s and % of a copy.
 
 Layouts: "cl" channels-last, "nchw" contiguous, "cl_slice" / "nchw_slice" channels [C, 2C) of a (B, 2C, H, W)
 buffer in that layout (a concat slice: pixel stride 2C, or plane offset C·H·W).
@@ -70,6 +71,28 @@ def gpu_ms(fn, calls, reps, warmup, graph=True):
             print(json.dumps({"note": f"graph capture failed ({type(e).__name__}: {e}); loop timing"}), flush=True)
             torch.cuda.synchronize()
     return statistics.median(events_ms(fn, calls) / calls for _ in range(reps)), "loop"
+
+
+def kernel_times(fn, calls, cuda=True):
+    """[(name, ms per call)], longest first, of what `calls` calls of fn run under torch.profiler: the CUDA
+    kernels (the GPU spans of user annotations such as `Optimizer.step#SGD.step` left out: they would count
+    their kernels twice), or with cuda=False the CPU ops' self time (the CPU test's case)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        for _ in range(calls):
+            fn()
+        sync()
+    ka = prof.key_averages()
+    if cuda:
+        attr = "self_device_time_total" if hasattr(ka[0], "self_device_time_total") else "self_cuda_time_total"
+        rows = [(e.key, getattr(e, attr)) for e in ka
+                if e.device_type == torch.autograd.DeviceType.CUDA and "#" not in e.key]
+    else:
+        rows = [(e.key, e.self_cpu_time_total) for e in ka if e.device_type == torch.autograd.DeviceType.CPU]
+    return sorted(((k, us / 1000 / calls) for k, us in rows if us > 0), key=lambda r: -r[1])
 
 
 def emit(shape, layout, dtype, impl, name, timing, nbytes, copy_gbps):

@@ -36,3 +36,24 @@ def test_benchmarks_take_the_shared_options(script):
     assert r.returncode == 0, r.stderr
     for opt in ("--shapes", "--layouts", "--dtype", "--calls", "--reps", "--warmup", "--no-torch"):
         assert opt in r.stdout
+
+
+def test_kernel_times_per_call_longest_first():
+    """kernel_times (bench_step's profile, bench_bn_silu --kernels): the profiled ops of `calls` calls, time per
+    call, longest first; on the CPU (cuda=False) the ops' self time, so a call doing one big matmul and one
+    tiny add lists both, the matmul first, and the times do not grow with the number of calls."""
+    torch.set_num_threads(1)
+    a, b, c = torch.randn(256, 256), torch.randn(256, 256), torch.randn(4)
+
+    def fn():
+        torch.mm(a, b)
+        c.add(1.0)
+
+    rows = gpu_timing.kernel_times(fn, 6, cuda=False)
+    names = [n for n, _ in rows]
+    assert "aten::mm" in names and "aten::add" in names
+    assert [ms for _, ms in rows] == sorted((ms for _, ms in rows), reverse=True)
+    assert names.index("aten::mm") < names.index("aten::add")
+    mm = dict(rows)["aten::mm"]
+    mm_more = dict(gpu_timing.kernel_times(fn, 24, cuda=False))["aten::mm"]
+    assert 0 < mm < 50 and mm_more < 3 * mm  # per call, not summed over the calls
