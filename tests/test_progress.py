@@ -19,7 +19,7 @@ from yolov9c.data.loader import create_dataloader
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.progress import EpochClock, duration
 from yolov9c.engine.train.trainer import train
-from yolov9c.engine.val.validator import HEADER, validate
+from yolov9c.engine.val.validator import HEADER, ValConfig, validate
 from yolov9c.models.checkpoint import save_checkpoint
 
 # tqdm's right part after a batch: "n/total [mm:ss<mm:ss, 1.23it/s]" (or "s/it" when slower than 1 it/s)
@@ -98,5 +98,5 @@ def test_validation_bar_in_val_dual_and_quiet(data, tmp_path, capsys):
     loader, _ = create_dataloader(cfg["val"], imgsz=64, batch_size=2, augment=False, rect=True, pad=0.5,
                                   workers=0, nc=cfg["nc"], prefix="val: ")
     model = yolov9c.build_model("gelan-t", nc=cfg["nc"])
-    validate(model, loader, nc=cfg["nc"], names=cfg["names"], log=lambda *a: None, progress=False)
+    validate(model, loader, nc=cfg["nc"], names=cfg["names"], cfg=ValConfig(progress=False), log=lambda *a: None)
     assert capsys.readouterr().err == ""

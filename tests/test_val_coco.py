@@ -26,7 +26,7 @@ from inprocess import run_script
 from yolov9c.data.dataset_yaml import load_data_config
 from yolov9c.data.loader import create_dataloader
 from yolov9c.engine.val.coco import coco80_to_coco91, coco_layout, image_id, is_coco_val, json_rows
-from yolov9c.engine.val.validator import validate
+from yolov9c.engine.val.validator import ValConfig, validate
 
 pytest.importorskip("pycocotools")
 REPO = Path(__file__).resolve().parents[1]
@@ -105,8 +105,8 @@ def _loader(data):
 
 def _validate(model, loader, save_dir, **kw):
     lines = []
-    res = validate(model, loader, nc=80, names=NAMES, save_dir=save_dir, log=lambda *a: lines.append(" ".join(
-        map(str, a))), **kw)
+    res = validate(model, loader, nc=80, names=NAMES, cfg=ValConfig(save_dir=save_dir, **kw),
+                   log=lambda *a: lines.append(" ".join(map(str, a))))
     return res, "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ import yolov9c
 from yolov9c.data.dataset_yaml import load_data_config
 from yolov9c.data.loader import create_dataloader
 from yolov9c.data.synthetic import synthetic_dataset
-from yolov9c.engine.val.validator import validate
+from yolov9c.engine.val.validator import ValConfig, validate
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_perfect_predictor_scores_perfect(val_data, tmp_path):
     cfg, loader = val_data
     lines = []
     r = validate(PerfectPredictor(loader, cfg["nc"]), loader, nc=cfg["nc"], names=cfg["names"],
-                 save_dir=tmp_path, save_txt=True, log=lines.append)
+                 cfg=ValConfig(save_dir=tmp_path, save_txt=True), log=lines.append)
     assert r["mp"] == pytest.approx(1.0) and r["mr"] == pytest.approx(1.0)
     assert r["map50"] == pytest.approx(0.995, abs=1e-6) and r["map"] == pytest.approx(0.995, abs=1e-6)
     assert r["seen"] == 8 and r["box_loss"] == 0 and len(r["speed"]) == 3
@@ -90,7 +90,7 @@ def test_wrong_classes_and_empty_predictions_score_lower(val_data):
     r0 = validate(empty, loader, **quiet)
     assert r0["map50"] == 0 and r0["map"] == 0 and r0["nt"].sum() > 0
     # single_cls: wrong classes no longer matter
-    r1 = validate(PerfectPredictor(loader, cfg["nc"], wrong=3), loader, single_cls=True, **quiet)
+    r1 = validate(PerfectPredictor(loader, cfg["nc"], wrong=3), loader, cfg=ValConfig(single_cls=True), **quiet)
     assert r1["map50"] == pytest.approx(0.995, abs=1e-6)
 
 
@@ -101,7 +101,7 @@ def test_random_model_val_loss_and_plots(val_data, tmp_path, cfg_name):
     model = yolov9c.build_model(cfg_name, nc=cfg["nc"])
     loss_fn = yolov9c.make_loss(model)
     r = validate(model.train(), loader, nc=cfg["nc"], names=cfg["names"], compute_loss=loss_fn,
-                 save_dir=tmp_path, plots=cfg_name == "gelan-t", log=lambda *_: None)
+                 cfg=ValConfig(save_dir=tmp_path, plots=cfg_name == "gelan-t"), log=lambda *_: None)
     assert model.training  # mode restored
     assert 0 <= r["map"] <= r["map50"] <= 1
     # the val loss is the mean over batches of the loss items on the raw eval maps
@@ -121,7 +121,7 @@ def test_random_model_val_loss_and_plots(val_data, tmp_path, cfg_name):
 def test_curves_written_when_there_are_true_positives(val_data, tmp_path):
     cfg, loader = val_data
     validate(PerfectPredictor(loader, cfg["nc"], wrong=4), loader, nc=cfg["nc"], names=cfg["names"],
-             save_dir=tmp_path, plots=True, log=lambda *_: None)
+             cfg=ValConfig(save_dir=tmp_path, plots=True), log=lambda *_: None)
     for f in ("PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png", "confusion_matrix.png"):
         assert (tmp_path / f).stat().st_size > 1000, f
 

@@ -101,7 +101,7 @@ def run(opt, log=print):
     from yolov9c.data.loader import create_dataloader
     from yolov9c.engine.val.coco import coco_layout
     from yolov9c.engine.run_dir import increment_path
-    from yolov9c.engine.val.validator import validate
+    from yolov9c.engine.val.validator import ValConfig, validate
     from yolov9c.models.checkpoint import model_from_checkpoint, read_checkpoint
 
     device = _device(opt.device)
@@ -134,13 +134,13 @@ def run(opt, log=print):
                                             single_cls=opt.single_cls, augment=False, rect=True, pad=0.5,
                                             workers=opt.workers, nc=cfg["nc"], prefix=f"{split}: ", log=log)
         _is_coco, anno, class_map, image_ids = coco_layout(cfg, cfg[split], dataset.im_files)
-        result = validate(model, loader, nc=nc, names=names, conf_thres=conf, iou_thres=iou,
-                          max_det=opt.max_det, half=opt.half and device.type == "cuda", single_cls=opt.single_cls,
-                          save_dir=save_dir, plots=plots and opt.task != "study",
-                          verbose=opt.verbose, log=log, save_txt=opt.save_txt or opt.save_hybrid,
-                          save_conf=opt.save_conf, save_hybrid=opt.save_hybrid,
-                          save_json=save_json and opt.task != "speed", anno_json=anno, class_map=class_map,
-                          image_ids=image_ids, json_name=json_name, augment=opt.augment)
+        vcfg = ValConfig(conf_thres=conf, iou_thres=iou, max_det=opt.max_det, half=opt.half and device.type == "cuda",
+                         single_cls=opt.single_cls, augment=opt.augment, save_dir=save_dir,
+                         plots=plots and opt.task != "study", verbose=opt.verbose,
+                         save_txt=opt.save_txt or opt.save_hybrid, save_conf=opt.save_conf,
+                         save_hybrid=opt.save_hybrid, save_json=save_json and opt.task != "speed",
+                         json_name=json_name, anno_json=anno, class_map=class_map, image_ids=image_ids)
+        result = validate(model, loader, nc=nc, names=names, cfg=vcfg, log=log)
         rows.append([imgsz, result["mp"], result["mr"], result["map50"], result["map"], *result["speed"]])
     if opt.task == "study":
         f = save_dir / f"study_{Path(str(opt.data or 'synthetic')).stem}_{Path(opt.weights[0]).stem}.txt"

@@ -56,7 +56,7 @@ from yolov9c.engine.train.schedule import warmup, warmup_accumulate
 from yolov9c.engine.train.state import RunState, make_val_loader, setup
 from yolov9c.engine.train.step import prepare_batch
 from yolov9c.engine.val.coco import coco_layout
-from yolov9c.engine.val.validator import validate
+from yolov9c.engine.val.validator import ValConfig, validate
 from yolov9c.models.checkpoint import load_model, make_checkpoint
 
 __all__ = ["Interrupted", "TrainError", "train"]  # TrainError: raised by set-up and the loop, caught by the CLI
@@ -306,9 +306,10 @@ def finish(state: RunState):
 def _validate(state, model, plots=False, verbose=False, **coco):
     """Validate `model` on the validation loader; a CUDA OOM repeats it with half the batch (guards.py)."""
     def run(loader):
-        return validate(model, loader, nc=state.nc, names=state.names, half=state.amp,
-                        single_cls=state.cfg.single_cls, compute_loss=state.loss, save_dir=state.save_dir,
-                        plots=plots, verbose=verbose, log=state.log, training=True, **coco)
+        cfg = ValConfig(half=state.amp, single_cls=state.cfg.single_cls, save_dir=state.save_dir, plots=plots,
+                        verbose=verbose, training=True, **coco)
+        return validate(model, loader, nc=state.nc, names=state.names, cfg=cfg, compute_loss=state.loss,
+                        log=state.log)
     return validate_with_backoff(state, run, lambda batch: make_val_loader(state, batch))
 
 

@@ -1,4 +1,5 @@
-"""validate(): run a detection model over a validation loader and compute the published metrics (spec §7).
+"""validate(model, loader, nc=, names=, cfg=ValConfig(...)): run a detection model over a validation loader and
+compute the published metrics (spec §7).
 
 Per batch: uint8 letterboxed images → float / 255 (half if asked) → model in eval mode → main head (y[1]
 for DualDDetect, y for DDetect; the raw maps go to compute_loss when given, so the validation loss is really
@@ -6,16 +7,19 @@ computed) → multi-label NMS (agnostic when single_cls) → boxes mapped back t
 loader's shapes ((h0, w0), ((gain_h, gain_w), (pad_w, pad_h))) → matching at IoU 0.50:0.05:0.95 → metrics.
 Prints the published table (`Class Images Instances P R mAP50 mAP50-95`, the `all` line, per class when
 verbose) and a speed line; while it runs, a progress bar whose description is that header (progress=False:
-none). Optional outputs in save_dir: labels/*.txt (save_txt), the COCO-JSON predictions (save_json, file
-json_name; COCO's evaluator then replaces mAP50 and mAP50-95 when it is installed and anno_json exists:
-yolov9c/engine/val/coco.py), plots.
+none). Optional outputs in save_dir (ValConfig): labels/*.txt (save_txt), the COCO-JSON predictions (save_json,
+file json_name; COCO's evaluator then replaces mAP50 and mAP50-95 when it is installed and anno_json exists:
+yolov9c/engine/val/coco.py), plots. Each image's matching and outputs: _Run.add_image.
 
 Test: python -m pytest -q tests/test_val_validator.py tests/test_val_coco.py
 """
 
+from __future__ import annotations
+
 import copy
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -80,29 +84,52 @@ def _save_txt(predn, shape0, path, save_conf):
         f.write("".join(line + "\n" for line in lines))
 
 
+@dataclass
+class ValConfig:
+    """How validate() runs and what it writes: val_dual.py builds one from its flags, training's per-epoch and
+    final validations their own (training=True: no speed line, no "Results saved")."""
+    # detections
+    conf_thres: float = 0.001
+    iou_thres: float = 0.7
+    max_det: int = 300
+    half: bool = False  # fp16, CUDA only, on an fp16 copy: the caller's weights are never converted
+    single_cls: bool = False  # every label and prediction class 0, class-agnostic NMS
+    augment: bool = False  # test-time augmentation (yolov9c/engine/tta.py; the loss on the scale-1 pass)
+    time_limit: float | None = None  # NMS seconds per batch (None: no limit; postprocess.published_time_limit)
+    # outputs in save_dir
+    save_dir: str | Path | None = None
+    plots: bool = False  # val_batch*_labels/pred.jpg, confusion matrix, PR/F1/P/R curves
+    verbose: bool = False  # the per-class rows of the table
+    save_txt: bool = False  # labels/*.txt, one row per detection (save_conf: with its confidence)
+    save_conf: bool = False
+    save_hybrid: bool = False  # the labels join the detections before NMS (published --save-hybrid)
+    save_json: bool = False  # the COCO-JSON predictions as save_dir/json_name
+    json_name: str = "predictions.json"
+    # COCO evaluation of the save_json predictions (yolov9c/engine/val/coco.py)
+    anno_json: str | Path | None = None  # None: the predictions are written, not evaluated
+    class_map: list | None = None  # class → category id (None: the index)
+    image_ids: list | None = None  # the images COCO evaluates (None: all of anno_json)
+    # the caller
+    training: bool = False
+    progress: bool = True  # a tqdm bar over the batches, its description the table's header
+
+
 @torch.no_grad()
-def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, max_det=300, half=False,
-             single_cls=False, compute_loss=None, save_dir=None, plots=False, verbose=False, log=print,
-             save_txt=False, save_conf=False, save_hybrid=False, save_json=False, anno_json=None,
-             class_map=None, image_ids=None, json_name="predictions.json", time_limit=None, training=False,
-             augment=False, progress=True):
-    """Validate `model` on `dataloader` (a val loader: rect, pad 0.5, no augmentation).
+def validate(model, dataloader, *, nc, names, cfg=None, compute_loss=None, log=print):
+    """Validate `model` on `dataloader` (a val loader: rect, pad 0.5, no augmentation) as `cfg` (a ValConfig;
+    None: its defaults) says; compute_loss: the training loss, to report the validation loss on the raw maps.
 
     Returns dict: mp, mr, map50, map (floats), maps (nc,) numpy per-class mAP50-95 (classes without labels
     get the mean), box_loss, cls_loss, dfl_loss (mean per batch; 0 without compute_loss), fitness-ready
     values, speed (pre, inference, nms) in ms per image, ap_class (classes with labels), nt (nc,) label
     counts, seen (images), coco_stats (COCOeval's 12 stats when COCO evaluated, else None). names: list or dict
-    of class names. save_json: write save_dir/json_name; class_map: class → category id (None: the index);
-    anno_json: COCO annotations to evaluate against (None: write only); image_ids: the images COCO evaluates
-    (None: all of anno_json). augment: test-time augmentation (yolov9c/engine/tta.py; the loss, when asked,
-    is computed on the plain scale-1 pass). progress: a tqdm bar over the batches while it runs, its description
-    the table's header (yolov9c/engine/progress.py; cleared at the end, when the header line is logged); False for
-    a quiet validation."""
+    of class names."""
+    cfg = cfg or ValConfig()
     if isinstance(names, dict):
         names = [names[k] for k in sorted(names)]
     names = list(names) if names is not None else [str(i) for i in range(nc)]
     device = _device_of(model)
-    half = bool(half) and device.type == "cuda"
+    half = bool(cfg.half) and device.type == "cuda"
     caller, was_training = model, model.training
     # a converted copy, never the caller's weights in place: an fp16 round trip would quantise the EMA
     # (the published code leaves the training EMA in fp16 after the first validation)
@@ -110,18 +137,16 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
     if any(p.is_floating_point() and p.dtype != dtype for p in model.parameters()):
         model = copy.deepcopy(model).to(dtype)
     model.eval()
-    save_dir = Path(save_dir) if save_dir is not None else None
+    save_dir = Path(cfg.save_dir) if cfg.save_dir is not None else None
     if save_dir is not None:
         save_dir.mkdir(parents=True, exist_ok=True)
-    if save_txt and save_dir is not None:
-        (save_dir / "labels").mkdir(parents=True, exist_ok=True)
-    iouv = IOU_THRESHOLDS.to(device)
-    cm = ConfusionMatrix(nc=nc)
+        if cfg.save_txt:
+            (save_dir / "labels").mkdir(parents=True, exist_ok=True)
+    run = _Run(cfg, save_dir, nc, device)
     dt = [_Timer(device), _Timer(device), _Timer(device)]
     loss = torch.zeros(3, device=device)
-    stats, jdict, seen, shape = [], [], 0, None
-    nb = 0
-    batches = bar(dataloader, desc=HEADER, leave=False) if progress else dataloader
+    nb, shape = 0, None
+    batches = bar(dataloader, desc=HEADER, leave=False) if cfg.progress else dataloader
     for batch_i, (imgs, targets, paths, shapes) in enumerate(batches):
         nb += 1
         with dt[0]:
@@ -131,7 +156,7 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
         bs, _, height, width = imgs.shape
         shape = (height, width)
         with dt[1]:
-            if augment:
+            if cfg.augment:
                 from yolov9c.engine.tta import augmented_inference
 
                 preds, raw = augmented_inference(model, imgs, return_maps=True)
@@ -142,79 +167,101 @@ def validate(model, dataloader, *, nc, names, conf_thres=0.001, iou_thres=0.7, m
                 raise ValueError("compute_loss needs the raw maps: the model's eval output has none")
             loss += torch.as_tensor(compute_loss(raw, targets)[1], device=device).float().view(-1)[:3]
         targets = targets.clone()
-        if single_cls:  # the loader does this with single_cls=True; repeated so any val loader works
+        if cfg.single_cls:  # the loader does this with single_cls=True; repeated so any val loader works
             targets[:, 1] = 0
         targets[:, 2:] *= torch.tensor((width, height, width, height), device=device)  # to pixels
-        hybrid = [targets[targets[:, 0] == i, 1:] for i in range(bs)] if save_hybrid else None
+        hybrid = [targets[targets[:, 0] == i, 1:] for i in range(bs)] if cfg.save_hybrid else None
         with dt[2]:
-            dets = non_max_suppression(preds, conf_thres, iou_thres, multi_label=True, agnostic=single_cls,
-                                       max_det=max_det, time_limit=time_limit, labels=hybrid)
+            dets = non_max_suppression(preds, cfg.conf_thres, cfg.iou_thres, multi_label=True,
+                                       agnostic=cfg.single_cls, max_det=cfg.max_det, time_limit=cfg.time_limit,
+                                       labels=hybrid)
         for si, pred in enumerate(dets):
-            labels = targets[targets[:, 0] == si, 1:]
-            nl, npr = labels.shape[0], pred.shape[0]
-            seen += 1
-            correct = torch.zeros(npr, len(iouv), dtype=torch.bool, device=device)
-            if npr == 0:
-                if nl:
-                    stats.append((correct, torch.zeros(0, device=device), torch.zeros(0, device=device),
-                                  labels[:, 0]))
-                    if plots:
-                        cm.process_batch(None, labels[:, 0])
-                continue
-            if single_cls:
-                pred[:, 5] = 0
-            shape0, ratio_pad = shapes[si][0], shapes[si][1]
-            predn = pred.clone().float()
-            scale_boxes(predn, (height, width), shape0, ratio_pad)
-            if nl:
-                labelsn = torch.cat((labels[:, 0:1], xywh_to_xyxy(labels[:, 1:5])), 1).float()
-                scale_boxes(labelsn[:, 1:], (height, width), shape0, ratio_pad)
-                correct = match_predictions(predn, labelsn, iouv)
-                if plots:
-                    cm.process_batch(predn, labelsn)
-            stats.append((correct, pred[:, 4].float(), pred[:, 5].float(), labels[:, 0]))
-            if save_txt and save_dir is not None:
-                _save_txt(predn, shape0, save_dir / "labels" / (Path(paths[si]).stem + ".txt"), save_conf)
-            if save_json:
-                jdict += json_rows(predn, paths[si], class_map)
-        if plots and save_dir is not None and batch_i < 3:
+            run.add_image(pred, targets[targets[:, 0] == si, 1:], shape, shapes[si], paths[si])
+        if cfg.plots and save_dir is not None and batch_i < 3:
             from yolov9c.engine.val.plots import plot_images
 
             plot_images(imgs, targets, paths, save_dir / f"val_batch{batch_i}_labels.jpg", names)
             plot_images(imgs, _dets_as_targets(dets), paths, save_dir / f"val_batch{batch_i}_pred.jpg", names)
 
-    result = _summarise(stats, nc, names, seen, verbose, training, log)
-    speed = tuple(t.t / max(seen, 1) * 1e3 for t in dt)
-    if not training:
+    result = _summarise(run.stats, nc, names, run.seen, cfg.verbose, cfg.training, log)
+    speed = tuple(t.t / max(run.seen, 1) * 1e3 for t in dt)
+    if not cfg.training:
         log(f"Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape "
             f"{(dataloader.batch_size if hasattr(dataloader, 'batch_size') else '?', 3, *(shape or (0, 0)))}"
             % speed)
-    if plots and save_dir is not None:
+    if cfg.plots and save_dir is not None:
         from yolov9c.engine.val.plots import plot_confusion_matrix, plot_metric_curves
 
-        plot_confusion_matrix(cm, names, save_dir)
+        plot_confusion_matrix(run.cm, names, save_dir)
         if result["curves"] is not None:
             plot_metric_curves(result["curves"], names, save_dir)
-    coco_stats = None
-    if save_json and save_dir is not None:
-        jpath = save_dir / json_name
-        jpath.write_text(json.dumps(jdict))
-        log(f"Saving {jpath}... ({len(jdict)} predictions)")
-        if anno_json is None:
-            log("--save-json: predictions written; no COCO annotations given, COCO evaluation skipped")
-        elif not jdict:
-            log("--save-json: no predictions above the confidence threshold; COCO evaluation skipped")
-        else:
-            coco_stats = coco_evaluate(jpath, anno_json, image_ids, log)
-            if coco_stats is not None:
-                result["map"], result["map50"] = coco_stats[0], coco_stats[1]
+    coco_stats = _save_json(run.jdict, cfg, save_dir, log) if cfg.save_json and save_dir is not None else None
+    if coco_stats is not None:
+        result["map"], result["map50"] = coco_stats[0], coco_stats[1]
     loss = (loss / max(nb, 1)).cpu().tolist()
-    result.update(box_loss=loss[0], cls_loss=loss[1], dfl_loss=loss[2], speed=speed, seen=seen,
+    result.update(box_loss=loss[0], cls_loss=loss[1], dfl_loss=loss[2], speed=speed, seen=run.seen,
                   coco_stats=coco_stats)
     caller.train(was_training)
-    if save_dir is not None and not training:
+    if save_dir is not None and not cfg.training:
         log(f"Results saved to {save_dir}")
     return result
+
+
+class _Run:
+    """What one validation gathers image by image: the match statistics, the confusion matrix (plots), the
+    COCO-JSON rows (save_json) and the label files (save_txt)."""
+
+    def __init__(self, cfg, save_dir, nc, device):
+        self.cfg, self.save_dir, self.device = cfg, save_dir, device
+        self.iouv = IOU_THRESHOLDS.to(device)
+        self.cm = ConfusionMatrix(nc=nc)
+        self.stats, self.jdict, self.seen = [], [], 0
+
+    def add_image(self, pred, labels, shape, shapes_i, path):
+        """One image: pred (n, 6) NMS rows at the letterboxed `shape`, labels (m, 5) [cls, xywh pixels],
+        shapes_i the loader's ((h0, w0), ratio_pad)."""
+        cfg, device = self.cfg, self.device
+        nl, npr = labels.shape[0], pred.shape[0]
+        self.seen += 1
+        correct = torch.zeros(npr, len(self.iouv), dtype=torch.bool, device=device)
+        if npr == 0:
+            if nl:
+                self.stats.append((correct, torch.zeros(0, device=device), torch.zeros(0, device=device),
+                                   labels[:, 0]))
+                if cfg.plots:
+                    self.cm.process_batch(None, labels[:, 0])
+            return
+        if cfg.single_cls:
+            pred[:, 5] = 0
+        shape0, ratio_pad = shapes_i[0], shapes_i[1]
+        predn = pred.clone().float()
+        scale_boxes(predn, shape, shape0, ratio_pad)
+        if nl:
+            labelsn = torch.cat((labels[:, 0:1], xywh_to_xyxy(labels[:, 1:5])), 1).float()
+            scale_boxes(labelsn[:, 1:], shape, shape0, ratio_pad)
+            correct = match_predictions(predn, labelsn, self.iouv)
+            if cfg.plots:
+                self.cm.process_batch(predn, labelsn)
+        self.stats.append((correct, pred[:, 4].float(), pred[:, 5].float(), labels[:, 0]))
+        if cfg.save_txt and self.save_dir is not None:
+            _save_txt(predn, shape0, self.save_dir / "labels" / (Path(path).stem + ".txt"), cfg.save_conf)
+        if cfg.save_json:
+            self.jdict += json_rows(predn, path, cfg.class_map)
+
+
+def _save_json(jdict, cfg, save_dir, log):
+    """Write the COCO-JSON predictions; COCO's 12 stats when cfg.anno_json is given and there are
+    predictions (and pycocotools evaluates them), else None."""
+    jpath = save_dir / cfg.json_name
+    jpath.write_text(json.dumps(jdict))
+    log(f"Saving {jpath}... ({len(jdict)} predictions)")
+    if cfg.anno_json is None:
+        log("--save-json: predictions written; no COCO annotations given, COCO evaluation skipped")
+        return None
+    if not jdict:
+        log("--save-json: no predictions above the confidence threshold; COCO evaluation skipped")
+        return None
+    return coco_evaluate(jpath, cfg.anno_json, cfg.image_ids, log)
 
 
 def _dets_as_targets(dets):
