@@ -19,7 +19,7 @@ import torch
 
 from test_detect_predictor import FixedBoxes
 from yolov9c.cli.detect import main
-from yolov9c.engine.detect.predictor import detect
+from yolov9c.engine.detect.predictor import DetectConfig, detect
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,8 +63,8 @@ def test_bad_files_are_skipped_and_every_good_file_is_written(tmp_path, kind):
         source.write_text("\n".join(["src/a_empty.jpg", "src/b_good.png", "src/c_garbage.jpg", "src/d_good.jpg",
                                      "src/e_half.png", "src/f_broken.mp4", "src/g_good.png"]) + "\n")
     logs = []
-    r = detect(source=source, imgsz=160, model=FixedBoxes(), project=tmp_path / "runs", save_txt=True,
-               save_crop=True, log=logs.append)
+    r = detect(DetectConfig(source=source, imgsz=160, project=tmp_path / "runs", save_txt=True, save_crop=True),
+               model=FixedBoxes(), log=logs.append)
     assert r["frames"] == 3 and r["files"] == 7 and r["detections"] == 3 * 3
     assert [Path(p).name for p, _ in r["failed"]] == list(BAD)
     _assert_good_outputs(r["save_dir"])

@@ -39,6 +39,20 @@ def test_every_published_flag_parses_and_defaults_match():
     assert p.parse_args(["--img", "320", "256"]).imgsz == [320, 256]
 
 
+def test_every_detect_option_is_a_flag_with_the_same_default():
+    """The CLI fills DetectConfig by field name: each field is a parser destination with the same default
+    (weights, source and imgsz, which the CLI converts, aside), so no option is silently dropped."""
+    import dataclasses
+
+    from yolov9c.engine.detect.predictor import DetectConfig
+    d = vars(build_parser().parse_args([]))
+    for f in dataclasses.fields(DetectConfig):
+        if f.name in ("weights", "source", "imgsz"):
+            continue
+        assert f.name in d, f"DetectConfig.{f.name} has no detect_dual.py flag"
+        assert d[f.name] == f.default, f.name
+
+
 @pytest.mark.parametrize("argv, words", [
     ([], "--weights is required"),
     (["--weights", "a.pt", "b.pt"], "one file expected"),

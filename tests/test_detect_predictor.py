@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from yolov9c.engine.detect.predictor import detect, main_head_output
+from yolov9c.engine.detect.predictor import DetectConfig, detect, main_head_output
 from yolov9c.geometry import scale_boxes
 
 NAMES = ["zero", "one", "two", "three"]
@@ -78,8 +78,8 @@ def image_240x320(tmp_path):
 def test_perfect_model_labels_are_the_hand_computed_boxes(image_240x320, tmp_path):
     model = FixedBoxes()
     logs = []
-    r = detect(source=image_240x320, imgsz=160, model=model, project=tmp_path / "runs", save_txt=True,
-               save_conf=True, save_crop=True, log=logs.append)
+    r = detect(DetectConfig(source=image_240x320, imgsz=160, project=tmp_path / "runs", save_txt=True,
+                            save_conf=True, save_crop=True), model=model, log=logs.append)
     x = model.seen[0]
     assert x.shape == (1, 3, 128, 160) and x.dtype == torch.float32
     assert x[0, 0, 64, 10] == 1.0 and x[0, 2, 64, 10] == 0.0  # RGB order, scaled to [0, 1]
@@ -103,8 +103,8 @@ def test_perfect_model_labels_are_the_hand_computed_boxes(image_240x320, tmp_pat
     ({"conf_thres": 0.05}, [1, 2, 3, 0]),
 ])
 def test_filters(image_240x320, tmp_path, kw, classes):
-    r = detect(source=image_240x320, imgsz=160, model=FixedBoxes(), project=tmp_path, save_txt=True, nosave=True,
-               log=lambda s: None, **kw)
+    r = detect(DetectConfig(source=image_240x320, imgsz=160, project=tmp_path, save_txt=True, nosave=True, **kw),
+               model=FixedBoxes(), log=lambda s: None)
     rows = _read_labels(r["save_dir"] / "labels" / "pic.txt")
     assert [int(row[0]) for row in rows] == classes
     assert all(len(row) == 5 for row in rows)  # no conf column without save_conf
@@ -112,9 +112,9 @@ def test_filters(image_240x320, tmp_path, kw, classes):
 
 
 def test_run_dirs_increment_unless_exist_ok(image_240x320, tmp_path):
-    kw = {"source": image_240x320, "imgsz": 160, "project": tmp_path, "log": lambda s: None}
-    dirs = [detect(model=FixedBoxes(), **kw)["save_dir"].name for _ in range(2)]
-    dirs.append(detect(model=FixedBoxes(), exist_ok=True, **kw)["save_dir"].name)
+    kw = {"source": image_240x320, "imgsz": 160, "project": tmp_path}
+    dirs = [detect(DetectConfig(**kw), model=FixedBoxes(), log=lambda s: None)["save_dir"].name for _ in range(2)]
+    dirs.append(detect(DetectConfig(exist_ok=True, **kw), model=FixedBoxes(), log=lambda s: None)["save_dir"].name)
     assert dirs == ["exp", "exp2", "exp"]
 
 
@@ -180,8 +180,8 @@ def test_real_models_main_head_equals_converted_gelan(synthetic_val, checkpoints
         (src / p.name).write_bytes(p.read_bytes())
     out = {}
     for w in ("yolov9-t", "gelan-t"):
-        r = detect(weights=checkpoints / f"{w}.pt", source=src, imgsz=160, conf_thres=0.25, max_det=5,
-                   project=tmp_path / "runs", name=w, save_txt=True, save_conf=True, log=lambda s: None)
+        r = detect(DetectConfig(weights=checkpoints / f"{w}.pt", source=src, imgsz=160, conf_thres=0.25, max_det=5,
+                                project=tmp_path / "runs", name=w, save_txt=True, save_conf=True), log=lambda s: None)
         assert r["frames"] == 3 and r["detections"] > 0
         assert sorted(p.name for p in r["save_dir"].glob("*.jpg")) == [p.name for p in synthetic_val]
         labels = {p.name: _read_labels(p) for p in (r["save_dir"] / "labels").glob("*.txt")}
@@ -205,8 +205,8 @@ def test_video_labels_frames_and_mp4(checkpoints, tmp_path):
         cv2.circle(frame, (20 + 15 * i, 32), 10, (30, 200, 40), -1)
         vw.write(frame)
     vw.release()
-    r = detect(weights=checkpoints / "gelan-t.pt", source=vid, imgsz=64, conf_thres=0.001, max_det=3,
-               vid_stride=2, project=tmp_path / "runs", save_txt=True, log=lambda s: None)
+    r = detect(DetectConfig(weights=checkpoints / "gelan-t.pt", source=vid, imgsz=64, conf_thres=0.001, max_det=3,
+                            vid_stride=2, project=tmp_path / "runs", save_txt=True), log=lambda s: None)
     assert r["frames"] == 2
     assert sorted(p.name for p in (r["save_dir"] / "labels").glob("*.txt")) == ["clip_1.txt", "clip_2.txt"]
     assert all(len(row) == 5 for p in (r["save_dir"] / "labels").glob("*.txt") for row in _read_labels(p))
@@ -222,8 +222,9 @@ def test_video_labels_frames_and_mp4(checkpoints, tmp_path):
 def test_published_pt_gives_the_same_labels_as_ours(synthetic_val, checkpoints, tmp_path):
     got = []
     for w in ("published-yolov9-t", "yolov9-t-fp16"):
-        r = detect(weights=checkpoints / f"{w}.pt", source=synthetic_val[0], imgsz=160, conf_thres=0.25, max_det=5,
-                   project=tmp_path, name=w, save_txt=True, save_conf=True, nosave=True, log=lambda s: None)
+        r = detect(DetectConfig(weights=checkpoints / f"{w}.pt", source=synthetic_val[0], imgsz=160, conf_thres=0.25,
+                                max_det=5, project=tmp_path, name=w, save_txt=True, save_conf=True, nosave=True),
+                   log=lambda s: None)
         got.append((r["save_dir"] / "labels" / f"{synthetic_val[0].stem}.txt").read_text())
     assert got[0] == got[1] and got[0].count("\n") >= 1
 
@@ -233,9 +234,9 @@ def test_published_pt_gives_the_same_labels_as_ours(synthetic_val, checkpoints, 
 def test_half_on_cuda_matches_float32(synthetic_val, checkpoints, tmp_path):
     got = {}
     for half in (False, True):
-        r = detect(weights=checkpoints / "yolov9-t.pt", source=synthetic_val[0], imgsz=160, conf_thres=0.25,
-                   max_det=5, device="0", half=half, project=tmp_path, name=f"h{half}", save_txt=True,
-                   save_conf=True, nosave=True, log=lambda s: None)
+        r = detect(DetectConfig(weights=checkpoints / "yolov9-t.pt", source=synthetic_val[0], imgsz=160,
+                                conf_thres=0.25, max_det=5, device="0", half=half, project=tmp_path, name=f"h{half}",
+                                save_txt=True, save_conf=True, nosave=True), log=lambda s: None)
         got[half] = np.array(_read_labels(r["save_dir"] / "labels" / f"{synthetic_val[0].stem}.txt"))
     assert got[True].shape == got[False].shape
     assert np.allclose(got[True], got[False], atol=5e-3)  # fp16 rounding of boxes and scores

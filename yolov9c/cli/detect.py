@@ -98,14 +98,13 @@ def main(argv=None, prog="detect_dual.py"):
             from yolov9c.data.dataset_yaml import load_data_config
 
             source = load_data_config("synthetic")["val"][0]
-        from yolov9c.engine.detect.predictor import detect
+        from yolov9c.engine.detect.predictor import DetectConfig, detect
 
-        result = detect(weights=opt.weights[0], source=source, imgsz=imgsz, conf_thres=opt.conf_thres,
-                        iou_thres=opt.iou_thres, max_det=opt.max_det, device=opt.device, save_txt=opt.save_txt,
-                        save_conf=opt.save_conf, save_crop=opt.save_crop, nosave=opt.nosave, classes=opt.classes,
-                        agnostic_nms=opt.agnostic_nms, project=opt.project, name=opt.name,
-                        exist_ok=opt.exist_ok, line_thickness=opt.line_thickness, hide_labels=opt.hide_labels,
-                        hide_conf=opt.hide_conf, half=opt.half, vid_stride=opt.vid_stride, augment=opt.augment)
+        # the flags carry DetectConfig's names (argparse: --conf-thres → conf_thres, ...)
+        fields = {f for f in DetectConfig.__dataclass_fields__} - {"weights", "source", "imgsz"}
+        cfg = DetectConfig(weights=opt.weights[0], source=source, imgsz=imgsz,
+                           **{k: v for k, v in vars(opt).items() if k in fields})
+        result = detect(cfg)
     except (FileNotFoundError, CheckpointError, SourceError, DataConfigError, ValueError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return EXIT_USAGE

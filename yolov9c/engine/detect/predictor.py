@@ -1,6 +1,6 @@
 """The detect workflow of detect_dual.py: weights → fused model → sources → NMS → annotated files and labels.
 
-`detect(weights=..., source=..., ...)` runs it and returns a summary dict; `yolov9c/cli/detect.py` is its
+`detect(DetectConfig(weights=..., source=..., ...))` runs it and returns a summary dict; `yolov9c/cli/detect.py` is its
 command line. Published behaviour (spec §8): the model is fused for inference; inputs are letterboxed with
 minimal stride padding; the **main** head's output is used (y[1] of a DualDDetect model, y of a DDetect /
 converted gelan model); single-label NMS (conf 0.25, IoU 0.45, max_det 1000 by default); boxes are scaled
@@ -17,7 +17,10 @@ says how many of the files were skipped, and the result's `failed` lists them.
 Test: python -m pytest -q tests/test_detect_predictor.py
 """
 
+from __future__ import annotations
+
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
@@ -112,61 +115,74 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def detect(weights=None, source=None, imgsz=(640, 640), conf_thres=0.25, iou_thres=0.45, max_det=1000,
-           device="", save_txt=False, save_conf=False, save_crop=False, nosave=False, classes=None,
-           agnostic_nms=False, project="runs/detect", name="exp", exist_ok=False, line_thickness=3,
-           hide_labels=False, hide_conf=False, half=False, vid_stride=1, model=None, log=print, augment=False):
-    """Run detection and write the outputs; returns {'save_dir': Path, 'frames': int, 'detections': int,
-    'labels': int (label files written), 'speed': (pre, inference, nms) ms per image, 'files': int (sources),
-    'failed': [(path, reason)] of the files skipped because they could not be read}.
+@dataclass
+class DetectConfig:
+    """Every option of one detection run: detect_dual.py's flags, same names and defaults (spec §8)."""
+    weights: str | Path | None = None  # checkpoint path (unused when detect() is given a model)
+    source: object = None  # what sources.resolve_sources accepts: a file, folder, glob, list or .txt list
+    imgsz: int | tuple = (640, 640)  # int or (h, w); rounded up to the model's stride, with a warning
+    conf_thres: float = 0.25
+    iou_thres: float = 0.45
+    max_det: int = 1000
+    classes: list | None = None  # class ids to keep (None: all)
+    agnostic_nms: bool = False
+    augment: bool = False  # test-time augmentation (yolov9c/engine/tta.py)
+    device: str = ""  # '' (CUDA 0 when available, else CPU), 'cpu', '0', '0,1' (the first listed GPU)
+    half: bool = False  # fp16, CUDA only (on the CPU a note is logged and fp32 used)
+    vid_stride: int = 1
+    # outputs in project/name (exp, exp2, … unless exist_ok)
+    project: str | Path = "runs/detect"
+    name: str = "exp"
+    exist_ok: bool = False
+    save_txt: bool = False
+    save_conf: bool = False
+    save_crop: bool = False
+    nosave: bool = False  # no annotated images or videos
+    line_thickness: int = 3
+    hide_labels: bool = False
+    hide_conf: bool = False
 
-    weights: checkpoint path (ignored when `model` is given: an eval-mode module with `stride` and `names`
-    whose eval forward returns the published structures). source: what resolve_sources accepts.
-    imgsz: int or (h, w). classes: None or class ids to keep. half: fp16 (CUDA only; on the CPU a note is
-    logged and fp32 used). augment: test-time augmentation (yolov9c/engine/tta.py). Unreadable files are
-    skipped (see above), never raised. Raises SourceError / FileNotFoundError / CheckpointError / ValueError
-    for a source, weights file or option that cannot be used at all (before anything is written)."""
+
+def detect(cfg, model=None, log=print):
+    """Run detection as `cfg` (a DetectConfig) says and write the outputs; returns {'save_dir': Path, 'frames':
+    int, 'detections': int, 'labels': int (label files written), 'speed': (pre, inference, nms) ms per image,
+    'files': int (sources), 'failed': [(path, reason)] of the files skipped because they could not be read}.
+
+    model: an eval-mode module with `stride` and `names` whose eval forward returns the published structures
+    (cfg.weights is then not loaded). Unreadable files are skipped (see above), never raised. Raises
+    SourceError / FileNotFoundError / CheckpointError / ValueError for a source, weights file or option that
+    cannot be used at all (before anything is written)."""
     from yolov9c.engine.postprocess import non_max_suppression
     from yolov9c.engine.tta import augmented_inference
 
-    files = resolve_sources(source)
-    dev = inference_device(device)
+    files = resolve_sources(cfg.source)
+    dev = inference_device(cfg.device)
+    half = cfg.half
     if half and dev.type != "cuda":
         log("half precision needs CUDA: running in float32 on the CPU")
         half = False
     if model is None:
-        model = load_detector(weights, dev, half)
+        model = load_detector(cfg.weights, dev, half)
     stride = int(max(float(s) for s in torch.as_tensor(model.stride).flatten()))
     names = list(getattr(model, "names", []) or [])
-    imgsz = (int(imgsz), int(imgsz)) if np.isscalar(imgsz) else tuple(int(v) for v in imgsz)
-    if len(imgsz) == 1:
-        imgsz = imgsz * 2
-    fixed = tuple(-(-v // stride) * stride for v in imgsz)  # published check_img_size: round up to stride
-    if fixed != imgsz:
-        log(f"WARNING: --imgsz {list(imgsz)} must be a multiple of max stride {stride}, updating to {list(fixed)}")
-        imgsz = fixed
-
-    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok, mkdir=True)  # exp, exp2, …
-    if save_txt:
-        (save_dir / "labels").mkdir(exist_ok=True)
+    imgsz = _image_size(cfg.imgsz, stride, log)
+    out = _Outputs(cfg, names)
     dtype = torch.float16 if half else torch.float32
-    writers = {}  # video path -> cv2.VideoWriter
     totals = np.zeros(3)
     frames = n_det = 0
-    label_files = set()
     try:
-        source = MediaSource(files, imgsz, stride, auto=True, vid_stride=vid_stride, warn=log)
+        source = MediaSource(files, imgsz, stride, auto=True, vid_stride=cfg.vid_stride, warn=log)
         for fr in source:
             t0 = time.perf_counter()
             x = torch.from_numpy(fr.img).to(dev).to(dtype)[None] / 255
             _sync(dev)
             t1 = time.perf_counter()
             with torch.inference_mode():
-                pred = augmented_inference(model, x) if augment else main_head_output(model(x))
+                pred = augmented_inference(model, x) if cfg.augment else main_head_output(model(x))
             _sync(dev)
             t2 = time.perf_counter()
-            det = non_max_suppression(pred, conf_thres, iou_thres, classes=classes, agnostic=agnostic_nms,
-                                      multi_label=False, max_det=max_det)[0]
+            det = non_max_suppression(pred, cfg.conf_thres, cfg.iou_thres, classes=cfg.classes,
+                                      agnostic=cfg.agnostic_nms, multi_label=False, max_det=cfg.max_det)[0]
             _sync(dev)
             t3 = time.perf_counter()
             totals += (t1 - t0, t2 - t1, t3 - t2)
@@ -175,51 +191,81 @@ def detect(weights=None, source=None, imgsz=(640, 640), conf_thres=0.25, iou_thr
             det = det.float().cpu()
             scale_boxes(det, x.shape[2:], fr.img0.shape[:2])
             n_det += len(det)
-            p = Path(fr.path)
             msg = fr.describe() + f"{x.shape[2]}x{x.shape[3]} " + (_counts_text(det, names) if len(det) else
                                                                     "(no detections), ")
             log(f"{msg}{(t2 - t1) * 1e3:.1f}ms")
-
-            if save_txt and len(det):
-                lf = save_dir / "labels" / (p.stem + (f"_{fr.frame}" if fr.is_video else "") + ".txt")
-                with open(lf, "a") as f:  # append, as published (one file per image / frame)
-                    f.write("".join(r + "\n" for r in label_rows(det, fr.img0.shape, save_conf)))
-                label_files.add(lf)
-            if save_crop and len(det):
-                for *xyxy, conf, c in det.tolist():
-                    folder = save_dir / "crops" / _name(names, c)
-                    folder.mkdir(parents=True, exist_ok=True)
-                    cv2.imwrite(str(_unique_file(folder / f"{p.stem}.jpg")), crop_box(fr.img0, xyxy))
-            if nosave:
-                continue
-            im = fr.img0  # drawn in place: crops were cut first
-            for *xyxy, conf, c in det.tolist():
-                draw_detection(im, xyxy, detection_label(_name(names, c), conf, hide_labels, hide_conf),
-                               class_color(c), line_thickness)
-            if fr.is_video:
-                w = writers.get(fr.path)
-                if w is None:
-                    out = str(save_dir / f"{p.stem}.mp4")
-                    w = cv2.VideoWriter(out, cv2.VideoWriter_fourcc(*"mp4v"), fr.fps or 30.0,
-                                        (im.shape[1], im.shape[0]))
-                    if not w.isOpened():
-                        raise RuntimeError(f"cannot write video {out} (OpenCV has no mp4v encoder?)")
-                    writers[fr.path] = w
-                w.write(im)
-            else:
-                cv2.imwrite(str(save_dir / p.name), im)
+            out.write(fr, det)
     finally:
-        for w in writers.values():
-            w.release()
+        out.close()
 
     speed = tuple(totals / max(frames, 1) * 1e3)
     log(f"Speed: {speed[0]:.1f}ms pre-process, {speed[1]:.1f}ms inference, {speed[2]:.1f}ms NMS per image at "
         f"shape {(1, 3, *imgsz)}")
-    saved = f"\n{len(label_files)} labels saved to {save_dir / 'labels'}" if save_txt else ""
-    if save_txt or not nosave or save_crop:
-        log(f"Results saved to {save_dir}{saved}")
+    saved = f"\n{len(out.label_files)} labels saved to {out.save_dir / 'labels'}" if cfg.save_txt else ""
+    if cfg.save_txt or not cfg.nosave or cfg.save_crop:
+        log(f"Results saved to {out.save_dir}{saved}")
     if source.failed:
         log(f"WARNING: {len(source.failed)} of {len(files)} files could not be read and were skipped "
             "(the WARNING lines above say why)")
-    return {"save_dir": save_dir, "frames": frames, "detections": n_det, "labels": len(label_files),
+    return {"save_dir": out.save_dir, "frames": frames, "detections": n_det, "labels": len(out.label_files),
             "speed": speed, "files": len(files), "failed": list(source.failed)}
+
+
+def _image_size(imgsz, stride, log):
+    """(h, w) from an int or a 1- or 2-sequence, rounded up to a multiple of `stride` (the published
+    check_img_size, with its warning)."""
+    imgsz = (int(imgsz), int(imgsz)) if np.isscalar(imgsz) else tuple(int(v) for v in imgsz)
+    if len(imgsz) == 1:
+        imgsz = imgsz * 2
+    fixed = tuple(-(-v // stride) * stride for v in imgsz)
+    if fixed != imgsz:
+        log(f"WARNING: --imgsz {list(imgsz)} must be a multiple of max stride {stride}, updating to {list(fixed)}")
+    return fixed
+
+
+class _Outputs:
+    """What one run writes in its save_dir (project/name, exp, exp2, …): label files, crops, annotated images
+    and videos (one cv2.VideoWriter per video, released by close())."""
+
+    def __init__(self, cfg, names):
+        self.cfg, self.names = cfg, names
+        self.save_dir = increment_path(Path(cfg.project) / cfg.name, exist_ok=cfg.exist_ok, mkdir=True)
+        if cfg.save_txt:
+            (self.save_dir / "labels").mkdir(exist_ok=True)
+        self.writers = {}  # video path -> cv2.VideoWriter
+        self.label_files = set()
+
+    def write(self, fr, det):
+        """Frame `fr` (sources.Frame) and its detections (n, 6) in original pixels."""
+        cfg, names, p = self.cfg, self.names, Path(fr.path)
+        if cfg.save_txt and len(det):
+            lf = self.save_dir / "labels" / (p.stem + (f"_{fr.frame}" if fr.is_video else "") + ".txt")
+            with open(lf, "a") as f:  # append, as published (one file per image / frame)
+                f.write("".join(r + "\n" for r in label_rows(det, fr.img0.shape, cfg.save_conf)))
+            self.label_files.add(lf)
+        if cfg.save_crop and len(det):
+            for *xyxy, conf, c in det.tolist():
+                folder = self.save_dir / "crops" / _name(names, c)
+                folder.mkdir(parents=True, exist_ok=True)
+                cv2.imwrite(str(_unique_file(folder / f"{p.stem}.jpg")), crop_box(fr.img0, xyxy))
+        if cfg.nosave:
+            return
+        im = fr.img0  # drawn in place: crops were cut first
+        for *xyxy, conf, c in det.tolist():
+            draw_detection(im, xyxy, detection_label(_name(names, c), conf, cfg.hide_labels, cfg.hide_conf),
+                           class_color(c), cfg.line_thickness)
+        if fr.is_video:
+            w = self.writers.get(fr.path)
+            if w is None:
+                out = str(self.save_dir / f"{p.stem}.mp4")
+                w = cv2.VideoWriter(out, cv2.VideoWriter_fourcc(*"mp4v"), fr.fps or 30.0, (im.shape[1], im.shape[0]))
+                if not w.isOpened():
+                    raise RuntimeError(f"cannot write video {out} (OpenCV has no mp4v encoder?)")
+                self.writers[fr.path] = w
+            w.write(im)
+        else:
+            cv2.imwrite(str(self.save_dir / p.name), im)
+
+    def close(self):
+        for w in self.writers.values():
+            w.release()
