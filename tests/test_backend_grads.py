@@ -33,3 +33,31 @@ def test_c_gradients_as_close_to_float64_as_torch(tmp_path, capsys):
     table = capsys.readouterr().out.split("err(c, c) / err(torch, torch):")[1]
     ratios = [float(line.split("|")[4]) for line in table.splitlines() if line.startswith("| model.")]
     assert len(ratios) == 40 and max(ratios) < 10, max(ratios)
+
+
+def test_trained_weights_replace_the_warm_steps(tmp_path, capsys):
+    """--weights starts every way from a checkpoint (late training) instead of --cfg and --warm-steps, and a
+    checkpoint of another class count is refused before anything runs."""
+    import pytest
+    import torch
+
+    from yolov9c.api import build_model
+    from yolov9c.models.checkpoint import save_checkpoint
+    torch.manual_seed(1)
+    m = build_model("yolov9-t", nc=80)
+    with torch.no_grad():  # trained-looking: BatchNorm scales away from 1
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                mod.weight.uniform_(0.2, 2.0)
+    w = save_checkpoint(tmp_path / "last.pt", m, half=False)
+    out = tmp_path / "g.jsonl"
+    args = ["--data", str(COCO128 / "data.yaml"), "--img", "96", "--batch", "2", "--batches", "1",
+            "--device", "cpu", "--json", str(out)]
+    assert backend_grads.main(args + ["--weights", str(w)]) == 0
+    text = capsys.readouterr().out
+    assert f"weights: {w}" in text
+    rows = {r["kind"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert rows["all"]["tensors"] > 0 and rows["all"]["err"]["model c, loss c"] < 1e-2
+    w2 = save_checkpoint(tmp_path / "nc3.pt", build_model("yolov9-t", nc=3), half=False)
+    with pytest.raises(SystemExit, match="3 classes"):
+        backend_grads.main(args + ["--weights", str(w2)])

@@ -12,6 +12,8 @@ parameter kind (conv weights, BN weights, BN biases, the heads' conv biases) the
 
 --warm-steps N first trains the reference model N float32 SGD steps (lr 0.01, the same batches' augmentation
 stream) so the weights are off their initialisation, where train-mode BatchNorm amplifies any rounding.
+--weights RUN/weights/last.pt starts from a trained checkpoint instead (late training: sharp predictions, other
+assignments, BatchNorm scales far from 1), e.g. the runs of bench_accuracy.py.
 An fp16 path whose gradients are biased (not merely rounded) shows as a kind, or a few tensors, whose error is
 many times torch's; rounding alone leaves c's and torch's errors alike. A bias smaller than the fp16 rounding
 of one batch (~8 % per tensor for yolov9-s in train mode) shows in the "bias" figure: the error of the gradients
@@ -90,6 +92,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--warm-steps", type=int, default=20)
+    p.add_argument("--weights", default=None,
+                   help="start from this checkpoint (a trained run's last.pt) instead of --cfg and --warm-steps")
     p.add_argument("--scale", type=float, default=2.0 ** 13, help="loss scale of the fp16 ways (GradScaler's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="0")
@@ -109,11 +113,19 @@ def main(argv=None):
     nc = a.nc or load_data_config(a.data)["nc"]
     hyp = load_hyp(a.hyp)
     torch.manual_seed(a.seed)
-    ref = build_model(a.cfg, nc=nc).to(device).train()
+    if a.weights:  # trained weights (e.g. a run's last.pt, EMA preferred): late training instead of warm steps
+        from yolov9c.api import load_model
+
+        ref = load_model(a.weights).to(device).train()
+        if ref.nc != nc:
+            raise SystemExit(f"--weights {a.weights}: a model of {ref.nc} classes, --data has {nc}")
+        print(f"weights: {a.weights} (warm steps skipped)")
+    else:
+        ref = build_model(a.cfg, nc=nc).to(device).train()
     ref.hyp = hyp
     stream = batches(a, nc)
     loss_t = make_loss(ref, hyp, backend="torch")
-    if a.warm_steps:
+    if a.warm_steps and not a.weights:
         opt = torch.optim.SGD(ref.parameters(), lr=0.01, momentum=0.9, nesterov=True)
         for _ in range(a.warm_steps):
             imgs, targets = next(stream)
