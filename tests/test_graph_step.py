@@ -427,6 +427,45 @@ def test_cuda_graph_two_micro_steps_accumulate_as_eager(tmp_path, backend):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("backend", ["torch", "c"])
+@pytest.mark.parametrize("eager_index, reason", [(9, "shape"), (8, "boxes")])
+def test_cuda_graph_and_eager_micro_steps_accumulate_as_eager(tmp_path, backend, eager_index, reason):
+    """A window of a graphed micro-step and an eager one (an epoch's last, partial batch: another shape; a batch
+    over the largest box bucket), as GraphStep runs it — the eager backward into the graphs' static gradient
+    views — against two eager forward_backward calls on the same weights, batches and loss scale: the
+    accumulated gradients agree to rounding. Once per epoch such a window mixes the two paths in real runs."""
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
+    state, _ = _cuda_state(tmp_path / "runs", backend, True, data)
+    batches = _batches()
+    rng = np.random.default_rng(0)
+    for ni, (imgs, targets) in enumerate(batches[:G.WARMUP + 1]):  # warm-up, then the capture (bucket 32)
+        state.step(state, prepare_batch(state, imgs, rng), targets, ni)
+    step = state.step
+    assert isinstance(step, G.GraphStep) and step.micro
+    pair = [(prepare_batch(state, imgs, rng), targets) for imgs, targets in (batches[G.WARMUP + 1],
+                                                                              batches[eager_index])]
+    assert step.plan(*pair[0])[1] is None and step.plan(*pair[1]) == (None, reason)
+    state.scaler._scale.fill_(64.0)
+    step.flat.zero_()
+    step._replay_micro(state, pair[0][0], pair[0][1], step.plan(*pair[0])[0])
+    first = [g.clone() for g in step.grads]
+    step._eager_micro(state, pair[1][0], pair[1][1], reason)
+    assert all(p.grad is g for p, g in zip(step.params, step.grads))  # still the static views
+    mixed = [g.clone() for g in step.grads]
+    step.flat.zero_()
+    step._bind_grads()
+    for imgs, targets in pair:
+        forward_backward(state, imgs, targets)
+    eager = [p.grad.clone() for p in step.params]
+    zero = [torch.zeros_like(t) for t in eager]
+    assert _rel(first, eager, zero) > 0.01  # the eager batch adds a gradient of its own (a lost one shows)
+    assert _rel(mixed, eager, zero) < 1e-4
+    floor = 1e-6 * sum(float(t.norm()) for t in eager)
+    worst = max(float((a - b).norm()) / max(float(b.norm()), floor) for a, b in zip(mixed, eager))
+    assert worst < 1e-2, worst
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("flag", ["--cudnn-benchmark", "--no-cudnn-benchmark"])
 def test_cuda_graph_warm_up_and_capture_under_cudnn_benchmark(tmp_path, monkeypatch, flag):
     """The warm-up batches run under cudnn.benchmark (with --cudnn-benchmark), the capture hits the timed
