@@ -16,6 +16,7 @@ Test: python -m pytest -q tests/test_detect_cli.py
 """
 
 import argparse
+import dataclasses
 import sys
 
 from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights
@@ -101,9 +102,9 @@ def main(argv=None, prog="detect_dual.py"):
         from yolov9c.engine.detect.predictor import DetectConfig, detect
 
         # the flags carry DetectConfig's names (argparse: --conf-thres → conf_thres, ...)
-        fields = {f for f in DetectConfig.__dataclass_fields__} - {"weights", "source", "imgsz"}
+        flags = {f.name for f in dataclasses.fields(DetectConfig)} - {"weights", "source", "imgsz"}
         cfg = DetectConfig(weights=opt.weights[0], source=source, imgsz=imgsz,
-                           **{k: v for k, v in vars(opt).items() if k in fields})
+                           **{k: v for k, v in vars(opt).items() if k in flags})
         result = detect(cfg)
     except (FileNotFoundError, CheckpointError, SourceError, DataConfigError, ValueError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
