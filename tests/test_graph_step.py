@@ -387,6 +387,29 @@ def test_cuda_graph_micro_step_gradients_equal_eager(tmp_path, backend):
     assert worst < 1e-2, worst
 
 
+def _eager_window(state, step, pair):
+    """The same window run by two eager forward_backward calls into the zeroed static gradients: (the
+    accumulated gradients, those after the first batch alone)."""
+    step.flat.zero_()
+    step._bind_grads()
+    one = None
+    for imgs, targets in pair:
+        forward_backward(state, imgs, targets)
+        one = one or [p.grad.clone() for p in step.params]
+    return [p.grad.clone() for p in step.params], one
+
+
+def _assert_accumulated_as(got, eager, part, min_part):
+    """got = eager to rounding, while `part` (one batch's share) is at least min_part away from eager: so a
+    batch lost from the window would show."""
+    zero = [torch.zeros_like(t) for t in eager]
+    assert _rel(part, eager, zero) > min_part
+    assert _rel(got, eager, zero) < 1e-4
+    floor = 1e-6 * sum(float(t.norm()) for t in eager)
+    worst = max(float((a - b).norm()) / max(float(b.norm()), floor) for a, b in zip(got, eager))
+    assert worst < 1e-2, worst
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("backend", ["torch", "c"])
 def test_cuda_graph_two_micro_steps_accumulate_as_eager(tmp_path, backend):
@@ -410,20 +433,8 @@ def test_cuda_graph_two_micro_steps_accumulate_as_eager(tmp_path, backend):
         assert why is None
         step._replay_micro(state, imgs, targets, bucket)
     graphed = [g.clone() for g in step.grads]
-    one = None
-    step.flat.zero_()
-    step._bind_grads()
-    for k, (imgs, targets) in enumerate(pair):
-        forward_backward(state, imgs, targets)
-        if k == 0:
-            one = [p.grad.clone() for p in step.params]
-    eager = [p.grad.clone() for p in step.params]
-    zero = [torch.zeros_like(t) for t in eager]
-    assert _rel(one, eager, zero) > 0.05  # the second batch adds a gradient of its own
-    assert _rel(graphed, eager, zero) < 1e-4
-    floor = 1e-6 * sum(float(t.norm()) for t in eager)
-    worst = max(float((a - b).norm()) / max(float(b.norm()), floor) for a, b in zip(graphed, eager))
-    assert worst < 1e-2, worst
+    eager, one = _eager_window(state, step, pair)
+    _assert_accumulated_as(graphed, eager, one, 0.05)  # the second batch adds a gradient of its own
 
 
 @pytest.mark.cuda
@@ -452,17 +463,8 @@ def test_cuda_graph_and_eager_micro_steps_accumulate_as_eager(tmp_path, backend,
     step._eager_micro(state, pair[1][0], pair[1][1], reason)
     assert all(p.grad is g for p, g in zip(step.params, step.grads))  # still the static views
     mixed = [g.clone() for g in step.grads]
-    step.flat.zero_()
-    step._bind_grads()
-    for imgs, targets in pair:
-        forward_backward(state, imgs, targets)
-    eager = [p.grad.clone() for p in step.params]
-    zero = [torch.zeros_like(t) for t in eager]
-    assert _rel(first, eager, zero) > 0.01  # the eager batch adds a gradient of its own (a lost one shows)
-    assert _rel(mixed, eager, zero) < 1e-4
-    floor = 1e-6 * sum(float(t.norm()) for t in eager)
-    worst = max(float((a - b).norm()) / max(float(b.norm()), floor) for a, b in zip(mixed, eager))
-    assert worst < 1e-2, worst
+    eager, _ = _eager_window(state, step, pair)
+    _assert_accumulated_as(mixed, eager, first, 0.01)  # the eager batch adds a gradient of its own
 
 
 @pytest.mark.cuda
