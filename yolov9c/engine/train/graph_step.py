@@ -37,7 +37,12 @@ runs, one log line says why): CPU, DDP (NCCL inside a capture is not attempted),
 --optimizer LION, --no-cuda-graph. Memory: the graph pool keeps one step's activations reserved between
 steps; the warm-up batches' cached blocks are given back before the last warm-up batch (it runs on the
 capture stream, and the caching allocator keeps blocks per stream) and before the first capture, and an eager fallback
-batch's after it (torch.cuda.empty_cache), so that the pool and an eager step are not both reserved.
+batch's after it, so that the pool and an eager step are not both reserved. Each time the device is synchronised
+first (guards.free_cuda): with expandable segments (train_dual.py's default) empty_cache unmaps freed blocks and is
+not documented to wait for streams other than the block's own, and the first capture empties the cache right after the main stream was given the
+copies of the last warm-up batch's gradients (allocated on the capture stream) into the static views. Defensive: an
+illegal memory access seen once on the H200 in tests/test_graph_step.py (beside four training runs) was not
+reproduced by holding the main stream busy there, with or without the synchronisation; its cause is open.
 Test: python -m pytest -q tests/test_graph_step.py (the CUDA test compares N graphed steps with eager ones)
 """
 
@@ -50,6 +55,7 @@ import torch
 
 from yolov9c.engine.train.ema import _bare
 from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
+from yolov9c.engine.train.guards import free_cuda
 from yolov9c.engine.train.step import (MAX_GRAD_NORM, StepResult, begin_window, forward_backward, optimizer_step,
                                        train_step)
 from yolov9c.loss.detection import pack_targets_host
@@ -208,12 +214,12 @@ class GraphStep:
             self.warmup_left -= 1
             with cudnn_benchmark(self.benchmark):
                 if self.warmup_left == 0:  # the allocator caches per stream: give the main stream's blocks back
-                    torch.cuda.empty_cache()  # first (else both are reserved: 12.7 GB for yolov9-s at batch 64)
+                    free_cuda(self.device)  # first (else both are reserved: 12.7 GB for yolov9-s at batch 64)
                     return self._on_stream(lambda: forward_backward(state, imgs, targets))
                 return forward_backward(state, imgs, targets)
         out = forward_backward(state, imgs, targets)
         if self.micro:  # beside the graph pool: its blocks are given back (one synchronisation per such batch)
-            torch.cuda.empty_cache()
+            free_cuda(self.device)
         return out
 
     @property
@@ -288,7 +294,7 @@ class GraphStep:
 
     def _capture_micro(self, state, bucket):
         if not self.micro:  # the first capture: give the last warm-up batch's cached blocks back before the
-            torch.cuda.empty_cache()  # graph pool takes its own
+            free_cuda(self.device)  # graph pool takes its own (after _bind_grads' copies on the main stream)
         gt = torch.zeros((self.imgs.shape[0], bucket, 5), dtype=torch.float32, device=self.imgs.device)
         graph = torch.cuda.CUDAGraph()
         with cudnn_benchmark(self.benchmark), torch.cuda.graph(graph, pool=self.pool, stream=self.stream,
