@@ -32,7 +32,8 @@ smaller neighbours of crowds below). The counts go to OUT/results.jsonl as a fir
 
 --backends also takes variants of our runners, BACKEND+VARIANT[+VARIANT]: the same run with one thing changed,
 to find which part of a backend makes a difference: c+no-cuda-graph (the eager step), c+no-cudnn-benchmark,
-c+no-amp (float32), c+unfused (YOLOV9C_FUSED=0: the c structure on torch ops instead of the kernels).
+c+no-amp (float32), c+unfused (YOLOV9C_FUSED=0: the c structure on torch ops instead of the kernels),
+c+loss-torch / torch+loss-c (YOLOV9C_LOSS_BACKEND: one backend's model with the other's loss).
 
 Output: one JSON line per run ({"kind": "run", "runner", "seed", "map50", "map", "best_epoch", "train_s", ...}),
 then one per runner ({"kind": "summary", "runner", "n", "map50_mean", "map50_std", "map_mean", "map_std"}), and
@@ -72,7 +73,9 @@ def _emit(line, out):
 VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isolates the CUDA-graph step)
             "no-cudnn-benchmark": (["--no-cudnn-benchmark"], {}),
             "no-amp": (["--no-amp"], {}),  # float32 training (isolates fp16)
-            "unfused": ([], {"YOLOV9C_FUSED": "0"})}  # the c structure on torch ops (isolates the kernels)
+            "unfused": ([], {"YOLOV9C_FUSED": "0"}),  # the c structure on torch ops (isolates the kernels)
+            "loss-torch": ([], {"YOLOV9C_LOSS_BACKEND": "torch"}),  # c's model, torch's loss (isolates the loss)
+            "loss-c": ([], {"YOLOV9C_LOSS_BACKEND": "c"})}  # torch's model, c's loss
 
 
 def runner_spec(runner):

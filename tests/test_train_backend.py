@@ -60,8 +60,10 @@ def test_c_backend_trains_and_matches_torch(data, tmp_path, monkeypatch, capsys)
 
     rel = ((loss_c - loss_t).abs() / loss_t.abs()).max().item()
     assert rel <= REL_TOL, f"first-iteration loss c {loss_c.tolist()} vs torch {loss_t.tolist()}: rel {rel:.2e}"
-    rel_items = ((items_c - items_t).abs() / items_t.abs().clamp_min(1e-12)).max().item()
-    assert rel_items <= REL_TOL, f"loss items c {items_c.tolist()} vs torch {items_t.tolist()}"
+    # the box and DFL items here are ~1e-4, differences of O(1) float32 values (1 − CIoU, DFL terms near their
+    # floor): their rounding is absolute, ~1e-8 (measured 1.2e-8 and 2.0e-8 on one machine, 1.1e-4 relative)
+    assert torch.allclose(items_c, items_t, rtol=REL_TOL, atol=1e-7), \
+        f"loss items c {items_c.tolist()} vs torch {items_t.tolist()}"
 
     run_t, run_c = tmp_path / "t" / "exp", tmp_path / "c" / "exp"
     res = read_results(run_c / "results.csv")
@@ -110,3 +112,24 @@ def test_c_backend_without_the_extension_says_how_to_build(data, tmp_path, monke
     err = capsys.readouterr().err
     assert "--backend c" in err and "not built" in err and "setup.py build_ext --inplace" in err
     assert not (tmp_path / "runs").exists()  # refused before a run folder is made
+
+
+def test_loss_backend_switch(data, tmp_path, monkeypatch, capsys):
+    """YOLOV9C_LOSS_BACKEND (a developer switch, issue 13) trains one backend's model with the other's loss, says
+    so in the backend line, and refuses a name that is neither backend before training starts."""
+    real, used = train_state.make_loss, []
+    monkeypatch.setattr(train_state, "make_loss",
+                        lambda model, hyp=None, backend="torch": used.append(backend) or real(model, hyp, backend))
+    monkeypatch.setenv("YOLOV9C_LOSS_BACKEND", "torch")
+    argv = ["--data", data, "--cfg", "yolov9-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1",
+            "--workers", "0", "--noplots", "--noval", "--device", "cpu", "--project", str(tmp_path / "a"),
+            "--backend", "c"]
+    assert main(argv) == 0
+    assert used and set(used) == {"torch"}
+    assert "backend: c (loss: torch, from YOLOV9C_LOSS_BACKEND)" in capsys.readouterr().out
+    assert yaml.safe_load((tmp_path / "a" / "exp" / "opt.yaml").read_text())["backend"] == "c"
+    monkeypatch.setenv("YOLOV9C_LOSS_BACKEND", "cuda")
+    argv[argv.index("--project") + 1] = str(tmp_path / "b")
+    assert main(argv) != 0
+    assert "YOLOV9C_LOSS_BACKEND='cuda': use torch or c" in capsys.readouterr().err
+    assert not any((tmp_path / "b").glob("*/weights/*.pt"))  # nothing trained
