@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import yolov9c.data.loader as loader_mod  # noqa: E402
-from yolov9c.data.dataset import YoloDataset  # noqa: E402
+from yolov9c.data.dataset import DatasetConfig, YoloDataset  # noqa: E402
 from yolov9c.data.dataset_yaml import load_data_config  # noqa: E402
 from yolov9c.data.hyp import augment_hyp  # noqa: E402
 from yolov9c.data.synthetic import synthetic_dataset  # noqa: E402
@@ -306,7 +306,8 @@ def main(argv=None):
         y = synthetic_dataset(seed=0, n_train=512, n_val=0, imgsz=640, boxes=(10, 40), size=(0.03, 0.15), name="bench")
         cfg = load_data_config(y)
         source, nc = cfg["train"], cfg["nc"]
-        ds = YoloDataset(source, 640, 64, augment=True, hyp=augment_hyp(), nc=nc, log=lambda s: None)
+        ds = YoloDataset(source, DatasetConfig(img_size=640, batch_size=64, augment=True, hyp=augment_hyp(), nc=nc),
+                         log=lambda s: None)
     for part in args.parts:
         t = time.perf_counter()
         if part == "faults":

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-from yolov9c.data.dataset import YoloDataset
+from yolov9c.data.dataset import DatasetConfig, YoloDataset
 from yolov9c.data.image_weights import image_weights as compute_image_weights
 
 
@@ -253,10 +253,10 @@ def create_dataloader(path, imgsz, batch_size, stride=32, single_cls=False, hyp=
         raise ValueError("--image-weights is not supported with DDP (as in the published code)")
     # under DDP a rank takes every world_size-th image, so a rect shape covers world_size batches
     group = batch_size * max(world_size, 1)
-    dataset = YoloDataset(path, img_size=imgsz, batch_size=group, augment=augment, hyp=hyp, rect=rect,
-                          image_weights=image_weights, cache=cache, single_cls=single_cls, stride=stride,
-                          pad=pad, min_items=min_items, prefix=prefix, nc=nc, seed=seed,
-                          label_cache=label_cache, log=log)
+    data = DatasetConfig(img_size=imgsz, batch_size=group, augment=augment, hyp=hyp, rect=rect,
+                         image_weights=image_weights, cache=cache, single_cls=single_cls, stride=stride, pad=pad,
+                         min_items=min_items, prefix=prefix, nc=nc, seed=seed, label_cache=label_cache)
+    dataset = YoloDataset(path, data, log=log)
     batch_size = min(batch_size, len(dataset))
     nd = torch.cuda.device_count()
     nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, workers)
