@@ -5,6 +5,9 @@ running on across epoch ends with the same batches as a cold start, pin memory, 
 Run: python -m pytest -q tests/test_data_loader.py
 """
 
+import dataclasses
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +15,7 @@ import torch
 from yolov9c.data.dataset_yaml import load_data_config
 from yolov9c.data.hyp import augment_hyp
 from yolov9c.data.image_weights import class_weights, image_weights
-from yolov9c.data.dataset import DatasetConfig
+from yolov9c.data.dataset import DatasetConfig, YoloDataset
 from yolov9c.data.loader import ItemSampler, LoaderConfig, close_loader, collate, create_dataloader
 from yolov9c.data.multi_scale import multi_scale, multi_scale_size
 from yolov9c.data.synthetic import synthetic_dataset
@@ -43,6 +46,33 @@ def _batches(cfg, n=3, seed=7, workers=0):
 def _same(a, b):
     return len(a) == len(b) and all(torch.equal(x[1], y[1]) and torch.equal(x[2], y[2]) and x[3] == y[3]
                                     for x, y in zip(a, b))
+
+
+# the keyword defaults of YoloDataset(...) and create_dataloader(path, imgsz, batch_size, ...) before their options
+# moved into DatasetConfig and LoaderConfig: an old keyword is now a field of the same name and default
+OLD_DATASET_DEFAULTS = dict(img_size=640, batch_size=16, augment=False, hyp=None, rect=False, image_weights=False,
+                            cache=None, single_cls=False, stride=32, pad=0.0, min_items=0, prefix="", nc=None, seed=0,
+                            label_cache=True)
+OLD_LOADER_DEFAULTS = dict(stride=32, single_cls=False, hyp=None, augment=False, cache=None, pad=0.0, rect=False,
+                           rank=-1, world_size=1, workers=8, image_weights=False, min_items=0, prefix="",
+                           shuffle=False, seed=0, pin_memory=None, persistent_workers=True, nc=None, label_cache=True)
+
+
+def test_options_keep_the_old_keyword_names_and_defaults():
+    assert dataclasses.asdict(DatasetConfig()) == OLD_DATASET_DEFAULTS
+    assert DatasetConfig(**OLD_DATASET_DEFAULTS) == DatasetConfig()
+    own = {f.name for f in dataclasses.fields(LoaderConfig)} - {"data"}
+    # each old create_dataloader keyword is in exactly one place (imgsz, batch_size stay arguments)
+    assert not own & set(OLD_DATASET_DEFAULTS)
+    assert own | set(OLD_DATASET_DEFAULTS) == set(OLD_LOADER_DEFAULTS) | {"img_size", "batch_size"}
+    cfg = LoaderConfig()
+    for k, v in OLD_LOADER_DEFAULTS.items():
+        assert getattr(cfg if k in own else cfg.data, k) == v, k
+    assert LoaderConfig(DatasetConfig(), **{k: OLD_LOADER_DEFAULTS[k] for k in own}) == cfg
+    assert LoaderConfig().data is not cfg.data  # a fresh DatasetConfig each, never a shared default
+    # the shape: no argument lists of 20
+    assert list(inspect.signature(create_dataloader).parameters) == ["path", "imgsz", "batch_size", "cfg", "log"]
+    assert list(inspect.signature(YoloDataset).parameters) == ["sources", "cfg", "log"]
 
 
 def test_collate_format(cfg):
