@@ -28,9 +28,10 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from yolov9c.data.dataset import DatasetConfig  # noqa: E402
 from yolov9c.data.dataset_yaml import load_data_config  # noqa: E402
 from yolov9c.data.hyp import augment_hyp  # noqa: E402
-from yolov9c.data.loader import create_dataloader  # noqa: E402
+from yolov9c.data.loader import LoaderConfig, create_dataloader  # noqa: E402
 from yolov9c.data.synthetic import synthetic_dataset  # noqa: E402
 
 
@@ -62,9 +63,9 @@ def main(argv=None):
     t_data = time.perf_counter() - t0
 
     hyp = augment_hyp(None, mosaic=args.mosaic, mixup=args.mixup)
-    loader, ds = create_dataloader(source, args.imgsz, args.batch, stride=32, hyp=hyp, augment=True,
-                                   cache=args.cache, workers=args.workers, shuffle=True, seed=args.seed, nc=nc,
-                                   log=lambda s: None)
+    data = DatasetConfig(augment=True, hyp=hyp, cache=args.cache, stride=32, nc=nc, seed=args.seed)
+    opts = LoaderConfig(data, workers=args.workers, shuffle=True)
+    loader, ds = create_dataloader(source, args.imgsz, args.batch, opts, log=lambda s: None)
 
     def batches():
         while True:

@@ -35,9 +35,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import yolov9c.data.loader as loader_mod  # noqa: E402
-from yolov9c.data.dataset import YoloDataset  # noqa: E402
+from yolov9c.data.dataset import DatasetConfig, YoloDataset  # noqa: E402
 from yolov9c.data.dataset_yaml import load_data_config  # noqa: E402
 from yolov9c.data.hyp import augment_hyp  # noqa: E402
+from yolov9c.data.loader import LoaderConfig  # noqa: E402
 from yolov9c.data.synthetic import synthetic_dataset  # noqa: E402
 
 CTX = mp.get_context("fork")
@@ -259,8 +260,9 @@ def part_loader(args, source, nc):
         collate_fn, init, cold = VARIANTS[v]
         STATS = np.frombuffer(CTX.RawArray("d", w * 4), np.float64).reshape(w, 4)
         loader_mod.collate, loader_mod._worker_init = _timed(collate_fn), init
-        dl, ds = loader_mod.create_dataloader(source, 640, 64, stride=32, hyp=augment_hyp(), augment=True,
-                                              workers=w, shuffle=True, seed=0, nc=nc, log=lambda s: None)
+        data = DatasetConfig(augment=True, hyp=augment_hyp(), stride=32, nc=nc, seed=0)
+        dl, ds = loader_mod.create_dataloader(source, 640, 64, LoaderConfig(data, workers=w, shuffle=True),
+                                              log=lambda s: None)
         if cold:  # one DataLoader pass per epoch: the workers idle at each epoch end
             dl = torch.utils.data.DataLoader(ds, batch_size=64, sampler=dl.sampler, num_workers=w,
                                              pin_memory=dl.pin_memory, collate_fn=loader_mod.collate,
@@ -306,7 +308,8 @@ def main(argv=None):
         y = synthetic_dataset(seed=0, n_train=512, n_val=0, imgsz=640, boxes=(10, 40), size=(0.03, 0.15), name="bench")
         cfg = load_data_config(y)
         source, nc = cfg["train"], cfg["nc"]
-        ds = YoloDataset(source, 640, 64, augment=True, hyp=augment_hyp(), nc=nc, log=lambda s: None)
+        ds = YoloDataset(source, DatasetConfig(img_size=640, batch_size=64, augment=True, hyp=augment_hyp(), nc=nc),
+                         log=lambda s: None)
     for part in args.parts:
         t = time.perf_counter()
         if part == "faults":

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from yolov9c.data import label_cache
-from yolov9c.data.dataset import YoloDataset
+from yolov9c.data.dataset import DatasetConfig, YoloDataset
 from yolov9c.data.image_cache import ram_needed
 from yolov9c.data.image_list import collect_image_files
 from yolov9c.data.scan import scan_split
@@ -109,13 +109,13 @@ def test_unwritable_folder_warns_and_still_works(tmp_path):
 def test_ram_cache_and_its_estimate(tmp_path):
     im, _ = _dataset(tmp_path)
     lines = []
-    ds = YoloDataset(str(im), img_size=32, cache="ram", nc=3, log=lines.append)
+    ds = YoloDataset(str(im), DatasetConfig(img_size=32, cache="ram", nc=3), log=lines.append)
     assert ds.cache == "ram" and all(x is not None for x in ds.ims)
     # exact estimate: long side 64 -> 32, so each image is (h/2) x 32 x 3 bytes
     assert ram_needed(ds.shapes, 32) == sum(x.nbytes for x in ds.ims)
     item = ds[0]
     assert item[0].shape == (3, 32, 32)
-    ds2 = YoloDataset(str(im), img_size=32, cache=None, nc=3, log=lambda s: None)
+    ds2 = YoloDataset(str(im), DatasetConfig(img_size=32, cache=None, nc=3), log=lambda s: None)
     assert all(np.array_equal(a[0].numpy(), b[0].numpy()) for a, b in zip((ds[i] for i in range(4)),
                                                                           (ds2[i] for i in range(4))))
 
@@ -124,14 +124,14 @@ def test_ram_cache_falls_back_when_it_does_not_fit(tmp_path):
     im, _ = _dataset(tmp_path)
     lines = []
     # 4 images at a long side of 2^20 px need terabytes: more than any test machine has
-    ds = YoloDataset(str(im), img_size=2 ** 20, cache="ram", nc=3, log=lines.append)
+    ds = YoloDataset(str(im), DatasetConfig(img_size=2 ** 20, cache="ram", nc=3), log=lines.append)
     assert ds.cache is None and all(x is None for x in ds.ims)
     assert any("not caching images" in ln for ln in lines)
 
 
 def test_disk_cache_npy_and_refresh(tmp_path):
     im, _ = _dataset(tmp_path)
-    ds = YoloDataset(str(im), img_size=64, cache="disk", nc=3, log=lambda s: None)
+    ds = YoloDataset(str(im), DatasetConfig(img_size=64, cache="disk", nc=3), log=lambda s: None)
     npys = sorted(im.glob("*.npy"))
     assert ds.cache == "disk" and len(npys) == 4
     arr = np.load(npys[0], allow_pickle=False)
@@ -140,7 +140,7 @@ def test_disk_cache_npy_and_refresh(tmp_path):
     cv2.imwrite(str(im / "0.png"), np.full((40, 64, 3), 7, np.uint8))
     _bump(im / "0.png")
     time.sleep(0.01)
-    YoloDataset(str(im), img_size=64, cache="disk", nc=3, log=lambda s: None)
+    YoloDataset(str(im), DatasetConfig(img_size=64, cache="disk", nc=3), log=lambda s: None)
     assert (np.load(im / "0.npy", allow_pickle=False) == 7).all()
 
 
@@ -149,7 +149,7 @@ def test_disk_cache_unwritable_folder(tmp_path):
     os.chmod(im, 0o555)
     try:
         lines = []
-        ds = YoloDataset(str(im), img_size=64, cache="disk", nc=3, log=lines.append, label_cache=False)
+        ds = YoloDataset(str(im), DatasetConfig(img_size=64, cache="disk", nc=3, label_cache=False), log=lines.append)
         assert not list(im.glob("*.npy")) and all(p is None for p in ds.npy_files)
         assert any("not writable" in ln for ln in lines)
         assert ds[1][0].shape == (3, 64, 64)
@@ -160,5 +160,5 @@ def test_disk_cache_unwritable_folder(tmp_path):
 @pytest.mark.parametrize("mode", ["val", True])
 def test_other_cache_values_mean_ram_without_check(tmp_path, mode):
     im, _ = _dataset(tmp_path)
-    ds = YoloDataset(str(im), img_size=32, cache=mode, nc=3, log=lambda s: None)
+    ds = YoloDataset(str(im), DatasetConfig(img_size=32, cache=mode, nc=3), log=lambda s: None)
     assert ds.cache == mode and all(x is not None for x in ds.ims)

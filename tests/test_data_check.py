@@ -17,7 +17,7 @@ import yaml
 from yolov9c.cli.check_data import main
 from yolov9c.cli.main import main as package_main
 from yolov9c.data.check import check_data
-from yolov9c.data.dataset import YoloDataset
+from yolov9c.data.dataset import DatasetConfig, YoloDataset
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,7 +125,8 @@ def test_training_dataset_scan_prints_the_same_lines(tmp_path):
     checked = []
     check_data(str(y), label_cache=False, log=checked.append, err=checked.append)
     lines = []
-    ds = YoloDataset(str(im), img_size=64, augment=True, nc=2, label_cache=False, prefix="train: ", log=lines.append)
+    ds = YoloDataset(str(im), DatasetConfig(img_size=64, augment=True, prefix="train: ", nc=2, label_cache=False),
+                     log=lines.append)
     assert len(ds) == 5 and lines[-1] == "train: 5 images, 3 backgrounds, 0 corrupt, 2 missing, 1 orphan"
     assert [ln for ln in lines if "without" in ln] == [ln for ln in checked if ln.startswith("train: ") and
                                                        "without" in ln] != []

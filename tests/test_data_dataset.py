@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from yolov9c.data.dataset import DataError, YoloDataset
+from yolov9c.data.dataset import DataError, DatasetConfig, YoloDataset
 from yolov9c.data.hyp import augment_hyp
 from yolov9c.data.rect import rect_batch_shapes
 
@@ -110,7 +110,7 @@ def test_boxes_follow_pixels_through_the_pipeline(tmp_path, mosaic, degrees, she
     # with polygons: copy-paste on every mosaic (p = 1) and boxes from warped polygons
     im = _boxes_dataset(tmp_path, polygons=polygons)
     hyp = _hyp(mosaic=mosaic, degrees=degrees, shear=shear, copy_paste=1.0 if polygons else 0.0)
-    ds = YoloDataset(str(im), img_size=160, augment=True, hyp=hyp, nc=6, seed=3, label_cache=False,
+    ds = YoloDataset(str(im), DatasetConfig(img_size=160, augment=True, hyp=hyp, nc=6, seed=3, label_cache=False),
                      log=lambda s: None)
     assert all(len(s) == (len(lb) if polygons else 0) for s, lb in zip(ds.segments, ds.labels))
     unc = tot = 0
@@ -128,7 +128,7 @@ def test_boxes_follow_pixels_through_the_pipeline(tmp_path, mosaic, degrees, she
 
 def test_rect_val_items_and_batch_shapes(tmp_path):
     im = _boxes_dataset(tmp_path, n=8)
-    ds = YoloDataset(str(im), img_size=256, batch_size=3, rect=True, pad=0.5, nc=6, label_cache=False,
+    ds = YoloDataset(str(im), DatasetConfig(img_size=256, batch_size=3, rect=True, pad=0.5, nc=6, label_cache=False),
                      log=lambda s: None)
     assert not ds.mosaic
     ar = ds.shapes[:, 0] / ds.shapes[:, 1]
@@ -160,8 +160,8 @@ def test_min_items_single_cls_and_close_mosaic(tmp_path):
     (tmp_path / "labels" / "0.txt").write_text("1 0.5 0.5 0.2 0.2\n")   # 1 label
     (tmp_path / "labels" / "1.txt").write_text("")                       # background
     lines = []
-    ds = YoloDataset(str(im), img_size=128, augment=True, hyp=_hyp(), min_items=2, single_cls=True, nc=6,
-                     label_cache=False, log=lines.append)
+    ds = YoloDataset(str(im), DatasetConfig(img_size=128, augment=True, hyp=_hyp(), single_cls=True, min_items=2, nc=6,
+                                            label_cache=False), log=lines.append)
     assert len(ds) == 4 and all(len(lb) >= 2 for lb in ds.labels)
     assert any("2/6 images dropped by --min-items 2" in ln for ln in lines)
     assert all((lb[:, 0] == 0).all() for lb in ds.labels)
@@ -170,22 +170,22 @@ def test_min_items_single_cls_and_close_mosaic(tmp_path):
     img, labels, _, shapes = ds[0]
     assert shapes is not None and img.shape == (3, 128, 128) and (labels[:, 1] == 0).all()
     with pytest.raises(DataError, match="min-items"):
-        YoloDataset(str(im), img_size=128, min_items=50, nc=6, label_cache=False, log=lambda s: None)
+        YoloDataset(str(im), DatasetConfig(img_size=128, min_items=50, nc=6, label_cache=False), log=lambda s: None)
 
 
 def test_no_usable_images_and_no_labels(tmp_path):
     (tmp_path / "images").mkdir()
     (tmp_path / "images" / "x.jpg").write_bytes(b"")
     with pytest.raises(DataError, match="no usable images"):
-        YoloDataset(str(tmp_path / "images"), nc=2, label_cache=False, log=lambda s: None)
+        YoloDataset(str(tmp_path / "images"), DatasetConfig(nc=2, label_cache=False), log=lambda s: None)
     cv2.imwrite(str(tmp_path / "images" / "y.png"), np.zeros((20, 20, 3), np.uint8))
-    ds = YoloDataset(str(tmp_path / "images"), img_size=32, nc=2, label_cache=False, log=lambda s: None)
+    ds = YoloDataset(str(tmp_path / "images"), DatasetConfig(img_size=32, nc=2, label_cache=False), log=lambda s: None)
     assert len(ds) == 1 and ds[0][1].shape == (0, 6)  # backgrounds are fine for validation
     with pytest.raises(DataError, match="no labels"):
-        YoloDataset(str(tmp_path / "images"), img_size=32, augment=True, nc=2, label_cache=False,
+        YoloDataset(str(tmp_path / "images"), DatasetConfig(img_size=32, augment=True, nc=2, label_cache=False),
                     log=lambda s: None)
     with pytest.raises(DataError, match="does not exist"):
-        YoloDataset(str(tmp_path / "nope"), nc=2, log=lambda s: None)
+        YoloDataset(str(tmp_path / "nope"), DatasetConfig(nc=2), log=lambda s: None)
 
 
 def test_hyp_overrides_win():
@@ -201,8 +201,9 @@ def test_hyp_overrides_win():
 
 def test_same_key_same_item(tmp_path):
     im = _boxes_dataset(tmp_path, n=5)
-    ds = YoloDataset(str(im), img_size=96, augment=True, hyp=augment_hyp(None), nc=6, seed=1,
-                     label_cache=False, log=lambda s: None)
+    ds = YoloDataset(str(im),
+                     DatasetConfig(img_size=96, augment=True, hyp=augment_hyp(None), nc=6, seed=1, label_cache=False),
+                     log=lambda s: None)
     a, b = ds[(2, (1, 0, 0, 5), True)], ds[(2, (1, 0, 0, 5), True)]
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     c = ds[(2, (1, 1, 0, 5), True)]  # another epoch: other draws
@@ -217,8 +218,10 @@ def test_coco128_counts():
 
     cfg = load_data_config(COCO128 / "data.yaml")
     lines = []
-    tr = YoloDataset(cfg["train"], img_size=640, augment=True, nc=80, label_cache=False, log=lines.append)
-    va = YoloDataset(cfg["val"], img_size=640, rect=True, pad=0.5, batch_size=32, nc=80, label_cache=False,
+    tr = YoloDataset(cfg["train"], DatasetConfig(img_size=640, augment=True, nc=80, label_cache=False),
+                     log=lines.append)
+    va = YoloDataset(cfg["val"],
+                     DatasetConfig(img_size=640, batch_size=32, rect=True, pad=0.5, nc=80, label_cache=False),
                      log=lines.append)
     assert len(tr) == 128 and len(va) == 128
     assert lines == ["128 images, 2 backgrounds, 0 corrupt", "128 images, 0 backgrounds, 0 corrupt"]

@@ -112,7 +112,7 @@ def test_reduced_jpeg_decode_for_large_images(tmp_path):
     # validation: a JPEG >= 2x the size is decoded at 1/2, 1/4 or 1/8 scale, pixels close to a full decode +
     # INTER_AREA. Training: exactly the published full decode + INTER_LINEAR (its aliasing is part of the
     # training images). Sizes in both: the published int(side * r) truncation (900 * 320 / 1300 = 221.5 -> 221)
-    from yolov9c.data.dataset import YoloDataset
+    from yolov9c.data.dataset import DatasetConfig, YoloDataset
     from yolov9c.data.images import jpeg_reduction
 
     assert [jpeg_reduction(n, 320) for n in (319, 639, 640, 1280, 2559, 2560, 9000)] == [1, 1, 2, 4, 4, 8, 8]
@@ -128,7 +128,8 @@ def test_reduced_jpeg_decode_for_large_images(tmp_path):
     full = cv2.rotate(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION),
                       cv2.ROTATE_90_CLOCKWISE)
     for augment in (False, True):
-        ds = YoloDataset(str(d), img_size=320, augment=augment, nc=1, label_cache=False, log=lambda s: None)
+        ds = YoloDataset(str(d), DatasetConfig(img_size=320, augment=augment, nc=1, label_cache=False),
+                         log=lambda s: None)
         assert jpeg_reduction(int(ds.shapes[0].max()), 320) == 4
         out, hw0, hw = ds.load_image(0)
         assert hw0 == (1300, 900) and hw == (320, 221) and out.shape == (320, 221, 3)

@@ -5,6 +5,9 @@ running on across epoch ends with the same batches as a cold start, pin memory, 
 Run: python -m pytest -q tests/test_data_loader.py
 """
 
+import dataclasses
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +15,8 @@ import torch
 from yolov9c.data.dataset_yaml import load_data_config
 from yolov9c.data.hyp import augment_hyp
 from yolov9c.data.image_weights import class_weights, image_weights
-from yolov9c.data.loader import ItemSampler, close_loader, collate, create_dataloader
+from yolov9c.data.dataset import DatasetConfig, YoloDataset
+from yolov9c.data.loader import ItemSampler, LoaderConfig, close_loader, collate, create_dataloader
 from yolov9c.data.multi_scale import multi_scale, multi_scale_size
 from yolov9c.data.synthetic import synthetic_dataset
 
@@ -23,11 +27,13 @@ def cfg(tmp_path_factory):
     return load_data_config(y)
 
 
-def _batches(cfg, n=3, **kw):
-    args = dict(imgsz=128, batch_size=4, augment=True, hyp=augment_hyp(), shuffle=True, seed=7, nc=8,
-                workers=0, log=lambda s: None)
-    args.update(kw)
-    loader, ds = create_dataloader(cfg["train"], **args)
+def _quiet(s):
+    pass
+
+
+def _batches(cfg, n=3, seed=7, workers=0):
+    data = DatasetConfig(augment=True, hyp=augment_hyp(), seed=seed, nc=8)
+    loader, ds = create_dataloader(cfg["train"], 128, 4, LoaderConfig(data, shuffle=True, workers=workers), log=_quiet)
     out = []
     for epoch in range(2):
         for k, (imgs, labels, paths, shapes) in enumerate(loader):
@@ -40,6 +46,33 @@ def _batches(cfg, n=3, **kw):
 def _same(a, b):
     return len(a) == len(b) and all(torch.equal(x[1], y[1]) and torch.equal(x[2], y[2]) and x[3] == y[3]
                                     for x, y in zip(a, b))
+
+
+# the keyword defaults of YoloDataset(...) and create_dataloader(path, imgsz, batch_size, ...) before their options
+# moved into DatasetConfig and LoaderConfig: an old keyword is now a field of the same name and default
+OLD_DATASET_DEFAULTS = dict(img_size=640, batch_size=16, augment=False, hyp=None, rect=False, image_weights=False,
+                            cache=None, single_cls=False, stride=32, pad=0.0, min_items=0, prefix="", nc=None, seed=0,
+                            label_cache=True)
+OLD_LOADER_DEFAULTS = dict(stride=32, single_cls=False, hyp=None, augment=False, cache=None, pad=0.0, rect=False,
+                           rank=-1, world_size=1, workers=8, image_weights=False, min_items=0, prefix="",
+                           shuffle=False, seed=0, pin_memory=None, persistent_workers=True, nc=None, label_cache=True)
+
+
+def test_options_keep_the_old_keyword_names_and_defaults():
+    assert dataclasses.asdict(DatasetConfig()) == OLD_DATASET_DEFAULTS
+    assert DatasetConfig(**OLD_DATASET_DEFAULTS) == DatasetConfig()
+    own = {f.name for f in dataclasses.fields(LoaderConfig)} - {"data"}
+    # each old create_dataloader keyword is in exactly one place (imgsz, batch_size stay arguments)
+    assert not own & set(OLD_DATASET_DEFAULTS)
+    assert own | set(OLD_DATASET_DEFAULTS) == set(OLD_LOADER_DEFAULTS) | {"img_size", "batch_size"}
+    cfg = LoaderConfig()
+    for k, v in OLD_LOADER_DEFAULTS.items():
+        assert getattr(cfg if k in own else cfg.data, k) == v, k
+    assert LoaderConfig(DatasetConfig(), **{k: OLD_LOADER_DEFAULTS[k] for k in own}) == cfg
+    assert LoaderConfig().data is not cfg.data  # a fresh DatasetConfig each, never a shared default
+    # the shape: no argument lists of 20
+    assert list(inspect.signature(create_dataloader).parameters) == ["path", "imgsz", "batch_size", "cfg", "log"]
+    assert list(inspect.signature(YoloDataset).parameters) == ["sources", "cfg", "log"]
 
 
 def test_collate_format(cfg):
@@ -70,8 +103,8 @@ def test_same_seed_same_batches_any_workers(cfg, monkeypatch):
 
 
 def test_set_epoch_replays_an_epoch(cfg):
-    loader, _ = create_dataloader(cfg["train"], 128, 4, augment=True, hyp=augment_hyp(), shuffle=True, seed=1,
-                                  nc=8, workers=0, log=lambda s: None)
+    data = DatasetConfig(augment=True, hyp=augment_hyp(), seed=1, nc=8)
+    loader, _ = create_dataloader(cfg["train"], 128, 4, LoaderConfig(data, shuffle=True, workers=0), log=_quiet)
     loader.sampler.set_epoch(5)
     first = next(iter(loader))
     loader.sampler.set_epoch(5)
@@ -80,8 +113,8 @@ def test_set_epoch_replays_an_epoch(cfg):
 
 
 def test_close_mosaic_reaches_persistent_workers(cfg):
-    loader, ds = create_dataloader(cfg["train"], 128, 4, augment=True, hyp=augment_hyp(), shuffle=True, nc=8,
-                                   workers=2, log=lambda s: None)
+    data = DatasetConfig(augment=True, hyp=augment_hyp(), nc=8)
+    loader, ds = create_dataloader(cfg["train"], 128, 4, LoaderConfig(data, shuffle=True, workers=2), log=_quiet)
     assert loader.num_workers == 2 and loader.persistent_workers
     shapes = [s for _, _, _, ss in loader for s in ss]
     assert all(s is None for s in shapes)  # hyp mosaic 1.0: every item is a mosaic
@@ -92,8 +125,9 @@ def test_close_mosaic_reaches_persistent_workers(cfg):
 
 def _script(cfg, workers):
     """Batches of a run of passes that changes the loader's state between (and inside) epochs."""
-    loader, ds = create_dataloader(cfg["train"], 128, 4, augment=True, hyp=augment_hyp(), shuffle=True, seed=4,
-                                   nc=8, workers=workers, log=lambda s: None)
+    data = DatasetConfig(augment=True, hyp=augment_hyp(), seed=4, nc=8)
+    loader, ds = create_dataloader(cfg["train"], 128, 4, LoaderConfig(data, shuffle=True, workers=workers),
+                                   log=_quiet)
     out, ahead = [], []
 
     def take(n=None):
@@ -132,14 +166,16 @@ def test_workers_run_across_epochs_same_batches(cfg, monkeypatch):
 def test_ddp_ranks_partition_the_epoch(cfg):
     seen = []
     for rank in range(2):
-        loader, _ = create_dataloader(cfg["train"], 128, 4, augment=False, shuffle=True, seed=3, nc=8,
-                                      workers=0, rank=rank, world_size=2, log=lambda s: None)
+        ddp = LoaderConfig(DatasetConfig(augment=False, seed=3, nc=8), rank=rank, world_size=2, workers=0,
+                           shuffle=True)
+        loader, _ = create_dataloader(cfg["train"], 128, 4, ddp, log=_quiet)
         assert isinstance(loader.sampler.inner, torch.utils.data.DistributedSampler)
         assert len(loader.sampler) == 12
         seen.append([p for _, _, paths, _ in loader for p in paths])
     assert not set(seen[0]) & set(seen[1]) and len(set(seen[0]) | set(seen[1])) == 24
     with pytest.raises(ValueError, match="image-weights"):
-        create_dataloader(cfg["train"], 128, 4, image_weights=True, rank=0, world_size=2, nc=8, log=lambda s: None)
+        create_dataloader(cfg["train"], 128, 4, LoaderConfig(DatasetConfig(image_weights=True, nc=8), rank=0,
+                                                             world_size=2), log=_quiet)
 
 
 def test_image_weights(cfg):
@@ -148,8 +184,8 @@ def test_image_weights(cfg):
     cw = class_weights(labels, 3)
     np.testing.assert_allclose(cw, np.array([1 / 3, 1, 1]) / (1 / 3 + 2))  # unseen class counts as 1
     np.testing.assert_allclose(image_weights(labels, 3, cw), [3 * cw[0], cw[1], 0])
-    loader, ds = create_dataloader(cfg["train"], 128, 4, image_weights=True, nc=8, workers=0,
-                                   log=lambda s: None)
+    loader, ds = create_dataloader(cfg["train"], 128, 4, LoaderConfig(DatasetConfig(image_weights=True, nc=8),
+                                                                      workers=0), log=_quiet)
     assert not ds.rect and loader.sampler.weights is not None
     # the trainer may set new weights: all the mass on image 5 → every draw is image 5
     w = np.zeros(len(ds))
@@ -161,8 +197,8 @@ def test_image_weights(cfg):
 
 def test_rect_loader_batches_and_shuffle_off(cfg, tmp_path):
     lines = []
-    loader, ds = create_dataloader(cfg["val"], 128, 4, rect=True, pad=0.5, shuffle=True, nc=8, workers=0,
-                                   log=lines.append)
+    data = DatasetConfig(rect=True, pad=0.5, nc=8)
+    loader, ds = create_dataloader(cfg["val"], 128, 4, LoaderConfig(data, shuffle=True, workers=0), log=lines.append)
     assert any("shuffle=False" in ln for ln in lines) and not loader.sampler.shuffle
     shapes = [tuple(b[0].shape[2:]) for b in loader]
     assert shapes == [(160, 160), (160, 160)]  # square 128 images, pad 0.5: ceil(4 + 0.5) * 32
@@ -179,20 +215,21 @@ def test_collate_pads_mixed_shapes():
 
 
 def test_pin_memory_and_workers(cfg, monkeypatch):
-    loader, _ = create_dataloader(cfg["val"], 128, 1, nc=8, workers=8, pin_memory=True, log=lambda s: None)
+    data = DatasetConfig(nc=8)
+    loader, _ = create_dataloader(cfg["val"], 128, 1, LoaderConfig(data, workers=8, pin_memory=True), log=_quiet)
     assert loader.num_workers == 0  # batch 1 → no workers (published)
     assert loader.pin_memory == torch.cuda.is_available()
-    loader, _ = create_dataloader(cfg["val"], 128, 4, nc=8, workers=8, pin_memory=False, log=lambda s: None)
+    loader, _ = create_dataloader(cfg["val"], 128, 4, LoaderConfig(data, workers=8, pin_memory=False), log=_quiet)
     assert not loader.pin_memory
     assert loader.num_workers == min(8, 4, (__import__("os").cpu_count() or 1) // max(torch.cuda.device_count(), 1))
     monkeypatch.setenv("PIN_MEMORY", "false")
-    loader, _ = create_dataloader(cfg["val"], 128, 4, nc=8, workers=0, log=lambda s: None)
+    loader, _ = create_dataloader(cfg["val"], 128, 4, LoaderConfig(data, workers=0), log=_quiet)
     assert not loader.pin_memory
 
 
 def test_sampler_keys(cfg):
-    loader, ds = create_dataloader(cfg["train"], 128, 4, augment=True, hyp=augment_hyp(), shuffle=False, seed=9,
-                                   nc=8, workers=0, log=lambda s: None)
+    data = DatasetConfig(augment=True, hyp=augment_hyp(), seed=9, nc=8)
+    loader, ds = create_dataloader(cfg["train"], 128, 4, LoaderConfig(data, shuffle=False, workers=0), log=_quiet)
     s = ItemSampler(ds, shuffle=False, seed=9)
     keys = list(iter(s))
     assert [k[0] for k in keys] == list(range(len(ds)))
@@ -223,9 +260,8 @@ def test_chw_conversion_of_views():
 
 
 def test_close_stops_the_workers_and_a_new_pass_gives_the_same_batches(cfg):
-    args = dict(imgsz=128, batch_size=4, augment=True, hyp=augment_hyp(), shuffle=True, seed=7, nc=8,
-                workers=2, log=lambda s: None)
-    loader, _ = create_dataloader(cfg["train"], **args)
+    data = DatasetConfig(augment=True, hyp=augment_hyp(), seed=7, nc=8)
+    loader, _ = create_dataloader(cfg["train"], 128, 4, LoaderConfig(data, shuffle=True, workers=2), log=_quiet)
     first = [imgs.clone() for imgs, *_ in loader]  # epoch 0; the workers go on building epoch 1
     workers = list(loader._it._workers)
     assert workers and all(w.is_alive() for w in workers)

@@ -14,8 +14,9 @@ import pytest
 import yolov9c
 from yolov9c.cli.train import parse_opt
 from yolov9c.cli.val import main as val_main
+from yolov9c.data.dataset import DatasetConfig
 from yolov9c.data.dataset_yaml import load_data_config
-from yolov9c.data.loader import create_dataloader
+from yolov9c.data.loader import LoaderConfig, create_dataloader
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.progress import EpochClock, duration
 from yolov9c.engine.train.trainer import train
@@ -95,8 +96,8 @@ def test_validation_bar_in_val_dual_and_quiet(data, tmp_path, capsys):
     assert bars and {b[1] for b in bars} == {"2"}, err[-2000:]  # two images, one per batch
     assert HEADER in out.splitlines()  # the table keeps its header line once the bar is cleared
     cfg = load_data_config(str(data))
-    loader, _ = create_dataloader(cfg["val"], imgsz=64, batch_size=2, augment=False, rect=True, pad=0.5,
-                                  workers=0, nc=cfg["nc"], prefix="val: ")
+    data = DatasetConfig(augment=False, rect=True, pad=0.5, prefix="val: ", nc=cfg["nc"])
+    loader, _ = create_dataloader(cfg["val"], 64, 2, LoaderConfig(data, workers=0))
     model = yolov9c.build_model("gelan-t", nc=cfg["nc"])
     validate(model, loader, nc=cfg["nc"], names=cfg["names"], cfg=ValConfig(progress=False), log=lambda *a: None)
     assert capsys.readouterr().err == ""

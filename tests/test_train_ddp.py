@@ -181,12 +181,13 @@ def test_rank_batches_together_are_the_single_process_batches(tmp_path):
     are, as a set of (file, image bytes, labels), the single-process k-th batch of 6, for two epochs. 11 images:
     the last batch is short in one process (5) and DistributedSampler pads the epoch to 12 with its first place."""
     from yolov9c.data.hyp import augment_hyp
-    from yolov9c.data.loader import create_dataloader
+    from yolov9c.data.dataset import DatasetConfig
+    from yolov9c.data.loader import LoaderConfig, create_dataloader
 
     data = synthetic_dataset(seed=4, root=tmp_path, n_train=11, n_val=0, imgsz=64)
     train = Path(data).parent / "images" / "train"
     hyp = augment_hyp(None, mosaic=0.5, mixup=0.5)
-    kw = dict(augment=True, hyp=hyp, shuffle=True, seed=7, nc=8, workers=0, log=lambda s: None)
+    data = DatasetConfig(augment=True, hyp=hyp, seed=7, nc=8)
 
     def items(loader, epoch):
         loader.sampler.set_epoch(epoch)
@@ -196,8 +197,10 @@ def test_rank_batches_together_are_the_single_process_batches(tmp_path):
                         for i, p in enumerate(paths)])
         return out
 
-    one, _ = create_dataloader(str(train), 64, 6, **kw)
-    ranks = [create_dataloader(str(train), 64, 3, rank=r, world_size=2, **kw)[0] for r in range(2)]
+    quiet = dict(log=lambda s: None)
+    one, _ = create_dataloader(str(train), 64, 6, LoaderConfig(data, workers=0, shuffle=True), **quiet)
+    ranks = [create_dataloader(str(train), 64, 3, LoaderConfig(data, rank=r, world_size=2, workers=0, shuffle=True),
+                               **quiet)[0] for r in range(2)]
     for epoch in (0, 1):
         single = items(one, epoch)
         per_rank = [items(ld, epoch) for ld in ranks]

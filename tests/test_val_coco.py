@@ -23,8 +23,9 @@ import yaml
 from torch import nn
 
 from inprocess import run_script
+from yolov9c.data.dataset import DatasetConfig
 from yolov9c.data.dataset_yaml import load_data_config
-from yolov9c.data.loader import create_dataloader
+from yolov9c.data.loader import LoaderConfig, create_dataloader
 from yolov9c.engine.val.coco import coco80_to_coco91, coco_layout, image_id, is_coco_val, json_rows
 from yolov9c.engine.val.validator import ValConfig, validate
 
@@ -98,8 +99,8 @@ class Oracle(nn.Module):
 
 def _loader(data):
     cfg = load_data_config(str(data))
-    loader, dataset = create_dataloader(cfg["val"], imgsz=IMGSZ, batch_size=2, stride=32, augment=False, rect=True,
-                                        pad=0.5, workers=0, nc=80, log=lambda *a: None)
+    data = DatasetConfig(augment=False, rect=True, stride=32, pad=0.5, nc=80)
+    loader, dataset = create_dataloader(cfg["val"], IMGSZ, 2, LoaderConfig(data, workers=0), log=lambda *a: None)
     return cfg, loader, dataset
 
 

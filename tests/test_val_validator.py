@@ -16,8 +16,9 @@ import pytest
 import torch
 
 import yolov9c
+from yolov9c.data.dataset import DatasetConfig
 from yolov9c.data.dataset_yaml import load_data_config
-from yolov9c.data.loader import create_dataloader
+from yolov9c.data.loader import LoaderConfig, create_dataloader
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.val.validator import ValConfig, validate
 
@@ -26,8 +27,8 @@ from yolov9c.engine.val.validator import ValConfig, validate
 def val_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("synth")
     cfg = load_data_config(str(synthetic_dataset(seed=3, root=root, n_train=2, n_val=8, imgsz=160)))
-    loader, _ = create_dataloader(cfg["val"], imgsz=96, batch_size=4, augment=False, rect=True, pad=0.5,
-                                  workers=0, nc=cfg["nc"], prefix="val: ")
+    data = DatasetConfig(augment=False, rect=True, pad=0.5, prefix="val: ", nc=cfg["nc"])
+    loader, _ = create_dataloader(cfg["val"], 96, 4, LoaderConfig(data, workers=0))
     return cfg, loader
 
 

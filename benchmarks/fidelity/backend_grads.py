@@ -35,14 +35,14 @@ import torch  # noqa: E402
 
 
 def batches(a, nc):
-    from yolov9c.data.dataset import YoloDataset
+    from yolov9c.data.dataset import DatasetConfig, YoloDataset
     from yolov9c.data.dataset_yaml import load_data_config
     from yolov9c.data.hyp import augment_hyp
     from yolov9c.data.loader import collate
 
     data = load_data_config(a.data)
-    ds = YoloDataset(data["train"], img_size=a.img, augment=True, hyp=augment_hyp(a.hyp), nc=nc, seed=a.seed,
-                     label_cache=False, prefix="train: ")
+    ds = YoloDataset(data["train"], DatasetConfig(img_size=a.img, augment=True, hyp=augment_hyp(a.hyp), prefix="train: ",
+                                                  nc=nc, seed=a.seed, label_cache=False))
     n, k = len(ds), 0
     while True:
         items = [ds[((k + j) % n, (a.seed, k + j, 0, 0), True)] for j in range(a.batch)]

@@ -29,14 +29,15 @@ from probe import json_ready, wrap_loss  # noqa: E402
 def run_data(a):
     import yolov9c.data.mixup as MX
     import yolov9c.data.mosaic as MO
-    from yolov9c.data.dataset import YoloDataset
+    from yolov9c.data.dataset import DatasetConfig, YoloDataset
     from yolov9c.data.dataset_yaml import load_data_config
     from yolov9c.data.hyp import augment_hyp
 
     data = load_data_config(a.data)
     hyp = augment_hyp(a.hyp)
-    ds = YoloDataset(data["train"], img_size=a.img, batch_size=16, augment=True, hyp=hyp, min_items=a.min_items,
-                     nc=data["nc"], seed=a.seed, label_cache=False, prefix="train: ")
+    ds = YoloDataset(data["train"], DatasetConfig(img_size=a.img, batch_size=16, augment=True, hyp=hyp,
+                                                  min_items=a.min_items, prefix="train: ", nc=data["nc"], seed=a.seed,
+                                                  label_cache=False))
     counts = AugmentCounts()
     MO.load_mosaic, MX.mixup, MO.copy_paste = (counts.mosaic(MO.load_mosaic), counts.mixup(MX.mixup),
                                                counts.copy_paste(MO.copy_paste))
@@ -81,14 +82,14 @@ def run_train(a):
 
 def save_batch(a, path):
     """A batch of a.batch_size augmented training samples of ours (mosaic as the hyp says), as uint8 + targets."""
-    from yolov9c.data.dataset import YoloDataset
+    from yolov9c.data.dataset import DatasetConfig, YoloDataset
     from yolov9c.data.dataset_yaml import load_data_config
     from yolov9c.data.hyp import augment_hyp
     from yolov9c.data.loader import collate
 
     data = load_data_config(a.data)
-    ds = YoloDataset(data["train"], img_size=a.img, augment=True, hyp=augment_hyp(a.hyp), nc=data["nc"],
-                     seed=a.seed, label_cache=False, prefix="train: ")
+    ds = YoloDataset(data["train"], DatasetConfig(img_size=a.img, augment=True, hyp=augment_hyp(a.hyp), prefix="train: ",
+                                                  nc=data["nc"], seed=a.seed, label_cache=False))
     items = [ds[(k, (a.seed, 0, 0, k), a.mosaic)] for k in range(a.batch_size)]
     imgs, targets, _, _ = collate(items)
     np.savez(path, imgs=imgs.numpy(), targets=targets.numpy())

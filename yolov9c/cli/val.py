@@ -97,8 +97,9 @@ def data_from_checkpoint(ckpt, weights, log=print):
 def run(opt, log=print):
     """Run one validation as `opt` says; returns the validate() result dict (study: the last one).
     opt.data None: the checkpoint's dataset (data_from_checkpoint), written back to opt.data."""
+    from yolov9c.data.dataset import DatasetConfig
     from yolov9c.data.dataset_yaml import load_data_config
-    from yolov9c.data.loader import create_dataloader
+    from yolov9c.data.loader import LoaderConfig, create_dataloader
     from yolov9c.engine.val.coco import coco_layout
     from yolov9c.engine.run_dir import increment_path
     from yolov9c.engine.val.validator import ValConfig, validate
@@ -130,9 +131,10 @@ def run(opt, log=print):
     json_name = f"{Path(opt.weights[0]).stem}_predictions.json"
     rows, result = [], None
     for imgsz in sizes:
-        loader, dataset = create_dataloader(cfg[split], imgsz=imgsz, batch_size=opt.batch_size, stride=stride,
-                                            single_cls=opt.single_cls, augment=False, rect=True, pad=0.5,
-                                            workers=opt.workers, nc=cfg["nc"], prefix=f"{split}: ", log=log)
+        data = DatasetConfig(augment=False, rect=True, single_cls=opt.single_cls, stride=stride, pad=0.5,
+                             prefix=f"{split}: ", nc=cfg["nc"])
+        loader, dataset = create_dataloader(cfg[split], imgsz, opt.batch_size, LoaderConfig(data, workers=opt.workers),
+                                            log=log)
         _is_coco, anno, class_map, image_ids = coco_layout(cfg, cfg[split], dataset.im_files)
         vcfg = ValConfig(conf_thres=conf, iou_thres=iou, max_det=opt.max_det, half=opt.half and device.type == "cuda",
                          single_cls=opt.single_cls, augment=opt.augment, save_dir=save_dir,

@@ -24,6 +24,7 @@ Test: python -m pytest -q tests/test_data_dataset.py
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -41,31 +42,45 @@ class DataError(ValueError):
     """A split that cannot be used (no usable image, no labels for training)."""
 
 
+@dataclass
+class DatasetConfig:
+    """Every option of one split's YoloDataset (create_dataloader fills img_size and batch_size itself)."""
+    img_size: int = 640  # the long side in pixels, a multiple of stride
+    batch_size: int = 16  # rect grouping: the images that share one rect shape
+    augment: bool = False  # the training pipeline (mosaic, mixup, perspective, HSV, flips)
+    hyp: dict | None = None  # the augmentation keys (hyp.py); None with augment: augment_hyp()'s defaults
+    rect: bool = False  # rectangular batches (off with image_weights, as published)
+    image_weights: bool = False  # draw images by class-frequency weights (the loader's sampler draws them)
+    cache: str | None = None  # image cache: None, 'ram', 'disk', 'val'… (image_cache.py)
+    single_cls: bool = False  # every class → 0
+    stride: int = 32  # the model's largest stride (rect shapes are multiples of it)
+    pad: float = 0.0  # rect padding in strides (validation: 0.5)
+    min_items: int = 0  # drop the images with fewer labels (--min-items)
+    prefix: str = ""  # starts every log line and error message ('train: ', 'val: ')
+    nc: int | None = None  # class count for the class < nc check (None: no check)
+    seed: int = 0  # base of every item's random draws
+    label_cache: bool = True  # read/write the `*.cache` label cache beside the labels
+
+
 class YoloDataset(torch.utils.data.Dataset):
-    """One split. sources: folder(s) / .txt list(s) / images (as in the dataset yaml, resolved).
+    """One split. sources: folder(s) / .txt list(s) / images (as in the dataset yaml, resolved); cfg: a
+    DatasetConfig (None: its defaults); log: a print-like callable (lines of the scan)."""
 
-    img_size: int (the long side, multiple of stride); batch_size: rect grouping size; augment: training
-    pipeline; hyp: dict with the augmentation keys (hyp.py); rect: rectangular batches (off with
-    image_weights, as published); cache: None/'ram'/'disk'/'val'…; single_cls: every class → 0;
-    stride: max model stride; pad: rect padding in strides (val 0.5); min_items: drop images with fewer
-    labels; nc: class count for the class < nc check; seed: base of every item's random draws;
-    label_cache: read/write the `*.cache` label cache; log: a print-like callable (lines of the scan)."""
-
-    def __init__(self, sources, img_size=640, batch_size=16, augment=False, hyp=None, rect=False,
-                 image_weights=False, cache=None, single_cls=False, stride=32, pad=0.0, min_items=0,
-                 prefix="", nc=None, seed=0, label_cache=True, log=print):
-        self.img_size = int(img_size)
-        self.augment = bool(augment)
-        self.hyp = hyp
-        if self.augment and hyp is None:
+    def __init__(self, sources, cfg=None, log=print):
+        cfg = cfg or DatasetConfig()
+        prefix, nc, min_items = cfg.prefix, cfg.nc, cfg.min_items
+        self.img_size = int(cfg.img_size)
+        self.augment = bool(cfg.augment)
+        self.hyp = cfg.hyp
+        if self.augment and cfg.hyp is None:
             from yolov9c.data.hyp import augment_hyp
 
             self.hyp = augment_hyp()
-        self.image_weights = bool(image_weights)
-        self.rect = False if self.image_weights else bool(rect)
+        self.image_weights = bool(cfg.image_weights)
+        self.rect = False if self.image_weights else bool(cfg.rect)
         self.mosaic = self.augment and not self.rect  # close-mosaic sets this False
-        self.stride = int(stride)
-        self.seed = int(seed)
+        self.stride = int(cfg.stride)
+        self.seed = int(cfg.seed)
         self.prefix = prefix
         self.nc = nc
 
@@ -73,7 +88,7 @@ class YoloDataset(torch.utils.data.Dataset):
             files = collect_image_files(sources)
         except FileNotFoundError as e:
             raise DataError(f"{prefix}{e}") from None
-        scan = scan_split(files, nc, sources=sources, use_cache=label_cache, log=log, prefix=prefix)
+        scan = scan_split(files, nc, sources=sources, use_cache=cfg.label_cache, log=log, prefix=prefix)
         if scan.n_images == 0:
             raise DataError(f"{prefix}no usable images in {sources}")
         if self.augment and scan.n_images == scan.n_backgrounds:
@@ -92,7 +107,7 @@ class YoloDataset(torch.utils.data.Dataset):
             self._select(keep)
             if not self.im_files:
                 raise DataError(f"{prefix}no image has >= {min_items} labels (--min-items)")
-        if single_cls:
+        if cfg.single_cls:
             for lb in self.labels:
                 lb[:, 0] = 0
 
@@ -102,8 +117,8 @@ class YoloDataset(torch.utils.data.Dataset):
         if self.rect:
             order = rect_order(self.shapes)
             self._select(order.tolist())
-            self.batch_index, self.batch_shapes = rect_batch_shapes(self.shapes, batch_size, self.img_size,
-                                                                    self.stride, pad)
+            self.batch_index, self.batch_shapes = rect_batch_shapes(self.shapes, cfg.batch_size, self.img_size,
+                                                                    self.stride, cfg.pad)
         self.ims = [None] * n  # RAM cache
         self.im_hw0 = [None] * n
         self.im_hw = [None] * n
@@ -111,7 +126,7 @@ class YoloDataset(torch.utils.data.Dataset):
         self.item_threads = 1  # threads per process building a batch's items (loader.py sets it)
         self._pool = None
         self._pool_pid = None
-        self.cache = cache_images(self, cache, log=log, prefix=prefix)
+        self.cache = cache_images(self, cfg.cache, log=log, prefix=prefix)
 
     def _select(self, idx):
         self.im_files = [self.im_files[i] for i in idx]

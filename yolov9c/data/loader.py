@@ -1,6 +1,7 @@
 """The training/validation DataLoader: worker count, seeded and reproducible sampling, DDP, collate.
 
-create_dataloader(...) builds a YoloDataset and a RepeatingLoader (a torch DataLoader inside) around it:
+create_dataloader(path, imgsz, batch_size, cfg=LoaderConfig(...)) builds a YoloDataset (cfg.data, a DatasetConfig)
+and a RepeatingLoader (a torch DataLoader inside) around it:
 - workers = min(cpu_count // #GPUs, batch (0 when batch is 1), --workers), as published; persistent
   workers (they stay alive between epochs; close-mosaic and new image weights still reach them because
   the sampler, which runs in the main process, carries them);
@@ -19,7 +20,7 @@ create_dataloader(...) builds a YoloDataset and a RepeatingLoader (a torch DataL
   sets it. Because a DDP rank takes every world_size-th item of that same order, the ranks' k-th batches
   together are exactly the single-process k-th batch of the same total batch size (same images, same
   augmentation draws): DDP training sees the data of the single-process run (tests/test_train_ddp.py);
-- pin memory: `pin_memory` argument (--pin-memory/--no-pin-memory), default from the PIN_MEMORY
+- pin memory: LoaderConfig.pin_memory (--pin-memory/--no-pin-memory), default from the PIN_MEMORY
   environment variable (default true, as published); only used when CUDA is available;
 - threads: each worker builds its batch's items with `item_threads` threads (default cores // (workers ×
   world size), at most 4; YOLOV9C_LOADER_THREADS overrides): at --workers 8 on 16 cores the published
@@ -32,13 +33,14 @@ Test: python -m pytest -q tests/test_data_loader.py
 """
 
 import os
+from dataclasses import dataclass, field, replace
 
 import cv2
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-from yolov9c.data.dataset import YoloDataset
+from yolov9c.data.dataset import DatasetConfig, YoloDataset
 from yolov9c.data.image_weights import image_weights as compute_image_weights
 
 
@@ -237,32 +239,40 @@ def _pin_default():
     return str(os.getenv("PIN_MEMORY", "true")).lower() == "true"
 
 
-def create_dataloader(path, imgsz, batch_size, stride=32, single_cls=False, hyp=None, augment=False, cache=None,
-                      pad=0.0, rect=False, rank=-1, world_size=1, workers=8, image_weights=False, min_items=0,
-                      prefix="", shuffle=False, seed=0, pin_memory=None, persistent_workers=True, nc=None,
-                      label_cache=True, log=print):
-    """Build (loader, dataset) for split `path` (sources as in load_data_config's train/val lists).
+@dataclass
+class LoaderConfig:
+    """The options of one create_dataloader call: the dataset's (data) and the loader's own."""
+    data: DatasetConfig = field(default_factory=DatasetConfig)  # img_size, batch_size: create_dataloader's own
+    rank: int = -1  # DDP rank of this process (-1: no DDP)
+    world_size: int = 1  # DDP processes (1: no DDP)
+    workers: int = 8  # at most this many loader workers (also capped by cores per GPU and the batch size)
+    shuffle: bool = False  # a new seeded order each epoch (off with data.rect, with a message)
+    pin_memory: bool | None = None  # pinned batches when CUDA is available (None: PIN_MEMORY, default true)
+    persistent_workers: bool = True  # workers run on across epoch ends (RepeatingLoader); False: restarted each pass
 
-    batch_size: per rank; rank/world_size: DDP (-1/1 without); rect: rectangular batches (forces shuffle
-    off, with a message); image_weights: draw images by class-frequency weights (single process only);
-    other arguments as YoloDataset. Raises DataError for an unusable split."""
-    if rect and shuffle:
-        log(f"{prefix}--rect is incompatible with DataLoader shuffle, setting shuffle=False")
+
+def create_dataloader(path, imgsz, batch_size, cfg=None, log=print):
+    """Build (loader, dataset) for split `path` (sources as in load_data_config's train/val lists) with
+    images of long side `imgsz` in batches of `batch_size` per rank, as `cfg` (a LoaderConfig; None: its
+    defaults) says. cfg.data's img_size and batch_size are not read: the dataset gets imgsz, and rect shapes
+    grouped by batch_size × world_size. rect forces shuffle off (with a message); image_weights is single
+    process only. Raises DataError for an unusable split, ValueError for image weights under DDP."""
+    cfg = cfg or LoaderConfig()
+    data, world_size, shuffle = cfg.data, cfg.world_size, cfg.shuffle
+    if data.rect and shuffle:
+        log(f"{data.prefix}--rect is incompatible with DataLoader shuffle, setting shuffle=False")
         shuffle = False
-    if image_weights and world_size > 1:
+    if data.image_weights and world_size > 1:
         raise ValueError("--image-weights is not supported with DDP (as in the published code)")
     # under DDP a rank takes every world_size-th image, so a rect shape covers world_size batches
     group = batch_size * max(world_size, 1)
-    dataset = YoloDataset(path, img_size=imgsz, batch_size=group, augment=augment, hyp=hyp, rect=rect,
-                          image_weights=image_weights, cache=cache, single_cls=single_cls, stride=stride,
-                          pad=pad, min_items=min_items, prefix=prefix, nc=nc, seed=seed,
-                          label_cache=label_cache, log=log)
+    dataset = YoloDataset(path, replace(data, img_size=imgsz, batch_size=group), log=log)
     batch_size = min(batch_size, len(dataset))
     nd = torch.cuda.device_count()
-    nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, workers)
+    nw = min((os.cpu_count() or 1) // max(nd, 1), batch_size if batch_size > 1 else 0, cfg.workers)
     weights = None
     if dataset.image_weights:
-        weights = compute_image_weights(dataset.labels, nc if nc is not None else _max_class(dataset) + 1)
+        weights = compute_image_weights(dataset.labels, data.nc if data.nc is not None else _max_class(dataset) + 1)
     # idle cores at --workers below the core count: each worker builds its batch's items with threads
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     env = os.getenv("YOLOV9C_LOADER_THREADS")
@@ -270,11 +280,12 @@ def create_dataloader(path, imgsz, batch_size, stride=32, single_cls=False, hyp=
         dataset.item_threads = max(1, int(env))
     elif nw > 0:
         dataset.item_threads = max(1, min(4, cpus // (nw * max(world_size, 1))))
-    sampler = ItemSampler(dataset, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size, weights=weights)
-    pin = _pin_default() if pin_memory is None else bool(pin_memory)
+    sampler = ItemSampler(dataset, shuffle=shuffle, seed=data.seed, rank=cfg.rank, world_size=world_size,
+                          weights=weights)
+    pin = _pin_default() if cfg.pin_memory is None else bool(cfg.pin_memory)
     g = torch.Generator()
-    g.manual_seed(6148914691236517205 + seed)
-    if persistent_workers or nw == 0:
+    g.manual_seed(6148914691236517205 + data.seed)
+    if cfg.persistent_workers or nw == 0:
         loader = RepeatingLoader(dataset, batch_size, sampler, num_workers=nw,
                                  pin_memory=pin and torch.cuda.is_available(), collate_fn=collate,
                                  worker_init_fn=_worker_init, generator=g)

@@ -38,11 +38,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from yolov9c.backends import accepts_uint8
 from yolov9c.backends import apply as apply_backend
-from yolov9c.data.dataset import DataError
+from yolov9c.data.dataset import DataError, DatasetConfig
 from yolov9c.data.dataset_yaml import DataConfigError, load_data_config
 from yolov9c.data.hyp import augment_hyp
 from yolov9c.data.image_weights import class_weights
-from yolov9c.data.loader import create_dataloader
+from yolov9c.data.loader import LoaderConfig, create_dataloader
 from yolov9c.engine.run_dir import increment_path
 from yolov9c.engine.train import memory_plan
 from yolov9c.engine.train import results as R
@@ -485,14 +485,14 @@ def setup_loaders(state):
     batch, as published: train_dual.py L213), labels.jpg of a fresh run; then torch's CPU threads."""
     cfg, data, hyp = state.cfg, state.data, state.hyp
     per_rank = state.batch_size // state.world
-    common = dict(single_cls=cfg.single_cls, hyp=hyp, seed=cfg.seed, pin_memory=cfg.pin_memory, nc=int(data["nc"]),
-                  log=state.log)
+    train = DatasetConfig(augment=True, hyp=hyp, rect=cfg.rect, image_weights=cfg.image_weights,
+                          cache=None if cfg.cache == "val" else cfg.cache, single_cls=cfg.single_cls, stride=state.gs,
+                          min_items=cfg.min_items, prefix="train: ", nc=int(data["nc"]), seed=cfg.seed)
+    train_cfg = LoaderConfig(train, rank=state.local_rank if state.world > 1 else -1, world_size=state.world,
+                             workers=cfg.workers, shuffle=True, pin_memory=cfg.pin_memory)
     try:
-        state.train_loader, state.dataset = create_dataloader(
-            data["train"], state.imgsz, per_rank, state.gs, augment=True,
-            cache=None if cfg.cache == "val" else cfg.cache, rect=cfg.rect,
-            rank=state.local_rank if state.world > 1 else -1, world_size=state.world, workers=cfg.workers,
-            image_weights=cfg.image_weights, min_items=cfg.min_items, prefix="train: ", shuffle=True, **common)
+        state.train_loader, state.dataset = create_dataloader(data["train"], state.imgsz, per_rank, train_cfg,
+                                                              log=state.log)
         if state.main:
             state.val_loader = make_val_loader(state, per_rank * 2)
     except (DataError, ValueError) as e:
@@ -534,11 +534,12 @@ def make_val_loader(state, batch):
     """The validation loader (rect, pad 0.5, no augmentation) with `batch` images per batch (set-up, and the
     out-of-memory retry of validation with a smaller batch)."""
     cfg = state.cfg
-    loader, _ = create_dataloader(
-        state.data["val"], state.imgsz, batch, state.gs, augment=False,
-        cache=None if cfg.noval else ("ram" if cfg.cache == "val" else cfg.cache), rect=True, pad=0.5,
-        workers=cfg.workers * 2, prefix="val: ", single_cls=cfg.single_cls, hyp=state.hyp, seed=cfg.seed,
-        pin_memory=cfg.pin_memory, nc=int(state.data["nc"]), log=state.log)
+    val = DatasetConfig(augment=False, hyp=state.hyp, rect=True,
+                        cache=None if cfg.noval else ("ram" if cfg.cache == "val" else cfg.cache),
+                        single_cls=cfg.single_cls, stride=state.gs, pad=0.5, prefix="val: ", nc=int(state.data["nc"]),
+                        seed=cfg.seed)
+    loader, _ = create_dataloader(state.data["val"], state.imgsz, batch,
+                                  LoaderConfig(val, workers=cfg.workers * 2, pin_memory=cfg.pin_memory), log=state.log)
     return loader
 
 
