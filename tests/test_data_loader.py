@@ -75,6 +75,20 @@ def test_options_keep_the_old_keyword_names_and_defaults():
     assert list(inspect.signature(YoloDataset).parameters) == ["sources", "cfg", "log"]
 
 
+def test_dataset_size_fields_conflicting_with_the_arguments_are_refused(cfg):
+    """imgsz and batch_size are create_dataloader's arguments; a cfg.data.img_size / batch_size that says
+    otherwise is an error (not silently replaced); equal to the argument, it is accepted."""
+    split = cfg["train"]
+    with pytest.raises(ValueError, match=r"cfg.data.img_size=320 conflicts with its imgsz argument \(64\)"):
+        create_dataloader(split, 64, 2, LoaderConfig(DatasetConfig(img_size=320), workers=0), log=lambda *a: None)
+    with pytest.raises(ValueError, match="cfg.data.batch_size=5 conflicts with its batch_size argument"):
+        create_dataloader(split, 64, 2, LoaderConfig(DatasetConfig(batch_size=5), workers=0), log=lambda *a: None)
+    loader, ds = create_dataloader(split, 64, 2, LoaderConfig(DatasetConfig(img_size=64, batch_size=2), workers=0),
+                                   log=lambda *a: None)
+    assert ds.img_size == 64
+    close_loader(loader)
+
+
 def test_collate_format(cfg):
     batches, loader, ds = _batches(cfg, n=2)
     _, imgs, labels, paths = batches[0]

@@ -44,7 +44,7 @@ class DataError(ValueError):
 
 @dataclass
 class DatasetConfig:
-    """Every option of one split's YoloDataset (create_dataloader fills img_size and batch_size itself)."""
+    """Every option of one split's YoloDataset (create_dataloader sets img_size and batch_size from its arguments)."""
     img_size: int = 640  # the long side in pixels, a multiple of stride
     batch_size: int = 16  # rect grouping: the images that share one rect shape
     augment: bool = False  # the training pipeline (mosaic, mixup, perspective, HSV, flips)

@@ -254,18 +254,23 @@ class LoaderConfig:
 def create_dataloader(path, imgsz, batch_size, cfg=None, log=print):
     """Build (loader, dataset) for split `path` (sources as in load_data_config's train/val lists) with
     images of long side `imgsz` in batches of `batch_size` per rank, as `cfg` (a LoaderConfig; None: its
-    defaults) says. cfg.data's img_size and batch_size are not read: the dataset gets imgsz, and rect shapes
-    grouped by batch_size × world_size. rect forces shuffle off (with a message); image_weights is single
-    process only. Raises DataError for an unusable split, ValueError for image weights under DDP."""
+    defaults) says. cfg.data's img_size and batch_size come from the arguments (the dataset gets imgsz, and
+    rect shapes grouped by batch_size × world_size): left at their defaults or equal to those, else a
+    ValueError. rect forces shuffle off (with a message); image_weights is single process only. Raises
+    DataError for an unusable split, ValueError for image weights under DDP."""
     cfg = cfg or LoaderConfig()
     data, world_size, shuffle = cfg.data, cfg.world_size, cfg.shuffle
+    group = batch_size * max(world_size, 1)  # under DDP a rank takes every world_size-th image
+    for name, arg, value in (("img_size", "imgsz", imgsz), ("batch_size", "batch_size", group)):
+        own = getattr(data, name)
+        if own != getattr(DatasetConfig, name) and own != value:
+            raise ValueError(f"create_dataloader: cfg.data.{name}={own} conflicts with its {arg} argument "
+                             f"({value}); {arg} sets it, leave cfg.data.{name} at its default")
     if data.rect and shuffle:
         log(f"{data.prefix}--rect is incompatible with DataLoader shuffle, setting shuffle=False")
         shuffle = False
     if data.image_weights and world_size > 1:
         raise ValueError("--image-weights is not supported with DDP (as in the published code)")
-    # under DDP a rank takes every world_size-th image, so a rect shape covers world_size batches
-    group = batch_size * max(world_size, 1)
     dataset = YoloDataset(path, replace(data, img_size=imgsz, batch_size=group), log=log)
     batch_size = min(batch_size, len(dataset))
     nd = torch.cuda.device_count()
