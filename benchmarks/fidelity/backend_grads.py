@@ -41,8 +41,8 @@ def batches(a, nc):
     from yolov9c.data.loader import collate
 
     data = load_data_config(a.data)
-    ds = YoloDataset(data["train"], DatasetConfig(img_size=a.img, augment=True, hyp=augment_hyp(a.hyp), prefix="train: ",
-                                                  nc=nc, seed=a.seed, label_cache=False))
+    ds = YoloDataset(data["train"], DatasetConfig(img_size=a.img, augment=True, hyp=augment_hyp(a.hyp),
+                                                  prefix="train: ", nc=nc, seed=a.seed, label_cache=False))
     n, k = len(ds), 0
     while True:
         items = [ds[((k + j) % n, (a.seed, k + j, 0, 0), True)] for j in range(a.batch)]

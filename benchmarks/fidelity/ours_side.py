@@ -88,8 +88,8 @@ def save_batch(a, path):
     from yolov9c.data.loader import collate
 
     data = load_data_config(a.data)
-    ds = YoloDataset(data["train"], DatasetConfig(img_size=a.img, augment=True, hyp=augment_hyp(a.hyp), prefix="train: ",
-                                                  nc=data["nc"], seed=a.seed, label_cache=False))
+    ds = YoloDataset(data["train"], DatasetConfig(img_size=a.img, augment=True, hyp=augment_hyp(a.hyp),
+                                                  prefix="train: ", nc=data["nc"], seed=a.seed, label_cache=False))
     items = [ds[(k, (a.seed, 0, 0, k), a.mosaic)] for k in range(a.batch_size)]
     imgs, targets, _, _ = collate(items)
     np.savez(path, imgs=imgs.numpy(), targets=targets.numpy())

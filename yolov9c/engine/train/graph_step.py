@@ -39,10 +39,11 @@ steps; the warm-up batches' cached blocks are given back before the last warm-up
 capture stream, and the caching allocator keeps blocks per stream) and before the first capture, and an eager fallback
 batch's after it, so that the pool and an eager step are not both reserved. Each time the device is synchronised
 first (guards.free_cuda): with expandable segments (train_dual.py's default) empty_cache unmaps freed blocks and is
-not documented to wait for streams other than the block's own, and the first capture empties the cache right after the main stream was given the
-copies of the last warm-up batch's gradients (allocated on the capture stream) into the static views. Defensive: an
-illegal memory access seen once on the H200 in tests/test_graph_step.py (beside four training runs) was not
-reproduced by holding the main stream busy there, with or without the synchronisation; its cause is open.
+not documented to wait for streams other than the block's own, and the first capture empties the cache right after
+the main stream was given the copies of the last warm-up batch's gradients (allocated on the capture stream) into
+the static views. Defensive: an illegal memory access seen once on the H200 in tests/test_graph_step.py (beside four
+training runs) was not reproduced by holding the main stream busy there, with or without the synchronisation; its
+cause is open.
 Test: python -m pytest -q tests/test_graph_step.py (the CUDA test compares N graphed steps with eager ones)
 """
 
