@@ -39,7 +39,9 @@ Output: one JSON line per run ({"kind": "run", "runner", "seed", "map50", "map",
 then one per runner ({"kind": "summary", "runner", "n", "map50_mean", "map50_std", "map_mean", "map_std"}), and
 a last line comparing them ({"kind": "compare", "<runner>_minus_published_map", "<runner>_minus_torch_map", and
 "<c variant>_minus_c_map"}, points of mAP@0.5:0.95 × 100, each with a `..._paired` entry on the seeds both
-runners have: n, mean and standard error of the per-seed difference, t, and how many seeds are lower). Lines
+runners have: n, mean and standard error of the per-seed difference, t, and how many seeds are lower, and a
+`..._curve` entry: the per-epoch differences of the training loss and of the run's own validation mAP, mean over
+the seeds, from each run's "curve" (its results.csv per epoch: box, cls, dfl, map)). Lines
 also go to OUT/results.jsonl; a second call with the same --out keeps the runs that finished there and trains
 only the others. `--rows A.jsonl B.jsonl ...` trains nothing and summarizes the runs of earlier calls (seeds
 measured in several device calls). Results: benchmarks/RESULTS.md.
@@ -138,6 +140,40 @@ def best_epoch(run_dir):
     return int(r["epoch"][len(fi) - 1 - int(np.argmax(fi[::-1]))])
 
 
+CURVE_KEYS = {"box": "train/box_loss", "cls": "train/cls_loss", "dfl": "train/dfl_loss", "map": "metrics/mAP_0.5:0.95"}
+
+
+def curve(run_dir):
+    """The run's per-epoch training losses and own validation mAP@0.5:0.95 (results.csv, ours and the
+    published code's alike): {"box": [...], "cls": [...], "dfl": [...], "map": [...]}, 5 digits."""
+    from yolov9c.engine.train.results import read_results
+
+    r = read_results(run_dir / "results.csv")
+    return {k: [round(float(v), 5) for v in r[col]] for k, col in CURVE_KEYS.items() if col in r}
+
+
+def paired_curves(runs, runner, base):
+    """runner − base by seed, epoch by epoch, on the seeds whose runs both have a curve of the same length: the
+    training loss (box + cls + dfl) and the run's own validation mAP@0.5:0.95 (points × 100), each the mean
+    over seeds per epoch, and the seeds where runner's last-epoch training loss is above base's. The per-epoch
+    losses average ~35 batches each, so they show a difference in how fast two runners learn with fewer seeds
+    than the final mAP. None for fewer than two such seeds."""
+    curves = {r: {x["seed"]: x["curve"] for x in runs if x["runner"] == r and x.get("curve")} for r in (runner, base)}
+    seeds = [s for s in sorted(set(curves[runner]) & set(curves[base]))
+             if len(curves[runner][s]["box"]) == len(curves[base][s]["box"])]
+    if len(seeds) < 2:
+        return None
+
+    def total(c):
+        return np.array(c["box"]) + np.array(c["cls"]) + np.array(c["dfl"])
+
+    loss = np.array([total(curves[runner][s]) - total(curves[base][s]) for s in seeds])
+    maps = 100 * np.array([np.array(curves[runner][s]["map"]) - np.array(curves[base][s]["map"]) for s in seeds])
+    return {"n": len(seeds), "loss_by_epoch": [round(float(v), 4) for v in loss.mean(0)],
+            "loss_last_higher": int((loss[:, -1] > 0).sum()),
+            "map_by_epoch": [round(float(v), 3) for v in maps.mean(0)]}
+
+
 def validate_best(a, weights):
     from yolov9c.cli.val import build_parser, run
 
@@ -172,9 +208,9 @@ def run_line(a, runner, seed, run_dir, info):
         return {"kind": "run", "runner": runner, "seed": seed, "error": f"exit {info['rc']}, see {info['log']}"}
     map50, mapv = validate_best(a, run_dir / "weights" / "best.pt")
     return {"kind": "run", "runner": runner, "seed": seed, "map50": map50, "map": mapv,
-            "best_epoch": best_epoch(run_dir), "train_s": info["train_s"], "cfg": a.cfg, "img": a.img,
-            "epochs": a.epochs, "batch": a.batch, "single_cls": a.single_cls, "classes": a.classes, "derive": a.derive, "jobs": a.jobs,
-            "data": str(a.data)}
+            "best_epoch": best_epoch(run_dir), "curve": curve(run_dir), "train_s": info["train_s"], "cfg": a.cfg,
+            "img": a.img, "epochs": a.epochs, "batch": a.batch, "single_cls": a.single_cls, "classes": a.classes,
+            "derive": a.derive, "jobs": a.jobs, "data": str(a.data)}
 
 
 def summarize(runs):
@@ -214,9 +250,11 @@ def compare(summaries, runs=()):
         for base in ("published", "torch") + (("c",) if r.startswith("c+") else ()):
             if r != "published" and base in by and base != r:
                 line[f"{r}_minus_{base}_map"] = round(100 * (by[r]["map_mean"] - by[base]["map_mean"]), 3)
-                pair = paired(runs, r, base)
+                pair, curves = paired(runs, r, base), paired_curves(runs, r, base)
                 if pair is not None:
                     line[f"{r}_minus_{base}_paired"] = pair
+                if curves is not None:
+                    line[f"{r}_minus_{base}_curve"] = curves
     return line
 
 

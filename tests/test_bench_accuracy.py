@@ -210,3 +210,37 @@ def test_paired_differences_and_rows_summary(tmp_path, capsys):
     assert summary["c"]["n"] == 4 and abs(summary["c"]["map_mean"] - 0.0705) < 1e-9
     assert lines[-1]["c_minus_torch_paired"] == pair
     assert bench_accuracy.main(["--rows", str(tmp_path / "none.jsonl")]) == 2
+
+
+def _results_csv(run_dir, box, dfl, maps):
+    """A results.csv in the trainer's (and the published code's) column layout, padded names included."""
+    run_dir.mkdir(parents=True)
+    head = ["epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision", "metrics/recall",
+            "metrics/mAP_0.5", "metrics/mAP_0.5:0.95", "val/box_loss", "val/cls_loss", "val/dfl_loss"]
+    with open(run_dir / "results.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([f"{h:>20s}" for h in head])
+        for e, (b, d, m) in enumerate(zip(box, dfl, maps)):
+            w.writerow([e, b, 1.0, d, 0.1, 0.2, 2 * m, m, 1, 1, 1])
+
+
+def test_curves_pair_the_runners_epoch_by_epoch(tmp_path):
+    """Each run's per-epoch curve from its results.csv; the paired per-epoch differences of the training loss and
+    of the own validation mAP (points × 100), in compare's line."""
+    import bench_accuracy
+    runs = []
+    for seed, extra in ((0, 0.1), (1, 0.3), (2, -0.1)):
+        for runner, add in (("torch", 0.0), ("c", extra)):
+            d = tmp_path / f"{runner}-s{seed}"
+            _results_csv(d, [3.0, 2.0 + add], [4.0, 3.0], [0.01, 0.05 - add / 10])
+            runs.append({"kind": "run", "runner": runner, "seed": seed, "map50": 0.1, "map": 0.05,
+                         "curve": bench_accuracy.curve(d)})
+    assert runs[1]["curve"] == {"box": [3.0, 2.1], "cls": [1.0, 1.0], "dfl": [4.0, 3.0], "map": [0.01, 0.04]}
+    got = bench_accuracy.paired_curves(runs, "c", "torch")
+    assert got["n"] == 3 and got["loss_by_epoch"] == [0.0, 0.1] and got["loss_last_higher"] == 2
+    assert got["map_by_epoch"] == [0.0, -1.0]
+    line = bench_accuracy.compare(bench_accuracy.summarize(runs), runs)
+    assert line["c_minus_torch_curve"] == got
+    # rows without curves (earlier calls) or of other lengths are left out
+    old = [dict(r, curve=None) if r["seed"] else r for r in runs]
+    assert bench_accuracy.paired_curves(old, "c", "torch") is None
