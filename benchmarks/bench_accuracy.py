@@ -140,12 +140,14 @@ def best_epoch(run_dir):
     return int(r["epoch"][len(fi) - 1 - int(np.argmax(fi[::-1]))])
 
 
-CURVE_KEYS = {"box": "train/box_loss", "cls": "train/cls_loss", "dfl": "train/dfl_loss", "map": "metrics/mAP_0.5:0.95"}
+CURVE_KEYS = {"box": "train/box_loss", "cls": "train/cls_loss", "dfl": "train/dfl_loss", "map": "metrics/mAP_0.5:0.95",
+              "skipped": "skipped_steps"}  # skipped: ours only (optimizer steps skipped, AMP overflow included)
 
 
 def curve(run_dir):
     """The run's per-epoch training losses and own validation mAP@0.5:0.95 (results.csv, ours and the
-    published code's alike): {"box": [...], "cls": [...], "dfl": [...], "map": [...]}, 5 digits."""
+    published code's alike): {"box": [...], "cls": [...], "dfl": [...], "map": [...]}, 5 digits; ours also
+    "skipped": the optimizer steps skipped per epoch (non-finite windows, the AMP loss-scale overflows)."""
     from yolov9c.engine.train.results import read_results
 
     r = read_results(run_dir / "results.csv")
@@ -169,9 +171,13 @@ def paired_curves(runs, runner, base):
 
     loss = np.array([total(curves[runner][s]) - total(curves[base][s]) for s in seeds])
     maps = 100 * np.array([np.array(curves[runner][s]["map"]) - np.array(curves[base][s]["map"]) for s in seeds])
-    return {"n": len(seeds), "loss_by_epoch": [round(float(v), 4) for v in loss.mean(0)],
-            "loss_last_higher": int((loss[:, -1] > 0).sum()),
-            "map_by_epoch": [round(float(v), 3) for v in maps.mean(0)]}
+    out = {"n": len(seeds), "loss_by_epoch": [round(float(v), 4) for v in loss.mean(0)],
+           "loss_last_higher": int((loss[:, -1] > 0).sum()),
+           "map_by_epoch": [round(float(v), 3) for v in maps.mean(0)]}
+    if all("skipped" in curves[r][s] for r in (runner, base) for s in seeds):  # mean skipped steps per run
+        out["skipped"] = {r: round(float(np.mean([sum(curves[r][s]["skipped"]) for s in seeds])), 2)
+                          for r in (runner, base)}
+    return out
 
 
 def validate_best(a, weights):

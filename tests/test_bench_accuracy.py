@@ -212,16 +212,17 @@ def test_paired_differences_and_rows_summary(tmp_path, capsys):
     assert bench_accuracy.main(["--rows", str(tmp_path / "none.jsonl")]) == 2
 
 
-def _results_csv(run_dir, box, dfl, maps):
-    """A results.csv in the trainer's (and the published code's) column layout, padded names included."""
+def _results_csv(run_dir, box, dfl, maps, skipped=None):
+    """A results.csv in the published code's column layout, padded names included; with `skipped` (per epoch)
+    the trainer's skipped_steps column too."""
     run_dir.mkdir(parents=True)
     head = ["epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision", "metrics/recall",
             "metrics/mAP_0.5", "metrics/mAP_0.5:0.95", "val/box_loss", "val/cls_loss", "val/dfl_loss"]
     with open(run_dir / "results.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow([f"{h:>20s}" for h in head])
+        w.writerow([f"{h:>20s}" for h in head + (["skipped_steps"] if skipped else [])])
         for e, (b, d, m) in enumerate(zip(box, dfl, maps)):
-            w.writerow([e, b, 1.0, d, 0.1, 0.2, 2 * m, m, 1, 1, 1])
+            w.writerow([e, b, 1.0, d, 0.1, 0.2, 2 * m, m, 1, 1, 1] + ([skipped[e]] if skipped else []))
 
 
 def test_curves_pair_the_runners_epoch_by_epoch(tmp_path):
@@ -244,3 +245,17 @@ def test_curves_pair_the_runners_epoch_by_epoch(tmp_path):
     # rows without curves (earlier calls) or of other lengths are left out
     old = [dict(r, curve=None) if r["seed"] else r for r in runs]
     assert bench_accuracy.paired_curves(old, "c", "torch") is None
+    assert "skipped" not in got  # the published layout has no skipped_steps
+
+
+def test_curves_count_the_skipped_optimizer_steps(tmp_path):
+    """With our results.csv's skipped_steps column the pair reports each runner's mean skipped steps per run."""
+    import bench_accuracy
+    runs = []
+    for seed, (st, sc) in enumerate((([2, 0], [3, 1]), ([1, 0], [5, 0]))):
+        for runner, sk in (("torch", st), ("c", sc)):
+            d = tmp_path / f"{runner}-s{seed}"
+            _results_csv(d, [3.0, 2.0], [4.0, 3.0], [0.01, 0.05], skipped=sk)
+            runs.append({"kind": "run", "runner": runner, "seed": seed, "curve": bench_accuracy.curve(d)})
+    assert runs[1]["curve"]["skipped"] == [3.0, 1.0]
+    assert bench_accuracy.paired_curves(runs, "c", "torch")["skipped"] == {"c": 4.5, "torch": 1.5}
