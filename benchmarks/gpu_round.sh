@@ -8,7 +8,8 @@
 # .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
 # timeline_M (mem_timeline.py of yolov9-M, batch 64, 640), plan (bench_plan.py: the planner's COSTS), mem (the
 # CUDA memory tests), bnbench (bench_bn_silu.py; BN_FLAGS e.g. "--kernels --shapes 64,512,40,40"), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py), cudnntime (its --time), newk / rest (the CUDA tests of
-# the kernels changed this session / all other CUDA tests), poolbench (bench_pool.py),
+# the kernels changed this session / all other CUDA tests), poolbench (bench_pool.py), memrows (bench_memory.py's
+# rows, MEM_MODELS, MEM_CONFIGS: torch-cl c-cl torch-cl-graph c-cl-graph),
 # accuracy (bench_accuracy.py, with the published code when present and ACC_PUBLISHED is not 0; accuracy_bg starts it in
 # the background, accuracy_wait waits for it), grads (fidelity/backend_grads.py, fp16 and --fp32; GRADS_CFG, GRADS_BATCHES (6; 16 passed 150 s beside four accuracy runs), GRADS_LIMIT, GRADS_WEIGHTS: a trained checkpoint, e.g. /tmp/acc/train/torch-s3/weights/last.pt after accuracy_wait, with GRADS_DATA=/tmp/acc/data-crops/data.yaml). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-480}"; shift
@@ -72,6 +73,8 @@ for part in "$@"; do
              stage "grads${mode}" 60 ${GRADS_LIMIT:-240} python3 benchmarks/fidelity/backend_grads.py --data ${GRADS_DATA:-.dev/shared/data/coco128/data.yaml} \
                --cfg ${GRADS_CFG:-yolov9-s} --img 320 --batch 16 --batches ${GRADS_BATCHES:-6} --warm-steps 30 ${GRADS_WEIGHTS:+--weights $GRADS_WEIGHTS} $mode \
                --json "$OUT/grads$mode.jsonl"; grep "^| " "$OUT/grads${mode}.log" | head -8; done ;;
+    memrows) stage memrows 90 ${MEM_LIMIT:-400} python3 benchmarks/bench_memory.py --models ${MEM_MODELS:-yolov9-s yolov9-c} \
+               --configs ${MEM_CONFIGS:-torch-cl c-cl torch-cl-graph c-cl-graph} --markdown; grep "^|" "$OUT/memrows.log" | head -14 ;;
     probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in
             ('torchvision', 'pandas', 'seaborn', 'scipy', 'thop', 'psutil', 'tensorboard', 'IPython')})"
             cat "$OUT/probe.log" ;;
