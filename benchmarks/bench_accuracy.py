@@ -77,7 +77,9 @@ VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isola
             "no-amp": (["--no-amp"], {}),  # float32 training (isolates fp16)
             "unfused": ([], {"YOLOV9C_FUSED": "0"}),  # the c structure on torch ops (isolates the kernels)
             "loss-torch": ([], {"YOLOV9C_LOSS_BACKEND": "torch"}),  # c's model, torch's loss (isolates the loss)
-            "loss-c": ([], {"YOLOV9C_LOSS_BACKEND": "c"})}  # torch's model, c's loss
+            "loss-c": ([], {"YOLOV9C_LOSS_BACKEND": "c"}),  # torch's model, c's loss
+            "loss-fp32": ([], {"YOLOV9C_LOSS_ROUNDING": "float32"}),  # torch's loss on float32 maps
+            "fp16-decode": ([], {"YOLOV9C_LOSS_ROUNDING": "fp16-decode"})}  # c's assigner on fp16-rounded boxes
 
 
 def runner_spec(runner):

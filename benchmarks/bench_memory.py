@@ -71,6 +71,9 @@ def build_parser():
     p.add_argument("--no-amp", dest="amp", action="store_false", help="float32 on CUDA (default fp16 autocast)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per configuration")
     p.add_argument("--markdown", action="store_true", help="also print the markdown table")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="torch.backends.cudnn.benchmark = True in every row (as bench_step.py's flag; the -graph rows "
+                        "then warm up and capture under it, as train_dual.py's default)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="after timing, profile N steps (torch.profiler tables to stderr)")
     p.add_argument("--table", metavar="JSONL", help="only print the markdown table of saved JSON lines")
@@ -91,6 +94,7 @@ def run_one(model_name, config, args):
     from yolov9c.engine.train.memory_plan import random_targets
 
     backend, channels_last, ckpt, graph = CONFIGS[config]
+    torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
     if graph:
         return _run_graph(model_name, config, args)
     if args.threads > 0:
@@ -226,7 +230,7 @@ def child_argv(args, model_name, config):
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", model_name, config, "--batch", str(args.batch),
             "--img", str(args.img), "--boxes", str(args.boxes), "--nc", str(args.nc), "--steps", str(args.steps),
             "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads), "--profile", str(args.profile)]
-    return argv + ([] if args.amp else ["--no-amp"])
+    return argv + ([] if args.amp else ["--no-amp"]) + (["--cudnn-benchmark"] if args.cudnn_benchmark else [])
 
 
 def run_config(args, model_name, config):

@@ -74,7 +74,7 @@ for part in "$@"; do
                --cfg ${GRADS_CFG:-yolov9-s} --img 320 --batch 16 --batches ${GRADS_BATCHES:-6} --warm-steps 30 ${GRADS_WEIGHTS:+--weights $GRADS_WEIGHTS} $mode \
                --json "$OUT/grads$mode.jsonl"; grep "^| " "$OUT/grads${mode}.log" | head -8; done ;;
     memrows) stage memrows 90 ${MEM_LIMIT:-400} python3 benchmarks/bench_memory.py --models ${MEM_MODELS:-yolov9-s yolov9-c} \
-               --configs ${MEM_CONFIGS:-torch-cl c-cl torch-cl-graph c-cl-graph} --markdown; grep "^|" "$OUT/memrows.log" | head -14 ;;
+               --configs ${MEM_CONFIGS:-torch-cl c-cl torch-cl-graph c-cl-graph} --cudnn-benchmark --markdown; grep "^|" "$OUT/memrows.log" | head -14 ;;
     probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in
             ('torchvision', 'pandas', 'seaborn', 'scipy', 'thop', 'psutil', 'tensorboard', 'IPython')})"
             cat "$OUT/probe.log" ;;

@@ -106,3 +106,17 @@ def test_graph_configuration_needs_cuda():
     assert row["status"] == "error" and "needs a CUDA device" in row["error"]
     assert (row["config"], row["backend"], row["layout"]) == ("c-cl-graph", "c", "channels_last")
     assert bench_memory.CONFIGS["torch-cl-graph"] == ("torch", True, False, True)
+
+
+def test_graph_rows_pass_what_bench_step_reads():
+    """The -graph rows hand bench_memory's parsed arguments to bench_step.run_one: every argument it reads is
+    there (a missing one failed every graph row on the H200), and --cudnn-benchmark reaches the subprocess."""
+    import re
+
+    import bench_step
+    src = Path(bench_step.__file__).read_text()
+    body = src[src.index("def _state("):src.index("def main(")]
+    read = set(re.findall(r"args\.([a-z_]+)", body))
+    args = bench_memory.build_parser().parse_args(["--cudnn-benchmark"])
+    assert read and not read - set(vars(args)), f"bench_step reads {sorted(read - set(vars(args)))}"
+    assert "--cudnn-benchmark" in bench_memory.child_argv(args, "yolov9-s", "c-cl-graph")

@@ -422,3 +422,49 @@ def test_cuda_matches_cpu_and_runs_under_fp16_autocast():
     total.backward()
     assert total.dtype == torch.float32 and rel_err(items.cpu(), ref.cpu()).max() < 2e-2, (items, ref)
     assert all(torch.isfinite(m.grad).all() for b in maps for m in b)
+
+
+# -- the rounding switch (YOLOV9C_LOSS_ROUNDING, a developer tool of issue 13) ---------------------------------
+
+
+def _half_preds():
+    preds, _ = golden_maps("yolov9-s", torch.float32)
+    return [[m.half().requires_grad_() for m in branch] for branch in preds]
+
+
+def test_rounding_switch_float32_is_the_loss_of_float32_maps(monkeypatch):
+    """float32: the torch branch computes on float32 copies of fp16 maps, i.e. the plain loss of the maps cast
+    up (gradients reach the fp16 maps); unset, the fp16 decode rounds differently; a bad value is an error."""
+    preds = _half_preds()
+    plain = loss_for("yolov9-s")(preds, TARGETS)[1]
+    up = loss_for("yolov9-s")([[m.float() for m in b] for b in preds], TARGETS)[1]
+    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "float32")
+    total, items = loss_for("yolov9-s")(preds, TARGETS)
+    assert torch.allclose(items, up, rtol=1e-6, atol=0) and not torch.equal(items, plain)
+    total.backward()
+    assert preds[1][0].grad is not None and preds[1][0].grad.dtype == torch.float16
+    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "fp64")
+    with pytest.raises(ValueError, match="YOLOV9C_LOSS_ROUNDING='fp64'"):
+        loss_for("yolov9-s")
+
+
+def test_rounding_switch_fp16_decode_rounds_the_c_assigners_boxes(monkeypatch):
+    """fp16-decode: the c branch's assigner reads its float32 decode rounded to the maps' dtype (fp16 here)."""
+    from yolov9c.loss import detection
+    from yolov9c.ops.det_loss import det_loss_decode
+    preds = _half_preds()
+    seen = []
+    real = detection.tal_assign_op.tal_assign
+
+    def spy(scores, pred_boxes, *a, **k):
+        seen.append(pred_boxes.clone())
+        return real(scores, pred_boxes, *a, **k)
+
+    monkeypatch.setattr(detection.tal_assign_op, "tal_assign", spy)
+    fn = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)
+    fn(preds, TARGETS)
+    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "fp16-decode")
+    DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)(preds, TARGETS)
+    decoded = det_loss_decode(preds[1], [8, 16, 32], 16)
+    assert torch.equal(seen[1], decoded) and torch.equal(seen[3], decoded.half().float())
+    assert not torch.equal(seen[1], seen[3])

@@ -53,6 +53,19 @@ AUX_WEIGHT = 0.25  # weight of the auxiliary (PGI) branch's terms in the dual lo
 FOCAL_ALPHA = 0.25  # published FocalLoss default, used only when hyp fl_gamma > 0
 BACKENDS = ("torch", "c")
 MAX_ROWS_SHOWN = 10  # non-finite target rows named in the error
+# A developer switch (issue 13, docs/fidelity.md): the loss's rounding, to find which fp16 rounding of the published
+# loss the training depends on. "float32": the torch branch computes on float32 copies of the maps (no fp16
+# decode); "fp16-decode": the c branch's assigner reads its float32 box decode rounded to the maps' dtype, as
+# the published decode is. Unset: neither.
+ROUNDING_ENV = "YOLOV9C_LOSS_ROUNDING"
+ROUNDINGS = ("", "float32", "fp16-decode")
+
+
+def _rounding():
+    name = os.environ.get(ROUNDING_ENV, "").strip()
+    if name not in ROUNDINGS:
+        raise ValueError(f"loss: {ROUNDING_ENV}={name!r}: use float32 or fp16-decode, or unset it")
+    return name
 
 
 def _check_finite(targets):
@@ -154,6 +167,7 @@ class DetectionLoss:
         beta = float(os.getenv("YOLOB", 6.0))
         self.assigner = TaskAlignedAssigner(self.nc, topk=topk, alpha=alpha, beta=beta)
         self.bbox_loss = BboxLoss(self.reg_max)
+        self.rounding = _rounding()
         # the c kernels have no focal term (fl_gamma > 0, off in every published hyp): that case keeps the
         # reference branch; the targets are still packed on the host (no device synchronisation)
         self._branch = self._branch_fused if backend == "c" and self.fl_gamma == 0 else self._branch_torch
@@ -198,6 +212,9 @@ class DetectionLoss:
         (the box terms over every anchor, _box_terms_static; has_fg is then always True).
         """
         B = maps[0].shape[0]
+        if self.rounding == "float32":
+            maps = [m.float() for m in maps]
+            points, stride_col = points.float(), stride_col.float()
         pred = torch.cat([m.reshape(B, self.no, -1) for m in maps], dim=2)  # (B, no, A)
         pred_dist, pred_scores = pred.split((4 * self.reg_max, self.nc), dim=1)
         pred_dist = pred_dist.permute(0, 2, 1).contiguous()  # (B, A, 4·reg_max)
@@ -249,6 +266,8 @@ class DetectionLoss:
         a = self.assigner
         with torch.no_grad():
             pred_boxes = det_loss_decode(maps, self.stride, R)  # (B, A, 4) float32 pixels
+            if self.rounding == "fp16-decode":
+                pred_boxes = pred_boxes.to(maps[0].dtype).float()
             # the class logits as one (B, NC, A) tensor (a transient copy in the maps' dtype, freed below);
             # tal_assign reads it through a (B, A, NC) view and applies the sigmoid itself
             logits = torch.cat([m.detach()[:, 4 * R:].reshape(B, nc, -1) for m in maps], dim=2)
