@@ -78,7 +78,8 @@ VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isola
             "unfused": ([], {"YOLOV9C_FUSED": "0"}),  # the c structure on torch ops (isolates the kernels)
             "loss-torch": ([], {"YOLOV9C_LOSS_BACKEND": "torch"}),  # c's model, torch's loss (isolates the loss)
             "loss-c": ([], {"YOLOV9C_LOSS_BACKEND": "c"}),  # torch's model, c's loss
-            "loss-fp32": ([], {"YOLOV9C_LOSS_ROUNDING": "float32"})}  # the loss on float32 maps (no fp16 decode)
+            "loss-fp32": ([], {"YOLOV9C_LOSS_ROUNDING": "float32"}),  # torch's loss on float32 maps
+            "fp16-decode": ([], {"YOLOV9C_LOSS_ROUNDING": "fp16-decode"})}  # c's assigner on fp16-rounded boxes
 
 
 def runner_spec(runner):

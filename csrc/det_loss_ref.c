@@ -10,8 +10,7 @@
  *         lw  = (pos_weight − 1)·t_c + 1
  *         bce = (1 − t_c)·x_c + lw·(log1p(exp(−|x_c|)) + max(−x_c, 0)),       d/dx_c = lw·σ(x_c) − pos_weight·t_c
  *   box (fg only, weight w = norm):  p_k = softmax_k(z[s]),  d_s = Σ_k k·p_k,
- *         pred = (px − d_l, py − d_t, px + d_r, py + d_b),  T = tbox / st  (grid units); with float16/bfloat16
- *         maps pred is rounded as the published fp16 decode rounds it (det_loss.h's dl_box; gradients use d)
+ *         pred = (px − d_l, py − d_t, px + d_r, py + d_b),  T = tbox / st  (grid units)
  *         box = (1 − CIoU(pred, T))·w        CIoU as yolov9c/loss/boxes.py::bbox_ciou (eps 1e-7, α constant)
  *   dfl (fg only): τ_s = clamp((px − T_x1, py − T_y1, T_x2 − px, T_y2 − py)_s, 0, max_dist), max_dist = R − 1.01
  *         l = ⌊τ⌋, wl = (l + 1) − τ, wr = 1 − wl,  dfl = w · mean_s [(lse_s − z[s][l])·wl + (lse_s − z[s][l+1])·wr]
@@ -40,18 +39,7 @@ static double load(const void *p, yv_dtype dtype, int64_t i)
     }
 }
 
-/* x rounded to a float16/bfloat16 map's dtype (via float, as the published half arithmetic rounds), else x */
-static double round_to(double x, yv_dtype dtype)
-{
-    if (dtype == YV_FLOAT16)
-        return (double)yv_half_to_float(yv_float_to_half((float)x));
-    if (dtype == YV_BFLOAT16)
-        return (double)yv_bfloat16_to_float(yv_float_to_bfloat16((float)x));
-    return x;
-}
-
 #define DL_LOAD load
-#define DL_ROUND round_to
 #include "det_loss.h"   /* the per-anchor maths, shared with kernels/det_loss.cu (here in float64) */
 
 static void store(void *p, yv_dtype dtype, int64_t i, double v)
@@ -186,14 +174,15 @@ int yv_det_loss_decode_ref(const yv_levels *maps, yv_dtype dtype, int reg_max, f
             int64_t h, w;
             int lvl = dl_locate(maps, a, &h, &w);
             int64_t base = dl_offset(maps, lvl, b, h, w);
-            double m[4], S[4], d[4], box[4], st = maps->stride[lvl];
+            double m, S, d[4], st = maps->stride[lvl];
             for (int s = 0; s < 4; s++)
-                dl_side(maps->data[lvl], dtype, base, maps->sc[lvl], reg_max, s, &m[s], &S[s], &d[s]);
-            dl_box(maps->data[lvl], dtype, base, maps->sc[lvl], reg_max, m, S, d, (double)w + 0.5, (double)h + 0.5,
-                   box);
+                dl_side(maps->data[lvl], dtype, base, maps->sc[lvl], reg_max, s, &m, &S, &d[s]);
+            double px = (double)w + 0.5, py = (double)h + 0.5;
             float *o = boxes + 4 * (b * maps->A + a);
-            for (int k = 0; k < 4; k++)
-                o[k] = (float)(box[k] * st);
+            o[0] = (float)((px - d[0]) * st);
+            o[1] = (float)((py - d[1]) * st);
+            o[2] = (float)((px + d[2]) * st);
+            o[3] = (float)((py + d[3]) * st);
         }
     }
     return 0;

@@ -14,8 +14,7 @@
  *   backward  det_loss_bwd_kernel: recomputes each anchor's softmax/CIoU/BCE from the maps and writes (=) all
  *             4·reg_max + NC gradient channels of the anchor in the maps' dtype (zeros for the DFL channels
  *             of background anchors).
- *   decode    det_loss_decode_kernel: boxes (B, A, 4) float32 pixels (rounded as the published fp16 decode:
- *             det_loss.h's dl_box, also the box the CIoU term reads).
+ *   decode    det_loss_decode_kernel: boxes (B, A, 4) float32 pixels.
  * Saved for backward (by yolov9c/ops/det_loss.py): nothing new per map element — the maps are the head's own
  * outputs (alive anyway) — and 29 bytes per anchor of targets (int64 label, 4 float32 box, float32 norm, bool).
  * Workspace: 12 bytes per block of 256 anchors + an int error flag (yv_det_loss_workspace_size).
@@ -27,18 +26,7 @@
 #include "common.cuh"
 #include "yv_kernels.h"
 
-/* x rounded to a float16/bfloat16 map's dtype (the published decode's half arithmetic), else x */
-__device__ __forceinline__ float dl_round(float x, yv_dtype dtype)
-{
-    if (dtype == YV_FLOAT16)
-        return __half2float(__float2half_rn(x));
-    if (dtype == YV_BFLOAT16)
-        return __bfloat162float(__float2bfloat16_rn(x));
-    return x;
-}
-
 #define DL_LOAD yv_load_float
-#define DL_ROUND dl_round
 #include "det_loss.h"   /* the per-anchor maths, shared with csrc/det_loss_ref.c (here in float32) */
 
 #define DL_THREADS 256
@@ -209,12 +197,11 @@ __global__ void det_loss_decode_kernel(yv_levels L, yv_dtype dtype, int R, float
     int64_t b = i / L.A, a = i - b * L.A, h, w;
     int lvl = dl_locate(&L, a, &h, &w);
     int64_t base = dl_offset(&L, lvl, b, h, w);
-    float m[4], S[4], d[4], box[4];
+    float m, S, d[4];
     for (int s = 0; s < 4; s++)
-        dl_side(L.data[lvl], dtype, base, L.sc[lvl], R, s, &m[s], &S[s], &d[s]);
-    float st = (float)L.stride[lvl];
-    dl_box(L.data[lvl], dtype, base, L.sc[lvl], R, m, S, d, (float)w + 0.5f, (float)h + 0.5f, box);
-    float4 o = make_float4(box[0] * st, box[1] * st, box[2] * st, box[3] * st);
+        dl_side(L.data[lvl], dtype, base, L.sc[lvl], R, s, &m, &S, &d[s]);
+    float px = (float)w + 0.5f, py = (float)h + 0.5f, st = (float)L.stride[lvl];
+    float4 o = make_float4((px - d[0]) * st, (py - d[1]) * st, (px + d[2]) * st, (py + d[3]) * st);
     ((float4 *)boxes)[i] = o;   /* boxes is contiguous (B, A, 4) float32 from torch: 16-byte aligned */
 }
 

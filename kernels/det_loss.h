@@ -4,8 +4,7 @@
  * functions). Every literal is DL_R(x) (x in C, xf in CUDA) and every maths call a DL_ macro (exp / expf ...),
  * so the float32 code never widens to double.
  *
- * The includer first defines DL_LOAD(p, dtype, i): element i of a map of `dtype` as dl_real, and
- * DL_ROUND(x, dtype): x rounded to `dtype` when that is float16 or bfloat16 (nearest, ties to even), else x.
+ * The includer first defines DL_LOAD(p, dtype, i): element i of a map of `dtype` as dl_real.
  * Test: python -m pytest -q tests/test_det_loss.py (the C CPU cases here; the CUDA cases on a GPU).
  */
 #ifndef YV_DET_LOSS_H
@@ -17,8 +16,8 @@
 #include "yv_dtype.h"
 #include "yv_levels.h"
 
-#if !defined(DL_LOAD) || !defined(DL_ROUND)
-#error "define DL_LOAD(p, dtype, i) and DL_ROUND(x, dtype) before including det_loss.h"
+#ifndef DL_LOAD
+#error "define DL_LOAD(p, dtype, i) before including det_loss.h"
 #endif
 
 #ifdef __CUDACC__
@@ -84,33 +83,6 @@ DL_FN void dl_side(const void *map, yv_dtype dtype, int64_t base, int64_t sc, in
     *m = mx;
     *S = sum;
     *d = first / sum;
-}
-
-/* The box of one anchor at (px, py), grid units xyxy, from its sides' softmax statistics m, S and expectations
- * d, as the published decode rounds it: with float16/bfloat16 maps the DFL expectation is a matmul in that
- * dtype under autocast (each float32 softmax probability rounded to it, the sum rounded) and each corner is
- * the anchor point -/+ that distance in it (half arithmetic: the result rounded). Float32/float64 maps: exact.
- * Only the box's value is rounded; gradients use the exact expectations d (the published softmax backward
- * reads its float32 probabilities). The rounding matters for training (docs/fidelity.md, issue 13): the c
- * backend's loss on unrounded boxes trained ~1 mAP point below the torch loss on the H200 benchmark. */
-DL_FN void dl_box(const void *map, yv_dtype dtype, int64_t base, int64_t sc, int R, const dl_real m[4],
-                  const dl_real S[4], const dl_real d[4], dl_real px, dl_real py, dl_real box[4])
-{
-    dl_real e[4];
-    for (int s = 0; s < 4; s++) {
-        e[s] = d[s];
-        if (dtype == YV_FLOAT16 || dtype == YV_BFLOAT16) {
-            dl_real sum = DL_R(0.0);
-            for (int k = 1; k < R; k++)   /* bin 0 adds 0·p_0 */
-                sum += (dl_real)k * DL_ROUND(DL_EXP(DL_LOAD(map, dtype, base + (int64_t)(s * R + k) * sc) - m[s])
-                                             / S[s], dtype);
-            e[s] = DL_ROUND(sum, dtype);
-        }
-    }
-    box[0] = DL_ROUND(px - e[0], dtype);
-    box[1] = DL_ROUND(py - e[1], dtype);
-    box[2] = DL_ROUND(px + e[2], dtype);
-    box[3] = DL_ROUND(py + e[3], dtype);
 }
 
 /* d max(a, b) / da and d min(a, b) / da with torch's tie rule (half the gradient to each side). */
@@ -189,7 +161,10 @@ DL_FN void dl_fg_prepare(const yv_levels *L, yv_dtype dtype, int R, int lvl, int
     for (int s = 0; s < 4; s++)
         dl_side(L->data[lvl], dtype, base, L->sc[lvl], R, s, &f->m[s], &f->S[s], &f->d[s]);
     dl_real px = (dl_real)w + DL_R(0.5), py = (dl_real)h + DL_R(0.5), st = (dl_real)L->stride[lvl];
-    dl_box(L->data[lvl], dtype, base, L->sc[lvl], R, f->m, f->S, f->d, px, py, f->pred);
+    f->pred[0] = px - f->d[0];
+    f->pred[1] = py - f->d[1];
+    f->pred[2] = px + f->d[2];
+    f->pred[3] = py + f->d[3];
     for (int k = 0; k < 4; k++)
         f->tgt[k] = tbox[k] / st;
     dl_real raw[4] = {px - f->tgt[0], py - f->tgt[1], f->tgt[2] - px, f->tgt[3] - py};

@@ -448,13 +448,23 @@ def test_rounding_switch_float32_is_the_loss_of_float32_maps(monkeypatch):
         loss_for("yolov9-s")
 
 
-def test_rounding_switch_float32_gives_the_c_loss_of_float32_maps(monkeypatch):
-    """float32 on the c branch: the loss of the maps cast up (unrounded decode), gradients reaching fp16 maps."""
+def test_rounding_switch_fp16_decode_rounds_the_c_assigners_boxes(monkeypatch):
+    """fp16-decode: the c branch's assigner reads its float32 decode rounded to the maps' dtype (fp16 here)."""
+    from yolov9c.loss import detection
+    from yolov9c.ops.det_loss import det_loss_decode
     preds = _half_preds()
+    seen = []
+    real = detection.tal_assign_op.tal_assign
+
+    def spy(scores, pred_boxes, *a, **k):
+        seen.append(pred_boxes.clone())
+        return real(scores, pred_boxes, *a, **k)
+
+    monkeypatch.setattr(detection.tal_assign_op, "tal_assign", spy)
     fn = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)
-    plain, up = fn(preds, TARGETS)[1], fn([[m.float() for m in b] for b in preds], TARGETS)[1]
-    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "float32")
-    total, items = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)(preds, TARGETS)
-    assert torch.equal(items, up) and not torch.equal(items, plain)
-    total.backward()
-    assert preds[0][2].grad is not None and preds[0][2].grad.dtype == torch.float16
+    fn(preds, TARGETS)
+    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "fp16-decode")
+    DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)(preds, TARGETS)
+    decoded = det_loss_decode(preds[1], [8, 16, 32], 16)
+    assert torch.equal(seen[1], decoded) and torch.equal(seen[3], decoded.half().float())
+    assert not torch.equal(seen[1], seen[3])

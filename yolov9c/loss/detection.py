@@ -32,9 +32,6 @@ Differences from the published loss, on purpose:
     the published BCE is float32 too). Float64 predictions keep the loss sums in float64 (published: a
     float32 buffer). Ground-truth boxes are float32 (the default dtype), as published, whatever the
     predictions' dtype: the assigner's CIoU then runs in float32 and so matches the published targets.
-    On the c path the decoded boxes (what the assigner and the CIoU term read) of fp16/bf16 maps are rounded
-    as the published decode rounds them in half arithmetic (kernels/det_loss.h, dl_box): with the exact
-    float32 boxes the c loss trained about 1 mAP point below the torch loss (docs/fidelity.md, issue 13).
 
 Test: python -m pytest -q tests/test_loss.py tests/test_goldens_loss.py
 """
@@ -56,16 +53,18 @@ AUX_WEIGHT = 0.25  # weight of the auxiliary (PGI) branch's terms in the dual lo
 FOCAL_ALPHA = 0.25  # published FocalLoss default, used only when hyp fl_gamma > 0
 BACKENDS = ("torch", "c")
 MAX_ROWS_SHOWN = 10  # non-finite target rows named in the error
-# A developer switch (issue 13, docs/fidelity.md): YOLOV9C_LOSS_ROUNDING=float32 computes either backend's loss on
-# float32 copies of the maps, so its boxes are decoded without the published fp16 rounding (which training on
-# fp16 maps follows by default: the torch branch decodes in the maps' dtype, the c kernels round as it does).
+# A developer switch (issue 13, docs/fidelity.md): the loss's rounding, to find which fp16 rounding of the published
+# loss the training depends on. "float32": the torch branch computes on float32 copies of the maps (no fp16
+# decode); "fp16-decode": the c branch's assigner reads its float32 box decode rounded to the maps' dtype, as
+# the published decode is. Unset: neither.
 ROUNDING_ENV = "YOLOV9C_LOSS_ROUNDING"
+ROUNDINGS = ("", "float32", "fp16-decode")
 
 
 def _rounding():
     name = os.environ.get(ROUNDING_ENV, "").strip()
-    if name not in ("", "float32"):
-        raise ValueError(f"loss: {ROUNDING_ENV}={name!r}: use float32, or unset it")
+    if name not in ROUNDINGS:
+        raise ValueError(f"loss: {ROUNDING_ENV}={name!r}: use float32 or fp16-decode, or unset it")
     return name
 
 
@@ -265,10 +264,10 @@ class DetectionLoss:
         anchor, which adds nothing, so no host synchronisation is needed to test for one)."""
         B, R, nc = maps[0].shape[0], self.reg_max, self.nc
         a = self.assigner
-        if self.rounding == "float32":
-            maps = [m.float() for m in maps]  # differentiable copies: the gradient reaches the fp16 maps
         with torch.no_grad():
-            pred_boxes = det_loss_decode(maps, self.stride, R)  # (B, A, 4) float32 pixels, rounded as published
+            pred_boxes = det_loss_decode(maps, self.stride, R)  # (B, A, 4) float32 pixels
+            if self.rounding == "fp16-decode":
+                pred_boxes = pred_boxes.to(maps[0].dtype).float()
             # the class logits as one (B, NC, A) tensor (a transient copy in the maps' dtype, freed below);
             # tal_assign reads it through a (B, A, NC) view and applies the sigmoid itself
             logits = torch.cat([m.detach()[:, 4 * R:].reshape(B, nc, -1) for m in maps], dim=2)

@@ -176,8 +176,7 @@ def det_loss(maps, strides, target_labels, target_boxes, target_norm, fg_mask, t
 @torch.no_grad()
 def det_loss_decode(maps, strides, reg_max=16):
     """DFL expectation of every anchor as boxes (B, A, 4) float32 xyxy in pixels, detached: what the assigner
-    reads. Computed in float32 on CUDA and in float64 (rounded to float32) on the CPU; for float16/bfloat16
-    maps rounded as the published decode under autocast rounds it (kernels/det_loss.h, dl_box)."""
+    reads. Computed in float32 on CUDA and in float64 (rounded to float32) on the CPU."""
     maps = list(maps)
     _check_maps(maps, strides, reg_max, "det_loss_decode")
     if (not extension.fused_enabled()) or (maps[0].is_cuda and maps[0].dtype == torch.float64):
