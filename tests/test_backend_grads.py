@@ -61,3 +61,19 @@ def test_trained_weights_replace_the_warm_steps(tmp_path, capsys):
     w2 = save_checkpoint(tmp_path / "nc3.pt", build_model("yolov9-t", nc=3), half=False)
     with pytest.raises(SystemExit, match="3 classes"):
         backend_grads.main(args + ["--weights", str(w2)])
+
+
+def test_assign_compares_the_two_losses_assignments(tmp_path):
+    """--assign: on identical float32 maps (CPU) the c loss assigns what the torch loss assigns — the same
+    foreground (Jaccard 1), no anchor on another box, soft scores equal to rounding — for both models and both
+    branches; the float32 cast of float32 maps changes nothing."""
+    out = tmp_path / "assign.jsonl"
+    assert backend_grads.main(["--data", str(COCO128 / "data.yaml"), "--cfg", "yolov9-t", "--img", "96",
+                               "--batch", "2", "--batches", "1", "--warm-steps", "1", "--device", "cpu", "--assign",
+                               "--json", str(out)]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert {(r["model"], r["branch"], tuple(r["pair"])) for r in rows} == {
+        (m, b, p) for m in ("torch", "c") for b in ("aux", "main") for p in (("c", "torch"), ("torch fp32", "torch"))}
+    for r in rows:
+        assert r["fg_a"] == r["fg_b"] > 0 and r["jaccard"] == 1.0 and r["other_box"] == 0.0, r
+        assert r["norm_rel"] < 1e-5 and abs(r["tss_rel"]) < 1e-5, r

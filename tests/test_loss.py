@@ -468,3 +468,23 @@ def test_rounding_switch_fp16_decode_rounds_the_c_assigners_boxes(monkeypatch):
     decoded = det_loss_decode(preds[1], [8, 16, 32], 16)
     assert torch.equal(seen[1], decoded) and torch.equal(seen[3], decoded.half().float())
     assert not torch.equal(seen[1], seen[3])
+
+
+def test_assignments_of_the_two_backends_agree_on_float32_maps():
+    """DetectionLoss.assignments: the targets each branch trains on. On the same float32 maps the reference
+    assigner and the c kernels give the same foreground, classes and boxes, and soft scores to rounding;
+    their target_scores_sum is what the loss divides by."""
+    preds, _ = golden_maps("yolov9-s", torch.float32)
+    got = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True).assignments(preds, TARGETS)
+           for b in ("torch", "c")}
+    assert len(got["torch"]) == len(got["c"]) == 2  # aux, main
+    for t, c in zip(got["torch"], got["c"]):
+        assert t["fg"].shape == t["labels"].shape == t["norm"].shape == t["boxes"].shape[:2]
+        assert int(t["fg"].sum()) > 10 and torch.equal(t["fg"], c["fg"])
+        fg = t["fg"]
+        assert torch.equal(t["labels"][fg], c["labels"][fg])
+        assert torch.allclose(t["boxes"][fg], c["boxes"][fg], rtol=1e-6, atol=1e-4)
+        assert torch.allclose(t["norm"], c["norm"], rtol=1e-5, atol=1e-7) and float(t["norm"][~fg].abs().max()) == 0
+    # the c loss's terms are the reference's: the same targets give the same loss
+    items = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True)(preds, TARGETS)[1] for b in ("torch", "c")}
+    assert torch.allclose(items["torch"], items["c"], rtol=1e-5)

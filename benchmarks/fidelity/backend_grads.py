@@ -19,6 +19,14 @@ many times torch's; rounding alone leaves c's and torch's errors alike. A bias s
 of one batch (~8 % per tensor for yolov9-s in train mode) shows in the "bias" figure: the error of the gradients
 summed over --batches batches, which rounding shrinks about as 1/sqrt(batches) while a bias stays. --fp32 runs
 the four ways in float32 (on CUDA: the c kernels' float32 paths), where rounding is ~1e-4 and a bias plain.
+
+--assign compares, instead of gradients, the targets the two losses assign on identical predictions (each
+model's fp16 maps under autocast, DetectionLoss.assignments): the c loss and the torch loss on the same maps,
+and the torch loss on the maps cast to float32 (no fp16 decode) against it; per batch and head branch the
+foreground counts, their overlap (Jaccard), the share of common foreground anchors assigned another box, and the
+relative difference of the soft scores and of their sum (the loss's divisor). Issue 13: the loss swap put the
+c − torch training gap on the loss while one step's gradients agree; a difference of assignment on fp16 maps
+is what it would take.
 """
 
 import argparse
@@ -74,6 +82,55 @@ def grads(model, loss_fn, imgs, targets, amp, scale, device, dtype=torch.float32
     return g, items.float().cpu().numpy(), bool(all(v is None or torch.isfinite(v).all() for v in g.values()))
 
 
+def assign_diff(a, b):
+    """How far assignment a is from b (DetectionLoss.assignments entries of one branch)."""
+    fa, fb = a["fg"], b["fg"]
+    both = fa & fb
+    moved = (a["boxes"] - b["boxes"]).abs().amax(-1) > 1e-3
+    na, nb = a["norm"].double(), b["norm"].double()
+    return {"fg_a": int(fa.sum()), "fg_b": int(fb.sum()),
+            "jaccard": float(both.sum() / (fa | fb).sum().clamp_min(1)),
+            "other_box": float((moved & both).sum() / both.sum().clamp_min(1)),
+            "norm_rel": float((na - nb).abs().sum() / nb.abs().sum().clamp_min(1e-30)),
+            "tss_rel": float(na.sum() / nb.sum().clamp_min(1e-30) - 1.0)}
+
+
+@torch.no_grad()
+def assignments(model, losses, imgs, targets, amp, device):
+    """{name: assignments} of one batch: the model's maps under autocast, assigned by each loss; 'torch fp32' is
+    the torch loss on the maps cast to float32."""
+    x = imgs.to(device).float() / 255
+    if getattr(model, "_fmt", None) is not None:
+        x = x.contiguous(memory_format=model._fmt)
+    with torch.autocast(device.type, dtype=torch.float16, enabled=amp):
+        preds = model(x)
+    t = targets.to(device)
+    out = {name: fn.assignments(preds, t) for name, fn in losses.items()}
+    maps = preds[1] if isinstance(preds, tuple) else preds
+    up = [[m.float() for m in br] for br in maps] if isinstance(maps[0], (list, tuple)) else [m.float() for m in maps]
+    out["torch fp32"] = losses["torch"].assignments(up, t)
+    return out
+
+
+def compare_assignments(a, models, losses, stream, amp, device, out):
+    """--assign: per batch and branch, c against torch and torch fp32 against torch, on each model's maps."""
+    print("| batch | model | branch | pair | fg (first / second) | Jaccard | other box | soft score diff | "
+          "score sum diff |\n|---|---|---|---|---|---|---|---|---|")
+    for bi in range(a.batches):
+        imgs, targets = next(stream)
+        for mname, model in models.items():
+            got = assignments(model, losses, imgs, targets, amp, device)
+            for k in range(len(got["torch"])):
+                branch = ("aux", "main")[k] if len(got["torch"]) == 2 else "main"
+                for pair in (("c", "torch"), ("torch fp32", "torch")):
+                    d = assign_diff(got[pair[0]][k], got[pair[1]][k])
+                    print(f"| {bi} | {mname} | {branch} | {pair[0]} vs {pair[1]} | {d['fg_a']} / {d['fg_b']} | "
+                          f"{d['jaccard']:.4f} | {d['other_box']:.4f} | {d['norm_rel']:.2e} | {d['tss_rel']:+.2e} |")
+                    if out:
+                        out.write(json.dumps({"kind": "assign", "batch": bi, "model": mname, "branch": branch,
+                                              "pair": list(pair), **d}) + "\n")
+
+
 def rel(a, b):
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
@@ -99,6 +156,8 @@ def main(argv=None):
     p.add_argument("--device", default="0")
     p.add_argument("--top", type=int, default=12)
     p.add_argument("--fp32", action="store_true", help="the four ways without autocast (float32 kernels of both)")
+    p.add_argument("--assign", action="store_true",
+                   help="compare the two losses' assignments on identical maps instead of the gradients")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
 
@@ -148,6 +207,12 @@ def main(argv=None):
             ("model torch, loss c", models["torch"], losses["c"], amp),
             ("model c, loss torch", models["c"], losses["torch"], amp),
             ("model c, loss c", models["c"], losses["c"], amp)]
+    if a.assign:
+        out = open(a.json, "a") if a.json else None
+        compare_assignments(a, models, losses, stream, amp, device, out)
+        if out:
+            out.close()
+        return 0
     errs = {w[0]: {} for w in ways}
     coss = {w[0]: {} for w in ways}
     scale_err = {w[0]: {} for w in ways}  # |g| / |g64| − 1 per batch: a shrinking or growing path, signed

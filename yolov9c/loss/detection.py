@@ -170,7 +170,8 @@ class DetectionLoss:
         self.rounding = _rounding()
         # the c kernels have no focal term (fl_gamma > 0, off in every published hyp): that case keeps the
         # reference branch; the targets are still packed on the host (no device synchronisation)
-        self._branch = self._branch_fused if backend == "c" and self.fl_gamma == 0 else self._branch_torch
+        self._fused = backend == "c" and self.fl_gamma == 0
+        self._branch = self._branch_fused if self._fused else self._branch_torch
 
     # -- input handling -------------------------------------------------------------------------------------
 
@@ -204,6 +205,23 @@ class DetectionLoss:
 
     # -- one head branch ------------------------------------------------------------------------------------
 
+    def _torch_preds(self, maps, points):
+        """One branch's maps → (pred_dist (B, A, 4·reg_max), pred_scores (B, A, nc), pred_boxes (B, A, 4) xyxy grid
+        units, decoded in the maps' dtype as the published loss does); points: the anchors (A, 2), grid units."""
+        B = maps[0].shape[0]
+        if self.rounding == "float32":
+            maps = [m.float() for m in maps]
+        pred = torch.cat([m.reshape(B, self.no, -1) for m in maps], dim=2)  # (B, no, A)
+        pred_dist, pred_scores = pred.split((4 * self.reg_max, self.nc), dim=1)
+        pred_dist = pred_dist.permute(0, 2, 1).contiguous()  # (B, A, 4·reg_max)
+        pred_scores = pred_scores.permute(0, 2, 1).contiguous()  # (B, A, nc)
+        return pred_dist, pred_scores, dfl_decode(pred_dist, points, self.reg_max)
+
+    def _assign_torch(self, pred_scores, pred_boxes, gt_labels, gt_boxes, gt_mask, points, stride_col):
+        """The reference assignment: (target_labels, target_boxes pixels, target_scores (B, A, nc), fg)."""
+        return self.assigner(pred_scores.detach().sigmoid(), (pred_boxes.detach() * stride_col).to(gt_boxes.dtype),
+                             points * stride_col, gt_labels, gt_boxes, gt_mask)
+
     def _branch_torch(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col, static=False):
         """Loss terms of one branch: (box, cls, dfl, has_fg), unweighted, each ÷ target_scores_sum.
 
@@ -211,24 +229,11 @@ class DetectionLoss:
         (A, 1). box/dfl are None when the branch has no foreground anchor. static: no host synchronisation
         (the box terms over every anchor, _box_terms_static; has_fg is then always True).
         """
-        B = maps[0].shape[0]
         if self.rounding == "float32":
-            maps = [m.float() for m in maps]
             points, stride_col = points.float(), stride_col.float()
-        pred = torch.cat([m.reshape(B, self.no, -1) for m in maps], dim=2)  # (B, no, A)
-        pred_dist, pred_scores = pred.split((4 * self.reg_max, self.nc), dim=1)
-        pred_dist = pred_dist.permute(0, 2, 1).contiguous()  # (B, A, 4·reg_max)
-        pred_scores = pred_scores.permute(0, 2, 1).contiguous()  # (B, A, nc)
-        pred_boxes = dfl_decode(pred_dist, points, self.reg_max)  # (B, A, 4) xyxy, grid units
-
-        target_labels, target_boxes, target_scores, fg = self.assigner(
-            pred_scores.detach().sigmoid(),
-            (pred_boxes.detach() * stride_col).to(gt_boxes.dtype),
-            points * stride_col,
-            gt_labels,
-            gt_boxes,
-            gt_mask,
-        )
+        pred_dist, pred_scores, pred_boxes = self._torch_preds(maps, points)
+        target_labels, target_boxes, target_scores, fg = self._assign_torch(pred_scores, pred_boxes, gt_labels,
+                                                                            gt_boxes, gt_mask, points, stride_col)
         target_boxes = target_boxes / stride_col
         target_scores_sum = target_scores.sum().clamp(min=1)
 
@@ -259,27 +264,56 @@ class DetectionLoss:
         loss_dfl = torch.where(fg, dfl * weight, zero).sum() / target_scores_sum
         return loss_iou, loss_dfl
 
+    @torch.no_grad()
+    def _assign_fused(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col):
+        """The c assignment from the kernels: (labels (B, A), boxes (B, A, 4) pixels, norm (B, A), 0 off the
+        foreground, fg (B, A)); no (B, A, NC) or (B, M, A) tensor."""
+        B, R, nc = maps[0].shape[0], self.reg_max, self.nc
+        a = self.assigner
+        pred_boxes = det_loss_decode(maps, self.stride, R)  # (B, A, 4) float32 pixels
+        if self.rounding == "fp16-decode":
+            pred_boxes = pred_boxes.to(maps[0].dtype).float()
+        # the class logits as one (B, NC, A) tensor (a transient copy in the maps' dtype, freed on return);
+        # tal_assign reads it through a (B, A, NC) view and applies the sigmoid itself
+        logits = torch.cat([m.detach()[:, 4 * R:].reshape(B, nc, -1) for m in maps], dim=2)
+        labels, boxes, norm, fg, _ = tal_assign_op.tal_assign(
+            logits.transpose(1, 2), pred_boxes, (points * stride_col).float(), gt_labels, gt_boxes, gt_mask, nc,
+            topk=a.topk, alpha=a.alpha, beta=a.beta, eps=a.eps, logits=True)
+        return labels, boxes, torch.where(fg, norm, 0.0), fg
+
     def _branch_fused(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col, static=False):
         """The c branch: same terms, returned as (box, cls, dfl, True) (box = dfl = 0 without a foreground
         anchor, which adds nothing, so no host synchronisation is needed to test for one)."""
-        B, R, nc = maps[0].shape[0], self.reg_max, self.nc
-        a = self.assigner
-        with torch.no_grad():
-            pred_boxes = det_loss_decode(maps, self.stride, R)  # (B, A, 4) float32 pixels
-            if self.rounding == "fp16-decode":
-                pred_boxes = pred_boxes.to(maps[0].dtype).float()
-            # the class logits as one (B, NC, A) tensor (a transient copy in the maps' dtype, freed below);
-            # tal_assign reads it through a (B, A, NC) view and applies the sigmoid itself
-            logits = torch.cat([m.detach()[:, 4 * R:].reshape(B, nc, -1) for m in maps], dim=2)
-            labels, boxes, norm, fg, _ = tal_assign_op.tal_assign(
-                logits.transpose(1, 2), pred_boxes, (points * stride_col).float(), gt_labels, gt_boxes, gt_mask, nc,
-                topk=a.topk, alpha=a.alpha, beta=a.beta, eps=a.eps, logits=True)
-            del logits, pred_boxes
-            norm = torch.where(fg, norm, 0.0)
-            target_scores_sum = norm.sum().clamp(min=1)
-        out = det_loss(maps, self.stride, labels, boxes, norm, fg, target_scores_sum, R, self.label_smoothing,
-                       self.cls_pw)
+        labels, boxes, norm, fg = self._assign_fused(maps, gt_labels, gt_boxes, gt_mask, points, stride_col)
+        target_scores_sum = norm.sum().clamp(min=1)
+        out = det_loss(maps, self.stride, labels, boxes, norm, fg, target_scores_sum, self.reg_max,
+                       self.label_smoothing, self.cls_pw)
         return out[0], out[1], out[2], True
+
+    @torch.no_grad()
+    def assignments(self, preds, targets):
+        """The targets each branch trains on, by this loss's backend, for the same preds and targets as __call__:
+        a list (one per branch, [aux, main] when dual) of dicts with labels (B, A) int64 (the class), boxes
+        (B, A, 4) float32 pixels, norm (B, A) float32 (the soft score of the assigned class, 0 off the
+        foreground) and fg (B, A) bool. Developer use: comparing the two backends' assignments on identical
+        predictions (benchmarks/fidelity/backend_grads.py --assign)."""
+        branches = self._branches(preds)
+        feats = branches[-1]
+        gt_labels, gt_boxes, gt_mask = self._gt_parts(self._packed(feats, targets))
+        points, stride_col = make_anchors(feats, self.stride, 0.5)
+        out = []
+        for maps in branches:
+            if self._fused:
+                labels, boxes, norm, fg = self._assign_fused(maps, gt_labels, gt_boxes, gt_mask, points, stride_col)
+            else:
+                if self.rounding == "float32":
+                    points, stride_col = points.float(), stride_col.float()
+                _, scores, pred_boxes = self._torch_preds(maps, points)
+                labels, boxes, tscores, fg = self._assign_torch(scores, pred_boxes, gt_labels, gt_boxes, gt_mask,
+                                                                points, stride_col)
+                norm = tscores.sum(-1).float()
+            out.append({"labels": labels.long(), "boxes": boxes.float(), "norm": norm.float(), "fg": fg})
+        return out
 
     def _cls_loss(self, logits, targets):
         """Element-wise BCE-with-logits (pos_weight = cls_pw), optional focal factor and label smoothing.
@@ -305,14 +339,22 @@ class DetectionLoss:
 
     def __call__(self, preds, targets):
         branches = self._branches(preds)
-        feats = branches[-1]
+        return self._total(branches, self._packed(branches[-1], targets), static=False)
+
+    def _packed(self, feats, targets):
+        """targets (N, 6) → packed (B, M, 5) pixels for the maps feats."""
         # The published loss packs the targets in the default dtype (float32), so its assigner compares
         # float32 boxes even for a float64 model; the goldens depend on it at the 1e-7 level.
         gt_dtype = torch.promote_types(torch.get_default_dtype(), torch.float32)
         # image size (h, w) in pixels from the first map and the first stride
         h, w = feats[0].shape[2] * self.stride[0], feats[0].shape[3] * self.stride[0]
-        gt = self._pack(targets, feats[0].shape[0], (w, h), gt_dtype, feats[0].device)
-        return self._total(branches, gt, static=False)
+        return self._pack(targets, feats[0].shape[0], (w, h), gt_dtype, feats[0].device)
+
+    @staticmethod
+    def _gt_parts(gt):
+        """(gt_labels (B, M, 1), gt_boxes (B, M, 4), gt_mask (B, M, 1)); padding rows are all-zero."""
+        gt_labels, gt_boxes = gt.split((1, 4), dim=2)
+        return gt_labels, gt_boxes, gt_boxes.sum(2, keepdim=True) > 0
 
     def padded(self, preds, gt):
         """The loss of already packed targets, without a host synchronisation (the CUDA-graph step's entry).
@@ -329,8 +371,7 @@ class DetectionLoss:
         feats = branches[-1]
         B, device = feats[0].shape[0], feats[0].device
         acc = torch.promote_types(feats[0].dtype, torch.float32)  # dtype of the loss sums
-        gt_labels, gt_boxes = gt.split((1, 4), dim=2)
-        gt_mask = gt_boxes.sum(2, keepdim=True) > 0  # (B, M, 1); padding rows are all-zero
+        gt_labels, gt_boxes, gt_mask = self._gt_parts(gt)
 
         points, stride_col = make_anchors(feats, self.stride, 0.5)
         terms = [self._branch(maps, gt_labels, gt_boxes, gt_mask, points, stride_col, static) for maps in branches]
