@@ -6,6 +6,7 @@ Torch reference of the published loss_tal.py / loss_tal_dual.py (spec/yolov9-ref
     loss_total, loss_items = loss_fn(preds, targets)
     loss_total.backward()                         # loss_total = (box + cls + dfl) · B, shape (1,)
     # loss_items = detached [box, cls, dfl], shape (3,), what the console and results.csv show
+    loss_fn.assignments(preds, targets)           # per branch: the assigned labels, boxes, soft scores, fg
 
 Per head branch: concat the three maps to (B, 64+NC, A); decode boxes with the DFL expectation; assign
 targets with the TaskAlignedAssigner (detached sigmoid scores and pixel boxes); BCE on the soft target
