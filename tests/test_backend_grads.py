@@ -29,10 +29,13 @@ def test_c_gradients_as_close_to_float64_as_torch(tmp_path, capsys):
         assert 0 < torch_err < 1e-2, (k, torch_err)  # float32 rounding, amplified by train-mode BatchNorm
         assert c_err <= 2 * torch_err + 1e-6, (k, c_err, torch_err)
         assert r["bias"]["model c, loss c"] <= 2 * r["bias"]["model torch, loss torch"] + 1e-6, (k, r["bias"])
-    # the table of the tensors where c's error most exceeds torch's: none by more than 10x
+    # the table of the tensors where c's error most exceeds torch's: none by more than 10x, up to float32
+    # rounding (5e-5: a ratio alone is noise where torch's error happens to be 1e-6, e.g. a head bias summed
+    # over every anchor, and it varies with the thread count)
     table = capsys.readouterr().out.split("err(c, c) / err(torch, torch):")[1]
-    ratios = [float(line.split("|")[4]) for line in table.splitlines() if line.startswith("| model.")]
-    assert len(ratios) == 40 and max(ratios) < 10, max(ratios)
+    errs = [(float(line.split("|")[2]), float(line.split("|")[3])) for line in table.splitlines()
+            if line.startswith("| model.")]
+    assert len(errs) == 40 and all(ec <= 10 * et + 5e-5 for et, ec in errs), errs[:3]
 
 
 def test_trained_weights_replace_the_warm_steps(tmp_path, capsys):
