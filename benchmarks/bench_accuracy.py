@@ -251,7 +251,8 @@ def paired(runs, runner, base):
 
 def compare(summaries, runs=()):
     """Differences of the runners' mean mAP@0.5:0.95 (points × 100), and where `runs` share seeds, the paired
-    difference by seed (`<r>_minus_<base>_paired`, see paired)."""
+    difference by seed (`<r>_minus_<base>_paired`, see paired) and the loss swap's effects (`loss_swap`, see
+    swap_effects)."""
     by = {s["runner"]: s for s in summaries}
     line = {"kind": "compare"}
     for r in by:  # each of ours against published and torch; a c variant (c+...) against c as well
@@ -263,7 +264,31 @@ def compare(summaries, runs=()):
                     line[f"{r}_minus_{base}_paired"] = pair
                 if curves is not None:
                     line[f"{r}_minus_{base}_curve"] = curves
+    swap = swap_effects(runs)
+    if swap is not None:
+        line["loss_swap"] = swap
     return line
+
+
+SWAP = ("torch", "c", "c+loss-torch", "torch+loss-c")  # model × loss: the four runners of the loss swap
+
+
+def swap_effects(runs):
+    """The loss swap as a 2×2 (model torch/c × loss torch/c) on the seeds where all four runners of SWAP ran:
+    per seed the loss effect ((torch + c+loss-torch) − (c + torch+loss-c)) / 2 (what the torch loss gains
+    over the c loss, averaged over both models) and the model effect ((c + c+loss-torch) − (torch +
+    torch+loss-c)) / 2, points × 100, as {"n", "loss": {"mean", "se"}, "model": {"mean", "se"}}; None for
+    fewer than two such seeds."""
+    maps = {r: {x["seed"]: x["map"] for x in runs if x["runner"] == r and "map" in x} for r in SWAP}
+    seeds = sorted(set.intersection(*(set(v) for v in maps.values())))
+    if len(seeds) < 2:
+        return None
+    tt, cc, ct, tc = (100 * np.array([maps[r][s] for s in seeds]) for r in SWAP)
+
+    def stat(d):
+        return {"mean": round(float(d.mean()), 3), "se": round(float(d.std(ddof=1) / np.sqrt(len(d))), 3)}
+
+    return {"n": len(seeds), "loss": stat(((tt + ct) - (cc + tc)) / 2), "model": stat(((cc + ct) - (tt + tc)) / 2)}
 
 
 def read_rows(files):

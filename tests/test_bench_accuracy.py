@@ -259,3 +259,19 @@ def test_curves_count_the_skipped_optimizer_steps(tmp_path):
             runs.append({"kind": "run", "runner": runner, "seed": seed, "curve": bench_accuracy.curve(d)})
     assert runs[1]["curve"]["skipped"] == [3.0, 1.0]
     assert bench_accuracy.paired_curves(runs, "c", "torch")["skipped"] == {"c": 4.5, "torch": 1.5}
+
+
+def test_loss_swap_splits_the_gap_into_loss_and_model_effects():
+    """With torch, c, c+loss-torch and torch+loss-c on common seeds, compare's loss_swap gives the torch loss's
+    gain over the c loss and the c model's over the torch model, averaged over the other factor, by seed."""
+    import bench_accuracy
+    maps = {"torch": (0.070, 0.080), "c": (0.060, 0.062), "c+loss-torch": (0.072, 0.078),
+            "torch+loss-c": (0.058, 0.064)}
+    runs = [{"kind": "run", "runner": r, "seed": s, "map50": 0.2, "map": v[s]} for r, v in maps.items()
+            for s in (0, 1)]
+    got = bench_accuracy.swap_effects(runs)
+    # seed 0: loss ((7.0 + 7.2) - (6.0 + 5.8)) / 2 = 1.2, model ((6.0 + 7.2) - (7.0 + 5.8)) / 2 = 0.2;
+    # seed 1: loss ((8.0 + 7.8) - (6.2 + 6.4)) / 2 = 1.6, model ((6.2 + 7.8) - (8.0 + 6.4)) / 2 = -0.2
+    assert got["n"] == 2 and got["loss"] == {"mean": 1.4, "se": 0.2} and got["model"] == {"mean": 0.0, "se": 0.2}
+    assert bench_accuracy.compare(bench_accuracy.summarize(runs), runs)["loss_swap"] == got
+    assert bench_accuracy.swap_effects([r for r in runs if r["runner"] != "torch+loss-c"]) is None
