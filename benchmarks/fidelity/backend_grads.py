@@ -199,20 +199,20 @@ def main(argv=None):
             m = m.to(memory_format=fmt)
         m._fmt = fmt
         models[backend] = apply(m, backend)
-    ref64 = copy.deepcopy(ref).double()
     losses = {b: make_loss(models["torch"], hyp, backend=b) for b in ("torch", "c")}
+    if a.assign:
+        out = open(a.json, "a") if a.json else None
+        compare_assignments(a, models, losses, stream, device.type == "cuda" and not a.fp32, device, out)
+        if out:
+            out.close()
+        return 0
+    ref64 = copy.deepcopy(ref).double()
     amp = device.type == "cuda" and not a.fp32
     # (name, model, loss, autocast): the float32 torch way shows what plain float32 rounding costs
     ways = [("float32 torch", ref, loss_t, False), ("model torch, loss torch", models["torch"], losses["torch"], amp),
             ("model torch, loss c", models["torch"], losses["c"], amp),
             ("model c, loss torch", models["c"], losses["torch"], amp),
             ("model c, loss c", models["c"], losses["c"], amp)]
-    if a.assign:
-        out = open(a.json, "a") if a.json else None
-        compare_assignments(a, models, losses, stream, amp, device, out)
-        if out:
-            out.close()
-        return 0
     errs = {w[0]: {} for w in ways}
     coss = {w[0]: {} for w in ways}
     scale_err = {w[0]: {} for w in ways}  # |g| / |g64| − 1 per batch: a shrinking or growing path, signed

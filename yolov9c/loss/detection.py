@@ -210,13 +210,18 @@ class DetectionLoss:
         """One branch's maps → (pred_dist (B, A, 4·reg_max), pred_scores (B, A, nc), pred_boxes (B, A, 4) xyxy grid
         units, decoded in the maps' dtype as the published loss does); points: the anchors (A, 2), grid units."""
         B = maps[0].shape[0]
-        if self.rounding == "float32":
-            maps = [m.float() for m in maps]
         pred = torch.cat([m.reshape(B, self.no, -1) for m in maps], dim=2)  # (B, no, A)
         pred_dist, pred_scores = pred.split((4 * self.reg_max, self.nc), dim=1)
         pred_dist = pred_dist.permute(0, 2, 1).contiguous()  # (B, A, 4·reg_max)
         pred_scores = pred_scores.permute(0, 2, 1).contiguous()  # (B, A, nc)
         return pred_dist, pred_scores, dfl_decode(pred_dist, points, self.reg_max)
+
+    def _torch_inputs(self, maps, points, stride_col):
+        """(maps, points, stride_col) as the torch branch computes on them: cast to float32 under
+        YOLOV9C_LOSS_ROUNDING=float32 (the maps as differentiable copies), else as given."""
+        if self.rounding != "float32":
+            return maps, points, stride_col
+        return [m.float() for m in maps], points.float(), stride_col.float()
 
     def _assign_torch(self, pred_scores, pred_boxes, gt_labels, gt_boxes, gt_mask, points, stride_col):
         """The reference assignment: (target_labels, target_boxes pixels, target_scores (B, A, nc), fg)."""
@@ -230,8 +235,7 @@ class DetectionLoss:
         (A, 1). box/dfl are None when the branch has no foreground anchor. static: no host synchronisation
         (the box terms over every anchor, _box_terms_static; has_fg is then always True).
         """
-        if self.rounding == "float32":
-            points, stride_col = points.float(), stride_col.float()
+        maps, points, stride_col = self._torch_inputs(maps, points, stride_col)
         pred_dist, pred_scores, pred_boxes = self._torch_preds(maps, points)
         target_labels, target_boxes, target_scores, fg = self._assign_torch(pred_scores, pred_boxes, gt_labels,
                                                                             gt_boxes, gt_mask, points, stride_col)
@@ -307,11 +311,10 @@ class DetectionLoss:
             if self._fused:
                 labels, boxes, norm, fg = self._assign_fused(maps, gt_labels, gt_boxes, gt_mask, points, stride_col)
             else:
-                if self.rounding == "float32":
-                    points, stride_col = points.float(), stride_col.float()
-                _, scores, pred_boxes = self._torch_preds(maps, points)
+                maps, pts, strides = self._torch_inputs(maps, points, stride_col)
+                _, scores, pred_boxes = self._torch_preds(maps, pts)
                 labels, boxes, tscores, fg = self._assign_torch(scores, pred_boxes, gt_labels, gt_boxes, gt_mask,
-                                                                points, stride_col)
+                                                                pts, strides)
                 norm = tscores.sum(-1).float()
             out.append({"labels": labels.long(), "boxes": boxes.float(), "norm": norm.float(), "fg": fg})
         return out
