@@ -54,6 +54,8 @@ def test_kernel_times_per_call_longest_first():
     assert "aten::mm" in names and "aten::add" in names
     assert [ms for _, ms in rows] == sorted((ms for _, ms in rows), reverse=True)
     assert names.index("aten::mm") < names.index("aten::add")
-    mm = dict(rows)["aten::mm"]
-    mm_more = dict(gpu_timing.kernel_times(fn, 24, cuda=False))["aten::mm"]
-    assert 0 < mm < 50 and mm_more < 3 * mm  # per call, not summed over the calls
+    # per call, not summed over the calls (summed, 24 calls would read 4x 6 calls); the fastest of three
+    # profiles of each, as a busy shared CPU stretches single ones (one read 1.41 ms against 0.42)
+    mm = min(dict(gpu_timing.kernel_times(fn, 6, cuda=False))["aten::mm"] for _ in range(3))
+    mm_more = min(dict(gpu_timing.kernel_times(fn, 24, cuda=False))["aten::mm"] for _ in range(3))
+    assert 0 < mm < 50 and mm_more < 3 * mm
