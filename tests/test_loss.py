@@ -470,6 +470,46 @@ def test_rounding_switch_fp16_decode_rounds_the_c_assigners_boxes(monkeypatch):
     assert not torch.equal(seen[1], seen[3])
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_rounding_switch_published_decode_gives_the_c_assigner_the_torch_boxes(monkeypatch, device):
+    """published-decode: the c branch's assigner reads the torch branch's own fp16 decode (a few images at a
+    time), so on the same fp16 maps the two backends' assignments agree, which they do not unset."""
+    from yolov9c.geometry import dfl_decode
+    from yolov9c.loss import detection
+    preds = [[m.detach().to(device).requires_grad_() for m in b] for b in _half_preds()]
+    targets = TARGETS.to(device)
+    seen = []
+    real = detection.tal_assign_op.tal_assign
+
+    def spy(scores, pred_boxes, *a, **k):
+        seen.append(pred_boxes.clone())
+        return real(scores, pred_boxes, *a, **k)
+
+    monkeypatch.setattr(detection.tal_assign_op, "tal_assign", spy)
+    monkeypatch.setattr(detection, "DECODE_CHUNK_ELEMS", 1)  # one image at a time: the chunks are stitched
+    unset = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True).assignments(preds, targets)
+             for b in ("torch", "c")}
+    assert any(not torch.equal(t["fg"], c["fg"]) or float((t["norm"] - c["norm"]).abs().max()) > 1e-3
+               for t, c in zip(unset["torch"], unset["c"]))  # float32 boxes: some targets differ
+    seen.clear()
+    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "published-decode")
+    got = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True).assignments(preds, targets)
+           for b in ("torch", "c")}
+    main = preds[1]
+    B = main[0].shape[0]
+    points, stride_col = make_anchors(main, [8, 16, 32], 0.5)
+    dist = torch.cat([m.detach().reshape(B, 144, -1) for m in main], 2)[:, :64].transpose(1, 2).contiguous()
+    torch_boxes = (dfl_decode(dist, points, 16) * stride_col).float()
+    assert seen[1].dtype == torch.float32 and torch.equal(seen[1], torch_boxes)
+    for t, c in zip(got["torch"], got["c"]):
+        assert int(t["fg"].sum()) > 10 and torch.equal(t["fg"], c["fg"])
+        assert torch.equal(t["labels"][t["fg"]], c["labels"][t["fg"]])
+        assert torch.allclose(t["norm"], c["norm"], rtol=1e-5, atol=1e-7)
+    total, _ = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)(preds, targets)
+    total.backward()  # the loss itself still trains through the c kernels
+    assert preds[1][0].grad is not None and torch.isfinite(preds[1][0].grad.float()).all()
+
+
 def test_assignments_of_the_two_backends_agree_on_float32_maps():
     """DetectionLoss.assignments: the targets each branch trains on. On the same float32 maps the reference
     assigner and the c kernels give the same foreground, classes and boxes, and soft scores to rounding;

@@ -56,16 +56,19 @@ BACKENDS = ("torch", "c")
 MAX_ROWS_SHOWN = 10  # non-finite target rows named in the error
 # A developer switch (issue 13, docs/fidelity.md): the loss's rounding, to find which fp16 rounding of the published
 # loss the training depends on. "float32": the torch branch computes on float32 copies of the maps (no fp16
-# decode); "fp16-decode": the c branch's assigner reads its float32 box decode rounded to the maps' dtype, as
-# the published decode is. Unset: neither.
+# decode); "fp16-decode": the c branch's assigner reads its float32 box decode rounded to the maps' dtype;
+# "published-decode": the c branch's assigner reads the boxes of the published decode itself (softmax, matmul
+# and anchor offsets in the maps' dtype, as the torch branch computes them), so that both backends assign the
+# same targets on the same maps. Unset: none.
 ROUNDING_ENV = "YOLOV9C_LOSS_ROUNDING"
-ROUNDINGS = ("", "float32", "fp16-decode")
+ROUNDINGS = ("", "float32", "fp16-decode", "published-decode")
+DECODE_CHUNK_ELEMS = 1 << 22  # published-decode: bin logits decoded at once (bounds its transient to ~32 MB)
 
 
 def _rounding():
     name = os.environ.get(ROUNDING_ENV, "").strip()
     if name not in ROUNDINGS:
-        raise ValueError(f"loss: {ROUNDING_ENV}={name!r}: use float32 or fp16-decode, or unset it")
+        raise ValueError(f"loss: {ROUNDING_ENV}={name!r}: use one of {', '.join(ROUNDINGS[1:])}, or unset it")
     return name
 
 
@@ -275,7 +278,10 @@ class DetectionLoss:
         foreground, fg (B, A)); no (B, A, NC) or (B, M, A) tensor."""
         B, R, nc = maps[0].shape[0], self.reg_max, self.nc
         a = self.assigner
-        pred_boxes = det_loss_decode(maps, self.stride, R)  # (B, A, 4) float32 pixels
+        if self.rounding == "published-decode":
+            pred_boxes = self._published_boxes(maps, points, stride_col)
+        else:
+            pred_boxes = det_loss_decode(maps, self.stride, R)  # (B, A, 4) float32 pixels
         if self.rounding == "fp16-decode":
             pred_boxes = pred_boxes.to(maps[0].dtype).float()
         # the class logits as one (B, NC, A) tensor (a transient copy in the maps' dtype, freed on return);
@@ -285,6 +291,19 @@ class DetectionLoss:
             logits.transpose(1, 2), pred_boxes, (points * stride_col).float(), gt_labels, gt_boxes, gt_mask, nc,
             topk=a.topk, alpha=a.alpha, beta=a.beta, eps=a.eps, logits=True)
         return labels, boxes, torch.where(fg, norm, 0.0), fg
+
+    def _published_boxes(self, maps, points, stride_col):
+        """(B, A, 4) float32 pixel boxes of the torch branch's decode (dfl_decode in the maps' dtype, times the
+        stride in that dtype), a few images at a time so that no (B, A, 4·reg_max) copy is whole."""
+        B, R = maps[0].shape[0], self.reg_max
+        A = points.shape[0]
+        out = torch.empty((B, A, 4), dtype=torch.float32, device=maps[0].device)
+        step = max(1, DECODE_CHUNK_ELEMS // (A * 4 * R))
+        for b0 in range(0, B, step):
+            dist = torch.cat([m[b0:b0 + step, :4 * R].detach().flatten(2) for m in maps], dim=2)
+            boxes = dfl_decode(dist.transpose(1, 2).contiguous(), points, R)
+            out[b0:b0 + step] = boxes * stride_col
+        return out
 
     def _branch_fused(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col, static=False):
         """The c branch: same terms, returned as (box, cls, dfl, True) (box = dfl = 0 without a foreground
