@@ -448,11 +448,9 @@ def test_rounding_switch_float32_is_the_loss_of_float32_maps(monkeypatch):
         loss_for("yolov9-s")
 
 
-def test_rounding_switch_fp16_decode_rounds_the_c_assigners_boxes(monkeypatch):
-    """fp16-decode: the c branch's assigner reads its float32 decode rounded to the maps' dtype (fp16 here)."""
+def _spy_assigner_boxes(monkeypatch):
+    """A list that collects the pred_boxes of every c assigner call from now on (the calls still run)."""
     from yolov9c.loss import detection
-    from yolov9c.ops.det_loss import det_loss_decode
-    preds = _half_preds()
     seen = []
     real = detection.tal_assign_op.tal_assign
 
@@ -461,6 +459,14 @@ def test_rounding_switch_fp16_decode_rounds_the_c_assigners_boxes(monkeypatch):
         return real(scores, pred_boxes, *a, **k)
 
     monkeypatch.setattr(detection.tal_assign_op, "tal_assign", spy)
+    return seen
+
+
+def test_rounding_switch_fp16_decode_rounds_the_c_assigners_boxes(monkeypatch):
+    """fp16-decode: the c branch's assigner reads its float32 decode rounded to the maps' dtype (fp16 here)."""
+    from yolov9c.ops.det_loss import det_loss_decode
+    preds = _half_preds()
+    seen = _spy_assigner_boxes(monkeypatch)
     fn = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)
     fn(preds, TARGETS)
     monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "fp16-decode")
@@ -478,14 +484,7 @@ def test_rounding_switch_published_decode_gives_the_c_assigner_the_torch_boxes(m
     from yolov9c.loss import detection
     preds = [[m.detach().to(device).requires_grad_() for m in b] for b in _half_preds()]
     targets = TARGETS.to(device)
-    seen = []
-    real = detection.tal_assign_op.tal_assign
-
-    def spy(scores, pred_boxes, *a, **k):
-        seen.append(pred_boxes.clone())
-        return real(scores, pred_boxes, *a, **k)
-
-    monkeypatch.setattr(detection.tal_assign_op, "tal_assign", spy)
+    seen = _spy_assigner_boxes(monkeypatch)
     monkeypatch.setattr(detection, "DECODE_CHUNK_ELEMS", 1)  # one image at a time: the chunks are stitched
     unset = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True).assignments(preds, targets)
              for b in ("torch", "c")}
