@@ -80,7 +80,8 @@ VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isola
             "loss-c": ([], {"YOLOV9C_LOSS_BACKEND": "c"}),  # torch's model, c's loss
             "loss-fp32": ([], {"YOLOV9C_LOSS_ROUNDING": "float32"}),  # torch's loss on float32 maps
             "fp16-decode": ([], {"YOLOV9C_LOSS_ROUNDING": "fp16-decode"}),  # c's assigner on fp16-rounded boxes
-            "pub-decode": ([], {"YOLOV9C_LOSS_ROUNDING": "published-decode"})}  # c's assigner on torch's fp16 decode
+            "pub-decode": ([], {"YOLOV9C_LOSS_ROUNDING": "published-decode"}),  # c's assigner on torch's fp16 decode
+            "c-assign": ([], {"YOLOV9C_LOSS_ROUNDING": "c-assign"})}  # torch's loss terms on c's targets
 
 
 def runner_spec(runner):

@@ -509,6 +509,22 @@ def test_rounding_switch_published_decode_gives_the_c_assigner_the_torch_boxes(m
     assert preds[1][0].grad is not None and torch.isfinite(preds[1][0].grad.float()).all()
 
 
+def test_rounding_switch_c_assign_trains_the_torch_terms_on_the_c_targets(monkeypatch):
+    """c-assign: the torch branch's terms on the c assigner's targets. On fp16 maps its class term (BCE on
+    the targets) is the c loss's, which plain torch's is not (its targets come from the fp16 decode); its
+    box terms stay torch's own (CIoU on the fp16-decoded boxes), and gradients reach the maps."""
+    preds = _half_preds()
+    items = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True)(preds, TARGETS)[1]
+             for b in ("torch", "c")}
+    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "c-assign")
+    total, mixed = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="torch", dual=True)(preds, TARGETS)
+    assert abs(float(mixed[1] - items["c"][1])) <= 1e-5 * float(items["c"][1])
+    assert abs(float(items["torch"][1] - items["c"][1])) > 1e-4 * float(items["c"][1])
+    assert abs(float(mixed[0] - items["c"][0])) < 1e-2 * float(items["c"][0])
+    total.backward()
+    assert preds[1][0].grad is not None and torch.isfinite(preds[1][0].grad.float()).all()
+
+
 def test_assignments_of_the_two_backends_agree_on_float32_maps():
     """DetectionLoss.assignments: the targets each branch trains on. On the same float32 maps the reference
     assigner and the c kernels give the same foreground, classes and boxes, and soft scores to rounding;

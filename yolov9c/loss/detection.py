@@ -59,9 +59,10 @@ MAX_ROWS_SHOWN = 10  # non-finite target rows named in the error
 # decode); "fp16-decode": the c branch's assigner reads its float32 box decode rounded to the maps' dtype;
 # "published-decode": the c branch's assigner reads the boxes of the published decode itself (softmax, matmul
 # and anchor offsets in the maps' dtype, as the torch branch computes them), so that both backends assign the
-# same targets on the same maps. Unset: none.
+# same targets on the same maps; "c-assign": the torch branch computes its terms on the targets of the c
+# assigner (its float32 decode), the complement of published-decode. Unset: none.
 ROUNDING_ENV = "YOLOV9C_LOSS_ROUNDING"
-ROUNDINGS = ("", "float32", "fp16-decode", "published-decode")
+ROUNDINGS = ("", "float32", "fp16-decode", "published-decode", "c-assign")
 DECODE_CHUNK_ELEMS = 1 << 22  # published-decode: bin logits decoded at once (bounds its transient to ~32 MB)
 
 
@@ -240,8 +241,13 @@ class DetectionLoss:
         """
         maps, points, stride_col = self._torch_inputs(maps, points, stride_col)
         pred_dist, pred_scores, pred_boxes = self._torch_preds(maps, points)
-        target_labels, target_boxes, target_scores, fg = self._assign_torch(pred_scores, pred_boxes, gt_labels,
-                                                                            gt_boxes, gt_mask, points, stride_col)
+        if self.rounding == "c-assign":
+            target_labels, target_boxes, norm, fg = self._assign_fused(maps, gt_labels, gt_boxes, gt_mask, points,
+                                                                       stride_col)
+            target_scores = F.one_hot(target_labels.long().clamp(max=self.nc - 1), self.nc) * norm[..., None]
+        else:
+            target_labels, target_boxes, target_scores, fg = self._assign_torch(pred_scores, pred_boxes, gt_labels,
+                                                                                gt_boxes, gt_mask, points, stride_col)
         target_boxes = target_boxes / stride_col
         target_scores_sum = target_scores.sum().clamp(min=1)
 
