@@ -357,7 +357,7 @@ __device__ __forceinline__ void bn_finish_sums(const bn_args *a, const bn_geom *
     if (c < g->C) {
         int64_t C = g->C, S = a->S, js = S * C, ks = (int64_t)BN_FIN_L * C;
         for (int64_t s0 = threadIdx.y; s0 < S; s0 += BN_FIN_L * BN_FIN_U) {
-            /* m = the k with s0 + k·BN_FIN_L < S; one pointer stepped by ks keeps the addressing cheap */
+            /* m = how many k have s0 + k·BN_FIN_L < S; one pointer stepped by ks keeps the addressing cheap */
             int64_t left = (S - s0 + BN_FIN_L - 1) / BN_FIN_L;
             int m = left < BN_FIN_U ? (int)left : BN_FIN_U;
             const double *q = a->partial + s0 * C + c;
