@@ -23,7 +23,9 @@
  *
  * Passes (all on the caller's stream, no host synchronisation):
  *   stats     reduce        float64 partial sums [2][S][C] (Σ(z-K), Σ(z-K)²) into the workspace: reads z once
- *             bn_stats_finish_kernel   blocks of 32 channels × 16 lanes over S: mean, invstd, running update
+ *             bn_stats_finish_kernel: mean, invstd, running update. Both finish kernels run blocks of 4 channels
+ *             × 64 lanes over S (C/4 blocks: 128 for C = 512), each lane with all sums' partials in flight
+ *             (10 per sum), then a fixed shuffle tree and warp order per channel (bn_finish_sums)
  *   forward   one elementwise pass: reads z (z2, residual), writes out
  *   backward  reduce        partial Σg, Σg·x̂1 [, Σg·x̂2] [2 or 3][S][C]: reads z (z2) and dy once
  *             bn_bwd_finish_kernel: dγ, dβ and the dz coefficients [5][C] (k1, k2_1, k2_2, a1, a2)
@@ -79,7 +81,13 @@
 #define BN_FOLD 32             /* float32 elements per thread before folding into float64 */
 #define BN_MAX_GRID (1 << 20)
 #define BN_NSUM 3
-#define BN_FIN_Y 32           /* finish kernels: lanes over S per channel (blocks of 1024 threads) */
+#define BN_FIN_C 4             /* finish kernels: channels per block (a divisor of 32) */
+#define BN_FIN_L 64            /* finish kernels: lanes over S per channel */
+#define BN_FIN_U 10            /* finish kernels: partials per sum and lane in flight: S <= 640 in one round;
+                                  3 sums stay under 128 registers (12 took 188), 2 blocks per SM */
+#define BN_FIN_THREADS (BN_FIN_C * BN_FIN_L)   /* 256 */
+#define BN_FIN_W (BN_FIN_THREADS / 32)         /* warps per finish block */
+static_assert(32 % BN_FIN_C == 0 && BN_FIN_L % (32 / BN_FIN_C) == 0, "finish blocks: whole warps of whole channels");
 
 typedef struct bn_geom {
     int64_t B, C, H, W, HW, n;
@@ -335,45 +343,69 @@ __global__ void bn_reduce_rows_kernel(bn_args a, bn_geom g)
     }
 }
 
-/* Finish kernels: block (32 channels, BN_FIN_Y lanes over S); lane y adds partials s = y, y + BN_FIN_Y, ...
- * (coalesced over channels), then lane 0 adds the BN_FIN_Y results in order. */
-__device__ __forceinline__ void bn_finish_sums(const bn_args *a, const bn_geom *g, int ns, int64_t c,
-                                               double sh[BN_NSUM][BN_FIN_Y][32], double out[BN_NSUM])
+/* Finish kernels: blocks of BN_FIN_C channels x BN_FIN_L lanes over S (256 threads), so that C = 512 spreads
+ * over 128 blocks (one per SM on an H200) rather than 16. Lane y loads the partials s = s0 + k·BN_FIN_L,
+ * k < BN_FIN_U (s0 = y, then s0 += BN_FIN_L·BN_FIN_U while s0 < S), of all ns sums before adding any: up to
+ * ns·BN_FIN_U loads in flight, so S <= BN_FIN_L·BN_FIN_U (the H200's 528) is one round trip. Fixed order:
+ * a lane adds its partials in the order of s (an absent one, s >= S, as 0.0); the 32/BN_FIN_C lanes of a
+ * channel within a warp are combined by a fixed shuffle tree, then thread y = 0 adds the BN_FIN_W warps'
+ * results in warp order. A warp's load covers 32/BN_FIN_C rows of BN_FIN_C channels: whole 32-byte sectors. */
+__device__ __forceinline__ void bn_finish_sums(const bn_args *a, const bn_geom *g, const int ns, int64_t c,
+                                               double sh[BN_NSUM][BN_FIN_W][BN_FIN_C], double out[BN_NSUM])
 {
-    for (int j = 0; j < ns; j++) {
-        double x = 0.0;
-        if (c < g->C) {
-            /* four loads in flight, added in the order of s */
-            const double *p = a->partial + (int64_t)j * a->S * g->C + c;
-            int64_t s = threadIdx.y, st = (int64_t)BN_FIN_Y * g->C;
-            for (; s + 3 * BN_FIN_Y < a->S; s += 4 * BN_FIN_Y) {
-                double v0 = p[s * g->C], v1 = p[s * g->C + st], v2 = p[s * g->C + 2 * st], v3 = p[s * g->C + 3 * st];
-                x += v0;
-                x += v1;
-                x += v2;
-                x += v3;
+    double x[BN_NSUM] = {0.0, 0.0, 0.0};
+    if (c < g->C) {
+        int64_t C = g->C, S = a->S, js = S * C, ks = (int64_t)BN_FIN_L * C;
+        for (int64_t s0 = threadIdx.y; s0 < S; s0 += BN_FIN_L * BN_FIN_U) {
+            /* m = how many k have s0 + k·BN_FIN_L < S; one pointer stepped by ks keeps the addressing cheap */
+            int64_t left = (S - s0 + BN_FIN_L - 1) / BN_FIN_L;
+            int m = left < BN_FIN_U ? (int)left : BN_FIN_U;
+            const double *q = a->partial + s0 * C + c;
+            double v[BN_NSUM][BN_FIN_U];
+#pragma unroll
+            for (int k = 0; k < BN_FIN_U; k++) {
+#pragma unroll
+                for (int j = 0; j < BN_NSUM; j++)
+                    v[j][k] = j < ns && k < m ? q[j * js] : 0.0;
+                if (k + 1 < BN_FIN_U)
+                    q += ks;
             }
-            for (; s < a->S; s += BN_FIN_Y)
-                x += p[s * g->C];
+#pragma unroll
+            for (int k = 0; k < BN_FIN_U; k++)
+#pragma unroll
+                for (int j = 0; j < BN_NSUM; j++)
+                    x[j] += v[j][k];
         }
-        sh[j][threadIdx.y][threadIdx.x] = x;
+    }
+    /* linear thread t = y·BN_FIN_C + x: lane t % 32 holds channel x, so the tree's offsets stop at BN_FIN_C */
+    int t = threadIdx.y * BN_FIN_C + threadIdx.x;
+#pragma unroll
+    for (int j = 0; j < BN_NSUM; j++) {
+        if (j < ns) {
+            double xj = x[j];
+#pragma unroll
+            for (int o = 16; o >= BN_FIN_C; o /= 2)
+                xj += __shfl_down_sync(0xffffffffu, xj, o);
+            if ((t & 31) < BN_FIN_C)
+                sh[j][t / 32][threadIdx.x] = xj;
+        }
     }
     __syncthreads();
     for (int j = 0; j < BN_NSUM; j++) {
-        double x = 0.0;
+        double xj = 0.0;
         if (j < ns && threadIdx.y == 0)
-            for (int i = 0; i < BN_FIN_Y; i++)
-                x += sh[j][i][threadIdx.x];
-        out[j] = x;
+            for (int w = 0; w < BN_FIN_W; w++)
+                xj += sh[j][w][threadIdx.x];
+        out[j] = xj;
     }
 }
 
-__global__ void __launch_bounds__(32 * BN_FIN_Y) bn_stats_finish_kernel(bn_args a, bn_geom g, float *running_mean,
-                                                                         float *running_var, double momentum,
-                                                                         double eps, float *mean, float *invstd)
+__global__ void __launch_bounds__(BN_FIN_THREADS) bn_stats_finish_kernel(bn_args a, bn_geom g, float *running_mean,
+                                                                        float *running_var, double momentum,
+                                                                        double eps, float *mean, float *invstd)
 {
-    __shared__ double sh[BN_NSUM][BN_FIN_Y][32];
-    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    __shared__ double sh[BN_NSUM][BN_FIN_W][BN_FIN_C];
+    int64_t c = (int64_t)blockIdx.x * BN_FIN_C + threadIdx.x;
     double sum[BN_NSUM];
     bn_finish_sums(&a, &g, 2, c, sh, sum);
     if (threadIdx.y != 0 || c >= g.C)
@@ -392,14 +424,17 @@ __global__ void __launch_bounds__(32 * BN_FIN_Y) bn_stats_finish_kernel(bn_args 
         running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * var * n / (n - 1.0));
 }
 
-__global__ void __launch_bounds__(32 * BN_FIN_Y) bn_bwd_finish_kernel(bn_args a, bn_geom g, int batch_stats,
-                                                                       float *coef, float *dweight1, float *dbias1,
-                                                                       float *dweight2, float *dbias2)
+__global__ void __launch_bounds__(BN_FIN_THREADS) bn_bwd_finish_kernel(bn_args a, bn_geom g, int batch_stats,
+                                                                      float *coef, float *dweight1, float *dbias1,
+                                                                      float *dweight2, float *dbias2)
 {
-    __shared__ double sh[BN_NSUM][BN_FIN_Y][32];
-    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    __shared__ double sh[BN_NSUM][BN_FIN_W][BN_FIN_C];
+    int64_t c = (int64_t)blockIdx.x * BN_FIN_C + threadIdx.x;
     double sum[BN_NSUM];
-    bn_finish_sums(&a, &g, a.z2.data != NULL ? 3 : 2, c, sh, sum);
+    if (a.z2.data != NULL)   /* ns a constant in each inlined copy: no loads or registers for an absent sum */
+        bn_finish_sums(&a, &g, 3, c, sh, sum);
+    else
+        bn_finish_sums(&a, &g, 2, c, sh, sum);
     if (threadIdx.y != 0 || c >= g.C)
         return;
     int64_t C = g.C;
@@ -1799,6 +1834,18 @@ static int64_t bn_tile(const bn_geom *g)
     return BN_THREADS * (per < 8 ? per : 8);
 }
 
+/* The finish kernels' launch, shared by every reduction family: BN_FIN_C channels per block (C <= INT32_MAX,
+ * checked by the callers, so the grid fits), BN_FIN_L lanes over S. */
+static unsigned bn_finish_grid(int64_t C)
+{
+    return (unsigned)yv_ceil_div(C, BN_FIN_C);
+}
+
+static dim3 bn_finish_block(void)
+{
+    return dim3(BN_FIN_C, BN_FIN_L);
+}
+
 extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *running_mean, float *running_var,
                                            double momentum, double eps, float *mean, float *invstd, void *workspace,
                                            cudaStream_t stream)
@@ -1825,7 +1872,7 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
         a.S = bn_splits(g.n);
         bn_launch_reduce(&a, &g, rows, stream);
     }
-    bn_stats_finish_kernel<<<(unsigned)yv_ceil_div(g.C, 32), dim3(32, BN_FIN_Y), 0, stream>>>(
+    bn_stats_finish_kernel<<<bn_finish_grid(g.C), bn_finish_block(), 0, stream>>>(
         a, g, running_mean, running_var, momentum, eps, mean, invstd);
     return cudaGetLastError();
 }
@@ -1909,7 +1956,7 @@ extern "C" cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_par
         a.S = bn_splits(g.n);
         bn_launch_reduce(&a, &g, rows, stream);
     }
-    bn_bwd_finish_kernel<<<(unsigned)yv_ceil_div(g.C, 32), dim3(32, BN_FIN_Y), 0, stream>>>(
+    bn_bwd_finish_kernel<<<bn_finish_grid(g.C), bn_finish_block(), 0, stream>>>(
         a, g, batch_stats, coef, dweight1, dbias1, dweight2, dbias2);
     if (a.dz1.data == NULL && a.dz2.data == NULL)
         return cudaGetLastError();

@@ -522,6 +522,28 @@ def test_cuda_planar_reductions_repeat_bit_for_bit(shape):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["cl", "nchw"])
+@pytest.mark.parametrize("shape", [(64, 5, 48, 48), (64, 1, 64, 64), (3, 4099, 4, 4), (2, 3, 3, 3)])
+def test_cuda_finish_channel_tails_and_splits(layout, shape):
+    """The finish kernels (blocks of 4 channels x 64 lanes over the S partials per channel): C not a multiple
+    of 4 (5, 1, 4099, 3: the last block partly empty), S from 1 (n = 18, 48) to a full wave (n = 147456 and
+    262144: 528 partials on an H200, lanes with 8 or 9 of them); statistics, backward with 2 sums and with 3
+    (bn2); the same bits on a second call."""
+    z = make_z(shape, layout, torch.float32, device="cuda", seed=90)
+    check_all(z, device="cuda", seed=90)
+    check_bn2(make_z(shape, layout, torch.float32, device="cuda", seed=91),
+              make_z(shape, layout, torch.float32, device="cuda", seed=92), device="cuda")
+    w, b = params(shape[1], "cuda")
+    gy = torch.randn(z.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(93))
+    first = [*ops.bn_stats(z)]
+    first += ops.bn_silu_backward(z, first[0], first[1], w, b, gy)
+    again = [*ops.bn_stats(z)]
+    again += ops.bn_silu_backward(z, again[0], again[1], w, b, gy)
+    for x, y, name in zip(first, again, ("mean", "invstd", "dz", "dw", "db")):
+        assert torch.equal(x, y), name
+
+
+@pytest.mark.cuda
 def test_cuda_views_accumulate_bn2_add():
     z = make_z((2, 35, 6, 7), "cl", torch.float32, device="cuda", seed=53)
     mean, invstd = ops.bn_stats(z)
