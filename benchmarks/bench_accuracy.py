@@ -79,9 +79,9 @@ VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isola
             "loss-torch": ([], {"YOLOV9C_LOSS_BACKEND": "torch"}),  # c's model, torch's loss (isolates the loss)
             "loss-c": ([], {"YOLOV9C_LOSS_BACKEND": "c"}),  # torch's model, c's loss
             "loss-fp32": ([], {"YOLOV9C_LOSS_ROUNDING": "float32"}),  # torch's loss on float32 maps
-            "fp16-decode": ([], {"YOLOV9C_LOSS_ROUNDING": "fp16-decode"}),  # c's assigner on fp16-rounded boxes
-            "pub-decode": ([], {"YOLOV9C_LOSS_ROUNDING": "published-decode"}),  # c's assigner on torch's fp16 decode
-            "c-assign": ([], {"YOLOV9C_LOSS_ROUNDING": "c-assign"})}  # torch's loss terms on c's targets
+            "exact-decode": ([], {"YOLOV9C_LOSS_ROUNDING": "exact-decode"}),  # c's assigner on its float32 decode
+            "pub-decode": ([], {"YOLOV9C_LOSS_ROUNDING": "published-decode"}),  # c's default, named
+            "c-assign": ([], {"YOLOV9C_LOSS_ROUNDING": "c-assign"})}  # torch's terms on the float32 decode's targets
 
 
 def runner_spec(runner):

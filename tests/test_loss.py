@@ -462,36 +462,26 @@ def _spy_assigner_boxes(monkeypatch):
     return seen
 
 
-def test_rounding_switch_fp16_decode_rounds_the_c_assigners_boxes(monkeypatch):
-    """fp16-decode: the c branch's assigner reads its float32 decode rounded to the maps' dtype (fp16 here)."""
-    from yolov9c.ops.det_loss import det_loss_decode
-    preds = _half_preds()
-    seen = _spy_assigner_boxes(monkeypatch)
-    fn = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)
-    fn(preds, TARGETS)
-    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "fp16-decode")
-    DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)(preds, TARGETS)
-    decoded = det_loss_decode(preds[1], [8, 16, 32], 16)
-    assert torch.equal(seen[1], decoded) and torch.equal(seen[3], decoded.half().float())
-    assert not torch.equal(seen[1], seen[3])
-
-
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
-def test_rounding_switch_published_decode_gives_the_c_assigner_the_torch_boxes(monkeypatch, device):
-    """published-decode: the c branch's assigner reads the torch branch's own fp16 decode (a few images at a
-    time), so on the same fp16 maps the two backends' assignments agree, which they do not unset."""
+def test_c_assigner_reads_the_torch_decode_of_fp16_maps(monkeypatch, device):
+    """The c branch's assigner reads the torch branch's own fp16 decode (a few images at a time), so on the
+    same fp16 maps the two backends' assignments agree; with YOLOV9C_LOSS_ROUNDING=exact-decode it reads the
+    kernels' float32 decode and some targets differ."""
     from yolov9c.geometry import dfl_decode
     from yolov9c.loss import detection
+    from yolov9c.ops.det_loss import det_loss_decode
     preds = [[m.detach().to(device).requires_grad_() for m in b] for b in _half_preds()]
     targets = TARGETS.to(device)
     seen = _spy_assigner_boxes(monkeypatch)
     monkeypatch.setattr(detection, "DECODE_CHUNK_ELEMS", 1)  # one image at a time: the chunks are stitched
-    unset = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True).assignments(preds, targets)
+    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "exact-decode")
+    exact = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True).assignments(preds, targets)
              for b in ("torch", "c")}
+    assert torch.equal(seen[1], det_loss_decode(preds[1], [8, 16, 32], 16))
     assert any(not torch.equal(t["fg"], c["fg"]) or float((t["norm"] - c["norm"]).abs().max()) > 1e-3
-               for t, c in zip(unset["torch"], unset["c"]))  # float32 boxes: some targets differ
+               for t, c in zip(exact["torch"], exact["c"]))  # float32 boxes: some targets differ
     seen.clear()
-    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "published-decode")
+    monkeypatch.delenv("YOLOV9C_LOSS_ROUNDING")
     got = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True).assignments(preds, targets)
            for b in ("torch", "c")}
     main = preds[1]
@@ -510,12 +500,14 @@ def test_rounding_switch_published_decode_gives_the_c_assigner_the_torch_boxes(m
 
 
 def test_rounding_switch_c_assign_trains_the_torch_terms_on_the_c_targets(monkeypatch):
-    """c-assign: the torch branch's terms on the c assigner's targets. On fp16 maps its class term (BCE on
-    the targets) is the c loss's, which plain torch's is not (its targets come from the fp16 decode); its
-    box terms stay torch's own (CIoU on the fp16-decoded boxes), and gradients reach the maps."""
+    """c-assign: the torch branch's terms on the targets of the c assigner reading the float32 decode. On fp16
+    maps its class term (BCE on the targets) is that of the c loss under exact-decode, which plain torch's is
+    not (its targets come from the fp16 decode); its box terms stay torch's own (CIoU on the fp16-decoded
+    boxes), and gradients reach the maps."""
     preds = _half_preds()
-    items = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True)(preds, TARGETS)[1]
-             for b in ("torch", "c")}
+    items = {"torch": DetectionLoss(80, 16, [8, 16, 32], HYP, backend="torch", dual=True)(preds, TARGETS)[1]}
+    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "exact-decode")
+    items["c"] = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)(preds, TARGETS)[1]
     monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "c-assign")
     total, mixed = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="torch", dual=True)(preds, TARGETS)
     assert abs(float(mixed[1] - items["c"][1])) <= 1e-5 * float(items["c"][1])

@@ -17,12 +17,14 @@ dfl 1.5 as in the published loss, which does not read the hyp keys box/cls/dfl.
 One class for both heads and both backends: DetectionLoss(nc, reg_max, stride, hyp, backend, dual) (make_loss
 builds it from a model). dual=True is the PGI loss of a DualDDetect head (aux + main branches). The backend
 is chosen once, at construction: "torch" is the reference below; "c" computes the same terms
-without (B, M, A) or (B, A, NC) tensors: per branch, the boxes for the assigner come from
-yolov9c.ops.det_loss.det_loss_decode, the targets from yolov9c.ops.tal_assign.tal_assign (labels, boxes and
-the per-anchor soft score `target_norm`: target_scores = one_hot(labels)·target_norm, never built), and the
-three terms with their gradients from yolov9c.ops.det_loss.det_loss, which reads the level maps in place.
-The only (B, ·, A) temporary is a transient copy of the class logits (B, NC, A) in the maps' dtype for the
-assigner, freed before the loss kernels run. With hyp fl_gamma > 0 (focal loss, off in every published hyp)
+without (B, M, A) or (B, A, NC) tensors: per branch, the boxes for the assigner are those of the published
+fp16 decode for fp16/bf16 maps (the torch branch's dfl_decode, a few images at a time, so that both backends
+assign the same targets; yolov9c.ops.det_loss.det_loss_decode's float32 decode for float32 maps), the targets
+come from yolov9c.ops.tal_assign.tal_assign (labels, boxes and the per-anchor soft score `target_norm`:
+target_scores = one_hot(labels)·target_norm, never built), and the three terms with their gradients from
+yolov9c.ops.det_loss.det_loss, which reads the level maps in place. The only (B, ·, A) temporaries are a
+transient copy of the class logits (B, NC, A) in the maps' dtype for the assigner, freed before the loss
+kernels run, and the decode's chunk (~32 MB). With hyp fl_gamma > 0 (focal loss, off in every published hyp)
 the c path uses the reference branch.
 
 Differences from the published loss, on purpose:
@@ -54,16 +56,17 @@ AUX_WEIGHT = 0.25  # weight of the auxiliary (PGI) branch's terms in the dual lo
 FOCAL_ALPHA = 0.25  # published FocalLoss default, used only when hyp fl_gamma > 0
 BACKENDS = ("torch", "c")
 MAX_ROWS_SHOWN = 10  # non-finite target rows named in the error
-# A developer switch (issue 13, docs/fidelity.md): the loss's rounding, to find which fp16 rounding of the published
-# loss the training depends on. "float32": the torch branch computes on float32 copies of the maps (no fp16
-# decode); "fp16-decode": the c branch's assigner reads its float32 box decode rounded to the maps' dtype;
-# "published-decode": the c branch's assigner reads the boxes of the published decode itself (softmax, matmul
-# and anchor offsets in the maps' dtype, as the torch branch computes them), so that both backends assign the
-# same targets on the same maps; "c-assign": the torch branch computes its terms on the targets of the c
-# assigner (its float32 decode), the complement of published-decode. Unset: none.
+# The boxes the c assigner reads: for fp16/bf16 maps those of the published decode itself (softmax, matmul and
+# anchor offsets in the maps' dtype, computed as the torch branch computes them, a few images at a time), so
+# that both backends assign the same targets on the same maps (issue 13: on the kernels' exact float32 decode
+# c trained ~0.5-0.9 mAP points below torch, docs/fidelity.md). A developer switch for those measurements,
+# YOLOV9C_LOSS_ROUNDING: "exact-decode" gives the c assigner the kernels' float32 decode (the earlier
+# behaviour); "float32" makes the torch branch compute on float32 copies of the maps (no fp16 decode);
+# "c-assign" computes the torch branch's terms on the targets of the exact float32 decode; "published-decode"
+# names the default. Unset: the default.
 ROUNDING_ENV = "YOLOV9C_LOSS_ROUNDING"
-ROUNDINGS = ("", "float32", "fp16-decode", "published-decode", "c-assign")
-DECODE_CHUNK_ELEMS = 1 << 22  # published-decode: bin logits decoded at once (bounds its transient to ~32 MB)
+ROUNDINGS = ("", "published-decode", "exact-decode", "float32", "c-assign")
+DECODE_CHUNK_ELEMS = 1 << 22  # the c assigner's published decode: bin logits at once (a ~32 MB transient)
 
 
 def _rounding():
@@ -243,7 +246,7 @@ class DetectionLoss:
         pred_dist, pred_scores, pred_boxes = self._torch_preds(maps, points)
         if self.rounding == "c-assign":
             target_labels, target_boxes, norm, fg = self._assign_fused(maps, gt_labels, gt_boxes, gt_mask, points,
-                                                                       stride_col)
+                                                                       stride_col, exact=True)
             target_scores = F.one_hot(target_labels.long().clamp(max=self.nc - 1), self.nc) * norm[..., None]
         else:
             target_labels, target_boxes, target_scores, fg = self._assign_torch(pred_scores, pred_boxes, gt_labels,
@@ -279,24 +282,29 @@ class DetectionLoss:
         return loss_iou, loss_dfl
 
     @torch.no_grad()
-    def _assign_fused(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col):
+    def _assign_fused(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col, exact=False):
         """The c assignment from the kernels: (labels (B, A), boxes (B, A, 4) pixels, norm (B, A), 0 off the
-        foreground, fg (B, A)); no (B, A, NC) or (B, M, A) tensor."""
-        B, R, nc = maps[0].shape[0], self.reg_max, self.nc
+        foreground, fg (B, A)); no (B, A, NC) or (B, M, A) tensor. exact: read the kernels' float32 decode
+        whatever the maps' dtype (else _assigner_boxes decides)."""
+        B, nc = maps[0].shape[0], self.nc
         a = self.assigner
-        if self.rounding == "published-decode":
-            pred_boxes = self._published_boxes(maps, points, stride_col)
-        else:
-            pred_boxes = det_loss_decode(maps, self.stride, R)  # (B, A, 4) float32 pixels
-        if self.rounding == "fp16-decode":
-            pred_boxes = pred_boxes.to(maps[0].dtype).float()
+        pred_boxes = self._assigner_boxes(maps, points, stride_col, exact)
         # the class logits as one (B, NC, A) tensor (a transient copy in the maps' dtype, freed on return);
         # tal_assign reads it through a (B, A, NC) view and applies the sigmoid itself
-        logits = torch.cat([m.detach()[:, 4 * R:].reshape(B, nc, -1) for m in maps], dim=2)
+        logits = torch.cat([m.detach()[:, 4 * self.reg_max:].reshape(B, nc, -1) for m in maps], dim=2)
         labels, boxes, norm, fg, _ = tal_assign_op.tal_assign(
             logits.transpose(1, 2), pred_boxes, (points * stride_col).float(), gt_labels, gt_boxes, gt_mask, nc,
             topk=a.topk, alpha=a.alpha, beta=a.beta, eps=a.eps, logits=True)
         return labels, boxes, torch.where(fg, norm, 0.0), fg
+
+    def _assigner_boxes(self, maps, points, stride_col, exact):
+        """(B, A, 4) float32 pixel boxes for the c assigner: the published decode for fp16/bf16 maps (module
+        comment above ROUNDINGS), the kernels' float32 decode for float32/float64 maps (the same boxes up to
+        the order of a sum), with `exact` or under YOLOV9C_LOSS_ROUNDING=exact-decode."""
+        half = maps[0].dtype in (torch.float16, torch.bfloat16)
+        if half and not exact and self.rounding != "exact-decode":
+            return self._published_boxes(maps, points, stride_col)
+        return det_loss_decode(maps, self.stride, self.reg_max)
 
     def _published_boxes(self, maps, points, stride_col):
         """(B, A, 4) float32 pixel boxes of the torch branch's decode (dfl_decode in the maps' dtype, times the
