@@ -32,7 +32,9 @@ Per batch (mosaic training at a fixed image size):
 All state the eager step uses is the same objects (parameters, the optimizer's buffers, the GradScaler's scale
 and growth tracker, the EMA tensors), updated in place: checkpoints, resume and a switch back to the eager
 step (GraphStep.disable; done when the out-of-memory guard splits batches, state.micro_batch) see one
-consistent run. Not supported (the eager step
+consistent run. A capture that raises (a CUDA error recorded
+while capturing; nothing of it ran) switches the run to the eager step at that batch, with one log line, instead
+of stopping it. Not supported (the eager step
 runs, one log line says why): CPU, DDP (NCCL inside a capture is not attempted), --rect, --multi-scale, --ckpt,
 --optimizer LION, --no-cuda-graph. Memory: the graph pool keeps one step's activations reserved between
 steps; the warm-up batches' cached blocks are given back before the last warm-up batch (it runs on the
@@ -118,6 +120,20 @@ def cudnn_benchmark(on):
         torch.backends.cudnn.benchmark = before
 
 
+class CaptureFailed(RuntimeError):
+    """A CUDA graph capture raised: GraphStep goes on with the eager step."""
+
+
+@contextmanager
+def _capturing(what):
+    """CaptureFailed for a RuntimeError (torch.AcceleratorError is one) raised while capturing `what`."""
+    try:
+        yield
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CaptureFailed(f"{what}: {first}") from e
+
+
 def bucket_for(m, buckets=BUCKETS):
     """The smallest bucket ≥ m boxes per image, or None when m exceeds the largest."""
     return next((b for b in buckets if m <= b), None)
@@ -175,19 +191,34 @@ class GraphStep:
             begin_window(state)  # step.py: BN statistics kept for a skipped window, window_ok = True
         stepped = ni - state.last_opt_step >= state.accumulate
         bucket, why = self.plan(imgs, targets)
-        if why is None:
-            items, finite = self._replay_micro(state, imgs, targets, bucket)
-        else:
-            items, finite = self._eager_micro(state, imgs, targets, why)
+        try:
+            if why is None:
+                items, finite = self._replay_micro(state, imgs, targets, bucket)
+            else:
+                items, finite = self._eager_micro(state, imgs, targets, why)
+        except CaptureFailed as e:  # nothing of the failed capture ran: this batch, and the rest, eagerly
+            self._give_up(state, e)
+            return train_step(state, imgs, targets, ni)
         state.window_ok &= finite
         ok = None
         if stepped:
             if self.grads is None:  # no graph yet: the eager optimizer step (zero_grad, EMA included)
                 ok = optimizer_step(state)
             else:
-                ok = self._replay_opt(state)
+                try:
+                    ok = self._replay_opt(state)
+                except CaptureFailed as e:  # the window's gradients are in place: the eager optimizer step
+                    self._give_up(state, e)
+                    ok = optimizer_step(state)
             state.last_opt_step = ni
         return StepResult(loss_items=items, images=imgs.shape[0], stepped=stepped, finite=ok)
+
+    def _give_up(self, state, err):
+        """A capture failed (a CUDA error recorded nothing that ran): the eager step for the rest of the run,
+        said in one log line, instead of losing the run."""
+        state.log(f"step: CUDA graph capture failed ({err}); the eager step runs from here on (--no-cuda-graph "
+                  f"skips the graphs)")
+        self.disable(state)
 
     def sync_host(self, state):
         """ema.updates ← the device's count of applied optimizer steps (one host read; nothing before the
@@ -298,8 +329,8 @@ class GraphStep:
             free_cuda(self.device)  # graph pool takes its own (after _bind_grads' copies on the main stream)
         gt = torch.zeros((self.imgs.shape[0], bucket, 5), dtype=torch.float32, device=self.imgs.device)
         graph = torch.cuda.CUDAGraph()
-        with cudnn_benchmark(self.benchmark), torch.cuda.graph(graph, pool=self.pool, stream=self.stream,
-                                                                capture_error_mode="thread_local"):
+        with _capturing("the micro-step"), cudnn_benchmark(self.benchmark), \
+                torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
             items, finite = self._micro_body(state, gt)  # the warm-up's timed algorithms (cache hits)
         self.micro[bucket] = m = _Micro(graph, gt, items, finite)
         return m
@@ -327,9 +358,11 @@ class GraphStep:
         return self.opt_ok.clone()
 
     def _capture_opt(self, state):
-        self.opt = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.opt, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
+        graph = torch.cuda.CUDAGraph()
+        with _capturing("the optimizer step"), torch.cuda.graph(graph, pool=self.pool, stream=self.stream,
+                                                                capture_error_mode="thread_local"):
             self.opt_ok = self._opt_body(state)
+        self.opt = graph
 
     @torch.no_grad()
     def _opt_body(self, state):
