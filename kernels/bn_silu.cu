@@ -77,7 +77,8 @@
 
 #define BN_THREADS 256
 #define BN_ROWS_Y 8            /* rows kernels: blocks of 32 channels x 8 rows (reduction) or 8 warps */
-#define BN_MAX_SPLITS 512      /* partial sums per channel (S) */
+#define BN_MAX_SPLITS 512      /* partial sums per channel (S) of the generic reductions (bn_splits); the fast and
+                                  planar ones have their own bounds, and bn_partial_bytes sizes for the largest */
 #define BN_FOLD 32             /* float32 elements per thread before folding into float64 */
 #define BN_MAX_GRID (1 << 20)
 #define BN_NSUM 3
