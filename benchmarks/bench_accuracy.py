@@ -71,7 +71,9 @@ def _emit(line, out):
         f.write(s + "\n")
 
 
-# runner variants: BACKEND+VARIANT... (e.g. c+no-cuda-graph): what each adds to our train_dual.py run
+# runner variants: BACKEND+VARIANT... (e.g. c+no-cuda-graph): what each adds to our train_dual.py run. In
+# benchmarks/results/accuracy_person_crops.jsonl the runner "c" rows (and torch+loss-c) predate 5f87da9: their
+# assigner read the float32 decode, today's c+exact-decode; today's c default is recorded there as c+pub-decode.
 VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isolates the CUDA-graph step)
             "no-cudnn-benchmark": (["--no-cudnn-benchmark"], {}),
             "no-amp": (["--no-amp"], {}),  # float32 training (isolates fp16)
