@@ -225,6 +225,12 @@ def test_cudnn_benchmark_choice_and_scope():
         assert torch.backends.cudnn.benchmark is False
         with G.cudnn_benchmark(False):
             assert torch.backends.cudnn.benchmark is False
+        torch.backends.cudnn.benchmark = True
+        with G.cudnn_benchmark(False):  # the warm-up without the flag keeps the user's setting
+            assert torch.backends.cudnn.benchmark is True
+        with G.cudnn_benchmark(False, force=True):  # the captures: never a timed search
+            assert torch.backends.cudnn.benchmark is False
+        assert torch.backends.cudnn.benchmark is True
     finally:
         torch.backends.cudnn.benchmark = before
 
@@ -498,8 +504,8 @@ def test_cuda_graph_and_eager_micro_steps_accumulate_as_eager(tmp_path, backend,
 @pytest.mark.cuda
 @pytest.mark.parametrize("flag", ["--cudnn-benchmark", "--no-cudnn-benchmark"])
 def test_cuda_graph_warm_up_and_capture_under_cudnn_benchmark(tmp_path, monkeypatch, flag):
-    """The warm-up batches run under cudnn.benchmark (with --cudnn-benchmark), the capture hits the timed
-    algorithms (it would fail on a cache miss: timing synchronises), and the flag is back after every step."""
+    """The warm-up batches run under cudnn.benchmark (with --cudnn-benchmark), the capture without it (a cache
+    miss takes the heuristic choice: a timed search synchronises), and the flag is back after every step."""
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
     state, _ = _cuda_state(tmp_path / "runs", "c", True, data)
     state.cfg.cudnn_benchmark = flag == "--cudnn-benchmark"
@@ -507,13 +513,42 @@ def test_cuda_graph_warm_up_and_capture_under_cudnn_benchmark(tmp_path, monkeypa
     seen = []
     real = G.forward_backward
     monkeypatch.setattr(G, "forward_backward", lambda *a: seen.append(torch.backends.cudnn.benchmark) or real(*a))
+    captured, body = [], G.GraphStep._micro_body
+    monkeypatch.setattr(G.GraphStep, "_micro_body",
+                        lambda self, *a: captured.append(torch.backends.cudnn.benchmark) or body(self, *a))
     torch.backends.cudnn.benchmark = False
     rng = np.random.default_rng(0)
     for ni, (imgs, targets) in enumerate(_batches()[:G.WARMUP + 2]):
         r = state.step(state, prepare_batch(state, imgs, rng), targets, ni)
         assert torch.backends.cudnn.benchmark is False
     assert seen == [state.cfg.cudnn_benchmark] * G.WARMUP  # the warm-up; then the captured graph replays
+    assert captured == [False]
     assert state.step.micro and torch.isfinite(r.loss_items).all()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", ["torch", "c"])
+def test_cuda_graph_capture_survives_a_cudnn_cache_miss(tmp_path, backend):
+    """Every convolution of the capture misses torch's cuDNN algorithm cache (the TF32 flag, part of its key,
+    flipped after the warm-up under --cudnn-benchmark): the capture still succeeds on cuDNN's heuristic
+    choices and the graphed step runs, instead of a timed search inside the capture invalidating it."""
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
+    state, lines = _cuda_state(tmp_path / "runs", backend, True, data)
+    assert state.step.benchmark
+    rng = np.random.default_rng(0)
+    batches = _batches()[:G.WARMUP + 2]
+    tf32 = torch.backends.cudnn.allow_tf32
+    try:
+        for ni, (imgs, targets) in enumerate(batches):
+            if ni == G.WARMUP:
+                torch.backends.cudnn.allow_tf32 = not tf32
+            r = state.step(state, prepare_batch(state, imgs, rng), targets, ni)
+        torch.cuda.synchronize()
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+    assert isinstance(state.step, G.GraphStep) and state.step.micro, lines
+    assert not any("capture failed" in line for line in lines), lines
+    assert torch.isfinite(r.loss_items).all()
 
 
 @pytest.mark.cuda

@@ -8,9 +8,12 @@ launches two graphs per optimizer step instead of thousands of kernels.
 Per batch (mosaic training at a fixed image size):
   * the first batch fixes the shape (B, 3, H, W); the first WARMUP batches of that shape run eagerly (cuDNN
     choices, lazy initialisation; the last on the capture stream); with cfg.cudnn_benchmark (default; not
-    with --deterministic) they and the captures run under torch.backends.cudnn.benchmark, so cuDNN times its
-    algorithms for this shape and the graphs replay the fastest (yolov9-s, batch 64, 640, H200: GPU time 93.6
-    → 87.6 ms per step, the same reserved memory: benchmarks/RESULTS.md); other batches keep the flag as set;
+    with --deterministic) they run under torch.backends.cudnn.benchmark, so cuDNN times its algorithms for
+    this shape and the graphs replay the fastest (yolov9-s, batch 64, 640, H200: GPU time 93.6 → 87.6 ms per
+    step, the same reserved memory: benchmarks/RESULTS.md); other batches keep the flag as set. The captures
+    run with the flag off: a convolution found in torch's algorithm cache (the warm-up's timed choice) runs
+    it, one that misses (the cache key holds the pointers' alignment and the TF32 flag) takes cuDNN's
+    heuristic choice, where a timed search would synchronise and invalidate the capture;
   * the targets are packed on the host (loss/detection.py's pack_targets_host) into a static (B, M, 5)
     buffer padded to a box-count bucket (BUCKETS: the smallest M ≥ the batch's most boxes per image; one
     micro-step graph per bucket, all in one memory pool) and the images copied into a static buffer;
@@ -109,11 +112,12 @@ def select_step(state):
 
 
 @contextmanager
-def cudnn_benchmark(on):
-    """torch.backends.cudnn.benchmark = True inside (when `on`), the previous value restored after."""
+def cudnn_benchmark(on, force=False):
+    """torch.backends.cudnn.benchmark = True inside when `on` (`force`: = `on` either way), the previous value
+    restored after."""
     before = torch.backends.cudnn.benchmark
-    if on:
-        torch.backends.cudnn.benchmark = True
+    if on or force:
+        torch.backends.cudnn.benchmark = bool(on)
     try:
         yield
     finally:
@@ -329,9 +333,9 @@ class GraphStep:
             free_cuda(self.device)  # graph pool takes its own (after _bind_grads' copies on the main stream)
         gt = torch.zeros((self.imgs.shape[0], bucket, 5), dtype=torch.float32, device=self.imgs.device)
         graph = torch.cuda.CUDAGraph()
-        with _capturing("the micro-step"), cudnn_benchmark(self.benchmark), \
+        with _capturing("the micro-step"), cudnn_benchmark(False, force=True), \
                 torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
-            items, finite = self._micro_body(state, gt)  # the warm-up's timed algorithms (cache hits)
+            items, finite = self._micro_body(state, gt)  # cache hits: the warm-up's timed algorithms
         self.micro[bucket] = m = _Micro(graph, gt, items, finite)
         return m
 
