@@ -264,14 +264,14 @@ def test_cpu_run_logs_the_eager_step(tmp_path):
 # CUDA: graphed == eager
 # ---------------------------------------------------------------------------------------------------------
 
-def _cuda_state(root, backend, graph, data):
+def _cuda_state(root, backend, graph, data, init_scale=2.0 ** 14):
     flag = "--cuda-graph" if graph else "--no-cuda-graph"
     cfg = parse_opt(["--data", str(data), "--cfg", "yolov9-t.yaml", "--img", "128", "--batch", "4", "--accumulate",
                      "2", "--workers", "0", "--noplots", "--device", "0", "--backend", backend, flag,
                      "--project", str(root)])
     lines = []
     state = setup(cfg, log=lines.append)
-    state.scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 14, growth_interval=2)  # scale moves in N steps
+    state.scaler = torch.amp.GradScaler("cuda", init_scale=init_scale, growth_interval=2)  # scale moves in N steps
     state.model.train()
     return state, lines
 
@@ -377,10 +377,11 @@ def test_cuda_graph_capture_failure_goes_on_eagerly(tmp_path, monkeypatch, body)
     run go on with the eager step, one log line says so, and the weights equal an all-eager run's."""
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
     batches = _batches()[:G.WARMUP + 4]
-    state, _ = _cuda_state(tmp_path / "eager", "torch", False, data)
+    # a loss scale whose fp16 gradients are finite on these random images: the windows are applied
+    state, _ = _cuda_state(tmp_path / "eager", "torch", False, data, init_scale=64.0)
     e = _train(state, batches)
     monkeypatch.setattr(G.GraphStep, body, _sync_in_capture(getattr(G.GraphStep, body)))
-    state, lines = _cuda_state(tmp_path / "graph", "torch", True, data)
+    state, lines = _cuda_state(tmp_path / "graph", "torch", True, data, init_scale=64.0)
     g = _train(state, batches)
     assert state.step is train_step
     assert any("CUDA graph capture failed" in s and "eager step runs from here on" in s for s in lines), lines
