@@ -197,63 +197,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity)
     asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(smem_u32(b)), "r"(parity) : "memory");
 }
 
-// ROWS rows per stage, NST stages; C = 512 fixed (blockDim 64 x 4).
-template <int ROWS, int NST> __global__ void __launch_bounds__(256, 2) stats_tma_kernel(Args a)
-{
-    extern __shared__ __align__(128) unsigned char smem[];
-    __half *buf = (__half *)smem;                                     // [NST][ROWS][C]
-    uint64_t *full = (uint64_t *)(smem + (size_t)NST * ROWS * a.C * 2);
-    __shared__ double slots[2][8][256];
-    int bx = blockDim.x, by = blockDim.y, t = threadIdx.y * bx + threadIdx.x;
-    int64_t chunk = (a.n + a.S - 1) / a.S, k0 = (int64_t)blockIdx.x * chunk, k1 = k0 + chunk < a.n ? k0 + chunk : a.n;
-    int64_t nrows = k1 > k0 ? k1 - k0 : 0, nst = (nrows + ROWS - 1) / ROWS;
-    unsigned rowb = (unsigned)(a.C * 2);
-    if (t == 0) {
-        for (int s = 0; s < NST; s++) mbar_init(&full[s], 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    auto issue = [&](int64_t st) {
-        int s = (int)(st % NST);
-        int64_t r0 = k0 + st * ROWS, r = k1 - r0 < ROWS ? k1 - r0 : ROWS;
-        mbar_expect(&full[s], (unsigned)r * rowb);
-        bulk_g2s(buf + (size_t)s * ROWS * a.C, a.z + r0 * a.C, (unsigned)r * rowb, &full[s]);
-    };
-    if (t == 0)
-        for (int64_t st = 0; st < NST && st < nst; st++) issue(st);
-    int64_t c0 = threadIdx.x * 8;
-    float K[8], f[2][8] = {};
-    h8 kk = *(const h8 *)(a.z + c0);
-#pragma unroll
-    for (int e = 0; e < 8; e++) K[e] = __half2float(kk.v[e]);
-    for (int j = 0; j < 16; j++) (&slots[0][0][0])[j * 256 + t] = 0.0;
-    int cnt = 0;
-    for (int64_t st = 0; st < nst; st++) {
-        int s = (int)(st % NST);
-        mbar_wait(&full[s], (unsigned)((st / NST) & 1));
-        int64_t r0 = k0 + st * ROWS, r = k1 - r0 < ROWS ? k1 - r0 : ROWS;
-        const __half *q = buf + (size_t)s * ROWS * a.C + c0;
-        if (r == ROWS) {
-            h8 x[ROWS / 4];
-#pragma unroll
-            for (int i = 0; i < ROWS / 4; i++) x[i] = *(const h8 *)(q + (threadIdx.y + 4 * i) * a.C);
-#pragma unroll
-            for (int i = 0; i < ROWS / 4; i++) add8(x[i], K, f);
-            cnt += ROWS / 4;
-        } else {
-            for (int64_t i = threadIdx.y; i < r; i += 4) { add8(*(const h8 *)(q + i * a.C), K, f); cnt++; }
-        }
-        if (cnt >= 32) { fold(&slots[0][0][0], f, t, 256); cnt = 0; }
-        __syncthreads();
-        if (t == 0 && st + NST < nst) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); issue(st + NST); }
-    }
-    fold(&slots[0][0][0], f, t, 256);
-    block_sums<256>(&slots[0][0][0], bx, by, 0, (int)(a.C / 8),
-                    [&](int j, int64_t c, double x) { a.partial[((int64_t)j * a.S + blockIdx.x) * a.C + c] = x; });
-}
-
 // ---------------- finish of partials [2][S][C]: 4 channels x 64 lanes per block (as the product) ----------------
-__global__ void __launch_bounds__(256) finish_kernel(Args a)
+__device__ __forceinline__ void finish_block(const Args &a)
 {
     __shared__ double sh[2][8][4];
     int cx = threadIdx.x & 3, l = threadIdx.x >> 2;   // 4 channels fastest in the warp: 8 lanes x 4 channels per warp
@@ -272,24 +217,12 @@ __global__ void __launch_bounds__(256) finish_kernel(Args a)
     }
 }
 
+__global__ void __launch_bounds__(256) finish_kernel(Args a) { finish_block(a); }
+
 __global__ void __launch_bounds__(256) finish_pdl_kernel(Args a)
 {
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    __shared__ double sh[2][8][4];
-    int cx = threadIdx.x & 3, l = threadIdx.x >> 2;
-    int64_t c = (int64_t)blockIdx.x * 4 + cx;
-    double s0 = 0, s1 = 0;
-    if (c < a.C)
-        for (int s = l; s < a.S; s += 64) { s0 += a.partial[(int64_t)s * a.C + c]; s1 += a.partial[((int64_t)a.S + s) * a.C + c]; }
-    for (int o = 16; o >= 4; o >>= 1) { s0 += __shfl_down_sync(~0u, s0, o); s1 += __shfl_down_sync(~0u, s1, o); }
-    int w = threadIdx.x >> 5;
-    if ((threadIdx.x & 31) < 4) { sh[0][w][cx] = s0; sh[1][w][cx] = s1; }
-    __syncthreads();
-    if (threadIdx.x < 4 && c < a.C) {
-        double x0 = 0, x1 = 0;
-        for (int i = 0; i < 8; i++) { x0 += sh[0][i][threadIdx.x]; x1 += sh[1][i][threadIdx.x]; }
-        finish_one(a, c, x0, x1);
-    }
+    finish_block(a);
 }
 
 static void launch_pdl_finish(const Args &a, cudaStream_t s)
@@ -386,7 +319,8 @@ template <int R, int OPT> __global__ void __launch_bounds__(256, 4) stats2_kerne
 }
 
 // TMA with TY rows of threads (blockDim 64 x TY), conversion by OPT as above.
-template <int ROWS, int NST, int TY, int OPT> __global__ void __launch_bounds__(64 * TY, 1) stats_tma2_kernel(Args a)
+// ROWS rows per stage, NST stages, blockDim 64 x TY (C = 512), fp16 conversion by OPT (cvt8).
+template <int ROWS, int NST, int TY, int OPT> __global__ void __launch_bounds__(64 * TY, TY == 4 ? 2 : 1) stats_tma2_kernel(Args a)
 {
     extern __shared__ __align__(128) unsigned char smem[];
     __half *buf = (__half *)smem;
@@ -587,7 +521,7 @@ int main(int argc, char **argv)
     }
     if (C == 512) {
         auto tma = [&](auto kern, int rows, int nst, const char *tag) {
-            size_t sm = (size_t)nst * rows * C * 2 + 64;
+            size_t sm = (size_t)nst * rows * C * 2 + 128 + 16 * 64 * 4 * 8;
             CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
             for (int bpsm : {1, 2}) {
                 a.S = sms * bpsm;
@@ -599,10 +533,10 @@ int main(int argc, char **argv)
                 check(nm);
             }
         };
-        tma(stats_tma_kernel<16, 4>, 16, 4, "16rows x4");
-        tma(stats_tma_kernel<16, 6>, 16, 6, "16rows x6");
-        tma(stats_tma_kernel<32, 3>, 32, 3, "32rows x3");
-        tma(stats_tma_kernel<8, 8>, 8, 8, "8rows x8");
+        tma(stats_tma2_kernel<16, 4, 4, 0>, 16, 4, "16rows x4");
+        tma(stats_tma2_kernel<16, 6, 4, 0>, 16, 6, "16rows x6");
+        tma(stats_tma2_kernel<32, 3, 4, 0>, 32, 3, "32rows x3");
+        tma(stats_tma2_kernel<8, 8, 4, 0>, 8, 8, "8rows x8");
     }
     return 0;
 }
