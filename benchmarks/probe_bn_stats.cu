@@ -5,7 +5,8 @@
 // kernel), with the finish launched programmatically (PDL), float64 atomics with the last block finishing,
 // a cooperative grid sync with the finish spread over the blocks, and bulk async copies (TMA) into shared
 // stages. SWEEP2=1: where the reduce loses time against the read (K's load, the fp16 conversion, the
-// partial writes) and TMA with more threads. Results: benchmarks/RESULTS.md.
+// partial writes), TMA with more threads, and one kernel that finishes in its last cluster (distributed shared
+// memory, a ticket per slice). Results: benchmarks/RESULTS.md.
 // Build and run on the GPU machine:
 //   nvcc -O3 -arch=sm_90 -std=c++17 --extended-lambda benchmarks/probe_bn_stats.cu -o /tmp/probe_bn_stats
 //   /tmp/probe_bn_stats [n] [C]          (default 102400 512 = 64x512x40x40; 409600 256 = 64x256x80x80)
@@ -384,6 +385,104 @@ template <int ROWS, int NST, int TY, int OPT> __global__ void __launch_bounds__(
     }
 }
 
+// One kernel, no finish launch: TMA stages as stats_tma2_kernel, then the block sums of a cluster of CL blocks
+// are added over distributed shared memory (block rank r adds the slice r of the [C][2] sums), each slice is
+// written as one cluster partial, and the block that is last for its slice (a ticket per slice) finishes it.
+// Layout: partial [ncl][C][2]; ticket [CL], zero between calls (the finishing block resets it).
+template <int ROWS, int NST, int TY, int CL> __global__ void __launch_bounds__(64 * TY, 1) stats_tma_cl_kernel(Args a)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    __half *buf = (__half *)smem;
+    uint64_t *full = (uint64_t *)(smem + (size_t)NST * ROWS * a.C * 2);
+    double *slots = (double *)(smem + (size_t)NST * ROWS * a.C * 2 + 128);   // [16][64*TY]
+    double *bsum = (double *)smem;                                           // [C][2], over the stages after the loop
+    __shared__ int last;
+    const int T = 64 * TY;
+    cg::cluster_group cluster = cg::this_cluster();
+    int bx = blockDim.x, by = blockDim.y, t = threadIdx.y * bx + threadIdx.x;
+    int rank = (int)cluster.block_rank(), ncl = gridDim.x / CL, cl = blockIdx.x / CL;
+    int64_t chunk = (a.n + gridDim.x - 1) / gridDim.x, k0 = (int64_t)blockIdx.x * chunk, k1 = k0 + chunk < a.n ? k0 + chunk : a.n;
+    int64_t nrows = k1 > k0 ? k1 - k0 : 0, nst = (nrows + ROWS - 1) / ROWS;
+    unsigned rowb = (unsigned)(a.C * 2);
+    if (t == 0) {
+        for (int s = 0; s < NST; s++) mbar_init(&full[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    auto issue = [&](int64_t st) {
+        int s = (int)(st % NST);
+        int64_t r0 = k0 + st * ROWS, r = k1 - r0 < ROWS ? k1 - r0 : ROWS;
+        mbar_expect(&full[s], (unsigned)r * rowb);
+        bulk_g2s(buf + (size_t)s * ROWS * a.C, a.z + r0 * a.C, (unsigned)r * rowb, &full[s]);
+    };
+    if (t == 0)
+        for (int64_t st = 0; st < NST && st < nst; st++) issue(st);
+    int64_t c0 = threadIdx.x * 8;
+    float K[8], f[2][8] = {};
+    h8 kk = *(const h8 *)(a.z + c0);
+    cvt8<0>(kk, K);
+    for (int j = 0; j < 16; j++) slots[j * T + t] = 0.0;
+    int cnt = 0;
+    for (int64_t st = 0; st < nst; st++) {
+        int s = (int)(st % NST);
+        mbar_wait(&full[s], (unsigned)((st / NST) & 1));
+        int64_t r0 = k0 + st * ROWS, r = k1 - r0 < ROWS ? k1 - r0 : ROWS;
+        const __half *q = buf + (size_t)s * ROWS * a.C + c0;
+        if (r == ROWS) {
+            h8 x[ROWS / TY];
+#pragma unroll
+            for (int i = 0; i < ROWS / TY; i++) x[i] = *(const h8 *)(q + (threadIdx.y + TY * i) * a.C);
+#pragma unroll
+            for (int i = 0; i < ROWS / TY; i++) add8(x[i], K, f);
+            cnt += ROWS / TY;
+        } else {
+            for (int64_t i = threadIdx.y; i < r; i += TY) { add8(*(const h8 *)(q + i * a.C), K, f); cnt++; }
+        }
+        if (cnt >= 32) { fold(slots, f, t, T); cnt = 0; }
+        __syncthreads();
+        if (t == 0 && st + NST < nst) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); issue(st + NST); }
+    }
+    fold(slots, f, t, T);
+    __syncthreads();
+    for (int i = t; i < 16 * 64; i += T) {
+        int je = i / 64, tx = i - je * 64, j = je / 8, e = je - j * 8;
+        double x = 0.0;
+        for (int r = 0; r < by; r++) x += slots[je * T + r * bx + tx];
+        bsum[(tx * 8 + e) * 2 + j] = x;
+    }
+    cluster.sync();
+    int P = (int)(2 * a.C / CL);                 // values in a slice
+    int64_t base = (int64_t)rank * P;
+    for (int i = t; i < P; i += T) {
+        double x = 0.0;
+#pragma unroll
+        for (int q = 0; q < CL; q++) x += cluster.map_shared_rank(bsum, q)[base + i];
+        a.partial[(int64_t)cl * 2 * a.C + base + i] = x;
+    }
+    cluster.sync();                              // the other blocks' shared memory is read: now it may go
+    __threadfence();
+    __syncthreads();
+    if (t == 0) last = atomicAdd(&a.ticket[rank], 1u) == (unsigned)(ncl - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    double *red = slots;                         // [parts][P]
+    int parts = T / P > 0 ? T / P : 1;
+    for (int i = t; i < P * parts; i += T) {
+        int v = i % P, part = i / P;
+        double x = 0.0;
+        for (int c = part; c < ncl; c += parts) x += __ldcg(&a.partial[(int64_t)c * 2 * a.C + base + v]);
+        red[part * P + v] = x;
+    }
+    __syncthreads();
+    for (int i = t; i < P / 2; i += T) {
+        double s0 = 0.0, s1 = 0.0;
+        for (int part = 0; part < parts; part++) { s0 += red[part * P + 2 * i]; s1 += red[part * P + 2 * i + 1]; }
+        finish_one(a, base / 2 + i, s0, s1);
+    }
+    if (t == 0) a.ticket[rank] = 0;
+}
+
 template <typename CHECK> static void sweep2(Args a, int sms, size_t bytes, int64_t C, CHECK check)
 {
     auto row = [&](const char *name, float us) { printf("%-44s %8.2f us  %7.0f GB/s\n", name, us, bytes / (us * 1e3)); };
@@ -416,6 +515,28 @@ template <typename CHECK> static void sweep2(Args a, int sms, size_t bytes, int6
     tma(stats_tma2_kernel<32, 2, 16, 0>, 32, 2, 16, "32x2 ty16 cvt");
     tma(stats_tma2_kernel<16, 4, 16, 0>, 16, 4, 16, "16x4 ty16 cvt");
     tma(stats_tma2_kernel<32, 2, 16, 2>, 32, 2, 16, "32x2 ty16 int");
+    auto tcl = [&](auto kern, int rows, int nst, int ty, int cl, const char *tag) {
+        size_t sm = (size_t)nst * rows * C * 2 + 128 + 16 * 64 * ty * 8;
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = cl; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
+        cfg.blockDim = dim3(64, ty); cfg.dynamicSmemBytes = sm; cfg.attrs = at; cfg.numAttrs = 1;
+        cfg.gridDim = dim3((unsigned)(sms / cl * cl));
+        int active = 0;
+        CK(cudaOccupancyMaxActiveClusters(&active, kern, &cfg));
+        int grid = std::min(active, sms / cl) * cl;
+        cfg.gridDim = dim3((unsigned)grid);
+        snprintf(nm, sizeof nm, "tma cluster %s CL=%d grid %d (active %d)", tag, cl, grid, active);
+        row(nm, time_graph([&](cudaStream_t s) { cfg.stream = s; CK(cudaLaunchKernelEx(&cfg, kern, a)); }));
+        check(nm);
+    };
+    tcl(stats_tma_cl_kernel<32, 3, 4, 2>, 32, 3, 4, 2, "32x3 ty4");
+    tcl(stats_tma_cl_kernel<32, 3, 4, 4>, 32, 3, 4, 4, "32x3 ty4");
+    tcl(stats_tma_cl_kernel<32, 3, 8, 2>, 32, 3, 8, 2, "32x3 ty8");
+    tcl(stats_tma_cl_kernel<32, 3, 8, 4>, 32, 3, 8, 4, "32x3 ty8");
+    tcl(stats_tma_cl_kernel<32, 2, 16, 4>, 32, 2, 16, 4, "32x2 ty16");
 }
 
 template <typename F> float time_graph(F launch, int calls, int reps)
@@ -452,7 +573,7 @@ int main(int argc, char **argv)
     __half *z; double *partial, *acc; unsigned *ticket, *out; float *mean, *invstd;
     CK(cudaMalloc(&z, bytes)); CK(cudaMemcpy(z, h.data(), bytes, cudaMemcpyHostToDevice));
     CK(cudaMalloc(&partial, 2 * 4096 * C * 8)); CK(cudaMalloc(&acc, 2 * C * 8)); CK(cudaMemset(acc, 0, 2 * C * 8));
-    CK(cudaMalloc(&ticket, 4)); CK(cudaMemset(ticket, 0, 4)); CK(cudaMalloc(&out, 4));
+    CK(cudaMalloc(&ticket, 64)); CK(cudaMemset(ticket, 0, 64)); CK(cudaMalloc(&out, 4));
     CK(cudaMalloc(&mean, C * 4)); CK(cudaMalloc(&invstd, C * 4));
     // reference (double on host)
     std::vector<double> rm(C), ri(C);
