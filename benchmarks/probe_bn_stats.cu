@@ -319,18 +319,29 @@ template <int R, int OPT> __global__ void __launch_bounds__(256, 4) stats2_kerne
     if (xacc == 0x12345u) sink = xacc;
 }
 
-// TMA with TY rows of threads (blockDim 64 x TY), conversion by OPT as above.
-// ROWS rows per stage, NST stages, blockDim 64 x TY (C = 512), fp16 conversion by OPT (cvt8).
-template <int ROWS, int NST, int TY, int OPT> __global__ void __launch_bounds__(64 * TY, TY == 4 ? 2 : 1) stats_tma2_kernel(Args a)
+// TMA stages: ROWS rows per stage, NST stages, blockDim 64 x TY (C = 512), fp16 conversion by OPT (cvt8); OPT bit 5:
+// the block's tiles of ROWS rows interleaved with the other blocks' (tile b, b + grid, ...) instead of one chunk;
+// bit 6: a stage is refilled once its rows are in registers (before the arithmetic). Leaves the block's sums of
+// channel c (j = 0: Σ(z-K), 1: Σ(z-K)²) to out(j, c, x) after a __syncthreads.
+// Shared: NST stages of ROWS x C halves, 128 bytes of barriers, [16][64 * TY] doubles.
+template <int ROWS, int NST, int TY, int OPT, typename OUT> __device__ __forceinline__ void tma_block_sums(const Args &a, unsigned char *smem, OUT out)
 {
-    extern __shared__ __align__(128) unsigned char smem[];
     __half *buf = (__half *)smem;
     uint64_t *full = (uint64_t *)(smem + (size_t)NST * ROWS * a.C * 2);
-    double *slots = (double *)(smem + (size_t)NST * ROWS * a.C * 2 + 128);   // [16][64*TY]
+    double *slots = (double *)(smem + (size_t)NST * ROWS * a.C * 2 + 128);
     const int T = 64 * TY;
     int bx = blockDim.x, by = blockDim.y, t = threadIdx.y * bx + threadIdx.x;
-    int64_t chunk = (a.n + a.S - 1) / a.S, k0 = (int64_t)blockIdx.x * chunk, k1 = k0 + chunk < a.n ? k0 + chunk : a.n;
-    int64_t nrows = k1 > k0 ? k1 - k0 : 0, nst = (nrows + ROWS - 1) / ROWS;
+    int64_t r_of0, nst, tstride;                 // first row of stage st: r_of0 + st * tstride; last row < rend
+    int64_t rend;
+    if (OPT & 32) {
+        int64_t ntiles = (a.n + ROWS - 1) / ROWS;
+        nst = blockIdx.x < ntiles ? (ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+        r_of0 = (int64_t)blockIdx.x * ROWS; tstride = (int64_t)gridDim.x * ROWS; rend = a.n;
+    } else {
+        int64_t chunk = (a.n + gridDim.x - 1) / gridDim.x, k0 = (int64_t)blockIdx.x * chunk, k1 = k0 + chunk < a.n ? k0 + chunk : a.n;
+        nst = k1 > k0 ? (k1 - k0 + ROWS - 1) / ROWS : 0;
+        r_of0 = k0; tstride = ROWS; rend = k1;
+    }
     unsigned rowb = (unsigned)(a.C * 2);
     if (t == 0) {
         for (int s = 0; s < NST; s++) mbar_init(&full[s], 1);
@@ -339,12 +350,16 @@ template <int ROWS, int NST, int TY, int OPT> __global__ void __launch_bounds__(
     __syncthreads();
     auto issue = [&](int64_t st) {
         int s = (int)(st % NST);
-        int64_t r0 = k0 + st * ROWS, r = k1 - r0 < ROWS ? k1 - r0 : ROWS;
+        int64_t r0 = r_of0 + st * tstride, r = rend - r0 < ROWS ? rend - r0 : ROWS;
         mbar_expect(&full[s], (unsigned)r * rowb);
         bulk_g2s(buf + (size_t)s * ROWS * a.C, a.z + r0 * a.C, (unsigned)r * rowb, &full[s]);
     };
     if (t == 0)
         for (int64_t st = 0; st < NST && st < nst; st++) issue(st);
+    auto refill = [&](int64_t st) {
+        __syncthreads();
+        if (t == 0 && st + NST < nst) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); issue(st + NST); }
+    };
     int64_t c0 = threadIdx.x * 8;
     float K[8], f[2][8] = {};
     h8 kk = *(const h8 *)(a.z + c0);
@@ -354,12 +369,13 @@ template <int ROWS, int NST, int TY, int OPT> __global__ void __launch_bounds__(
     for (int64_t st = 0; st < nst; st++) {
         int s = (int)(st % NST);
         mbar_wait(&full[s], (unsigned)((st / NST) & 1));
-        int64_t r0 = k0 + st * ROWS, r = k1 - r0 < ROWS ? k1 - r0 : ROWS;
+        int64_t r0 = r_of0 + st * tstride, r = rend - r0 < ROWS ? rend - r0 : ROWS;
         const __half *q = buf + (size_t)s * ROWS * a.C + c0;
         if (r == ROWS) {
             h8 x[ROWS / TY];
 #pragma unroll
             for (int i = 0; i < ROWS / TY; i++) x[i] = *(const h8 *)(q + (threadIdx.y + TY * i) * a.C);
+            if (OPT & 64) refill(st);
 #pragma unroll
             for (int i = 0; i < ROWS / TY; i++) {
                 float v[8];
@@ -368,12 +384,12 @@ template <int ROWS, int NST, int TY, int OPT> __global__ void __launch_bounds__(
                 for (int e = 0; e < 8; e++) { float d = v[e] - K[e]; f[0][e] += d; f[1][e] = fmaf(d, d, f[1][e]); }
             }
             cnt += ROWS / TY;
+            if (!(OPT & 64)) refill(st);
         } else {
             for (int64_t i = threadIdx.y; i < r; i += TY) { add8(*(const h8 *)(q + i * a.C), K, f); cnt++; }
+            refill(st);
         }
         if (cnt >= 32) { fold(slots, f, t, T); cnt = 0; }
-        __syncthreads();
-        if (t == 0 && st + NST < nst) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); issue(st + NST); }
     }
     fold(slots, f, t, T);
     __syncthreads();
@@ -381,75 +397,33 @@ template <int ROWS, int NST, int TY, int OPT> __global__ void __launch_bounds__(
         int je = i / 64, tx = i - je * 64, j = je / 8, e = je - j * 8;
         double x = 0.0;
         for (int r = 0; r < by; r++) x += slots[je * T + r * bx + tx];
-        a.partial[((int64_t)j * a.S + blockIdx.x) * a.C + tx * 8 + e] = x;
+        out(j, tx * 8 + e, x);
     }
+    __syncthreads();
 }
 
-// One kernel, no finish launch: TMA stages as stats_tma2_kernel, then the block sums of a cluster of CL blocks
-// are added over distributed shared memory (block rank r adds the slice r of the [C][2] sums), each slice is
-// written as one cluster partial, and the block that is last for its slice (a ticket per slice) finishes it.
-// Layout: partial [ncl][C][2]; ticket [CL], zero between calls (the finishing block resets it).
-template <int ROWS, int NST, int TY, int CL> __global__ void __launch_bounds__(64 * TY, 1) stats_tma_cl_kernel(Args a)
+template <int ROWS, int NST, int TY, int OPT> __global__ void __launch_bounds__(64 * TY, TY == 4 ? 2 : 1) stats_tma2_kernel(Args a)
 {
     extern __shared__ __align__(128) unsigned char smem[];
-    __half *buf = (__half *)smem;
-    uint64_t *full = (uint64_t *)(smem + (size_t)NST * ROWS * a.C * 2);
-    double *slots = (double *)(smem + (size_t)NST * ROWS * a.C * 2 + 128);   // [16][64*TY]
+    tma_block_sums<ROWS, NST, TY, OPT>(a, smem, [&](int j, int c, double x) { a.partial[((int64_t)j * a.S + blockIdx.x) * a.C + c] = x; });
+}
+
+// One kernel, no finish launch: tma_block_sums, then the block sums of a cluster of CL blocks are added over
+// distributed shared memory (block rank r adds the slice r of the [C][2] sums), each slice is written as one
+// cluster partial, and the block that is last for its slice (a ticket per slice) finishes it, its loads of the
+// cluster partials 8 at a time. Layout: partial [ncl][C][2]; ticket [CL], zero between calls (the finishing
+// block resets it).
+template <int ROWS, int NST, int TY, int OPT, int CL> __global__ void __launch_bounds__(64 * TY, 1) stats_tma_cl_kernel(Args a)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
     double *bsum = (double *)smem;                                           // [C][2], over the stages after the loop
+    double *red = (double *)(smem + (size_t)NST * ROWS * a.C * 2 + 128);     // over the slots
     __shared__ int last;
     const int T = 64 * TY;
     cg::cluster_group cluster = cg::this_cluster();
-    int bx = blockDim.x, by = blockDim.y, t = threadIdx.y * bx + threadIdx.x;
+    int t = threadIdx.y * blockDim.x + threadIdx.x;
     int rank = (int)cluster.block_rank(), ncl = gridDim.x / CL, cl = blockIdx.x / CL;
-    int64_t chunk = (a.n + gridDim.x - 1) / gridDim.x, k0 = (int64_t)blockIdx.x * chunk, k1 = k0 + chunk < a.n ? k0 + chunk : a.n;
-    int64_t nrows = k1 > k0 ? k1 - k0 : 0, nst = (nrows + ROWS - 1) / ROWS;
-    unsigned rowb = (unsigned)(a.C * 2);
-    if (t == 0) {
-        for (int s = 0; s < NST; s++) mbar_init(&full[s], 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    auto issue = [&](int64_t st) {
-        int s = (int)(st % NST);
-        int64_t r0 = k0 + st * ROWS, r = k1 - r0 < ROWS ? k1 - r0 : ROWS;
-        mbar_expect(&full[s], (unsigned)r * rowb);
-        bulk_g2s(buf + (size_t)s * ROWS * a.C, a.z + r0 * a.C, (unsigned)r * rowb, &full[s]);
-    };
-    if (t == 0)
-        for (int64_t st = 0; st < NST && st < nst; st++) issue(st);
-    int64_t c0 = threadIdx.x * 8;
-    float K[8], f[2][8] = {};
-    h8 kk = *(const h8 *)(a.z + c0);
-    cvt8<0>(kk, K);
-    for (int j = 0; j < 16; j++) slots[j * T + t] = 0.0;
-    int cnt = 0;
-    for (int64_t st = 0; st < nst; st++) {
-        int s = (int)(st % NST);
-        mbar_wait(&full[s], (unsigned)((st / NST) & 1));
-        int64_t r0 = k0 + st * ROWS, r = k1 - r0 < ROWS ? k1 - r0 : ROWS;
-        const __half *q = buf + (size_t)s * ROWS * a.C + c0;
-        if (r == ROWS) {
-            h8 x[ROWS / TY];
-#pragma unroll
-            for (int i = 0; i < ROWS / TY; i++) x[i] = *(const h8 *)(q + (threadIdx.y + TY * i) * a.C);
-#pragma unroll
-            for (int i = 0; i < ROWS / TY; i++) add8(x[i], K, f);
-            cnt += ROWS / TY;
-        } else {
-            for (int64_t i = threadIdx.y; i < r; i += TY) { add8(*(const h8 *)(q + i * a.C), K, f); cnt++; }
-        }
-        if (cnt >= 32) { fold(slots, f, t, T); cnt = 0; }
-        __syncthreads();
-        if (t == 0 && st + NST < nst) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); issue(st + NST); }
-    }
-    fold(slots, f, t, T);
-    __syncthreads();
-    for (int i = t; i < 16 * 64; i += T) {
-        int je = i / 64, tx = i - je * 64, j = je / 8, e = je - j * 8;
-        double x = 0.0;
-        for (int r = 0; r < by; r++) x += slots[je * T + r * bx + tx];
-        bsum[(tx * 8 + e) * 2 + j] = x;
-    }
+    tma_block_sums<ROWS, NST, TY, OPT>(a, smem, [&](int j, int c, double x) { bsum[c * 2 + j] = x; });
     cluster.sync();
     int P = (int)(2 * a.C / CL);                 // values in a slice
     int64_t base = (int64_t)rank * P;
@@ -466,12 +440,17 @@ template <int ROWS, int NST, int TY, int CL> __global__ void __launch_bounds__(6
     __syncthreads();
     if (!last) return;
     __threadfence();
-    double *red = slots;                         // [parts][P]
-    int parts = T / P > 0 ? T / P : 1;
+    int parts = T / P > 0 ? T / P : 1;           // red [parts][P]
     for (int i = t; i < P * parts; i += T) {
         int v = i % P, part = i / P;
         double x = 0.0;
-        for (int c = part; c < ncl; c += parts) x += __ldcg(&a.partial[(int64_t)c * 2 * a.C + base + v]);
+        for (int c = part; c < ncl; c += 8 * parts) {
+            double y[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) { int cc = c + u * parts; y[u] = cc < ncl ? __ldcg(&a.partial[(int64_t)cc * 2 * a.C + base + v]) : 0.0; }
+#pragma unroll
+            for (int u = 0; u < 8; u++) x += y[u];
+        }
         red[part * P + v] = x;
     }
     __syncthreads();
@@ -501,20 +480,23 @@ template <typename CHECK> static void sweep2(Args a, int sms, size_t bytes, int6
     auto tma = [&](auto kern, int rows, int nst, int ty, const char *tag) {
         size_t sm = (size_t)nst * rows * C * 2 + 128 + 16 * 64 * ty * 8;
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-        a.S = sms;
-        snprintf(nm, sizeof nm, "tma2 %s S=%d", tag, a.S);
-        row(nm, time_graph([&](cudaStream_t s) { kern<<<a.S, dim3(64, ty), sm, s>>>(a); }));
-        snprintf(nm, sizeof nm, "tma2 %s S=%d + finish", tag, a.S);
-        row(nm, time_graph([&](cudaStream_t s) { kern<<<a.S, dim3(64, ty), sm, s>>>(a); fin(s); }));
-        check(nm);   // the integer conversion is exact for finite halves
+        for (int bpsm = 1; bpsm <= (sm <= 110 * 1024 && ty == 4 ? 2 : 1); bpsm++) {   // two blocks an SM where they fit
+            a.S = sms * bpsm;
+            snprintf(nm, sizeof nm, "tma2 %s S=%d", tag, a.S);
+            row(nm, time_graph([&](cudaStream_t s) { kern<<<a.S, dim3(64, ty), sm, s>>>(a); }));
+            snprintf(nm, sizeof nm, "tma2 %s S=%d + finish", tag, a.S);
+            row(nm, time_graph([&](cudaStream_t s) { kern<<<a.S, dim3(64, ty), sm, s>>>(a); fin(s); }));
+            check(nm);   // the integer conversion is exact for finite halves
+        }
     };
     tma(stats_tma2_kernel<32, 3, 4, 0>, 32, 3, 4, "32x3 ty4 cvt");
-    tma(stats_tma2_kernel<32, 3, 8, 0>, 32, 3, 8, "32x3 ty8 cvt");
-    tma(stats_tma2_kernel<32, 4, 8, 0>, 32, 4, 8, "32x4 ty8 cvt");
-    tma(stats_tma2_kernel<32, 3, 8, 2>, 32, 3, 8, "32x3 ty8 int");
-    tma(stats_tma2_kernel<32, 2, 16, 0>, 32, 2, 16, "32x2 ty16 cvt");
-    tma(stats_tma2_kernel<16, 4, 16, 0>, 16, 4, 16, "16x4 ty16 cvt");
-    tma(stats_tma2_kernel<32, 2, 16, 2>, 32, 2, 16, "32x2 ty16 int");
+    tma(stats_tma2_kernel<32, 3, 4, 32>, 32, 3, 4, "32x3 ty4 interleaved");
+    tma(stats_tma2_kernel<32, 3, 4, 64>, 32, 3, 4, "32x3 ty4 early refill");
+    tma(stats_tma2_kernel<32, 3, 4, 96>, 32, 3, 4, "32x3 ty4 interl.+early");
+    tma(stats_tma2_kernel<32, 4, 4, 96>, 32, 4, 4, "32x4 ty4 interl.+early");
+    tma(stats_tma2_kernel<16, 6, 4, 96>, 16, 6, 4, "16x6 ty4 interl.+early");
+    tma(stats_tma2_kernel<16, 3, 4, 96>, 16, 3, 4, "16x3 ty4 interl.+early");
+    tma(stats_tma2_kernel<32, 3, 8, 96>, 32, 3, 8, "32x3 ty8 interl.+early");
     auto tcl = [&](auto kern, int rows, int nst, int ty, int cl, const char *tag) {
         size_t sm = (size_t)nst * rows * C * 2 + 128 + 16 * 64 * ty * 8;
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
@@ -532,11 +514,11 @@ template <typename CHECK> static void sweep2(Args a, int sms, size_t bytes, int6
         row(nm, time_graph([&](cudaStream_t s) { cfg.stream = s; CK(cudaLaunchKernelEx(&cfg, kern, a)); }));
         check(nm);
     };
-    tcl(stats_tma_cl_kernel<32, 3, 4, 2>, 32, 3, 4, 2, "32x3 ty4");
-    tcl(stats_tma_cl_kernel<32, 3, 4, 4>, 32, 3, 4, 4, "32x3 ty4");
-    tcl(stats_tma_cl_kernel<32, 3, 8, 2>, 32, 3, 8, 2, "32x3 ty8");
-    tcl(stats_tma_cl_kernel<32, 3, 8, 4>, 32, 3, 8, 4, "32x3 ty8");
-    tcl(stats_tma_cl_kernel<32, 2, 16, 4>, 32, 2, 16, 4, "32x2 ty16");
+    tcl(stats_tma_cl_kernel<32, 3, 4, 0, 2>, 32, 3, 4, 2, "32x3 ty4");
+    tcl(stats_tma_cl_kernel<32, 3, 4, 0, 4>, 32, 3, 4, 4, "32x3 ty4");
+    tcl(stats_tma_cl_kernel<32, 3, 4, 96, 2>, 32, 3, 4, 2, "32x3 ty4 interl.+early");
+    tcl(stats_tma_cl_kernel<32, 3, 8, 96, 2>, 32, 3, 8, 2, "32x3 ty8 interl.+early");
+    tcl(stats_tma_cl_kernel<32, 3, 4, 96, 4>, 32, 3, 4, 4, "32x3 ty4 interl.+early");
 }
 
 template <typename F> float time_graph(F launch, int calls, int reps)
