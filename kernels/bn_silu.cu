@@ -23,6 +23,8 @@
  *
  * Passes (all on the caller's stream, no host synchronisation):
  *   stats     reduce        float64 partial sums [2][S][C] (Σ(z-K), Σ(z-K)²) into the workspace: reads z once
+ *             (contiguous channels-last 16-bit z of a power-of-two C on sm_90+: bn_stats_tma_kernel, bulk
+ *             copies into shared stages, S = SMs)
  *             bn_stats_finish_kernel: mean, invstd, running update. Both finish kernels run blocks of 4 channels
  *             × 64 lanes over S (C/4 blocks: 128 for C = 512), each lane with all sums' partials in flight
  *             (10 per sum), then a fixed shuffle tree and warp order per channel (bn_finish_sums)
@@ -70,6 +72,7 @@
  * Test: python -m pytest -q tests/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.cuh"
@@ -716,6 +719,109 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_stats_fast_kerne
         int64_t left = Cv - cv0;
         bn_slots_store<2, V>(&sl, &a, g.C, cv0, (int)(left < (int64_t)blockDim.x ? left : (int64_t)blockDim.x));
     }
+}
+
+/* ---- stats reduction through bulk asynchronous copies (sm_90 and later) ----
+ * Contiguous 16-bit rows (row stride C, C a power of two, 8 <= C <= 2048): one block of BN_THREADS per SM
+ * (S = SMs), threads (tx, ty) = (C/8 channel vectors, 256/tx rows). The rows are cut into tiles of
+ * BN_TMA_TILE_BYTES (R = 8·ty rows: each thread adds 8 rows of a tile); block b takes tiles b, b + S, ...
+ * (interleaved: all SMs sweep the tensor together, as the fastest plain read does). One thread copies each
+ * tile into one of BN_TMA_STAGES shared stages with cp.async.bulk, completing on the stage's mbarrier; the
+ * block waits on it, adds the tile, and the stage is refilled after a barrier. Partials [2][S][C] as
+ * bn_stats_fast_kernel (its slots, its fold every BN_FOLD rows, its fixed order), so bn_stats_finish_kernel
+ * is the same; a fixed assignment of tiles, so results are the same run to run. benchmarks/probe_bn_stats.cu
+ * measured this design against the others (RESULTS.md). */
+#define BN_TMA_STAGES 3
+#define BN_TMA_TILE_BYTES 32768
+#define BN_TMA_ROWS_PER_THREAD 8
+
+__device__ __forceinline__ unsigned bn_smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+/* Tile i of block blockIdx.x (of S, tiles of R rows): its first row *k, its row count (the last is short). */
+__device__ __forceinline__ int64_t bn_tma_tile(const bn_geom *g, int64_t R, int64_t S, int64_t i, int64_t *k)
+{
+    *k = ((int64_t)blockIdx.x + i * S) * R;
+    return g->n - *k < R ? g->n - *k : R;
+}
+
+/* One thread: copy tile i (rows of C elements of T) into stage s, completing on its barrier. */
+template <typename T>
+__device__ __forceinline__ void bn_tma_fetch(const bn_args *a, const bn_geom *g, int64_t R, int64_t i,
+                                             unsigned char *stage, uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    int64_t k, r = bn_tma_tile(g, R, gridDim.x, i, &k);
+    unsigned bytes = (unsigned)(r * g->C * (int64_t)sizeof(T)), b = bn_smem_addr(bar);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(bn_smem_addr(stage)), "l"((const T *)a->z1.data + k * g->C), "r"(bytes), "r"(b) : "memory");
+#endif
+}
+
+template <typename T>
+__global__ void __launch_bounds__(BN_THREADS, 1) bn_stats_tma_kernel(bn_args a, bn_geom g)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) unsigned char bn_stage[];   /* BN_TMA_STAGES tiles */
+    __shared__ bn_slots<2, 8> sl;
+    __shared__ __align__(8) uint64_t full[BN_TMA_STAGES];
+    int64_t C = g.C, R = (int64_t)BN_TMA_ROWS_PER_THREAD * blockDim.y, S = gridDim.x;
+    int64_t tiles = (g.n + R - 1) / R, mine = blockIdx.x < tiles ? (tiles - blockIdx.x + S - 1) / S : 0;
+    int t = threadIdx.y * blockDim.x + threadIdx.x;
+    if (t == 0) {
+        for (int s = 0; s < BN_TMA_STAGES; s++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bn_smem_addr(&full[s])));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    bn_slots_zero<2, 8>(&sl, t);
+    __syncthreads();
+    if (t == 0)
+        for (int64_t i = 0; i < BN_TMA_STAGES && i < mine; i++)
+            bn_tma_fetch<T>(&a, &g, R, i, bn_stage + i * BN_TMA_TILE_BYTES, &full[i]);
+    int64_t c0 = (int64_t)threadIdx.x * 8;
+    float K[8], f[2][8];
+    bn_vload<T, 8>(&a.z1, 0, c0, K);
+#pragma unroll
+    for (int e = 0; e < 8; e++)
+        f[0][e] = f[1][e] = 0.0f;
+    int run = 0;
+    for (int64_t i = 0; i < mine; i++) {
+        int s = (int)(i % BN_TMA_STAGES);
+        unsigned bar = bn_smem_addr(&full[s]), parity = (unsigned)((i / BN_TMA_STAGES) & 1);
+        asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}"
+                     ::"r"(bar), "r"(parity) : "memory");
+        int64_t k, r = bn_tma_tile(&g, R, S, i, &k);
+        const T *q = (const T *)(bn_stage + s * BN_TMA_TILE_BYTES) + c0;
+        if (r == R) {
+            bn_vec<T, 8> x[BN_TMA_ROWS_PER_THREAD];
+#pragma unroll
+            for (int u = 0; u < BN_TMA_ROWS_PER_THREAD; u++)
+                x[u] = bn_vraw<T, 8>(q + (threadIdx.y + (int64_t)u * blockDim.y) * C);
+#pragma unroll
+            for (int u = 0; u < BN_TMA_ROWS_PER_THREAD; u++)
+                bn_stats_add<T, 8>(x[u], K, f);
+            run += BN_TMA_ROWS_PER_THREAD;
+        }
+        else {
+            for (int64_t u = threadIdx.y; u < r; u += blockDim.y, run++)
+                bn_stats_add<T, 8>(bn_vraw<T, 8>(q + u * C), K, f);
+        }
+        if (run + BN_TMA_ROWS_PER_THREAD > BN_FOLD) {
+            bn_slots_fold<2, 8>(&sl, t, f);
+            run = 0;
+        }
+        __syncthreads();   /* every thread is done with stage s: refill it */
+        if (t == 0 && i + BN_TMA_STAGES < mine) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            bn_tma_fetch<T>(&a, &g, R, i + BN_TMA_STAGES, bn_stage + s * BN_TMA_TILE_BYTES, &full[s]);
+        }
+    }
+    bn_slots_fold<2, 8>(&sl, t, f);
+    bn_slots_store<2, 8>(&sl, &a, C, 0, (int)blockDim.x);
+#endif
 }
 
 /* g = dy·act'(u) and z_i - mean_i of V channels of one row from its stored z1 [, z2], dy (backward reduction):
@@ -1647,6 +1753,70 @@ static int bn_sm_count(void)
     return n;
 }
 
+/* Compute capability major of the current device (cached per device index; 0 when it cannot say). */
+static int bn_cc_major(void)
+{
+    static int cached[64];
+    int dev = 0, m = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (dev < 64 && cached[dev] > 0)
+        return cached[dev];
+    if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (dev < 64)
+        cached[dev] = m;
+    return m;
+}
+
+/* bn_stats_tma_kernel's conditions (its comment): 16-bit contiguous rows of a power-of-two C in [8, 2048]
+ * in 16-byte vectors, an sm_90+ device, at least two tiles per SM (below that the plain kernel's 4 blocks per
+ * SM hide more latency) and S = SMs within the workspace's partial slots. YOLOV9C_BN_TMA=0 turns it off
+ * (read once; for comparing the two kernels, benchmarks/bench_bn_silu.py). */
+static int bn_tma_ok(const bn_args *a, const bn_geom *g, int v)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("YOLOV9C_BN_TMA");
+        off = e != NULL && strcmp(e, "0") == 0;
+    }
+    int64_t C = g->C, sms = bn_sm_count();
+    if (off || v != 8 || (a->z1.dtype != YV_FLOAT16 && a->z1.dtype != YV_BFLOAT16) || a->z1.stride[3] != C ||
+        C < 8 || C > 2048 || (C & (C - 1)) != 0 || bn_cc_major() < 9)
+        return 0;
+    int64_t R = (int64_t)BN_TMA_ROWS_PER_THREAD * (BN_THREADS / (C / 8));
+    return yv_ceil_div(g->n, R) >= 2 * sms && sms <= bn_fast_splits(g->n);
+}
+
+/* The stats reduction of bn_tma_ok's operands: S = SMs blocks of (C/8, 256/(C/8)) threads. */
+static void bn_stats_tma_launch(bn_args *a, const bn_geom *g, cudaStream_t stream)
+{
+    static unsigned char ready[2][64];   /* the dynamic shared memory limit raised, per dtype and device */
+    int dev = 0, h = a->z1.dtype == YV_FLOAT16 ? 0 : 1;
+    (void)cudaGetDevice(&dev);
+    size_t smem = (size_t)BN_TMA_STAGES * BN_TMA_TILE_BYTES;
+    if (dev < 0 || dev >= 64 || !ready[h][dev]) {
+        if (h == 0)
+            (void)cudaFuncSetAttribute(bn_stats_tma_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        else
+            (void)cudaFuncSetAttribute(bn_stats_tma_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem);
+        if (dev >= 0 && dev < 64)
+            ready[h][dev] = 1;
+    }
+    a->S = bn_sm_count();
+    unsigned tx = (unsigned)(g->C / 8);
+    dim3 block(tx, BN_THREADS / tx);
+    if (h == 0)
+        bn_stats_tma_kernel<__half><<<(unsigned)a->S, block, smem, stream>>>(*a, *g);
+    else
+        bn_stats_tma_kernel<__nv_bfloat16><<<(unsigned)a->S, block, smem, stream>>>(*a, *g);
+}
+
 /* Elementwise grids: whole waves of blocks of BN_THREADS on every SM (grid-stride beyond that), never
  * more than the work. */
 #define BN_ELEM_BLOCKS_PER_SM 24   /* a multiple of 2, 3, 4, 6 and 8 resident blocks: whole waves */
@@ -1862,7 +2032,10 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
     if (g.C > INT32_MAX)
         return cudaErrorInvalidValue;
     int v = bn_fast_vec(&g, ops, 1, BN_VEC_BYTES), vp = v > 0 ? 0 : bn_planar_vec(&g, ops, 1, BN_VEC_BYTES);
-    if (v > 0) {
+    if (v > 0 && bn_tma_ok(&a, &g, v)) {
+        bn_stats_tma_launch(&a, &g, stream);
+    }
+    else if (v > 0) {
         a.S = bn_red_splits(g.n);
         BN_FAST_LAUNCH(bn_stats_fast_kernel, 0, a.z1.dtype, v, (unsigned)a.S, bn_fast_block(&g, v), a, g, stream);
     }

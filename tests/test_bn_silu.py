@@ -522,6 +522,29 @@ def test_cuda_planar_reductions_repeat_bit_for_bit(shape):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(8, 512, 33, 33), (20, 64, 60, 60), (64, 8, 92, 92), (3, 2048, 27, 27)])
+def test_cuda_stats_tma_kernel(dtype, shape):
+    """Channels-last 16-bit z with C a power of two and at least two tiles of 32 KB per SM (on a 132-SM H200):
+    the statistics go through bn_stats_tma_kernel (bulk copies into shared stages). C = 512, 64, 8, 2048 (rows
+    per tile 32, 256, 2048, 8; blocks of 64x4, 8x32, 1x256, 256x1 threads), each n leaving a short last tile;
+    a large mean (10, spread 1) against cancellation; the same bits call after call (a fixed tile order)."""
+    z = make_z(shape, "cl", dtype, device="cuda", seed=86, loc=10.0, scale=1.0)
+    truth_var, truth_mean = torch.var_mean(z.double(), dim=(0, 2, 3), unbiased=False)
+    C = shape[1]
+    rm, rv = torch.zeros(C, device="cuda"), torch.ones(C, device="cuda")
+    mean, invstd = ops.bn_stats(z, rm, rv, momentum=MOMENTUM, eps=EPS)
+    per_channel_close(mean, truth_mean, 1e-5, "mean")
+    per_channel_close(invstd, 1 / torch.sqrt(truth_var + EPS), 1e-4, "invstd")
+    n = z.numel() // C
+    per_channel_close(rv, (1 - MOMENTUM) + MOMENTUM * truth_var * n / (n - 1), 1e-4, "running_var")
+    for _ in range(2):
+        again = ops.bn_stats(z)
+        assert torch.equal(again[0], mean) and torch.equal(again[1], invstd)
+    check_all(make_z(shape, "cl", dtype, device="cuda", seed=87), device="cuda", seed=87)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("layout", ["cl", "nchw"])
 @pytest.mark.parametrize("shape", [(64, 5, 48, 48), (64, 1, 64, 64), (3, 4099, 4, 4), (2, 3, 3, 3)])
 def test_cuda_finish_channel_tails_and_splits(layout, shape):
