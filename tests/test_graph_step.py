@@ -555,19 +555,22 @@ def test_cuda_graph_capture_survives_a_cudnn_cache_miss(tmp_path, backend):
 @pytest.mark.cuda
 def test_cuda_graph_replay_does_not_synchronise(tmp_path):
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
-    state, _ = _cuda_state(tmp_path / "runs", "c", True, data)
-    batches = _batches()[:6]
+    state, lines = _cuda_state(tmp_path / "runs", "c", True, data)
+    every = _batches()
+    batches = every[:5] + [every[10]]  # the sixth in bucket 32 too: a replay (batch 5 of _batches would capture 64)
     rng = np.random.default_rng(0)
     imgs = [prepare_batch(state, b[0], rng) for b in batches]
     for ni in range(5):  # warm-up and both captures
         state.step(state, imgs[ni], batches[ni][1], ni)
     torch.cuda.synchronize()
+    assert isinstance(state.step, G.GraphStep) and len(state.step.micro) == 1, lines  # graphed, or the log says why
     scale = state.scaler.get_scale()
     torch.cuda.set_sync_debug_mode("error")
     try:
         r = state.step(state, imgs[5], batches[5][1], 5)
     finally:
         torch.cuda.set_sync_debug_mode(0)
+    assert isinstance(state.step, G.GraphStep) and len(state.step.micro) == 1  # replayed, nothing captured
     assert r.stepped and r.finite.dtype == torch.bool and r.finite.shape == ()
     # the flag is the step's found_inf: a skipped step halved the scale, a taken one kept or doubled it
     assert bool(r.finite) == (state.scaler.get_scale() >= scale)
