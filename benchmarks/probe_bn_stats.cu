@@ -6,7 +6,8 @@
 // a cooperative grid sync with the finish spread over the blocks, and bulk async copies (TMA) into shared
 // stages. SWEEP2=1: where the reduce loses time against the read (K's load, the fp16 conversion, the
 // partial writes), TMA with more threads, and one kernel that finishes in its last cluster (distributed shared
-// memory, a ticket per slice). Results: benchmarks/RESULTS.md.
+// memory, a ticket per slice), the interleaved TMA reduce with its finish launched programmatically (not yet
+// run). Results: benchmarks/RESULTS.md.
 // Build and run on the GPU machine:
 //   nvcc -O3 -arch=sm_90 -std=c++17 --extended-lambda benchmarks/probe_bn_stats.cu -o /tmp/probe_bn_stats
 //   /tmp/probe_bn_stats [n] [C]          (default 102400 512 = 64x512x40x40; 409600 256 = 64x256x80x80)
@@ -321,7 +322,8 @@ template <int R, int OPT> __global__ void __launch_bounds__(256, 4) stats2_kerne
 
 // TMA stages: ROWS rows per stage, NST stages, blockDim 64 x TY (C = 512), fp16 conversion by OPT (cvt8); OPT bit 5:
 // the block's tiles of ROWS rows interleaved with the other blocks' (tile b, b + grid, ...) instead of one chunk;
-// bit 6: a stage is refilled once its rows are in registers (before the arithmetic). Leaves the block's sums of
+// bit 6: a stage is refilled once its rows are in registers (before the arithmetic); bit 7: the dependent
+// (programmatically launched) finish may start at once (griddepcontrol.launch_dependents). Leaves the block's sums of
 // channel c (j = 0: Σ(z-K), 1: Σ(z-K)²) to out(j, c, x) after a __syncthreads.
 // Shared: NST stages of ROWS x C halves, 128 bytes of barriers, [16][64 * TY] doubles.
 template <int ROWS, int NST, int TY, int OPT, typename OUT> __device__ __forceinline__ void tma_block_sums(const Args &a, unsigned char *smem, OUT out)
@@ -343,6 +345,7 @@ template <int ROWS, int NST, int TY, int OPT, typename OUT> __device__ __forcein
         r_of0 = k0; tstride = ROWS; rend = k1;
     }
     unsigned rowb = (unsigned)(a.C * 2);
+    if (OPT & 128) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (t == 0) {
         for (int s = 0; s < NST; s++) mbar_init(&full[s], 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -497,6 +500,17 @@ template <typename CHECK> static void sweep2(Args a, int sms, size_t bytes, int6
     tma(stats_tma2_kernel<16, 6, 4, 96>, 16, 6, 4, "16x6 ty4 interl.+early");
     tma(stats_tma2_kernel<16, 3, 4, 96>, 16, 3, 4, "16x3 ty4 interl.+early");
     tma(stats_tma2_kernel<32, 3, 8, 96>, 32, 3, 8, "32x3 ty8 interl.+early");
+    {   // the finish launched programmatically: with one reduce block an SM, its blocks can be resident early
+        size_t sm = (size_t)3 * 32 * C * 2 + 128 + 16 * 64 * 4 * 8;
+        auto k0 = stats_tma2_kernel<32, 3, 4, 32>, k1 = stats_tma2_kernel<32, 3, 4, 160>;
+        CK(cudaFuncSetAttribute(k0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        CK(cudaFuncSetAttribute(k1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        a.S = sms;
+        row("tma2 32x3 ty4 interleaved + finish PDL", time_graph([&](cudaStream_t s) { k0<<<a.S, dim3(64, 4), sm, s>>>(a); launch_pdl_finish(a, s); }));
+        check("tma2 interleaved + finish PDL");
+        row("tma2 32x3 ty4 interleaved + finish PDL early", time_graph([&](cudaStream_t s) { k1<<<a.S, dim3(64, 4), sm, s>>>(a); launch_pdl_finish(a, s); }));
+        check("tma2 interleaved + finish PDL early");
+    }
     auto tcl = [&](auto kern, int rows, int nst, int ty, int cl, const char *tag) {
         size_t sm = (size_t)nst * rows * C * 2 + 128 + 16 * 64 * ty * 8;
         CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
