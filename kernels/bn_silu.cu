@@ -1753,30 +1753,33 @@ static int bn_sm_count(void)
     return n;
 }
 
-/* Compute capability major of the current device (cached per device index; 0 when it cannot say). */
-static int bn_cc_major(void)
+/* Whether bn_stats_tma_kernel runs its sm_90 code on the current device (cached per device index): its binary
+ * is sm_90+ compiled from sm_90+ PTX. A build for older architectures only, JIT-compiled from their PTX on an
+ * sm_90 GPU, has the kernel's empty body, and the plain kernel must run. */
+static int bn_tma_compiled(void)
 {
-    static int cached[64];
-    int dev = 0, m = 0;
+    static signed char cached[64];   /* 0 unknown, 1 yes, -1 no */
+    int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
         (void)cudaGetLastError();
         return 0;
     }
-    if (dev < 64 && cached[dev] > 0)
-        return cached[dev];
-    if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    if (dev < 64 && cached[dev] != 0)
+        return cached[dev] > 0;
+    struct cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, bn_stats_tma_kernel<__half>);
+    if (e != cudaSuccess)
         (void)cudaGetLastError();
-        return 0;
-    }
+    int ok = e == cudaSuccess && fa.binaryVersion >= 90 && fa.ptxVersion >= 90;
     if (dev < 64)
-        cached[dev] = m;
-    return m;
+        cached[dev] = ok ? 1 : -1;
+    return ok;
 }
 
 /* bn_stats_tma_kernel's conditions (its comment): 16-bit contiguous rows of a power-of-two C in [8, 2048]
- * in 16-byte vectors, an sm_90+ device, at least two tiles per SM (below that the plain kernel's 4 blocks per
- * SM hide more latency) and S = SMs within the workspace's partial slots. YOLOV9C_BN_TMA=0 turns it off
- * (read once; for comparing the two kernels, benchmarks/bench_bn_silu.py). */
+ * in 16-byte vectors, the kernel's sm_90 code on this device (bn_tma_compiled), at least two tiles per SM
+ * (below that the plain kernel's 4 blocks per SM hide more latency) and S = SMs within the workspace's partial
+ * slots. YOLOV9C_BN_TMA=0 turns it off (read once; for comparing the two kernels, bench_bn_silu.py). */
 static int bn_tma_ok(const bn_args *a, const bn_geom *g, int v)
 {
     static int off = -1;
@@ -1786,7 +1789,7 @@ static int bn_tma_ok(const bn_args *a, const bn_geom *g, int v)
     }
     int64_t C = g->C, sms = bn_sm_count();
     if (off || v != 8 || (a->z1.dtype != YV_FLOAT16 && a->z1.dtype != YV_BFLOAT16) || a->z1.stride[3] != C ||
-        C < 8 || C > 2048 || (C & (C - 1)) != 0 || bn_cc_major() < 9)
+        C < 8 || C > 2048 || (C & (C - 1)) != 0 || !bn_tma_compiled())
         return 0;
     int64_t R = (int64_t)BN_TMA_ROWS_PER_THREAD * (BN_THREADS / (C / 8));
     return yv_ceil_div(g->n, R) >= 2 * sms && sms <= bn_fast_splits(g->n);

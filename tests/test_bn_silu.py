@@ -14,6 +14,8 @@ CPU cases always run (a few seconds); CUDA cases are marked `cuda` and skip with
 Run: python -m pytest -q tests/test_bn_silu.py
 """
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -542,6 +544,13 @@ def test_cuda_stats_tma_kernel(dtype, shape):
         again = ops.bn_stats(z)
         assert torch.equal(again[0], mean) and torch.equal(again[1], invstd)
     check_all(make_z(shape, "cl", dtype, device="cuda", seed=87), device="cuda", seed=87)
+    sm90 = any(int(a[3:]) >= 90 for a in C_EXT.build_info()["archs"])
+    if torch.cuda.get_device_capability(z.device)[0] >= 9 and sm90 and os.environ.get("YOLOV9C_BN_TMA") != "0":
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            ops.bn_stats(z)
+            torch.cuda.synchronize()
+        names = {e.name for e in prof.events()}
+        assert any("bn_stats_tma_kernel" in n for n in names), sorted(names)   # the path this test is for
 
 
 @pytest.mark.cuda
