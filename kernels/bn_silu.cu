@@ -1803,11 +1803,11 @@ static void bn_stats_tma_launch(bn_args *a, const bn_geom *g, cudaStream_t strea
     (void)cudaGetDevice(&dev);
     size_t smem = (size_t)BN_TMA_STAGES * BN_TMA_TILE_BYTES;
     if (dev < 0 || dev >= 64 || !ready[h][dev]) {
+        cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;   /* a failure fails the launch */
         if (h == 0)
-            (void)cudaFuncSetAttribute(bn_stats_tma_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            (void)cudaFuncSetAttribute(bn_stats_tma_kernel<__half>, at, (int)smem);
         else
-            (void)cudaFuncSetAttribute(bn_stats_tma_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem);
+            (void)cudaFuncSetAttribute(bn_stats_tma_kernel<__nv_bfloat16>, at, (int)smem);
         if (dev >= 0 && dev < 64)
             ready[h][dev] = 1;
     }
