@@ -2,7 +2,7 @@
 # One device call of named parts, in the order given (each skipped when the deadline is near):
 #   bash benchmarks/gpu_round.sh SECONDS PART...     e.g.  bash benchmarks/gpu_round.sh 560 guards train_s_c cuda
 # Parts: guards (the CUDA guard and graph-step tests, long tracebacks), cuda (every CUDA test), tests (the CUDA
-# tests of $TEST_FILES), train_M_B (the real
+# tests of $TEST_FILES; tests2, tests3 of $TEST_FILES2, $TEST_FILES3), train_M_B (the real
 # train_dual.py of bench_train.py, M in s/c/e, B in c/torch, 1024 images), step (bench_step.py, yolov9-s and
 # yolov9-c, both backends, eager and graph; step16 at batch 16; STEP_PROFILE=N profiles N steps; STEP_FLAGS more bench_step flags, e.g. --cudnn-benchmark; STEP_LIMIT seconds, 300: two models' eight rows took > 240), pubstep (bench_published_step.py, the published code in
 # .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
@@ -27,6 +27,8 @@ for part in "$@"; do
             tail -40 "$OUT/guards.log" ;;
     cuda) stage cuda 240 300 $PYT --tb=short tests; tail -25 "$OUT/cuda.log" ;;
     tests) stage tests 60 ${TEST_LIMIT:-240} $PYT --tb=short $TEST_FILES; tail -8 "$OUT/tests.log" ;;
+    tests2|tests3) files=TEST_FILES${part#tests}  # more test runs in fresh processes: TEST_FILES2, TEST_FILES3
+            stage $part 60 ${TEST_LIMIT:-240} $PYT --tb=short ${!files}; tail -8 "$OUT/$part.log" ;;
     train_*) [ -n "$DATA" ] && wait $DATA
       m=${part#train_}; b=${m#*_}; m=yolov9-${m%_*}
       stage "$part" 100 240 python3 benchmarks/bench_train.py --models $m --backends $b --images 1024 \
