@@ -24,7 +24,7 @@
  * Passes (all on the caller's stream, no host synchronisation):
  *   stats     reduce        float64 partial sums [2][S][C] (Σ(z-K), Σ(z-K)²) into the workspace: reads z once
  *             (contiguous channels-last 16-bit z of a power-of-two C on sm_90+: bn_stats_tma_kernel, bulk
- *             copies into shared stages, S = SMs)
+ *             copies into shared stages, S = SMs; the finish launched programmatically, resident meanwhile)
  *             bn_stats_finish_kernel: mean, invstd, running update. Both finish kernels run blocks of 4 channels
  *             × 64 lanes over S (C/4 blocks: 128 for C = 512), each lane with all sums' partials in flight
  *             (10 per sum), then a fixed shuffle tree and warp order per channel (bn_finish_sums)
@@ -408,6 +408,12 @@ __global__ void __launch_bounds__(BN_FIN_THREADS) bn_stats_finish_kernel(bn_args
                                                                         float *running_var, double momentum,
                                                                         double eps, float *mean, float *invstd)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    /* Launched programmatically after bn_stats_tma_kernel (yv_bn_stats), its blocks are resident
+     * while the reduce runs and start here once every reduce block has finished and its partials are visible;
+     * launched plainly, this returns at once. */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     __shared__ double sh[BN_NSUM][BN_FIN_W][BN_FIN_C];
     int64_t c = (int64_t)blockIdx.x * BN_FIN_C + threadIdx.x;
     double sum[BN_NSUM];
@@ -771,6 +777,7 @@ __global__ void __launch_bounds__(BN_THREADS, 1) bn_stats_tma_kernel(bn_args a, 
     int64_t C = g.C, R = (int64_t)BN_TMA_ROWS_PER_THREAD * blockDim.y, S = gridDim.x;
     int64_t tiles = (g.n + R - 1) / R, mine = blockIdx.x < tiles ? (tiles - blockIdx.x + S - 1) / S : 0;
     int t = threadIdx.y * blockDim.x + threadIdx.x;
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");   /* the finish's blocks may be placed now */
     if (t == 0) {
         for (int s = 0; s < BN_TMA_STAGES; s++)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bn_smem_addr(&full[s])));
@@ -2035,7 +2042,8 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
     if (g.C > INT32_MAX)
         return cudaErrorInvalidValue;
     int v = bn_fast_vec(&g, ops, 1, BN_VEC_BYTES), vp = v > 0 ? 0 : bn_planar_vec(&g, ops, 1, BN_VEC_BYTES);
-    if (v > 0 && bn_tma_ok(&a, &g, v)) {
+    int tma = v > 0 && bn_tma_ok(&a, &g, v);
+    if (tma) {
         bn_stats_tma_launch(&a, &g, stream);
     }
     else if (v > 0) {
@@ -2049,9 +2057,19 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
         a.S = bn_splits(g.n);
         bn_launch_reduce(&a, &g, rows, stream);
     }
-    bn_stats_finish_kernel<<<bn_finish_grid(g.C), bn_finish_block(), 0, stream>>>(
-        a, g, running_mean, running_var, momentum, eps, mean, invstd);
-    return cudaGetLastError();
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gridDim = bn_finish_grid(g.C);
+    cfg.blockDim = bn_finish_block();
+    cfg.stream = stream;
+    cudaLaunchAttribute pdl;   /* after the TMA reduce: a programmatic launch (its blocks wait on the device) */
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &pdl;
+    cfg.numAttrs = tma ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, bn_stats_finish_kernel, a, g, running_mean, running_var, momentum, eps,
+                                       mean, invstd);
+    return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 extern "C" cudaError_t yv_bn_silu_forward(yv_bn_shape s, yv_view4 z1, yv_bn_params p1, yv_view4 z2, yv_bn_params p2,

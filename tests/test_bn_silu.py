@@ -525,12 +525,14 @@ def test_cuda_planar_reductions_repeat_bit_for_bit(shape):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(8, 512, 33, 33), (20, 64, 60, 60), (64, 8, 92, 92), (3, 2048, 27, 27)])
+@pytest.mark.parametrize("shape", [(8, 512, 33, 33), (20, 64, 60, 60), (64, 8, 92, 92), (4, 2048, 47, 47)])
 def test_cuda_stats_tma_kernel(dtype, shape):
-    """Channels-last 16-bit z with C a power of two and at least two tiles of 32 KB per SM (on a 132-SM H200):
-    the statistics go through bn_stats_tma_kernel (bulk copies into shared stages). C = 512, 64, 8, 2048 (rows
-    per tile 32, 256, 2048, 8; blocks of 64x4, 8x32, 1x256, 256x1 threads), each n leaving a short last tile;
-    a large mean (10, spread 1) against cancellation; the same bits call after call (a fixed tile order)."""
+    """Channels-last 16-bit z with C a power of two, at least two tiles of 32 KB per SM and n > 64 x SMs rows
+    (on a 132-SM H200): the statistics go through bn_stats_tma_kernel (bulk copies into shared stages) and its
+    programmatically launched finish. C = 512, 64, 8, 2048 (rows per tile 32, 256, 2048, 8; blocks of 64x4,
+    8x32, 1x256, 256x1 threads), each n leaving a short last tile; a large mean (10, spread 1) against
+    cancellation; the same bits call after call (a fixed tile order) and from a CUDA graph's replays (where
+    the programmatic launch becomes a graph edge)."""
     z = make_z(shape, "cl", dtype, device="cuda", seed=86, loc=10.0, scale=1.0)
     truth_var, truth_mean = torch.var_mean(z.double(), dim=(0, 2, 3), unbiased=False)
     C = shape[1]
@@ -543,6 +545,20 @@ def test_cuda_stats_tma_kernel(dtype, shape):
     for _ in range(2):
         again = ops.bn_stats(z)
         assert torch.equal(again[0], mean) and torch.equal(again[1], invstd)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ops.bn_stats(z)   # the workspace and launch attributes set up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ops.bn_stats(z)
+    for _ in range(3):
+        captured[0].zero_()
+        captured[1].zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured[0], mean) and torch.equal(captured[1], invstd)
     check_all(make_z(shape, "cl", dtype, device="cuda", seed=87), device="cuda", seed=87)
     sm90 = any(int(a[3:]) >= 90 for a in C_EXT.build_info()["archs"])
     if torch.cuda.get_device_capability(z.device)[0] >= 9 and sm90 and os.environ.get("YOLOV9C_BN_TMA") != "0":
