@@ -19,7 +19,7 @@ if [ -z "${NO_DATA:-}" ]; then  # NO_DATA=1: no train_* part follows (the prep's
   python3 benchmarks/bench_train.py --data-only --images 1024 --procs 12 > "$OUT/data.log" 2>&1 &
   DATA=$!
 fi
-build_sm90
+[ -z "${NO_BUILD:-}" ] && build_sm90   # NO_BUILD=1: parts that need no module (bnprobe)
 PYT="python3 -m pytest -q -p no:cacheprovider -m cuda -rf"
 for part in "$@"; do
   case $part in
@@ -79,7 +79,7 @@ for part in "$@"; do
                --json "$OUT/grads$mode.jsonl"; grep "^| " "$OUT/grads${mode}.log" | head -8; done ;;
     memrows) stage memrows 90 ${MEM_LIMIT:-400} python3 benchmarks/bench_memory.py --models ${MEM_MODELS:-yolov9-s yolov9-c} \
                --configs ${MEM_CONFIGS:-torch-cl c-cl torch-cl-graph c-cl-graph} --cudnn-benchmark --markdown; grep "^|" "$OUT/memrows.log" | head -14 ;;
-    bnprobe) stage bnprobe_build 30 60 nvcc -O3 -arch=sm_90 -std=c++17 --extended-lambda benchmarks/probe_bn_stats.cu -o /tmp/probe_bn_stats
+    bnprobe) stage bnprobe_build 30 120 nvcc -O3 -arch=sm_90 -std=c++17 --extended-lambda -Ikernels benchmarks/probe_bn_stats.cu kernels/bn_silu.cu -o /tmp/probe_bn_stats
              stage bnprobe 30 ${BNPROBE_LIMIT:-150} bash -c "SWEEP2=1 /tmp/probe_bn_stats && SWEEP2=1 /tmp/probe_bn_stats 409600 256"
              cat "$OUT/bnprobe.log" ;;
     probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in

@@ -6,10 +6,11 @@
 // a cooperative grid sync with the finish spread over the blocks, and bulk async copies (TMA) into shared
 // stages. SWEEP2=1: where the reduce loses time against the read (K's load, the fp16 conversion, the
 // partial writes), TMA with more threads, and one kernel that finishes in its last cluster (distributed shared
-// memory, a ticket per slice), the interleaved TMA reduce with its finish launched programmatically (not yet
-// run). Results: benchmarks/RESULTS.md.
-// Build and run on the GPU machine:
-//   nvcc -O3 -arch=sm_90 -std=c++17 --extended-lambda benchmarks/probe_bn_stats.cu -o /tmp/probe_bn_stats
+// memory, a ticket per slice), the interleaved TMA reduce with its finish launched programmatically, and the
+// product's own statistics pass (yv_bn_stats_forward, linked in) in the same harness. Results:
+// benchmarks/RESULTS.md. Build and run on the GPU machine:
+//   nvcc -O3 -arch=sm_90 -std=c++17 --extended-lambda -Ikernels benchmarks/probe_bn_stats.cu kernels/bn_silu.cu \
+//     -o /tmp/probe_bn_stats
 //   /tmp/probe_bn_stats [n] [C]          (default 102400 512 = 64x512x40x40; 409600 256 = 64x256x80x80)
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <vector>
 #include <algorithm>
+#include "yv_kernels.h"   // the product's launchers, linked in (kernels/bn_silu.cu): the "product" row
 namespace cg = cooperative_groups;
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -465,9 +467,24 @@ template <int ROWS, int NST, int TY, int OPT, int CL> __global__ void __launch_b
     if (t == 0) a.ticket[rank] = 0;
 }
 
+// The product's statistics pass (yv_bn_stats_forward: on these operands the TMA reduce and its programmatically
+// launched finish, with running statistics) in this harness, against the probe's variants of the same design.
+static float time_product(const Args &a)
+{
+    yv_bn_shape sh = {1, a.C, 1, a.n};
+    yv_view4 z = {(void *)a.z, YV_FLOAT16, {a.n * a.C, 1, a.n * a.C, a.C}};
+    void *ws; float *run;
+    CK(cudaMalloc(&ws, yv_bn_workspace_size(sh))); CK(cudaMalloc(&run, 2 * a.C * 4)); CK(cudaMemset(run, 0, 2 * a.C * 4));
+    float us = time_graph([&](cudaStream_t s) { CK(yv_bn_stats_forward(sh, z, run, run + a.C, 0.03, 1e-3, a.mean, a.invstd, ws, s)); });
+    CK(cudaFree(ws)); CK(cudaFree(run));
+    return us;
+}
+
 template <typename CHECK> static void sweep2(Args a, int sms, size_t bytes, int64_t C, CHECK check)
 {
     auto row = [&](const char *name, float us) { printf("%-44s %8.2f us  %7.0f GB/s\n", name, us, bytes / (us * 1e3)); };
+    row("product yv_bn_stats_forward", time_product(a));
+    check("product yv_bn_stats_forward");
     dim3 blk(64, 4);
     auto fin = [&](cudaStream_t s) { finish_kernel<<<(unsigned)((C + 3) / 4), 256, 0, s>>>(a); };
     a.S = sms * 4;
