@@ -409,9 +409,9 @@ __global__ void __launch_bounds__(BN_FIN_THREADS) bn_stats_finish_kernel(bn_args
                                                                         double eps, float *mean, float *invstd)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    /* Launched programmatically after bn_stats_tma_kernel (yv_bn_stats), its blocks are resident
-     * while the reduce runs and start here once every reduce block has finished and its partials are visible;
-     * launched plainly, this returns at once. */
+    /* Launched programmatically after bn_stats_tma_kernel (yv_bn_stats_forward), the blocks are resident
+     * while the reduce runs and start here once every reduce block has finished and its partials are
+     * visible; launched plainly, this returns at once. */
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
     __shared__ double sh[BN_NSUM][BN_FIN_W][BN_FIN_C];
