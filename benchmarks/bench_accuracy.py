@@ -50,8 +50,10 @@ measured in several device calls). Results: benchmarks/RESULTS.md.
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -198,6 +200,35 @@ def validate_best(a, weights):
     return float(res["map50"]), float(res["map"])
 
 
+_LIVE = set()               # the training processes running now
+_STOPPING = threading.Event()   # set by SIGTERM: no further run starts
+
+
+def _on_term(signum, frame):
+    """SIGTERM (a `timeout` around the benchmark, a job scheduler): the training processes stop with this one
+    (they ran on, orphaned, into whatever the GPU did next), no queued run starts, exit status 128 + 15."""
+    _STOPPING.set()
+    for p in list(_LIVE):
+        p.terminate()
+    raise SystemExit(128 + signum)
+
+
+def run_child(argv, cwd, log, env):
+    """Run one training process, its console into `log`, to its end: its exit status (-15 without starting it
+    once SIGTERM has come)."""
+    if _STOPPING.is_set():
+        return -signal.SIGTERM
+    with open(log, "w") as f:
+        p = subprocess.Popen(argv, cwd=str(cwd), stdout=f, stderr=subprocess.STDOUT, env=env)
+        _LIVE.add(p)
+        try:
+            if _STOPPING.is_set():   # SIGTERM came while it started
+                p.terminate()
+            return p.wait()
+        finally:
+            _LIVE.discard(p)
+
+
 def train_run(a, runner, seed, data):
     """Train one run (its own process, console in OUT/RUNNER-sSEED.log): (runner, seed, run_dir or None, info)."""
     project = a.out / "train"
@@ -205,10 +236,9 @@ def train_run(a, runner, seed, data):
     argv, cwd, extra_env = train_command(a, runner, seed, project, data)
     log = a.out / f"{runner}-s{seed}.log"
     t = time.time()
-    with open(log, "w") as f:
-        # the published strip_optimizer re-reads its own fresh checkpoints with torch.load: allowed explicitly
-        env = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", **extra_env)
-        rc = subprocess.call(argv, cwd=str(cwd), stdout=f, stderr=subprocess.STDOUT, env=env)
+    # the published strip_optimizer re-reads its own fresh checkpoints with torch.load: allowed explicitly
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", **extra_env)
+    rc = run_child(argv, cwd, log, env)
     run_dir = project / f"{runner}-s{seed}"
     ok = rc == 0 and (run_dir / "weights" / "best.pt").is_file()
     return runner, seed, run_dir if ok else None, {"train_s": round(time.time() - t, 1), "rc": rc, "log": str(log)}
@@ -392,6 +422,7 @@ def main(argv=None):
             else:
                 todo.append((runner, seed, pub_data if runner == "published" else a.data))
     # --jobs runs train at once (separate processes); their best.pt files are validated one after another
+    signal.signal(signal.SIGTERM, _on_term)
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         for trained in pool.map(lambda t: train_run(a, *t), todo):
             r = run_line(a, *trained)

@@ -1,6 +1,7 @@
 """benchmarks/accuracy_data.py, the datasets bench_accuracy.py derives from coco128 (no training here): the crops
 of --derive crops are valid YOLO labels of large boxes, held out by source image and deterministic; the class
-subset of --classes keeps and renumbers only the chosen classes.
+subset of --classes keeps and renumbers only the chosen classes; a SIGTERM to the benchmark stops the training
+processes it started (real processes, no training).
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_bench_accuracy.py
 """
 
@@ -275,3 +276,38 @@ def test_loss_swap_splits_the_gap_into_loss_and_model_effects():
     assert got["n"] == 2 and got["loss"] == {"mean": 1.4, "se": 0.2} and got["model"] == {"mean": 0.0, "se": 0.2}
     assert bench_accuracy.compare(bench_accuracy.summarize(runs), runs)["loss_swap"] == got
     assert bench_accuracy.swap_effects([r for r in runs if r["runner"] != "torch+loss-c"]) is None
+
+
+def test_sigterm_stops_the_training_processes_with_the_benchmark(tmp_path):
+    """A SIGTERM to bench_accuracy.py (a `timeout` around it) ends the training processes it runs, and no
+    queued run starts: two runs at once, a third queued; after the signal the driver exits with 143 within
+    seconds, both children are gone and the third never wrote its log."""
+    import os
+    import signal
+    import subprocess
+    import textwrap
+    import time
+
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(f"""
+        import signal, sys
+        from concurrent.futures import ThreadPoolExecutor
+        sys.path.insert(0, {str(REPO / "benchmarks")!r})
+        import bench_accuracy as b
+        signal.signal(signal.SIGTERM, b._on_term)
+        child = [sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(120)"]
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda i: b.run_child(child, ".", {str(tmp_path)!r} + f"/c{{i}}.log", None), range(3)))
+    """))
+    proc = subprocess.Popen([sys.executable, str(driver)])
+    logs = [tmp_path / f"c{i}.log" for i in range(3)]
+    deadline = time.time() + 60
+    while time.time() < deadline and not all(f.is_file() and f.read_text().strip() for f in logs[:2]):
+        time.sleep(0.1)
+    pids = [int(f.read_text()) for f in logs[:2]]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert not logs[2].exists()
