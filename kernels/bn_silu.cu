@@ -2057,12 +2057,11 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
         a.S = bn_splits(g.n);
         bn_launch_reduce(&a, &g, rows, stream);
     }
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof(cfg));
+    cudaLaunchConfig_t cfg = {};
     cfg.gridDim = bn_finish_grid(g.C);
     cfg.blockDim = bn_finish_block();
     cfg.stream = stream;
-    cudaLaunchAttribute pdl;   /* after the TMA reduce: a programmatic launch (its blocks wait on the device) */
+    cudaLaunchAttribute pdl = {};   /* after the TMA reduce: a programmatic launch (its blocks wait on the device) */
     pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     pdl.val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = &pdl;
