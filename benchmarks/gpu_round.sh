@@ -9,7 +9,7 @@
 # timeline_M (mem_timeline.py of yolov9-M, batch 64, 640), plan (bench_plan.py: the planner's COSTS), mem (the
 # CUDA memory tests), bnbench (bench_bn_silu.py; BN_FLAGS e.g. "--kernels --shapes 64,512,40,40"), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py), bnbench_notma (the same with YOLOV9C_BN_TMA=0: without the TMA statistics kernel), cudnntime (its --time), newk / rest (the CUDA tests of
 # the kernels changed this session / all other CUDA tests), poolbench (bench_pool.py), memrows (bench_memory.py's
-# rows, MEM_MODELS, MEM_CONFIGS: torch-cl c-cl torch-cl-graph c-cl-graph), bnprobe (probe_bn_stats.cu built and its SWEEP2 part run at both shapes),
+# rows, MEM_MODELS, MEM_CONFIGS: torch-cl c-cl torch-cl-graph c-cl-graph), bnprobe (probe_bn_stats.cu built and its SWEEP2 part run at both shapes; fwdprobe its FWD part),
 # accuracy (bench_accuracy.py, with the published code when present and ACC_PUBLISHED is not 0; accuracy_bg starts it in
 # the background, accuracy_wait waits for it), grads (fidelity/backend_grads.py, fp16 and --fp32; GRADS_CFG, GRADS_BATCHES (6; 16 passed 150 s beside four accuracy runs), GRADS_LIMIT, GRADS_WEIGHTS: a trained checkpoint, e.g. /tmp/acc/train/torch-s3/weights/last.pt after accuracy_wait, with GRADS_DATA=/tmp/acc/data-crops/data.yaml). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-480}"; shift
@@ -79,9 +79,11 @@ for part in "$@"; do
                --json "$OUT/grads$mode.jsonl"; grep "^| " "$OUT/grads${mode}.log" | head -8; done ;;
     memrows) stage memrows 90 ${MEM_LIMIT:-400} python3 benchmarks/bench_memory.py --models ${MEM_MODELS:-yolov9-s yolov9-c} \
                --configs ${MEM_CONFIGS:-torch-cl c-cl torch-cl-graph c-cl-graph} --cudnn-benchmark --markdown; grep "^|" "$OUT/memrows.log" | head -14 ;;
-    bnprobe) stage bnprobe_build 30 120 nvcc -O3 -arch=sm_90 -std=c++17 --extended-lambda -Ikernels benchmarks/probe_bn_stats.cu kernels/bn_silu.cu -o /tmp/probe_bn_stats
-             stage bnprobe 30 ${BNPROBE_LIMIT:-150} bash -c "SWEEP2=1 /tmp/probe_bn_stats && SWEEP2=1 /tmp/probe_bn_stats 409600 256"
-             cat "$OUT/bnprobe.log" ;;
+    bnprobe|fwdprobe) [ -n "${PROBE_BUILT:-}" ] || stage bnprobe_build 30 120 nvcc -O3 -arch=sm_90 -std=c++17 --extended-lambda -Ikernels \
+               benchmarks/probe_bn_stats.cu kernels/bn_silu.cu -o /tmp/probe_bn_stats
+             PROBE_BUILT=1; mode=SWEEP2; [ $part = fwdprobe ] && mode=FWD   # fwdprobe: the forward sweep of the probe
+             stage $part 30 ${BNPROBE_LIMIT:-150} bash -c "$mode=1 /tmp/probe_bn_stats && $mode=1 /tmp/probe_bn_stats 409600 256"
+             cat "$OUT/$part.log" ;;
     probe) stage probe 30 60 python3 -c "import importlib.util as u; print({m: bool(u.find_spec(m)) for m in
             ('torchvision', 'pandas', 'seaborn', 'scipy', 'thop', 'psutil', 'tensorboard', 'IPython')})"
             cat "$OUT/probe.log" ;;

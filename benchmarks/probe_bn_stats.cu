@@ -7,7 +7,8 @@
 // stages. SWEEP2=1: where the reduce loses time against the read (K's load, the fp16 conversion, the
 // partial writes), TMA with more threads, and one kernel that finishes in its last cluster (distributed shared
 // memory, a ticket per slice), the interleaved TMA reduce with its finish launched programmatically, and the
-// product's own statistics pass (yv_bn_stats_forward, linked in) in the same harness. Results:
+// product's own statistics pass (yv_bn_stats_forward, linked in) in the same harness. FWD=1: the forward
+// (y = silu(BN(z))) against a copy, the product's forward and a TMA load/compute/bulk-store variant. Results:
 // benchmarks/RESULTS.md. Build and run on the GPU machine:
 //   nvcc -O3 -arch=sm_90 -std=c++17 --extended-lambda -Ikernels benchmarks/probe_bn_stats.cu kernels/bn_silu.cu \
 //     -o /tmp/probe_bn_stats
@@ -467,6 +468,119 @@ template <int ROWS, int NST, int TY, int OPT, int CL> __global__ void __launch_b
     if (t == 0) a.ticket[rank] = 0;
 }
 
+// ---------------- forward sweep (FWD=1): y = silu(z·scale + shift) of fp16 channels-last [n][C] ----------------
+// Against a plain copy of the same bytes (the ceiling), the product's forward (yv_bn_silu_forward, linked in) and a
+// TMA variant: bulk loads of ROWS-row tiles into NST shared stages, the tile computed in place, written back by a
+// bulk store; a stage is refilled once the store before the current one has read it (one store in flight).
+__global__ void copy_kernel(const uint4 *src, uint4 *dst, int64_t nv)
+{
+    int64_t st = (int64_t)gridDim.x * blockDim.x, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * st < nv; i += 4 * st) {
+        uint4 x0 = src[i], x1 = src[i + st], x2 = src[i + 2 * st], x3 = src[i + 3 * st];
+        dst[i] = x0; dst[i + st] = x1; dst[i + 2 * st] = x2; dst[i + 3 * st] = x3;
+    }
+    for (; i < nv; i += st) dst[i] = src[i];
+}
+
+struct FwdArgs { const __half *z; __half *y; int64_t n, C; const float *scale, *shift; };
+
+template <int ROWS, int NST> __global__ void __launch_bounds__(256, 1) fwd_tma_kernel(FwdArgs a)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    __half *buf = (__half *)smem;
+    __shared__ __align__(8) uint64_t full[NST];
+    int t = threadIdx.y * blockDim.x + threadIdx.x;
+    int64_t S = gridDim.x, ntiles = (a.n + ROWS - 1) / ROWS;
+    int64_t mine = blockIdx.x < ntiles ? (ntiles - blockIdx.x + S - 1) / S : 0;
+    unsigned rowb = (unsigned)(a.C * 2);
+    auto rows_of = [&](int64_t i, int64_t *r0) { *r0 = ((int64_t)blockIdx.x + i * S) * ROWS; int64_t r = a.n - *r0; return r < ROWS ? r : (int64_t)ROWS; };
+    auto issue = [&](int64_t i) {
+        int s = (int)(i % NST);
+        int64_t r0, r = rows_of(i, &r0);
+        mbar_expect(&full[s], (unsigned)r * rowb);
+        bulk_g2s(buf + (size_t)s * ROWS * a.C, a.z + r0 * a.C, (unsigned)r * rowb, &full[s]);
+    };
+    if (t == 0) {
+        for (int s = 0; s < NST; s++) mbar_init(&full[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (t == 0)
+        for (int64_t i = 0; i < NST && i < mine; i++) issue(i);
+    int64_t c0 = threadIdx.x * 8;
+    float sc[8], sh[8];
+    for (int e = 0; e < 8; e++) { sc[e] = a.scale[c0 + e]; sh[e] = a.shift[c0 + e]; }
+    for (int64_t i = 0; i < mine; i++) {
+        int s = (int)(i % NST);
+        mbar_wait(&full[s], (unsigned)((i / NST) & 1));
+        int64_t r0, r = rows_of(i, &r0);
+        __half *q = buf + (size_t)s * ROWS * a.C + c0;
+        for (int64_t u = threadIdx.y; u < r; u += blockDim.y) {
+            h8 x = *(const h8 *)(q + u * a.C);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float v = fmaf(__half2float(x.v[e]), sc[e], sh[e]);
+                x.v[e] = __float2half(v / (1.0f + __expf(-v)));
+            }
+            *(h8 *)(q + u * a.C) = x;
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the generic writes, seen by the bulk store
+        __syncthreads();
+        if (t == 0) {
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                         ::"l"(a.y + r0 * a.C), "r"(smem_u32(buf + (size_t)s * ROWS * a.C)), "r"((unsigned)r * rowb) : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            if (i >= 1) {
+                asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");   // tile i-1's store has read its stage
+                if (i - 1 + NST < mine) issue(i - 1 + NST);
+            }
+        }
+    }
+    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+static void sweep_forward(const __half *z, int64_t n, int64_t C, int sms)
+{
+    size_t bytes = (size_t)n * C * 2;
+    auto row = [&](const char *name, float us) { printf("%-44s %8.2f us  %7.0f GB/s\n", name, us, 2 * bytes / (us * 1e3)); };
+    printf("forward: n=%lld C=%lld, %.1f MB read + %.1f MB written\n", (long long)n, (long long)C, bytes / 1e6, bytes / 1e6);
+    __half *y, *y2; float *par;   // par: mean, invstd, weight, bias, scale, shift (C each)
+    CK(cudaMalloc(&y, bytes)); CK(cudaMalloc(&y2, bytes)); CK(cudaMalloc(&par, 6 * C * 4));
+    std::vector<float> hp(6 * C);
+    for (int64_t c = 0; c < C; c++) {
+        float m = 3.0f + 0.01f * c, is = 0.3f + 0.001f * (c % 7), w = 0.5f + 0.002f * (c % 11), b = 0.1f * ((c % 5) - 2);
+        hp[c] = m; hp[C + c] = is; hp[2 * C + c] = w; hp[3 * C + c] = b;
+        hp[4 * C + c] = is * w; hp[5 * C + c] = b - m * (is * w);
+    }
+    CK(cudaMemcpy(par, hp.data(), 6 * C * 4, cudaMemcpyHostToDevice));
+    int64_t nv = bytes / 16;
+    row("copy kernel (same bytes)", time_graph([&](cudaStream_t s) { copy_kernel<<<sms * 8, 256, 0, s>>>((const uint4 *)z, (uint4 *)y, nv); }));
+    row("cudaMemcpyAsync D2D", time_graph([&](cudaStream_t s) { CK(cudaMemcpyAsync(y, z, bytes, cudaMemcpyDeviceToDevice, s)); }));
+    yv_bn_shape sh = {1, C, 1, n};
+    yv_view4 zv = {(void *)z, YV_FLOAT16, {n * C, 1, n * C, C}}, ov = {(void *)y2, YV_FLOAT16, {n * C, 1, n * C, C}}, none = {};
+    yv_bn_params p1 = {par, par + C, par + 2 * C, par + 3 * C}, p0 = {};
+    row("product yv_bn_silu_forward", time_graph([&](cudaStream_t s) { CK(yv_bn_silu_forward(sh, zv, p1, none, p0, none, 1, ov, s)); }));
+    FwdArgs fa{z, y, n, C, par + 4 * C, par + 5 * C};
+    dim3 blk((unsigned)(C / 8), (unsigned)(256 / (C / 8)));
+    auto tma = [&](auto kern, int rows, int nst, const char *tag) {
+        size_t sm = (size_t)nst * rows * C * 2;
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        CK(cudaMemset(y, 0, bytes));
+        row(tag, time_graph([&](cudaStream_t s) { kern<<<sms, blk, sm, s>>>(fa); }));
+        std::vector<__half> a1((size_t)n * C), a2((size_t)n * C);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(a1.data(), y, bytes, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(a2.data(), y2, bytes, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        for (size_t i = 0; i < a1.size(); i++) worst = fmax(worst, fabs((double)__half2float(a1[i]) - (double)__half2float(a2[i])));
+        printf("  check %-28s max |y - product y| %.3g\n", tag, worst);
+    };
+    tma(fwd_tma_kernel<32, 3>, 32, 3, "tma fwd 32 rows x 3 stages");
+    tma(fwd_tma_kernel<32, 4>, 32, 4, "tma fwd 32 rows x 4 stages");
+    tma(fwd_tma_kernel<32, 6>, 32, 6, "tma fwd 32 rows x 6 stages");
+    tma(fwd_tma_kernel<16, 8>, 16, 8, "tma fwd 16 rows x 8 stages");
+    CK(cudaFree(y)); CK(cudaFree(y2)); CK(cudaFree(par));
+}
+
 // The product's statistics pass (yv_bn_stats_forward: on these operands the TMA reduce and its programmatically
 // launched finish, with running statistics) in this harness, against the probe's variants of the same design.
 static float time_product(const Args &a)
@@ -607,6 +721,7 @@ int main(int argc, char **argv)
     auto row = [&](const char *name, float us) { printf("%-44s %8.2f us  %7.0f GB/s\n", name, us, bytes / (us * 1e3)); };
 
     Args a2{z, n, C, sms * 4, partial, acc, ticket, mean, invstd};
+    if (getenv("FWD")) { sweep_forward(z, n, C, sms); return 0; }
     if (getenv("SWEEP2")) { sweep2(a2, sms, bytes, C, check); return 0; }
     int64_t nv = bytes / 16;
     for (int bpsm : {2, 4, 8}) for (int thr : {256, 512, 1024}) {
