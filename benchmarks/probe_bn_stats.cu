@@ -484,6 +484,37 @@ __global__ void copy_kernel(const uint4 *src, uint4 *dst, int64_t nv)
 
 struct FwdArgs { const __half *z; __half *y; int64_t n, C; const float *scale, *shift; };
 
+__device__ __forceinline__ void silu8(h8 &x, const float *sc, const float *sh)
+{
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        float v = fmaf(__half2float(x.v[e]), sc[e], sh[e]);
+        x.v[e] = __float2half(v / (1.0f + __expf(-v)));
+    }
+}
+
+// The forward as a flat grid-stride over 16-byte vectors (U in flight per thread): with the grid's thread count
+// a multiple of C/8, a thread keeps one channel vector, so its constants stay in registers; the work splits to
+// within one vector per thread (the product's kernel splits by groups of rows).
+template <int U> __global__ void __launch_bounds__(256) fwd_flat_kernel(FwdArgs a)
+{
+    int64_t cv = a.C / 8, nv = a.n * cv, st = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t c0 = (i % cv) * 8;
+    float sc[8], sh[8];
+    for (int e = 0; e < 8; e++) { sc[e] = a.scale[c0 + e]; sh[e] = a.shift[c0 + e]; }
+    const h8 *z = (const h8 *)a.z;
+    h8 *y = (h8 *)a.y;
+    for (; i + (U - 1) * st < nv; i += U * st) {
+        h8 x[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) x[u] = z[i + u * st];
+#pragma unroll
+        for (int u = 0; u < U; u++) { silu8(x[u], sc, sh); y[i + u * st] = x[u]; }
+    }
+    for (; i < nv; i += st) { h8 x = z[i]; silu8(x, sc, sh); y[i] = x; }
+}
+
 template <int ROWS, int NST> __global__ void __launch_bounds__(256, 1) fwd_tma_kernel(FwdArgs a)
 {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -517,11 +548,7 @@ template <int ROWS, int NST> __global__ void __launch_bounds__(256, 1) fwd_tma_k
         __half *q = buf + (size_t)s * ROWS * a.C + c0;
         for (int64_t u = threadIdx.y; u < r; u += blockDim.y) {
             h8 x = *(const h8 *)(q + u * a.C);
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                float v = fmaf(__half2float(x.v[e]), sc[e], sh[e]);
-                x.v[e] = __float2half(v / (1.0f + __expf(-v)));
-            }
+            silu8(x, sc, sh);
             *(h8 *)(q + u * a.C) = x;
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the generic writes, seen by the bulk store
@@ -562,11 +589,7 @@ static void sweep_forward(const __half *z, int64_t n, int64_t C, int sms)
     row("product yv_bn_silu_forward", time_graph([&](cudaStream_t s) { CK(yv_bn_silu_forward(sh, zv, p1, none, p0, none, 1, ov, s)); }));
     FwdArgs fa{z, y, n, C, par + 4 * C, par + 5 * C};
     dim3 blk((unsigned)(C / 8), (unsigned)(256 / (C / 8)));
-    auto tma = [&](auto kern, int rows, int nst, const char *tag) {
-        size_t sm = (size_t)nst * rows * C * 2;
-        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
-        CK(cudaMemset(y, 0, bytes));
-        row(tag, time_graph([&](cudaStream_t s) { kern<<<sms, blk, sm, s>>>(fa); }));
+    auto vs_product = [&](const char *tag) {   // y against the product's output y2
         std::vector<__half> a1((size_t)n * C), a2((size_t)n * C);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(a1.data(), y, bytes, cudaMemcpyDeviceToHost)); CK(cudaMemcpy(a2.data(), y2, bytes, cudaMemcpyDeviceToHost));
@@ -574,6 +597,22 @@ static void sweep_forward(const __half *z, int64_t n, int64_t C, int sms)
         for (size_t i = 0; i < a1.size(); i++) worst = fmax(worst, fabs((double)__half2float(a1[i]) - (double)__half2float(a2[i])));
         printf("  check %-28s max |y - product y| %.3g\n", tag, worst);
     };
+    auto tma = [&](auto kern, int rows, int nst, const char *tag) {
+        size_t sm = (size_t)nst * rows * C * 2;
+        CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm));
+        CK(cudaMemset(y, 0, bytes));
+        row(tag, time_graph([&](cudaStream_t s) { kern<<<sms, blk, sm, s>>>(fa); }));
+        vs_product(tag);
+    };
+    for (int bpsm : {4, 8}) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "flat fwd U4 grid %d x 256", sms * bpsm);
+        CK(cudaMemset(y, 0, bytes));
+        row(nm, time_graph([&](cudaStream_t s) { fwd_flat_kernel<4><<<sms * bpsm, 256, 0, s>>>(fa); }));
+        vs_product(nm);
+        snprintf(nm, sizeof nm, "flat fwd U8 grid %d x 256", sms * bpsm);
+        row(nm, time_graph([&](cudaStream_t s) { fwd_flat_kernel<8><<<sms * bpsm, 256, 0, s>>>(fa); }));
+    }
     tma(fwd_tma_kernel<32, 3>, 32, 3, "tma fwd 32 rows x 3 stages");
     tma(fwd_tma_kernel<32, 4>, 32, 4, "tma fwd 32 rows x 4 stages");
     tma(fwd_tma_kernel<32, 6>, 32, 6, "tma fwd 32 rows x 6 stages");
