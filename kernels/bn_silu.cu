@@ -408,20 +408,25 @@ __global__ void __launch_bounds__(BN_FIN_THREADS) bn_stats_finish_kernel(bn_args
                                                                         float *running_var, double momentum,
                                                                         double eps, float *mean, float *invstd)
 {
+    __shared__ double sh[BN_NSUM][BN_FIN_W][BN_FIN_C];
+    int64_t c = (int64_t)blockIdx.x * BN_FIN_C + threadIdx.x;
+    /* What the reduce does not write is read first: z's first row (the shift K) and the running statistics,
+     * all written before the reduce started (so visible before the wait below). */
+    int owner = threadIdx.y == 0 && c < g.C;
+    double K = owner ? bn_load(&a.z1, bn_off(&a.z1, 0, c, 0, 0)) : 0.0;
+    float rm = owner && running_mean != NULL ? running_mean[c] : 0.0f;
+    float rv = owner && running_var != NULL ? running_var[c] : 0.0f;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     /* Launched programmatically after bn_stats_tma_kernel (yv_bn_stats_forward), the blocks are resident
-     * while the reduce runs and start here once every reduce block has finished and its partials are
+     * while the reduce runs and go on here once every reduce block has finished and its partials are
      * visible; launched plainly, this returns at once. */
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-    __shared__ double sh[BN_NSUM][BN_FIN_W][BN_FIN_C];
-    int64_t c = (int64_t)blockIdx.x * BN_FIN_C + threadIdx.x;
     double sum[BN_NSUM];
     bn_finish_sums(&a, &g, 2, c, sh, sum);
-    if (threadIdx.y != 0 || c >= g.C)
+    if (!owner)
         return;
     double n = (double)g.n;
-    double K = bn_load(&a.z1, bn_off(&a.z1, 0, c, 0, 0));
     double m1 = sum[0] / n;
     double var = sum[1] / n - m1 * m1;
     var = var > 0.0 ? var : 0.0;
@@ -429,9 +434,9 @@ __global__ void __launch_bounds__(BN_FIN_THREADS) bn_stats_finish_kernel(bn_args
     mean[c] = (float)m;
     invstd[c] = (float)(1.0 / sqrt(var + eps));
     if (running_mean != NULL)
-        running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * m);
+        running_mean[c] = (float)((1.0 - momentum) * rm + momentum * m);
     if (running_var != NULL)
-        running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * var * n / (n - 1.0));
+        running_var[c] = (float)((1.0 - momentum) * rv + momentum * var * n / (n - 1.0));
 }
 
 __global__ void __launch_bounds__(BN_FIN_THREADS) bn_bwd_finish_kernel(bn_args a, bn_geom g, int batch_stats,
