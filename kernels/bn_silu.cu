@@ -24,7 +24,7 @@
  * Passes (all on the caller's stream, no host synchronisation):
  *   stats     reduce        float64 partial sums [2][S][C] (Σ(z-K), Σ(z-K)²) into the workspace: reads z once
  *             (contiguous channels-last 16-bit z of a power-of-two C on sm_90+: bn_stats_tma_kernel, bulk
- *             copies into shared stages, S = SMs; the finish launched programmatically, resident meanwhile)
+ *             copies into shared stages, S = SMs)
  *             bn_stats_finish_kernel: mean, invstd, running update. Both finish kernels run blocks of 4 channels
  *             × 64 lanes over S (C/4 blocks: 128 for C = 512), each lane with all sums' partials in flight
  *             (10 per sum), then a fixed shuffle tree and warp order per channel (bn_finish_sums)
@@ -32,6 +32,8 @@
  *   backward  reduce        partial Σg, Σg·x̂1 [, Σg·x̂2] [2 or 3][S][C]: reads z (z2) and dy once
  *             bn_bwd_finish_kernel: dγ, dβ and the dz coefficients [5][C] (k1, k2_1, k2_2, a1, a2)
  *             one elementwise pass: reads z (z2), dy [, dz for +=], writes dz1 (dz2)
+ * On sm_90+ both finish kernels are launched programmatically after their reduction (bn_finish_launch): their
+ * blocks are placed while the reduction runs and wait on the device, so no launch gap separates the two.
  * So a training step moves ~2 reads (stats, forward) + 1 write of z-sized data forward and ~4 (+1 for +=)
  * backward, every pass a single sweep at memory bandwidth in the fast path.
  *
@@ -354,6 +356,24 @@ __global__ void bn_reduce_rows_kernel(bn_args a, bn_geom g)
  * a lane adds its partials in the order of s (an absent one, s >= S, as 0.0); the 32/BN_FIN_C lanes of a
  * channel within a warp are combined by a fixed shuffle tree, then thread y = 0 adds the BN_FIN_W warps'
  * results in warp order. A warp's load covers 32/BN_FIN_C rows of BN_FIN_C channels: whole 32-byte sectors. */
+/* Programmatic dependent launch (sm_90+; no-ops below): a reduction lets its finish kernel be placed at once
+ * (bn_pdl_trigger, at the reduction's start), the finish waits on the device until every reduction block has
+ * finished and its partials are visible (bn_pdl_wait). bn_finish_launch launches the finish that way only where
+ * this module's sm_90 code runs, since an older binary's finish would not wait. */
+__device__ __forceinline__ void bn_pdl_trigger(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void bn_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void bn_finish_sums(const bn_args *a, const bn_geom *g, const int ns, int64_t c,
                                                double sh[BN_NSUM][BN_FIN_W][BN_FIN_C], double out[BN_NSUM])
 {
@@ -416,12 +436,7 @@ __global__ void __launch_bounds__(BN_FIN_THREADS) bn_stats_finish_kernel(bn_args
     double K = owner ? bn_load(&a.z1, bn_off(&a.z1, 0, c, 0, 0)) : 0.0;
     float rm = owner && running_mean != NULL ? running_mean[c] : 0.0f;
     float rv = owner && running_var != NULL ? running_var[c] : 0.0f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    /* Launched programmatically after bn_stats_tma_kernel (yv_bn_stats_forward), the blocks are resident
-     * while the reduce runs and go on here once every reduce block has finished and its partials are
-     * visible; launched plainly, this returns at once. */
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    bn_pdl_wait();   /* the reduction's partials (a no-op after a plain launch) */
     double sum[BN_NSUM];
     bn_finish_sums(&a, &g, 2, c, sh, sum);
     if (!owner)
@@ -445,6 +460,7 @@ __global__ void __launch_bounds__(BN_FIN_THREADS) bn_bwd_finish_kernel(bn_args a
 {
     __shared__ double sh[BN_NSUM][BN_FIN_W][BN_FIN_C];
     int64_t c = (int64_t)blockIdx.x * BN_FIN_C + threadIdx.x;
+    bn_pdl_wait();   /* the reduction's partials (a no-op after a plain launch) */
     double sum[BN_NSUM];
     if (a.z2.data != NULL)   /* ns a constant in each inlined copy: no loads or registers for an absent sum */
         bn_finish_sums(&a, &g, 3, c, sh, sum);
@@ -695,6 +711,7 @@ template <typename T, int V> __device__ __forceinline__ void bn_stats_add(bn_vec
 template <typename T, int V, int Z2>   /* Z2 unused */
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_stats_fast_kernel(bn_args a, bn_geom g)
 {
+    bn_pdl_trigger();
     __shared__ bn_slots<2, V> sl;
     int64_t k0, k1, Cv = g.C / V;
     int t = threadIdx.y * blockDim.x + threadIdx.x;
@@ -782,7 +799,7 @@ __global__ void __launch_bounds__(BN_THREADS, 1) bn_stats_tma_kernel(bn_args a, 
     int64_t C = g.C, R = (int64_t)BN_TMA_ROWS_PER_THREAD * blockDim.y, S = gridDim.x;
     int64_t tiles = (g.n + R - 1) / R, mine = blockIdx.x < tiles ? (tiles - blockIdx.x + S - 1) / S : 0;
     int t = threadIdx.y * blockDim.x + threadIdx.x;
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");   /* the finish's blocks may be placed now */
+    bn_pdl_trigger();   /* the finish's blocks may be placed now */
     if (t == 0) {
         for (int s = 0; s < BN_TMA_STAGES; s++)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bn_smem_addr(&full[s])));
@@ -904,6 +921,7 @@ __device__ __forceinline__ void bn_bwd_red_add(int silu, const bn_vec<T, V> *z1,
 template <typename T, int V, int Z2>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_red_fast_kernel(bn_args a, bn_geom g)
 {
+    bn_pdl_trigger();
     constexpr int NS = Z2 ? 3 : 2, R = Z2 ? BN_RED_ROWS / 2 : BN_RED_ROWS;
     __shared__ bn_slots<NS, V> sl;
     int64_t k0, k1, Cv = g.C / V, by = blockDim.y;
@@ -1480,6 +1498,7 @@ __device__ __forceinline__ void bn_planar_red_channel(const bn_args *a, const bn
 template <typename T, int V, int MODE, int SILU>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_planar_red_kernel(bn_args a, bn_pplan pl)
 {
+    bn_pdl_trigger();
     const int ns = MODE == 2 ? 3 : 2;
     __shared__ double sh[BN_NSUM][BN_THREADS / 32];
     int64_t Bv = (int64_t)pl.B * pl.Wv, J0 = (int64_t)blockIdx.x * pl.chunk;
@@ -1765,10 +1784,11 @@ static int bn_sm_count(void)
     return n;
 }
 
-/* Whether bn_stats_tma_kernel runs its sm_90 code on the current device (cached per device index): its binary
- * is sm_90+ compiled from sm_90+ PTX. A build for older architectures only, JIT-compiled from their PTX on an
- * sm_90 GPU, has the kernel's empty body, and the plain kernel must run. */
-static int bn_tma_compiled(void)
+/* Whether this module's sm_90 code runs on the current device (cached per device index): bn_stats_tma_kernel's
+ * binary is sm_90+ compiled from sm_90+ PTX. A build for older architectures only, JIT-compiled from their PTX
+ * on an sm_90 GPU, has that kernel's empty body and finish kernels that do not wait (bn_pdl_wait): there the
+ * plain kernels and launches run. */
+static int bn_sm90_code(void)
 {
     static signed char cached[64];   /* 0 unknown, 1 yes, -1 no */
     int dev = 0;
@@ -1789,7 +1809,7 @@ static int bn_tma_compiled(void)
 }
 
 /* bn_stats_tma_kernel's conditions (its comment): 16-bit contiguous rows of a power-of-two C in [8, 2048]
- * in 16-byte vectors, the kernel's sm_90 code on this device (bn_tma_compiled), at least two tiles per SM
+ * in 16-byte vectors, the kernel's sm_90 code on this device (bn_sm90_code), at least two tiles per SM
  * (below that the plain kernel's 4 blocks per SM hide more latency) and S = SMs within the workspace's partial
  * slots. YOLOV9C_BN_TMA=0 turns it off (read once; for comparing the two kernels, bench_bn_silu.py). */
 static int bn_tma_ok(const bn_args *a, const bn_geom *g, int v)
@@ -1801,7 +1821,7 @@ static int bn_tma_ok(const bn_args *a, const bn_geom *g, int v)
     }
     int64_t C = g->C, sms = bn_sm_count();
     if (off || v != 8 || (a->z1.dtype != YV_FLOAT16 && a->z1.dtype != YV_BFLOAT16) || a->z1.stride[3] != C ||
-        C < 8 || C > 2048 || (C & (C - 1)) != 0 || !bn_tma_compiled())
+        C < 8 || C > 2048 || (C & (C - 1)) != 0 || !bn_sm90_code())
         return 0;
     int64_t R = (int64_t)BN_TMA_ROWS_PER_THREAD * (BN_THREADS / (C / 8));
     return yv_ceil_div(g->n, R) >= 2 * sms && sms <= bn_fast_splits(g->n);
@@ -2032,6 +2052,23 @@ static dim3 bn_finish_block(void)
     return dim3(BN_FIN_C, BN_FIN_L);
 }
 
+/* A finish kernel after its reduction: programmatic where the sm_90 code runs (bn_pdl_wait), else plain. */
+template <typename... P, typename... A>
+static cudaError_t bn_finish_launch(void (*kernel)(P...), int64_t C, cudaStream_t stream, A... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = bn_finish_grid(C);
+    cfg.blockDim = bn_finish_block();
+    cfg.stream = stream;
+    cudaLaunchAttribute pdl = {};
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &pdl;
+    cfg.numAttrs = bn_sm90_code() ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *running_mean, float *running_var,
                                            double momentum, double eps, float *mean, float *invstd, void *workspace,
                                            cudaStream_t stream)
@@ -2047,8 +2084,7 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
     if (g.C > INT32_MAX)
         return cudaErrorInvalidValue;
     int v = bn_fast_vec(&g, ops, 1, BN_VEC_BYTES), vp = v > 0 ? 0 : bn_planar_vec(&g, ops, 1, BN_VEC_BYTES);
-    int tma = v > 0 && bn_tma_ok(&a, &g, v);
-    if (tma) {
+    if (v > 0 && bn_tma_ok(&a, &g, v)) {
         bn_stats_tma_launch(&a, &g, stream);
     }
     else if (v > 0) {
@@ -2062,18 +2098,8 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
         a.S = bn_splits(g.n);
         bn_launch_reduce(&a, &g, rows, stream);
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = bn_finish_grid(g.C);
-    cfg.blockDim = bn_finish_block();
-    cfg.stream = stream;
-    cudaLaunchAttribute pdl = {};   /* after the TMA reduce: a programmatic launch (its blocks wait on the device) */
-    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &pdl;
-    cfg.numAttrs = tma ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, bn_stats_finish_kernel, a, g, running_mean, running_var, momentum, eps,
-                                       mean, invstd);
-    return e != cudaSuccess ? e : cudaGetLastError();
+    return bn_finish_launch(bn_stats_finish_kernel, g.C, stream, a, g, running_mean, running_var, momentum, eps, mean,
+                            invstd);
 }
 
 extern "C" cudaError_t yv_bn_silu_forward(yv_bn_shape s, yv_view4 z1, yv_bn_params p1, yv_view4 z2, yv_bn_params p2,
@@ -2155,10 +2181,10 @@ extern "C" cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_par
         a.S = bn_splits(g.n);
         bn_launch_reduce(&a, &g, rows, stream);
     }
-    bn_bwd_finish_kernel<<<bn_finish_grid(g.C), bn_finish_block(), 0, stream>>>(
-        a, g, batch_stats, coef, dweight1, dbias1, dweight2, dbias2);
-    if (a.dz1.data == NULL && a.dz2.data == NULL)
-        return cudaGetLastError();
+    cudaError_t e = bn_finish_launch(bn_bwd_finish_kernel, g.C, stream, a, g, batch_stats, coef, dweight1, dbias1,
+                                     dweight2, dbias2);
+    if (e != cudaSuccess || (a.dz1.data == NULL && a.dz2.data == NULL))
+        return e;
     if (v > 0) {
         dim3 block = bn_fast_block(&g, v);
         unsigned grid = bn_elem_grid(yv_ceil_div(g.n, (int64_t)block.y * BN_UNROLL));

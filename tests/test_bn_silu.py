@@ -571,6 +571,39 @@ def test_cuda_stats_tma_kernel(dtype, shape):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("layout", ["cl", "nchw"])
+def test_cuda_graph_replays_statistics_and_backward_bit_for_bit(layout):
+    """Captured in a CUDA graph (on sm_90+ each finish kernel is launched programmatically after its reduction:
+    a programmatic edge in the graph), the statistics and the backward (fast kernels for channels-last, planar
+    for NCHW) give the eager calls' bits on every replay."""
+    shape = (16, 64, 20, 20)
+    z = make_z(shape, layout, torch.float16, device="cuda", seed=95)
+    gy = make_z(shape, layout, torch.float16, device="cuda", seed=96)
+    w, b = params(shape[1], "cuda")
+
+    def run():
+        mean, invstd = ops.bn_stats(z)
+        return [mean, invstd, *ops.bn_silu_backward(z, mean, invstd, w, b, gy)]
+
+    eager = run()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    for _ in range(3):
+        for t in captured:
+            t.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        for x, y, name in zip(eager, captured, ("mean", "invstd", "dz", "dweight", "dbias")):
+            assert torch.equal(x, y), name
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["cl", "nchw"])
 @pytest.mark.parametrize("shape", [(64, 5, 48, 48), (64, 1, 64, 64), (3, 4099, 4, 4), (2, 3, 3, 3)])
 def test_cuda_finish_channel_tails_and_splits(layout, shape):
     """The finish kernels (blocks of 4 channels x 64 lanes over the S partials per channel): C not a multiple
