@@ -7,7 +7,7 @@
 # yolov9-c, both backends, eager and graph; step16 at batch 16; STEP_PROFILE=N profiles N steps; STEP_FLAGS more bench_step flags, e.g. --cudnn-benchmark; STEP_LIMIT seconds, 300: two models' eight rows took > 240), pubstep (bench_published_step.py, the published code in
 # .dev/published; pubstep_nodet without its deterministic mode), kern (the CUDA tests of the kernels),
 # timeline_M (mem_timeline.py of yolov9-M, batch 64, 640), plan (bench_plan.py: the planner's COSTS), mem (the
-# CUDA memory tests), bnbench (bench_bn_silu.py; BN_FLAGS e.g. "--kernels --shapes 64,512,40,40"), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py), bnbench_notma (the same with YOLOV9C_BN_TMA=0: without the TMA statistics kernel), cudnntime (its --time), newk / rest (the CUDA tests of
+# CUDA memory tests), bnbench (bench_bn_silu.py; BN_FLAGS e.g. "--kernels --shapes 64,512,40,40"), cudnn (the cuDNN fusion tests and probe_cudnn_fusion.py), bnbench_notma (the same with YOLOV9C_BN_TMA=0: without the TMA statistics kernel; bnbench_nopdl with YOLOV9C_BN_PDL=0: finish kernels launched plainly), cudnntime (its --time), newk / rest (the CUDA tests of
 # the kernels changed this session / all other CUDA tests), poolbench (bench_pool.py), memrows (bench_memory.py's
 # rows, MEM_MODELS, MEM_CONFIGS: torch-cl c-cl torch-cl-graph c-cl-graph), bnprobe (probe_bn_stats.cu built and its SWEEP2 part run at both shapes; fwdprobe its FWD part),
 # accuracy (bench_accuracy.py, with the published code when present and ACC_PUBLISHED is not 0; accuracy_bg starts it in
@@ -61,6 +61,8 @@ for part in "$@"; do
     bnbench) stage bnbench 45 90 python3 benchmarks/bench_bn_silu.py --no-torch ${BN_FLAGS:-}; tail -22 "$OUT/bnbench.log" ;;
     bnbench_notma) stage bnbench_notma 45 90 env YOLOV9C_BN_TMA=0 python3 benchmarks/bench_bn_silu.py --no-torch ${BN_FLAGS:-}
                    tail -22 "$OUT/bnbench_notma.log" ;;
+    bnbench_nopdl) stage bnbench_nopdl 45 90 env YOLOV9C_BN_PDL=0 python3 benchmarks/bench_bn_silu.py --no-torch ${BN_FLAGS:-}
+                   tail -22 "$OUT/bnbench_nopdl.log" ;;
     cudnn) stage cudnn_tests 60 150 python3 -m pytest -q -p no:cacheprovider -rf --tb=short tests/test_cudnn_fusion.py \
              tests/test_build.py tests/test_bindings.py; tail -4 "$OUT/cudnn_tests.log"
            stage cudnn_probe 60 ${PROBE_LIMIT:-240} python3 benchmarks/probe_cudnn_fusion.py ${PROBE_ARGS:-}

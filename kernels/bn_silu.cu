@@ -32,8 +32,11 @@
  *   backward  reduce        partial Σg, Σg·x̂1 [, Σg·x̂2] [2 or 3][S][C]: reads z (z2) and dy once
  *             bn_bwd_finish_kernel: dγ, dβ and the dz coefficients [5][C] (k1, k2_1, k2_2, a1, a2)
  *             one elementwise pass: reads z (z2), dy [, dz for +=], writes dz1 (dz2)
- * On sm_90+ both finish kernels are launched programmatically after their reduction (bn_finish_launch): their
- * blocks are placed while the reduction runs and wait on the device, so no launch gap separates the two.
+ * On sm_90+ the kernels of the fast and planar-vector families, the TMA reduction and both finish kernels are
+ * launched programmatically (bn_pdl_launch): each begins by letting its successor be placed and then waits on
+ * the device for its predecessor (bn_pdl_enter), so the next kernel's blocks are resident when this one ends
+ * and no launch gap separates two passes (reduction -> finish -> elementwise pass, or one layer's pass and the
+ * next). YOLOV9C_BN_PDL=0 launches them plainly.
  * So a training step moves ~2 reads (stats, forward) + 1 write of z-sized data forward and ~4 (+1 for +=)
  * backward, every pass a single sweep at memory bandwidth in the fast path.
  *
@@ -356,10 +359,13 @@ __global__ void bn_reduce_rows_kernel(bn_args a, bn_geom g)
  * a lane adds its partials in the order of s (an absent one, s >= S, as 0.0); the 32/BN_FIN_C lanes of a
  * channel within a warp are combined by a fixed shuffle tree, then thread y = 0 adds the BN_FIN_W warps'
  * results in warp order. A warp's load covers 32/BN_FIN_C rows of BN_FIN_C channels: whole 32-byte sectors. */
-/* Programmatic dependent launch (sm_90+; no-ops below): a reduction lets its finish kernel be placed at once
- * (bn_pdl_trigger, at the reduction's start), the finish waits on the device until every reduction block has
- * finished and its partials are visible (bn_pdl_wait). bn_finish_launch launches the finish that way only where
- * this module's sm_90 code runs, since an older binary's finish would not wait. */
+/* Programmatic dependent launch (sm_90+; no-ops below). A kernel launched with bn_pdl_launch may start before
+ * its predecessor on the stream has finished, so it reads and writes no global memory before bn_pdl_wait
+ * (which returns when the predecessor grid has completed and its writes are visible: a no-op after a plain
+ * launch); bn_pdl_trigger lets this kernel's own successor be placed (its blocks then wait likewise). The
+ * successor is placed only once every block of this grid has started, so waiting blocks never keep this
+ * grid's blocks from running. bn_pdl_launch launches that way only where this module's sm_90 code runs, since
+ * an older binary's kernels would not wait. */
 __device__ __forceinline__ void bn_pdl_trigger(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -372,6 +378,13 @@ __device__ __forceinline__ void bn_pdl_wait(void)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+/* The start of every kernel that bn_pdl_launch launches: the successor may be placed, then wait. */
+__device__ __forceinline__ void bn_pdl_enter(void)
+{
+    bn_pdl_trigger();
+    bn_pdl_wait();
 }
 
 __device__ __forceinline__ void bn_finish_sums(const bn_args *a, const bn_geom *g, const int ns, int64_t c,
@@ -430,17 +443,12 @@ __global__ void __launch_bounds__(BN_FIN_THREADS) bn_stats_finish_kernel(bn_args
 {
     __shared__ double sh[BN_NSUM][BN_FIN_W][BN_FIN_C];
     int64_t c = (int64_t)blockIdx.x * BN_FIN_C + threadIdx.x;
-    /* What the reduce does not write is read first: z's first row (the shift K) and the running statistics,
-     * all written before the reduce started (so visible before the wait below). */
-    int owner = threadIdx.y == 0 && c < g.C;
-    double K = owner ? bn_load(&a.z1, bn_off(&a.z1, 0, c, 0, 0)) : 0.0;
-    float rm = owner && running_mean != NULL ? running_mean[c] : 0.0f;
-    float rv = owner && running_var != NULL ? running_var[c] : 0.0f;
-    bn_pdl_wait();   /* the reduction's partials (a no-op after a plain launch) */
+    bn_pdl_enter();   /* the reduction's partials */
     double sum[BN_NSUM];
     bn_finish_sums(&a, &g, 2, c, sh, sum);
-    if (!owner)
+    if (threadIdx.y != 0 || c >= g.C)
         return;
+    double K = bn_load(&a.z1, bn_off(&a.z1, 0, c, 0, 0));
     double n = (double)g.n;
     double m1 = sum[0] / n;
     double var = sum[1] / n - m1 * m1;
@@ -449,9 +457,9 @@ __global__ void __launch_bounds__(BN_FIN_THREADS) bn_stats_finish_kernel(bn_args
     mean[c] = (float)m;
     invstd[c] = (float)(1.0 / sqrt(var + eps));
     if (running_mean != NULL)
-        running_mean[c] = (float)((1.0 - momentum) * rm + momentum * m);
+        running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * m);
     if (running_var != NULL)
-        running_var[c] = (float)((1.0 - momentum) * rv + momentum * var * n / (n - 1.0));
+        running_var[c] = (float)((1.0 - momentum) * running_var[c] + momentum * var * n / (n - 1.0));
 }
 
 __global__ void __launch_bounds__(BN_FIN_THREADS) bn_bwd_finish_kernel(bn_args a, bn_geom g, int batch_stats,
@@ -460,7 +468,7 @@ __global__ void __launch_bounds__(BN_FIN_THREADS) bn_bwd_finish_kernel(bn_args a
 {
     __shared__ double sh[BN_NSUM][BN_FIN_W][BN_FIN_C];
     int64_t c = (int64_t)blockIdx.x * BN_FIN_C + threadIdx.x;
-    bn_pdl_wait();   /* the reduction's partials (a no-op after a plain launch) */
+    bn_pdl_enter();   /* the reduction's partials */
     double sum[BN_NSUM];
     if (a.z2.data != NULL)   /* ns a constant in each inlined copy: no loads or registers for an absent sum */
         bn_finish_sums(&a, &g, 3, c, sh, sum);
@@ -711,7 +719,7 @@ template <typename T, int V> __device__ __forceinline__ void bn_stats_add(bn_vec
 template <typename T, int V, int Z2>   /* Z2 unused */
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_stats_fast_kernel(bn_args a, bn_geom g)
 {
-    bn_pdl_trigger();
+    bn_pdl_enter();
     __shared__ bn_slots<2, V> sl;
     int64_t k0, k1, Cv = g.C / V;
     int t = threadIdx.y * blockDim.x + threadIdx.x;
@@ -799,7 +807,7 @@ __global__ void __launch_bounds__(BN_THREADS, 1) bn_stats_tma_kernel(bn_args a, 
     int64_t C = g.C, R = (int64_t)BN_TMA_ROWS_PER_THREAD * blockDim.y, S = gridDim.x;
     int64_t tiles = (g.n + R - 1) / R, mine = blockIdx.x < tiles ? (tiles - blockIdx.x + S - 1) / S : 0;
     int t = threadIdx.y * blockDim.x + threadIdx.x;
-    bn_pdl_trigger();   /* the finish's blocks may be placed now */
+    bn_pdl_trigger();   /* the finish's blocks may be placed now; bn_pdl_wait below */
     if (t == 0) {
         for (int s = 0; s < BN_TMA_STAGES; s++)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bn_smem_addr(&full[s])));
@@ -807,6 +815,7 @@ __global__ void __launch_bounds__(BN_THREADS, 1) bn_stats_tma_kernel(bn_args a, 
     }
     bn_slots_zero<2, 8>(&sl, t);
     __syncthreads();
+    bn_pdl_wait();   /* global memory only from here (shared memory set up meanwhile) */
     if (t == 0)
         for (int64_t i = 0; i < BN_TMA_STAGES && i < mine; i++)
             bn_tma_fetch<T>(&a, &g, R, i, bn_stage + i * BN_TMA_TILE_BYTES, &full[i]);
@@ -921,7 +930,7 @@ __device__ __forceinline__ void bn_bwd_red_add(int silu, const bn_vec<T, V> *z1,
 template <typename T, int V, int Z2>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_red_fast_kernel(bn_args a, bn_geom g)
 {
-    bn_pdl_trigger();
+    bn_pdl_enter();
     constexpr int NS = Z2 ? 3 : 2, R = Z2 ? BN_RED_ROWS / 2 : BN_RED_ROWS;
     __shared__ bn_slots<NS, V> sl;
     int64_t k0, k1, Cv = g.C / V, by = blockDim.y;
@@ -1107,6 +1116,7 @@ __device__ __forceinline__ void bn_fwd_fast_rows(const bn_args *a, int64_t n, in
 template <typename T, int V, int FORM>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_fwd_fast_kernel(bn_args a, bn_geom g)
 {
+    bn_pdl_enter();
     for (int64_t cv = threadIdx.x; cv < g.C / V; cv += blockDim.x) {
         if (a.silu)
             bn_fwd_fast_rows<T, V, FORM, 1>(&a, g.n, cv * V);
@@ -1197,6 +1207,7 @@ __device__ __forceinline__ void bn_bwd_row(const bn_args *a, const bn_bwd_q<V, Z
 template <typename T, int V, int Z2>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_fast_kernel(bn_args a, bn_geom g)
 {
+    bn_pdl_enter();
     constexpr int R = Z2 ? BN_UNROLL / 2 : BN_UNROLL;
     int64_t Cv = g.C / V, step = (int64_t)gridDim.x * blockDim.y;
     for (int64_t cv = threadIdx.x; cv < Cv; cv += blockDim.x) {
@@ -1498,7 +1509,7 @@ __device__ __forceinline__ void bn_planar_red_channel(const bn_args *a, const bn
 template <typename T, int V, int MODE, int SILU>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_planar_red_kernel(bn_args a, bn_pplan pl)
 {
-    bn_pdl_trigger();
+    bn_pdl_enter();
     const int ns = MODE == 2 ? 3 : 2;
     __shared__ double sh[BN_NSUM][BN_THREADS / 32];
     int64_t Bv = (int64_t)pl.B * pl.Wv, J0 = (int64_t)blockIdx.x * pl.chunk;
@@ -1526,6 +1537,7 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_planar_red_kerne
 template <typename T, int V, int FORM, int SILU>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_fwd_planar_vec_kernel(bn_args a, bn_pplan pl)
 {
+    bn_pdl_enter();
     const int Z2 = FORM & 1, RES = FORM & 2;
     constexpr int R = FORM == 0 ? BN_UNROLL : (FORM == 3 ? 1 : BN_UNROLL / 2);
     bn_ppos p = bn_ppos_of(&pl, (int64_t)blockIdx.x * BN_THREADS + threadIdx.x);
@@ -1571,6 +1583,7 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_fwd_planar_vec_k
 template <typename T, int V, int Z2, int SILU>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_planar_vec_kernel(bn_args a, bn_pplan pl)
 {
+    bn_pdl_enter();
     constexpr int R = Z2 ? BN_UNROLL / 4 : BN_UNROLL / 2;
     const float *k = a.coef;
     int C = pl.C;
@@ -1786,7 +1799,7 @@ static int bn_sm_count(void)
 
 /* Whether this module's sm_90 code runs on the current device (cached per device index): bn_stats_tma_kernel's
  * binary is sm_90+ compiled from sm_90+ PTX. A build for older architectures only, JIT-compiled from their PTX
- * on an sm_90 GPU, has that kernel's empty body and finish kernels that do not wait (bn_pdl_wait): there the
+ * on an sm_90 GPU, has that kernel's empty body and kernels that do not wait (bn_pdl_wait): there the
  * plain kernels and launches run. */
 static int bn_sm90_code(void)
 {
@@ -1806,6 +1819,32 @@ static int bn_sm90_code(void)
     if (dev < 64)
         cached[dev] = ok ? 1 : -1;
     return ok;
+}
+
+/* Launch kernel<<<grid, block, smem, stream>>>(args...), programmatically (bn_pdl_enter) where this module's
+ * sm_90 code runs, else plainly; only kernels that begin with bn_pdl_enter (or wait before touching global
+ * memory) are launched here. YOLOV9C_BN_PDL=0 launches every one plainly (read once; for comparing the two,
+ * bench_bn_silu.py). The launch's error is returned and also left for cudaGetLastError. */
+template <typename... P, typename... A>
+static cudaError_t bn_pdl_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                 A... args)
+{
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("YOLOV9C_BN_PDL");
+        off = e != NULL && strcmp(e, "0") == 0;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute pdl = {};
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &pdl;
+    cfg.numAttrs = !off && bn_sm90_code() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 /* bn_stats_tma_kernel's conditions (its comment): 16-bit contiguous rows of a power-of-two C in [8, 2048]
@@ -1847,9 +1886,9 @@ static void bn_stats_tma_launch(bn_args *a, const bn_geom *g, cudaStream_t strea
     unsigned tx = (unsigned)(g->C / 8);
     dim3 block(tx, BN_THREADS / tx);
     if (h == 0)
-        bn_stats_tma_kernel<__half><<<(unsigned)a->S, block, smem, stream>>>(*a, *g);
+        (void)bn_pdl_launch(bn_stats_tma_kernel<__half>, dim3((unsigned)a->S), block, smem, stream, *a, *g);
     else
-        bn_stats_tma_kernel<__nv_bfloat16><<<(unsigned)a->S, block, smem, stream>>>(*a, *g);
+        (void)bn_pdl_launch(bn_stats_tma_kernel<__nv_bfloat16>, dim3((unsigned)a->S), block, smem, stream, *a, *g);
 }
 
 /* Elementwise grids: whole waves of blocks of BN_THREADS on every SM (grid-stride beyond that), never
@@ -1908,10 +1947,11 @@ static bn_pplan bn_planar_red_plan(const bn_geom *g, int v, int64_t *S, unsigned
 /* Launch KERNEL<T, V, X, SILU>(a, pl) for z1's dtype and the planar vector width v, blocks of BN_THREADS. */
 #define BN_PV_CASES(KERNEL, X, SILU, T, vec, grid, a, pl, stream)                                             \
     switch (vec) {                                                                                              \
-    case 8: KERNEL<T, (sizeof(T) == 2 ? 8 : 4), X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;       \
-    case 4: KERNEL<T, 4, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;                               \
-    case 2: KERNEL<T, 2, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;                               \
-    default: KERNEL<T, 1, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;                              \
+    case 8: (void)bn_pdl_launch(KERNEL<T, (sizeof(T) == 2 ? 8 : 4), X, SILU>, grid, BN_THREADS, 0, stream, a, pl); \
+            break;                                                                                              \
+    case 4: (void)bn_pdl_launch(KERNEL<T, 4, X, SILU>, grid, BN_THREADS, 0, stream, a, pl); break;              \
+    case 2: (void)bn_pdl_launch(KERNEL<T, 2, X, SILU>, grid, BN_THREADS, 0, stream, a, pl); break;              \
+    default: (void)bn_pdl_launch(KERNEL<T, 1, X, SILU>, grid, BN_THREADS, 0, stream, a, pl); break;             \
     }
 #define BN_PV_DTYPES(CASES, KERNEL, X, SILU, dtype, v, grid, a, pl, stream)                                     \
     do {                                                                                                        \
@@ -1988,10 +2028,10 @@ static dim3 bn_fast_block(const bn_geom *g, int v)
  * (backward kernels; the others ignore it). */
 #define BN_FAST_CASES(KERNEL, Z2, T, vec, grid, block, a, g, stream)                                                  \
     switch (vec) {                                                                                              \
-    case 8: KERNEL<T, (sizeof(T) == 2 ? 8 : 4), Z2><<<grid, block, 0, stream>>>(a, g); break;                      \
-    case 4: KERNEL<T, 4, Z2><<<grid, block, 0, stream>>>(a, g); break;                                              \
-    case 2: KERNEL<T, 2, Z2><<<grid, block, 0, stream>>>(a, g); break;                                              \
-    default: KERNEL<T, 1, Z2><<<grid, block, 0, stream>>>(a, g); break;                                             \
+    case 8: (void)bn_pdl_launch(KERNEL<T, (sizeof(T) == 2 ? 8 : 4), Z2>, grid, block, 0, stream, a, g); break;    \
+    case 4: (void)bn_pdl_launch(KERNEL<T, 4, Z2>, grid, block, 0, stream, a, g); break;                            \
+    case 2: (void)bn_pdl_launch(KERNEL<T, 2, Z2>, grid, block, 0, stream, a, g); break;                            \
+    default: (void)bn_pdl_launch(KERNEL<T, 1, Z2>, grid, block, 0, stream, a, g); break;                           \
     }
 #define BN_FAST_LAUNCH(KERNEL, Z2, dtype, v, grid, block, a, g, stream)                                            \
     do {                                                                                                        \
@@ -2052,23 +2092,6 @@ static dim3 bn_finish_block(void)
     return dim3(BN_FIN_C, BN_FIN_L);
 }
 
-/* A finish kernel after its reduction: programmatic where the sm_90 code runs (bn_pdl_wait), else plain. */
-template <typename... P, typename... A>
-static cudaError_t bn_finish_launch(void (*kernel)(P...), int64_t C, cudaStream_t stream, A... args)
-{
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = bn_finish_grid(C);
-    cfg.blockDim = bn_finish_block();
-    cfg.stream = stream;
-    cudaLaunchAttribute pdl = {};
-    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &pdl;
-    cfg.numAttrs = bn_sm90_code() ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
-    return e != cudaSuccess ? e : cudaGetLastError();
-}
-
 extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *running_mean, float *running_var,
                                            double momentum, double eps, float *mean, float *invstd, void *workspace,
                                            cudaStream_t stream)
@@ -2098,8 +2121,9 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
         a.S = bn_splits(g.n);
         bn_launch_reduce(&a, &g, rows, stream);
     }
-    return bn_finish_launch(bn_stats_finish_kernel, g.C, stream, a, g, running_mean, running_var, momentum, eps, mean,
-                            invstd);
+    (void)bn_pdl_launch(bn_stats_finish_kernel, bn_finish_grid(g.C), bn_finish_block(), 0, stream, a, g,
+                        running_mean, running_var, momentum, eps, mean, invstd);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t yv_bn_silu_forward(yv_bn_shape s, yv_view4 z1, yv_bn_params p1, yv_view4 z2, yv_bn_params p2,
@@ -2181,8 +2205,9 @@ extern "C" cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_par
         a.S = bn_splits(g.n);
         bn_launch_reduce(&a, &g, rows, stream);
     }
-    cudaError_t e = bn_finish_launch(bn_bwd_finish_kernel, g.C, stream, a, g, batch_stats, coef, dweight1, dbias1,
-                                     dweight2, dbias2);
+    (void)bn_pdl_launch(bn_bwd_finish_kernel, bn_finish_grid(g.C), bn_finish_block(), 0, stream, a, g, batch_stats,
+                        coef, dweight1, dbias1, dweight2, dbias2);
+    cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || (a.dz1.data == NULL && a.dz2.data == NULL))
         return e;
     if (v > 0) {

@@ -572,9 +572,9 @@ def test_cuda_stats_tma_kernel(dtype, shape):
 @pytest.mark.cuda
 @pytest.mark.parametrize("layout", ["cl", "nchw"])
 def test_cuda_graph_replays_statistics_and_backward_bit_for_bit(layout):
-    """Captured in a CUDA graph (on sm_90+ each finish kernel is launched programmatically after its reduction:
-    a programmatic edge in the graph), the statistics and the backward (fast kernels for channels-last, planar
-    for NCHW) give the eager calls' bits on every replay."""
+    """Captured in a CUDA graph (on sm_90+ the kernels are launched programmatically: programmatic edges in the
+    graph), the statistics, forward and backward (fast kernels for channels-last, planar for NCHW), each
+    consuming the previous one's output, give the eager calls' bits on every replay."""
     shape = (16, 64, 20, 20)
     z = make_z(shape, layout, torch.float16, device="cuda", seed=95)
     gy = make_z(shape, layout, torch.float16, device="cuda", seed=96)
@@ -582,7 +582,8 @@ def test_cuda_graph_replays_statistics_and_backward_bit_for_bit(layout):
 
     def run():
         mean, invstd = ops.bn_stats(z)
-        return [mean, invstd, *ops.bn_silu_backward(z, mean, invstd, w, b, gy)]
+        y = ops.bn_silu(z, mean, invstd, w, b)
+        return [mean, invstd, y, *ops.bn_silu_backward(y, mean, invstd, w, b, gy)]
 
     eager = run()
     side = torch.cuda.Stream()
@@ -598,8 +599,44 @@ def test_cuda_graph_replays_statistics_and_backward_bit_for_bit(layout):
             t.zero_()
         graph.replay()
         torch.cuda.synchronize()
-        for x, y, name in zip(eager, captured, ("mean", "invstd", "dz", "dweight", "dbias")):
+        for x, y, name in zip(eager, captured, ("mean", "invstd", "y", "dz", "dweight", "dbias")):
             assert torch.equal(x, y), name
+
+
+PLAIN_LAUNCH = """
+import sys, torch
+from yolov9c.ops import bn_silu as ops
+z, gy, w, b = torch.load(sys.argv[1])
+mean, invstd = ops.bn_stats(z)
+y = ops.bn_silu(z, mean, invstd, w, b)
+torch.save([mean, invstd, y, *ops.bn_silu_backward(z, mean, invstd, w, b, gy)], sys.argv[2])
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layout", ["cl", "nchw"])
+def test_cuda_plain_launches_give_the_same_bits(layout, tmp_path):
+    """YOLOV9C_BN_PDL=0 (read once per process, so in a child) launches every kernel plainly: statistics,
+    forward and backward have the programmatic launches' bits (channels-last 16x512x24x24 takes the TMA
+    reduction and the fast kernels on a 132-SM H200, NCHW the planar-vector ones), so no kernel reads its
+    predecessor's output before its wait."""
+    import subprocess
+    import sys
+
+    shape = (16, 512, 24, 24)
+    z = make_z(shape, layout, torch.float16, device="cuda", seed=97)
+    gy = make_z(shape, layout, torch.float16, device="cuda", seed=98)
+    w, b = params(shape[1], "cuda")
+    mean, invstd = ops.bn_stats(z)
+    here = [mean, invstd, ops.bn_silu(z, mean, invstd, w, b), *ops.bn_silu_backward(z, mean, invstd, w, b, gy)]
+    torch.save([z, gy, w, b], tmp_path / "in.pt")
+    env = dict(os.environ, YOLOV9C_BN_PDL="0")
+    subprocess.run([sys.executable, "-c", PLAIN_LAUNCH, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
+                   env=env, check=True, timeout=120)
+    plain = torch.load(tmp_path / "out.pt")
+    assert len(plain) == len(here) == 6
+    for x, y, name in zip(here, plain, ("mean", "invstd", "y", "dz", "dweight", "dbias")):
+        assert torch.equal(x, y.to(x.device)), name
 
 
 @pytest.mark.cuda
