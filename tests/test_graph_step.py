@@ -276,6 +276,12 @@ def _cuda_state(root, backend, graph, data, init_scale=2.0 ** 14):
     return state, lines
 
 
+def _step_lines(lines):
+    """The log's lines about the step (which step runs, a failed capture and its error): a failed assertion's
+    message, whole (pytest would cut the full log short)."""
+    return "\n".join(s for s in lines if s.startswith("step:"))
+
+
 def _batches(n_images=4):
     """(imgs uint8, targets) per step: bucket 32, then 64, one batch over the largest bucket, a partial batch,
     then bucket 32 again."""
@@ -547,8 +553,8 @@ def test_cuda_graph_capture_survives_a_cudnn_cache_miss(tmp_path, backend):
         torch.cuda.synchronize()
     finally:
         torch.backends.cudnn.allow_tf32 = tf32
-    assert isinstance(state.step, G.GraphStep) and state.step.micro, lines
-    assert not any("capture failed" in line for line in lines), lines
+    assert isinstance(state.step, G.GraphStep) and state.step.micro, _step_lines(lines)
+    assert not any("capture failed" in line for line in lines), _step_lines(lines)
     assert torch.isfinite(r.loss_items).all()
 
 
@@ -563,7 +569,7 @@ def test_cuda_graph_replay_does_not_synchronise(tmp_path):
     for ni in range(5):  # warm-up and both captures
         state.step(state, imgs[ni], batches[ni][1], ni)
     torch.cuda.synchronize()
-    assert isinstance(state.step, G.GraphStep) and len(state.step.micro) == 1, lines  # graphed, or the log says why
+    assert isinstance(state.step, G.GraphStep) and len(state.step.micro) == 1, _step_lines(lines)  # else: why
     scale = state.scaler.get_scale()
     torch.cuda.set_sync_debug_mode("error")
     try:
