@@ -136,11 +136,28 @@ def test_measured_step_runs_the_trainer_step_on_cpu(backend):
     assert all(p.grad is None or not p.grad.any() for p in step.model.parameters())  # zero_grad ran
 
 
+MEASURE_T = """
+import json
+from yolov9c.engine.train import memory_plan as mp
+cost = mp.measure("yolov9-t", "c", img=640, batches=(4, 8))
+got, _ = mp.step_peak("yolov9-t", "c", 16, 640, "cuda")
+print(json.dumps([cost.fixed_gib, cost.per_image_gib, mp.predict(cost, 16, img=640), got]))
+"""
+
+
 @pytest.mark.cuda
 def test_measured_prediction_within_10_percent():
-    cost = mp.measure("yolov9-t", "c", img=640, batches=(4, 8))
-    want = mp.predict(cost, 16, img=640)
-    got, _ = mp.step_peak("yolov9-t", "c", 16, 640, "cuda")
-    print(f"yolov9-t c 640²: fixed {cost.fixed_gib:.3f} GiB, {cost.per_image_gib:.4f} GiB/image; "
+    """The planner's fit from batches 4 and 8 predicts batch 16 within 10 %, measured in a process of its own
+    as `python -m yolov9c memory --measure` runs: in the whole suite's process, memory that earlier tests left
+    reserved (2.3 GiB in one run, 2026-12-04) held both small batches' peaks at the same value."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", MEASURE_T], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    fixed, per_image, want, got = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"yolov9-t c 640²: fixed {fixed:.3f} GiB, {per_image:.4f} GiB/image; "
           f"batch 16 predicted {want:.3f} GiB, measured {got:.3f} GiB")
+    assert per_image > 0
     assert abs(want - got) <= 0.10 * got
