@@ -11,7 +11,7 @@
 # the kernels changed this session / all other CUDA tests), poolbench (bench_pool.py), memrows (bench_memory.py's
 # rows, MEM_MODELS, MEM_CONFIGS: torch-cl c-cl torch-cl-graph c-cl-graph), bnprobe (probe_bn_stats.cu built and its SWEEP2 part run at both shapes; fwdprobe its FWD part),
 # accuracy (bench_accuracy.py, with the published code when present and ACC_PUBLISHED is not 0; accuracy_bg starts it in
-# the background, accuracy_wait waits for it), grads (fidelity/backend_grads.py, fp16 and --fp32; GRADS_CFG, GRADS_BATCHES (6; 16 passed 150 s beside four accuracy runs), GRADS_LIMIT, GRADS_WEIGHTS: a trained checkpoint, e.g. /tmp/acc/train/torch-s3/weights/last.pt after accuracy_wait, with GRADS_DATA=/tmp/acc/data-crops/data.yaml). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
+# the background, accuracy_wait waits for it), patch (apply $PATCH_FILE, e.g. a branch's `git diff main branch` carried as .dev/next.patch, and rebuild: the parts after it measure the branch, those before it main, in one call), grads (fidelity/backend_grads.py, fp16 and --fp32; GRADS_CFG, GRADS_BATCHES (6; 16 passed 150 s beside four accuracy runs), GRADS_LIMIT, GRADS_WEIGHTS: a trained checkpoint, e.g. /tmp/acc/train/torch-s3/weights/last.pt after accuracy_wait, with GRADS_DATA=/tmp/acc/data-crops/data.yaml). Build for sm_90 first; the bench_train dataset is written meanwhile. Run from the repo root.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-480}"; shift
 machine_info
 DATA=
@@ -81,6 +81,8 @@ for part in "$@"; do
                --json "$OUT/grads$mode.jsonl"; grep "^| " "$OUT/grads${mode}.log" | head -8; done ;;
     memrows) stage memrows 90 ${MEM_LIMIT:-400} python3 benchmarks/bench_memory.py --models ${MEM_MODELS:-yolov9-s yolov9-c} \
                --configs ${MEM_CONFIGS:-torch-cl c-cl torch-cl-graph c-cl-graph} --cudnn-benchmark --markdown; grep "^|" "$OUT/memrows.log" | head -14 ;;
+    patch) [ -f "${PATCH_FILE:-}" ] || { echo "patch: no PATCH_FILE (carry it)"; continue; }
+           patch -p1 < "$PATCH_FILE" > "$OUT/patch.log" 2>&1 && echo "patch applied: $PATCH_FILE" && build_sm90 ;;
     bnprobe|fwdprobe) [ -n "${PROBE_BUILT:-}" ] || stage bnprobe_build 30 120 nvcc -O3 -arch=sm_90 -std=c++17 --extended-lambda -Ikernels \
                benchmarks/probe_bn_stats.cu kernels/bn_silu.cu -o /tmp/probe_bn_stats
              PROBE_BUILT=1; mode=SWEEP2; [ $part = fwdprobe ] && mode=FWD   # fwdprobe: the forward sweep of the probe
