@@ -10,6 +10,7 @@ forward-backward on the same weights and batch: every parameter's gradient.
 """
 
 import copy
+import gc
 
 import numpy as np
 import pytest
@@ -247,6 +248,58 @@ def test_batches_that_run_eagerly():
     assert step.plan(imgs[:2], few[few[:, 0] < 2]) == (None, "shape")  # the last partial batch
     assert step.plan(torch.zeros(4, 3, 96, 96), few) == (None, "shape")
     assert step.plan(imgs.contiguous(memory_format=torch.channels_last), few) == (None, "shape")
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_capturing_pauses_automatic_garbage_collection(enabled):
+    """Inside _capturing no automatic collection runs (it could destroy an unreachable CUDA graph mid-capture);
+    afterwards the collector is as it was, also when the capture raised."""
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        with G._capturing("the micro-step"):
+            assert not gc.isenabled()
+        assert gc.isenabled() == enabled
+        with pytest.raises(G.CaptureFailed, match="the micro-step: boom"):
+            with G._capturing("the micro-step"):
+                raise RuntimeError("boom\nmore")
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable() if was else gc.disable()
+
+
+class _Cycle:
+    def __init__(self, graph):
+        self.graph, self.me = graph, self
+
+
+@pytest.mark.cuda
+def test_cuda_capture_survives_an_unreachable_graph_in_a_cycle():
+    """An earlier CUDA graph left in a reference cycle (as an abandoned run's step can be) is not collected
+    inside a capture: the many container allocations inside would run a collection with the collector on,
+    destroying that graph mid-capture, which CUDA refuses and which invalidates the capture."""
+    stray = torch.cuda.CUDAGraph()
+    x = torch.zeros(4, device="cuda")
+    with torch.cuda.graph(stray):
+        x.add_(1)
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    _Cycle(stray)
+    del stray
+    gc.enable()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with G._capturing("a test"), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            y = x * 2
+            junk = [[] for _ in range(20000)]  # far past the youngest generation's threshold
+        del junk
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, x * 2)
+    finally:
+        gc.collect()  # the stray graph, destroyed outside any capture
+        gc.enable() if was else gc.disable()
 
 
 def test_cpu_run_logs_the_eager_step(tmp_path):

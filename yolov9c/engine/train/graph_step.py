@@ -54,6 +54,7 @@ Test: python -m pytest -q tests/test_graph_step.py (the CUDA test compares N gra
 
 from __future__ import annotations
 
+import gc
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -130,12 +131,20 @@ class CaptureFailed(RuntimeError):
 
 @contextmanager
 def _capturing(what):
-    """CaptureFailed for a RuntimeError (torch.AcceleratorError is one) raised while capturing `what`."""
+    """CaptureFailed for a RuntimeError (torch.AcceleratorError is one) raised while capturing `what`. Python's
+    automatic garbage collection is paused meanwhile: a collection inside the capture that destroys an
+    unreachable CUDA graph (an earlier run's or test's, in a reference cycle) is refused by CUDA and
+    invalidates this capture, and torch.cuda.graph no longer collects before capturing."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
         yield
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CaptureFailed(f"{what}: {first}") from e
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def bucket_for(m, buckets=BUCKETS):
