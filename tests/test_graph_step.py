@@ -313,6 +313,30 @@ def test_cpu_run_logs_the_eager_step(tmp_path):
     assert "step: eager (not on a CUDA device)" in lines
 
 
+def test_train_releases_the_graph_step_also_on_an_error(tmp_path, monkeypatch):
+    """train() drops a GraphStep's graphs and pool when the run ends, also when it raised: the memory is given
+    back then, not when a garbage collection finds the run's state (torch.optim leaves its builder's frames,
+    and so the state, in a reference cycle)."""
+    from yolov9c.engine.train import trainer
+
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=2, n_val=1, imgsz=64)
+    cfg = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "2", "--workers", "0",
+                     "--noplots", "--device", "cpu", "--project", str(tmp_path / "runs")])
+    steps = []
+
+    def failing_train(state, stop_after_epoch):
+        state.step = G.GraphStep(_fake_state(), warmup=2)
+        state.step.micro[32], state.step.opt, state.step.pool = object(), object(), object()
+        steps.append(state.step)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(trainer, "_train", failing_train)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.train(cfg, log=lambda *a, **k: None)
+    (step,) = steps
+    assert not step.micro and step.opt is None and step.pool is None
+
+
 # ---------------------------------------------------------------------------------------------------------
 # CUDA: graphed == eager
 # ---------------------------------------------------------------------------------------------------------

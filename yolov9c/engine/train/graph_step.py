@@ -244,6 +244,11 @@ class GraphStep:
         gradients accumulated so far stay in place (the eager step accumulates into them)."""
         self.sync_host(state)
         state.step = train_step
+        self.release()
+
+    def release(self):
+        """Drop the graphs and their memory pool now (the end of a run, also after an error: nothing is read
+        from the device), rather than whenever a reference cycle holding this step is collected."""
         self.micro.clear()
         self.opt = None
         self.pool = None

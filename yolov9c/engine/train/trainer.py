@@ -106,6 +106,8 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
     finally:
         for loader in (state.train_loader, state.val_loader):  # workers stopped here, not at interpreter exit
             close_loader(loader)
+        if isinstance(state.step, GraphStep):  # its graphs' memory pool given back here (evolve trains again)
+            state.step.release()
         if state.folder is not None:
             state.folder.close()
 
