@@ -5,12 +5,12 @@ excluded by a rule in `why_not_run` that says why (installs, the test suite itse
 run): a new documented command is run automatically, and one that cannot be run must be given a reason.
 How a command is shrunk (`shrink`): --epochs 1, --img 64, --batch 4, --workers 0 (given or added; training also
 --noplots), the c-sized
-models of training and conversion replaced by the t-sized ones (yolov9-c.yaml -> yolov9-t.yaml, gelan-c ->
-gelan-t), a training command without --data given the tiny dataset;
+models of training and conversion replaced by the t-sized ones (yolov9-c.yaml and yolov9-s.yaml -> yolov9-t.yaml,
+gelan-c -> gelan-t), a training command without --data given the tiny dataset;
 its placeholders point at files made here: data.yaml / path/to/data.yaml / `...` -> 4 + 2 synthetic images
 with 80 class names, best.pt / yolov9-c.pt / runs/train/exp/weights/best.pt -> a yolov9-t checkpoint (nc 80),
 yolov9-c-converted.pt -> a gelan-t one, path/to/images, clips/*.mp4 and list.txt -> two images and a
-3-frame video; ../shared/data/coco128 -> the real one (tests/shared_paths.py). Each command runs in its own
+3-frame video, data/images/horses.jpg (the published repository's sample) -> one of those images; ../shared/data/coco128 -> the real one (tests/shared_paths.py). Each command runs in its own
 folder, in this process (runpy of the script or `-m yolov9c`, as `python` would), and must exit 0 and
 leave its output (run folder, weights, .onnx).
 Run: python -m pytest -q tests/test_docs_commands.py
@@ -80,7 +80,7 @@ def _distinct(commands):
 COMMANDS = documented_commands()
 SIZE_FLAGS = {"--epochs": "1", "--img": "64", "--imgsz": "64", "--img-size": "64", "--batch": "4",
               "--batch-size": "4", "--evolve": "1"}
-SMALLER = {"yolov9-c.yaml": "yolov9-t.yaml", "gelan-c.yaml": "gelan-t.yaml",
+SMALLER = {"yolov9-c.yaml": "yolov9-t.yaml", "yolov9-s.yaml": "yolov9-t.yaml", "gelan-c.yaml": "gelan-t.yaml",
            "models/detect/gelan-c.yaml": "models/detect/gelan-t.yaml"}
 DATA = ("data.yaml", "path/to/data.yaml", "D.yaml", "...")
 RUN = _distinct([c for c in COMMANDS if why_not_run(c[1]) is None])
@@ -114,6 +114,8 @@ def _lay_out(cwd, files):
     (cwd / "clips").mkdir()
     (cwd / "clips" / "a.mp4").symlink_to(files["video"])
     (cwd / "list.txt").write_text(f"{files['images']}\n")
+    (cwd / "data" / "images").mkdir(parents=True)  # the published repository's sample image
+    (cwd / "data" / "images" / "horses.jpg").symlink_to(sorted(files["images"].glob("*.jpg"))[0])
 
 
 def shrink(cmd, files):
@@ -189,7 +191,7 @@ def check_outputs(argv, cwd, output):
     elif script in ("detect_dual.py", "detect.py"):
         assert list(cwd.glob("runs/detect/exp*/*"))
     elif argv[1:4] == ["-m", "yolov9c", "export"]:
-        assert (cwd / Path(argv[argv.index("--weights") + 1]).with_suffix(".onnx").name).is_file()
+        assert (cwd / Path(argv[argv.index("--weights") + 1]).with_suffix(".onnx")).is_file()  # beside the weights
     elif argv[1:4] == ["-m", "yolov9c", "convert"]:
         assert (cwd / argv[argv.index("--out") + 1]).is_file()
 
