@@ -5,8 +5,8 @@ excluded by a rule in `why_not_run` that says why (installs, the test suite itse
 run): a new documented command is run automatically, and one that cannot be run must be given a reason.
 How a command is shrunk (`shrink`): --epochs 1, --img 64, --batch 4, --workers 0 (given or added; training also
 --noplots), the c-sized
-models of training and conversion replaced by the t-sized ones (yolov9-c.yaml and yolov9-s.yaml -> yolov9-t.yaml,
-gelan-c -> gelan-t), a training command without --data given the tiny dataset;
+models of training and conversion replaced by the t-sized ones (yolov9-c.yaml -> yolov9-t.yaml, gelan-c ->
+gelan-t; in training also yolov9-s.yaml), a training command without --data given the tiny dataset;
 its placeholders point at files made here: data.yaml / path/to/data.yaml / `...` -> 4 + 2 synthetic images
 with 80 class names, best.pt / yolov9-c.pt / runs/train/exp/weights/best.pt -> a yolov9-t checkpoint (nc 80),
 yolov9-c-converted.pt -> a gelan-t one, path/to/images, clips/*.mp4 and list.txt -> two images and a
@@ -80,8 +80,9 @@ def _distinct(commands):
 COMMANDS = documented_commands()
 SIZE_FLAGS = {"--epochs": "1", "--img": "64", "--imgsz": "64", "--img-size": "64", "--batch": "4",
               "--batch-size": "4", "--evolve": "1"}
-SMALLER = {"yolov9-c.yaml": "yolov9-t.yaml", "yolov9-s.yaml": "yolov9-t.yaml", "gelan-c.yaml": "gelan-t.yaml",
+SMALLER = {"yolov9-c.yaml": "yolov9-t.yaml", "gelan-c.yaml": "gelan-t.yaml",
            "models/detect/gelan-c.yaml": "models/detect/gelan-t.yaml"}
+TRAIN_SMALLER = {"yolov9-s.yaml": "yolov9-t.yaml"}
 DATA = ("data.yaml", "path/to/data.yaml", "D.yaml", "...")
 RUN = _distinct([c for c in COMMANDS if why_not_run(c[1]) is None])
 
@@ -140,6 +141,8 @@ def shrink(cmd, files):
             tok = str(files["images"])
         elif prev == "--cfg":
             tok = SMALLER.get(tok, tok)
+            if argv[1] in ("train_dual.py", "train.py"):  # training: yolov9-s too (the memory planner needs its costs)
+                tok = TRAIN_SMALLER.get(tok, tok)
         out.append(tok)
     # the sizes a command leaves at their defaults (100 epochs, 640 px, the 160 built-in images): tiny too
     script = out[1] if len(out) > 1 else ""
