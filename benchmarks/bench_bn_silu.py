@@ -1,24 +1,15 @@
-"""Benchmark of the fused BatchNorm/SiLU CUDA kernels (kernels/bn_silu.cu through yolov9c/ops/bn_silu.py)
-against torch's BatchNorm2d (training mode) + SiLU on the same tensors, with the copy bandwidth of the same
-GPU measured in the same run as the ceiling.
+"""Benchmark of the fused BatchNorm/SiLU kernels (kernels/bn_silu.cu via yolov9c/ops/bn_silu.py) against torch's
+BatchNorm2d (training mode) + SiLU on the same tensors, with a copy of the same bytes as the ceiling.
 
-Prints one JSON line per (shape, layout, pass), after one line for the copy:
-    impl        "copy" (dst.copy_(src) of the largest tensor: bytes read + written), "c" (yolov9c ops: bn_stats,
-                bn_silu, bn_silu_backward) or "torch" (BatchNorm2d + F.silu under autocast)
-    pass        c: "stats" | "forward" | "backward"; torch: "forward" (stats + normalise + SiLU) | "backward"
-    ms          GPU time per call: `--calls` calls captured in one CUDA graph, replayed, median over `--reps`
-                replays (timing "graph"); "loop": the calls back to back between events (torch's rows, and a
-                failed capture)
-    gbps        bytes moved / time, counting each pass's minimal traffic over z-sized tensors:
-                stats 1 read; forward 1 read + 1 write; backward 2 reads (reduction) + 2 reads + 1 write
-                (elementwise); torch forward counted as c stats + forward, torch backward as c backward
-    pct_copy    gbps as % of the copy's
---kernels adds a {"kind": "kernels", ...} line per c pass: its kernels' µs per call under torch.profiler
-(eager calls, so without the graph's gaps), e.g. the statistics' reduction and finish kernels apart.
-Layouts: "cl" channels-last, "nchw" contiguous, "cl_slice" channels [C, 2C) of a channels-last (B, 2C, H, W)
-buffer (a concat slice, row stride 2C), "nchw_slice" the same of an NCHW buffer.
+One JSON line per (shape, layout, impl, pass), after one for the copy: impl "copy" | "c" (bn_stats, bn_silu,
+bn_silu_backward) | "torch"; pass c "stats" | "forward" | "backward", torch "forward" | "backward"; ms = GPU time
+per call (`--calls` calls in one CUDA graph, median of `--reps` replays; timing "loop" for torch's rows and a
+failed capture); gbps = minimal traffic / time (stats 1 read, forward 1 read + 1 write, backward 2 + 2 reads +
+1 write; torch forward counted as c stats + forward); pct_copy = gbps as % of the copy's. `--kernels` adds a
+{"kind": "kernels"} line per c pass with its kernels' µs per call under torch.profiler (eager calls).
+Layouts: "cl", "nchw", and "cl_slice" / "nchw_slice" (channels [C, 2C) of a (B, 2C, H, W) buffer).
+
 Run (GPU): python benchmarks/bench_bn_silu.py
-           python benchmarks/bench_bn_silu.py --shapes 64,32,320,320 --layouts cl --reps 10
            python benchmarks/bench_bn_silu.py --shapes 64,512,40,40 --no-torch --kernels
 """
 

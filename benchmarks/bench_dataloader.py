@@ -2,15 +2,12 @@
 mosaic 1.0, mixup 0.15, scale 0.9, HSV, flips) at a given worker count, through create_dataloader exactly as
 training uses it (persistent workers, collate to uint8 CHW RGB + labels).
 
-Data: a dedicated synthetic set (yolov9c/data/synthetic.py) of --images JPEGs of 640×640 with 10–40 shapes
-each (up to 40 boxes per image), generated once into the cache root ($YOLOV9C_CACHE or ~/.cache/yolov9c,
-or --cache-dir); or --data D.yaml to time another dataset's train split.
-Timing: --warmup batches first (worker start-up, page cache), then the wall time of --batches batches,
-epochs chained. Prints one JSON line: img_per_s, s_per_batch, main_cpu_ms_per_img (CPU time of the main
-process per image: the whole cost with --workers 0, which stays meaningful on a busy machine) and the
-configuration.
-Reference (issue 3): the published loader gives 254 img/s at 8 workers and about 1100 at 16 on the
-16-core GPU machine. Results go into benchmarks/RESULTS.md.
+Data: a synthetic set (yolov9c/data/synthetic.py) of --images JPEGs of 640×640 with 10–40 shapes each,
+generated once into the cache root ($YOLOV9C_CACHE or ~/.cache/yolov9c, or --cache-dir); or --data D.yaml to
+time another dataset's train split. Timing: --warmup batches first (worker start-up, page cache), then the wall
+time of --batches batches, epochs chained. Prints one JSON line: img_per_s, s_per_batch, main_cpu_ms_per_img
+(CPU time of the main process per image: the whole cost with --workers 0, meaningful on a busy machine) and
+the configuration.
 
 Run: python benchmarks/bench_dataloader.py --workers 8 --batch 64 --imgsz 640 --batches 20
 """

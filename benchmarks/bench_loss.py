@@ -1,19 +1,13 @@
 """Benchmark of the YOLOv9 training loss (assigner + loss, forward + backward): the torch reference
 (make_loss backend "torch") against the c path (backend "c": det_loss_decode + tal_assign + det_loss).
 
-Per configuration (batch, image size, nc, boxes per image, backend) one JSON line:
-    ms_median               median wall-clock ms of one loss forward + backward (torch.cuda.synchronize
-                            around each), over --reps steps after --warmup steps
-    peak_extra_gib          max_memory_allocated during those steps minus what was allocated before them
-                            (the head outputs and the targets): what the loss adds over the head outputs,
-                            the maps' gradients included
-    peak_extra_no_grads_gib the same minus the map gradients (which any loss must produce)
-    peak_reserved_gib       max_memory_reserved (what decides an out-of-memory error)
-    items                   loss_items [box, cls, dfl] of the first step (the backends should agree)
-The head outputs are those of a dual (yolov9-*) head: two branches of three maps (B, 64 + nc, H, W) at
-strides 8/16/32, random logits, in --dtype (float16 = what AMP training gives the loss), requires_grad.
-Targets: N boxes per image, uniform centres, widths and heights in [0.01, 0.3] of the image.
-Results go into benchmarks/RESULTS.md (machine, date, commit, command).
+Inputs: the outputs of a dual (yolov9-*) head, two branches of three maps (B, 64 + nc, H, W) at strides
+8/16/32, random logits in --dtype (float16 = what AMP gives the loss), requires_grad; N boxes per image with
+uniform centres and sides in [0.01, 0.3] of the image. One JSON line per (batch, image size, nc, boxes,
+backend): ms_median (one forward + backward, synchronised, over --reps after --warmup), peak_extra_gib (peak
+allocated beyond the head outputs and targets, the maps' gradients included), peak_extra_no_grads_gib (the
+same less those gradients, which any loss produces), peak_reserved_gib, items ([box, cls, dfl] of the first
+step: the backends should agree).
 
 Run: python benchmarks/bench_loss.py --markdown                     (GPU: batch 64, 640, nc 80, 20/160/1000 boxes)
      python benchmarks/bench_loss.py --device cpu --batch 2 --imgsz 128 --boxes 5 20 --reps 2 --warmup 1

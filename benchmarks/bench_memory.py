@@ -1,32 +1,18 @@
-"""Training-step memory and speed per backend and layout: the table behind issue 5's targets.
+"""Training-step memory and speed per backend and layout.
 
     python benchmarks/bench_memory.py                                   # yolov9-s and yolov9-c, batch 64, 640, CUDA
-    python benchmarks/bench_memory.py --models yolov9-s --markdown      # + the table for benchmarks/RESULTS.md
+    python benchmarks/bench_memory.py --models yolov9-s --markdown      # + the markdown table
     python benchmarks/bench_memory.py --device cpu --batch 2 --img 64 --steps 2 --models yolov9-t --threads 1
     python benchmarks/bench_memory.py --table out.jsonl                 # the table of saved JSON lines
 
-One step is what train_dual.py does per batch: uint8 images (random, on the device) → float/255 → forward and the
-dual loss (yolov9c.api.make_loss, hyp.scratch-high) under fp16 autocast (CUDA) → GradScaler backward → unscale,
-gradient norm clipped to 10, SGD (Nesterov, momentum 0.937) step → zero_grad. Targets: --boxes random boxes per
-image (classes uniform in [0, nc), sides 5-50 % of the image).
-
-Configurations (--configs), each in a fresh subprocess so that an out-of-memory error or the caching
-allocator's state cannot affect the next one (an OOM is reported as a row):
-    torch-nchw   torch backend, NCHW (the published layout: the reference row for the ratios)
-    torch-cl     torch backend, channels-last model and batch
-    torch-ckpt   torch backend, NCHW, per-layer torch.utils.checkpoint as train_dual.py --ckpt does it
-    c-cl         c backend (yolov9c.backends.apply(model, "c")), channels-last
-    c-nchw       c backend, NCHW
-    c-cl-graph, torch-cl-graph   the trainer's own step (RunState, build_optimizer, EMA) replayed as one CUDA
-                 graph (yolov9c.engine.train.graph_step.GraphStep, as train_dual.py's default --cuda-graph),
-                 run by bench_step.py's code; CUDA only
-Measured after --warmup steps: peak allocated and peak reserved memory (GiB, after reset_peak_memory_stats),
-the memory held between steps (weights, gradients, optimizer state), and the median of --steps step times with
-torch.cuda.synchronize() around each step. Ratios are against the torch-nchw row of the same model in the
-same run. PYTORCH_CUDA_ALLOC_CONF defaults to expandable_segments:True, as in train_dual.py.
-
-Output: one JSON line per configuration on stdout; --markdown adds the table. Test (CPU smoke run):
-python -m pytest -q tests/test_bench_memory.py
+One step is train_dual.py's per batch: random uint8 images → float/255 → forward and the dual loss under fp16
+autocast (CUDA) → GradScaler backward → unscale, clip to 10, SGD step → zero_grad; --boxes random boxes per
+image. Configurations (--configs), each in a fresh subprocess (an out-of-memory error is a row): torch-nchw
+(the published layout, the reference of the ratios), torch-cl, torch-ckpt (per-layer checkpointing as --ckpt),
+c-cl, c-nchw, and c-cl-graph / torch-cl-graph (the trainer's own step replayed as CUDA graphs, bench_step.py's
+code; CUDA only). Measured after --warmup steps: peak allocated and reserved GiB, the memory held between
+steps, the median of --steps step times. PYTORCH_CUDA_ALLOC_CONF defaults to expandable_segments:True.
+One JSON line per configuration; --markdown adds the table. Test: python -m pytest -q tests/test_bench_memory.py
 """
 
 from __future__ import annotations

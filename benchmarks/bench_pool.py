@@ -1,45 +1,20 @@
-"""Benchmark of the 2×2 stride-1 average pool and the k×k max pool (kernels/pool.cu through yolov9c/ops/pool.py)
-against torch's F.avg_pool2d(x, 2, 1, 0, False, True) / F.max_pool2d(x, k, s, p) and their backwards on the same
-tensors, with a copy of the same tensor on the same GPU in the same run as the ceiling; and (--ops upsample) the
-nearest 2× upsampling, upsample_nearest2x against torch's F.interpolate(x, scale_factor=2, mode='nearest') and
-aten.upsample_nearest2d_backward (what autograd runs).
+"""Benchmark of the pool and upsampling kernels (kernels/pool.cu via yolov9c/ops/pool.py) against torch's ops and
+their autograd backwards on the same tensors, with a copy of the same tensor as the ceiling: the 2×2 stride-1
+average pool (ADown/AConv; torch F.avg_pool2d(x, 2, 1, 0, False, True)), the k×k max pool (ADown's 3×3/2,
+SPPELAN's 5×5/1; c's backward recomputes the window argmaxes from x, torch's reads saved indices) and (--ops
+upsample) the nearest 2× upsampling (torch F.interpolate). Shapes: the calls the c backend makes per training
+step at batch 64, 640, found by hooking the ops in a forward of each model, with their counts.
 
-Upsample rows (pass "up2_forward" / "up2_backward"; shape = the upsampling's input): the 2× nearest resizes of
-one forward at batch 64, 640, found by hooking F.interpolate in a forward of each model (the heads'
-nn.Upsample, yolov9-c's CBFuse 2× resizes). gbps counts x + out (5 input sizes) for both passes; the copy row
-is of the output-sized tensor. No step estimate: how often the lazy convs' recomputes re-run an upsampling in
-backward varies per model (tests/test_upsample.py counts them).
+One JSON line per (shape, layout, impl, pass): impl "copy" | "c" | "torch"; pass "forward" | "backward" (max
+pool "max{k}s{s}_*", upsampling "up2_*"); ms = GPU time per call (`--calls` calls in one CUDA graph, median of
+`--reps` replays); gbps = (elements read + written) · size / time, pct_copy = gbps as % of the copy's. Then a
+table and, per model, the pool time of one training step at the c backend's calls (forward, the lazy convs'
+backward recompute, backward) against torch's ops on the same calls. Layouts: "cl", "nchw", "cl_slice".
+Without CUDA it prints a message and exits 0.
 
-Max pool rows (pass "max{k}s{s}_forward" / "max{k}s{s}_backward"; shape = the pool's input): the c backend's
-calls at batch 64, 640, found by hooking F.max_pool2d in a forward of each model (ADown's 3×3/2 pool of its
-second channel half, SPPELAN's three chained 5×5/1 pools). c backward: max_pool2d_backward from x and g (no
-saved indices: the window argmaxes recomputed into a 1-byte-per-output scratch, then a gather); torch backward:
-aten.max_pool2d_with_indices_backward with the forward's indices (what autograd runs). gbps counts the c op's
-bytes for both (forward: x + out; backward: x + g + grad_in; not the scratch, 1 write + <= ceil(k/s)^2 reads of
-one byte per output element). Per model the step
-estimate adds c = calls·(2 forward + b backward) and the former torch path = calls·((2 + b) forward + b
-backward), b = backward calls per pool (1 for ADown; 2 on average for SPPELAN's chain, reached once per
-consumer path: tests/test_maxpool.py counts them).
-
-Shapes: the pool calls the c backend makes per training step at batch 64, 640 (from the models' ADown/AConv
-inputs: yolov9-c's ADown pools each channel half of its input separately, so (64, 256, 160, 160) is two calls
-of (64, 128, 160, 160); yolov9-s's AConv pools its whole input), with how many calls of each a step has.
-Prints one JSON line per (shape, layout, impl, pass):
-    impl      "copy" (dst.copy_(src) of an input-sized tensor), "c" (yolov9c.ops.pool) or "torch"
-    pass      "forward" | "backward" (c: avg_pool2x2_backward from the gradient alone; torch:
-              aten.avg_pool2d_backward, what autograd calls)
-    ms        GPU time per call: `--calls` calls captured in one CUDA graph, replayed, median of `--reps`
-    gbps      (elements read + written) · element size / time; pct_copy: gbps as % of the copy's (same shape)
-then a table, and per model the pool time of one training step: c = calls·(2 forward (forward + the lazy
-conv's backward recompute) + 1 backward), torch's path as the c backend ran it before = calls·(3 forward
-(forward, recompute, the autograd re-run in backward) + 1 backward), both with the measured times.
-Layouts: "cl" channels-last (the training path), "nchw" contiguous, "cl_slice" channels [C, 2C) of a
-channels-last (B, 2C, H, W) buffer (pixel stride 2C).
 Run (GPU): python benchmarks/bench_pool.py
            python benchmarks/bench_pool.py --ops max --layouts cl
            python benchmarks/bench_pool.py --ops upsample --layouts cl nchw --dtype float16
-           python benchmarks/bench_pool.py --shapes 64,128,160,160 --layouts cl --dtype bfloat16
-Without CUDA it prints a message and exits 0.
 """
 
 import argparse

@@ -1,38 +1,19 @@
-"""The PUBLISHED YOLOv9 training step, timed the way bench_step.py times ours (issue 12 deliverable 5: the
-ratio table needs both in the same run). The published code is never part of this repo: pass its checkout.
+"""The published YOLOv9 training step, timed the way bench_step.py times ours, for ratio tables with both in one
+run. The published code is never part of this repo: pass its checkout, and run with a Python that has what it
+imports (its requirements.txt).
 
     git clone https://github.com/WongKinYiu/yolov9 /path/to/published-yolov9
     python benchmarks/bench_published_step.py --published /path/to/published-yolov9            # s and c, 64, 640
     python benchmarks/bench_published_step.py --published P --models yolov9-s --modes nchw --markdown
-    python benchmarks/bench_published_step.py --published P --device cpu --models yolov9-t --batch 2 --img 64 \
-        --steps 2 --warmup 1 --profile 0                                                         # CPU smoke run
+    python benchmarks/bench_published_step.py --published P --device cpu --models yolov9-t --batch 2 --img 64 --steps 2 --warmup 1 --profile 0
 
-Run it with a Python that has what the published code imports (torch, torchvision, pandas, seaborn, scipy,
-requests: its requirements.txt). This file imports no yolov9c module: each configuration runs in its own
-subprocess with the published checkout as working directory and first on sys.path, after
-benchmarks/fidelity/published_side.py's stand-ins for the optional packages (IPython, tensorboard,
-pkg_resources) and its local copy of the font the published utils would download.
-
-One step is the body of the published train_dual.py batch loop at accumulate = 1 (batch 64 = its nominal
-batch), built as its train() builds it for a fresh run: init_seeds(0, deterministic=True) as train() calls it
-(--no-deterministic: cuDNN/cuBLAS free to pick), Model(models/detect/<model>.yaml, nc=--nc) on the device
-(--modes channels_last: model and batch in channels-last; nchw: the published layout), smart_optimizer (SGD,
-Nesterov, momentum 0.937, lr 0.01, weight decay 0.0005: hyp.scratch-high.yaml; weight decay not rescaled, as
-at batch 64), ModelEMA, model.half().float(), model.hyp (label_smoothing 0), GradScaler, the dual ComputeLoss
-of utils/loss_tal_dual.py. Per step: random uint8 images already on the device → float/255 → forward and loss
-under fp16 autocast (CUDA) with the host targets moved to the device → scaler.scale(loss).backward() →
-unscale_ → clip_grad_norm_(10) → scaler.step → scaler.update → zero_grad → EMA update. Not in the step, as in
-bench_step.py: the warm-up learning-rate ramp, logging, the loader. Targets: --boxes random boxes per image,
-drawn by yolov9c/engine/train/memory_plan.py's random_targets (the boxes bench_step.py gives ours). torch.amp.autocast/GradScaler("cuda")
-are what torch.cuda.amp's deprecated names call.
-
-After --warmup steps, --steps timed steps with torch.cuda.synchronize() around each: step_ms (median, the key
-bench_step.py uses) and min_ms; peak allocated / reserved GiB over the timed steps (reset_peak_memory_stats
-after warm-up); gpu_ms = kernel time per step over --profile steps under torch.profiler (bench_step's
-measure). PYTORCH_CUDA_ALLOC_CONF is left as the caller's environment has it (the published code sets none;
-bench_step.py uses expandable_segments:True): the row's alloc_conf says which. One JSON line per configuration
-(an out-of-memory step is a row with status "oom"); --markdown adds the table. Exit status 2 when the checkout
-is missing, 1 when a row failed (status error/timeout), else 0.
+Each configuration runs in its own subprocess inside the checkout (with fidelity/published_side.py's stand-ins
+for its optional imports); this file imports no yolov9c module. One step is the published train_dual.py batch
+loop at accumulate 1, built as its train() builds it (init_seeds(0, deterministic=True) unless
+--no-deterministic; --modes nchw | channels_last), with bench_step.py's random uint8 images and targets.
+After --warmup steps, --steps timed steps: step_ms (median), min_ms, peak allocated / reserved GiB, gpu_ms
+(kernel time under torch.profiler, --profile steps). One JSON line per configuration (an out-of-memory step is
+a row with status "oom"); exit 2 when the checkout is missing, 1 when a row failed, else 0.
 Test (what runs without the published code): python -m pytest -q tests/test_bench_published_step.py
 """
 

@@ -1,4 +1,4 @@
-"""The trainer's training step, eager against CUDA graphs (issue 12 deliverable 1), per model and backend.
+"""The trainer's training step, eager against CUDA graphs, per model and backend.
 
     python benchmarks/bench_step.py                                # yolov9-s and yolov9-c, batch 64, 640, AMP
     python benchmarks/bench_step.py --models yolov9-s --backends c --steps 10 --markdown

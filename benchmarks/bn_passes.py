@@ -1,6 +1,6 @@
-"""How many times the c backend's BN/SiLU kernels touch each conv output z in one training step (issue 12: the
-c step spends ~2x torch's time in BN/SiLU kernels; this says where the extra passes come from). CPU only; the
-counts do not depend on the device, the batch or the image size (only on the model graph).
+"""How many times the c backend's BN/SiLU kernels touch each conv output z in one training step: where its
+BN/SiLU passes beyond torch's come from. CPU only; the counts depend only on the model graph, not on the
+device, the batch or the image size.
 
     python benchmarks/bn_passes.py --model yolov9-s            # one step at batch 2, 128 px, on the CPU
     python benchmarks/bn_passes.py --model yolov9-s --sites    # and the activation passes by call site
@@ -8,18 +8,10 @@ counts do not depend on the device, the batch or the image size (only on the mod
 Wraps the five entry points of yolov9c.ops.bn_silu (statistics, forward, two-BN forward, backward, two-BN
 backward), runs forward + loss + backward of `--backend c`, and prints per entry point its calls and the
 elements of z it read, in forward and in backward, as multiples of the BN layers' input elements of one torch
-forward (the minimum for one pass over every z), plus how many times each z region was applied (activated) in
-forward and in backward. --sites adds the activation passes by call site: the c-backend function that asked
-for them (LazyConvFunction.forward / .backward, a segment's recompute, a torch fallback's materialise) and the
-lazy node method that ran the kernel (BNAct.fill, Cat.fill into a concat buffer, Sum.fill's residual, ...).
-Bytes per element per pass (fp16): statistics 2, forward apply 4, backward 10 (a reduction pass reading z and
-g, then an elementwise pass reading z and g and writing dz).
-
-Measured (CPU, this script's defaults): activation passes in backward equal forward's when a segment's
-recompute hands each conv its materialised input (YOLOV9C_KEEP_INPUTS=1, conv.inputs_kept; default off):
-yolov9-s 1.39x (2.08x without), yolov9-c
-1.26x (2.07x), yolov9-e 1.41x (2.13x); by call site (yolov9-s, --sites): conv backward 0.71x, segment
-recompute's forward 0.70x (its conv backwards: 0.70x without, 0 with).
+forward (the minimum for one pass over every z), plus how many times each z region was activated in forward
+and in backward. --sites splits the activation passes by the c-backend function that asked for them and the
+lazy node method that ran the kernel. Bytes per element per pass (fp16): statistics 2, forward apply 4,
+backward 10 (a reduction reading z and g, then an elementwise pass reading z and g and writing dz).
 """
 
 from __future__ import annotations

@@ -1,23 +1,18 @@
 """Memory timeline of one training step per layer: what is alive when, and what is alive at the peak.
 
     python benchmarks/mem_timeline.py --model yolov9-s                       # c backend, batch 64, 640, AMP
-    python benchmarks/mem_timeline.py --model yolov9-s --stored --float      # before: aux z's kept, float input
+    python benchmarks/mem_timeline.py --model yolov9-s --stored --float      # aux z's kept, float input
     python benchmarks/mem_timeline.py --model yolov9-t --batch 2 --img 128 --device cpu   # CPU: stored bytes only
-    python benchmarks/mem_timeline.py --model yolov9-s --markdown            # + the tables for RESULTS.md
+    python benchmarks/mem_timeline.py --model yolov9-s --markdown            # + markdown tables
 
-The step is the trainer's (yolov9c.engine.train.memory_plan.MeasuredStep): uint8 batch (passed as is when the model accepts_uint8, else
-float/255; --float forces the float path) → forward + dual loss under fp16 autocast → GradScaler backward →
-unscale, clip to 10, SGD (Nesterov) step → zero_grad → EMA update; --warmup plain steps first, then one instrumented step.
---stored sets YOLOV9C_AUX_RECOMPUTE=0 (every auxiliary z kept: the path before the recompute).
-
-Marks (one JSON line each, "mark"): after every layer's forward (module hooks; pgi.STEP_HOOKS for the
-recomputed auxiliary segments and head levels), after the loss, when each layer output's gradient arrives in
-backward (a tensor hook on its first 4-D tensor), after backward, unscale, clip, step, zero_grad. Each mark
-has memory allocated/reserved then and the peak allocated since the previous mark (CUDA).
-"alive": the allocated blocks right after the loss (torch.cuda.memory._snapshot; the step's peak comes right
-after, at the start of backward), split into: tensors stored for backward per layer (saved-tensor hooks;
-a layer's output z counts for the layer that made it), parameters, optimizer state, the image, the head
-outputs and the rest. On the CPU only the stored bytes are counted.
+The step is the trainer's (memory_plan.MeasuredStep; uint8 batch when the model accepts it, --float forces
+float/255; --stored sets YOLOV9C_AUX_RECOMPUTE=0): --warmup plain steps, then one instrumented step.
+Marks (one JSON line each): after every layer's forward (module hooks, pgi.STEP_HOOKS for recomputed
+segments), after the loss, when each layer output's gradient arrives in backward, after backward, unscale,
+clip, step and zero_grad; each with memory allocated/reserved and the peak allocated since the previous mark.
+"alive": the allocated blocks right after the loss (torch.cuda.memory._snapshot), split into tensors stored
+for backward per layer (saved-tensor hooks), parameters, optimizer state, the image, the head outputs and the
+rest. On the CPU only the stored bytes are counted.
 """
 
 from __future__ import annotations

@@ -1,40 +1,17 @@
 """The YOLOv9 detection losses: single-head (gelan-*, DDetect) and dual (yolov9-*, DualDDetect).
 
-Torch reference of the published loss_tal.py / loss_tal_dual.py (spec/yolov9-reference.md §4.1-4.6):
-
     loss_fn = make_loss(model)                    # hyp defaults to configs/hyps/hyp.scratch-high.yaml
-    loss_total, loss_items = loss_fn(preds, targets)
-    loss_total.backward()                         # loss_total = (box + cls + dfl) · B, shape (1,)
-    # loss_items = detached [box, cls, dfl], shape (3,), what the console and results.csv show
+    loss_total, loss_items = loss_fn(preds, targets)  # (box + cls + dfl) · B, shape (1,); detached items (3,)
     loss_fn.assignments(preds, targets)           # per branch: the assigned labels, boxes, soft scores, fg
 
-Per head branch: concat the three maps to (B, 64+NC, A); decode boxes with the DFL expectation; assign
-targets with the TaskAlignedAssigner (detached sigmoid scores and pixel boxes); BCE on the soft target
-scores, CIoU and DFL on the foreground anchors, all ÷ target_scores_sum. The dual loss adds the auxiliary
-branch's terms × 0.25 (its box/dfl terms only when it has a positive). Gains are fixed at box 7.5, cls 0.5,
-dfl 1.5 as in the published loss, which does not read the hyp keys box/cls/dfl.
-
-One class for both heads and both backends: DetectionLoss(nc, reg_max, stride, hyp, backend, dual) (make_loss
-builds it from a model). dual=True is the PGI loss of a DualDDetect head (aux + main branches). The backend
-is chosen once, at construction: "torch" is the reference below; "c" computes the same terms
-without (B, M, A) or (B, A, NC) tensors: per branch, the boxes for the assigner are those of the published
-fp16 decode for fp16/bf16 maps (the torch branch's dfl_decode, a few images at a time, so that both backends
-assign the same targets; yolov9c.ops.det_loss.det_loss_decode's float32 decode for float32 maps), the targets
-come from yolov9c.ops.tal_assign.tal_assign (labels, boxes and the per-anchor soft score `target_norm`:
-target_scores = one_hot(labels)·target_norm, never built), and the three terms with their gradients from
-yolov9c.ops.det_loss.det_loss, which reads the level maps in place. The only (B, ·, A) temporaries are a
-transient copy of the class logits (B, NC, A) in the maps' dtype for the assigner, freed before the loss
-kernels run, and the decode's chunk (~32 MB). With hyp fl_gamma > 0 (focal loss, off in every published hyp)
-the c path uses the reference branch.
-
-Differences from the published loss, on purpose:
-  * hyp['label_smoothing'] = eps acts (published: silently ignored): BCE targets t become
-    t·(1 − eps) + eps/2, so a hard 1 becomes 1 − eps/2 and a 0 becomes eps/2 (the published smooth_BCE
-    values) and soft TAL targets are shrunk the same way. eps = 0 skips the step (bit-identical).
-  * fp16/bf16 predictions: the BCE and the foreground box terms are computed in float32 (under autocast
-    the published BCE is float32 too). Float64 predictions keep the loss sums in float64 (published: a
-    float32 buffer). Ground-truth boxes are float32 (the default dtype), as published, whatever the
-    predictions' dtype: the assigner's CIoU then runs in float32 and so matches the published targets.
+The published loss_tal.py / loss_tal_dual.py (spec §4.1-4.6): per head branch, the DFL box decode,
+TaskAlignedAssigner targets, BCE on the soft scores, CIoU and DFL on the foreground, all ÷ target_scores_sum;
+gains box 7.5, cls 0.5, dfl 1.5; the dual loss adds the auxiliary branch's terms × 0.25. DetectionLoss(nc,
+reg_max, stride, hyp, backend, dual): "torch" is the reference; "c" computes the same terms through
+ops.tal_assign and ops.det_loss without (B, M, A) or (B, A, NC) tensors, its assigner reading the boxes of the
+published fp16 decode for fp16/bf16 maps, so that both backends assign the same targets (fl_gamma > 0 takes the
+reference). Unlike the published loss, on purpose: hyp label_smoothing = eps acts (targets t·(1 − eps) + eps/2;
+eps = 0 is bit-identical); fp16/bf16 predictions get float32 BCE and box terms, float64 ones float64 sums.
 
 Test: python -m pytest -q tests/test_loss.py tests/test_goldens_loss.py
 """
