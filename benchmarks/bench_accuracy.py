@@ -457,6 +457,7 @@ def plot_curves(runs, png):
         n = min(len(m) for m in maps)
         ax.plot(range(n), np.mean([m[:n] for m in maps], 0), color=colour, linewidth=2.2,
                 label=f"{runner} (mean of {len(maps)})")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("epoch")
     ax.set_ylabel("val mAP@0.5:0.95 (per-epoch, own validation)")
     ax.grid(alpha=0.3)

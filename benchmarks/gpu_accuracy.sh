@@ -8,7 +8,7 @@
 # means some are unfinished, and the same call again, made while the machine is still warm, resumes them from
 # their last.pt in runs/acc-NAME (ignored by git, so kept between calls). NO_BUILD=1 skips the sm_90 build when
 # the warm machine has it. ACC_SEEDS, ACC_EPOCHS, ACC_JOBS, ACC_FLAGS override the recipe's seeds, epochs, runs
-# at once and add flags. Returned: $OUT/rows.jsonl (every JSON line), $OUT/curves.png, the logs in logs.tgz.
+# at once and add flags. Returned: $OUT/acc-NAME.results.jsonl (every run, summary and compare line), $OUT/curves.png, the logs in logs.tgz.
 source "$(dirname "$0")/gpu_lib.sh" "${1:-585}"; shift
 name=${1:?dataset name, e.g. raccoon}
 data=.dev/data_accuracy/$name/data.yaml
@@ -22,6 +22,7 @@ stage accuracy 120 $(( $(left) - 10 )) python3 benchmarks/bench_accuracy.py --da
   --batch 32 --epochs ${ACC_EPOCHS:-60} --close-mosaic 15 --seeds ${ACC_SEEDS:-0,1,2} --backends torch,c \
   --jobs ${ACC_JOBS:-9} --workers 2 --time-limit $(( $(left) - 75 )) --out $acc ${ACC_FLAGS:-} "${pub[@]}"
 tail -12 "$OUT/accuracy.log"
-cp $acc/curves.png "$FINAL/" 2>/dev/null
+cp $acc/curves.png "$FINAL/" 2>/dev/null   # the runs' lines (the log's carry progress bars): results.jsonl
+cp $acc/results.jsonl "$FINAL/acc-$name.results.jsonl" 2>/dev/null
 cp $acc/*.log "$OUT/" 2>/dev/null
 for d in $acc/train/*/; do cp "$d/results.csv" "$OUT/$(basename "$d").results.csv" 2>/dev/null; done

@@ -399,3 +399,40 @@ def test_a_stopped_run_is_resumed_from_its_last_checkpoint(tmp_path):
     argv, cwd, env = bench_accuracy.resume_command(a, "published", 1, tmp_path / "train")
     assert argv[0] == "py" and argv[2] == "train" and argv[-2:] == ["--resume", last.replace("c+unfused", "published")]
     assert cwd == a.published
+
+
+def test_matrix_runs_on_a_converted_dataset(tmp_path, capsys):
+    """The whole chain on the CPU: a VOC source converted by accuracy_datasets.py, then bench_accuracy.py's
+    matrix (torch and c, one seed, 2 epochs at 64 px, two runs at once, real train_dual.py processes): a run
+    line per runner with its best.pt validated and its 2-epoch curve, the summaries, the compare line, the
+    report on stderr and the curves PNG."""
+    import json
+    import accuracy_datasets
+    import bench_accuracy
+    src = tmp_path / "src"
+    (src / "images").mkdir(parents=True)
+    (src / "annotations").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        im = np.full((64, 80, 3), 30, np.uint8)
+        x1, y1 = int(rng.integers(0, 40)), int(rng.integers(0, 30))
+        im[y1:y1 + 24, x1:x1 + 32] = 220
+        cv2.imwrite(str(src / "images" / f"img{i:03d}.jpg"), im)
+        (src / "annotations" / f"img{i:03d}.xml").write_text(
+            f"<annotation><object><name>box</name><bndbox><xmin>{x1}</xmin><ymin>{y1}</ymin><xmax>{x1 + 32}</xmax>"
+            f"<ymax>{y1 + 24}</ymax></bndbox></object></annotation>")
+    accuracy_datasets.convert(src / "images", src / "annotations", ["box"], tmp_path / "data")
+    out = tmp_path / "acc"
+    rc = bench_accuracy.main(["--data", str(tmp_path / "data" / "data.yaml"), "--cfg", "yolov9-t", "--img", "64",
+                              "--batch", "4", "--epochs", "2", "--close-mosaic", "1", "--seeds", "0",
+                              "--backends", "torch,c", "--device", "cpu", "--workers", "0", "--val-batch", "4",
+                              "--cache", "none", "--jobs", "2", "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    runs = {x["runner"]: x for x in lines if x["kind"] == "run"}
+    assert rc == 0 and set(runs) == {"torch", "c"}, err[-2000:]
+    for r in runs.values():
+        assert 0 <= r["map"] <= r["map50"] <= 1 and len(r["curve"]["map"]) == 2 and r["best_epoch"] in (0, 1)
+    assert [x["runner"] for x in lines if x["kind"] == "summary"] == ["torch", "c"]
+    assert "c_minus_torch_map" in lines[-1] and "mAP@0.5:0.95" in err
+    assert cv2.imread(str(out / "curves.png")) is not None
