@@ -1,61 +1,29 @@
-"""Real-data accuracy benchmark (issue 13): both backends and, given --published, the published train_dual.py,
-trained from scratch on a small real dataset with several seeds; mean and spread of mAP@0.5 and mAP@0.5:0.95.
+"""Real-data accuracy benchmark: ours (--backend torch, c) and, given --published, the published train_dual.py,
+trained from scratch with one recipe and several seeds; best.pt mAP@0.5 and mAP@0.5:0.95 per run and compared.
 
-    python benchmarks/bench_accuracy.py --data ../shared/data/coco128/data.yaml --cfg yolov9-s --img 640 \\
-        --batch 32 --epochs 60 --close-mosaic 15 --seeds 0,1,2 --backends torch,c \\
-        [--published /work/published-yolov9 --python /work/venv-pub/bin/python] --out runs/bench-accuracy
+    python benchmarks/bench_accuracy.py --data DIR/data.yaml --cfg yolov9-s --img 640 --batch 32 --epochs 60 \\
+        --close-mosaic 15 --seeds 0,1,2 --backends torch,c --jobs 9 [--published CHECKOUT --python PY] --out OUT
 
-Each run is a separate `train_dual.py` process (ours from this checkout with --backend B, or the published one
-in its checkout, started through benchmarks/fidelity/published_side.py) with the same flags: --hyp
-hyp.scratch-high.yaml --min-items 0 --cache ram (--cache none to turn it off) --seed S. Its best.pt is then
-validated by our val_dual.py (conf 0.001, IoU 0.7, batch --val-batch, half on CUDA): one validator for every
-run. --jobs N trains N runs at once (one GPU holds several small runs; validation stays one at a time);
---single-cls trains and validates every runner as one class (coco128's 80 classes in 128 images are too few
-to learn from scratch); --classes 0 keeps only coco's person class (coco128: 254 of
-the 929 training boxes, in 61 of the 128 images; 350 boxes in 73 val images), a relabelled copy in OUT. A tiny
-CPU run to show it works: --cfg yolov9-t --img 160 --epochs 1 --batch 8 --device cpu.
-
---derive crops (benchmarks/accuracy_data.py `crop_dataset`) trains and validates on a dataset learnable from
-scratch in a few dozen epochs, which coco128 itself is not (every runner stays at mAP@0.5:0.95 ≈ 0.001-0.003):
-crops of coco128 in which a few classes' objects are large. Anchors are the boxes of the kept classes with a
-longer side >= 96 px and a shorter >= 32 px; the classes are --classes, else the 3 with the most anchors in the
-split that has fewer: on coco128 person (111 train / 174 val anchors), dining table (10 / 17) and bowl (16 / 9),
-the next being chair (12 / 8). Each anchor gives 3 train crops (1 val crop): a square of side = its longer side
-/ U(0.3, 0.8), cut to the image, at a random offset keeping it whole; labels are every kept-class box clipped to
-the crop, kept when >= 40 % of its area is inside and both clipped sides are >= 4 px. Train crops come only from
-images/train (train2017), val crops only from images/val (val2017): the val set is held out. JPEG quality 95,
-OUT/data-crops/sources.csv names each crop's source; --derive-seed (default 0) seeds the crops, the same seed
-writes the same files (4 s). --crops-per-anchor N writes N training crops per anchor instead of 3 (different
-random windows of the same objects: more distinct images and steps per epoch at the same validation cost). Counts with seed 0: train 411 images, boxes person 1441 / dining table 77 / bowl
-225; val 200 images, boxes 857 / 37 / 38; median longer box side 0.45 of the crop (anchors 0.3-0.8 of it, the
-smaller neighbours of crowds below). The counts go to OUT/results.jsonl as a first {"kind": "dataset"} line.
-
---backends also takes variants of our runners, BACKEND+VARIANT[+VARIANT]: the same run with one thing changed,
-to find which part of a backend makes a difference: c+no-cuda-graph (the eager step), c+no-cudnn-benchmark,
-c+no-amp (float32), c+unfused (YOLOV9C_FUSED=0: the c structure on torch ops instead of the kernels),
-c+loss-torch / torch+loss-c (YOLOV9C_LOSS_BACKEND: one backend's model with the other's loss).
-
-Output: one JSON line per run ({"kind": "run", "runner", "seed", "map50", "map", "best_epoch", "train_s", ...}),
-then one per runner ({"kind": "summary", "runner", "n", "map50_mean", "map50_std", "map_mean", "map_std"}), and
-a last line comparing them ({"kind": "compare", "<runner>_minus_published_map", "<runner>_minus_torch_map", and
-"<c variant>_minus_c_map"}, points of mAP@0.5:0.95 × 100, each with a `..._paired` entry on the seeds both
-runners have: n, mean and standard error of the per-seed difference, t, and how many seeds are lower, and a
-`..._curve` entry: the per-epoch differences of the training loss and of the run's own validation mAP, mean over
-the seeds, from each run's "curve" (its results.csv per epoch: box, cls, dfl, map)). Lines
-also go to OUT/results.jsonl; a second call with the same --out keeps the runs that finished there and trains
-only the others. `--rows A.jsonl B.jsonl ...` trains nothing and summarizes the runs of earlier calls (seeds
-measured in several device calls). Every summary also prints a report on stderr (per runner mean ± standard
-error, paired differences by seed: each of ours − published, c − torch) and --plot PNG (default OUT/curves.png
-after training) draws every run's per-epoch val mAP@0.5:0.95 and each runner's mean over seeds.
-
-Real datasets (benchmarks/accuracy_datasets.py, docs/fidelity.md "Real datasets"): --data DIR/data.yaml of a
-converted set. --time-limit S splits a matrix longer than one device call: after S seconds each run still
-training is stopped at a quiet moment (no write to its run folder for 2 s, so between the end-of-epoch saves),
-an {"kind": "unfinished"} line says how far it got, and a later call with the same --out resumes it from its
-last.pt (train_dual.py --resume, ours and the published one alike). Its row then lists "resumed_at" (epochs);
-the published code closes mosaic only when an epoch equals epochs − close_mosaic, so a published run resumed
-past that epoch keeps mosaic on to the end: such a row says "published_mosaic_not_closed". Results:
-benchmarks/RESULTS.md.
+Runs: one train_dual.py process each (ours from this checkout, the published one in its checkout through
+benchmarks/fidelity/published_side.py), the same flags (--hyp hyp.scratch-high.yaml --min-items 0 --cache ram
+--seed S ...), --jobs at once; every best.pt validated by our val_dual.py (conf 0.001, IoU 0.7, half on CUDA).
+Data: a YOLO data.yaml (the public sets of benchmarks/accuracy_datasets.py, docs/fidelity.md "Real datasets");
+on coco128 --single-cls, --classes (a relabelled copy) or --derive crops (accuracy_data.crop_dataset; its
+counts go first to results.jsonl as a {"kind": "dataset"} line). --backends takes variants BACKEND+VARIANT
+(VARIANTS below: one thing changed, e.g. c+no-cuda-graph, c+loss-torch).
+Output (stdout and OUT/results.jsonl): a {"kind": "run"} line per run (map50, map, best_epoch, train_s, curve:
+its results.csv per epoch: box, cls, dfl, own val map, ours also skipped steps), a {"kind": "summary"} line per
+runner (n, mean, std, se of both mAPs), and a {"kind": "compare"} line (points × 100: each runner − published /
+torch, a c variant − c, with `_paired` by-seed differences (n, mean, se, t, lower) and `_curve` per-epoch ones,
+and the loss swap's effects); then a report on stderr (mean ± standard error per runner, paired differences)
+and the per-epoch val mAP plot (--plot, default OUT/curves.png). `--rows FILES` trains nothing: it summarizes
+earlier calls' run lines (the last of each runner and seed).
+Calls: a second call with the same --out keeps the finished runs. --time-limit S stops the runs still training
+after S s at a quiet moment (no write to the run folder for 2 s: between end-of-epoch saves) with a
+{"kind": "unfinished"} line; the next call resumes them (train_dual.py --resume last.pt), and their run line
+lists "resumed_at". The published code closes mosaic only at epoch == epochs − close_mosaic: a published run
+resumed after that epoch keeps mosaic and is marked "published_mosaic_not_closed".
+Tests: tests/test_bench_accuracy.py. Results: benchmarks/RESULTS.md.
 """
 
 import argparse
