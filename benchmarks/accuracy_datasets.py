@@ -204,7 +204,8 @@ def main(argv=None):
     images, annotations, names = PRESETS[a.preset] if a.preset else (None, None, None)
     if a.labels == "csv":
         if a.preset not in CSV_LABELS:
-            print(f"error: --labels csv: only for {', '.join(CSV_LABELS)}; give --annotations FILE.csv", file=sys.stderr)
+            print(f"error: --labels csv: only for {', '.join(CSV_LABELS)}; give --annotations FILE.csv",
+                  file=sys.stderr)
             return 2
         annotations = CSV_LABELS[a.preset]
     images, annotations = a.images or images, a.annotations or annotations
