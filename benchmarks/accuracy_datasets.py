@@ -11,7 +11,8 @@ OUT/{train,val}.txt (the file names of each split) and OUT/data.yaml (`path: .`,
 
 Split rule (fixed, per file, no other file involved): an image is val when int(sha1(file stem)[:8], 16) % 5
 == 0, else train (~20 % val). Boxes: pixel corners → centre / size over the image's decoded size, corners
-clipped to the image; a box with zero width or height is dropped and counted (BCCD has two); an inverted box,
+clipped to the image; a box with zero width or height is dropped and counted (BCCD has two), as is a VOC object
+marked <difficult>1</difficult> (left out as the published VOC conversion does; none in these sets); an inverted box,
 one more than 1 px outside the image, an unknown class, a missing image or an unreadable annotation stops the
 conversion with one `error:` line naming the file and what to fix, before anything is written. Images are
 copied byte for byte, except JPEGs not ending in FF D9 (truncated or trailing bytes: 4 in kangaroo), which
@@ -53,13 +54,17 @@ def split_of(stem):
 
 
 def read_voc(path):
-    """[(class name, xmin, ymin, xmax, ymax)] of a VOC XML file, pixel floats; AnnotationError if unreadable."""
+    """([(class name, xmin, ymin, xmax, ymax)], number of difficult objects left out) of a VOC XML file, pixel
+    floats; AnnotationError if unreadable."""
     try:
         root = ET.parse(path).getroot()
     except (ET.ParseError, OSError) as e:
         raise AnnotationError(f"{path}: not readable VOC XML ({e}): fix or remove the file")
-    boxes = []
+    boxes, difficult = [], 0
     for i, obj in enumerate(root.iter("object")):
+        if (obj.findtext("difficult") or "0").strip() == "1":
+            difficult += 1
+            continue
         name = obj.findtext("name")
         vals = [obj.findtext(f"bndbox/{k}") for k in ("xmin", "ymin", "xmax", "ymax")]
         try:
@@ -67,7 +72,7 @@ def read_voc(path):
         except (TypeError, ValueError, AttributeError):
             raise AnnotationError(f"{path}: object {i}: needs <name> and numeric bndbox xmin/ymin/xmax/ymax "
                                   f"(got name {name!r}, {vals}): fix the object")
-    return boxes
+    return boxes, difficult
 
 
 def read_csv(path):
@@ -124,20 +129,24 @@ def ends_cleanly(path):
 
 
 def collect(images, annotations, names):
-    """[(image path, YOLO rows)] and the dropped zero-size count for every image, checked before writing.
+    """[(image path, YOLO rows)] for every image, checked before writing, and {"dropped_zero_size": n,
+    "skipped_difficult": n}.
     annotations: a folder of VOC XML files named as the images, or a CSV file; images without an annotation
     are backgrounds, an annotation without its image is an error."""
     files = sorted(p for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
         raise AnnotationError(f"{images}: no images (.jpg/.jpeg/.png/.bmp) there: give the image folder")
     by_name = {p.name: p for p in files}
+    skipped = 0
     if annotations.is_dir():
         labels = {}
         for x in sorted(annotations.glob("*.xml")):
             im = next((by_name[x.stem + s] for s in IMAGE_SUFFIXES if x.stem + s in by_name), None)
             if im is None:
                 raise AnnotationError(f"{x}: no image {x.stem}.jpg in {images}: add it or remove the annotation")
-            labels[im.name] = (x, read_voc(x))
+            boxes, difficult = read_voc(x)
+            labels[im.name] = (x, boxes)
+            skipped += difficult
     else:
         labels = {}
         for fname, boxes in read_csv(annotations).items():
@@ -153,13 +162,13 @@ def collect(images, annotations, names):
         rows, d = yolo_rows(boxes, names, pixels.shape[1], pixels.shape[0], f"{where} ({im.name})")
         out.append((im, rows))
         dropped += d
-    return out, dropped
+    return out, {"dropped_zero_size": dropped, "skipped_difficult": skipped}
 
 
 def convert(images, annotations, names, out):
     """Write the YOLO dataset (see the module docstring) to `out` (replaced) and return its counts:
-    {"train"/"val": {"images", "boxes": {name: n}}, "dropped_zero_size", "reencoded"}."""
-    items, dropped = collect(Path(images), Path(annotations), list(names))
+    {"train"/"val": {"images", "boxes": {name: n}}, "dropped_zero_size", "skipped_difficult", "reencoded"}."""
+    items, left_out = collect(Path(images), Path(annotations), list(names))
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
@@ -187,7 +196,7 @@ def convert(images, annotations, names, out):
                                    yaml.safe_dump({"path": ".", "train": "images/train", "val": "images/val",
                                                    "nc": len(names), "names": dict(enumerate(names))},
                                                   sort_keys=False))
-    return {**counts, "dropped_zero_size": dropped, "reencoded": reencoded}
+    return {**counts, **left_out, "reencoded": reencoded}
 
 
 def main(argv=None):

@@ -92,10 +92,14 @@ def test_split_is_a_fixed_rule_of_each_name():
     assert sum(ad.split_of(f"raccoon-{i}") == "val" for i in range(1, 201)) == 33
 
 
-def test_zero_size_boxes_are_dropped_and_counted(tmp_path):
-    src = _source(tmp_path / "src", {"z1": (50, 50, [("cat", 10, 10, 10, 30), ("cat", 5, 5, 25, 25)])})
+def test_zero_size_and_difficult_boxes_are_left_out_and_counted(tmp_path):
+    src = _source(tmp_path / "src", {"z1": (50, 50, [("cat", 10, 10, 10, 30), ("cat", 5, 5, 25, 25),
+                                                     ("cat", 30, 30, 40, 40)])})
+    xml = src / "annotations" / "z1.xml"   # the third object marked difficult (the published VOC rule skips it)
+    head, tail = xml.read_text().rsplit("<difficult>0</difficult>", 1)
+    xml.write_text(head + "<difficult>1</difficult>" + tail)
     counts = ad.convert(src / "images", src / "annotations", ["cat"], tmp_path / "out")
-    assert counts["dropped_zero_size"] == 1
+    assert counts["dropped_zero_size"] == 1 and counts["skipped_difficult"] == 1
     np.testing.assert_allclose(_labels(tmp_path / "out")["z1"], [[0, 0.3, 0.3, 0.4, 0.4]], atol=1e-6)
 
 
@@ -130,9 +134,11 @@ def test_bad_sources_are_refused(tmp_path, capsys):
     src = _source(tmp_path / "src", {"a": (50, 50, [("cat", 1, 1, 9, 9)])})
     (src / "annotations" / "orphan.xml").write_text((src / "annotations" / "a.xml").read_text())
     (src / "broken.csv").write_text("filename,class,xmin,ymin,xmax\na.jpg,cat,1,1,9\n")
+    (src / "nan.csv").write_text("filename,class,xmin,ymin,xmax,ymax\na.jpg,cat,1,1,9,nine\n")
     (src / "annotations" / "x").mkdir()
     for argv, want in ((["--annotations", "annotations"], "orphan.xml: no image orphan.jpg"),
                        (["--annotations", "broken.csv"], "header lacks ymax"),
+                       (["--annotations", "nan.csv"], r"nan.csv: line 2: non-numeric box"),
                        (["--annotations", "missing"], "annotations: .*missing not found")):
         rc = ad.main(["--src", str(src), "--images", "images", "--names", "cat", "--out", str(tmp_path / "o")]
                      + argv)
