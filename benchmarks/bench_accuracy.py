@@ -1,50 +1,29 @@
-"""Real-data accuracy benchmark (issue 13): both backends and, given --published, the published train_dual.py,
-trained from scratch on a small real dataset with several seeds; mean and spread of mAP@0.5 and mAP@0.5:0.95.
+"""Real-data accuracy benchmark: ours (--backend torch, c) and, given --published, the published train_dual.py,
+trained from scratch with one recipe and several seeds; best.pt mAP@0.5 and mAP@0.5:0.95 per run and compared.
 
-    python benchmarks/bench_accuracy.py --data ../shared/data/coco128/data.yaml --cfg yolov9-s --img 640 \\
-        --batch 32 --epochs 60 --close-mosaic 15 --seeds 0,1,2 --backends torch,c \\
-        [--published /work/published-yolov9 --python /work/venv-pub/bin/python] --out runs/bench-accuracy
+    python benchmarks/bench_accuracy.py --data DIR/data.yaml --cfg yolov9-s --img 640 --batch 32 --epochs 60 \\
+        --close-mosaic 15 --seeds 0,1,2 --backends torch,c --jobs 9 [--published CHECKOUT --python PY] --out OUT
 
-Each run is a separate `train_dual.py` process (ours from this checkout with --backend B, or the published one
-in its checkout, started through benchmarks/fidelity/published_side.py) with the same flags: --hyp
-hyp.scratch-high.yaml --min-items 0 --cache ram (--cache none to turn it off) --seed S. Its best.pt is then
-validated by our val_dual.py (conf 0.001, IoU 0.7, batch --val-batch, half on CUDA): one validator for every
-run. --jobs N trains N runs at once (one GPU holds several small runs; validation stays one at a time);
---single-cls trains and validates every runner as one class (coco128's 80 classes in 128 images are too few
-to learn from scratch); --classes 0 keeps only coco's person class (coco128: 254 of
-the 929 training boxes, in 61 of the 128 images; 350 boxes in 73 val images), a relabelled copy in OUT. A tiny
-CPU run to show it works: --cfg yolov9-t --img 160 --epochs 1 --batch 8 --device cpu.
-
---derive crops (benchmarks/accuracy_data.py `crop_dataset`) trains and validates on a dataset learnable from
-scratch in a few dozen epochs, which coco128 itself is not (every runner stays at mAP@0.5:0.95 ≈ 0.001-0.003):
-crops of coco128 in which a few classes' objects are large. Anchors are the boxes of the kept classes with a
-longer side >= 96 px and a shorter >= 32 px; the classes are --classes, else the 3 with the most anchors in the
-split that has fewer: on coco128 person (111 train / 174 val anchors), dining table (10 / 17) and bowl (16 / 9),
-the next being chair (12 / 8). Each anchor gives 3 train crops (1 val crop): a square of side = its longer side
-/ U(0.3, 0.8), cut to the image, at a random offset keeping it whole; labels are every kept-class box clipped to
-the crop, kept when >= 40 % of its area is inside and both clipped sides are >= 4 px. Train crops come only from
-images/train (train2017), val crops only from images/val (val2017): the val set is held out. JPEG quality 95,
-OUT/data-crops/sources.csv names each crop's source; --derive-seed (default 0) seeds the crops, the same seed
-writes the same files (4 s). --crops-per-anchor N writes N training crops per anchor instead of 3 (different
-random windows of the same objects: more distinct images and steps per epoch at the same validation cost). Counts with seed 0: train 411 images, boxes person 1441 / dining table 77 / bowl
-225; val 200 images, boxes 857 / 37 / 38; median longer box side 0.45 of the crop (anchors 0.3-0.8 of it, the
-smaller neighbours of crowds below). The counts go to OUT/results.jsonl as a first {"kind": "dataset"} line.
-
---backends also takes variants of our runners, BACKEND+VARIANT[+VARIANT]: the same run with one thing changed,
-to find which part of a backend makes a difference: c+no-cuda-graph (the eager step), c+no-cudnn-benchmark,
-c+no-amp (float32), c+unfused (YOLOV9C_FUSED=0: the c structure on torch ops instead of the kernels),
-c+loss-torch / torch+loss-c (YOLOV9C_LOSS_BACKEND: one backend's model with the other's loss).
-
-Output: one JSON line per run ({"kind": "run", "runner", "seed", "map50", "map", "best_epoch", "train_s", ...}),
-then one per runner ({"kind": "summary", "runner", "n", "map50_mean", "map50_std", "map_mean", "map_std"}), and
-a last line comparing them ({"kind": "compare", "<runner>_minus_published_map", "<runner>_minus_torch_map", and
-"<c variant>_minus_c_map"}, points of mAP@0.5:0.95 × 100, each with a `..._paired` entry on the seeds both
-runners have: n, mean and standard error of the per-seed difference, t, and how many seeds are lower, and a
-`..._curve` entry: the per-epoch differences of the training loss and of the run's own validation mAP, mean over
-the seeds, from each run's "curve" (its results.csv per epoch: box, cls, dfl, map)). Lines
-also go to OUT/results.jsonl; a second call with the same --out keeps the runs that finished there and trains
-only the others. `--rows A.jsonl B.jsonl ...` trains nothing and summarizes the runs of earlier calls (seeds
-measured in several device calls). Results: benchmarks/RESULTS.md.
+Runs: one train_dual.py process each (ours from this checkout, the published one in its checkout through
+benchmarks/fidelity/published_side.py), the same flags (--hyp hyp.scratch-high.yaml --min-items 0 --cache ram
+--seed S ...), --jobs at once; every best.pt validated by our val_dual.py (conf 0.001, IoU 0.7, half on CUDA).
+Data: a YOLO data.yaml (the public sets of benchmarks/accuracy_datasets.py, docs/fidelity.md "Real datasets");
+on coco128 --single-cls, --classes (a relabelled copy) or --derive crops (accuracy_data.crop_dataset; its
+counts go first to results.jsonl as a {"kind": "dataset"} line). --backends takes variants BACKEND+VARIANT
+(VARIANTS below: one thing changed, e.g. c+no-cuda-graph, c+loss-torch).
+Output (stdout and OUT/results.jsonl): a {"kind": "run"} line per run (map50, map, best_epoch, train_s, curve:
+its results.csv per epoch: box, cls, dfl, own val map, ours also skipped steps), a {"kind": "summary"} line per
+runner (n, mean, std, se of both mAPs), and a {"kind": "compare"} line (points × 100: each runner − published /
+torch, a c variant − c, with `_paired` by-seed differences (n, mean, se, t, lower) and `_curve` per-epoch ones,
+and the loss swap's effects); then a report on stderr (mean ± standard error per runner, paired differences)
+and the per-epoch val mAP plot (--plot, default OUT/curves.png). `--rows FILES` trains nothing: it summarizes
+earlier calls' run lines (the last of each runner and seed).
+Calls: a second call with the same --out keeps the finished runs. --time-limit S stops the runs still training
+after S s at a quiet moment (no write to the run folder for 2 s: between end-of-epoch saves) with a
+{"kind": "unfinished"} line; the next call resumes them (train_dual.py --resume last.pt), and their run line
+lists "resumed_at". The published code closes mosaic only at epoch == epochs − close_mosaic: a published run
+resumed after that epoch keeps mosaic and is marked "published_mosaic_not_closed".
+Tests: tests/test_bench_accuracy.py. Results: benchmarks/RESULTS.md.
 """
 
 import argparse
@@ -139,11 +118,20 @@ def published_data_yaml(a, out):
     return f
 
 
-def best_epoch(run_dir):
-    """Epoch of best.pt by the published rule (fitness 0.1·mAP50 + 0.9·mAP50-95, ties: the later epoch)."""
+def read_epochs(run_dir):
+    """The run's results.csv (column → array), one row per epoch: an epoch written twice (a published run stopped
+    between its row and its last.pt, then resumed) keeps its later row."""
     from yolov9c.engine.train.results import read_results
 
     r = read_results(run_dir / "results.csv")
+    epochs = r["epoch"]
+    keep = [i for i in range(len(epochs)) if epochs[i] not in epochs[i + 1:]]
+    return {k: v[keep] for k, v in r.items()}
+
+
+def best_epoch(run_dir):
+    """Epoch of best.pt by the published rule (fitness 0.1·mAP50 + 0.9·mAP50-95, ties: the later epoch)."""
+    r = read_epochs(run_dir)
     fi = 0.1 * r["metrics/mAP_0.5"] + 0.9 * r["metrics/mAP_0.5:0.95"]
     return int(r["epoch"][len(fi) - 1 - int(np.argmax(fi[::-1]))])
 
@@ -156,9 +144,7 @@ def curve(run_dir):
     """The run's per-epoch training losses and own validation mAP@0.5:0.95 (results.csv, ours and the
     published code's alike): {"box": [...], "cls": [...], "dfl": [...], "map": [...]}, 5 digits; ours also
     "skipped": the optimizer steps skipped per epoch (non-finite windows, the AMP loss-scale overflows)."""
-    from yolov9c.engine.train.results import read_results
-
-    r = read_results(run_dir / "results.csv")
+    r = read_epochs(run_dir)
     return {k: [round(float(v), 5) for v in r[col]] for k, col in CURVE_KEYS.items() if col in r}
 
 
@@ -200,8 +186,10 @@ def validate_best(a, weights):
     return float(res["map50"]), float(res["map"])
 
 
-_LIVE = set()               # the training processes running now
-_STOPPING = threading.Event()   # set by SIGTERM: no further run starts
+_LIVE = {}                  # the training processes running now → their run folders
+_STOPPING = threading.Event()   # set by SIGTERM or --time-limit: no further run starts
+QUIET_S = 2.0               # --time-limit stops a run once its folder has had no write for this long
+QUIET_WAIT_S = 90.0         # ... or after this long anyway (an epoch that writes constantly)
 
 
 def _on_term(signum, frame):
@@ -213,58 +201,128 @@ def _on_term(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def run_child(argv, cwd, log, env):
-    """Run one training process, its console into `log`, to its end: its exit status (-15 without starting it
-    once SIGTERM has come)."""
+def quiet(run_dir, seconds=QUIET_S, now=None):
+    """True when nothing in the run folder's results.csv or weights/ was written in the last `seconds`: the
+    run is inside an epoch, not in the middle of its end-of-epoch saves (the published saves are not atomic)."""
+    files = [run_dir / "results.csv"] + (sorted((run_dir / "weights").iterdir()) if (run_dir / "weights").is_dir()
+                                         else [])
+    times = [f.stat().st_mtime for f in files if f.exists()]
+    return not times or (now if now is not None else time.time()) - max(times) > seconds
+
+
+def stop_at(deadline):
+    """--time-limit: at `deadline` (time.time()) no further run starts and each running one is terminated at
+    its first quiet moment (see quiet; after QUIET_WAIT_S anyway). Runs in a daemon thread."""
+    time.sleep(max(0.0, deadline - time.time()))
+    _STOPPING.set()
+    while _LIVE:
+        for p, run_dir in list(_LIVE.items()):
+            if run_dir is None or quiet(run_dir) or time.time() - deadline > QUIET_WAIT_S:
+                p.terminate()
+        time.sleep(0.2)
+
+
+def run_child(argv, cwd, log, env, run_dir=None):
+    """Run one training process (writing `run_dir`), its console appended to `log`, to its end: its exit status
+    (-15 without starting it once SIGTERM or the time limit has come)."""
     if _STOPPING.is_set():
         return -signal.SIGTERM
-    with open(log, "w") as f:
+    with open(log, "a") as f:
         p = subprocess.Popen(argv, cwd=str(cwd), stdout=f, stderr=subprocess.STDOUT, env=env)
-        _LIVE.add(p)
+        _LIVE[p] = run_dir
         try:
             if _STOPPING.is_set():   # SIGTERM came while it started
                 p.terminate()
             return p.wait()
         finally:
-            _LIVE.discard(p)
+            _LIVE.pop(p, None)
+
+
+def epochs_done(run_dir):
+    """Epochs the run has finished (rows of its results.csv; 0 without one)."""
+    return len(read_epochs(run_dir)["epoch"]) if (run_dir / "results.csv").is_file() else 0
+
+
+def resume_command(a, runner, seed, project):
+    """(argv, cwd, extra environment) continuing a stopped run from its last.pt: train_dual.py --resume (the run's
+    own options come from its opt.yaml; a variant's environment is given again)."""
+    name = f"{runner}-s{seed}"
+    last = str(project / name / "weights" / "last.pt")
+    if runner == "published":
+        side = ROOT / "benchmarks" / "fidelity" / "published_side.py"
+        return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--",
+                 "--resume", last], a.published, {})
+    _, _, env = runner_spec(runner)
+    return [sys.executable, "train_dual.py", "--resume", last], ROOT, env
 
 
 def train_run(a, runner, seed, data):
-    """Train one run (its own process, console in OUT/RUNNER-sSEED.log): (runner, seed, run_dir or None, info)."""
+    """Train one run (its own process, console in OUT/RUNNER-sSEED.log), or continue it from its last.pt when an
+    earlier call's --time-limit stopped it, or only return it when its training is complete: (runner, seed,
+    run_dir or None, info); info["stopped"] when the time limit or SIGTERM ended it."""
     project = a.out / "train"
     project.mkdir(parents=True, exist_ok=True)
-    argv, cwd, extra_env = train_command(a, runner, seed, project, data)
+    run_dir = project / f"{runner}-s{seed}"
+    done_epochs = epochs_done(run_dir) if (run_dir / "weights" / "last.pt").is_file() else 0
+    if done_epochs >= a.epochs and (run_dir / "weights" / "best.pt").is_file():
+        return runner, seed, run_dir, {"train_s": 0.0, "rc": 0, "log": ""}   # trained; its validation is left
+    resume = done_epochs > 0
+    argv, cwd, extra_env = (resume_command(a, runner, seed, project) if resume
+                            else train_command(a, runner, seed, project, data))
     log = a.out / f"{runner}-s{seed}.log"
+    if not resume and log.exists():
+        log.unlink()
     t = time.time()
     # the published strip_optimizer re-reads its own fresh checkpoints with torch.load: allowed explicitly
     env = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", **extra_env)
-    rc = run_child(argv, cwd, log, env)
-    run_dir = project / f"{runner}-s{seed}"
+    rc = run_child(argv, cwd, log, env, run_dir)
     ok = rc == 0 and (run_dir / "weights" / "best.pt").is_file()
-    return runner, seed, run_dir if ok else None, {"train_s": round(time.time() - t, 1), "rc": rc, "log": str(log)}
+    info = {"train_s": round(time.time() - t, 1), "rc": rc, "log": str(log), "stopped": rc != 0 and _STOPPING.is_set()}
+    if resume:
+        info["resumed_at"] = done_epochs
+    return runner, seed, run_dir if ok else None, info
 
 
-def run_line(a, runner, seed, run_dir, info):
-    """The run's JSON line: its best.pt validated by our val_dual.py (one validator for every runner)."""
+def run_line(a, runner, seed, run_dir, info, history=()):
+    """The run's JSON line: its best.pt validated by our val_dual.py (one validator for every runner); an
+    {"kind": "unfinished"} line when the time limit stopped it. `history`: the earlier calls' unfinished lines
+    of this run (their training time and resume epochs are added)."""
+    project = a.out / "train"
+    history = [h for h in history if h.get("epochs_done")]   # stopped before its first epoch: started afresh
+    earlier_s = sum(h.get("train_s", 0.0) for h in history)
+    resumed_at = [h["epochs_done"] for h in history]
+    if info.get("stopped"):
+        return {"kind": "unfinished", "runner": runner, "seed": seed,
+                "epochs_done": epochs_done(project / f"{runner}-s{seed}"), "train_s": info["train_s"]}
     if run_dir is None:
         return {"kind": "run", "runner": runner, "seed": seed, "error": f"exit {info['rc']}, see {info['log']}"}
     map50, mapv = validate_best(a, run_dir / "weights" / "best.pt")
-    return {"kind": "run", "runner": runner, "seed": seed, "map50": map50, "map": mapv,
-            "best_epoch": best_epoch(run_dir), "curve": curve(run_dir), "train_s": info["train_s"], "cfg": a.cfg,
-            "img": a.img, "epochs": a.epochs, "batch": a.batch, "single_cls": a.single_cls, "classes": a.classes,
-            "derive": a.derive, "jobs": a.jobs, "data": str(a.data)}
+    line = {"kind": "run", "runner": runner, "seed": seed, "map50": map50, "map": mapv,
+            "best_epoch": best_epoch(run_dir), "curve": curve(run_dir),
+            "train_s": round(info["train_s"] + earlier_s, 1), "cfg": a.cfg, "img": a.img, "epochs": a.epochs,
+            "batch": a.batch, "single_cls": a.single_cls, "classes": a.classes, "derive": a.derive, "jobs": a.jobs,
+            "data": str(a.data)}
+    if resumed_at:
+        line["resumed_at"] = resumed_at
+        if runner == "published" and max(resumed_at) > a.epochs - a.close_mosaic > 0:
+            line["published_mosaic_not_closed"] = True   # its close-mosaic test is epoch == epochs − N only
+    return line
 
 
 def summarize(runs):
+    """One line per runner: n, mean, sample standard deviation (ddof 1) and standard error of the mean (std /
+    √n) of mAP@0.5 and mAP@0.5:0.95 over its runs (std and se 0 for one run)."""
     out = []
     for runner in dict.fromkeys(r["runner"] for r in runs):
         ok = [r for r in runs if r["runner"] == runner and "map" in r]
         if not ok:
             continue
-        m50, m = np.array([r["map50"] for r in ok]), np.array([r["map"] for r in ok])
-        out.append({"kind": "summary", "runner": runner, "n": len(ok),
-                    "map50_mean": float(m50.mean()), "map50_std": float(m50.std(ddof=1)) if len(ok) > 1 else 0.0,
-                    "map_mean": float(m.mean()), "map_std": float(m.std(ddof=1)) if len(ok) > 1 else 0.0})
+        line = {"kind": "summary", "runner": runner, "n": len(ok)}
+        for key in ("map50", "map"):
+            v = np.array([r[key] for r in ok])
+            std = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+            line.update({f"{key}_mean": float(v.mean()), f"{key}_std": std, f"{key}_se": std / np.sqrt(len(v))})
+        out.append(line)
     return out
 
 
@@ -325,6 +383,59 @@ def swap_effects(runs):
     return {"n": len(seeds), "loss": stat(((tt + ct) - (cc + tc)) / 2), "model": stat(((cc + ct) - (tt + tc)) / 2)}
 
 
+def report_lines(summaries, runs):
+    """The human report: per runner n, mAP@0.5 and mAP@0.5:0.95 as mean ± standard error (points × 100), then
+    the paired differences by seed (see paired) of each of ours − published and of c − torch."""
+    lines = [f"{'runner':<16} {'n':>2}  {'mAP@0.5':>15}  {'mAP@0.5:0.95':>15}"]
+    for x in summaries:
+        lines.append(f"{x['runner']:<16} {x['n']:>2}  {100 * x['map50_mean']:7.2f} ± {100 * x['map50_se']:5.2f}"
+                     f"  {100 * x['map_mean']:7.2f} ± {100 * x['map_se']:5.2f}")
+    names = [x["runner"] for x in summaries]
+    pairs = [(r, "published") for r in names if r != "published"] + [(r, "torch") for r in names
+                                                                     if r.startswith("c")]
+    for r, base in pairs:
+        if base in names:
+            d = paired(runs, r, base)
+            if d is not None:
+                lines.append(f"{r} − {base}: {d['mean']:+.2f} ± {d['se']:.2f} points mAP@0.5:0.95, paired by seed "
+                             f"(n {d['n']}, t {d['t']}, lower in {d['lower']})")
+    return lines
+
+
+def report(summaries, runs):
+    for line in report_lines(summaries, runs):
+        print(line, file=sys.stderr, flush=True)
+
+
+def plot_curves(runs, png):
+    """A PNG of every run's per-epoch validation mAP@0.5:0.95 (its results.csv: thin lines) and each runner's
+    mean over its seeds (thick, on the epochs all its runs have), one colour per runner."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5), tight_layout=True)
+    for i, runner in enumerate(dict.fromkeys(r["runner"] for r in runs)):
+        maps = [r["curve"]["map"] for r in runs if r["runner"] == runner and r.get("curve")]
+        if not maps:
+            continue
+        colour = f"C{i}"
+        for m in maps:
+            ax.plot(range(len(m)), m, color=colour, linewidth=0.7, alpha=0.4)
+        n = min(len(m) for m in maps)
+        ax.plot(range(n), np.mean([m[:n] for m in maps], 0), color=colour, linewidth=2.2,
+                label=f"{runner} (mean of {len(maps)})")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("val mAP@0.5:0.95 (per-epoch, own validation)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    Path(png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return Path(png)
+
+
 def read_rows(files):
     """The run lines of earlier results.jsonl files (several device calls' runs of one benchmark), the last line
     of each (runner, seed) kept."""
@@ -364,6 +475,10 @@ def main(argv=None):
     p.add_argument("--crops-per-anchor", type=int, default=3,
                    help="--derive crops: training crops per anchor object (more steps per epoch; val keeps 1)")
     p.add_argument("--jobs", type=int, default=1, help="runs trained at the same time (one GPU can hold several)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="stop the runs still training after S seconds (resumed by the next call with this --out)")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="per-epoch val mAP curves of every run (default after training: OUT/curves.png)")
     p.add_argument("--out", default=None)
     p.add_argument("--rows", nargs="+", metavar="JSONL",
                    help="train nothing: summarize and compare the run lines of these results.jsonl files")
@@ -377,7 +492,13 @@ def main(argv=None):
         summaries = summarize(runs)
         for line in summaries + [compare(summaries, runs)]:
             print(json.dumps(line), flush=True)
+        report(summaries, runs)
+        if a.plot and any(r.get("curve") for r in runs):
+            plot_curves(runs, Path(a.plot))
         return 0 if runs else 1
+    if a.time_limit is not None and a.time_limit <= 0:
+        print(f"error: --time-limit {a.time_limit:g}: give a number of seconds above 0", file=sys.stderr)
+        return 2
     for r in (b for b in a.backends.split(",") if b):
         try:
             runner_spec(r)
@@ -407,12 +528,14 @@ def main(argv=None):
         a.python = a.python or sys.executable
         runners.append("published")
     pub_data = published_data_yaml(a, a.out) if a.published else None
-    done = {}  # runs finished by an earlier call with this --out: kept, not trained again
+    done, history = {}, {}  # runs finished by an earlier call with this --out: kept, not trained again
     if (a.out / "results.jsonl").exists():
         for line in (a.out / "results.jsonl").read_text().splitlines():
             r = json.loads(line)
             if r.get("kind") == "run" and "map" in r:
                 done[(r["runner"], r["seed"])] = r
+            elif r.get("kind") == "unfinished":   # stopped by an earlier call's --time-limit: resumed below
+                history.setdefault((r["runner"], r["seed"]), []).append(r)
     todo, runs = [], []
     for seed in [int(s) for s in a.seeds.split(",")]:
         for runner in runners:
@@ -423,15 +546,27 @@ def main(argv=None):
                 todo.append((runner, seed, pub_data if runner == "published" else a.data))
     # --jobs runs train at once (separate processes); their best.pt files are validated one after another
     signal.signal(signal.SIGTERM, _on_term)
+    if a.time_limit:
+        threading.Thread(target=stop_at, args=(time.time() + a.time_limit,), daemon=True).start()
+    unfinished = 0
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         for trained in pool.map(lambda t: train_run(a, *t), todo):
-            r = run_line(a, *trained)
-            runs.append(r)
+            r = run_line(a, *trained, history=history.get(trained[:2], ()))
+            unfinished += r["kind"] == "unfinished"
+            if r["kind"] == "run":
+                runs.append(r)
             _emit(r, a.out)
     summaries = summarize(runs)
     for s in summaries:
         _emit(s, a.out)
     _emit(compare(summaries, runs), a.out)
+    report(summaries, runs)
+    if any(r.get("curve") for r in runs):
+        plot_curves(runs, Path(a.plot) if a.plot else a.out / "curves.png")
+    if unfinished:
+        print(f"{unfinished} run(s) stopped by --time-limit: run the same command again (same --out) to resume "
+              f"them", file=sys.stderr)
+        return 3
     return 0
 
 

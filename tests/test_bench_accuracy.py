@@ -311,3 +311,128 @@ def test_sigterm_stops_the_training_processes_with_the_benchmark(tmp_path):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert not logs[2].exists()
+
+
+def test_report_gives_mean_standard_error_and_paired_differences(tmp_path):
+    """summarize: mean, std (ddof 1) and standard error std/√n per runner; report_lines: those in points and
+    the paired differences by seed of each of ours − published and c − torch; plot_curves: a PNG of the
+    per-epoch curves."""
+    import bench_accuracy
+    maps = {"published": (0.50, 0.54, 0.46), "torch": (0.52, 0.55, 0.49), "c": (0.51, 0.53, 0.50)}
+    runs = [{"kind": "run", "runner": r, "seed": s, "map50": v[s] + 0.3, "map": v[s],
+             "curve": {"map": [0.1 * v[s], 0.5 * v[s], v[s]]}} for r, v in maps.items() for s in range(3)]
+    summary = {x["runner"]: x for x in bench_accuracy.summarize(runs)}
+    assert summary["published"]["n"] == 3 and abs(summary["published"]["map_mean"] - 0.50) < 1e-12
+    assert abs(summary["published"]["map_std"] - 0.04) < 1e-12   # deviations -0.04 ... 0.04: std 0.04
+    assert abs(summary["published"]["map_se"] - 0.04 / np.sqrt(3)) < 1e-12
+    assert abs(summary["torch"]["map50_mean"] - (0.82 + 0.85 + 0.79) / 3) < 1e-12
+    # c − published by seed: +1, -1, +4 points; c − torch: -1, -2, +1
+    d = np.array([1.0, -1.0, 4.0])
+    got = bench_accuracy.paired(runs, "c", "published")
+    assert got["mean"] == round(d.mean(), 3) and got["se"] == round(d.std(ddof=1) / np.sqrt(3), 3) and got["lower"] == 1
+    assert bench_accuracy.paired(runs, "c", "torch")["mean"] == round(-2 / 3, 3)
+    lines = bench_accuracy.report_lines(bench_accuracy.summarize(runs), runs)
+    assert lines[1].split() == ["published", "3", "80.00", "±", "2.31", "50.00", "±", "2.31"]
+    text = "\n".join(lines)
+    assert "c − published: +1.33 ± 1.45 points" in text and "torch − published: +2.00 ± 0.58" in text
+    assert "c − torch: -0.67 ± 0.88 points" in text and "published − " not in text
+    png = bench_accuracy.plot_curves(runs, tmp_path / "curves.png")
+    assert cv2.imread(str(png)).shape[0] > 100
+
+
+def test_quiet_means_no_recent_write_in_the_run_folder(tmp_path):
+    """--time-limit stops a run only when its results.csv and weights/ have not been written for QUIET_S
+    (between the end-of-epoch saves); a folder without them (before the first epoch) is quiet."""
+    import os
+    import bench_accuracy
+    run = tmp_path / "run"
+    (run / "weights").mkdir(parents=True)
+    assert bench_accuracy.quiet(run, 2.0, now=1000.0)
+    for f, t in ((run / "results.csv", 990.0), (run / "weights" / "last.pt", 995.0)):
+        f.write_text("x")
+        os.utime(f, (t, t))
+    assert bench_accuracy.quiet(run, 2.0, now=1000.0)
+    assert not bench_accuracy.quiet(run, 2.0, now=996.0)   # last.pt written 1 s before
+    os.utime(run / "results.csv", (999.5, 999.5))
+    assert not bench_accuracy.quiet(run, 2.0, now=1000.0)
+
+
+def test_time_limit_stops_running_children_and_no_queued_one_starts(tmp_path):
+    """stop_at: at the deadline the running training processes are terminated (their folders are quiet) and a
+    queued run does not start (run_child returns -15 without a process)."""
+    import signal
+    import threading
+    import bench_accuracy
+    bench_accuracy._STOPPING.clear()
+    child = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"]
+    log = tmp_path / "c.log"
+    rc = {}
+    t = threading.Thread(target=lambda: rc.update(a=bench_accuracy.run_child(child, ".", log, None, tmp_path)))
+    t.start()
+    while not (log.is_file() and "up" in log.read_text()):
+        t.join(0.05)
+    stopper = threading.Thread(target=bench_accuracy.stop_at, args=(0.0,))
+    stopper.start()
+    t.join(60)
+    stopper.join(60)
+    try:
+        assert rc["a"] == -signal.SIGTERM and not bench_accuracy._LIVE
+        assert bench_accuracy.run_child(child, ".", tmp_path / "late.log", None) == -signal.SIGTERM
+        assert not (tmp_path / "late.log").exists()
+    finally:
+        bench_accuracy._STOPPING.clear()
+
+
+def test_a_stopped_run_is_resumed_from_its_last_checkpoint(tmp_path):
+    """A run stopped by --time-limit gives an "unfinished" line with its finished epochs; the next call resumes
+    it with train_dual.py --resume LAST (ours: the variant's environment again; the published code through its
+    side script, in its checkout)."""
+    import argparse
+    import bench_accuracy
+    a = argparse.Namespace(out=tmp_path, epochs=60, close_mosaic=15, python="py", published=tmp_path / "pub")
+    _results_csv(tmp_path / "train" / "c-s1", [3.0, 2.5, 2.0], [4.0, 3.5, 3.0], [0.01, 0.02, 0.03])
+    line = bench_accuracy.run_line(a, "c", 1, None, {"stopped": True, "train_s": 50.0, "rc": -15})
+    assert line == {"kind": "unfinished", "runner": "c", "seed": 1, "epochs_done": 3, "train_s": 50.0}
+    last = str(tmp_path / "train" / "c+unfused-s1" / "weights" / "last.pt")
+    argv, cwd, env = bench_accuracy.resume_command(a, "c+unfused", 1, tmp_path / "train")
+    assert argv[1:] == ["train_dual.py", "--resume", last] and env == {"YOLOV9C_FUSED": "0"}
+    argv, cwd, env = bench_accuracy.resume_command(a, "published", 1, tmp_path / "train")
+    assert argv[0] == "py" and argv[2] == "train" and argv[-2:] == ["--resume", last.replace("c+unfused", "published")]
+    assert cwd == a.published
+
+
+def test_matrix_runs_on_a_converted_dataset(tmp_path, capsys):
+    """The whole chain on the CPU: a VOC source converted by accuracy_datasets.py, then bench_accuracy.py's
+    matrix (torch and c, one seed, 2 epochs at 64 px, two runs at once, real train_dual.py processes): a run
+    line per runner with its best.pt validated and its 2-epoch curve, the summaries, the compare line, the
+    report on stderr and the curves PNG."""
+    import json
+    import accuracy_datasets
+    import bench_accuracy
+    src = tmp_path / "src"
+    (src / "images").mkdir(parents=True)
+    (src / "annotations").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        im = np.full((64, 80, 3), 30, np.uint8)
+        x1, y1 = int(rng.integers(0, 40)), int(rng.integers(0, 30))
+        im[y1:y1 + 24, x1:x1 + 32] = 220
+        cv2.imwrite(str(src / "images" / f"img{i:03d}.jpg"), im)
+        (src / "annotations" / f"img{i:03d}.xml").write_text(
+            f"<annotation><object><name>box</name><bndbox><xmin>{x1}</xmin><ymin>{y1}</ymin><xmax>{x1 + 32}</xmax>"
+            f"<ymax>{y1 + 24}</ymax></bndbox></object></annotation>")
+    accuracy_datasets.convert(src / "images", src / "annotations", ["box"], tmp_path / "data")
+    out = tmp_path / "acc"
+    rc = bench_accuracy.main(["--data", str(tmp_path / "data" / "data.yaml"), "--cfg", "yolov9-t", "--img", "64",
+                              "--batch", "4", "--epochs", "2", "--close-mosaic", "1", "--seeds", "0",
+                              "--backends", "torch,c", "--device", "cpu", "--workers", "0", "--val-batch", "4",
+                              "--cache", "none", "--jobs", "2", "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    runs = {x["runner"]: x for x in lines if x["kind"] == "run"}
+    assert rc == 0 and set(runs) == {"torch", "c"}, err[-2000:]
+    for r in runs.values():
+        assert 0 <= r["map"] <= r["map50"] <= 1 and len(r["curve"]["map"]) == 2 and r["best_epoch"] in (0, 1)
+    assert [x["runner"] for x in lines if x["kind"] == "summary"] == ["torch", "c"]
+    assert "c_minus_torch_map" in lines[-1] and "mAP@0.5:0.95" in err
+    assert cv2.imread(str(out / "curves.png")) is not None
