@@ -2,7 +2,7 @@
 check, clip, optimizer step, scaler update, EMA update) captured once and replayed every batch, so the host
 launches two graphs per optimizer step instead of thousands of kernels.
 
-    state.step = select_step(state)     # state.py's setup_execution: GraphStep(state) or step.train_step
+    state.step = select_step(state)     # state.py's setup_execution, once: GraphStep(state) or step.EagerStep()
     result = state.step(state, imgs, targets, ni)   # StepResult; finite: a 0-dim device bool once graphed
 
 Per batch (mosaic training at a fixed image size):
@@ -22,19 +22,19 @@ Per batch (mosaic training at a fixed image size):
     (gradients accumulate over `accumulate` replays);
   * optimizer graph (one): unscale and the inf/NaN check (torch._amp_foreach_non_finite_check_and_unscale_),
     clip the gradient norm to 10; then, as step.optimizer_step decides on the host, the window is applied only
-    when its losses (state.window_ok) and the gradient norm are finite: the optimizer update (fused_optim.py:
+    when its losses (state.window.ok) and the gradient norm are finite: the optimizer update (fused_optim.py:
     lr and momentum in device tensors, masked), the EMA update (its update count and decay on the device);
-    a skipped window puts the BN statistics back (state.window_bn); torch._amp_update_scale_ and zeroing the
+    a skipped window puts the BN statistics back (state.window.bn); torch._amp_update_scale_ and zeroing the
     gradients either way. Before each replay the host writes the groups' lr/momentum (fills) and window_ok.
     StepResult.finite is then that 0-dim device bool (the guard reads it lazily). The EMA's update count lives
-    on the device while graphs run; sync_host() copies it into ema.updates (one host read: the trainer calls it
+    on the device while graphs run; end_epoch() copies it into ema.updates (one host read: the trainer calls it
     at the end of every epoch, before checkpoints, and disable() when the eager step takes over).
   * any other shape (the last partial batch, --rect, --multi-scale) or more boxes per image than the largest
     bucket: that batch runs eagerly (forward_backward of step.py into the same gradients; the optimizer graph
     still steps). Validation is eager (the trainer never calls the step for it).
 All state the eager step uses is the same objects (parameters, the optimizer's buffers, the GradScaler's scale
 and growth tracker, the EMA tensors), updated in place: checkpoints, resume and a switch back to the eager
-step (GraphStep.disable; done when the out-of-memory guard splits batches, state.micro_batch) see one
+step (GraphStep.disable; done when the out-of-memory guard splits batches, state.progress.micro_batch) see one
 consistent run. A capture that raises (a CUDA error recorded
 while capturing; nothing of it ran) switches the run to the eager step at that batch, with one log line, instead
 of stopping it. Not supported (the eager step
@@ -63,8 +63,8 @@ import torch
 from yolov9c.engine.train.ema import _bare
 from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
 from yolov9c.engine.train.guards import free_cuda
-from yolov9c.engine.train.step import (MAX_GRAD_NORM, StepResult, begin_window, forward_backward, optimizer_step,
-                                       train_step)
+from yolov9c.engine.train.step import (MAX_GRAD_NORM, EagerStep, StepResult, begin_window, forward_backward,
+                                       optimizer_step, step_due, train_step)
 from yolov9c.loss.detection import pack_targets_host
 
 WARMUP = 3  # eager batches of the fixed shape before the first capture
@@ -102,11 +102,12 @@ def unsupported(state) -> str | None:
 
 
 def select_step(state):
-    """The step the loop calls (state.step): GraphStep where it works, else step.train_step; logs which."""
+    """The step the loop calls (state.step), chosen once: GraphStep where it works, else step.EagerStep; logs
+    which."""
     why = unsupported(state)
     if why is not None:
         state.log(f"step: eager ({why})")
-        return train_step
+        return EagerStep()
     state.log(f"step: CUDA graphs (captured after {WARMUP} eager batches; targets padded to "
               f"{'/'.join(map(str, BUCKETS))} boxes per image; batches of another shape or more boxes run eagerly)")
     return GraphStep(state)
@@ -166,9 +167,10 @@ def _layout(t):
 
 
 class GraphStep:
-    """state.step replacement (see the module docstring). Call as the eager step: (state, imgs, targets, ni)."""
+    """The Step of CUDA graphs (see the module docstring); after disable() it runs step.train_step."""
 
     def __init__(self, state, warmup=WARMUP, buckets=BUCKETS):
+        self.eager = False  # disabled: every batch runs step.train_step
         self.warmup_left = int(warmup)
         self.buckets = tuple(buckets)
         self.layout = None  # (shape, stride, dtype, device) of the graphed image batch: the first batch's
@@ -196,13 +198,20 @@ class GraphStep:
             return None, "warm-up"
         return bucket, None
 
+    @property
+    def name(self):
+        return "eager" if self.eager else "cuda-graph"
+
     def __call__(self, state, imgs, targets, ni) -> StepResult:
-        if state.micro_batch is not None and state.micro_batch < imgs.shape[0]:
+        if self.eager:
+            return train_step(state, imgs, targets, ni)
+        micro = state.progress.micro_batch
+        if micro is not None and micro < imgs.shape[0]:
             self.disable(state)  # the out-of-memory guard split the batch: eager from here on, pool freed
             return train_step(state, imgs, targets, ni)
-        if state.window_ok is None:
-            begin_window(state)  # step.py: BN statistics kept for a skipped window, window_ok = True
-        stepped = ni - state.last_opt_step >= state.accumulate
+        if state.window.ok is None:
+            begin_window(state)  # step.py: BN statistics kept for a skipped window, window.ok = True
+        stepped = step_due(state, ni)
         bucket, why = self.plan(imgs, targets)
         try:
             if why is None:
@@ -212,7 +221,7 @@ class GraphStep:
         except CaptureFailed as e:  # nothing of the failed capture ran: this batch, and the rest, eagerly
             self._give_up(state, e)
             return train_step(state, imgs, targets, ni)
-        state.window_ok &= finite
+        state.window.ok &= finite
         ok = None
         if stepped:
             if self.grads is None:  # no graph yet: the eager optimizer step (zero_grad, EMA included)
@@ -223,7 +232,7 @@ class GraphStep:
                 except CaptureFailed as e:  # the window's gradients are in place: the eager optimizer step
                     self._give_up(state, e)
                     ok = optimizer_step(state)
-            state.last_opt_step = ni
+            state.progress.last_opt_step = ni
         return StepResult(loss_items=items, images=imgs.shape[0], stepped=stepped, finite=ok)
 
     def _give_up(self, state, err):
@@ -233,17 +242,17 @@ class GraphStep:
                   f"skips the graphs)")
         self.disable(state)
 
-    def sync_host(self, state):
+    def end_epoch(self, state):
         """ema.updates ← the device's count of applied optimizer steps (one host read; nothing before the
-        first capture: the eager steps counted on the host)."""
-        if self.grads is not None:
+        first capture or after disable: the eager steps counted on the host)."""
+        if self.grads is not None and not self.eager:
             state.ema.updates = int(self.ema_u.item())
 
     def disable(self, state):
-        """Back to the eager step for the rest of the run (state.step = train_step); frees the graphs. The
-        gradients accumulated so far stay in place (the eager step accumulates into them)."""
-        self.sync_host(state)
-        state.step = train_step
+        """Back to the eager step for the rest of the run (train_step); frees the graphs. The gradients
+        accumulated so far stay in place (the eager step accumulates into them)."""
+        self.end_epoch(state)
+        self.eager = True
         self.release()
 
     def release(self):
@@ -307,7 +316,7 @@ class GraphStep:
         pairs = [(v, msd[k].detach()) for k, v in ema_sd.items() if v.dtype.is_floating_point]
         self.ema_v, self.ema_m = [a for a, _ in pairs], [b for _, b in pairs]
         self.ema_u = torch.full((), float(state.ema.updates), dtype=torch.float64, device=imgs.device)
-        self.window_ok = torch.ones((), dtype=torch.bool, device=imgs.device)  # state.window_ok copied in
+        self.window_ok = torch.ones((), dtype=torch.bool, device=imgs.device)  # state.window.ok copied in
         if state.amp and state.scaler._scale is None:
             state.scaler._lazy_init_scale_growth_tracker(imgs.device)
         self.pool = torch.cuda.graph_pool_handle()
@@ -370,9 +379,9 @@ class GraphStep:
         if self.opt is None:
             self._capture_opt(state)
         self.fused.set_hyper()
-        self.window_ok.copy_(state.window_ok)
+        self.window_ok.copy_(state.window.ok)
         self.opt.replay()
-        state.window_ok = None  # the window is closed (its gradients zeroed in the graph)
+        state.window.ok = None  # the window is closed (its gradients zeroed in the graph)
         return self.opt_ok.clone()
 
     def _capture_opt(self, state):
@@ -399,7 +408,7 @@ class GraphStep:
         if state.amp:
             torch._amp_update_scale_(scaler._scale, scaler._growth_tracker, found, scaler._growth_factor,
                                      scaler._backoff_factor, scaler._growth_interval)
-        for b, w in zip(state.bn_stats, state.window_bn or []):  # a skipped window's BN updates put back
+        for b, w in zip(state.bn_stats, state.window.bn or []):  # a skipped window's BN updates put back
             b.copy_(torch.where(ok, b, w))
         self.flat.zero_()
         # ModelEMA.update on the device, only for an applied step (its update count too)
