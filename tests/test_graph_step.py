@@ -326,7 +326,7 @@ def test_train_releases_the_graph_step_also_on_an_error(tmp_path, monkeypatch):
     steps = []
 
     def failing_train(state, stop_after_epoch):
-        state.step = G.GraphStep(_fake_state(), warmup=2)
+        state.swap_part("step", G.GraphStep(_fake_state(), warmup=2))
         state.step.micro[32], state.step.opt, state.step.pool = object(), object(), object()
         steps.append(state.step)
         raise RuntimeError("boom")
@@ -349,7 +349,7 @@ def _cuda_state(root, backend, graph, data, init_scale=2.0 ** 14):
                      "--project", str(root)])
     lines = []
     state = setup(cfg, log=lines.append)
-    state.scaler = torch.amp.GradScaler("cuda", init_scale=init_scale, growth_interval=2)  # scale moves in N steps
+    state.swap_part("scaler", torch.amp.GradScaler("cuda", init_scale=init_scale, growth_interval=2))  # moves in N steps
     state.model.train()
     return state, lines
 
@@ -592,8 +592,8 @@ def test_cuda_graph_warm_up_and_capture_under_cudnn_benchmark(tmp_path, monkeypa
     miss takes the heuristic choice: a timed search synchronises), and the flag is back after every step."""
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
     state, _ = _cuda_state(tmp_path / "runs", "c", True, data)
-    state.cfg = dataclasses.replace(state.cfg, cudnn_benchmark=flag == "--cudnn-benchmark")  # a test's cfg
-    state.step = G.GraphStep(state)
+    state.swap_part("cfg", dataclasses.replace(state.cfg, cudnn_benchmark=flag == "--cudnn-benchmark"))
+    state.swap_part("step", G.GraphStep(state))
     seen = []
     real = G.forward_backward
     monkeypatch.setattr(G, "forward_backward", lambda *a: seen.append(torch.backends.cudnn.benchmark) or real(*a))

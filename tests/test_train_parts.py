@@ -187,6 +187,8 @@ def test_step_accumulates_then_steps(tmp_path):
     assert cfg.backend is None and state.cfg.backend == "torch"  # set-up resolves a copy; the caller's stays
     with pytest.raises(dataclasses.FrozenInstanceError):  # resolved once, never rewritten
         state.cfg.batch_size = 4
+    with pytest.raises(AttributeError, match="built once by set-up"):  # sealed: progress and window change
+        state.model = None
     state.model.train()
     before = [p.detach().clone() for p in state.model.parameters()]
     rng = np.random.default_rng(0)

@@ -10,10 +10,10 @@ decay, optimizer, schedule, EMA, scaler) → loaders → execution (loss, backen
 once) → restore (resume.py). A --resume whose training ended stops after the model (setup_finish_only). A
 start that fails after the folder was claimed releases it and removes a folder it created (abandon_run_folder).
 
-RunState: what set-up builds, written once by set-up (only val_loader is replaced later, by the validation
-out-of-memory retry; tb by the loop's start). What changes while training lives in two fields: `progress`
-(Progress: epoch, counters, best fitness, metrics, the micro-batch: exactly what a checkpoint saves and resume
-restores) and `window` (step.Window: the open accumulation window, never saved).
+RunState: what set-up builds, written by set-up only, then sealed (assigning a field raises, except
+REPLACEABLE: the validation out-of-memory retry's val_loader, the loop's tb). What changes while training lives
+in two fields: `progress` (Progress: epoch, counters, best fitness, metrics, the micro-batch: exactly what a
+checkpoint saves and resume restores) and `window` (step.Window: the open accumulation window, never saved).
 Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py tests/test_train_wiring.py
 """
 
@@ -98,6 +98,9 @@ class Progress:
             self.maps = np.asarray(ck["maps"], np.float64)
 
 
+REPLACEABLE = ("val_loader", "tb")  # the validation OOM retry's smaller loader; TensorBoard, made as the loop starts
+
+
 @dataclass
 class RunState:
     cfg: RunConfig  # the resolved options (frozen: resolve_config; the caller's RunConfig stays as given)
@@ -153,6 +156,23 @@ class RunState:
     progress: Progress = field(default_factory=Progress)  # checkpointed
     window: Window = field(default_factory=Window)  # the open accumulation window (step.py), never saved
 
+    def __setattr__(self, name, value):
+        if self.__dict__.get("_sealed") and name not in REPLACEABLE:
+            raise AttributeError(f"RunState.{name} is built once by set-up (state.py); what changes while training "
+                                 f"is in state.progress and state.window (tests and benchmarks: swap_part)")
+        object.__setattr__(self, name, value)
+
+    def seal(self):
+        """The end of set-up: from here on only REPLACEABLE fields may be assigned."""
+        object.__setattr__(self, "_sealed", True)
+
+    def swap_part(self, name, value):
+        """Test and benchmark hook: replace a built part of a set-up run (a GradScaler with another scale, a
+        GraphStep with other settings). Training code never calls it."""
+        if name not in {f.name for f in dataclasses.fields(self)}:
+            raise AttributeError(f"RunState has no field {name!r}")
+        object.__setattr__(self, name, value)
+
     def recorded_opt(self, hyp=None) -> dict:
         """The options a checkpoint and a resumed opt.yaml record: cfg with the batch set-up chose (AutoBatch's
         batch size, a resume's re-derived --accumulate)."""
@@ -180,6 +200,7 @@ def setup(cfg: RunConfig, log=print) -> RunState:
         setup_model(state)
         if state.finish_only:
             setup_finish_only(state)
+            state.seal()
             return state
         setup_optimization(state)
         setup_loaders(state)
@@ -190,6 +211,7 @@ def setup(cfg: RunConfig, log=print) -> RunState:
     except BaseException:
         abandon_run_folder(state)
         raise
+    state.seal()
     return state
 
 
@@ -629,7 +651,7 @@ def setup_execution(state):
     if state.world > 1:
         model = DistributedDataParallel(model, device_ids=[state.local_rank] if cuda else None, static_graph=True)
     state.model = model
-    state.step = select_step(state)  # CUDA graphs where they work (graph_step.py), else the eager train_step
+    state.step = select_step(state)  # once: CUDA graphs where they work (graph_step.py), else step.EagerStep
 
 
 def _apply_backend(model, backend):
