@@ -1,54 +1,18 @@
-"""The training step in CUDA graphs: the eager step of step.py (forward, loss, scaled backward; unscale, inf
-check, clip, optimizer step, scaler update, EMA update) captured once and replayed every batch, so the host
-launches two graphs per optimizer step instead of thousands of kernels.
+"""The Step of CUDA graphs: step.py's eager step (forward, loss, scaled backward; unscale, inf check, clip,
+optimizer step, scaler update, EMA update) captured once and replayed, two graph launches per optimizer step.
 
-    state.step = select_step(state)     # state.py's setup_execution, once: GraphStep(state) or step.EagerStep()
+    state.step = select_step(state)     # set-up, once: GraphStep(state), or step.EagerStep() (reason logged)
     result = state.step(state, imgs, targets, ni)   # StepResult; finite: a 0-dim device bool once graphed
 
-Per batch (mosaic training at a fixed image size):
-  * the first batch fixes the shape (B, 3, H, W); the first WARMUP batches of that shape run eagerly (cuDNN
-    choices, lazy initialisation; the last on the capture stream); with cfg.cudnn_benchmark (default; not
-    with --deterministic) they run under torch.backends.cudnn.benchmark, so cuDNN times its algorithms for
-    this shape and the graphs replay the fastest (yolov9-s, batch 64, 640, H200: GPU time 93.6 → 87.6 ms per
-    step, the same reserved memory: benchmarks/RESULTS.md); other batches keep the flag as set. The captures
-    run with the flag off: a convolution found in torch's algorithm cache (the warm-up's timed choice) runs
-    it, one that misses (the cache key holds the pointers' alignment and the TF32 flag) takes cuDNN's
-    heuristic choice, where a timed search would synchronise and invalidate the capture;
-  * the targets are packed on the host (loss/detection.py's pack_targets_host) into a static (B, M, 5)
-    buffer padded to a box-count bucket (BUCKETS: the smallest M ≥ the batch's most boxes per image; one
-    micro-step graph per bucket, all in one memory pool) and the images copied into a static buffer;
-  * micro-step graph (one per bucket): forward and loss (DetectionLoss.padded: no host synchronisation) under
-    autocast, loss × 4 with --quad, GradScaler-scaled backward into static gradient views of one flat buffer
-    (gradients accumulate over `accumulate` replays);
-  * optimizer graph (one): unscale and the inf/NaN check (torch._amp_foreach_non_finite_check_and_unscale_),
-    clip the gradient norm to 10; then, as step.optimizer_step decides on the host, the window is applied only
-    when its losses (state.window.ok) and the gradient norm are finite: the optimizer update (fused_optim.py:
-    lr and momentum in device tensors, masked), the EMA update (its update count and decay on the device);
-    a skipped window puts the BN statistics back (state.window.bn); torch._amp_update_scale_ and zeroing the
-    gradients either way. Before each replay the host writes the groups' lr/momentum (fills) and window_ok.
-    StepResult.finite is then that 0-dim device bool (the guard reads it lazily). The EMA's update count lives
-    on the device while graphs run; end_epoch() copies it into ema.updates (one host read: the trainer calls it
-    at the end of every epoch, before checkpoints, and disable() when the eager step takes over).
-  * any other shape (the last partial batch, --rect, --multi-scale) or more boxes per image than the largest
-    bucket: that batch runs eagerly (forward_backward of step.py into the same gradients; the optimizer graph
-    still steps). Validation is eager (the trainer never calls the step for it).
-All state the eager step uses is the same objects (parameters, the optimizer's buffers, the GradScaler's scale
-and growth tracker, the EMA tensors), updated in place: checkpoints, resume and a switch back to the eager
-step (GraphStep.disable; done when the out-of-memory guard splits batches, state.progress.micro_batch) see one
-consistent run. A capture that raises (a CUDA error recorded
-while capturing; nothing of it ran) switches the run to the eager step at that batch, with one log line, instead
-of stopping it. Not supported (the eager step
-runs, one log line says why): CPU, DDP (NCCL inside a capture is not attempted), --rect, --multi-scale, --ckpt,
---optimizer LION, --no-cuda-graph. Memory: the graph pool keeps one step's activations reserved between
-steps; the warm-up batches' cached blocks are given back before the last warm-up batch (it runs on the
-capture stream, and the caching allocator keeps blocks per stream) and before the first capture, and an eager fallback
-batch's after it, so that the pool and an eager step are not both reserved. Each time the device is synchronised
-first (guards.free_cuda): with expandable segments (train_dual.py's default) empty_cache unmaps freed blocks and is
-not documented to wait for streams other than the block's own, and the first capture empties the cache right after
-the main stream was given the copies of the last warm-up batch's gradients (allocated on the capture stream) into
-the static views. Defensive: an illegal memory access seen once on the H200 in tests/test_graph_step.py (beside four
-training runs) was not reproduced by holding the main stream busy there, with or without the synchronisation; its
-cause is open.
+Contract: the same results as the eager step (the same parameter, optimizer, GradScaler and EMA objects,
+updated in place), so checkpoints, resume and a switch to the eager step see one run. The first WARMUP batches
+of the first shape run eagerly (under cudnn.benchmark with cfg.cudnn_benchmark); then one micro-step graph per
+box-count bucket (targets packed into a static (B, M, 5) buffer, M in BUCKETS) and one optimizer graph, which
+applies a window only when its losses (state.window.ok) and the gradient norm are finite. Batches of another
+shape or with more boxes than the largest bucket run eagerly into the same gradients. A failed capture or an
+out-of-memory split (state.progress.micro_batch) switches to the eager step for good (disable). end_epoch()
+copies the device's EMA update count to the host; release() drops graphs and pool. Not supported (eager, one
+log line): CPU, DDP, --rect, --multi-scale, --ckpt, --optimizer LION, --no-cuda-graph.
 Test: python -m pytest -q tests/test_graph_step.py (the CUDA test compares N graphed steps with eager ones)
 """
 

@@ -1,35 +1,17 @@
 """The training loop of train_dual.py (spec §1.3-1.9). train() reads top to bottom:
 
-    state = setup(cfg)                          # state.py: RunConfig → RunState (resume.py restores a run)
+    state = setup(cfg)                          # state.py: RunConfig → RunState, sealed (resume.py restores)
     for epoch in range(state.progress.start_epoch, cfg.epochs):
-        stats = train_one_epoch(state, epoch)   # every batch: warm-up, prepare_batch, state.guard.step (guards.py
-                                                # around state.step, step.py: OOM back-off, non-finite skips)
-        stop = end_epoch(state, epoch, stats)   # validate, fitness, then state.folder.save_epoch (last.pt,
-                                                # best.pt/epochN.pt copies, then the results.csv row), early stop
-        log(clock.lap(epoch, ...))              # progress.py: the epoch's time and the run's measured time left
-    finish(state)                               # run_state "finishing", strip last.pt/best.pt, validate best.pt
-                                                # with plots, results.png, run_state "done"
+        stats = train_one_epoch(state, epoch)   # each batch: warm-up LR, prepare_batch, state.guard.step around
+                                                # state.step (OOM back-off, non-finite skips)
+        stop = end_epoch(state, epoch, stats)   # validate, fitness, save_epoch (last.pt, best.pt, results.csv)
+    finish(state)                               # strip last.pt/best.pt, validate best.pt, plots, run_state "done"
 
-The run folder (run_folder.py, rank 0, not --evolve generations) is held from set-up to the end of train()
-(released in a finally, also on errors and Ctrl-C). A --resume of a run whose training ended runs finish() only.
-Ctrl-C raises Interrupted: the CLI prints the last.pt to resume, or that none was saved yet.
+The run folder is held from set-up to the end of train() (released in a finally, also on errors and Ctrl-C);
+Ctrl-C raises Interrupted naming the last.pt to resume. Checkpoints hold float32 weights, optimizer, scaler,
+RNG states and state.progress, so an interrupted then resumed CPU run ends with the same weights.
 
-    from yolov9c.cli.train import parse_opt
-    from yolov9c.engine.train.trainer import train
-    train(parse_opt(["--cfg", "gelan-t.yaml", "--img", "160", "--epochs", "3"]))
-
-One iteration (step.py): uint8 batch → float/255 on the device (→ multi-scale resize) → forward and loss under
-autocast (CUDA + --amp) → loss × WORLD_SIZE (DDP) × 4 (--quad) → scaled backward → every `accumulate`
-micro-batches: unscale, clip the gradient norm to 10, optimizer step, EMA update. Warm-up (first max(3 epochs,
-100) iterations) ramps the learning rates, SGD momentum and the accumulation count; the LR schedule steps once
-per epoch. Each epoch: validation of the EMA (every --val-period epochs and always the last), fitness
-0.1·mAP50 + 0.9·mAP50-95, results.csv row, last.pt / best.pt / epochN.pt. At the end: last.pt and best.pt
-stripped (EMA → model, fp16) and best.pt validated with plots.
-
-Backend (--backend, default c on a CUDA GPU, torch on the CPU): see state.py. Checkpoints are written in float32
-with the optimizer, GradScaler, RNG states and loop counters, so that --resume continues exactly where the run
-stopped (an interrupted then resumed CPU run ends with the same weights as an uninterrupted one).
-
+    train(parse_opt(["--cfg", "gelan-t.yaml", "--img", "160", "--epochs", "3"]))   # yolov9c.cli.train.parse_opt
 Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py
 """
 
