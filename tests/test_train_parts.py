@@ -226,3 +226,19 @@ def test_batching_is_the_one_accumulation_rule():
     assert "single-GPU only" in batch_error(-1, 2)
     assert "multiple of WORLD_SIZE 4" in batch_error(6, 4)
     assert batch_error(8, 4) is None and batch_error(-1, 1) is None
+
+
+def test_progress_is_what_a_checkpoint_carries():
+    """state.Progress: every field goes into a checkpoint (save_epoch: checkpoint_fields, best_fitness and the
+    epoch) and comes back from it (resume: load_checkpoint; the micro-batch through restore_micro_batch)."""
+    from yolov9c.engine.train.state import Progress
+
+    p = Progress(start_epoch=0, best_fitness=0.25, best_epoch=3, last_opt_step=41, metrics=[0.5] * 7,
+                 maps=np.array([0.1, 0.2]), micro_batch=4)
+    ck = dict(epoch=5, best_fitness=p.best_fitness, **p.checkpoint_fields())
+    saved = set(ck) - {"epoch"} | {"start_epoch"}  # the epoch is stored, the next start derived from it
+    assert saved == {f.name for f in dataclasses.fields(Progress)}
+    q = Progress()
+    q.load_checkpoint(ck)
+    assert (q.start_epoch, q.best_fitness, q.best_epoch, q.last_opt_step, q.metrics) == (6, 0.25, 3, 41, [0.5] * 7)
+    assert q.maps.tolist() == [0.1, 0.2] and ck["micro_batch"] == 4
