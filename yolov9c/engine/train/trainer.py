@@ -138,13 +138,9 @@ def _end(state, out):
 def train_one_epoch(state: RunState, epoch):
     """One pass over the training loader (each batch: warm-up, prepare_batch, state.guard.step around
     state.step); the LR schedule steps at the end. Returns the EpochStats."""
-    cfg, ds, nb = state.cfg, state.dataset, state.nb
+    cfg, nb = state.cfg, state.nb
     state.model.train()
-    ds.mosaic = ds.augment and not ds.rect and not (cfg.close_mosaic and epoch >= cfg.epochs - cfg.close_mosaic)
-    if cfg.image_weights:
-        cw = class_weights(ds.labels, state.nc) * state.nc * (1 - state.progress.maps) ** 2 / state.nc
-        state.train_loader.sampler.weights = image_weights(ds.labels, state.nc, cw)
-    state.train_loader.sampler.set_epoch(epoch)
+    _epoch_sampling(state, epoch)
     ms_rng = np.random.default_rng([cfg.seed & 0xFFFFFFFF, epoch, 0x5CA1E])
     mloss = torch.zeros(3, device=state.device)
     n_finite = torch.zeros((), device=state.device)  # batches with finite losses (the means skip the others)
@@ -188,6 +184,17 @@ def train_one_epoch(state: RunState, epoch):
         warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
         state.scheduler.step()
     return EpochStats(mloss=mloss, seconds=seconds, images=images, lr=lr, skipped=skipped)
+
+
+def _epoch_sampling(state, epoch):
+    """The epoch's draw of training images: mosaic off for the last --close-mosaic epochs, --image-weights'
+    weights from the last per-class mAPs (state.progress.maps), the sampler's epoch (its shuffle seed)."""
+    cfg, ds = state.cfg, state.dataset
+    ds.mosaic = ds.augment and not ds.rect and not (cfg.close_mosaic and epoch >= cfg.epochs - cfg.close_mosaic)
+    if cfg.image_weights:
+        cw = class_weights(ds.labels, state.nc) * state.nc * (1 - state.progress.maps) ** 2 / state.nc
+        state.train_loader.sampler.weights = image_weights(ds.labels, state.nc, cw)
+    state.train_loader.sampler.set_epoch(epoch)
 
 
 def end_epoch(state: RunState, epoch, stats: EpochStats) -> bool:
