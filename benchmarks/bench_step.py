@@ -3,7 +3,7 @@
     python benchmarks/bench_step.py                                # yolov9-s and yolov9-c, batch 64, 640, AMP
     python benchmarks/bench_step.py --models yolov9-s --backends c --steps 10 --markdown
 
-The step is the trainer's own (yolov9c.engine.train.step.train_step and graph_step.GraphStep) on a RunState
+The step is the trainer's own (yolov9c.engine.train.step.EagerStep and graph_step.GraphStep) on a RunState
 built here as setup() builds it for a fresh run: DetectionModel → channels-last on CUDA → the optimizer of
 build_optimizer (SGD, Nesterov, three groups) → EMA → GradScaler → the loss of the backend → the backend.
 accumulate = 1 (batch 64 = the nominal batch): every step is forward, loss, scaled backward, unscale, clip,
@@ -58,6 +58,7 @@ def _state(model_name, backend, args):
 
     from yolov9c.api import build_model, make_loss
     from yolov9c.backends import apply
+    from yolov9c.engine.train.batching import Batching
     from yolov9c.engine.train.config import RunConfig
     from yolov9c.engine.train.ema import ModelEMA
     from yolov9c.engine.train.layer_ckpt import bn_buffers
@@ -78,8 +79,8 @@ def _state(model_name, backend, args):
     cfg = RunConfig(backend=backend, channels_last=True, cudnn_benchmark=bool(args.cudnn_benchmark))
     return RunState(cfg=cfg, device=device, amp=True,
                     memory_format=torch.channels_last, hyp=hyp, model=model, ema=ema, loss=loss,
-                    optimizer=optimizer, scaler=torch.amp.GradScaler("cuda"), batch_size=args.batch,
-                    accumulate=1, bn_stats=bn_buffers(model), log=lambda *a: None)
+                    optimizer=optimizer, scaler=torch.amp.GradScaler("cuda"),
+                    batching=Batching(args.batch, 1, nominal=args.batch, fixed_accumulate=1), bn_stats=bn_buffers(model), log=lambda *a: None)
 
 
 def run_one(model_name, backend, mode, args):
@@ -87,11 +88,11 @@ def run_one(model_name, backend, mode, args):
 
     from yolov9c.engine.train.graph_step import GraphStep
     from yolov9c.engine.train.memory_plan import random_targets
-    from yolov9c.engine.train.step import train_step
+    from yolov9c.engine.train.step import EagerStep
 
     torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
     state = _state(model_name, backend, args)
-    step = GraphStep(state) if mode == "graph" else train_step
+    step = GraphStep(state) if mode == "graph" else EagerStep()
     gen = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (args.batch, 3, args.img, args.img), dtype=torch.uint8, generator=gen)
     images = images.cuda().contiguous(memory_format=torch.channels_last)

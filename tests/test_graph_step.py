@@ -10,6 +10,7 @@ forward-backward on the same weights and batch: every parameter's gradient.
 """
 
 import copy
+import dataclasses
 import gc
 
 import numpy as np
@@ -27,7 +28,7 @@ from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
 from yolov9c.engine.train.optim import build_optimizer
 from yolov9c.engine.train.schedule import warmup
 from yolov9c.engine.train.state import RunState, setup
-from yolov9c.engine.train.step import forward_backward, prepare_batch, train_step
+from yolov9c.engine.train.step import forward_backward, prepare_batch
 from yolov9c.loss.detection import pack_targets_host
 from yolov9c.ops import extension
 
@@ -204,7 +205,7 @@ def test_runs_that_keep_the_eager_step(change, reason):
     assert reason in G.unsupported(state)
     lines = []
     state.log = lines.append
-    assert G.select_step(state) is train_step
+    assert G.select_step(state).name == "eager"
     assert lines == [f"step: eager ({G.unsupported(state)})"]
 
 
@@ -309,7 +310,7 @@ def test_cpu_run_logs_the_eager_step(tmp_path):
                      "--noplots", "--device", "cpu", "--project", str(tmp_path / "runs")])
     assert cfg.cuda_graph is True and parse_opt(["--no-cuda-graph"]).cuda_graph is False
     state = setup(cfg, log=lines.append)
-    assert state.step is train_step
+    assert state.step.name == "eager"
     assert "step: eager (not on a CUDA device)" in lines
 
 
@@ -325,7 +326,7 @@ def test_train_releases_the_graph_step_also_on_an_error(tmp_path, monkeypatch):
     steps = []
 
     def failing_train(state, stop_after_epoch):
-        state.step = G.GraphStep(_fake_state(), warmup=2)
+        state.swap_part("step", G.GraphStep(_fake_state(), warmup=2))
         state.step.micro[32], state.step.opt, state.step.pool = object(), object(), object()
         steps.append(state.step)
         raise RuntimeError("boom")
@@ -348,7 +349,7 @@ def _cuda_state(root, backend, graph, data, init_scale=2.0 ** 14):
                      "--project", str(root)])
     lines = []
     state = setup(cfg, log=lines.append)
-    state.scaler = torch.amp.GradScaler("cuda", init_scale=init_scale, growth_interval=2)  # scale moves in N steps
+    state.swap_part("scaler", torch.amp.GradScaler("cuda", init_scale=init_scale, growth_interval=2))  # moves in N steps
     state.model.train()
     return state, lines
 
@@ -385,8 +386,7 @@ def _train(state, batches):
         ws.append([p.detach().clone() for p in state.model.parameters()])
         emas.append([v.detach().clone() for v in state.ema.ema.state_dict().values() if v.dtype.is_floating_point])
     torch.cuda.synchronize()
-    if isinstance(state.step, G.GraphStep):
-        state.step.sync_host(state)  # as the trainer does at the end of an epoch
+    state.step.end_epoch(state)  # as the trainer does at the end of an epoch
     return dict(items=torch.stack(items), scales=scales, finite=finite, w0=w0, ws=ws, emas=emas,
                 updates=state.ema.updates)
 
@@ -425,7 +425,7 @@ def test_cuda_graph_step_equals_eager(tmp_path, backend):
     assert [bool(f) for f in g["finite"] if f is not None] == [bool(f) for f in e["finite"] if f is not None]
     assert e["scales"] == g["scales"] and len(set(e["scales"])) > 1  # grew or backed off, the same way
     applied = sum(bool(f) for f in e["finite"] if f is not None)
-    # the EMA's update count: the host's (eager) and the device's copied back by sync_host (graphed)
+    # the EMA's update count: the host's (eager) and the device's copied back by end_epoch (graphed)
     assert e["updates"] == applied and g["updates"] == applied
     # the updates agree to rounding (fused multiply-adds); fp16 predictions then rarely flip a near-tie of the
     # assigner, which moves that batch's box loss by a few 0.1 % (seen once in 14 c-backend steps on an H200)
@@ -466,7 +466,7 @@ def test_cuda_graph_capture_failure_goes_on_eagerly(tmp_path, monkeypatch, body)
     monkeypatch.setattr(G.GraphStep, body, _sync_in_capture(getattr(G.GraphStep, body)))
     state, lines = _cuda_state(tmp_path / "graph", "torch", True, data, init_scale=64.0)
     g = _train(state, batches)
-    assert state.step is train_step
+    assert state.step.name == "eager"
     assert any("CUDA graph capture failed" in s and "eager step runs from here on" in s for s in lines), lines
     assert e["updates"] == g["updates"] > 0 and e["scales"] == g["scales"]
     # the same steps to rounding (with _opt_body one graphed micro-step came first; fp16 may flip a near-tie)
@@ -592,8 +592,8 @@ def test_cuda_graph_warm_up_and_capture_under_cudnn_benchmark(tmp_path, monkeypa
     miss takes the heuristic choice: a timed search synchronises), and the flag is back after every step."""
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
     state, _ = _cuda_state(tmp_path / "runs", "c", True, data)
-    state.cfg.cudnn_benchmark = flag == "--cudnn-benchmark"
-    state.step = G.GraphStep(state)
+    state.swap_part("cfg", dataclasses.replace(state.cfg, cudnn_benchmark=flag == "--cudnn-benchmark"))
+    state.swap_part("step", G.GraphStep(state))
     seen = []
     real = G.forward_backward
     monkeypatch.setattr(G, "forward_backward", lambda *a: seen.append(torch.backends.cudnn.benchmark) or real(*a))
@@ -669,7 +669,7 @@ def test_cuda_graph_disable_returns_to_the_eager_step(tmp_path):
         state.step(state, prepare_batch(state, batches[ni][0], rng), batches[ni][1], ni)
     step = state.step
     step.disable(state)
-    assert state.step is train_step
+    assert state.step.name == "eager"
     r = state.step(state, prepare_batch(state, batches[5][0], rng), batches[5][1], 5)
     assert r.stepped and torch.isfinite(r.loss_items).all()
     assert all(p.grad is None for p in state.model.parameters())  # the eager zero_grad

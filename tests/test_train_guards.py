@@ -256,7 +256,7 @@ def test_oom_halves_the_micro_batch_and_retries_the_same_batch(data, tmp_path, b
 
     def setup_micro4(cfg, log):
         state = setup(cfg, log)
-        state.micro_batch = 4
+        state.progress.micro_batch = 4
         return state
     monkeypatch.setattr(T, "setup", setup_micro4)
     ref = train(parse_opt(_args(data, tmp_path / "b", backend)), stop_after_epoch=0, log=lambda *a, **k: None)

@@ -68,7 +68,7 @@ def test_real_oom_under_a_memory_limit_halves_the_micro_batch(data, tmp_path, ba
     state.model.train()
     imgs, targets, _, _ = next(iter(state.train_loader))
     x = prepare_batch(state, imgs, np.random.default_rng(0))
-    state.micro_batch = 2
+    state.progress.micro_batch = 2
     state.guard.step(state, x, targets, 0)  # warm-up at micro-batches of 2: cuDNN's choices, lazy buffers
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
@@ -77,7 +77,7 @@ def test_real_oom_under_a_memory_limit_halves_the_micro_batch(data, tmp_path, ba
     state.guard.step(state, x, targets, 1)  # calibrate: the activations and temporaries of 2 images
     torch.cuda.synchronize()
     per2 = torch.cuda.max_memory_allocated() - base
-    state.micro_batch = None
+    state.progress.micro_batch = None
     torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction((base + 4 * per2 + 2 ** 25) / total)
@@ -86,7 +86,7 @@ def test_real_oom_under_a_memory_limit_halves_the_micro_batch(data, tmp_path, ba
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
     assert any("CUDA out of memory at iteration 2 with a micro-batch of 32" in s for s in lines), (per2, lines[-3:])
-    assert 1 <= state.micro_batch <= 16 and result.images == 32 and result.finite is True
+    assert 1 <= state.progress.micro_batch <= 16 and result.images == 32 and result.finite is True
     assert all(torch.isfinite(p).all() for p in state.model.parameters())
 
 

@@ -4,6 +4,7 @@ warm-up (spec §1.4 values), the accumulation ramp, EMA decay and update, run-fo
 Run: python -m pytest -q tests/test_train_parts.py
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -171,18 +172,23 @@ def test_results_train_batch_and_labels_images(tmp_path):
 
 def test_step_accumulates_then_steps(tmp_path):
     """setup() builds a RunState; train_step (the loop's state.step) accumulates gradients for `accumulate`
-    micro-batches and only then takes one optimizer step and one EMA update (state.last_opt_step = ni)."""
+    micro-batches and only then takes one optimizer step and one EMA update (state.progress.last_opt_step = ni)."""
     from yolov9c.cli.train import parse_opt
     from yolov9c.data.synthetic import synthetic_dataset
     from yolov9c.engine.train.state import setup
-    from yolov9c.engine.train.step import prepare_batch, train_step
+    from yolov9c.engine.train.step import prepare_batch
 
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=64)
     cfg = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "2", "--accumulate",
                      "2", "--workers", "0", "--noplots", "--device", "cpu", "--project", str(tmp_path / "runs")])
     state = setup(cfg, log=lambda *a, **k: None)
-    assert state.step is train_step and state.accumulate == 2 and state.nominal == 4 and state.nb == 2
+    assert state.step.name == "eager" and state.nb == 2
+    assert (state.batching.accumulate, state.batching.nominal) == (2, 4)
     assert cfg.backend is None and state.cfg.backend == "torch"  # set-up resolves a copy; the caller's stays
+    with pytest.raises(dataclasses.FrozenInstanceError):  # resolved once, never rewritten
+        state.cfg.batch_size = 4
+    with pytest.raises(AttributeError, match="built once by set-up"):  # sealed: progress and window change
+        state.model = None
     state.model.train()
     before = [p.detach().clone() for p in state.model.parameters()]
     rng = np.random.default_rng(0)
@@ -190,9 +196,49 @@ def test_step_accumulates_then_steps(tmp_path):
     for ni, (imgs, targets, _, _) in enumerate(state.train_loader):
         r = state.step(state, prepare_batch(state, imgs, rng), targets, ni)
         grads = [p.grad for p in state.model.parameters() if p.grad is not None]
-        seen.append((r.stepped, r.images, state.ema.updates, state.last_opt_step,
+        seen.append((r.stepped, r.images, state.ema.updates, state.progress.last_opt_step,
                      any(bool(g.abs().sum() > 0) for g in grads)))
         assert r.loss_items.shape == (3,) and torch.isfinite(r.loss_items).all()
     # ni 0: gradients held, nothing stepped; ni 1: one step (gradients zeroed), EMA updated once
     assert seen == [(False, 2, 0, -1, True), (True, 2, 1, 1, False)]
     assert any(not torch.equal(a, p) for a, p in zip(before, state.model.parameters()))
+
+
+def test_batching_is_the_one_accumulation_rule():
+    """batching.py: the accumulation count at every iteration equals the published loop's ramp (warm-up from 1
+    to round(64 / batch), then held), --accumulate N fixes it, and step_due is `ni - last >= accumulate`; the
+    batch checks the CLI and set-up share name each conflict."""
+    from yolov9c.engine.train.batching import NBS, batch_error, plan_batching
+
+    nw = 100
+    for batch, acc in ((2, None), (4, None), (16, None), (64, None), (100, None), (8, 3)):
+        b = plan_batching(batch, acc, 1)
+        assert b.nominal == (batch * acc if acc else NBS)
+        published = acc or max(round(NBS / batch), 1)
+        for ni in range(2 * nw):
+            if ni <= nw and not acc:
+                published = warmup_accumulate(ni, nw, NBS, batch)
+            assert b.accumulate_at(ni, nw) == published, (batch, acc, ni)
+            assert b.step_due(ni, ni - published, nw) and not b.step_due(ni, ni - published + 1, nw)
+    kept = plan_batching(8, 2, 1, resumed_nominal=64, keep_nominal=True)  # resume at another batch size
+    assert (kept.nominal, kept.fixed_accumulate, kept.per_rank) == (64, 8, 8)
+    assert "both choose the batch" in batch_error(-1, 1, "2G")
+    assert "single-GPU only" in batch_error(-1, 2)
+    assert "multiple of WORLD_SIZE 4" in batch_error(6, 4)
+    assert batch_error(8, 4) is None and batch_error(-1, 1) is None
+
+
+def test_progress_is_what_a_checkpoint_carries():
+    """state.Progress: every field goes into a checkpoint (save_epoch: checkpoint_fields, best_fitness and the
+    epoch) and comes back from it (resume: load_checkpoint; the micro-batch through restore_micro_batch)."""
+    from yolov9c.engine.train.state import Progress
+
+    p = Progress(start_epoch=0, best_fitness=0.25, best_epoch=3, last_opt_step=41, metrics=[0.5] * 7,
+                 maps=np.array([0.1, 0.2]), micro_batch=4)
+    ck = dict(epoch=5, best_fitness=p.best_fitness, **p.checkpoint_fields())
+    saved = set(ck) - {"epoch"} | {"start_epoch"}  # the epoch is stored, the next start derived from it
+    assert saved == {f.name for f in dataclasses.fields(Progress)}
+    q = Progress()
+    q.load_checkpoint(ck)
+    assert (q.start_epoch, q.best_fitness, q.best_epoch, q.last_opt_step, q.metrics) == (6, 0.25, 3, 41, [0.5] * 7)
+    assert q.maps.tolist() == [0.1, 0.2] and ck["micro_batch"] == 4

@@ -79,10 +79,10 @@ def test_mem_budget_sets_the_micro_batch_and_keeps_the_nominal_batch(tmp_path):
     plain = _setup(tmp_path / "a", "--cfg", "yolov9-s.yaml", "--batch", "4", "--backend", "torch")
     state = _setup(tmp_path / "b", "--cfg", "yolov9-s.yaml", "--batch", "4", "--backend", "torch",
                    "--mem-budget", f"{budget * 1024:.3f}M", logs=logs)
-    assert state.plan.batch == 2 and state.plan.accumulate == 2 and state.micro_batch == 2
-    assert plain.micro_batch is None and plain.plan is None
-    assert (state.batch_size, state.accumulate, state.nominal) == (plain.batch_size, plain.accumulate,
-                                                                   plain.nominal) == (4, round(NBS / 4), NBS)
+    assert state.plan.batch == 2 and state.plan.accumulate == 2 and state.progress.micro_batch == 2
+    assert plain.progress.micro_batch is None and plain.plan is None
+    assert state.batching == plain.batching
+    assert (state.batching.batch_size, state.batching.accumulate, state.batching.nominal) == (4, round(NBS / 4), NBS)
     assert state.hyp["weight_decay"] == plain.hyp["weight_decay"] != 0
     assert state.optimizer.param_groups[0]["weight_decay"] == plain.optimizer.param_groups[0]["weight_decay"]
     assert any(s.startswith("memory plan: ") and "2 micro-batch(es) of 2" in s for s in logs)
@@ -100,7 +100,7 @@ def test_dynamic_img_shrinks_the_images(tmp_path):
     budget = (mp.predict(cost, 4, 96) + mp.predict(cost, 4, 128)) / 2
     state = _setup(tmp_path, "--cfg", "yolov9-s.yaml", "--batch", "4", "--backend", "torch", "--img", "128",
                    "--mem-budget", f"{budget:.6f}", "--dynamic-img", "--min-img", "64", img=128)
-    assert state.imgsz == 96 and state.micro_batch is None and state.accumulate == round(NBS / 4)
+    assert state.imgsz == 96 and state.progress.micro_batch is None and state.batching.accumulate == round(NBS / 4)
     assert state.dataset.img_size == 96
 
 

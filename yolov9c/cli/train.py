@@ -37,6 +37,7 @@ from yolov9c.cli.memory import budget_type
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.evolve import evolve
 from yolov9c.engine.train.run_folder import USER_ERRORS
+from yolov9c.engine.train.batching import batch_error
 from yolov9c.engine.train.trainer import Interrupted, TrainError, train
 
 OPTIMIZERS = ("SGD", "Adam", "AdamW", "LION")
@@ -189,8 +190,9 @@ def parse_opt(argv=None, prog="train_dual.py") -> RunConfig:
     given = vars(probe.parse_args(argv))
     if sum((ns.cos_lr, ns.flat_cos_lr, ns.fixed_lr)) > 1:
         parser.error("--cos-lr, --flat-cos-lr and --fixed-lr are alternatives: give at most one")
-    if ns.mem_budget is not None and ns.batch_size == -1:
-        parser.error("--mem-budget and --batch-size -1 (AutoBatch) both choose the batch: give one of them")
+    why = batch_error(ns.batch_size, 1, ns.mem_budget)  # the process count is checked in main()
+    if why:
+        parser.error(why)
     if ns.dynamic_img and ns.mem_budget is None:
         parser.error("--dynamic-img needs --mem-budget SIZE (it picks the image size that fits the budget)")
     return RunConfig.from_args(ns, given=given)
@@ -207,9 +209,10 @@ def main(argv=None, prog="train_dual.py") -> int:
         return 2
     # before CUDA starts: variable-size temporaries (loss, multi-scale) fragment fixed segments (DESIGN.md)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    if cfg.batch_size == -1 and (_wants_ddp(cfg) or int(os.getenv("WORLD_SIZE", 1)) > 1):
-        print(f"{prog}: error: --batch-size -1 (AutoBatch) is single-GPU only (as published): give a batch "
-              "size", file=sys.stderr)
+    world = len(_device_ids(cfg)) if _wants_ddp(cfg) else int(os.getenv("WORLD_SIZE", 1))
+    why = batch_error(cfg.batch_size, world, cfg.mem_budget)  # set-up asks the same (batching.py)
+    if why:
+        print(f"{prog}: error: {why}", file=sys.stderr)
         return 2
     if _wants_ddp(cfg):
         if cfg.evolve is not None:
@@ -245,9 +248,13 @@ def interrupt_hint(cfg, e):
     return "interrupted before training started; nothing was saved"
 
 
+def _device_ids(cfg):
+    return [d.strip() for d in str(cfg.device).replace("cuda:", "").split(",") if d.strip()]
+
+
 def _wants_ddp(cfg):
     """--device 0,1[,…] in a plain `python train_dual.py` (no torchrun variables) on a CUDA machine."""
-    ids = [d for d in str(cfg.device).replace("cuda:", "").split(",") if d.strip()]
+    ids = _device_ids(cfg)
     if len(ids) < 2 or os.getenv("RANK") is not None or str(cfg.device).strip().lower() == "cpu":
         return False
     return torch.cuda.is_available()
@@ -256,11 +263,7 @@ def _wants_ddp(cfg):
 def _launch_ddp(cfg, argv, prog="train_dual.py"):
     """Start one process per listed GPU through torch.distributed.run (DDP, NCCL) instead of DataParallel;
     returns its exit code. CUDA_VISIBLE_DEVICES restricts the processes to the listed GPUs."""
-    ids = [d.strip() for d in str(cfg.device).replace("cuda:", "").split(",") if d.strip()]
-    if cfg.batch_size % len(ids):
-        print(f"{prog}: error: --batch-size {cfg.batch_size} must be a multiple of the {len(ids)} GPUs",
-              file=sys.stderr)
-        return 2
+    ids = _device_ids(cfg)  # main() checked the batch against len(ids) (batching.batch_error)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(ids))
     script = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == prog else None
     target = [str(script)] if script else ["-m", "yolov9c.cli.train"]

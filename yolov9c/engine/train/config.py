@@ -10,7 +10,8 @@ the user typed on the command line: --resume takes those in RESUME_OVERRIDES fro
 the stored opt.yaml. opt.yaml is `opt_dict(cfg, hyp)`: every field but `given`, in this order, with `hyp` the
 hyperparameter dict (the published format: all options, the hyp dict and save_dir). Reading one back ignores
 keys it does not know (named in a warning) and gives missing keys their defaults, so an older or newer opt.yaml
-still resumes.
+still resumes. Frozen: set-up resolves a copy once (state.resolve_config, dataclasses.replace) and nothing
+rewrites it after.
 
 Test: python -m pytest -q tests/test_train_cli.py -k config
 """
@@ -34,7 +35,7 @@ class ConfigError(ValueError):
     """A stored opt.yaml that cannot become a RunConfig (not a mapping, unreadable)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     # --- the published flags, in the published order (spec §1.1) ---
     weights: str = ""  # initial weights (.pt, ours or published); '' = from scratch

@@ -1,54 +1,18 @@
-"""The training step in CUDA graphs: the eager step of step.py (forward, loss, scaled backward; unscale, inf
-check, clip, optimizer step, scaler update, EMA update) captured once and replayed every batch, so the host
-launches two graphs per optimizer step instead of thousands of kernels.
+"""The Step of CUDA graphs: step.py's eager step (forward, loss, scaled backward; unscale, inf check, clip,
+optimizer step, scaler update, EMA update) captured once and replayed, two graph launches per optimizer step.
 
-    state.step = select_step(state)     # state.py's setup_execution: GraphStep(state) or step.train_step
+    state.step = select_step(state)     # set-up, once: GraphStep(state), or step.EagerStep() (reason logged)
     result = state.step(state, imgs, targets, ni)   # StepResult; finite: a 0-dim device bool once graphed
 
-Per batch (mosaic training at a fixed image size):
-  * the first batch fixes the shape (B, 3, H, W); the first WARMUP batches of that shape run eagerly (cuDNN
-    choices, lazy initialisation; the last on the capture stream); with cfg.cudnn_benchmark (default; not
-    with --deterministic) they run under torch.backends.cudnn.benchmark, so cuDNN times its algorithms for
-    this shape and the graphs replay the fastest (yolov9-s, batch 64, 640, H200: GPU time 93.6 → 87.6 ms per
-    step, the same reserved memory: benchmarks/RESULTS.md); other batches keep the flag as set. The captures
-    run with the flag off: a convolution found in torch's algorithm cache (the warm-up's timed choice) runs
-    it, one that misses (the cache key holds the pointers' alignment and the TF32 flag) takes cuDNN's
-    heuristic choice, where a timed search would synchronise and invalidate the capture;
-  * the targets are packed on the host (loss/detection.py's pack_targets_host) into a static (B, M, 5)
-    buffer padded to a box-count bucket (BUCKETS: the smallest M ≥ the batch's most boxes per image; one
-    micro-step graph per bucket, all in one memory pool) and the images copied into a static buffer;
-  * micro-step graph (one per bucket): forward and loss (DetectionLoss.padded: no host synchronisation) under
-    autocast, loss × 4 with --quad, GradScaler-scaled backward into static gradient views of one flat buffer
-    (gradients accumulate over `accumulate` replays);
-  * optimizer graph (one): unscale and the inf/NaN check (torch._amp_foreach_non_finite_check_and_unscale_),
-    clip the gradient norm to 10; then, as step.optimizer_step decides on the host, the window is applied only
-    when its losses (state.window_ok) and the gradient norm are finite: the optimizer update (fused_optim.py:
-    lr and momentum in device tensors, masked), the EMA update (its update count and decay on the device);
-    a skipped window puts the BN statistics back (state.window_bn); torch._amp_update_scale_ and zeroing the
-    gradients either way. Before each replay the host writes the groups' lr/momentum (fills) and window_ok.
-    StepResult.finite is then that 0-dim device bool (the guard reads it lazily). The EMA's update count lives
-    on the device while graphs run; sync_host() copies it into ema.updates (one host read: the trainer calls it
-    at the end of every epoch, before checkpoints, and disable() when the eager step takes over).
-  * any other shape (the last partial batch, --rect, --multi-scale) or more boxes per image than the largest
-    bucket: that batch runs eagerly (forward_backward of step.py into the same gradients; the optimizer graph
-    still steps). Validation is eager (the trainer never calls the step for it).
-All state the eager step uses is the same objects (parameters, the optimizer's buffers, the GradScaler's scale
-and growth tracker, the EMA tensors), updated in place: checkpoints, resume and a switch back to the eager
-step (GraphStep.disable; done when the out-of-memory guard splits batches, state.micro_batch) see one
-consistent run. A capture that raises (a CUDA error recorded
-while capturing; nothing of it ran) switches the run to the eager step at that batch, with one log line, instead
-of stopping it. Not supported (the eager step
-runs, one log line says why): CPU, DDP (NCCL inside a capture is not attempted), --rect, --multi-scale, --ckpt,
---optimizer LION, --no-cuda-graph. Memory: the graph pool keeps one step's activations reserved between
-steps; the warm-up batches' cached blocks are given back before the last warm-up batch (it runs on the
-capture stream, and the caching allocator keeps blocks per stream) and before the first capture, and an eager fallback
-batch's after it, so that the pool and an eager step are not both reserved. Each time the device is synchronised
-first (guards.free_cuda): with expandable segments (train_dual.py's default) empty_cache unmaps freed blocks and is
-not documented to wait for streams other than the block's own, and the first capture empties the cache right after
-the main stream was given the copies of the last warm-up batch's gradients (allocated on the capture stream) into
-the static views. Defensive: an illegal memory access seen once on the H200 in tests/test_graph_step.py (beside four
-training runs) was not reproduced by holding the main stream busy there, with or without the synchronisation; its
-cause is open.
+Contract: the same results as the eager step (the same parameter, optimizer, GradScaler and EMA objects,
+updated in place), so checkpoints, resume and a switch to the eager step see one run. The first WARMUP batches
+of the first shape run eagerly (under cudnn.benchmark with cfg.cudnn_benchmark); then one micro-step graph per
+box-count bucket (targets packed into a static (B, M, 5) buffer, M in BUCKETS) and one optimizer graph, which
+applies a window only when its losses (state.window.ok) and the gradient norm are finite. Batches of another
+shape or with more boxes than the largest bucket run eagerly into the same gradients. A failed capture or an
+out-of-memory split (state.progress.micro_batch) switches to the eager step for good (disable). end_epoch()
+copies the device's EMA update count to the host; release() drops graphs and pool. Not supported (eager, one
+log line): CPU, DDP, --rect, --multi-scale, --ckpt, --optimizer LION, --no-cuda-graph.
 Test: python -m pytest -q tests/test_graph_step.py (the CUDA test compares N graphed steps with eager ones)
 """
 
@@ -63,8 +27,8 @@ import torch
 from yolov9c.engine.train.ema import _bare
 from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
 from yolov9c.engine.train.guards import free_cuda
-from yolov9c.engine.train.step import (MAX_GRAD_NORM, StepResult, begin_window, forward_backward, optimizer_step,
-                                       train_step)
+from yolov9c.engine.train.step import (MAX_GRAD_NORM, EagerStep, StepResult, begin_window, forward_backward,
+                                       optimizer_step, step_due, train_step)
 from yolov9c.loss.detection import pack_targets_host
 
 WARMUP = 3  # eager batches of the fixed shape before the first capture
@@ -102,11 +66,12 @@ def unsupported(state) -> str | None:
 
 
 def select_step(state):
-    """The step the loop calls (state.step): GraphStep where it works, else step.train_step; logs which."""
+    """The step the loop calls (state.step), chosen once: GraphStep where it works, else step.EagerStep; logs
+    which."""
     why = unsupported(state)
     if why is not None:
         state.log(f"step: eager ({why})")
-        return train_step
+        return EagerStep()
     state.log(f"step: CUDA graphs (captured after {WARMUP} eager batches; targets padded to "
               f"{'/'.join(map(str, BUCKETS))} boxes per image; batches of another shape or more boxes run eagerly)")
     return GraphStep(state)
@@ -166,9 +131,10 @@ def _layout(t):
 
 
 class GraphStep:
-    """state.step replacement (see the module docstring). Call as the eager step: (state, imgs, targets, ni)."""
+    """The Step of CUDA graphs (see the module docstring); after disable() it runs step.train_step."""
 
     def __init__(self, state, warmup=WARMUP, buckets=BUCKETS):
+        self.eager = False  # disabled: every batch runs step.train_step
         self.warmup_left = int(warmup)
         self.buckets = tuple(buckets)
         self.layout = None  # (shape, stride, dtype, device) of the graphed image batch: the first batch's
@@ -196,13 +162,20 @@ class GraphStep:
             return None, "warm-up"
         return bucket, None
 
+    @property
+    def name(self):
+        return "eager" if self.eager else "cuda-graph"
+
     def __call__(self, state, imgs, targets, ni) -> StepResult:
-        if state.micro_batch is not None and state.micro_batch < imgs.shape[0]:
+        if self.eager:
+            return train_step(state, imgs, targets, ni)
+        micro = state.progress.micro_batch
+        if micro is not None and micro < imgs.shape[0]:
             self.disable(state)  # the out-of-memory guard split the batch: eager from here on, pool freed
             return train_step(state, imgs, targets, ni)
-        if state.window_ok is None:
-            begin_window(state)  # step.py: BN statistics kept for a skipped window, window_ok = True
-        stepped = ni - state.last_opt_step >= state.accumulate
+        if state.window.ok is None:
+            begin_window(state)  # step.py: BN statistics kept for a skipped window, window.ok = True
+        stepped = step_due(state, ni)
         bucket, why = self.plan(imgs, targets)
         try:
             if why is None:
@@ -212,7 +185,7 @@ class GraphStep:
         except CaptureFailed as e:  # nothing of the failed capture ran: this batch, and the rest, eagerly
             self._give_up(state, e)
             return train_step(state, imgs, targets, ni)
-        state.window_ok &= finite
+        state.window.ok &= finite
         ok = None
         if stepped:
             if self.grads is None:  # no graph yet: the eager optimizer step (zero_grad, EMA included)
@@ -223,7 +196,7 @@ class GraphStep:
                 except CaptureFailed as e:  # the window's gradients are in place: the eager optimizer step
                     self._give_up(state, e)
                     ok = optimizer_step(state)
-            state.last_opt_step = ni
+            state.progress.last_opt_step = ni
         return StepResult(loss_items=items, images=imgs.shape[0], stepped=stepped, finite=ok)
 
     def _give_up(self, state, err):
@@ -233,17 +206,17 @@ class GraphStep:
                   f"skips the graphs)")
         self.disable(state)
 
-    def sync_host(self, state):
+    def end_epoch(self, state):
         """ema.updates ← the device's count of applied optimizer steps (one host read; nothing before the
-        first capture: the eager steps counted on the host)."""
-        if self.grads is not None:
+        first capture or after disable: the eager steps counted on the host)."""
+        if self.grads is not None and not self.eager:
             state.ema.updates = int(self.ema_u.item())
 
     def disable(self, state):
-        """Back to the eager step for the rest of the run (state.step = train_step); frees the graphs. The
-        gradients accumulated so far stay in place (the eager step accumulates into them)."""
-        self.sync_host(state)
-        state.step = train_step
+        """Back to the eager step for the rest of the run (train_step); frees the graphs. The gradients
+        accumulated so far stay in place (the eager step accumulates into them)."""
+        self.end_epoch(state)
+        self.eager = True
         self.release()
 
     def release(self):
@@ -307,7 +280,7 @@ class GraphStep:
         pairs = [(v, msd[k].detach()) for k, v in ema_sd.items() if v.dtype.is_floating_point]
         self.ema_v, self.ema_m = [a for a, _ in pairs], [b for _, b in pairs]
         self.ema_u = torch.full((), float(state.ema.updates), dtype=torch.float64, device=imgs.device)
-        self.window_ok = torch.ones((), dtype=torch.bool, device=imgs.device)  # state.window_ok copied in
+        self.window_ok = torch.ones((), dtype=torch.bool, device=imgs.device)  # state.window.ok copied in
         if state.amp and state.scaler._scale is None:
             state.scaler._lazy_init_scale_growth_tracker(imgs.device)
         self.pool = torch.cuda.graph_pool_handle()
@@ -370,9 +343,9 @@ class GraphStep:
         if self.opt is None:
             self._capture_opt(state)
         self.fused.set_hyper()
-        self.window_ok.copy_(state.window_ok)
+        self.window_ok.copy_(state.window.ok)
         self.opt.replay()
-        state.window_ok = None  # the window is closed (its gradients zeroed in the graph)
+        state.window.ok = None  # the window is closed (its gradients zeroed in the graph)
         return self.opt_ok.clone()
 
     def _capture_opt(self, state):
@@ -399,7 +372,7 @@ class GraphStep:
         if state.amp:
             torch._amp_update_scale_(scaler._scale, scaler._growth_tracker, found, scaler._growth_factor,
                                      scaler._backoff_factor, scaler._growth_interval)
-        for b, w in zip(state.bn_stats, state.window_bn or []):  # a skipped window's BN updates put back
+        for b, w in zip(state.bn_stats, state.window.bn or []):  # a skipped window's BN updates put back
             b.copy_(torch.where(ok, b, w))
         self.flat.zero_()
         # ModelEMA.update on the device, only for an applied step (its update count too)

@@ -21,7 +21,7 @@ check the trainer makes before it writes last.pt / best.pt.
 
 Out of memory. torch.cuda.OutOfMemoryError in a step: the gradients of the unfinished accumulation window are
 dropped (zero_grad, set to None), its BatchNorm statistics put back, the exception's frames released and
-torch.cuda.empty_cache() called; the micro-batch (state.micro_batch, images per forward/backward) is halved, so
+torch.cuda.empty_cache() called; the micro-batch (state.progress.micro_batch, images per forward/backward) is halved, so
 each loader batch runs as 2, 4, … micro-batches before one optimizer step: the nominal batch (images per
 optimizer step) is unchanged. Logged once per halving; the same batch is then run again. At a micro-batch of one
 image, OutOfMemory (a TrainError) says what to try. last.pt stores the micro-batch; --resume keeps it. In
@@ -181,21 +181,22 @@ def free_cuda(device):
 def back_off(state, batch, ni):
     """After an OOM in the step at iteration ni on a loader batch of `batch` images: drop the window, halve the
     micro-batch (OutOfMemory at one image)."""
-    current = min(state.micro_batch or batch, batch)
+    progress = state.progress
+    current = min(progress.micro_batch or batch, batch)
     state.optimizer.zero_grad(set_to_none=True)
-    if state.window_ok is not None:
+    if state.window.ok is not None:
         end_window(state, apply=False)
-    dropped = ni - state.last_opt_step - 1  # earlier batches of the window whose gradients are lost
-    state.last_opt_step = ni - 1  # a new window starts at this batch
+    dropped = ni - progress.last_opt_step - 1  # earlier batches of the window whose gradients are lost
+    progress.last_opt_step = ni - 1  # a new window starts at this batch
     free_cuda(state.device)
     if current <= 1:
         raise OutOfMemory("CUDA out of memory in a training step at a micro-batch of 1 image; try a smaller --img, "
                           "--backend c (about a third of the activation memory), or --ckpt with --backend torch")
-    state.micro_batch = current // 2
-    chunks = -(-batch // state.micro_batch)
+    progress.micro_batch = current // 2
+    chunks = -(-batch // progress.micro_batch)
     state.log(f"\nWARNING: CUDA out of memory at iteration {ni} with a micro-batch of {current} images: retrying "
-              f"the same batch as {chunks} micro-batches of {state.micro_batch} (accumulation x{chunks}; nominal "
-              f"batch {state.nominal} images per optimizer step unchanged)"
+              f"the same batch as {chunks} micro-batches of {progress.micro_batch} (accumulation x{chunks}; nominal "
+              f"batch {state.batching.nominal} images per optimizer step unchanged)"
               + (f"; the gradients of the {dropped} earlier batches of this accumulation window were dropped"
                  if dropped > 0 else ""))
 

@@ -206,15 +206,16 @@ class MeasuredStep:
     def __init__(self, cfg, backend, batch, img, device, fmt, boxes=40, nc=80, uint8=True):
         import torch
 
-        from yolov9c.api import build_model, make_loss
         from yolov9c.backends import accepts_uint8, apply
         from yolov9c.engine.train.ema import ModelEMA
+        from yolov9c.loss.detection import make_loss
+        from yolov9c.models.model import DetectionModel
 
         self.device = torch.device(device)
         self.amp = self.device.type == "cuda"
         torch.manual_seed(0)
         gen = torch.Generator().manual_seed(0)
-        self.model = build_model(cfg, nc=nc).to(self.device, memory_format=fmt).train()
+        self.model = DetectionModel(cfg, nc=nc).to(self.device, memory_format=fmt).train()
         self.ema = ModelEMA(self.model)  # the trainer's float32 copy (part of what is held between steps)
         self.loss_fn = make_loss(self.model, backend=backend)  # built before the backend, as the trainer does
         if backend != "torch":

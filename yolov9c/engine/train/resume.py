@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import yaml
 
-from yolov9c.engine.train.config import RESUME_OVERRIDES, ConfigError, RunConfig, opt_dict
+from yolov9c.engine.train.config import RESUME_OVERRIDES, ConfigError, RunConfig
 from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.run_folder import read_opt, read_state, resume_action
 from yolov9c.models.checkpoint import CheckpointError, read_checkpoint
@@ -138,24 +138,20 @@ def restore(state, resumed: Resumed):
         state.ema.updates = int(ck.get("updates") or 0)
     if ck.get("scaler"):
         state.scaler.load_state_dict(ck["scaler"])
-    state.start_epoch = int(ck["epoch"]) + 1
-    state.best_fitness = float(ck.get("best_fitness") or 0.0)
-    state.best_epoch = int(ck.get("best_epoch", 0))
-    state.last_opt_step = int(ck.get("last_opt_step", -1))
-    state.metrics = list(ck.get("metrics") or state.metrics)
-    if ck.get("maps") is not None:
-        state.maps = np.asarray(ck["maps"], np.float64)
-    state.scheduler.last_epoch = state.start_epoch - 1
-    if int(resumed.old_batch or state.batch_size) != state.batch_size:
+    progress = state.progress
+    progress.load_checkpoint(ck)
+    state.scheduler.last_epoch = progress.start_epoch - 1
+    batch = state.batching.batch_size
+    if int(resumed.old_batch or batch) != batch:
         # iteration numbers ni count batches of the new size now; gradients are zeroed at every epoch start, so
         # the first step of the resumed epoch comes after `accumulate` micro-batches
-        state.last_opt_step = state.nb * state.start_epoch - 1
+        progress.last_opt_step = state.nb * progress.start_epoch - 1
     restore_micro_batch(state, ck.get("micro_batch"))
     if state.main and ck.get("rng"):  # the other ranks keep their own seeds (only rank 0's states are saved)
         set_rng_state(ck["rng"])
     if state.main:
         rewrite_opt_yaml(state)
-    state.log(f"Resuming training from {resumed.last} from epoch {state.start_epoch} to {state.cfg.epochs} "
+    state.log(f"Resuming training from {resumed.last} from epoch {progress.start_epoch} to {state.cfg.epochs} "
               f"total epochs")
 
 
@@ -167,17 +163,17 @@ def rewrite_opt_yaml(state):
     except (OSError, yaml.YAMLError):
         old = {}
     hyp = old.get("hyp") if isinstance(old, dict) and isinstance(old.get("hyp"), dict) else state.hyp
-    state.folder.write_yaml("opt.yaml", opt_dict(state.cfg, hyp))
+    state.folder.write_yaml("opt.yaml", state.recorded_opt(hyp))
 
 
 def restore_micro_batch(state, stored):
     """Keep the micro-batch an out-of-memory back-off chose (last.pt's 'micro_batch', images per forward on a
     rank), unless the resumed loader batch is no larger."""
-    per_rank = state.batch_size // state.world
+    per_rank = state.batching.per_rank
     if stored and int(stored) < per_rank:
-        state.micro_batch = int(stored)
-        state.log(f"Resuming with a micro-batch of {state.micro_batch} images (lowered after a CUDA out-of-memory "
-                  f"error): {-(-per_rank // state.micro_batch)} forward/backward passes per batch of {per_rank}")
+        micro = state.progress.micro_batch = int(stored)
+        state.log(f"Resuming with a micro-batch of {micro} images (lowered after a CUDA out-of-memory "
+                  f"error): {-(-per_rank // micro)} forward/backward passes per batch of {per_rank}")
 
 
 def rng_state():

@@ -1,22 +1,20 @@
-"""Set-up of a training run: RunConfig → RunState (everything the loop reads and changes).
+"""Set-up of a training run: RunConfig → RunState (the built run) + Progress (what a checkpoint carries).
 
     state = setup(cfg, log=print)      # yolov9c/engine/train/trainer.py's train() starts here
 
-setup() runs, in order: resume (read_resume: the run's stored options, folder, hyp, weights) → placement
-(device, DDP process group, backend, channels-last) → run folder and hyp (rank 0 holds it as a
-run_folder.RunFolder: lock, atomic hyp.yaml and opt.yaml of a fresh run; seeds) → model (data config, DetectionModel, weights, freeze, image size) → optimization (AutoBatch, batch,
-accumulation and nominal batch, weight decay, optimizer, LR schedule, EMA, GradScaler) → loaders → execution
-(class weights, loss, the backend, --ckpt, SyncBatchNorm, DDP) → restore (resume.py: optimizer, EMA, scaler,
-counters, RNG). A --resume of a run whose training ended (killed after its last epoch or while finishing)
-stops after the model: setup_finish_only (validation loader, loss), for trainer.finish alone. A start that
-fails after the folder was opened releases it and removes a folder it created (abandon_run_folder), so failed
-starts leave no runs/train/expN behind. The backend goes on after the EMA copy, half().float() and the loss (which reads the plain
-head), before DDP; parameters and state_dict stay the same, so the EMA, validation and every checkpoint are
-plain torch.
+setup() runs, in order: resume (read_resume) → placement (device, DDP, backend, channels-last) → run folder
+claimed → the configuration resolved once (resolve_config: a frozen RunConfig with backend, channels_last,
+save_dir, world_size, global_rank; nothing rewrites it) → run folder contents and hyp (RunFolder, opt.yaml,
+seeds) → model → optimization (batching.plan_batching, once: AutoBatch, accumulation, nominal batch; weight
+decay, optimizer, schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt, DDP, the Step chosen
+once) → restore (resume.py). A --resume whose training ended stops after the model (setup_finish_only). A
+start that fails after the folder was claimed releases it and removes a folder it created (abandon_run_folder).
 
-RunState holds the run's objects and counters; nothing of the loop lives in local variables of train(), so
-the per-batch step (step.py) and the guards around it can read and change it (micro-batch, accumulation).
-Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py tests/test_train_backend.py
+RunState: what set-up builds, written by set-up only, then sealed (assigning a field raises, except
+REPLACEABLE: the validation out-of-memory retry's val_loader, the loop's tb). What changes while training lives
+in two fields: `progress` (Progress: epoch, counters, best fitness, metrics, the micro-batch: exactly what a
+checkpoint saves and resume restores) and `window` (step.Window: the open accumulation window, never saved).
+Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py tests/test_train_wiring.py
 """
 
 from __future__ import annotations
@@ -47,6 +45,7 @@ from yolov9c.engine.run_dir import increment_path
 from yolov9c.engine.train import memory_plan
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.autobatch import autobatch
+from yolov9c.engine.train.batching import NBS, Batching, batch_error, plan_batching
 from yolov9c.engine.train.config import RunConfig, opt_dict
 from yolov9c.engine.train.ema import ModelEMA
 from yolov9c.engine.train.errors import TrainError
@@ -58,7 +57,7 @@ from yolov9c.engine.train.resume import Resumed, read_resume, restore
 from yolov9c.engine.train.run_folder import STATE_NAME as RUN_STATE_NAME
 from yolov9c.engine.train.run_folder import RunFolder
 from yolov9c.engine.train.schedule import lr_lambda, warmup_iterations
-from yolov9c.engine.train.step import train_step
+from yolov9c.engine.train.step import EagerStep, Step, Window
 from yolov9c.loss.detection import make_loss
 from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain, transfer_weights
 from yolov9c.models.info import model_summary
@@ -66,12 +65,45 @@ from yolov9c.models.model import DetectionModel
 from yolov9c.ops import extension
 from yolov9c.resources import resolve_hyp
 
-NBS = 64  # nominal batch size: gradients of ~64 images per optimizer step
+__all__ = ["NBS", "Progress", "RunState", "cpu_threads", "make_val_loader", "setup"]
+
+
+@dataclass
+class Progress:
+    """The run's progress: everything a checkpoint stores besides the built objects' state_dicts (and the
+    epoch, passed on its own), and what --resume restores (resume.restore; the micro-batch by
+    resume.restore_micro_batch, which keeps it only when it still splits the loader batch)."""
+    start_epoch: int = 0  # the first epoch this process trains (a resumed run's: the checkpoint's epoch + 1)
+    best_fitness: float = 0.0
+    best_epoch: int = 0
+    last_opt_step: int = -1  # iteration ni of the last optimizer step
+    metrics: list = field(default_factory=lambda: [0.0] * 7)  # P, R, mAP50, mAP50-95, val box, cls, dfl
+    maps: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per-class mAP50-95
+    micro_batch: int | None = None  # images per forward/backward on this rank (None: the loader batch);
+    #                                 --mem-budget sets it, the out-of-memory back-off halves it (guards.py)
+
+    def checkpoint_fields(self) -> dict:
+        """The checkpoint's counters (best_fitness goes to make_checkpoint itself)."""
+        return dict(last_opt_step=self.last_opt_step, best_epoch=self.best_epoch, metrics=self.metrics,
+                    maps=self.maps.tolist(), micro_batch=self.micro_batch)
+
+    def load_checkpoint(self, ck):
+        """The counters of checkpoint `ck` (read_checkpoint's dict); the micro-batch is left to the caller."""
+        self.start_epoch = int(ck["epoch"]) + 1
+        self.best_fitness = float(ck.get("best_fitness") or 0.0)
+        self.best_epoch = int(ck.get("best_epoch", 0))
+        self.last_opt_step = int(ck.get("last_opt_step", -1))
+        self.metrics = list(ck.get("metrics") or self.metrics)
+        if ck.get("maps") is not None:
+            self.maps = np.asarray(ck["maps"], np.float64)
+
+
+REPLACEABLE = ("val_loader", "tb")  # the validation OOM retry's smaller loader; TensorBoard, made as the loop starts
 
 
 @dataclass
 class RunState:
-    cfg: RunConfig  # the run's options (a copy: resolved values written back, the caller's stays as given)
+    cfg: RunConfig  # the resolved options (frozen: resolve_config; the caller's RunConfig stays as given)
     log: Callable = print
     resumed: Resumed | None = None  # the checkpoint resumed from (None for a fresh run); dropped after restore
     # --- placement ---
@@ -104,54 +136,71 @@ class RunState:
     bn_buffers: list = field(default_factory=list)  # --ckpt: BN statistics restored after the recomputed forward
     bn_stats: list = field(default_factory=list)  # every BN statistic: a skipped (non-finite) step puts them back
     # --- optimization ---
+    batching: Batching | None = None  # batching.py: batch size, nominal batch, accumulation rule (None: finish-only)
     optimizer: torch.optim.Optimizer | None = None
     scheduler: Any = None  # LambdaLR over lf, stepped once per epoch
     lf: Callable | None = None  # epoch → LR factor
     scaler: torch.amp.GradScaler | None = None
-    batch_size: int = 16  # images per iteration over all ranks (the micro-batch × world)
-    nominal: int = NBS  # images per optimizer step
-    accumulate: int = 1  # micro-batches per optimizer step (ramped during warm-up unless fixed)
-    fixed_accumulate: int | None = None  # --accumulate N (or the resumed run's), else None: the warm-up ramp
-    micro_batch: int | None = None  # images per forward/backward on this rank (None: the loader batch); --mem-budget
-    #                                 sets it, the OOM guard halves it (accumulation over the batch's pieces: same
-    #                                 nominal batch)
     plan: Any = None  # --mem-budget: the memory_plan.Plan applied (None without)
     # --- loaders ---
     train_loader: Any = None
-    val_loader: Any = None  # main process only
+    val_loader: Any = None  # main process only (the validation OOM retry replaces it with a smaller batch)
     dataset: Any = None  # the training dataset
     nb: int = 0  # batches per epoch
     nw: int = 0  # warm-up iterations
-    # --- counters (checkpointed) ---
-    start_epoch: int = 0
-    best_fitness: float = 0.0
-    best_epoch: int = 0
-    last_opt_step: int = -1  # iteration ni of the last optimizer step
-    metrics: list = field(default_factory=lambda: [0.0] * 7)  # P, R, mAP50, mAP50-95, val box, cls, dfl
-    maps: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per-class mAP50-95
-    # --- the loop ---
-    step: Callable = train_step  # step(state, imgs, targets, ni) → StepResult: eager, or a graph step
+    # --- the loop's parts ---
+    step: Step = field(default_factory=EagerStep)  # step.py's Step protocol, chosen once (graph_step.select_step)
     guard: StepGuard | None = None  # guards.py: the loop calls guard.step (OOM back-off, non-finite count)
-    window_ok: Any = None  # 0-dim device bool: every loss of the open accumulation window was finite (None: closed)
-    window_bn: list | None = None  # the BN statistics at the window's start (step.py)
-    lr: list = field(default_factory=list)  # the param groups' learning rates at the end of the last epoch
-    tb: Any = None  # TensorBoard SummaryWriter or None
-    stop: bool = False  # early stop decided at the end of an epoch
+    tb: Any = None  # TensorBoard SummaryWriter or None (made when the loop starts)
+    # --- what changes while training ---
+    progress: Progress = field(default_factory=Progress)  # checkpointed
+    window: Window = field(default_factory=Window)  # the open accumulation window (step.py), never saved
+
+    def __setattr__(self, name, value):
+        if self.__dict__.get("_sealed") and name not in REPLACEABLE:
+            raise AttributeError(f"RunState.{name} is built once by set-up (state.py); what changes while training "
+                                 f"is in state.progress and state.window (tests and benchmarks: swap_part)")
+        object.__setattr__(self, name, value)
+
+    def seal(self):
+        """The end of set-up: from here on only REPLACEABLE fields may be assigned."""
+        object.__setattr__(self, "_sealed", True)
+
+    def swap_part(self, name, value):
+        """Test and benchmark hook: replace a built part of a set-up run (a GradScaler with another scale, a
+        GraphStep with other settings). Training code never calls it."""
+        if name not in {f.name for f in dataclasses.fields(self)}:
+            raise AttributeError(f"RunState has no field {name!r}")
+        object.__setattr__(self, name, value)
+
+    def recorded_opt(self, hyp=None) -> dict:
+        """The options a checkpoint and a resumed opt.yaml record: cfg with the batch set-up chose (AutoBatch's
+        batch size, a resume's re-derived --accumulate)."""
+        cfg = self.cfg
+        if self.batching is not None:
+            cfg = dataclasses.replace(cfg, batch_size=self.batching.batch_size,
+                                      accumulate=self.batching.fixed_accumulate)
+        return opt_dict(cfg, hyp)
 
 
 def setup(cfg: RunConfig, log=print) -> RunState:
     """Build every object of the run from `cfg` (see the module docstring for the order). A start that fails
-    after the run folder was opened releases it (and removes a folder it created and only filled with its own
+    after the run folder was claimed releases it (and removes a folder it created and only filled with its own
     start-up files), then re-raises."""
-    cfg = dataclasses.replace(cfg)
     resumed = read_resume(cfg, log) if cfg.resume else None
-    state = RunState(cfg=resumed.cfg if resumed else cfg, log=log, resumed=resumed)
-    setup_placement(state)
-    setup_run_folder(state)
+    given = resumed.cfg if resumed else cfg
+    place = placement(given, log)
+    save_dir, made_dir = claim_run_dir(given, resumed, place["main"])
+    resolved = resolve_config(given, place.pop("backend"), place.pop("channels_last"), save_dir, place)
+    state = RunState(cfg=resolved, resumed=resumed, save_dir=save_dir, wdir=save_dir / "weights",
+                     made_dir=made_dir, evolving=given.evolve is not None, **place)
+    state.memory_format = torch.channels_last if state.cfg.channels_last else torch.contiguous_format
     try:
+        setup_run_folder(state)
         setup_model(state)
         if state.finish_only:
             setup_finish_only(state)
+            state.seal()
             return state
         setup_optimization(state)
         setup_loaders(state)
@@ -162,39 +211,60 @@ def setup(cfg: RunConfig, log=print) -> RunState:
     except BaseException:
         abandon_run_folder(state)
         raise
+    state.seal()
     return state
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Placement: device, DDP, backend
+# Placement: device, DDP, backend; the resolved configuration
 # ---------------------------------------------------------------------------------------------------------
 
-def setup_placement(state):
-    """Device and DDP process group (torchrun's LOCAL_RANK, RANK, WORLD_SIZE), backend, memory format."""
-    cfg = state.cfg
-    state.local_rank = int(os.getenv("LOCAL_RANK", -1))
-    state.rank = int(os.getenv("RANK", -1))
-    state.world = int(os.getenv("WORLD_SIZE", 1))
-    state.main = state.rank in (-1, 0)
-    if not state.main:
-        state.log = _silent
-    state.device = select_device(cfg.device, state.local_rank)
-    if state.world > 1:
+def placement(cfg, log):
+    """Device and DDP process group (torchrun's LOCAL_RANK, RANK, WORLD_SIZE) and the backend: RunState's
+    placement fields (device, world, rank, local_rank, main, amp, log) and the resolved backend and
+    channels_last (for resolve_config)."""
+    local_rank = int(os.getenv("LOCAL_RANK", -1))
+    rank = int(os.getenv("RANK", -1))
+    world = int(os.getenv("WORLD_SIZE", 1))
+    main = rank in (-1, 0)
+    why = batch_error(cfg.batch_size, world, cfg.mem_budget)  # the CLI asks the same before DDP starts
+    if why:
+        raise TrainError(why)
+    if not main:
+        log = _silent
+    device = select_device(cfg.device, local_rank)
+    if world > 1:
         if cfg.image_weights:
             raise TrainError("--image-weights is not compatible with DDP (as published)")
-        if cfg.batch_size % state.world:
-            raise TrainError(f"--batch-size {cfg.batch_size} must be a multiple of WORLD_SIZE {state.world}")
-        if state.device.type == "cuda":
-            torch.cuda.set_device(state.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if state.device.type == "cuda" else "gloo")
-    cuda = state.device.type == "cuda"
-    state.amp = cuda and bool(cfg.amp)
-    # resolved values go to opt.yaml (and so to --resume)
-    cfg.backend = resolve_backend(cfg, state.device, state.world, state.log)
-    if cfg.channels_last is None:
-        cfg.channels_last = cuda and cfg.backend == "c"
-    state.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    cuda = device.type == "cuda"
+    backend = resolve_backend(cfg, device, world, log)
+    channels_last = cuda and backend == "c" if cfg.channels_last is None else cfg.channels_last
+    return dict(device=device, world=world, rank=rank, local_rank=local_rank, main=main, log=log,
+                amp=cuda and bool(cfg.amp), backend=backend, channels_last=channels_last)
+
+
+def resolve_config(cfg, backend, channels_last, save_dir, place) -> RunConfig:
+    """The run's RunConfig, resolved once before anything is built: the backend and channels-last chosen for
+    the device, the run folder, and the DDP world (opt.yaml records these, as published). Frozen."""
+    return dataclasses.replace(cfg, backend=backend, channels_last=channels_last, save_dir=str(save_dir),
+                               world_size=place["world"], global_rank=place["rank"])
+
+
+def claim_run_dir(cfg, resumed, main):
+    """(save_dir, made): runs/train/expN claimed with an atomic mkdir by the main process (or the resumed
+    run's folder); made: this start created it (a failed start removes it again)."""
+    if resumed is not None:
+        return resumed.save_dir, False
+    name = Path(cfg.cfg).stem if cfg.name == "cfg" else cfg.name
+    target = Path(cfg.project) / name
+    if not main:
+        return increment_path(target, exist_ok=cfg.exist_ok), False
+    existed = target.exists()
+    return increment_path(target, exist_ok=cfg.exist_ok, mkdir=True), not (cfg.exist_ok and existed)
 
 
 def select_device(spec, local_rank):
@@ -237,35 +307,12 @@ def resolve_backend(cfg, device, world, log):
 # ---------------------------------------------------------------------------------------------------------
 
 def setup_run_folder(state):
-    """runs/train/expN (claimed with an atomic mkdir; or the resumed run's folder), held through a RunFolder by
-    the main process (not by --evolve generations, which write only results.csv rows), the hyperparameters,
-    hyp.yaml and opt.yaml of a fresh run (atomic), and the seeds. A resume whose training ended
-    (resume_action "finish") sets state.finish_only."""
+    """The claimed run folder (claim_run_dir) held through a RunFolder by the main process (not by --evolve
+    generations, which write only results.csv rows), the hyperparameters, hyp.yaml and opt.yaml of a fresh run
+    (atomic), and the seeds. A resume whose training ended (resume_action "finish") sets state.finish_only."""
     cfg, log, resumed = state.cfg, state.log, state.resumed
-    state.evolving = cfg.evolve is not None
-    if resumed is not None:
-        state.save_dir = resumed.save_dir
-    else:
-        name = Path(cfg.cfg).stem if cfg.name == "cfg" else cfg.name
-        target = Path(cfg.project) / name
-        if state.main:
-            existed = target.exists()
-            state.save_dir = increment_path(target, exist_ok=cfg.exist_ok, mkdir=True)
-            state.made_dir = not (cfg.exist_ok and existed)
-        else:
-            state.save_dir = increment_path(target, exist_ok=cfg.exist_ok)
-    state.wdir = state.save_dir / "weights"
-    try:
-        if state.main and not state.evolving:
-            state.folder = RunFolder.open(state.save_dir, resume=resumed.ckpt if resumed else None, log=log)
-        _run_folder_contents(state)
-    except BaseException:
-        abandon_run_folder(state)
-        raise
-
-
-def _run_folder_contents(state):
-    cfg, log, resumed = state.cfg, state.log, state.resumed
+    if state.main and not state.evolving:
+        state.folder = RunFolder.open(state.save_dir, resume=resumed.ckpt if resumed else None, log=log)
     if resumed is not None:
         action = state.folder.resume_action if state.folder is not None else resumed.action
         if action == "done":
@@ -280,8 +327,6 @@ def _run_folder_contents(state):
     if resumed is not None and resumed.hyp is not None:
         hyp = resumed.hyp  # the run's own (already weight-decay-scaled) values
     hyp["anchor_t"] = 5.0  # forced as published (anchor-free heads do not read it)
-    cfg.save_dir = str(state.save_dir)
-    cfg.world_size, cfg.global_rank = state.world, state.rank  # as published (opt.yaml records them)
     if state.main:
         if state.evolving:
             state.save_dir.mkdir(parents=True, exist_ok=True)
@@ -347,7 +392,7 @@ def setup_model(state):
     state.nc = 1 if cfg.single_cls else int(state.data["nc"])
     names = list(state.data["names"])
     state.names = ["item"] if cfg.single_cls and len(names) != 1 else names
-    state.maps = np.zeros(state.nc)
+    state.progress.maps = np.zeros(state.nc)
     if state.resumed is not None:
         model = _build(state.resumed.ckpt.get("yaml"), state.nc)
         model.load_state_dict(state.resumed.model_state)
@@ -408,38 +453,30 @@ def freeze(model, layers):
 # ---------------------------------------------------------------------------------------------------------
 
 def setup_optimization(state):
-    """--batch-size (AutoBatch for -1; --mem-budget's micro-batch), accumulation and the nominal batch (a resume
-    keeps the run's nominal batch unless --accumulate is given), weight decay scaled to the nominal batch (fresh
-    runs), optimizer, LR schedule, EMA and GradScaler."""
+    """The batch (batching.plan_batching, once: AutoBatch for -1, --accumulate or the nominal-64 rule; a resume
+    keeps the run's nominal batch unless --accumulate is given; --mem-budget's micro-batch), weight decay
+    scaled to the nominal batch (fresh runs), optimizer, LR schedule, EMA and GradScaler."""
     cfg, log, resumed, hyp = state.cfg, state.log, state.resumed, state.hyp
     if cfg.mem_budget is not None:
         apply_memory_plan(state)
-    if cfg.batch_size == -1:  # AutoBatch: before the loaders and the weight decay
-        if state.world > 1:
-            raise TrainError("--batch-size -1 (AutoBatch) is single-GPU only (as published): give a batch size")
-        cfg.batch_size = autobatch(state.model, state.imgsz, hyp, state.device, backend=cfg.backend, amp=state.amp,
-                                   log=log)
-    batch_size = state.batch_size = cfg.batch_size
-    if resumed is not None and "accumulate" not in cfg.given and resumed.nominal_batch:
-        nominal = resumed.nominal_batch  # resume with another --batch-size keeps the run's nominal batch
-        fixed = max(round(nominal / batch_size), 1) if cfg.accumulate else None
-        if fixed:
-            cfg.accumulate = fixed
-    else:
-        fixed = cfg.accumulate  # --accumulate N: N micro-batches per step from the first iteration
-        nominal = batch_size * cfg.accumulate if cfg.accumulate else NBS
-    state.nominal, state.fixed_accumulate = nominal, fixed
-    state.accumulate = fixed or max(round(nominal / batch_size), 1)
+    batch_size = cfg.batch_size
+    if batch_size == -1:  # AutoBatch (single process: batch_error): before the loaders and the weight decay
+        batch_size = autobatch(state.model, state.imgsz, hyp, state.device, backend=cfg.backend, amp=state.amp,
+                               log=log)
+    keep = resumed is not None and "accumulate" not in cfg.given
+    b = state.batching = plan_batching(batch_size, cfg.accumulate, state.world,
+                                       resumed_nominal=resumed.nominal_batch if resumed else None,
+                                       keep_nominal=keep)
     if resumed is not None:
-        old_nominal = resumed.nominal_batch or nominal
+        old_nominal = resumed.nominal_batch or b.nominal
         log(f"Resuming with --batch-size {batch_size} (was {int(resumed.old_batch or batch_size)}) x accumulate "
-            f"{fixed or 'warm-up ramp to ' + str(state.accumulate)} = nominal batch {nominal}")
-        if nominal != old_nominal:
-            log(f"WARNING: the nominal batch changes from {old_nominal} to {nominal} images per optimizer step "
+            f"{b.fixed_accumulate or 'warm-up ramp to ' + str(b.accumulate)} = nominal batch {b.nominal}")
+        if b.nominal != old_nominal:
+            log(f"WARNING: the nominal batch changes from {old_nominal} to {b.nominal} images per optimizer step "
                 f"(--batch-size x --accumulate); weight decay stays scaled for {old_nominal}. Keep "
                 f"--batch-size x --accumulate = {old_nominal} to continue the run unchanged")
     else:
-        hyp["weight_decay"] *= batch_size * state.accumulate / NBS
+        hyp["weight_decay"] *= batch_size * b.accumulate / NBS
     state.optimizer = build_optimizer(state.model, cfg.optimizer, hyp["lr0"], hyp["momentum"], hyp["weight_decay"],
                                       log=log)
     kind = "cos" if cfg.cos_lr else "flat-cos" if cfg.flat_cos_lr else "fixed" if cfg.fixed_lr else "linear"
@@ -452,12 +489,10 @@ def setup_optimization(state):
 
 def apply_memory_plan(state):
     """--mem-budget (--dynamic-img, --min-img): memory_plan.plan_for_training on this rank's loader batch. The
-    plan's micro-batch becomes state.micro_batch (each loader batch runs as plan.accumulate forward/backward
+    plan's micro-batch becomes state.progress.micro_batch (each loader batch runs as plan.accumulate forward/backward
     passes before the usual accumulation), so the loader batch, the accumulation rule, the nominal batch and
     the weight decay are those of --batch-size; with --dynamic-img the plan's image size replaces --img."""
-    cfg, gs = state.cfg, state.gs
-    if cfg.batch_size == -1:
-        raise TrainError("--mem-budget and --batch-size -1 (AutoBatch) both choose the batch: give one of them")
+    cfg, gs = state.cfg, state.gs  # batch_error refused --batch-size -1 with --mem-budget
     per_rank = cfg.batch_size // state.world
     min_img = max(math.ceil(cfg.min_img / gs) * gs, gs * 2)
     name = cfg.cfg or getattr(state.model, "yaml_file", "") or ""
@@ -468,7 +503,7 @@ def apply_memory_plan(state):
     except ValueError as e:
         raise TrainError(str(e)) from None
     state.plan = plan
-    state.micro_batch = plan.batch if plan.batch < per_rank else None
+    state.progress.micro_batch = plan.batch if plan.batch < per_rank else None
     if cfg.dynamic_img:
         state.imgsz = max(plan.img // gs * gs, gs * 2)
     state.log(f"memory plan: --mem-budget {plan.budget_gib:.2f} GiB, --backend {cfg.backend}: {plan.accumulate} "
@@ -484,7 +519,7 @@ def setup_loaders(state):
     """The training loader of this rank and the validation loader (main process: twice the per-rank training
     batch, as published: train_dual.py L213), labels.jpg of a fresh run; then torch's CPU threads."""
     cfg, data, hyp = state.cfg, state.data, state.hyp
-    per_rank = state.batch_size // state.world
+    per_rank = state.batching.per_rank
     train = DatasetConfig(augment=True, hyp=hyp, rect=cfg.rect, image_weights=cfg.image_weights,
                           cache=None if cfg.cache == "val" else cfg.cache, single_cls=cfg.single_cls, stride=state.gs,
                           min_items=cfg.min_items, prefix="train: ", nc=int(data["nc"]), seed=cfg.seed)
@@ -550,7 +585,6 @@ def setup_finish_only(state):
     cfg = state.cfg
     stored = (state.resumed.ckpt.get("opt") or {}).get("batch_size")
     batch = cfg.batch_size if cfg.batch_size > 0 else int(stored) if stored and int(stored) > 0 else 16
-    state.batch_size = batch
     try:
         state.val_loader = make_val_loader(state, batch // state.world) if state.main else None
     except (DataError, ValueError) as e:
@@ -558,7 +592,7 @@ def setup_finish_only(state):
     state.model.nc, state.model.names, state.model.hyp = state.nc, state.names, state.hyp
     state.loss = make_loss(state.model, state.hyp, backend=cfg.backend)
     state.plots = state.main and not cfg.noplots
-    state.start_epoch = cfg.epochs
+    state.progress.start_epoch = cfg.epochs
     ep = int(state.resumed.ckpt.get("epoch", -1))
     when = f"after epoch {ep}" if ep >= 0 else "and its weights were stripped"
     state.log(f"--resume {state.resumed.last}: training ended {when}; finishing the run: strip the weights, "
@@ -617,7 +651,7 @@ def setup_execution(state):
     if state.world > 1:
         model = DistributedDataParallel(model, device_ids=[state.local_rank] if cuda else None, static_graph=True)
     state.model = model
-    state.step = select_step(state)  # CUDA graphs where they work (graph_step.py), else the eager train_step
+    state.step = select_step(state)  # once: CUDA graphs where they work (graph_step.py), else step.EagerStep
 
 
 def _apply_backend(model, backend):

@@ -1,32 +1,23 @@
-"""One training iteration: the per-batch step of the epoch loop (trainer.py's train_one_epoch calls it through
-guards.py's StepGuard, which wraps state.step).
+"""One training iteration and the Step protocol: state.step(state, imgs, targets, ni) → StepResult.
 
-    imgs = prepare_batch(state, imgs_uint8, rng)          # → device, memory format, float / 255 (unless the
-                                                          #   model reads uint8), multi-scale
-    result = train_step(state, imgs, targets, ni)         # → StepResult(loss_items, images, stepped, finite)
+    imgs = prepare_batch(state, imgs_uint8, rng)          # → device, memory format, float / 255, multi-scale
+    result = state.step(state, imgs, targets, ni)         # EagerStep here, or graph_step.GraphStep (CUDA graphs)
 
-train_step splits the loader batch into micro-batches of state.micro_batch images (None: the whole batch; the
-out-of-memory guard lowers it) and runs forward_backward on each (forward and loss under autocast (CUDA +
---amp); loss × WORLD_SIZE under DDP, × 4 with --quad; GradScaler-scaled backward; --ckpt's second BatchNorm
-update undone; gradients accumulate). Once `accumulate` loader batches have passed since the last optimizer
-step, optimizer_step: unscale, clip the gradient norm to 10, then — only when the window's losses and the
-gradient norm are finite — the optimizer step and the EMA update; a non-finite window is skipped (no optimizer,
-EMA or BatchNorm-statistics change: the running statistics are put back to the window's start; under AMP the
-GradScaler still lowers its scale). Either way: scaler update, zero_grad, state.last_opt_step = ni.
-
-Host reads: forward_backward reads no device value (tests/test_c_syncs.py); the finiteness of each micro-batch
-is a device tensor AND-ed into state.window_ok. optimizer_step reads it once per optimizer step — where
-GradScaler.step would read its found-inf flag under AMP (we call optimizer.step ourselves instead, so AMP runs
-have the same single read; with AMP off on CUDA it is one read per optimizer step). StepResult.finite carries
-the outcome: a Python bool here; a CUDA-graph step that skips on the device returns a 0-dim device bool and the
-guard reads it later (guards.py).
+A Step (chosen once at set-up: graph_step.select_step) has __call__ (one loader batch), end_epoch(state) (host
+copies of device-side counters, before checkpoints) and release() (its device resources, at the run's end).
+EagerStep splits the batch into micro-batches of state.progress.micro_batch images and runs forward_backward on
+each (autocast; loss × WORLD_SIZE under DDP, × 4 with --quad; scaled backward; --ckpt's second BN update undone).
+When step_due(state, ni) (the one optimizer-step rule: batching.Batching.step_due), optimizer_step: unscale,
+clip to 10, then — only when the window's losses and the gradient norm are finite — optimizer step and EMA
+update; a skipped window puts the BN statistics back. Either way: scaler update, zero_grad, last_opt_step = ni.
+Host reads: forward_backward reads none (tests/test_c_syncs.py); optimizer_step reads state.window.ok once.
 Test: python -m pytest -q tests/test_train_parts.py -k step tests/test_train_guards.py
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -41,6 +32,29 @@ class StepResult:
     images: int  # images in this batch (this rank)
     stepped: bool  # this batch closed an accumulation window (an optimizer step was due)
     finite: Any = None  # when stepped: the window was finite and applied (bool, or a 0-dim device bool); else None
+
+
+@dataclass
+class Window:
+    """The open accumulation window (not checkpointed: an epoch starts with none open)."""
+    ok: Any = None  # 0-dim device bool: every loss of the window was finite (None: no window open)
+    bn: list | None = None  # the BatchNorm statistics at the window's start (a skipped window puts them back)
+
+
+class Step(Protocol):
+    """What the trainer calls; EagerStep or graph_step.GraphStep, chosen once at set-up."""
+    name: str  # "eager" or "cuda-graph" (logs, tests)
+
+    def __call__(self, state, imgs, targets, ni) -> StepResult: ...
+
+    def end_epoch(self, state) -> None: ...
+
+    def release(self) -> None: ...
+
+
+def step_due(state, ni) -> bool:
+    """The optimizer-step rule of both steps: `accumulate` loader batches since the last optimizer step."""
+    return state.batching.step_due(ni, state.progress.last_opt_step, state.nw)
 
 
 def prepare_batch(state, imgs, rng):
@@ -94,18 +108,19 @@ def forward_backward(state, imgs, targets):
 def begin_window(state):
     """The first micro-batch after an optimizer step: keep the BatchNorm statistics (a skipped window puts them
     back) and start the window's finiteness flag."""
-    if state.window_bn is None:
-        state.window_bn = [b.clone() for b in state.bn_stats]
+    w = state.window
+    if w.bn is None:
+        w.bn = [b.clone() for b in state.bn_stats]
     elif state.bn_stats:  # torch._foreach_copy_ refuses empty lists (a model without BatchNorm)
-        torch._foreach_copy_(state.window_bn, state.bn_stats)
-    state.window_ok = torch.ones((), dtype=torch.bool, device=state.device)
+        torch._foreach_copy_(w.bn, state.bn_stats)
+    w.ok = torch.ones((), dtype=torch.bool, device=state.device)
 
 
 def end_window(state, apply):
     """Close the accumulation window: undo its BatchNorm updates when it is not applied; drop the gradients."""
     if not apply and state.bn_stats:
-        torch._foreach_copy_(state.bn_stats, state.window_bn)
-    state.window_ok = None
+        torch._foreach_copy_(state.bn_stats, state.window.bn)
+    state.window.ok = None
     state.optimizer.zero_grad()
 
 
@@ -114,7 +129,7 @@ def optimizer_step(state) -> bool:
     scaler update, zero the gradients. Returns whether the step was applied (the one host read of the step)."""
     state.scaler.unscale_(state.optimizer)
     norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), max_norm=MAX_GRAD_NORM)
-    ok = bool(torch.isfinite(norm) & state.window_ok)  # finite ⇒ the scaler's found-inf is 0: no step of its own
+    ok = bool(torch.isfinite(norm) & state.window.ok)  # finite ⇒ the scaler's found-inf is 0: no step of its own
     if ok:
         state.optimizer.step()
     state.scaler.update()  # under AMP: non-finite gradients lower the scale (unscale_ recorded them)
@@ -126,19 +141,33 @@ def optimizer_step(state) -> bool:
 
 def train_step(state, imgs, targets, ni) -> StepResult:
     """One loader batch at iteration `ni` (batches since the run started): forward_backward over its
-    micro-batches, then an optimizer step when `accumulate` batches have passed since the last one."""
-    if state.window_ok is None:
+    micro-batches, then an optimizer step when step_due."""
+    if state.window.ok is None:
         begin_window(state)
     n = imgs.shape[0]
     loss_items = None
-    for mi, mt in split_batch(imgs, targets, state.micro_batch):
+    for mi, mt in split_batch(imgs, targets, state.progress.micro_batch):
         items, finite = forward_backward(state, mi, mt)
-        state.window_ok &= finite
+        state.window.ok &= finite
         items = items * (mi.shape[0] / n)
         loss_items = items if loss_items is None else loss_items + items
-    stepped = ni - state.last_opt_step >= state.accumulate
+    stepped = step_due(state, ni)
     finite = None
     if stepped:
         finite = optimizer_step(state)
-        state.last_opt_step = ni
+        state.progress.last_opt_step = ni
     return StepResult(loss_items=loss_items, images=n, stepped=stepped, finite=finite)
+
+
+class EagerStep:
+    """The Step of train_step: nothing kept on the device between batches, nothing to release."""
+    name = "eager"
+
+    def __call__(self, state, imgs, targets, ni) -> StepResult:
+        return train_step(state, imgs, targets, ni)
+
+    def end_epoch(self, state) -> None:
+        pass
+
+    def release(self) -> None:
+        pass

@@ -1,35 +1,17 @@
 """The training loop of train_dual.py (spec §1.3-1.9). train() reads top to bottom:
 
-    state = setup(cfg)                          # state.py: RunConfig → RunState (resume.py restores a run)
-    for epoch in range(state.start_epoch, cfg.epochs):
-        train_one_epoch(state, epoch)           # every batch: warm-up, prepare_batch, state.guard.step (guards.py
-                                                # around state.step, step.py: OOM back-off, non-finite skips)
-        end_epoch(state, epoch)                 # validate, fitness, then state.folder.save_epoch (last.pt,
-                                                # best.pt/epochN.pt copies, then the results.csv row), early stop
-        log(clock.lap(epoch, ...))              # progress.py: the epoch's time and the run's measured time left
-    finish(state)                               # run_state "finishing", strip last.pt/best.pt, validate best.pt
-                                                # with plots, results.png, run_state "done"
+    state = setup(cfg)                          # state.py: RunConfig → RunState, sealed (resume.py restores)
+    for epoch in range(state.progress.start_epoch, cfg.epochs):
+        stats = train_one_epoch(state, epoch)   # each batch: warm-up LR, prepare_batch, state.guard.step around
+                                                # state.step (OOM back-off, non-finite skips)
+        stop = end_epoch(state, epoch, stats)   # validate, fitness, save_epoch (last.pt, best.pt, results.csv)
+    finish(state)                               # strip last.pt/best.pt, validate best.pt, plots, run_state "done"
 
-The run folder (run_folder.py, rank 0, not --evolve generations) is held from set-up to the end of train()
-(released in a finally, also on errors and Ctrl-C). A --resume of a run whose training ended runs finish() only.
-Ctrl-C raises Interrupted: the CLI prints the last.pt to resume, or that none was saved yet.
+The run folder is held from set-up to the end of train() (released in a finally, also on errors and Ctrl-C);
+Ctrl-C raises Interrupted naming the last.pt to resume. Checkpoints hold float32 weights, optimizer, scaler,
+RNG states and state.progress, so an interrupted then resumed CPU run ends with the same weights.
 
-    from yolov9c.cli.train import parse_opt
-    from yolov9c.engine.train.trainer import train
-    train(parse_opt(["--cfg", "gelan-t.yaml", "--img", "160", "--epochs", "3"]))
-
-One iteration (step.py): uint8 batch → float/255 on the device (→ multi-scale resize) → forward and loss under
-autocast (CUDA + --amp) → loss × WORLD_SIZE (DDP) × 4 (--quad) → scaled backward → every `accumulate`
-micro-batches: unscale, clip the gradient norm to 10, optimizer step, EMA update. Warm-up (first max(3 epochs,
-100) iterations) ramps the learning rates, SGD momentum and the accumulation count; the LR schedule steps once
-per epoch. Each epoch: validation of the EMA (every --val-period epochs and always the last), fitness
-0.1·mAP50 + 0.9·mAP50-95, results.csv row, last.pt / best.pt / epochN.pt. At the end: last.pt and best.pt
-stripped (EMA → model, fp16) and best.pt validated with plots.
-
-Backend (--backend, default c on a CUDA GPU, torch on the CPU): see state.py. Checkpoints are written in float32
-with the optimizer, GradScaler, RNG states and loop counters, so that --resume continues exactly where the run
-stopped (an interrupted then resumed CPU run ends with the same weights as an uninterrupted one).
-
+    train(parse_opt(["--cfg", "gelan-t.yaml", "--img", "160", "--epochs", "3"]))   # yolov9c.cli.train.parse_opt
 Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py
 """
 
@@ -47,12 +29,11 @@ from yolov9c.data.image_weights import class_weights, image_weights
 from yolov9c.data.loader import close_loader
 from yolov9c.engine.progress import EpochClock, bar
 from yolov9c.engine.train import results as R
-from yolov9c.engine.train.config import RunConfig, opt_dict
+from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.errors import TrainError
-from yolov9c.engine.train.graph_step import GraphStep
 from yolov9c.engine.train.guards import NonFiniteError, checkpoint_is_finite, nonfinite_causes, validate_with_backoff
 from yolov9c.engine.train.resume import rng_state
-from yolov9c.engine.train.schedule import warmup, warmup_accumulate
+from yolov9c.engine.train.schedule import warmup
 from yolov9c.engine.train.state import RunState, make_val_loader, setup
 from yolov9c.engine.train.step import prepare_batch
 from yolov9c.engine.val.coco import coco_layout
@@ -72,6 +53,7 @@ class EpochStats:
     mloss: torch.Tensor  # (3,) mean box, cls, dfl loss over the epoch's batches
     seconds: float  # wall time of the pass
     images: int  # images this rank trained on
+    lr: list  # the param groups' learning rates at the end of the pass
     skipped: int = 0  # optimizer steps skipped for a non-finite loss or gradient (guards.py)
 
 
@@ -106,14 +88,13 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
     finally:
         for loader in (state.train_loader, state.val_loader):  # workers stopped here, not at interpreter exit
             close_loader(loader)
-        if isinstance(state.step, GraphStep):  # its graphs' memory pool given back here (evolve trains again)
-            state.step.release()
+        state.step.release()  # a graph step's memory pool given back here (evolve trains again)
         if state.folder is not None:
             state.folder.close()
 
 
 def _train(state: RunState, stop_after_epoch):
-    cfg = state.cfg
+    cfg, progress = state.cfg, state.progress
     if state.finish_only:
         out = {"save_dir": state.save_dir, "epochs_done": cfg.epochs, "best_fitness": None, "metrics": {}}
         if state.main:
@@ -123,21 +104,21 @@ def _train(state: RunState, stop_after_epoch):
               f"dataloader workers\nLogging results to {state.save_dir}\nStarting training for {cfg.epochs} "
               f"epochs...")
     state.tb = _tensorboard(state) if state.main and not state.evolving else None
-    t_start, epoch = time.time(), state.start_epoch - 1
+    t_start, epoch, stop = time.time(), progress.start_epoch - 1, False
     clock = EpochClock(cfg.epochs)  # the measured time left, logged after each epoch (progress.py)
     clock.start()
-    for epoch in range(state.start_epoch, cfg.epochs):
+    for epoch in range(progress.start_epoch, cfg.epochs):
         stats = train_one_epoch(state, epoch)
-        end_epoch(state, epoch, stats)
+        stop = end_epoch(state, epoch, stats)
         state.log(clock.lap(epoch, stats.seconds))
-        if state.stop or (stop_after_epoch is not None and epoch >= stop_after_epoch):
+        if stop or (stop_after_epoch is not None and epoch >= stop_after_epoch):
             break
-    out = {"save_dir": state.save_dir, "epochs_done": epoch + 1, "best_fitness": state.best_fitness,
-           "metrics": dict(zip(METRIC_KEYS, state.metrics))}
-    if stop_after_epoch is not None and epoch + 1 < cfg.epochs and not state.stop:
+    out = {"save_dir": state.save_dir, "epochs_done": epoch + 1, "best_fitness": progress.best_fitness,
+           "metrics": dict(zip(METRIC_KEYS, progress.metrics))}
+    if stop_after_epoch is not None and epoch + 1 < cfg.epochs and not stop:
         return out  # simulated interruption: no strip, no final validation
     if state.main:
-        state.log(f"\n{epoch - state.start_epoch + 1} epochs completed in {(time.time() - t_start) / 3600:.3f} "
+        state.log(f"\n{epoch - progress.start_epoch + 1} epochs completed in {(time.time() - t_start) / 3600:.3f} "
                   f"hours.")
         out.update(finish(state))
     return _end(state, out)
@@ -155,20 +136,16 @@ def _end(state, out):
 
 
 def train_one_epoch(state: RunState, epoch):
-    """One pass over the training loader (each batch: warm-up, prepare_batch, state.step); the LR schedule
-    steps at the end. Returns the EpochStats."""
-    cfg, ds, nb = state.cfg, state.dataset, state.nb
+    """One pass over the training loader (each batch: warm-up, prepare_batch, state.guard.step around
+    state.step); the LR schedule steps at the end. Returns the EpochStats."""
+    cfg, nb = state.cfg, state.nb
     state.model.train()
-    ds.mosaic = ds.augment and not ds.rect and not (cfg.close_mosaic and epoch >= cfg.epochs - cfg.close_mosaic)
-    if cfg.image_weights:
-        cw = class_weights(ds.labels, state.nc) * state.nc * (1 - state.maps) ** 2 / state.nc
-        state.train_loader.sampler.weights = image_weights(ds.labels, state.nc, cw)
-    state.train_loader.sampler.set_epoch(epoch)
+    _epoch_sampling(state, epoch)
     ms_rng = np.random.default_rng([cfg.seed & 0xFFFFFFFF, epoch, 0x5CA1E])
     mloss = torch.zeros(3, device=state.device)
     n_finite = torch.zeros((), device=state.device)  # batches with finite losses (the means skip the others)
     state.optimizer.zero_grad()
-    state.window_ok = None  # a window left open by the last epoch is dropped with its gradients
+    state.window.ok = None  # a window left open by the last epoch is dropped with its gradients
     state.guard.begin_epoch(epoch)
     cuda = state.device.type == "cuda"
     if cuda:
@@ -182,9 +159,7 @@ def train_one_epoch(state: RunState, epoch):
         ni = i + nb * epoch
         if state.plots and ni < 3:
             R.plot_train_batch(imgs, targets, state.save_dir / f"train_batch{ni}.jpg", state.names)
-        if ni <= state.nw:  # warm-up
-            if not state.fixed_accumulate:
-                state.accumulate = warmup_accumulate(ni, state.nw, state.nominal, state.batch_size)
+        if ni <= state.nw:  # warm-up (the accumulation ramp: state.batching.accumulate_at, read by the step)
             warmup(state.optimizer, ni, state.nw, epoch, state.lf, state.hyp)
         imgs = prepare_batch(state, imgs, ms_rng)
         result = state.guard.step(state, imgs, targets, ni)  # state.step under the OOM and non-finite guards
@@ -201,45 +176,57 @@ def train_one_epoch(state: RunState, epoch):
                 f"{peak:.3g}G"))
     seconds = time.time() - t0
     skipped = state.guard.end_epoch()
-    if isinstance(state.step, GraphStep):
-        state.step.sync_host(state)  # the EMA's update count, kept on the device while graphs run
+    state.step.end_epoch(state)  # a graph step's device-side counters (the EMA's update count) to the host
     if skipped:
         state.log(state.guard.summary(epoch))
-    state.lr = [g["lr"] for g in state.optimizer.param_groups]
+    lr = [g["lr"] for g in state.optimizer.param_groups]
     with warnings.catch_warnings():  # an epoch whose every step was skipped (non-finite) never called optimizer.step
         warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
         state.scheduler.step()
-    return EpochStats(mloss=mloss, seconds=seconds, images=images, skipped=skipped)
+    return EpochStats(mloss=mloss, seconds=seconds, images=images, lr=lr, skipped=skipped)
 
 
-def end_epoch(state: RunState, epoch, stats: EpochStats):
+def _epoch_sampling(state, epoch):
+    """The epoch's draw of training images: mosaic off for the last --close-mosaic epochs, --image-weights'
+    weights from the last per-class mAPs (state.progress.maps), the sampler's epoch (its shuffle seed)."""
+    cfg, ds = state.cfg, state.dataset
+    ds.mosaic = ds.augment and not ds.rect and not (cfg.close_mosaic and epoch >= cfg.epochs - cfg.close_mosaic)
+    if cfg.image_weights:
+        cw = class_weights(ds.labels, state.nc) * state.nc * (1 - state.progress.maps) ** 2 / state.nc
+        state.train_loader.sampler.weights = image_weights(ds.labels, state.nc, cw)
+    state.train_loader.sampler.set_epoch(epoch)
+
+
+def end_epoch(state: RunState, epoch, stats: EpochStats) -> bool:
     """Main process: validate (every --val-period epochs and the last), fitness and best epoch, the results.csv
-    row (and TensorBoard), checkpoints, the early-stop decision; every rank then agrees on state.stop."""
+    row (and TensorBoard), checkpoints, the early-stop decision. Returns whether to stop (every rank agrees)."""
+    stop, progress = False, state.progress
     if state.main:
         final = epoch + 1 == state.cfg.epochs
         state.ema.update_attr(state.model)
         if (not state.cfg.noval and (epoch + 1) % state.cfg.val_period == 0) or final:
             res = _validate(state, state.ema.ema)
-            state.metrics = [res[k] for k in METRIC_KEYS]
-            state.maps = np.asarray(res["maps"], np.float64)
-        fi = fitness(*state.metrics[:4])
-        if fi >= state.best_fitness:
-            state.best_epoch = epoch
-        state.stop = epoch - state.best_epoch >= (state.cfg.patience or float("inf"))
-        if fi > state.best_fitness:
-            state.best_fitness = fi
+            progress.metrics = [res[k] for k in METRIC_KEYS]
+            progress.maps = np.asarray(res["maps"], np.float64)
+        fi = fitness(*progress.metrics[:4])
+        if fi >= progress.best_fitness:
+            progress.best_epoch = epoch
+        stop = epoch - progress.best_epoch >= (state.cfg.patience or float("inf"))
+        if fi > progress.best_fitness:
+            progress.best_fitness = fi
         row = _epoch_row(state, epoch, stats)
-        save_epoch(state, epoch, row, best=state.best_fitness == fi, ckpt=not state.cfg.nosave or final)
+        save_epoch(state, epoch, row, best=progress.best_fitness == fi, ckpt=not state.cfg.nosave or final)
         if state.tb is not None:
             for k, v in zip(R.COLUMNS[1:], row[1:]):
                 state.tb.add_scalar(k, v, epoch)
-        if state.stop:
+        if stop:
             state.log(f"Stopping training early as no improvement observed in last {state.cfg.patience} epochs. "
-                      f"Best results observed at epoch {state.best_epoch}, best model saved as best.pt.")
+                      f"Best results observed at epoch {progress.best_epoch}, best model saved as best.pt.")
     if state.world > 1:  # every rank stops together
-        flag = torch.tensor([int(state.stop)], device=state.device)
+        flag = torch.tensor([int(stop)], device=state.device)
         dist.broadcast(flag, 0)
-        state.stop = bool(flag.item())
+        stop = bool(flag.item())
+    return stop
 
 
 def _epoch_row(state, epoch, stats):
@@ -247,7 +234,7 @@ def _epoch_row(state, epoch, stats):
     cuda = state.device.type == "cuda"
     peak = torch.cuda.max_memory_allocated(state.device) / GIB if cuda else 0.0
     reserved = torch.cuda.memory_reserved(state.device) / GIB if cuda else 0.0
-    return [epoch, *stats.mloss.tolist(), *state.metrics, *state.lr, peak, reserved, stats.seconds,
+    return [epoch, *stats.mloss.tolist(), *state.progress.metrics, *stats.lr, peak, reserved, stats.seconds,
             stats.images * state.world / max(stats.seconds, 1e-9), stats.skipped]
 
 
@@ -268,10 +255,10 @@ def save_epoch(state, epoch, row, best, ckpt=True):
         raise NonFiniteError(f"epoch {epoch}: the weights are not finite ({where}); last.pt and best.pt were not "
                              f"written (the previous ones are kept); {nonfinite_causes(state)}")
     ck = make_checkpoint(state.model, ema=state.ema, optimizer=state.optimizer, epoch=epoch,
-                         opt=opt_dict(state.cfg), hyp=state.hyp, best_fitness=state.best_fitness, half=False)
-    ck.update(scaler=state.scaler.state_dict(), rng=rng_state(), last_opt_step=state.last_opt_step,
-              best_epoch=state.best_epoch, metrics=state.metrics, maps=state.maps.tolist(),
-              nominal_batch=state.nominal, micro_batch=state.micro_batch)
+                         opt=state.recorded_opt(), hyp=state.hyp, best_fitness=state.progress.best_fitness,
+                         half=False)
+    ck.update(scaler=state.scaler.state_dict(), rng=rng_state(), nominal_batch=state.batching.nominal,
+              **state.progress.checkpoint_fields())
     also = ["best.pt"] if best else []
     if state.cfg.save_period > 0 and epoch % state.cfg.save_period == 0:
         also.append(f"epoch{epoch}.pt")
