@@ -90,6 +90,39 @@ def test_polygon_boxes_match_without_copy_paste(syn_poly):
     _compare_items(syn_poly["train"], 192, keys, _hyp(copy_paste=0.0, degrees=20.0))
 
 
+def test_cut_sources_give_the_same_bytes_as_whole_ones(monkeypatch):
+    """ItemPlan.add_layer sends only the canvas region the output can sample (augment_plan.reach): the batch
+    equals, byte for byte, the one built from the whole tiles, with far fewer source bytes."""
+    hyp = _hyp(scale=0.9, degrees=30.0, perspective=0.001)
+    ds = YoloDataset(str(COCO128 / "images" / "train"), DatasetConfig(img_size=320, augment=True, hyp=hyp,
+                                                                      label_cache=False), log=_quiet)
+    ds.plan_items = True
+    keys = [(i, (2, 0, 0, i), True) for i in range(8)]
+    cut = plan_collate([ds[k] for k in keys])
+    monkeypatch.setattr(augment_plan, "reach", lambda inv, hw: (-(1 << 40), -(1 << 40), 1 << 40, 1 << 40))
+    whole = plan_collate([ds[k] for k in keys])
+    assert len(cut.src) < 0.8 * len(whole.src)
+    assert torch.equal(BatchAssembler("cpu")(cut)[0], BatchAssembler("cpu")(whole)[0])
+
+
+def test_reach_holds_every_bilinear_neighbour():
+    rng = np.random.default_rng(0)
+    H, W = 48, 40
+    ys, xs = np.mgrid[0:H, 0:W]
+    for _ in range(50):
+        M = np.eye(3)
+        M[:2, :2] = rng.uniform(-1.5, 1.5, (2, 2)) + np.eye(2)
+        M[:2, 2] = rng.uniform(-50, 50, 2)
+        M[2, :2] = rng.uniform(-2e-3, 2e-3, 2)
+        inv = np.linalg.inv(M)
+        p = inv @ np.stack([xs.ravel(), ys.ravel(), np.ones(xs.size)])
+        if (p[2] <= 0).any():
+            continue
+        u, v = np.floor(p[0] / p[2]), np.floor(p[1] / p[2])
+        x1, y1, x2, y2 = augment_plan.reach(inv.astype(np.float32).astype(np.float64), (H, W))
+        assert x1 <= u.min() and u.max() + 1 < x2 and y1 <= v.min() and v.max() + 1 < y2
+
+
 def _loader(source, workers=0, device="cpu", seed=3, **kw):
     data = DatasetConfig(augment=True, hyp=_hyp(**kw), seed=seed, nc=8)
     cfg = LoaderConfig(data, shuffle=True, workers=workers, pin_memory=False, augment_device=device)

@@ -51,15 +51,36 @@ class ItemPlan:
 
     def add_layer(self, layer, pieces, M):
         """pieces: up to 4 (image, image rectangle (x1b, y1b, x2b, y2b), canvas origin (x1a, y1a)); M: the
-        forward 3x3 warp of the layer's canvas."""
+        forward 3x3 warp of the layer's canvas. Each piece is cut to the canvas region the output can sample
+        (`reach`), so only those bytes travel to the op."""
+        inv = np.linalg.inv(np.asarray(M, np.float64))
+        rx1, ry1, rx2, ry2 = reach(inv, self.hw)
         for t, (img, (x1b, y1b, x2b, y2b), (x1a, y1a)) in enumerate(pieces):
-            if x2b <= x1b or y2b <= y1b:
+            # the canvas rectangle of the piece, cut to the reachable region
+            cx1, cy1 = max(x1a, rx1), max(y1a, ry1)
+            cx2, cy2 = min(x1a + x2b - x1b, rx2), min(y1a + y2b - y1b, ry2)
+            if cx2 <= cx1 or cy2 <= cy1:
                 self.tiles[layer, t] = _EMPTY_TILE
                 continue
-            self.tiles[layer, t] = (len(self.crops), y2b - y1b, x2b - x1b, x1a, y1a, x1a + x2b - x1b,
-                                    y1a + y2b - y1b, x1a, y1a)
-            self.crops.append(img[y1b:y2b, x1b:x2b])
-        self.warp[layer] = np.linalg.inv(np.asarray(M, np.float64)).astype(np.float32).ravel()
+            ix1, iy1 = x1b + cx1 - x1a, y1b + cy1 - y1a  # the cut's corner in the image
+            self.tiles[layer, t] = (len(self.crops), cy2 - cy1, cx2 - cx1, cx1, cy1, cx2, cy2, cx1, cy1)
+            self.crops.append(img[iy1:iy1 + cy2 - cy1, ix1:ix1 + cx2 - cx1])
+        self.warp[layer] = inv.astype(np.float32).ravel()
+
+
+def reach(inv, hw, margin=2):
+    """The canvas rectangle (x1, y1, x2, y2), end exclusive, holding every pixel that a bilinear sample of an
+    output of hw = (H, W) through the inverse map inv (3x3) can read: the bounds of the 4 corner pixels'
+    pre-images (a projective map takes the output rectangle to a convex quadrilateral), widened by the
+    bilinear neighbour and `margin` pixels for float32 rounding. Unbounded when a corner maps to or behind
+    the camera (never with the published perspective range)."""
+    H, W = hw
+    pts = inv @ np.array([[0, W - 1, 0, W - 1], [0, 0, H - 1, H - 1], [1, 1, 1, 1]], np.float64)
+    if (pts[2] <= 1e-9).any():
+        return -(1 << 40), -(1 << 40), 1 << 40, 1 << 40
+    u, v = pts[0] / pts[2], pts[1] / pts[2]
+    return (int(np.floor(u.min())) - margin, int(np.floor(v.min())) - margin,
+            int(np.floor(u.max())) + 2 + margin, int(np.floor(v.max())) + 2 + margin)
 
 
 def _mosaic_layer(ds, index, rng, plan, layer):
