@@ -308,6 +308,8 @@ def create_dataloader(path, imgsz, batch_size, cfg=None, log=print):
                                  worker_init_fn=_worker_init, generator=g)
         if dataset.plan_items:
             loader.assemble = BatchAssembler(cfg.augment_device, log=log)
+            log(f"{data.prefix}--gpu-augment: workers decode and draw, the augment op makes the pixels on "
+                f"{cfg.augment_device}")
     else:  # workers started for each pass: nothing can run on across epoch ends
         if dataset.plan_items:
             raise ValueError("--gpu-augment needs the persistent loader (LoaderConfig.persistent_workers=True)")
