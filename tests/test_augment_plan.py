@@ -62,8 +62,9 @@ def syn_poly(tmp_path_factory):
                                               imgsz=160, polygons=True))
 
 
-def _compare_items(source, imgsz, keys, hyp):
-    ds = YoloDataset(source, DatasetConfig(img_size=imgsz, augment=True, hyp=hyp, label_cache=False), log=_quiet)
+def _compare_items(source, imgsz, keys, hyp, cache=None):
+    ds = YoloDataset(source, DatasetConfig(img_size=imgsz, augment=True, hyp=hyp, cache=cache, label_cache=False),
+                     log=_quiet)
     ref = [ds[k] for k in keys]
     ds.plan_items = True
     imgs, labels, paths, shapes = BatchAssembler("cpu")(plan_collate([ds[k] for k in keys]))
@@ -82,9 +83,10 @@ def test_items_match_the_cpu_pipeline_coco128():
     assert any(s is None for s in shapes) and any(s is not None for s in shapes)  # mosaic and letterbox both seen
 
 
-def test_items_match_the_cpu_pipeline_synthetic(syn):
+@pytest.mark.parametrize("cache", [None, "ram"])
+def test_items_match_the_cpu_pipeline_synthetic(syn, cache):
     keys = [(i % 16, (5, 2, 0, i), i % 5 != 0) for i in range(12)]  # some with close-mosaic
-    _compare_items(syn["train"], 192, keys, _hyp(mixup=0.8))
+    _compare_items(syn["train"], 192, keys, _hyp(mixup=0.8), cache)
 
 
 def test_polygon_boxes_match_without_copy_paste(syn_poly):

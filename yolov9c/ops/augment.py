@@ -16,7 +16,7 @@ The maths, rounding included, is at the top of kernels/augment_pixel.h. The C re
 write the same bytes; against OpenCV (augment_reference) they agree within 1 grey level on >= 99.9 % of the
 values (tolerances: tests/test_augment.py).
 Dispatch: CUDA tensors -> kernels/augment.cu, CPU tensors -> csrc/augment_ref.c; YOLOV9C_FUSED=0 ->
-augment_reference. No gradient (data augmentation).
+augment_reference on the host (the result copied to out's device). No gradient (data augmentation).
 Test: python -m pytest -q tests/test_augment.py
 """
 
@@ -31,10 +31,9 @@ GREY = 114
 
 def augment(out, src, tiles, warp, mix, flags, luts):
     """Fill out (B, 3, H, W) uint8 from the plan (module docstring); every tensor on out's device. Returns out."""
-    if not extension.fused_enabled():
-        if out.device.type != "cpu":
-            raise ValueError("augment: YOLOV9C_FUSED=0 runs the OpenCV reference, which takes CPU tensors")
-        out.copy_(augment_reference(src, tiles, warp, mix, flags, luts, out.shape[2], out.shape[3]))
+    if not extension.fused_enabled():  # the OpenCV reference runs on the host, whatever the device
+        plan = [t.cpu() for t in (src, tiles, warp, mix, flags, luts)]
+        out.copy_(augment_reference(*plan, out.shape[2], out.shape[3]))
         return out
     C = extension.load()
     a = extension.arg
