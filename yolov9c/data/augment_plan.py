@@ -9,9 +9,9 @@ the CPU) does all the pixel work of a batch in one pass.
   Covers: 4-image mosaic with its random centre, letterbox (close-mosaic, hyp mosaic < 1), random
   perspective/affine with grey 114, mixup of two mosaics, HSV gain, flips. Not covered (create_dataloader
   refuses them with --gpu-augment): copy-paste with polygons (hyp copy_paste > 0), rect batches.
-- `plan_collate(items)`: a worker's batch -> PlannedBatch: the source crops (only the part of each image a
-  tile shows) back to back in one uint8 buffer (shared memory in a worker), the plan arrays, labels as the
-  loss expects them (N, 6) [image index, cls, xc, yc, w, h].
+- `plan_collate(items)`: a worker's batch -> PlannedBatch: the source crops (only the part of each image that
+  the output can sample: `reach`) back to back in one uint8 buffer (shared memory in a worker), the plan
+  arrays, labels as the loss expects them (N, 6) [image index, cls, xc, yc, w, h].
 - `BatchAssembler(device)`: PlannedBatch -> (imgs uint8 (B, 3, H, W) on `device`, labels, paths, shapes), what
   the CPU pipeline's collate gives. CUDA: a fresh device tensor from the kernel; out of GPU memory -> the C
   reference on the CPU from then on, with one log line.
