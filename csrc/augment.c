@@ -79,8 +79,8 @@ PyObject *yv_py_augment_forward(PyObject *module, PyObject *const *args, Py_ssiz
         || check_plan(&mix, &out, YV_FLOAT32, 2, 0, 0) < 0 || check_plan(&flags, &out, YV_INT64, 4, 0, 0) < 0
         || check_plan(&luts, &out, YV_UINT8, 3, 256, 0) < 0)
         return NULL;
-    if (out.shape[2] > (1 << 20) || out.shape[3] > (1 << 20)) {
-        PyErr_Format(PyExc_ValueError, "%s: out is %lld x %lld pixels, at most 2^20 a side", OP,
+    if (out.shape[2] > (1 << 18) || out.shape[3] > (1 << 18)) { /* the kernel's grid: H*W/256 blocks */
+        PyErr_Format(PyExc_ValueError, "%s: out is %lld x %lld pixels, at most 2^18 a side", OP,
                      (long long)out.shape[2], (long long)out.shape[3]);
         return NULL;
     }

@@ -148,6 +148,8 @@ def test_bad_arguments_name_the_argument():
         _run([args[0], args[1], args[2].double()] + args[3:])
     with pytest.raises(ValueError, match="augment_forward: luts"):
         _run(args[:5] + [args[5][:1]])
+    with pytest.raises(ValueError, match=r"augment_forward: out is 1 x 262145 pixels, at most 2\^18 a side"):
+        _run([a[:1] for a in args], 1, (1 << 18) + 1)
     with pytest.raises(TypeError, match=r"augment_forward\(\) takes exactly 8"):
         C.augment_forward(None)
 
