@@ -9,6 +9,9 @@ time of --batches batches, epochs chained. Prints one JSON line: img_per_s, s_pe
 (CPU time of the main process per image: the whole cost with --workers 0, meaningful on a busy machine) and
 the configuration.
 
+--augment op-cuda / op-cpu times --gpu-augment's path (workers decode and draw, the augment op makes the pixels
+in the main process); plan-only the workers' share of it alone.
+
 Run: python benchmarks/bench_dataloader.py --workers 8 --batch 64 --imgsz 640 --batches 20
 """
 
@@ -46,6 +49,10 @@ def main(argv=None):
     ap.add_argument("--data", default=None, help="dataset yaml instead of the synthetic bench set")
     ap.add_argument("--cache-dir", default=None, help="where the bench set is generated")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--augment", default="cpu-pipeline", choices=("cpu-pipeline", "op-cpu", "op-cuda", "plan-only"),
+                    help="who makes the pixels: the workers' OpenCV pipeline (default, as training without "
+                         "--gpu-augment); the augment op in the main process on the CPU (C reference) or CUDA "
+                         "(--gpu-augment); plan-only: the workers' share under --gpu-augment alone (decode + draws)")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
@@ -61,8 +68,11 @@ def main(argv=None):
 
     hyp = augment_hyp(None, mosaic=args.mosaic, mixup=args.mixup)
     data = DatasetConfig(augment=True, hyp=hyp, cache=args.cache, stride=32, nc=nc, seed=args.seed)
-    opts = LoaderConfig(data, workers=args.workers, shuffle=True)
+    device = {"cpu-pipeline": None, "op-cpu": "cpu", "op-cuda": "cuda", "plan-only": "cpu"}[args.augment]
+    opts = LoaderConfig(data, workers=args.workers, shuffle=True, augment_device=device)
     loader, ds = create_dataloader(source, args.imgsz, args.batch, opts, log=lambda s: None)
+    if args.augment == "plan-only":
+        loader.assemble = None  # the PlannedBatch as the workers hand it over
 
     def batches():
         while True:
@@ -74,17 +84,22 @@ def main(argv=None):
         next(it)
     t = time.perf_counter()
     c = time.process_time()
+    n_img = 0
     for _ in range(args.batches):
-        imgs, labels, _, _ = next(it)
+        batch = next(it)
+        labels = batch.labels if args.augment == "plan-only" else batch[1]
         n_boxes += len(labels)
+        n_img += len(batch) if args.augment == "plan-only" else batch[0].shape[0]
+    if args.augment == "op-cuda":
+        torch.cuda.synchronize()
     dt = time.perf_counter() - t
     cpu = time.process_time() - c
-    n_img = args.batches * imgs.shape[0]
     print(json.dumps({
         "bench": "dataloader", "workers": loader.num_workers, "batch": args.batch, "imgsz": args.imgsz,
         "batches": args.batches, "img_per_s": round(n_img / dt, 1), "s_per_batch": round(dt / args.batches, 4),
         "boxes_per_img": round(n_boxes / n_img, 1),
-        "main_cpu_ms_per_img": round(cpu / n_img * 1000, 2), "cache": args.cache, "mosaic": hyp["mosaic"],
+        "main_cpu_ms_per_img": round(cpu / n_img * 1000, 2), "augment": args.augment, "cache": args.cache,
+        "mosaic": hyp["mosaic"],
         "mixup": hyp["mixup"], "data": what, "dataset_images": len(ds), "setup_s": round(t_data, 1),
         "cpus": os.cpu_count(), "torch": torch.__version__, "opencv": cv2.__version__, "numpy": np.__version__,
         "python": platform.python_version(),

@@ -44,6 +44,7 @@ def build_parser():
     p.add_argument("--images", type=int, default=1536, help="train images (batch 64: 24 steps)")
     p.add_argument("--boxes", type=int, default=40, help="at most this many shapes per image (at least half)")
     p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--gpu-augment", action="store_true", help="train with --gpu-augment (the augment op)")
     p.add_argument("--procs", type=int, default=os.cpu_count() or 1, help="processes writing the dataset")
     p.add_argument("--root", default="/tmp/yolov9c_bench_train", help="dataset and run folders")
     p.add_argument("--timeout", type=float, default=300, help="seconds per configuration")
@@ -118,6 +119,7 @@ def run_one(model, backend, data, args):
     sys.argv = ["train_dual.py", "--data", data, "--cfg", f"{model}.yaml", "--batch-size", str(args.batch),
                 "--img", str(args.img), "--epochs", "1", "--workers", str(args.workers), "--backend", backend,
                 "--noplots", "--exist-ok", "--project", str(Path(args.root) / "runs"), "--name", name]
+    sys.argv += ["--gpu-augment"] if args.gpu_augment else []
     t0 = time.time()
     try:
         runpy.run_path(str(REPO / "train_dual.py"), run_name="__main__")
@@ -152,13 +154,15 @@ def _copy_timed(pipe, f, t0):
 
 
 def run_config(args, model, backend, data):
-    base = {"model": model, "backend": backend, "batch": args.batch, "img": args.img, "images": args.images}
+    base = {"model": model, "backend": backend, "batch": args.batch, "img": args.img, "images": args.images,
+            "workers": args.workers, "gpu_augment": args.gpu_augment}
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", model, backend, data, "--batch",
             str(args.batch), "--img", str(args.img), "--images", str(args.images), "--workers", str(args.workers),
-            "--root", args.root]
-    log = Path(args.root) / "logs" / f"{model}-{backend}-b{args.batch}-{args.img}.log"
+            "--root", args.root] + (["--gpu-augment"] if args.gpu_augment else [])
+    log = Path(args.root) / "logs" / f"{model}-{backend}-b{args.batch}-{args.img}-w{args.workers}" \
+        f"{'-gpuaug' if args.gpu_augment else ''}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with open(log, "w") as f:  # the child's console, each line with its time (s since the start), kept

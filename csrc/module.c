@@ -91,6 +91,14 @@ fail:
 
 /* Every doc starts with the text signature ("name($module, a, b, /)\n--\n\n"), so inspect.signature and
  * help() show the positional parameters; tests/test_bindings.py checks that no binding takes more than 12. */
+PyDoc_STRVAR(augment_forward_doc,
+"augment_forward($module, out, src, tiles, warp, mix, flags, luts, stream, /)\n--\n\n"
+"One training batch's pixels from decoded images and a host-drawn plan (mosaic tiles, warp, mixup, flips,\n"
+"HSV). out (B, 3, H, W) uint8 RGB, written; src (N,) uint8 the source images (h x w x 3 BGR each);\n"
+"tiles (B, 2, 4, 9) int64; warp (B, 2, 9) float32 inverse maps; mix (B, 2) float32; flags (B, 4) int64;\n"
+"luts (B, 3, 256) uint8 (layout: kernels/augment_pixel.h); stream: CUDA stream handle (0 for CPU).\n"
+"Returns None.");
+
 PyDoc_STRVAR(nms_forward_doc,
 "nms_forward($module, boxes, scores, classes, iou_thres, workspace, keep, count, stream, /)\n--\n\n"
 "Class-aware greedy NMS. boxes (N, 4) xyxy and scores (N,): float32/float16 (bfloat16 on CUDA), one dtype;\n"
@@ -239,6 +247,7 @@ PyDoc_STRVAR(cudnn_fusion_time_doc,
 
 static PyMethodDef module_methods[] = {
     {"build_info", build_info, METH_NOARGS, build_info_doc},
+    {"augment_forward", (PyCFunction)(void (*)(void))yv_py_augment_forward, METH_FASTCALL, augment_forward_doc},
     {"nms_forward", (PyCFunction)(void (*)(void))yv_py_nms_forward, METH_FASTCALL, nms_forward_doc},
     {"nms_workspace_size", (PyCFunction)(void (*)(void))yv_py_nms_workspace_size, METH_FASTCALL,
      nms_workspace_size_doc},

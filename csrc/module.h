@@ -22,6 +22,7 @@ typedef struct yv_state {
 } yv_state;
 
 /* --- bindings (METH_FASTCALL, positional-only); each lives in csrc/<op>.c --- */
+PyObject *yv_py_augment_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_nms_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_nms_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_bn_workspace_size(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

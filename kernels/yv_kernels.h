@@ -23,6 +23,13 @@
 extern "C" {
 #endif
 
+/* ---- augment (kernels/augment.cu): one training batch's pixels from a host-drawn plan ----
+ * Arguments as yv_augment_forward_ref (csrc/yv_refs.h), all device pointers; one thread per output pixel.
+ */
+cudaError_t yv_augment_forward(uint8_t *out, int64_t B, int64_t H, int64_t W, const uint8_t *src, int64_t src_n,
+                               const int64_t *tiles, const float *warp, const float *mix, const int64_t *flags,
+                               const uint8_t *luts, cudaStream_t stream);
+
 /* ---- nms (kernels/nms.cu) ----
  * boxes   (n, 4) xyxy, scores (n,): `dtype` YV_FLOAT32, YV_FLOAT16 or YV_BFLOAT16 (IoU in float32)
  * classes (n,) YV_INT32/YV_INT64 by `cls_dtype`, or NULL (one class); n <= INT32_MAX

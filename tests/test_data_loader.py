@@ -56,12 +56,13 @@ OLD_DATASET_DEFAULTS = dict(img_size=640, batch_size=16, augment=False, hyp=None
 OLD_LOADER_DEFAULTS = dict(stride=32, single_cls=False, hyp=None, augment=False, cache=None, pad=0.0, rect=False,
                            rank=-1, world_size=1, workers=8, image_weights=False, min_items=0, prefix="",
                            shuffle=False, seed=0, pin_memory=None, persistent_workers=True, nc=None, label_cache=True)
+NEW_LOADER_FIELDS = {"augment_device"}  # options added since (no old keyword)
 
 
 def test_options_keep_the_old_keyword_names_and_defaults():
     assert dataclasses.asdict(DatasetConfig()) == OLD_DATASET_DEFAULTS
     assert DatasetConfig(**OLD_DATASET_DEFAULTS) == DatasetConfig()
-    own = {f.name for f in dataclasses.fields(LoaderConfig)} - {"data"}
+    own = {f.name for f in dataclasses.fields(LoaderConfig)} - {"data"} - NEW_LOADER_FIELDS
     # each old create_dataloader keyword is in exactly one place (imgsz, batch_size stay arguments)
     assert not own & set(OLD_DATASET_DEFAULTS)
     assert own | set(OLD_DATASET_DEFAULTS) == set(OLD_LOADER_DEFAULTS) | {"img_size", "batch_size"}

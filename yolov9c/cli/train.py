@@ -10,8 +10,8 @@ that do not exist here): `--data` synthetic (the built-in dataset), `--cfg` yolo
 model: CPU-friendly first runs), `--hyp` the bundled hyp.scratch-high.yaml (a bare file name is looked up in
 configs/hyps/).
 Added: `--backend {torch,c}` (default c on a CUDA GPU, torch on the CPU), `--channels-last`, `--accumulate N`,
-`--amp/--no-amp`, `--ckpt`, `--val-period N`, `--pin-memory/--no-pin-memory`, `--mosaic P`, `--mixup P`,
-`--deterministic`, `--max-nonfinite N`, `--cuda-graph/--no-cuda-graph`,
+`--amp/--no-amp`, `--ckpt`, `--val-period N`, `--pin-memory/--no-pin-memory`, `--gpu-augment`, `--mosaic P`,
+`--mixup P`, `--deterministic`, `--max-nonfinite N`, `--cuda-graph/--no-cuda-graph`,
 `--cudnn-benchmark/--no-cudnn-benchmark`, `--mem-budget SIZE` / `--dynamic-img` /
 `--min-img N` (the memory planner picks the micro-batch, or the image size, that fits). The root train.py
 passes prog="train.py" (usage line and error prefix). PYTORCH_CUDA_ALLOC_CONF defaults to
@@ -149,6 +149,11 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                    help="validate every N epochs (the last epoch always)")
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=None,
                    help="pinned host memory for batches (default: PIN_MEMORY env, true; CUDA only)")
+    p.add_argument("--gpu-augment", action=argparse.BooleanOptionalAction, default=False,
+                   help="loader workers only read and decode; the augment op makes each batch's mosaic, warp, "
+                        "mixup, HSV and flips on the training device (the C reference on the CPU); same draws and "
+                        "boxes as the CPU pipeline. Default off: on for CUDA only once its GPU benchmark and "
+                        "distribution check pass (benchmarks/RESULTS.md); no --rect, no copy-paste")
     p.add_argument("--mosaic", type=_probability, default=None, help="mosaic probability (overrides the hyp file)")
     p.add_argument("--mixup", type=_probability, default=None, help="mixup probability (overrides the hyp file)")
     p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,

@@ -9,6 +9,8 @@ Per item, when augmenting:
      random perspective (boxes only, as published);
   3. labels → normalised xywh, clipped (eps 1e-3); HSV jitter; vertical and horizontal flips;
 Without augmentation only the letterbox of step 2. Always: HWC BGR → CHW RGB uint8 (chw.py).
+With `plan_items` (--gpu-augment) an augmenting item is instead the plan of the same draws, the decoded
+images and the final labels, and the augment op makes the pixels (data/augment_plan.py).
 Returns (img uint8 (3, H, W) tensor, labels float32 (n, 6) tensor [0, cls, xc, yc, w, h] normalised (column 0
 is filled with the image's index in the batch by collate), image path str, shapes) where shapes is
 ((h0, w0), ((h / h0, w / w0), (padw, padh))) for letterboxed items (what validation needs to map boxes back
@@ -124,6 +126,7 @@ class YoloDataset(torch.utils.data.Dataset):
         self.im_hw = [None] * n
         self.npy_files = [None] * n  # disk cache
         self.item_threads = 1  # threads per process building a batch's items (loader.py sets it)
+        self.plan_items = False  # --gpu-augment: items are augment plans (data/augment_plan.py; loader.py sets it)
         self._pool = None
         self._pool_pid = None
         self.cache = cache_images(self, cfg.cache, log=log, prefix=prefix)
@@ -161,6 +164,10 @@ class YoloDataset(torch.utils.data.Dataset):
         else:
             index, seed_words, mosaic_on = int(key), (self.seed, int(key)), self.mosaic
         rng = np.random.default_rng(list(seed_words))
+        if self.plan_items and self.augment:  # --gpu-augment: the same draws, the pixels left to the augment op
+            from yolov9c.data.augment_plan import plan_item
+
+            return plan_item(self, index, rng, mosaic_on)
         hyp = self.hyp
         shapes = None
         if self.augment and mosaic_on and rng.random() < hyp["mosaic"]:

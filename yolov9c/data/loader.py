@@ -27,7 +27,10 @@ and a RepeatingLoader (a torch DataLoader inside) around it:
   loader leaves 8 cores idle, ours uses them. Results do not depend on it (per-item Generators);
 - collate: uint8 images (B, 3, H, W) RGB stacked; labels (N, 6) [image index in batch, cls, xc, yc, w, h]
   normalised; plus the tuples of paths and shapes. Images of different sizes (can only happen at the
-  padded end of a DDP rect epoch) are padded with grey 114 at the bottom/right and their labels rescaled.
+  padded end of a DDP rect epoch) are padded with grey 114 at the bottom/right and their labels rescaled;
+- --gpu-augment (LoaderConfig.augment_device): workers hand over decoded images + plans (augment_plan.py),
+  and each batch handed out is assembled by the augment op on that device (same batches as a cold start,
+  any worker count: the plans come from the same per-item Generators).
 
 Test: python -m pytest -q tests/test_data_loader.py
 """
@@ -40,6 +43,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
+from yolov9c.data.augment_plan import BatchAssembler, plan_collate
 from yolov9c.data.dataset import DatasetConfig, YoloDataset
 from yolov9c.data.image_weights import image_weights as compute_image_weights
 
@@ -153,6 +157,7 @@ class RepeatingLoader:
         self.persistent_workers = self.loader.persistent_workers
         self._it = None
         self._next = None  # (epoch, batch) the stream hands out next; None: unknown (a pass in progress)
+        self.assemble = None  # --gpu-augment: a BatchAssembler making each planned batch's pixels (augment op)
 
     def __len__(self):
         return len(self.stream)
@@ -187,7 +192,7 @@ class RepeatingLoader:
         for k in range(n):
             batch = next(self._it)
             self._next = (epoch, k + 1) if k + 1 < n else (epoch + 1, 0)
-            yield batch
+            yield batch if self.assemble is None else self.assemble(batch)
 
 
 def close_loader(loader):
@@ -249,6 +254,8 @@ class LoaderConfig:
     shuffle: bool = False  # a new seeded order each epoch (off with data.rect, with a message)
     pin_memory: bool | None = None  # pinned batches when CUDA is available (None: PIN_MEMORY, default true)
     persistent_workers: bool = True  # workers run on across epoch ends (RepeatingLoader); False: restarted each pass
+    augment_device: str | None = None  # --gpu-augment: 'cpu' or 'cuda:N' assembles the augmented batches with the
+    #                                    augment op (workers only decode and draw); None: the CPU pipeline
 
 
 def create_dataloader(path, imgsz, batch_size, cfg=None, log=print):
@@ -285,6 +292,11 @@ def create_dataloader(path, imgsz, batch_size, cfg=None, log=print):
         dataset.item_threads = max(1, int(env))
     elif nw > 0:
         dataset.item_threads = max(1, min(4, cpus // (nw * max(world_size, 1))))
+    collate_fn = collate
+    if cfg.augment_device is not None and data.augment:
+        _check_gpu_augment(dataset, cfg)
+        dataset.plan_items = True
+        collate_fn = plan_collate
     sampler = ItemSampler(dataset, shuffle=shuffle, seed=data.seed, rank=cfg.rank, world_size=world_size,
                           weights=weights)
     pin = _pin_default() if cfg.pin_memory is None else bool(cfg.pin_memory)
@@ -292,13 +304,28 @@ def create_dataloader(path, imgsz, batch_size, cfg=None, log=print):
     g.manual_seed(6148914691236517205 + data.seed)
     if cfg.persistent_workers or nw == 0:
         loader = RepeatingLoader(dataset, batch_size, sampler, num_workers=nw,
-                                 pin_memory=pin and torch.cuda.is_available(), collate_fn=collate,
+                                 pin_memory=pin and torch.cuda.is_available(), collate_fn=collate_fn,
                                  worker_init_fn=_worker_init, generator=g)
+        if dataset.plan_items:
+            loader.assemble = BatchAssembler(cfg.augment_device, log=log)
+            log(f"{data.prefix}--gpu-augment: workers decode and draw, the augment op makes the pixels on "
+                f"{cfg.augment_device}")
     else:  # workers started for each pass: nothing can run on across epoch ends
+        if dataset.plan_items:
+            raise ValueError("--gpu-augment needs the persistent loader (LoaderConfig.persistent_workers=True)")
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=nw,
                             pin_memory=pin and torch.cuda.is_available(), collate_fn=collate,
                             worker_init_fn=_worker_init, generator=g, persistent_workers=False)
     return loader, dataset
+
+
+def _check_gpu_augment(dataset, cfg):
+    """What --gpu-augment cannot do yet: ValueError saying what to change."""
+    if dataset.rect:
+        raise ValueError("--gpu-augment does not support --rect training batches: drop one of them")
+    if dataset.hyp["copy_paste"] and any(len(s) for s in dataset.segments):
+        raise ValueError("--gpu-augment does not support copy-paste (hyp copy_paste > 0 with polygon labels): set "
+                         "copy_paste: 0 in the hyp file or train without --gpu-augment")
 
 
 def _max_class(dataset):

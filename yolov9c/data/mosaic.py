@@ -59,20 +59,14 @@ def _placement(i, xc, yc, w, h, s):
     return (x1a, y1a, x2a, y2a), (x1b, y1b, x2b, y2b)
 
 
-def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hyp):
-    """Build one mosaic training sample.
-
-    index: the requested image; n_images: how many images the 3 extra ones are drawn from (0..n_images-1).
-    load_image(i) -> (img (h, w, 3) uint8 BGR resized so its long side is img_size, (h0, w0), (h, w)).
-    labels[i]: (n, 5) float32 [cls, xc, yc, w, h] normalised to image i. segments[i]: list of normalised
-    (k, 2) polygons aligned with labels[i], or [] for none.
-    rng: numpy.random.Generator. hyp: dict with the keys in HYP_KEYS (the published hyp file).
-    Returns (img (s', s', 3) uint8 with s' = 2 * (s - s // 2), i.e. s for even s; labels (m, 5) float32
-    [cls, x1, y1, x2, y2] pixels; segments: [] or m (k, 2) float32 pixel polygons, the visible parts).
-    """
-    missing = [k for k in HYP_KEYS if k not in hyp]
-    if missing:
-        raise KeyError(f"load_mosaic: hyp lacks {', '.join(missing)}")
+def mosaic_tiles(index, n_images, load_image, labels, segments, img_size, rng):
+    """The random layout of one mosaic and its labels, without the pixels (load_mosaic's first half; the
+    augment op's plan, yolov9c/data/augment_plan.py, uses it too). Arguments as load_mosaic's.
+    Returns (images: the 4 source images in tile order, each (h, w, 3) uint8 as load_image gave it;
+    places: 4 pairs (canvas rectangle (x1a, y1a, x2a, y2a), image rectangle (x1b, y1b, x2b, y2b)), an empty
+    canvas rectangle for a tile that falls off; labels (m, 5) float32 [cls, x1, y1, x2, y2] canvas pixels of
+    the visible objects; segments: m canvas pixel polygons; any_polygons: whether some image had polygons).
+    Draws from rng: the centre (2 uniforms), 3 indices, one shuffle."""
     s = int(img_size)
     half = s // 2
     yc = int(rng.uniform(half, 2 * s - half))
@@ -80,16 +74,13 @@ def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hy
     indices = np.concatenate(([index], rng.integers(0, n_images, 3)))
     rng.shuffle(indices)
 
-    # A BGRA canvas: OpenCV's bilinear warp is fast for 4 channels only (see perspective.warp_image); the
-    # tiles are converted while they are placed, which costs no more than copying them.
-    canvas = np.full((2 * s, 2 * s, 4), 114, np.uint8)
-    labels4, segments4, any_polygons = [], [], False
+    images, places, labels4, segments4, any_polygons = [], [], [], [], False
     for i, k in enumerate(indices):
         img, _, _ = load_image(int(k))
         h, w = img.shape[:2]
         (x1a, y1a, x2a, y2a), (x1b, y1b, x2b, y2b) = _placement(i, xc, yc, w, h, s)
-        if x2a > x1a and y2a > y1a:
-            _place(img[y1b:y2b, x1b:x2b], canvas[y1a:y2a, x1a:x2a])
+        images.append(img)
+        places.append(((x1a, y1a, x2a, y2a), (x1b, y1b, x2b, y2b)))
         padw, padh = x1a - x1b, y1a - y1b
 
         lab = np.asarray(labels[k], np.float32).reshape(-1, 5)
@@ -121,11 +112,37 @@ def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hy
                     polygons[j] = q.astype(np.float32)
                     visible[j] = len(q) >= 3 and box[2] > box[0] and box[3] > box[1]
         segments4 = [p for p, v in zip(polygons, visible) if v]
-    labels4 = labels4[visible]
-    if any_polygons:
-        img, labels4, segments4 = copy_paste(canvas, labels4, segments4, rng, p=hyp["copy_paste"])
     else:
         segments4 = []
+    return images, places, labels4[visible], segments4, any_polygons
+
+
+def load_mosaic(index, n_images, load_image, labels, segments, img_size, rng, hyp):
+    """Build one mosaic training sample.
+
+    index: the requested image; n_images: how many images the 3 extra ones are drawn from (0..n_images-1).
+    load_image(i) -> (img (h, w, 3) uint8 BGR resized so its long side is img_size, (h0, w0), (h, w)).
+    labels[i]: (n, 5) float32 [cls, xc, yc, w, h] normalised to image i. segments[i]: list of normalised
+    (k, 2) polygons aligned with labels[i], or [] for none.
+    rng: numpy.random.Generator. hyp: dict with the keys in HYP_KEYS (the published hyp file).
+    Returns (img (s', s', 3) uint8 with s' = 2 * (s - s // 2), i.e. s for even s; labels (m, 5) float32
+    [cls, x1, y1, x2, y2] pixels; segments: [] or m (k, 2) float32 pixel polygons, the visible parts).
+    """
+    missing = [k for k in HYP_KEYS if k not in hyp]
+    if missing:
+        raise KeyError(f"load_mosaic: hyp lacks {', '.join(missing)}")
+    s = int(img_size)
+    half = s // 2
+    images, places, labels4, segments4, any_polygons = mosaic_tiles(index, n_images, load_image, labels, segments,
+                                                                    s, rng)
+    # A BGRA canvas: OpenCV's bilinear warp is fast for 4 channels only (see perspective.warp_image); the
+    # tiles are converted while they are placed, which costs no more than copying them.
+    canvas = np.full((2 * s, 2 * s, 4), 114, np.uint8)
+    for img, ((x1a, y1a, x2a, y2a), (x1b, y1b, x2b, y2b)) in zip(images, places):
+        if x2a > x1a and y2a > y1a:
+            _place(img[y1b:y2b, x1b:x2b], canvas[y1a:y2a, x1a:x2a])
+    if any_polygons:
+        img, labels4, segments4 = copy_paste(canvas, labels4, segments4, rng, p=hyp["copy_paste"])
 
     img, labels4, segments4 = random_perspective(
         canvas, labels4, segments4, rng,

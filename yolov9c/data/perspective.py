@@ -173,12 +173,22 @@ def random_perspective(img, labels, segments, rng, degrees=0.0, translate=0.1, s
     if border[0] or border[1] or (M != np.eye(3)).any():
         img = warp_image(img, M, (width, height), perspective)
 
+    labels, segments = warp_labels(labels, segments, M, s, (height, width), perspective)
+    return img, labels, segments
+
+
+def warp_labels(labels, segments, M, s, out_hw, perspective):
+    """The labels of random_perspective for a drawn warp: M (3, 3) and s from random_matrix, out_hw the
+    output (height, width). labels (n, 5) float32 [cls, x1, y1, x2, y2], segments [] or n polygons, as
+    random_perspective takes them. Returns (labels (n', 5) float32 of the kept boxes, segments [] or n'
+    warped, clipped polygons)."""
+    height, width = out_hw
     labels = np.asarray(labels, np.float32).reshape(-1, 5)
     n = len(labels)
     if len(segments) not in (0, n):
         raise ValueError(f"random_perspective: {len(segments)} segments for {n} label rows")
     if n == 0:
-        return img, labels, []
+        return labels, []
 
     use_segments = len(segments) == n and any(len(p) for p in segments)
     if use_segments:
@@ -197,4 +207,4 @@ def random_perspective(img, labels, segments, rng, degrees=0.0, translate=0.1, s
     labels = labels[keep]
     labels[:, 1:5] = new[keep]
     segments = [visible[i].astype(np.float32) for i in np.nonzero(keep)[0]] if use_segments else []
-    return img, labels, segments
+    return labels, segments

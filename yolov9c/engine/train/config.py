@@ -26,7 +26,7 @@ import yaml
 
 # options that --resume takes from the command line instead of the stored opt.yaml (memory knobs and placement)
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
-                    "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph",
+                    "gpu_augment", "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph",
                     "cudnn_benchmark",
                     "mem_budget")
 
@@ -88,6 +88,7 @@ class RunConfig:
     ckpt: bool = False  # per-layer activation checkpointing (torch backend)
     val_period: int = 1  # validate every N epochs (and always the last)
     pin_memory: bool | None = None  # None: the PIN_MEMORY environment variable (default true)
+    gpu_augment: bool = False  # workers only decode; the augment op makes the batch's pixels on the training device
     mosaic: float | None = None  # mosaic probability (overrides the hyp file)
     mixup: float | None = None  # mixup probability (overrides the hyp file)
     deterministic: bool = False  # torch.use_deterministic_algorithms

@@ -524,7 +524,8 @@ def setup_loaders(state):
                           cache=None if cfg.cache == "val" else cfg.cache, single_cls=cfg.single_cls, stride=state.gs,
                           min_items=cfg.min_items, prefix="train: ", nc=int(data["nc"]), seed=cfg.seed)
     train_cfg = LoaderConfig(train, rank=state.local_rank if state.world > 1 else -1, world_size=state.world,
-                             workers=cfg.workers, shuffle=True, pin_memory=cfg.pin_memory)
+                             workers=cfg.workers, shuffle=True, pin_memory=cfg.pin_memory,
+                             augment_device=str(state.device) if cfg.gpu_augment else None)
     try:
         state.train_loader, state.dataset = create_dataloader(data["train"], state.imgsz, per_rank, train_cfg,
                                                               log=state.log)

@@ -1,0 +1,240 @@
+"""The training pipeline split in two for the augment op (--gpu-augment): a loader worker reads and decodes the
+images and draws every random choice on the host; the op (yolov9c/ops/augment.py: CUDA, or its C reference on
+the CPU) does all the pixel work of a batch in one pass.
+
+- `plan_item(ds, index, rng, mosaic_on)`: one item as YoloDataset.__getitem__ builds it, draw for draw from the
+  same Generator (seeded by (seed, epoch, rank position, index) by the loader's sampler) and with the same
+  box code (mosaic_tiles, random_matrix, warp_labels, the xywhn conversion, the flips), but without pixels:
+  -> (ItemPlan, labels (n, 6) float32 tensor, path, shapes), labels and shapes identical to __getitem__'s.
+  Covers: 4-image mosaic with its random centre, letterbox (close-mosaic, hyp mosaic < 1), random
+  perspective/affine with grey 114, mixup of two mosaics, HSV gain, flips. Not covered (create_dataloader
+  refuses them with --gpu-augment): copy-paste with polygons (hyp copy_paste > 0), rect batches.
+- `plan_collate(items)`: a worker's batch -> PlannedBatch: the source crops (only the part of each image that
+  the output can sample: `reach`) back to back in one uint8 buffer (shared memory in a worker), the plan
+  arrays, labels as the loss expects them (N, 6) [image index, cls, xc, yc, w, h].
+- `BatchAssembler(device)`: PlannedBatch -> (imgs uint8 (B, 3, H, W) on `device`, labels, paths, shapes), what
+  the CPU pipeline's collate gives. CUDA: a fresh device tensor from the kernel; out of GPU memory -> the C
+  reference on the CPU from then on, with one log line.
+Test: python -m pytest -q tests/test_augment_plan.py
+"""
+
+import cv2
+import numpy as np
+import torch
+
+from yolov9c.data.hsv import hsv_luts
+from yolov9c.data.letterbox import letterbox_geometry
+from yolov9c.data.mixup import MIXUP_ALPHA
+from yolov9c.data.mosaic import mosaic_tiles
+from yolov9c.data.perspective import random_matrix, warp_labels
+from yolov9c.geometry import xywhn_to_xyxy, xyxy_to_xywhn
+
+_EMPTY_TILE = (0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+class ItemPlan:
+    """One output image's plan. crops: the source pixels (h, w, 3) uint8 views; tiles (2, 4, 9) int64 whose
+    column 0 holds the crop's index in `crops` (plan_collate turns it into a byte offset); warp (2, 9)
+    float32; mix (2,) float32; flags (4,) int64; luts (3, 256) uint8; hw the output (H, W).
+    Layouts: yolov9c/ops/augment.py."""
+
+    __slots__ = ("crops", "tiles", "warp", "mix", "flags", "luts", "hw")
+
+    def __init__(self, hw):
+        self.crops = []
+        self.tiles = np.zeros((2, 4, 9), np.int64)
+        self.warp = np.zeros((2, 9), np.float32)
+        self.mix = np.array([1.0, 0.0], np.float32)
+        self.flags = np.array([1, 0, 0, 0], np.int64)
+        self.luts = np.zeros((3, 256), np.uint8)
+        self.hw = hw
+
+    def add_layer(self, layer, pieces, M):
+        """pieces: up to 4 (image, image rectangle (x1b, y1b, x2b, y2b), canvas origin (x1a, y1a)); M: the
+        forward 3x3 warp of the layer's canvas. Each piece is cut to the canvas region the output can sample
+        (`reach`), so only those bytes travel to the op."""
+        inv = np.linalg.inv(np.asarray(M, np.float64))
+        rx1, ry1, rx2, ry2 = reach(inv, self.hw)
+        for t, (img, (x1b, y1b, x2b, y2b), (x1a, y1a)) in enumerate(pieces):
+            # the canvas rectangle of the piece, cut to the reachable region
+            cx1, cy1 = max(x1a, rx1), max(y1a, ry1)
+            cx2, cy2 = min(x1a + x2b - x1b, rx2), min(y1a + y2b - y1b, ry2)
+            if cx2 <= cx1 or cy2 <= cy1:
+                self.tiles[layer, t] = _EMPTY_TILE
+                continue
+            ix1, iy1 = x1b + cx1 - x1a, y1b + cy1 - y1a  # the cut's corner in the image
+            self.tiles[layer, t] = (len(self.crops), cy2 - cy1, cx2 - cx1, cx1, cy1, cx2, cy2, cx1, cy1)
+            self.crops.append(img[iy1:iy1 + cy2 - cy1, ix1:ix1 + cx2 - cx1])
+        self.warp[layer] = inv.astype(np.float32).ravel()
+
+
+def reach(inv, hw, margin=2):
+    """The canvas rectangle (x1, y1, x2, y2), end exclusive, holding every pixel that a bilinear sample of an
+    output of hw = (H, W) through the inverse map inv (3x3) can read: the bounds of the 4 corner pixels'
+    pre-images (a projective map takes the output rectangle to a convex quadrilateral), widened by the
+    bilinear neighbour and `margin` pixels for float32 rounding. Unbounded when a corner maps to or behind
+    the camera (never with the published perspective range)."""
+    H, W = hw
+    pts = inv @ np.array([[0, W - 1, 0, W - 1], [0, 0, H - 1, H - 1], [1, 1, 1, 1]], np.float64)
+    if (pts[2] <= 1e-9).any():
+        return -(1 << 40), -(1 << 40), 1 << 40, 1 << 40
+    u, v = pts[0] / pts[2], pts[1] / pts[2]
+    return (int(np.floor(u.min())) - margin, int(np.floor(v.min())) - margin,
+            int(np.floor(u.max())) + 2 + margin, int(np.floor(v.max())) + 2 + margin)
+
+
+def _mosaic_layer(ds, index, rng, plan, layer):
+    """load_mosaic without pixels → labels (m, 5) [cls, x1, y1, x2, y2] of the output; fills plan layer."""
+    hyp, s = ds.hyp, ds.img_size
+    half = s // 2
+    images, places, labels4, segments4, any_polygons = mosaic_tiles(index, len(ds), ds.load_image, ds.labels,
+                                                                    ds.segments, s, rng)
+    if any_polygons and hyp["copy_paste"]:
+        raise ValueError("augment plan: copy-paste (hyp copy_paste > 0 with polygon labels) is not supported by "
+                         "--gpu-augment; train without --gpu-augment or set copy_paste: 0")
+    out = 2 * s - 2 * half
+    M, sc = random_matrix(rng, (2 * s, 2 * s), (out, out), hyp["degrees"], hyp["translate"], hyp["scale"],
+                          hyp["shear"], hyp["perspective"])
+    labels, _ = warp_labels(labels4, segments4, M, sc, (out, out), hyp["perspective"])
+    plan.add_layer(layer, [(img, b, a[:2]) for img, (a, b) in zip(images, places)], M)
+    return labels
+
+
+def _letterbox_layer(ds, index, rng, plan):
+    """The non-mosaic branch (letterbox to img_size, up-scaling allowed, then random perspective of the
+    boxes and pixels) → (labels (n, 5) pixels, shapes); fills plan layer 0 and plan.hw."""
+    hyp = ds.hyp
+    img, (h0, w0), (h, w) = ds.load_image(index)
+    (new_w, new_h), (rx, ry), (dw, dh), (top, bottom, left, right) = letterbox_geometry(h, w, ds.img_size)
+    if (w, h) != (new_w, new_h):  # as letterbox: only when the long side is not img_size already
+        img = cv2.resize(img, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+    H, W = new_h + top + bottom, new_w + left + right
+    lab = ds.labels[index]
+    labels = np.zeros((len(lab), 5), np.float32)
+    if len(lab):
+        labels[:, 0] = lab[:, 0]
+        labels[:, 1:] = xywhn_to_xyxy(lab[:, 1:], rx * w, ry * h, dw, dh)
+    M, sc = random_matrix(rng, (H, W), (H, W), hyp["degrees"], hyp["translate"], hyp["scale"], hyp["shear"],
+                          hyp["perspective"])
+    labels, _ = warp_labels(labels, [], M, sc, (H, W), hyp["perspective"])
+    plan.hw = (H, W)
+    plan.add_layer(0, [(img, (0, 0, new_w, new_h), (left, top))], M)
+    return labels, ((h0, w0), ((h / h0, w / w0), (dw, dh)))
+
+
+def plan_item(ds, index, rng, mosaic_on):
+    """YoloDataset.__getitem__'s augmenting branch as a plan (module docstring). ds: the YoloDataset (img_size,
+    hyp, labels, segments, load_image, im_files). Returns (ItemPlan, labels (n, 6) float32 tensor, path, shapes)."""
+    hyp, s = ds.hyp, ds.img_size
+    plan = ItemPlan((2 * s - 2 * (s // 2),) * 2)
+    shapes = None
+    if mosaic_on and rng.random() < hyp["mosaic"]:
+        labels = _mosaic_layer(ds, index, rng, plan, 0)
+        if rng.random() < hyp["mixup"]:
+            j = int(rng.integers(len(ds)))
+            labels2 = _mosaic_layer(ds, j, rng, plan, 1)
+            r = rng.beta(MIXUP_ALPHA, MIXUP_ALPHA)
+            plan.mix[:] = (r, 1.0 - r)
+            plan.flags[0] = 2
+            labels = np.concatenate((np.asarray(labels, np.float32).reshape(-1, 5),
+                                     np.asarray(labels2, np.float32).reshape(-1, 5)), 0)
+    else:
+        labels, shapes = _letterbox_layer(ds, index, rng, plan)
+    H, W = plan.hw
+    labels = np.asarray(labels, np.float32).reshape(-1, 5)
+    if len(labels):
+        labels[:, 1:] = xyxy_to_xywhn(labels[:, 1:], W, H)
+    gains = (hyp["hsv_h"], hyp["hsv_s"], hyp["hsv_v"])
+    if any(gains):  # augment_hsv's draw
+        plan.luts[:] = np.stack(hsv_luts(rng.uniform(-1, 1, 3) * gains + 1))
+        plan.flags[3] = 1
+    if rng.random() < hyp["flipud"]:  # random_flip's two draws, in its order
+        plan.flags[1] = 1
+        if len(labels):
+            labels[:, 2] = 1 - labels[:, 2]
+    if rng.random() < hyp["fliplr"]:
+        plan.flags[2] = 1
+        if len(labels):
+            labels[:, 1] = 1 - labels[:, 1]
+    out = torch.zeros((len(labels), 6), dtype=torch.float32)
+    if len(labels):
+        out[:, 1:] = torch.from_numpy(labels)
+    return plan, out, ds.im_files[index], shapes
+
+
+class PlannedBatch:
+    """A batch before its pixels: src (N,) uint8, tiles (B, 2, 4, 9) int64 with byte offsets, warp, mix, flags,
+    luts (layouts: yolov9c/ops/augment.py), labels (n, 6), paths, shapes, hw = (H, W). pin_memory() is what
+    the DataLoader's pinning thread calls."""
+
+    def __init__(self, src, tiles, warp, mix, flags, luts, labels, paths, shapes, hw):
+        self.src, self.tiles, self.warp, self.mix, self.flags, self.luts = src, tiles, warp, mix, flags, luts
+        self.labels, self.paths, self.shapes, self.hw = labels, paths, shapes, hw
+
+    def arrays(self):
+        return self.src, self.tiles, self.warp, self.mix, self.flags, self.luts
+
+    def pin_memory(self, device=None):
+        pinned = [t.pin_memory() for t in self.arrays()]
+        return PlannedBatch(*pinned, self.labels, self.paths, self.shapes, self.hw)
+
+    def __len__(self):
+        return len(self.tiles)
+
+
+def plan_collate(batch):
+    """List of (ItemPlan, labels, path, shapes) → PlannedBatch. Every plan must have the same output size."""
+    plans, labels, paths, shapes = zip(*batch)
+    hws = {p.hw for p in plans}
+    if len(hws) > 1:
+        raise ValueError(f"augment plan: one batch mixes output sizes {sorted(hws)} (rect batches are not "
+                         "supported by --gpu-augment)")
+    for i, lb in enumerate(labels):
+        lb[:, 0] = i
+    total = sum(c.size for p in plans for c in p.crops)
+    src = torch.empty(total, dtype=torch.uint8)
+    if torch.utils.data.get_worker_info() is not None:  # sent to the main process through shared memory
+        src.share_memory_()
+    buf = src.numpy()
+    tiles = np.stack([p.tiles for p in plans])
+    at = 0
+    for b, p in enumerate(plans):
+        offsets = []
+        for c in p.crops:
+            buf[at:at + c.size].reshape(c.shape)[...] = c
+            offsets.append(at)
+            at += c.size
+        for tile in tiles[b].reshape(-1, 9):
+            if tile[5] > tile[3]:  # a used tile: crop index -> byte offset
+                tile[0] = offsets[tile[0]]
+    arrays = [torch.from_numpy(a) for a in (tiles, np.stack([p.warp for p in plans]), np.stack([p.mix for p in plans]),
+                                            np.stack([p.flags for p in plans]), np.stack([p.luts for p in plans]))]
+    return PlannedBatch(src, *arrays, torch.cat(labels, 0), paths, shapes, plans[0].hw)
+
+
+class BatchAssembler:
+    """PlannedBatch → (imgs uint8 (B, 3, H, W) on `device`, labels, paths, shapes); anything else passes
+    through unchanged. device: 'cpu' (the C reference) or a CUDA device (the kernel)."""
+
+    def __init__(self, device, log=print):
+        self.device = torch.device(device)
+        self.log = log
+        self.on_cpu = self.device.type != "cuda"
+
+    def __call__(self, batch):
+        if not isinstance(batch, PlannedBatch):
+            return batch
+        from yolov9c.ops.augment import augment
+
+        H, W = batch.hw
+        if not self.on_cpu:
+            try:
+                args = [t.to(self.device, non_blocking=True) for t in batch.arrays()]
+                out = torch.empty((len(batch), 3, H, W), dtype=torch.uint8, device=self.device)
+                return augment(out, *args), batch.labels, batch.paths, batch.shapes
+            except torch.OutOfMemoryError:
+                self.on_cpu = True
+                self.log("gpu-augment: out of GPU memory for a batch's source images; assembling the batches on "
+                         "the CPU (C reference) from now on")
+        out = torch.empty((len(batch), 3, H, W), dtype=torch.uint8)
+        return augment(out, *[t.cpu() for t in batch.arrays()]), batch.labels, batch.paths, batch.shapes
