@@ -23,8 +23,6 @@
  *
  * Passes (all on the caller's stream, no host synchronisation):
  *   stats     reduce        float64 partial sums [2][S][C] (Σ(z-K), Σ(z-K)²) into the workspace: reads z once
- *             (contiguous channels-last 16-bit z of a power-of-two C on sm_90+: bn_stats_tma_kernel, bulk
- *             copies into shared stages, S = SMs)
  *             bn_stats_finish_kernel: mean, invstd, running update. Both finish kernels run blocks of 4 channels
  *             × 64 lanes over S (C/4 blocks: 128 for C = 512), each lane with all sums' partials in flight
  *             (10 per sum), then a fixed shuffle tree and warp order per channel (bn_finish_sums)
@@ -32,11 +30,6 @@
  *   backward  reduce        partial Σg, Σg·x̂1 [, Σg·x̂2] [2 or 3][S][C]: reads z (z2) and dy once
  *             bn_bwd_finish_kernel: dγ, dβ and the dz coefficients [5][C] (k1, k2_1, k2_2, a1, a2)
  *             one elementwise pass: reads z (z2), dy [, dz for +=], writes dz1 (dz2)
- * On sm_90+ the kernels of the fast and planar-vector families, the TMA reduction and both finish kernels are
- * launched programmatically (bn_pdl_launch): each begins by letting its successor be placed and then waits on
- * the device for its predecessor (bn_pdl_enter), so the next kernel's blocks are resident when this one ends
- * and no launch gap separates two passes (reduction -> finish -> elementwise pass, or one layer's pass and the
- * next). YOLOV9C_BN_PDL=0 launches them plainly.
  * So a training step moves ~2 reads (stats, forward) + 1 write of z-sized data forward and ~4 (+1 for +=)
  * backward, every pass a single sweep at memory bandwidth in the fast path.
  *
@@ -359,34 +352,6 @@ __global__ void bn_reduce_rows_kernel(bn_args a, bn_geom g)
  * a lane adds its partials in the order of s (an absent one, s >= S, as 0.0); the 32/BN_FIN_C lanes of a
  * channel within a warp are combined by a fixed shuffle tree, then thread y = 0 adds the BN_FIN_W warps'
  * results in warp order. A warp's load covers 32/BN_FIN_C rows of BN_FIN_C channels: whole 32-byte sectors. */
-/* Programmatic dependent launch (sm_90+; no-ops below). A kernel launched with bn_pdl_launch may start before
- * its predecessor on the stream has finished, so it reads and writes no global memory before bn_pdl_wait
- * (which returns when the predecessor grid has completed and its writes are visible: a no-op after a plain
- * launch); bn_pdl_trigger lets this kernel's own successor be placed (its blocks then wait likewise). The
- * successor is placed only once every block of this grid has started, so waiting blocks never keep this
- * grid's blocks from running. bn_pdl_launch launches that way only where this module's sm_90 code runs, since
- * an older binary's kernels would not wait. */
-__device__ __forceinline__ void bn_pdl_trigger(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void bn_pdl_wait(void)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-/* The start of every kernel that bn_pdl_launch launches: the successor may be placed, then wait. */
-__device__ __forceinline__ void bn_pdl_enter(void)
-{
-    bn_pdl_trigger();
-    bn_pdl_wait();
-}
-
 __device__ __forceinline__ void bn_finish_sums(const bn_args *a, const bn_geom *g, const int ns, int64_t c,
                                                double sh[BN_NSUM][BN_FIN_W][BN_FIN_C], double out[BN_NSUM])
 {
@@ -443,7 +408,6 @@ __global__ void __launch_bounds__(BN_FIN_THREADS) bn_stats_finish_kernel(bn_args
 {
     __shared__ double sh[BN_NSUM][BN_FIN_W][BN_FIN_C];
     int64_t c = (int64_t)blockIdx.x * BN_FIN_C + threadIdx.x;
-    bn_pdl_enter();   /* the reduction's partials */
     double sum[BN_NSUM];
     bn_finish_sums(&a, &g, 2, c, sh, sum);
     if (threadIdx.y != 0 || c >= g.C)
@@ -468,7 +432,6 @@ __global__ void __launch_bounds__(BN_FIN_THREADS) bn_bwd_finish_kernel(bn_args a
 {
     __shared__ double sh[BN_NSUM][BN_FIN_W][BN_FIN_C];
     int64_t c = (int64_t)blockIdx.x * BN_FIN_C + threadIdx.x;
-    bn_pdl_enter();   /* the reduction's partials */
     double sum[BN_NSUM];
     if (a.z2.data != NULL)   /* ns a constant in each inlined copy: no loads or registers for an absent sum */
         bn_finish_sums(&a, &g, 3, c, sh, sum);
@@ -719,7 +682,6 @@ template <typename T, int V> __device__ __forceinline__ void bn_stats_add(bn_vec
 template <typename T, int V, int Z2>   /* Z2 unused */
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_stats_fast_kernel(bn_args a, bn_geom g)
 {
-    bn_pdl_enter();
     __shared__ bn_slots<2, V> sl;
     int64_t k0, k1, Cv = g.C / V;
     int t = threadIdx.y * blockDim.x + threadIdx.x;
@@ -755,111 +717,6 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_stats_fast_kerne
         int64_t left = Cv - cv0;
         bn_slots_store<2, V>(&sl, &a, g.C, cv0, (int)(left < (int64_t)blockDim.x ? left : (int64_t)blockDim.x));
     }
-}
-
-/* ---- stats reduction through bulk asynchronous copies (sm_90 and later) ----
- * Contiguous 16-bit rows (row stride C, C a power of two, 8 <= C <= 2048): one block of BN_THREADS per SM
- * (S = SMs), threads (tx, ty) = (C/8 channel vectors, 256/tx rows). The rows are cut into tiles of
- * BN_TMA_TILE_BYTES (R = 8·ty rows: each thread adds 8 rows of a tile); block b takes tiles b, b + S, ...
- * (interleaved: all SMs sweep the tensor together, as the fastest plain read does). One thread copies each
- * tile into one of BN_TMA_STAGES shared stages with cp.async.bulk, completing on the stage's mbarrier; the
- * block waits on it, adds the tile, and the stage is refilled after a barrier. Partials [2][S][C] as
- * bn_stats_fast_kernel (its slots, its fold every BN_FOLD rows, its fixed order), so bn_stats_finish_kernel
- * is the same; a fixed assignment of tiles, so results are the same run to run. benchmarks/probe_bn_stats.cu
- * measured this design against the others (RESULTS.md). */
-#define BN_TMA_STAGES 3
-#define BN_TMA_TILE_BYTES 32768
-#define BN_TMA_ROWS_PER_THREAD 8
-
-__device__ __forceinline__ unsigned bn_smem_addr(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-/* Tile i of block blockIdx.x (of S, tiles of R rows): its first row *k, its row count (the last is short). */
-__device__ __forceinline__ int64_t bn_tma_tile(const bn_geom *g, int64_t R, int64_t S, int64_t i, int64_t *k)
-{
-    *k = ((int64_t)blockIdx.x + i * S) * R;
-    return g->n - *k < R ? g->n - *k : R;
-}
-
-/* One thread: copy tile i (rows of C elements of T) into stage s, completing on its barrier. */
-template <typename T>
-__device__ __forceinline__ void bn_tma_fetch(const bn_args *a, const bn_geom *g, int64_t R, int64_t i,
-                                             unsigned char *stage, uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    int64_t k, r = bn_tma_tile(g, R, gridDim.x, i, &k);
-    unsigned bytes = (unsigned)(r * g->C * (int64_t)sizeof(T)), b = bn_smem_addr(bar);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(bn_smem_addr(stage)), "l"((const T *)a->z1.data + k * g->C), "r"(bytes), "r"(b) : "memory");
-#endif
-}
-
-template <typename T>
-__global__ void __launch_bounds__(BN_THREADS, 1) bn_stats_tma_kernel(bn_args a, bn_geom g)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    extern __shared__ __align__(128) unsigned char bn_stage[];   /* BN_TMA_STAGES tiles */
-    __shared__ bn_slots<2, 8> sl;
-    __shared__ __align__(8) uint64_t full[BN_TMA_STAGES];
-    int64_t C = g.C, R = (int64_t)BN_TMA_ROWS_PER_THREAD * blockDim.y, S = gridDim.x;
-    int64_t tiles = (g.n + R - 1) / R, mine = blockIdx.x < tiles ? (tiles - blockIdx.x + S - 1) / S : 0;
-    int t = threadIdx.y * blockDim.x + threadIdx.x;
-    bn_pdl_trigger();   /* the finish's blocks may be placed now; bn_pdl_wait below */
-    if (t == 0) {
-        for (int s = 0; s < BN_TMA_STAGES; s++)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bn_smem_addr(&full[s])));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    bn_slots_zero<2, 8>(&sl, t);
-    __syncthreads();
-    bn_pdl_wait();   /* global memory only from here (shared memory set up meanwhile) */
-    if (t == 0)
-        for (int64_t i = 0; i < BN_TMA_STAGES && i < mine; i++)
-            bn_tma_fetch<T>(&a, &g, R, i, bn_stage + i * BN_TMA_TILE_BYTES, &full[i]);
-    int64_t c0 = (int64_t)threadIdx.x * 8;
-    float K[8], f[2][8];
-    bn_vload<T, 8>(&a.z1, 0, c0, K);
-#pragma unroll
-    for (int e = 0; e < 8; e++)
-        f[0][e] = f[1][e] = 0.0f;
-    int run = 0;
-    for (int64_t i = 0; i < mine; i++) {
-        int s = (int)(i % BN_TMA_STAGES);
-        unsigned bar = bn_smem_addr(&full[s]), parity = (unsigned)((i / BN_TMA_STAGES) & 1);
-        asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}"
-                     ::"r"(bar), "r"(parity) : "memory");
-        int64_t k, r = bn_tma_tile(&g, R, S, i, &k);
-        const T *q = (const T *)(bn_stage + s * BN_TMA_TILE_BYTES) + c0;
-        if (r == R) {
-            bn_vec<T, 8> x[BN_TMA_ROWS_PER_THREAD];
-#pragma unroll
-            for (int u = 0; u < BN_TMA_ROWS_PER_THREAD; u++)
-                x[u] = bn_vraw<T, 8>(q + (threadIdx.y + (int64_t)u * blockDim.y) * C);
-#pragma unroll
-            for (int u = 0; u < BN_TMA_ROWS_PER_THREAD; u++)
-                bn_stats_add<T, 8>(x[u], K, f);
-            run += BN_TMA_ROWS_PER_THREAD;
-        }
-        else {
-            for (int64_t u = threadIdx.y; u < r; u += blockDim.y, run++)
-                bn_stats_add<T, 8>(bn_vraw<T, 8>(q + u * C), K, f);
-        }
-        if (run + BN_TMA_ROWS_PER_THREAD > BN_FOLD) {
-            bn_slots_fold<2, 8>(&sl, t, f);
-            run = 0;
-        }
-        __syncthreads();   /* every thread is done with stage s: refill it */
-        if (t == 0 && i + BN_TMA_STAGES < mine) {
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            bn_tma_fetch<T>(&a, &g, R, i + BN_TMA_STAGES, bn_stage + s * BN_TMA_TILE_BYTES, &full[s]);
-        }
-    }
-    bn_slots_fold<2, 8>(&sl, t, f);
-    bn_slots_store<2, 8>(&sl, &a, C, 0, (int)blockDim.x);
-#endif
 }
 
 /* g = dy·act'(u) and z_i - mean_i of V channels of one row from its stored z1 [, z2], dy (backward reduction):
@@ -930,7 +787,6 @@ __device__ __forceinline__ void bn_bwd_red_add(int silu, const bn_vec<T, V> *z1,
 template <typename T, int V, int Z2>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_red_fast_kernel(bn_args a, bn_geom g)
 {
-    bn_pdl_enter();
     constexpr int NS = Z2 ? 3 : 2, R = Z2 ? BN_RED_ROWS / 2 : BN_RED_ROWS;
     __shared__ bn_slots<NS, V> sl;
     int64_t k0, k1, Cv = g.C / V, by = blockDim.y;
@@ -1116,7 +972,6 @@ __device__ __forceinline__ void bn_fwd_fast_rows(const bn_args *a, int64_t n, in
 template <typename T, int V, int FORM>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_fwd_fast_kernel(bn_args a, bn_geom g)
 {
-    bn_pdl_enter();
     for (int64_t cv = threadIdx.x; cv < g.C / V; cv += blockDim.x) {
         if (a.silu)
             bn_fwd_fast_rows<T, V, FORM, 1>(&a, g.n, cv * V);
@@ -1207,7 +1062,6 @@ __device__ __forceinline__ void bn_bwd_row(const bn_args *a, const bn_bwd_q<V, Z
 template <typename T, int V, int Z2>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_fast_kernel(bn_args a, bn_geom g)
 {
-    bn_pdl_enter();
     constexpr int R = Z2 ? BN_UNROLL / 2 : BN_UNROLL;
     int64_t Cv = g.C / V, step = (int64_t)gridDim.x * blockDim.y;
     for (int64_t cv = threadIdx.x; cv < Cv; cv += blockDim.x) {
@@ -1509,7 +1363,6 @@ __device__ __forceinline__ void bn_planar_red_channel(const bn_args *a, const bn
 template <typename T, int V, int MODE, int SILU>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_planar_red_kernel(bn_args a, bn_pplan pl)
 {
-    bn_pdl_enter();
     const int ns = MODE == 2 ? 3 : 2;
     __shared__ double sh[BN_NSUM][BN_THREADS / 32];
     int64_t Bv = (int64_t)pl.B * pl.Wv, J0 = (int64_t)blockIdx.x * pl.chunk;
@@ -1537,7 +1390,6 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_planar_red_kerne
 template <typename T, int V, int FORM, int SILU>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_fwd_planar_vec_kernel(bn_args a, bn_pplan pl)
 {
-    bn_pdl_enter();
     const int Z2 = FORM & 1, RES = FORM & 2;
     constexpr int R = FORM == 0 ? BN_UNROLL : (FORM == 3 ? 1 : BN_UNROLL / 2);
     bn_ppos p = bn_ppos_of(&pl, (int64_t)blockIdx.x * BN_THREADS + threadIdx.x);
@@ -1583,7 +1435,6 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_fwd_planar_vec_k
 template <typename T, int V, int Z2, int SILU>
 __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_planar_vec_kernel(bn_args a, bn_pplan pl)
 {
-    bn_pdl_enter();
     constexpr int R = Z2 ? BN_UNROLL / 4 : BN_UNROLL / 2;
     const float *k = a.coef;
     int C = pl.C;
@@ -1797,100 +1648,6 @@ static int bn_sm_count(void)
     return n;
 }
 
-/* Whether this module's sm_90 code runs on the current device (cached per device index): bn_stats_tma_kernel's
- * binary is sm_90+ compiled from sm_90+ PTX. A build for older architectures only, JIT-compiled from their PTX
- * on an sm_90 GPU, has that kernel's empty body and kernels that do not wait (bn_pdl_wait): there the
- * plain kernels and launches run. */
-static int bn_sm90_code(void)
-{
-    static signed char cached[64];   /* 0 unknown, 1 yes, -1 no */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    if (dev < 64 && cached[dev] != 0)
-        return cached[dev] > 0;
-    struct cudaFuncAttributes fa;
-    cudaError_t e = cudaFuncGetAttributes(&fa, bn_stats_tma_kernel<__half>);
-    if (e != cudaSuccess)
-        (void)cudaGetLastError();
-    int ok = e == cudaSuccess && fa.binaryVersion >= 90 && fa.ptxVersion >= 90;
-    if (dev < 64)
-        cached[dev] = ok ? 1 : -1;
-    return ok;
-}
-
-/* Launch kernel<<<grid, block, smem, stream>>>(args...), programmatically (bn_pdl_enter) where this module's
- * sm_90 code runs, else plainly; only kernels that begin with bn_pdl_enter (or wait before touching global
- * memory) are launched here. YOLOV9C_BN_PDL=0 launches every one plainly (read once; for comparing the two,
- * bench_bn_silu.py). The launch's error is returned and also left for cudaGetLastError. */
-template <typename... P, typename... A>
-static cudaError_t bn_pdl_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                 A... args)
-{
-    static int off = -1;
-    if (off < 0) {
-        const char *e = getenv("YOLOV9C_BN_PDL");
-        off = e != NULL && strcmp(e, "0") == 0;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute pdl = {};
-    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &pdl;
-    cfg.numAttrs = !off && bn_sm90_code() ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
-/* bn_stats_tma_kernel's conditions (its comment): 16-bit contiguous rows of a power-of-two C in [8, 2048]
- * in 16-byte vectors, the kernel's sm_90 code on this device (bn_sm90_code), at least two tiles per SM
- * (below that the plain kernel's 4 blocks per SM hide more latency) and S = SMs within the workspace's partial
- * slots. YOLOV9C_BN_TMA=0 turns it off (read once; for comparing the two kernels, bench_bn_silu.py). */
-static int bn_tma_ok(const bn_args *a, const bn_geom *g, int v)
-{
-    static int off = -1;
-    if (off < 0) {
-        const char *e = getenv("YOLOV9C_BN_TMA");
-        off = e != NULL && strcmp(e, "0") == 0;
-    }
-    int64_t C = g->C, sms = bn_sm_count();
-    if (off || v != 8 || (a->z1.dtype != YV_FLOAT16 && a->z1.dtype != YV_BFLOAT16) || a->z1.stride[3] != C ||
-        C < 8 || C > 2048 || (C & (C - 1)) != 0 || !bn_sm90_code())
-        return 0;
-    int64_t R = (int64_t)BN_TMA_ROWS_PER_THREAD * (BN_THREADS / (C / 8));
-    return yv_ceil_div(g->n, R) >= 2 * sms && sms <= bn_fast_splits(g->n);
-}
-
-/* The stats reduction of bn_tma_ok's operands: S = SMs blocks of (C/8, 256/(C/8)) threads. */
-static void bn_stats_tma_launch(bn_args *a, const bn_geom *g, cudaStream_t stream)
-{
-    static unsigned char ready[2][64];   /* the dynamic shared memory limit raised, per dtype and device */
-    int dev = 0, h = a->z1.dtype == YV_FLOAT16 ? 0 : 1;
-    (void)cudaGetDevice(&dev);
-    size_t smem = (size_t)BN_TMA_STAGES * BN_TMA_TILE_BYTES;
-    if (dev < 0 || dev >= 64 || !ready[h][dev]) {
-        cudaFuncAttribute at = cudaFuncAttributeMaxDynamicSharedMemorySize;   /* a failure fails the launch */
-        if (h == 0)
-            (void)cudaFuncSetAttribute(bn_stats_tma_kernel<__half>, at, (int)smem);
-        else
-            (void)cudaFuncSetAttribute(bn_stats_tma_kernel<__nv_bfloat16>, at, (int)smem);
-        if (dev >= 0 && dev < 64)
-            ready[h][dev] = 1;
-    }
-    a->S = bn_sm_count();
-    unsigned tx = (unsigned)(g->C / 8);
-    dim3 block(tx, BN_THREADS / tx);
-    if (h == 0)
-        (void)bn_pdl_launch(bn_stats_tma_kernel<__half>, dim3((unsigned)a->S), block, smem, stream, *a, *g);
-    else
-        (void)bn_pdl_launch(bn_stats_tma_kernel<__nv_bfloat16>, dim3((unsigned)a->S), block, smem, stream, *a, *g);
-}
-
 /* Elementwise grids: whole waves of blocks of BN_THREADS on every SM (grid-stride beyond that), never
  * more than the work. */
 #define BN_ELEM_BLOCKS_PER_SM 24   /* a multiple of 2, 3, 4, 6 and 8 resident blocks: whole waves */
@@ -1947,11 +1704,11 @@ static bn_pplan bn_planar_red_plan(const bn_geom *g, int v, int64_t *S, unsigned
 /* Launch KERNEL<T, V, X, SILU>(a, pl) for z1's dtype and the planar vector width v, blocks of BN_THREADS. */
 #define BN_PV_CASES(KERNEL, X, SILU, T, vec, grid, a, pl, stream)                                             \
     switch (vec) {                                                                                              \
-    case 8: (void)bn_pdl_launch(KERNEL<T, (sizeof(T) == 2 ? 8 : 4), X, SILU>, grid, BN_THREADS, 0, stream, a, pl); \
+    case 8: KERNEL<T, (sizeof(T) == 2 ? 8 : 4), X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); \
             break;                                                                                              \
-    case 4: (void)bn_pdl_launch(KERNEL<T, 4, X, SILU>, grid, BN_THREADS, 0, stream, a, pl); break;              \
-    case 2: (void)bn_pdl_launch(KERNEL<T, 2, X, SILU>, grid, BN_THREADS, 0, stream, a, pl); break;              \
-    default: (void)bn_pdl_launch(KERNEL<T, 1, X, SILU>, grid, BN_THREADS, 0, stream, a, pl); break;             \
+    case 4: KERNEL<T, 4, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;              \
+    case 2: KERNEL<T, 2, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;              \
+    default: KERNEL<T, 1, X, SILU><<<grid, BN_THREADS, 0, stream>>>(a, pl); break;             \
     }
 #define BN_PV_DTYPES(CASES, KERNEL, X, SILU, dtype, v, grid, a, pl, stream)                                     \
     do {                                                                                                        \
@@ -2028,10 +1785,10 @@ static dim3 bn_fast_block(const bn_geom *g, int v)
  * (backward kernels; the others ignore it). */
 #define BN_FAST_CASES(KERNEL, Z2, T, vec, grid, block, a, g, stream)                                                  \
     switch (vec) {                                                                                              \
-    case 8: (void)bn_pdl_launch(KERNEL<T, (sizeof(T) == 2 ? 8 : 4), Z2>, grid, block, 0, stream, a, g); break;    \
-    case 4: (void)bn_pdl_launch(KERNEL<T, 4, Z2>, grid, block, 0, stream, a, g); break;                            \
-    case 2: (void)bn_pdl_launch(KERNEL<T, 2, Z2>, grid, block, 0, stream, a, g); break;                            \
-    default: (void)bn_pdl_launch(KERNEL<T, 1, Z2>, grid, block, 0, stream, a, g); break;                           \
+    case 8: KERNEL<T, (sizeof(T) == 2 ? 8 : 4), Z2><<<grid, block, 0, stream>>>(a, g); break;    \
+    case 4: KERNEL<T, 4, Z2><<<grid, block, 0, stream>>>(a, g); break;                            \
+    case 2: KERNEL<T, 2, Z2><<<grid, block, 0, stream>>>(a, g); break;                            \
+    default: KERNEL<T, 1, Z2><<<grid, block, 0, stream>>>(a, g); break;                           \
     }
 #define BN_FAST_LAUNCH(KERNEL, Z2, dtype, v, grid, block, a, g, stream)                                            \
     do {                                                                                                        \
@@ -2107,10 +1864,7 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
     if (g.C > INT32_MAX)
         return cudaErrorInvalidValue;
     int v = bn_fast_vec(&g, ops, 1, BN_VEC_BYTES), vp = v > 0 ? 0 : bn_planar_vec(&g, ops, 1, BN_VEC_BYTES);
-    if (v > 0 && bn_tma_ok(&a, &g, v)) {
-        bn_stats_tma_launch(&a, &g, stream);
-    }
-    else if (v > 0) {
+    if (v > 0) {
         a.S = bn_red_splits(g.n);
         BN_FAST_LAUNCH(bn_stats_fast_kernel, 0, a.z1.dtype, v, (unsigned)a.S, bn_fast_block(&g, v), a, g, stream);
     }
@@ -2121,8 +1875,8 @@ extern "C" cudaError_t yv_bn_stats_forward(yv_bn_shape s, yv_view4 z, float *run
         a.S = bn_splits(g.n);
         bn_launch_reduce(&a, &g, rows, stream);
     }
-    (void)bn_pdl_launch(bn_stats_finish_kernel, bn_finish_grid(g.C), bn_finish_block(), 0, stream, a, g,
-                        running_mean, running_var, momentum, eps, mean, invstd);
+    bn_stats_finish_kernel<<<bn_finish_grid(g.C), bn_finish_block(), 0, stream>>>(a, g, running_mean, running_var,
+                                                                              momentum, eps, mean, invstd);
     return cudaGetLastError();
 }
 
@@ -2205,8 +1959,8 @@ extern "C" cudaError_t yv_bn_silu_backward(yv_bn_shape s, yv_view4 z1, yv_bn_par
         a.S = bn_splits(g.n);
         bn_launch_reduce(&a, &g, rows, stream);
     }
-    (void)bn_pdl_launch(bn_bwd_finish_kernel, bn_finish_grid(g.C), bn_finish_block(), 0, stream, a, g, batch_stats,
-                        coef, dweight1, dbias1, dweight2, dbias2);
+    bn_bwd_finish_kernel<<<bn_finish_grid(g.C), bn_finish_block(), 0, stream>>>(a, g, batch_stats, coef, dweight1,
+                                                                            dbias1, dweight2, dbias2);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || (a.dz1.data == NULL && a.dz2.data == NULL))
         return e;
