@@ -63,11 +63,11 @@ def bench_case(shape, layout, dtype, args, copy_gbps):
     t = (args.calls, args.reps, args.warmup)
     rows = []
 
-    mean, invstd = ops.bn_stats(z, rm, rv)
+    mean, invstd = ops.stats(z, rm, rv)
     out, dz = torch.empty_like(z), torch.empty_like(z)
-    passes = [("stats", lambda: ops.bn_stats(z, rm, rv), 1),
-              ("forward", lambda: ops.bn_silu(z, mean, invstd, w, b, out=out), 2),
-              ("backward", lambda: ops.bn_silu_backward(z, mean, invstd, w, b, gy, dz=dz), 5)]
+    passes = [("stats", lambda: ops.stats(z, rm, rv), 1),
+              ("forward", lambda: ops.forward(ops.BN(z, mean, invstd, w, b), out=out), 2),
+              ("backward", lambda: ops.backward(ops.BN(z, mean, invstd, w, b), gy, dz=dz), 5)]
     for name, fn, n in passes:
         rows.append(report(shape, layout, dtype, "c", name, timed(fn, *t), n, eb, copy_gbps))
         if args.kernels:

@@ -202,7 +202,7 @@ def _shared_backward(sh, z, g, param_grads, j, need_wb):
     if dy is None:
         return g
     mean, invstd, act = sh.stats
-    dz, dw, db = ops.bn_silu_backward(z, mean, invstd, sh.weight, sh.bias, dy, act=act)
+    dz, dw, db = ops.backward(ops.BN(z, mean, invstd, sh.weight, sh.bias), dy, act=act)
     del dy
     param_grads[j] = dw if need_wb[0] else None
     param_grads[j + 1] = db if need_wb[1] else None

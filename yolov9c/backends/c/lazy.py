@@ -107,10 +107,11 @@ class BNAct(_Leaf):
     def _make(self, tensors, c0, c1):
         return BNAct(*tensors, self.act, c0, c1, self._full_shape())
 
-    def _args(self):
+    def operand(self):
+        """The BN operand of channels [c0, c1)."""
         c0, c1, f = self.c0, self.c1, self.full
-        return (_sl(self.z, c0, c1, f), _sl(self.mean, c0, c1, f), _sl(self.invstd, c0, c1, f),
-                _sl(self.weight, c0, c1, f), _sl(self.bias, c0, c1, f))
+        return ops.BN(_sl(self.z, c0, c1, f), _sl(self.mean, c0, c1, f), _sl(self.invstd, c0, c1, f),
+                      _sl(self.weight, c0, c1, f), _sl(self.bias, c0, c1, f))
 
     def tensors(self):
         return (self.z, self.mean, self.invstd, self.weight, self.bias)
@@ -119,10 +120,10 @@ class BNAct(_Leaf):
         return self.z
 
     def fill(self, out, ev):
-        return ops.bn_silu_nograd(*self._args(), act=self.act, out=out)
+        return ops.forward(self.operand(), act=self.act, out=out)
 
     def compute(self, ev):
-        return ops.bn_silu(*self._args(), act=self.act)
+        return ops.forward(self.operand(), act=self.act)
 
     def backward(self, g, ev, acc):
         shared = acc.shared(self.z)
@@ -133,7 +134,7 @@ class BNAct(_Leaf):
         if not (need_z or need_w or need_b):
             return
         dz, accumulate = acc.slot(self.z, self.c0, self.c1) if need_z else (None, False)
-        _, dw, db = ops.bn_silu_backward(*self._args(), g, act=self.act, dz=dz, accumulate=accumulate)
+        _, dw, db = ops.backward(self.operand(), g, act=self.act, dz=dz, accumulate=accumulate)
         if need_w:
             acc.put(self.weight, self.c0, self.c1, dw, owned=True)
         if need_b:
@@ -158,29 +159,30 @@ class RepAct(_Leaf):
     def first_tensor(self):
         return self.t1[0]
 
-    def fill(self, out, ev):
+    def operands(self):
+        """The two BN operands of channels [c0, c1)."""
         c0, c1, f = self.c0, self.c1, self.full
-        a1 = [_sl(t, c0, c1, f) for t in self.t1]
-        a2 = [_sl(t, c0, c1, f) for t in self.t2]
-        return ops.bn2_silu_nograd(*a1, *a2, out=out)
+        return (ops.BN(*[_sl(t, c0, c1, f) for t in self.t1]), ops.BN(*[_sl(t, c0, c1, f) for t in self.t2]))
+
+    def fill(self, out, ev):
+        return ops.forward(*self.operands(), out=out)
 
     def compute(self, ev):
-        c0, c1, f = self.c0, self.c1, self.full
-        return ops.bn2_silu(*[_sl(t, c0, c1, f) for t in self.t1], *[_sl(t, c0, c1, f) for t in self.t2])
+        return ops.forward(*self.operands())
 
     def backward(self, g, ev, acc):
         (z1, _, _, w1, b1), (z2, _, _, w2, b2) = self.t1, self.t2
         if not any(acc.needs(t) for t in (z1, w1, b1, z2, w2, b2)):
             return
-        c0, c1, f = self.c0, self.c1, self.full
+        c0, c1 = self.c0, self.c1
         dz1, acc1 = acc.slot(z1, c0, c1) if acc.needs(z1) else (None, False)
         dz2, acc2 = acc.slot(z2, c0, c1) if acc.needs(z2) else (None, False)
         if dz1 is not None and dz2 is not None and acc1 != acc2:
             (dz2 if acc1 else dz1).zero_()  # the kernel takes one accumulate flag for both
             acc1 = acc2 = True
         accumulate = acc1 if dz1 is not None else acc2
-        r = ops.bn2_silu_backward(*[_sl(t, c0, c1, f) for t in self.t1], *[_sl(t, c0, c1, f) for t in self.t2], g,
-                                  dz1=dz1, dz2=dz2, accumulate=accumulate)
+        bn1, bn2 = self.operands()
+        r = ops.backward(bn1, g, bn2, dz=dz1, dz2=dz2, accumulate=accumulate)
         for t, v in ((w1, r[1]), (b1, r[2]), (w2, r[4]), (b2, r[5])):
             if acc.needs(t):
                 acc.put(t, c0, c1, v, owned=True)
@@ -298,7 +300,7 @@ class Sum(_Group):
             if isinstance(c, BNAct):
                 # out = out + act(BN(z)) in one pass; reading and writing the same element is safe for an
                 # elementwise kernel (fill() runs without grad only; see Evaluator).
-                ops.bn_silu_nograd(*c._args(), act=c.act, out=out, residual=out)
+                ops.forward(c.operand(), residual=out, act=c.act, out=out)
             else:
                 # the term's value is not kept in the memo (unless something else put it there): a CBFuse's
                 # upsampled inputs are each as large as the sum, five of them held 4 GiB in yolov9-e's stem
