@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from yolov9c.geometry import bbox2dist, bbox_ciou, dfl_decode, make_anchors, xywh_to_xyxy
 from yolov9c.loss.assigner import TaskAlignedAssigner
 from yolov9c.loss.bbox_loss import BboxLoss, dfl_loss
-from yolov9c.ops import tal_assign as tal_assign_op  # the module: ops.tal_assign imports loss.assigner back
+from yolov9c.ops import tal_assign as tal_assign_op
 from yolov9c.ops.det_loss import det_loss, det_loss_decode
 from yolov9c.resources import load_hyp
 
@@ -265,7 +265,7 @@ class DetectionLoss:
         logits = torch.cat([m.detach()[:, 4 * self.reg_max:].reshape(B, nc, -1) for m in maps], dim=2)
         labels, boxes, norm, fg, _ = tal_assign_op.tal_assign(
             logits.transpose(1, 2), pred_boxes, (points * stride_col).float(), gt_labels, gt_boxes, gt_mask, nc,
-            topk=a.topk, alpha=a.alpha, beta=a.beta, eps=a.eps, logits=True)
+            tal_assign_op.AssignParams(a.topk, a.alpha, a.beta, a.eps), logits=True)
         return labels, boxes, torch.where(fg, norm, 0.0), fg
 
     def _assigner_boxes(self, maps, points, stride_col):

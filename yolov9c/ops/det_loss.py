@@ -27,15 +27,56 @@ Test: python -m pytest -q tests/test_det_loss.py; speed and memory: python bench
 import torch
 import torch.nn.functional as F
 
-from yolov9c.geometry import dfl_decode, make_anchors
+from yolov9c.geometry import bbox2dist, bbox_ciou, dfl_decode, make_anchors
 from yolov9c.ops import extension
 
 _FLOAT_TYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def dfl_max_dist(reg_max):
-    """The DFL target clamp, (reg_max − 1) − 0.01 = 14.99 for 16 bins (yolov9c/loss/bbox_loss.py)."""
+    """The DFL target clamp, (reg_max − 1) − 0.01 = 14.99 for 16 bins: keeps the right bin ⌊t⌋+1 ≤ reg_max − 1."""
     return (reg_max - 1) - 0.01
+
+
+def dfl_loss(pred_dist, target):
+    """Distribution Focal Loss per foreground anchor.
+
+    pred_dist: (N, 4, R) logits over R bins for each of the 4 sides; target: (N, 4) distances in [0, R−1).
+    With left bin l = ⌊t⌋ and right bin r = l + 1 the loss of a side is
+        CE(logits, l)·(r − t) + CE(logits, r)·(t − l),
+    i.e. the cross-entropy against the two-bin distribution whose expectation is t. Returns (N, 1): the mean
+    over the 4 sides. Computed in the promoted dtype of pred_dist and target.
+    """
+    left = target.long()
+    right = left + 1
+    w_left = right.to(target.dtype) - target
+    w_right = 1 - w_left
+    logp = F.log_softmax(pred_dist, dim=-1)  # CE(logits, k) = −log_softmax(logits)[k]
+    ce_left = -logp.gather(-1, left[..., None]).squeeze(-1)
+    ce_right = -logp.gather(-1, right[..., None]).squeeze(-1)
+    return (ce_left * w_left + ce_right * w_right).mean(-1, keepdim=True)
+
+
+def box_terms(pred_dist, pred_boxes, points, target_boxes, target_scores, target_scores_sum, fg_mask, reg_max=16):
+    """The published CIoU and DFL terms of one branch from stock torch ops (spec §4.4), in grid units:
+    pred_dist (B, A, 4·reg_max) logits; pred_boxes (B, A, 4) decoded xyxy; points (A, 2); target_boxes (B, A, 4)
+    xyxy; target_scores (B, A, NC); target_scores_sum (0-dim tensor or number, ≥ 1); fg_mask (B, A) bool.
+    Returns (loss_iou, loss_dfl) 0-dim: Σ_fg (1 − CIoU)·w / tss and Σ_fg DFL·w / tss, w = Σ_classes
+    target_scores of the anchor; fp16/bf16 foreground rows are promoted to float32 first."""
+    # fp16/bf16 predictions (AMP) are promoted: box widths and log-softmax need more than 11 bits
+    cdt = torch.promote_types(pred_dist.dtype, torch.float32)
+    weight = target_scores.sum(-1)[fg_mask][:, None]  # (N, 1)
+    tbox = target_boxes[fg_mask]  # (N, 4)
+
+    ciou = bbox_ciou(pred_boxes[fg_mask].to(cdt), tbox)[:, None]
+    loss_iou = ((1.0 - ciou) * weight).sum() / target_scores_sum
+
+    # the anchor point of each foreground row: fg_mask is (B, A), points (A, 2)
+    fg_points = points[None].expand(fg_mask.shape[0], -1, -1)[fg_mask]
+    target_ltrb = bbox2dist(fg_points, tbox, dfl_max_dist(reg_max))  # (N, 4)
+    dist = pred_dist[fg_mask].view(-1, 4, reg_max).to(cdt)
+    loss_dfl = (dfl_loss(dist, target_ltrb) * weight).sum() / target_scores_sum
+    return loss_iou, loss_dfl
 
 
 # ----------------------------------------------------------------------------------------------- checks
@@ -215,9 +256,8 @@ def det_loss_decode_reference(maps, strides, reg_max=16):
 
 def det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum,
                        reg_max=16, label_smoothing=0.0, pos_weight=1.0):
-    """det_loss from stock torch ops: the published loss_tal_dual.py branch terms (via yolov9c.loss.BboxLoss),
+    """det_loss from stock torch ops: the published loss_tal_dual.py branch terms (box_terms for CIoU and DFL),
     building the (B, A, NC) target_scores = one_hot(target_labels)·target_norm·fg it never needs in C."""
-    from yolov9c.loss.bbox_loss import BboxLoss
     maps = list(maps)
     tss = _tss_tensor(target_scores_sum, maps[0])
     points, stride_col = make_anchors(maps, strides, 0.5)
@@ -236,8 +276,8 @@ def det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, 
     tss = tss.to(cdt)
     cls = F.binary_cross_entropy_with_logits(pred_scores.to(cdt), targets, pos_weight=pw, reduction="none").sum() / tss
     if bool(fg_mask.any()):
-        box, dfl = BboxLoss(reg_max)(pred_dist, pred_boxes, points, target_boxes / stride_col, target_scores, tss,
-                                     fg_mask)
+        box, dfl = box_terms(pred_dist, pred_boxes, points, target_boxes / stride_col, target_scores, tss, fg_mask,
+                             reg_max)
     else:
         box = dfl = torch.zeros((), dtype=cdt, device=targets.device)
     return torch.stack((box.to(cdt), cls, dfl.to(cdt)))
