@@ -104,6 +104,18 @@ def _check_maps(maps, strides, reg_max, op):
         raise ValueError(f"{op}: maps have {m0.shape[1]} channels, need 4·reg_max + NC = {4 * reg_max} + NC")
 
 
+def _check_converted(maps, op, targets=None):
+    """What the fused path reads or converts before csrc/det_loss.c sees it: maps a non-empty list of tensors,
+    the targets tensors, target_labels (B, A) (its shape sizes the workspace). Every other check is C's."""
+    if not isinstance(maps, (list, tuple)) or not maps or not all(isinstance(m, torch.Tensor) for m in maps):
+        raise TypeError(f"{op}: maps must be a non-empty list of tensors")
+    for name, t in zip(("target_labels", "target_boxes", "target_norm", "fg_mask"), targets or ()):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a tensor, got {type(t).__name__}")
+    if targets and targets[0].ndim != 2:
+        raise ValueError(f"{op}: target_labels must be (B, A), got {tuple(targets[0].shape)}")
+
+
 def _check_targets(maps, target_labels, target_boxes, target_norm, fg_mask):
     B, A = maps[0].shape[0], sum(m.shape[2] * m.shape[3] for m in maps)
     device = maps[0].device
@@ -160,8 +172,8 @@ class DetLossFunction(torch.autograd.Function):
         out = torch.empty(3, dtype=acc, device=device)
         arg = extension.arg
         targets = (arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss))
-        C.det_loss_forward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max, targets,
-                           float(eps), float(pos_weight), float(dfl_max_dist(reg_max)), arg(workspace), arg(out),
+        C.det_loss_forward(tuple(arg(m) for m in cmaps), strides, reg_max, targets, eps, pos_weight,
+                           float(dfl_max_dist(reg_max)), arg(workspace), arg(out),
                            extension.stream_of(device))
         ctx.cfg = cfg
         ctx.save_for_backward(labels, boxes, norm, fg, tss, *maps)
@@ -183,8 +195,8 @@ class DetLossFunction(torch.autograd.Function):
         grad_out = grad_out.to(torch.float32 if cuda else tss.dtype).contiguous()
         arg = extension.arg
         targets = (arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss))
-        C.det_loss_backward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max, targets,
-                            float(eps), float(pos_weight), float(dfl_max_dist(reg_max)), arg(grad_out),
+        C.det_loss_backward(tuple(arg(m) for m in cmaps), strides, reg_max, targets, eps, pos_weight,
+                            float(dfl_max_dist(reg_max)), arg(grad_out),
                             tuple(arg(g) for g in grads), extension.stream_of(device))
         if upcast:
             grads = [g.to(torch.bfloat16) for g in grads]
@@ -202,15 +214,18 @@ def _tss_tensor(target_scores_sum, like):
 
 def det_loss(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum, reg_max=16,
              label_smoothing=0.0, pos_weight=1.0):
-    """The (3,) loss terms [box, cls, dfl] of one branch; see the module docstring."""
-    maps = list(maps)
-    _check_maps(maps, strides, reg_max, "det_loss")
-    _check_targets(maps, target_labels, target_boxes, target_norm, fg_mask)
+    """The (3,) loss terms [box, cls, dfl] of one branch; see the module docstring. Argument checks: C's on
+    the fused path (_check_converted: what Python reads first), the reference's own on the reference path."""
+    if not extension.fused_enabled():
+        return det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, fg_mask,
+                                  target_scores_sum, reg_max, label_smoothing, pos_weight)
+    maps = list(maps) if isinstance(maps, (list, tuple)) else maps
+    _check_converted(maps, "det_loss", (target_labels, target_boxes, target_norm, fg_mask))
     tss = _tss_tensor(target_scores_sum, maps[0])
-    if (not extension.fused_enabled()) or (maps[0].is_cuda and maps[0].dtype == torch.float64):
+    if maps[0].is_cuda and maps[0].dtype == torch.float64:
         return det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, fg_mask, tss, reg_max,
                                   label_smoothing, pos_weight)
-    cfg = (tuple(float(s) for s in strides), int(reg_max), float(label_smoothing), float(pos_weight))
+    cfg = (tuple(strides) if isinstance(strides, (list, tuple)) else strides, reg_max, label_smoothing, pos_weight)
     return DetLossFunction.apply(cfg, target_labels, target_boxes, target_norm, fg_mask, tss, *maps)
 
 
@@ -218,9 +233,11 @@ def det_loss(maps, strides, target_labels, target_boxes, target_norm, fg_mask, t
 def det_loss_decode(maps, strides, reg_max=16):
     """DFL expectation of every anchor as boxes (B, A, 4) float32 xyxy in pixels, detached: what the assigner
     reads. Computed in float32 on CUDA and in float64 (rounded to float32) on the CPU."""
-    maps = list(maps)
-    _check_maps(maps, strides, reg_max, "det_loss_decode")
-    if (not extension.fused_enabled()) or (maps[0].is_cuda and maps[0].dtype == torch.float64):
+    if not extension.fused_enabled():
+        return det_loss_decode_reference(maps, strides, reg_max)
+    maps = list(maps) if isinstance(maps, (list, tuple)) else maps
+    _check_converted(maps, "det_loss_decode")
+    if maps[0].is_cuda and maps[0].dtype == torch.float64:
         return det_loss_decode_reference(maps, strides, reg_max)
     C = extension.load()
     device = maps[0].device
@@ -249,6 +266,8 @@ def _concat(maps, reg_max):
 @torch.no_grad()
 def det_loss_decode_reference(maps, strides, reg_max=16):
     """det_loss_decode from stock torch ops, as the published loss decodes (in the maps' dtype), as float32."""
+    maps = list(maps) if isinstance(maps, (list, tuple)) else maps
+    _check_maps(maps, strides, reg_max, "det_loss_decode")
     points, stride_col = make_anchors(maps, strides, 0.5)
     pred_dist, _ = _concat([m.detach() for m in maps], reg_max)
     return (dfl_decode(pred_dist, points, reg_max) * stride_col).float()
@@ -258,7 +277,9 @@ def det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, 
                        reg_max=16, label_smoothing=0.0, pos_weight=1.0):
     """det_loss from stock torch ops: the published loss_tal_dual.py branch terms (box_terms for CIoU and DFL),
     building the (B, A, NC) target_scores = one_hot(target_labels)·target_norm·fg it never needs in C."""
-    maps = list(maps)
+    maps = list(maps) if isinstance(maps, (list, tuple)) else maps
+    _check_maps(maps, strides, reg_max, "det_loss")
+    _check_targets(maps, target_labels, target_boxes, target_norm, fg_mask)
     tss = _tss_tensor(target_scores_sum, maps[0])
     points, stride_col = make_anchors(maps, strides, 0.5)
     pred_dist, pred_scores = _concat(maps, reg_max)
