@@ -1,4 +1,4 @@
-"""Benchmark of the fused BatchNorm/SiLU CUDA kernels (kernels/bn_silu.cu through yolov9c/ops/bn_silu.py)
+"""Benchmark of the fused BatchNorm/SiLU CUDA kernels (kernels/bn_silu_*.cu through yolov9c/ops/bn_silu.py)
 against torch's BatchNorm2d (training mode) + SiLU on the same tensors, with the copy bandwidth of the same
 GPU measured in the same run as the ceiling.
 

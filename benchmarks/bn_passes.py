@@ -53,7 +53,7 @@ CALLERS = {"LazyConvFunction.forward": "conv forward", "LazyConvFunction.backwar
 
 def call_site():
     """(caller, node method) of the current BN/SiLU call: the innermost c-backend caller of CALLERS ("segment
-    recompute: ..." inside SegmentFunction.backward) and the innermost lazy-node method (lazy.py)."""
+    recompute: ..." inside SegmentFunction.backward) and the innermost lazy-node method (lazy/nodes.py)."""
     caller = node = None
     recompute = False
     f = sys._getframe(2)
@@ -61,7 +61,7 @@ def call_site():
         code = f.f_code
         if code.co_filename.startswith(BACKEND):
             name = code.co_qualname
-            if node is None and code.co_filename.endswith("lazy.py"):
+            if node is None and code.co_filename.endswith(os.path.join("lazy", "nodes.py")):
                 node = name
             if caller is None and name in CALLERS:
                 caller = CALLERS[name]

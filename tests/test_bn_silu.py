@@ -1,4 +1,4 @@
-"""Tests of the fused BatchNorm/SiLU ops (yolov9c/ops/bn_silu.py, csrc/bn_silu*.c, kernels/bn_silu.cu).
+"""Tests of the fused BatchNorm/SiLU ops (yolov9c/ops/bn_silu.py, csrc/bn_silu*.c, kernels/bn_silu_*.cu).
 
 Ground truth: torch.nn.BatchNorm2d(momentum=0.03, eps=1e-3) in training mode followed by F.silu (or
 nothing, act="identity"), differentiated by autograd, all in float64 from the same stored inputs.
@@ -389,7 +389,8 @@ def bad_cases():
         (lambda: ops.forward(ops.BN(z, v.half(), v, v, v)), TypeError, "mean must be float32"),
         (lambda: ops.forward(ops.BN(z, v, v, meta, v)), ValueError, "weight is on meta"),
         (lambda: ops.forward(ops.BN(z, v, v, v, v), act="relu"), ValueError, "act"),
-        (lambda: ops.forward(ops.BN(z, v, v, v, v), out=torch.empty(2, 3, 4, 5)), ValueError, "out must have the shape"),
+        (lambda: ops.forward(ops.BN(z, v, v, v, v), out=torch.empty(2, 3, 4, 5)), ValueError,
+         "out must have the shape"),
         (lambda: ops.forward(ops.BN(z, v, v, v, v), out=torch.empty(2, 3, 4, 4, dtype=torch.int32)), TypeError, "out"),
         (lambda: ops.backward(ops.BN(z, v, v, v, v), torch.ones(2, 3, 4, 3)), ValueError, "grad_out"),
         (lambda: ops.backward(ops.BN(z, v, v, v, v), z, dz=z.half()), TypeError, "dz"),

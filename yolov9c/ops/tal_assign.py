@@ -181,7 +181,8 @@ def _check(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_classes
         raise ValueError(f"tal_assign: pred_boxes must be float (B, A, 4) = ({B}, {A}, 4), got "
                          f"{tuple(pred_boxes.shape)} {pred_boxes.dtype}")
     if tuple(points.shape) != (A, 2):
-        raise ValueError(f"tal_assign: points must be float (A, 2) = ({A}, 2), got {tuple(points.shape)} {points.dtype}")
+        raise ValueError(f"tal_assign: points must be float (A, 2) = ({A}, 2), got {tuple(points.shape)} "
+                         f"{points.dtype}")
 
 
 @torch.no_grad()

@@ -1,4 +1,4 @@
-"""The c-backend forward of every yaml layer type, on lazy values (lazy.py) and lazy convs (conv.py).
+"""The c-backend forward of every yaml layer type, on lazy values (lazy/) and lazy convs (conv.py).
 
 `layer_forward(m, x)` replaces a top-level layer's forward while the backend is applied. In training mode
 each layer takes lazy values or tensors and hands on lazy values; the detect head returns plain tensors (the
