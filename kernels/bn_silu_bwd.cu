@@ -64,9 +64,8 @@ __global__ void bn_bwd_rows_kernel(bn_args a, bn_geom g)
     BN_ROWS_LOOP(g, bn_bwd_elem(&a, &g, b, c, h, w));
 }
 
-/* ---- fast path: row-uniform operands, storage type T and vector width V fixed at compile time ---- */
-
 #define BN_BWD_VEC_BYTES 8     /* backward: 8-byte loads (more per-channel constants per thread) */
+
 template <typename T, int V>
 __device__ __forceinline__ void bn_vstore(const yv_view4 *v, int64_t k, int64_t c, const float x[V], int accumulate)
 {
@@ -291,40 +290,6 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_fast_kernel(
     }
 }
 
-/* ---- planar fast path (NCHW and channel slices of NCHW buffers): after the merge H == 1, every operand has
- * unit W stride, (b, c) planes of W = H·W elements at b·s0 + c·s1, W % V == 0 (V = 1 serves any W),
- * V-aligned pointers and plane strides, all in z1's dtype. Loads and stores are V-wide (16 bytes) along the
- * plane; B, C and W/V below 2^30 (bn_planar_vec), so positions are 32-bit and offsets 64-bit.
- *
- * Every planar kernel walks flat vector indices, never one block per plane or per channel (a 40x40 plane is
- * 3.2 KB of fp16: a block per plane cannot keep enough bytes in flight, and a plane of 200 vectors left most
- * of a 1024-vector tile idle). A flat index is decomposed once per thread; after that a thread's next vector,
- * `step` flat vectors on, is reached by adding the step's precomputed decomposition (bn_pplan) and at most
- * two carries, so no division per vector (the previous reductions did a 64-bit division per step whenever
- * the step left a plane: every step for planes of fewer than 256 vectors).
- *   reductions  one wave of blocks (BN_RED_BLOCKS per SM, <= 64 registers) over the C·B·W/V vectors in
- *               channel-major order, `chunk` contiguous vectors per block: a block adds the part of each
- *               channel that falls into its range (one channel or a few, or part of one) and writes one
- *               partial sum per channel it touched into slot s = block - first block of that channel; the
- *               channel's last block zeroes the slots above its own, so the finish kernels (shared with the
- *               other layouts) add a fixed [NSUM][S][C] layout. Equal ranges: no block waits for a second
- *               wave, whatever C and H·W are. Per thread BN_UNROLL 16-byte loads in flight (raw, converted
- *               where used) and a float32 run of at most BN_UNROLL vectors (32 fp16 elements) per sum,
- *               folded into float64; the block adds its threads' float64 values in a fixed order.
- *   elementwise one wave of blocks, grid-stride over all B·C·W/V vectors in (b, c, i) order: every thread
- *               has work at any plane size; R vectors per iteration loaded before the first use (forward:
- *               BN_UNROLL of z1, half that with z2 or a residual, 1 with both; backward: 2 of z1 and dy, 1
- *               in the bn2 form), stored from 32-bit words packed here (bn_bput); the channel constants
- *               come through the read-only path (__ldg, L1-resident) per vector, so nothing per plane is
- *               kept in registers.
- * Bytes in flight: every planar kernel is __launch_bounds__(BN_THREADS, BN_RED_BLOCKS), <= 64 registers, 4
- * blocks = 1024 threads per SM; per thread 64 B of loads in flight (stats 4 x 16 B; forward 4 x 16 B, or 2
- * x 2 x 16 B; backward elementwise 2 x 2 x 16 B), 128 B in the backward reduction (4 x (z1, dy)): 64-128
- * KB per SM, against ~32 KB that 4.2 TB/s needs at ~1 us of loaded latency on 132 SMs.
- * u = ((z - mean)·invstd)·γ + β [+ ((z2 - mean2)·invstd2)·γ2 + β2], operation for operation as the generic
- * kernels (bn_u) that served these layouts before (not the channels-last z·scale + shift, which rounds
- * differently when |mean| >> std); the sigmoid is bn_sigmoid_hw, as in the channels-last passes. ---- */
-
 /* Planar backward elementwise pass (Z2: the bn2 form): dz_i = a_i·((g - k0) - x̂_i·k_i) with the
  * coefficients [5][C] of bn_bwd_finish_kernel. 16-byte vectors, 2 of z1 and dy in flight (1 of z1, z2, dy in
  * the bn2 form): as many bytes in flight as 4 vectors of 8 bytes, with half the per-vector work (position,
@@ -377,8 +342,6 @@ __global__ void __launch_bounds__(BN_THREADS, BN_RED_BLOCKS) bn_bwd_planar_vec_k
         }
     }
 }
-
-/* ---- host side ---- */
 
 /* The planar backward elementwise pass (two: the bn2 form). */
 static void bn_planar_bwd_launch(const bn_args *a, const bn_geom *g, int v, int two, cudaStream_t stream)

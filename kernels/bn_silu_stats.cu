@@ -13,6 +13,7 @@
 #include "bn_silu.cuh"
 
 #define BN_ROWS_Y 8            /* rows kernels: blocks of 32 channels x 8 rows (reduction) or 8 warps */
+
 /* The values a reduction adds up for one element. */
 __device__ __forceinline__ void bn_red_values(const bn_args *a, float K, int64_t b, int64_t c, int64_t h, int64_t w,
                                               float v[BN_NSUM])
