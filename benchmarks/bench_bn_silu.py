@@ -3,8 +3,8 @@ against torch's BatchNorm2d (training mode) + SiLU on the same tensors, with the
 GPU measured in the same run as the ceiling.
 
 Prints one JSON line per (shape, layout, pass), after one line for the copy:
-    impl        "copy" (dst.copy_(src) of the largest tensor: bytes read + written), "c" (yolov9c ops: bn_stats,
-                bn_silu, bn_silu_backward) or "torch" (BatchNorm2d + F.silu under autocast)
+    impl        "copy" (dst.copy_(src) of the largest tensor: bytes read + written), "c" (yolov9c.ops.bn_silu:
+                stats, forward, backward) or "torch" (BatchNorm2d + F.silu under autocast)
     pass        c: "stats" | "forward" | "backward"; torch: "forward" (stats + normalise + SiLU) | "backward"
     ms          GPU time per call: `--calls` calls captured in one CUDA graph, replayed, median over `--reps`
                 replays (timing "graph"); "loop": the calls back to back between events (torch's rows, and a

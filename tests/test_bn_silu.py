@@ -325,7 +325,7 @@ def test_cpu_bn_silu_add():
 
 
 def test_function_matches_reference_autograd(monkeypatch):
-    """BNSiLUFunction's gradients equal autograd through bn_silu_reference (the YOLOV9C_FUSED=0 path)."""
+    """forward()'s autograd gradients equal autograd through reference() (the YOLOV9C_FUSED=0 path)."""
     z = make_z((3, 6, 4, 5), "cl", torch.float32, seed=40)
     w, b = params(6)
     gy = torch.randn(z.shape)
