@@ -1,5 +1,5 @@
 """The loss terms of one detection head branch, read straight from the head's level maps: `det_loss()`
-(C/CUDA through yolov9c._C, autograd via `DetLossFunction`), `det_loss_decode()` (the boxes the assigner
+(C/CUDA through yolov9c._C, autograd via `_DetLossFunction`), `det_loss_decode()` (the boxes the assigner
 reads) and their stock-torch references `det_loss_reference()` / `det_loss_decode_reference()`.
 
     out = det_loss(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum,
@@ -145,7 +145,7 @@ def _targets_for_c(t, cuda):
     return t.contiguous()
 
 
-class DetLossFunction(torch.autograd.Function):
+class _DetLossFunction(torch.autograd.Function):
     """autograd.Function of det_loss. forward(cfg, target_labels, target_boxes, target_norm, fg_mask, tss,
     *maps) with cfg = (strides, reg_max, label_smoothing, pos_weight) -> (3,) [box, cls, dfl].
     Saved for backward: the maps themselves (no copy) and the (B, A)-sized targets; nothing (B, A, C)-sized."""
@@ -226,7 +226,7 @@ def det_loss(maps, strides, target_labels, target_boxes, target_norm, fg_mask, t
         return det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, fg_mask, tss, reg_max,
                                   label_smoothing, pos_weight)
     cfg = (tuple(strides) if isinstance(strides, (list, tuple)) else strides, reg_max, label_smoothing, pos_weight)
-    return DetLossFunction.apply(cfg, target_labels, target_boxes, target_norm, fg_mask, tss, *maps)
+    return _DetLossFunction.apply(cfg, target_labels, target_boxes, target_norm, fg_mask, tss, *maps)
 
 
 @torch.no_grad()
