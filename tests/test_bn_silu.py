@@ -397,6 +397,8 @@ def bad_cases():
         (lambda: ops.forward(ops.BN(z, v, v, v, v), ops.BN(torch.randn(2, 3, 4, 5), v, v, v, v)), ValueError, "z2"),
         (lambda: ops.forward(ops.BN(z, v, v, v, v), residual=torch.randn(2, 3, 3, 4)), ValueError, "residual"),
         (lambda: ops.forward(ops.BN(z.numpy(), v, v, v, v)), TypeError, "torch.Tensor"),
+        (lambda: ops.forward(z), TypeError, "bn must be a BN"),
+        (lambda: ops.backward((z, v, v, v), z), TypeError, "bn must be a BN"),
     ]
 
 

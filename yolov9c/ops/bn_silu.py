@@ -339,6 +339,7 @@ def _workspace(C, z):
 
 def _forward_impl(bn, bn2, residual, act, out, batch_stats):
     op = "bn_silu_forward"
+    _check_operand(op, bn)
     z = bn[0]
     if _use_reference(op, z, None if bn2 is None else bn2[0], out, residual):
         with torch.no_grad():
@@ -356,6 +357,7 @@ def _forward_impl(bn, bn2, residual, act, out, batch_stats):
 
 def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
     op = "bn_silu_backward"
+    _check_operand(op, bn)
     z = bn[0]
     if _use_reference(op, z, None if bn2 is None else bn2[0], grad_out, dz, dz2):
         return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
@@ -423,10 +425,6 @@ class _BNSiLUFunction(torch.autograd.Function):
         return (out_grad, grad_out if ctx.needs_input_grad[1] else None, None, None, *grads)
 
 
-def _needs_grad(tensors):
-    return torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in tensors)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # public API
 
@@ -452,10 +450,11 @@ def forward(bn, bn2=None, residual=None, act="silu", out=None, batch_stats=True)
     it, no autograd.Function is built (the c backend's evaluator calls this ~1000 times a step)."""
     if not extension.fused_enabled():
         return reference(bn, bn2, residual, act, out, batch_stats)
-    _check_operand("bn_silu_forward", bn)
-    fields = tuple(bn) if bn2 is None else (*bn, *bn2)
-    if _needs_grad(fields + (residual, out)):
-        return _BNSiLUFunction.apply(out, residual, act, bool(batch_stats), *fields)
+    if torch.is_grad_enabled():   # (without grad, the evaluator's case, no per-call autograd bookkeeping)
+        _check_operand("bn_silu_forward", bn)
+        fields = tuple(bn) if bn2 is None else (*bn, *bn2)
+        if any(getattr(t, "requires_grad", False) for t in fields + (residual, out)):
+            return _BNSiLUFunction.apply(out, residual, act, bool(batch_stats), *fields)
     return _forward_impl(bn, bn2, residual, act, out, bool(batch_stats))
 
 
