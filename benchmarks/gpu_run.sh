@@ -17,6 +17,8 @@
 #   loss       bench_loss.py: the detection loss at 20, 160, 1000 boxes per image
 #   bn         bench_bn_silu.py (BN_FLAGS, e.g. "--kernels --shapes 64,512,40,40")
 #   pool       bench_pool.py
+#   nms        bench_nms.py (CUDA and CPU, 1000 to 30000 boxes)
+#   loader     bench_dataloader.py at 8 and 16 workers (LOADER_WORKERS), batch 64, 640
 #   published  bench_published_step.py against the published code in .dev/published (skipped without it)
 #   accuracy   bench_accuracy.py on coco128 (ACC_SEEDS, ACC_EPOCHS, ACC_FLAGS)
 #   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32
@@ -86,6 +88,12 @@ for part in "$@"; do
           tail -12 "$OUT/loss.log" ;;
     bn) stage bn 45 90 python3 benchmarks/bench_bn_silu.py --no-torch ${BN_FLAGS:-}; tail -22 "$OUT/bn.log" ;;
     pool) stage pool 30 90 python3 benchmarks/bench_pool.py; tail -16 "$OUT/pool.log" ;;
+    nms) stage nms 30 120 python3 benchmarks/bench_nms.py; tail -12 "$OUT/nms.log" ;;
+    loader) for w in ${LOADER_WORKERS:-8 16}; do
+              stage "loader_$w" 60 150 python3 benchmarks/bench_dataloader.py --workers "$w" --batch 64 --imgsz 640 \
+                --batches 64 --warmup 16
+              tail -2 "$OUT/loader_$w.log"
+            done ;;
     published) if [ -d .dev/published ]; then
                  stage published 60 150 python3 benchmarks/bench_published_step.py --published .dev/published \
                    --models ${STEP_MODELS:-yolov9-s yolov9-c} --profile 0 --markdown
