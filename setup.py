@@ -11,17 +11,8 @@ Which GPU architectures (PTX is added for the highest one):
     no GPU, YOLOV9C_CUDA=1     the portable list 75,80,86,89,90 (about 2 min on 2 cores)
     no GPU, YOLOV9C_CUDA unset CPU only, with a message saying so and how to ask for the kernels: compiling
                                five architectures nobody here can run costs minutes (CI asks with YOLOV9C_CUDA=1)
-cuDNN (the fused-convolution probe, csrc/cudnn_fusion.c): compiled in only with CUDA and cuDNN 9 headers
-(cudnn.h, cudnn_graph.h), looked for in $CUDNN_INCLUDE_DIR, then $CUDNN_HOME/include, then the
-nvidia-cudnn-cu* wheel that a CUDA torch installs (site-packages/nvidia/cudnn/include). Nothing links against
-libcudnn: the module opens libcudnn.so.9 at run time (the one torch has loaded, else the wheel's lib folder
-found here), so it imports where cuDNN is absent. build_info()["cudnn"] says "headers 9.x.y" or "absent".
-
 Switches (environment):
     YOLOV9C_CUDA=0|1         0: CPU only; 1: CUDA or fail; unset: CUDA when nvcc is found and a GPU is visible
-    YOLOV9C_CUDNN=0          build without the cuDNN part even when its headers are found
-    CUDNN_INCLUDE_DIR=DIR    the folder holding cudnn.h (CUDNN_HOME=DIR: DIR/include); an explicit folder
-                             without cudnn.h fails the build
     YOLOV9C_CUDA_ARCHS=90    the GPU architectures to build for (e.g. 90, 8.6, sm_80;sm_90)
     YOLOV9C_WERROR=1         C (and CUDA host) warnings are errors (CI sets it)
     YOLOV9C_JOBS=N           parallel nvcc processes (default: CPU count)
@@ -184,82 +175,7 @@ def cuda_plan():
     print(f"yolov9c: building with CUDA {plan['version']} for "
           f"{','.join('sm_' + a for a in archs)} + PTX compute_{archs[-1]} ({why}{note}; {nvcc}). "
           f"YOLOV9C_CUDA_ARCHS=90 picks the architectures, YOLOV9C_CUDA=0 builds CPU only.", flush=True)
-    plan["cudnn"] = cudnn_plan()
     return plan
-
-
-def cudnn_header_version(include):
-    """'9.28.1' from include/cudnn_version.h, None when it cannot be read."""
-    path = Path(include) / "cudnn_version.h"
-    if not path.is_file():
-        return None
-    text = path.read_text(errors="replace")
-    parts = [re.search(rf"#define\s+CUDNN_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR", "PATCHLEVEL")]
-    return ".".join(m.group(1) for m in parts) if all(parts) else None
-
-
-def wheel_cudnn_includes():
-    """nvidia/cudnn/include folders of installed nvidia-cudnn-cu* wheels (the `nvidia` namespace package of
-    site-packages), found without importing torch."""
-    import importlib.util
-    import site
-    import sysconfig
-
-    roots = []
-    spec = importlib.util.find_spec("nvidia")
-    if spec is not None and spec.submodule_search_locations:
-        roots += [Path(p) for p in spec.submodule_search_locations]
-    paths = sysconfig.get_paths()
-    roots += [Path(paths[k]) / "nvidia" for k in ("purelib", "platlib")]
-    roots += [Path(p) / "nvidia" for p in site.getsitepackages() + [site.getusersitepackages()]]
-    found = []
-    for root in roots:
-        inc = root / "cudnn" / "include"
-        if (inc / "cudnn.h").is_file() and inc.resolve() not in [f.resolve() for f in found]:
-            found.append(inc)
-    return found
-
-
-def cudnn_library_of(include):
-    """libcudnn.so.9 beside an include folder (DIR/../lib or lib64), the run-time fallback; None if absent."""
-    for sub in ("lib", "lib64"):
-        lib = Path(include).parent / sub / "libcudnn.so.9"
-        if lib.is_file():
-            return lib
-    return None
-
-
-def cudnn_plan():
-    """cuDNN headers to compile the fused-convolution probe against: None (build without it) or a dict
-    (include, version, library). Called only for a CUDA build; prints one line saying which."""
-    if os.environ.get("YOLOV9C_CUDNN", "").strip() == "0":
-        print("yolov9c: cuDNN fused convolutions: off (YOLOV9C_CUDNN=0)", flush=True)
-        return None
-    explicit = None
-    if os.environ.get("CUDNN_INCLUDE_DIR"):
-        explicit = ("CUDNN_INCLUDE_DIR", Path(os.environ["CUDNN_INCLUDE_DIR"]))
-    elif os.environ.get("CUDNN_HOME"):
-        explicit = ("CUDNN_HOME", Path(os.environ["CUDNN_HOME"]) / "include")
-    if explicit is not None:
-        if not (explicit[1] / "cudnn.h").is_file():
-            raise RuntimeError(f"yolov9c: {explicit[0]} is set but {explicit[1]} has no cudnn.h; point it at "
-                               "cuDNN 9's include folder, or unset it (YOLOV9C_CUDNN=0 builds without cuDNN)")
-        candidates, why = [explicit[1]], explicit[0]
-    else:
-        candidates, why = wheel_cudnn_includes(), "the nvidia-cudnn wheel"
-    for include in candidates:
-        version = cudnn_header_version(include)
-        if version is None or int(version.split(".")[0]) < 9 or not (include / "cudnn_graph.h").is_file():
-            print(f"yolov9c: cuDNN fused convolutions: absent (the headers in {include} are cuDNN "
-                  f"{version or 'of an unknown version'}; cuDNN 9 is needed)", flush=True)
-            return None
-        library = cudnn_library_of(include)
-        print(f"yolov9c: cuDNN fused convolutions: headers {version} from {include} ({why}); libcudnn.so.9 is "
-              f"opened at run time{f' (fallback {library})' if library else ''}", flush=True)
-        return dict(include=include, version=version, library=library)
-    print("yolov9c: cuDNN fused convolutions: absent (no cudnn.h: install torch's nvidia-cudnn-cu* wheel or "
-          "set CUDNN_INCLUDE_DIR)", flush=True)
-    return None
 
 
 def werror():
@@ -362,14 +278,6 @@ def make_extension(plan):
         # whatever libcudart torch ships. The static runtime is C++ inside, so it needs libstdc++ (which
         # torch loads anyway), librt, libpthread and libdl.
         libraries += ["cudart_static", "stdc++", "rt", "pthread", "dl"]
-        cudnn = plan.get("cudnn")
-        if cudnn is not None:
-            # headers only: libcudnn.so.9 is dlopen()ed at run time (csrc/cudnn_fusion.c)
-            macros += [("YV_WITH_CUDNN", "1"), ("YV_CUDNN_HEADERS", f'"{cudnn["version"]}"')]
-            include_dirs.append(str(cudnn["include"]))
-            lib = str(cudnn["library"] or "")
-            if lib and not any(ch in lib for ch in '"\\'):
-                macros.append(("YV_CUDNN_LIBRARY", f'"{lib}"'))
     sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").glob("*.c"))
     return Extension("yolov9c._C", sources=sources, include_dirs=include_dirs, define_macros=macros,
                      extra_compile_args=c_args, libraries=libraries, library_dirs=library_dirs,

@@ -54,17 +54,13 @@ def _emit(line, out):
 
 # runner variants: BACKEND+VARIANT... (e.g. c+no-cuda-graph): what each adds to our train_dual.py run. In
 # benchmarks/results/accuracy_person_crops.jsonl the runner "c" rows (and torch+loss-c) predate 5f87da9: their
-# assigner read the float32 decode, today's c+exact-decode; today's c default is recorded there as c+pub-decode.
+# assigner read the float32 decode (a variant since removed); today's c default is recorded there as c+pub-decode.
 VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isolates the CUDA-graph step)
             "no-cudnn-benchmark": (["--no-cudnn-benchmark"], {}),
             "no-amp": (["--no-amp"], {}),  # float32 training (isolates fp16)
             "unfused": ([], {"YOLOV9C_FUSED": "0"}),  # the c structure on torch ops (isolates the kernels)
             "loss-torch": ([], {"YOLOV9C_LOSS_BACKEND": "torch"}),  # c's model, torch's loss (isolates the loss)
-            "loss-c": ([], {"YOLOV9C_LOSS_BACKEND": "c"}),  # torch's model, c's loss
-            "loss-fp32": ([], {"YOLOV9C_LOSS_ROUNDING": "float32"}),  # torch's loss on float32 maps
-            "exact-decode": ([], {"YOLOV9C_LOSS_ROUNDING": "exact-decode"}),  # c's assigner on its float32 decode
-            "pub-decode": ([], {"YOLOV9C_LOSS_ROUNDING": "published-decode"}),  # c's default, named
-            "c-assign": ([], {"YOLOV9C_LOSS_ROUNDING": "c-assign"})}  # torch's terms on the float32 decode's targets
+            "loss-c": ([], {"YOLOV9C_LOSS_BACKEND": "c"})}  # torch's model, c's loss
 
 
 def runner_spec(runner):

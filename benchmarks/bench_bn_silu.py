@@ -1,8 +1,8 @@
-"""Benchmark of the fused BatchNorm/SiLU kernels (kernels/bn_silu.cu via yolov9c/ops/bn_silu.py) against torch's
+"""Benchmark of the fused BatchNorm/SiLU kernels (kernels/bn_silu_*.cu via yolov9c/ops/bn_silu.py) against torch's
 BatchNorm2d (training mode) + SiLU on the same tensors, with a copy of the same bytes as the ceiling.
 
-One JSON line per (shape, layout, impl, pass), after one for the copy: impl "copy" | "c" (bn_stats, bn_silu,
-bn_silu_backward) | "torch"; pass c "stats" | "forward" | "backward", torch "forward" | "backward"; ms = GPU time
+One JSON line per (shape, layout, impl, pass), after one for the copy: impl "copy" | "c" (stats, forward,
+backward) | "torch"; pass c "stats" | "forward" | "backward", torch "forward" | "backward"; ms = GPU time
 per call (`--calls` calls in one CUDA graph, median of `--reps` replays; timing "loop" for torch's rows and a
 failed capture); gbps = minimal traffic / time (stats 1 read, forward 1 read + 1 write, backward 2 + 2 reads +
 1 write; torch forward counted as c stats + forward); pct_copy = gbps as % of the copy's. `--kernels` adds a
@@ -54,11 +54,11 @@ def bench_case(shape, layout, dtype, args, copy_gbps):
     t = (args.calls, args.reps, args.warmup)
     rows = []
 
-    mean, invstd = ops.bn_stats(z, rm, rv)
+    mean, invstd = ops.stats(z, rm, rv)
     out, dz = torch.empty_like(z), torch.empty_like(z)
-    passes = [("stats", lambda: ops.bn_stats(z, rm, rv), 1),
-              ("forward", lambda: ops.bn_silu(z, mean, invstd, w, b, out=out), 2),
-              ("backward", lambda: ops.bn_silu_backward(z, mean, invstd, w, b, gy, dz=dz), 5)]
+    passes = [("stats", lambda: ops.stats(z, rm, rv), 1),
+              ("forward", lambda: ops.forward(ops.BN(z, mean, invstd, w, b), out=out), 2),
+              ("backward", lambda: ops.backward(ops.BN(z, mean, invstd, w, b), gy, dz=dz), 5)]
     for name, fn, n in passes:
         rows.append(report(shape, layout, dtype, "c", name, timed(fn, *t), n, eb, copy_gbps))
         if args.kernels:

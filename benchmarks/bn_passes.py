@@ -5,8 +5,8 @@ device, the batch or the image size.
     python benchmarks/bn_passes.py --model yolov9-s            # one step at batch 2, 128 px, on the CPU
     python benchmarks/bn_passes.py --model yolov9-s --sites    # and the activation passes by call site
 
-Wraps the five entry points of yolov9c.ops.bn_silu (statistics, forward, two-BN forward, backward, two-BN
-backward), runs forward + loss + backward of `--backend c`, and prints per entry point its calls and the
+Wraps the three entry points of yolov9c.ops.bn_silu (statistics, the forward and the backward implementation,
+each counting the z of its one or two BN operands), runs forward + loss + backward of `--backend c`, and prints per entry point its calls and the
 elements of z it read, in forward and in backward, as multiples of the BN layers' input elements of one torch
 forward (the minimum for one pass over every z), plus how many times each z region was activated in forward
 and in backward. --sites splits the activation passes by the c-backend function that asked for them and the
@@ -32,10 +32,12 @@ from yolov9c.backends import apply  # noqa: E402
 from yolov9c.engine.train.memory_plan import random_targets  # noqa: E402
 from yolov9c.ops import bn_silu  # noqa: E402
 
-# entry point: positions of its z arguments
-ENTRY_POINTS = {"_stats_impl": (0,), "_forward_impl": (0,), "_forward2_impl": (0, 5), "_backward_impl": (0,),
-                "_backward2_impl": (0, 5)}
-APPLIES = ("_forward_impl", "_forward2_impl")
+# entry point: the z arguments of a call (stats(z, ...); _forward_impl(bn, bn2, ...); _backward_impl(bn, dy, bn2,
+# ...), bn2 None for one operand)
+ENTRY_POINTS = {"stats": lambda a: (a[0],),
+                "_forward_impl": lambda a: (a[0][0],) + (() if a[1] is None else (a[1][0],)),
+                "_backward_impl": lambda a: (a[0][0],) + (() if a[2] is None else (a[2][0],))}
+APPLIES = ("_forward_impl",)
 BACKEND = str(Path(__file__).resolve().parents[1] / "yolov9c" / "backends" / "c")
 CALLERS = {"LazyConvFunction.forward": "conv forward", "LazyConvFunction.backward": "conv backward",
            "materialise": "materialise"}
@@ -43,7 +45,7 @@ CALLERS = {"LazyConvFunction.forward": "conv forward", "LazyConvFunction.backwar
 
 def call_site():
     """(caller, node method) of the current BN/SiLU call: the innermost c-backend caller of CALLERS ("segment
-    recompute: ..." inside SegmentFunction.backward) and the innermost lazy-node method (lazy.py)."""
+    recompute: ..." inside SegmentFunction.backward) and the innermost lazy-node method (lazy/nodes.py)."""
     caller = node = None
     recompute = False
     f = sys._getframe(2)
@@ -51,7 +53,7 @@ def call_site():
         code = f.f_code
         if code.co_filename.startswith(BACKEND):
             name = code.co_qualname
-            if node is None and code.co_filename.endswith("lazy.py"):
+            if node is None and code.co_filename.endswith(os.path.join("lazy", "nodes.py")):
                 node = name
             if caller is None and name in CALLERS:
                 caller = CALLERS[name]
@@ -69,12 +71,11 @@ class Counter:
         self.calls = collections.Counter()     # (phase, entry point) -> calls
         self.applies = collections.Counter()   # (phase, z region) -> times activated
 
-    def wrap(self, name, positions):
+    def wrap(self, name, zs_of):
         f = getattr(bn_silu, name)
 
         def counted(*args, **kwargs):
-            for i in positions:
-                z = args[i]
+            for z in zs_of(args):
                 self.elems[self.phase, name] += z.numel()
                 if name in APPLIES and self.sites:
                     self.by_site[(self.phase, *call_site())] += z.numel()
@@ -113,7 +114,7 @@ def main(argv=None):
     out = apply(model, "c")
     model = model if out is None else out
     counter = Counter(args.sites)
-    originals = {name: counter.wrap(name, pos) for name, pos in ENTRY_POINTS.items()}
+    originals = {name: counter.wrap(name, zs) for name, zs in ENTRY_POINTS.items()}
     try:
         loss, _ = loss_fn(model(x), random_targets(2, 5, 80, torch.Generator().manual_seed(0)))
         counter.phase = "backward"

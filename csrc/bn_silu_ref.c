@@ -1,7 +1,7 @@
 /* bn_silu_ref.c — fused training-mode BatchNorm + SiLU on the CPU, plain loops: batch statistics, forward
  * (bn_silu, bn_silu_add, bn2_silu in one function) and the full BN backward.
  *
- * Maths (the same in kernels/bn_silu.cu and yolov9c/ops/bn_silu.py; n = B·H·W):
+ * Maths (the same in kernels/bn_silu.cuh and yolov9c/ops/bn_silu.py; n = B·H·W):
  *   stats     mean = Σz/n, var = Σ(z - mean)²/n (two passes, float64), invstd = 1/sqrt(var + eps);
  *             running_mean = (1-m)·rm + m·mean, running_var = (1-m)·rv + m·var·n/(n-1)
  *   forward   x̂ = (z - mean)·invstd, u = x̂·γ + β [+ x̂2·γ2 + β2], y = act(u) [+ residual]

@@ -125,16 +125,6 @@ static void device_leave(int prev)
         (void)cudaSetDevice(prev);
 }
 
-int yv_cuda_device_enter(int device, int *prev)
-{
-    return (int)device_enter(device, prev);
-}
-
-void yv_cuda_device_leave(int prev)
-{
-    device_leave(prev);
-}
-
 static PyObject *launch_cuda(PyObject *module, const yv_op *op, int device, uintptr_t stream, void *args)
 {
     int sync = sync_requested();

@@ -22,9 +22,7 @@ int yv_numpy_import(void);   /* tensor.c */
 PyDoc_STRVAR(build_info_doc,
 "build_info($module, /)\n--\n\n"
 "How this module was built, as a dict: version (str), cuda (bool), cuda_version (str such as '13.0', or\n"
-"None), archs (list of str such as 'sm_90': the GPU code compiled in), ptx (str such as 'compute_90', or None),\n"
-"cudnn (str: 'headers 9.x.y' when cudnn_fusion_probe was compiled against cuDNN 9 headers, else 'absent';\n"
-"libcudnn itself is opened only when the probe runs).");
+"None), archs (list of str such as 'sm_90': the GPU code compiled in), ptx (str such as 'compute_90', or None).");
 
 static PyObject *build_info(PyObject *module, PyObject *unused)
 {
@@ -68,14 +66,9 @@ static PyObject *build_info(PyObject *module, PyObject *unused)
     if (ptx == NULL)
         goto fail;
 #endif
-#ifdef YV_WITH_CUDNN
-    const char *cudnn = "headers " YV_CUDNN_HEADERS;
-#else
-    const char *cudnn = "absent";
-#endif
-    PyObject *info = Py_BuildValue("{s:s, s:O, s:O, s:O, s:O, s:s}", "version", YV_VERSION,
+    PyObject *info = Py_BuildValue("{s:s, s:O, s:O, s:O, s:O}", "version", YV_VERSION,
                                    "cuda", cuda ? Py_True : Py_False, "cuda_version", cuda_version,
-                                   "archs", archs, "ptx", ptx, "cudnn", cudnn);
+                                   "archs", archs, "ptx", ptx);
     Py_DECREF(archs);
     Py_DECREF(cuda_version);
     Py_DECREF(ptx);
@@ -225,26 +218,6 @@ PyDoc_STRVAR(max_pool2d_backward_doc,
 "(B, C, Ho, Wo), one dtype and device, any strides; grad_in written (=); no output overlaps another operand.\n"
 "Returns None.");
 
-PyDoc_STRVAR(cudnn_fusion_probe_doc,
-"cudnn_fusion_probe($module, conv, dtype_code, device, /)\n--\n\n"
-"Which fused convolution graphs cuDNN 9 can plan on CUDA device `device` (int): conv = (N, C, H, W, K, R, S,\n"
-"stride) ints (NHWC x (N, C, H, W), w (K, C, R, S), padding R//2, S//2); dtype_code DTYPE_FLOAT16 or\n"
-"DTYPE_BFLOAT16 (storage; fp32 accumulation). Returns {pattern: {'supported': bool, 'status': str ('ok' or\n"
-"the cuDNN failure), 'engines': int, 'tried': int, 'mode': 'A'/'FALLBACK'/None, 'workspace': int bytes,\n"
-"'seconds': float}}; the patterns are listed in csrc/cudnn_fusion.c. Nothing is executed. RuntimeError when\n"
-"built without cuDNN (build_info()['cudnn'] == 'absent') or when libcudnn.so.9 cannot be opened.");
-
-PyDoc_STRVAR(cudnn_fusion_time_doc,
-"cudnn_fusion_time($module, conv, dtype_code, pattern, tensors, workspace, stream, iters, /)\n--\n\n"
-"Plan fused convolution graph `pattern` (str, a cudnn_fusion_probe key) for conv = (N, C, H, W, K, R, S,\n"
-"stride), bind `tensors` (a tuple of CUDA tensor descriptors in the pattern's order, listed in\n"
-"csrc/cudnn_fusion.c: e.g. conv_genstats (x, w, y, sum, sqsum); channels-last, 16-byte aligned) and\n"
-"`workspace` (uint8, 1-d), run it once untimed and `iters` (int in [1, 100000]) times on `stream`. Returns\n"
-"{'status': 'ok' or why not ('not supported: ...', 'workspace: the plan needs N bytes, got M', a cuDNN or\n"
-"CUDA failure), 'ms': mean ms per execution (CUDA events) or None, 'plan': the planning status, 'workspace':\n"
-"int bytes the plan needs, 'mode': 'A'/'FALLBACK'/None, 'seconds': host planning time}. Argument errors raise\n"
-"ValueError/TypeError; RuntimeError when built without cuDNN.");
-
 static PyMethodDef module_methods[] = {
     {"build_info", build_info, METH_NOARGS, build_info_doc},
     {"augment_forward", (PyCFunction)(void (*)(void))yv_py_augment_forward, METH_FASTCALL, augment_forward_doc},
@@ -279,10 +252,6 @@ static PyMethodDef module_methods[] = {
      max_pool2d_forward_doc},
     {"max_pool2d_backward", (PyCFunction)(void (*)(void))yv_py_max_pool2d_backward, METH_FASTCALL,
      max_pool2d_backward_doc},
-    {"cudnn_fusion_probe", (PyCFunction)(void (*)(void))yv_py_cudnn_fusion_probe, METH_FASTCALL,
-     cudnn_fusion_probe_doc},
-    {"cudnn_fusion_time", (PyCFunction)(void (*)(void))yv_py_cudnn_fusion_time, METH_FASTCALL,
-     cudnn_fusion_time_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -41,8 +41,6 @@ PyObject *yv_py_upsample_nearest2x_forward(PyObject *module, PyObject *const *ar
 PyObject *yv_py_upsample_nearest2x_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_max_pool2d_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *yv_py_max_pool2d_backward(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-PyObject *yv_py_cudnn_fusion_probe(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
-PyObject *yv_py_cudnn_fusion_time(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* --- the one launch path (csrc/launch.c) ---
  * A binding parses and checks its arguments into a small struct of its own, then hands that struct to
@@ -70,14 +68,6 @@ typedef struct yv_op {
 #endif
 
 PyObject *yv_launch(PyObject *module, const yv_op *op, int device, uintptr_t stream, void *args);
-
-#ifdef YV_WITH_CUDA
-/* yv_launch's device guard, for a binding that drives a library (cuDNN) rather than one launcher: make
- * `device` current, remembering the previous one in *prev (returns a cudaError_t; call without the GIL),
- * then yv_cuda_device_leave(prev) restores it. */
-int yv_cuda_device_enter(int device, int *prev);
-void yv_cuda_device_leave(int prev);
-#endif
 
 /* --- smaller helpers (csrc/launch.c) --- */
 /* Arity check: "op() takes exactly N arguments (M given)" as TypeError. */

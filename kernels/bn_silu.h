@@ -1,4 +1,4 @@
-/* bn_silu.h — the plain-C types shared by the fused BatchNorm/SiLU op's CUDA launchers (kernels/bn_silu.cu),
+/* bn_silu.h — the plain-C types shared by the fused BatchNorm/SiLU op's CUDA launchers (kernels/bn_silu_*.cu),
  * its CPU implementation (csrc/bn_silu_ref.c) and its binding (csrc/bn_silu.c). No includes beyond the
  * dtype codes, so it compiles as C11 and as CUDA C++.
  *

@@ -42,7 +42,7 @@ cudaError_t yv_nms_forward(const void *boxes, const void *scores, yv_dtype dtype
                            yv_dtype cls_dtype, int64_t n, float iou_thres, void *workspace, int64_t *keep,
                            int64_t *count, cudaStream_t stream);
 
-/* ---- bn_silu (kernels/bn_silu.cu): fused training BatchNorm + SiLU; maths at the top of that file ----
+/* ---- bn_silu (kernels/bn_silu_{stats,fwd,bwd}.cu): fused training BatchNorm + SiLU; maths in bn_silu.cuh ----
  * Views are strided device arrays of shape s (kernels/bn_silu.h; float32/float16/bfloat16 storage, any
  * strides, 64-bit offsets); yv_bn_params arrays are float32 (C,). workspace: yv_bn_workspace_size(s) bytes,
  * 256-byte aligned (per-block float64 partial sums and per-channel coefficients).

@@ -67,13 +67,13 @@ def test_wrapper_errors_come_from_c():
     z = torch.randn(2, 3, 4, 4)
     v = torch.ones(3)
     with pytest.raises(ValueError, match=r"^bn_silu_forward: bias must have size 3"):
-        bn_ops.bn_silu(z, v, v, v, torch.ones(4))
+        bn_ops.forward(bn_ops.BN(z, v, v, v, torch.ones(4)))
     with pytest.raises(ValueError, match=r"^bn_silu_forward: out must have the shape of z \(2, 3, 4, 4\)"):
-        bn_ops.bn_silu(z, v, v, v, v, out=torch.empty(2, 3, 4, 5))
+        bn_ops.forward(bn_ops.BN(z, v, v, v, v), out=torch.empty(2, 3, 4, 5))
     with pytest.raises(ValueError, match=r"^bn_stats_forward: momentum must be in \[0, 1\], got 1.5$"):
-        bn_ops.bn_stats(z, momentum=1.5)   # the double printed (PyErr_Format has no %g: SystemError on 3.12)
+        bn_ops.stats(z, momentum=1.5)   # the double printed (PyErr_Format has no %g: SystemError on 3.12)
     with pytest.raises(ValueError, match=r"^bn_stats_forward: eps must be > 0, got -0.25$"):
-        bn_ops.bn_stats(z, eps=-0.25)
+        bn_ops.stats(z, eps=-0.25)
 
 
 def test_cpu_stream_must_be_zero_in_every_op():
@@ -100,8 +100,8 @@ def test_cuda_op_on_another_device_restores_the_current_one():
     torch.cuda.set_device(0)
     z = torch.randn(2, 8, 5, 5, device=last)
     w, b = torch.ones(8, device=last), torch.zeros(8, device=last)
-    mean, invstd = bn_ops.bn_stats(z)
-    y = bn_ops.bn_silu(z, mean, invstd, w, b)
+    mean, invstd = bn_ops.stats(z)
+    y = bn_ops.forward(bn_ops.BN(z, mean, invstd, w, b))
     assert torch.cuda.current_device() == 0
-    want = bn_ops.bn_silu_reference(z, mean, invstd, w, b)
+    want = bn_ops.reference(bn_ops.BN(z, mean, invstd, w, b))
     assert (y - want).abs().max().item() <= 1e-5 * want.abs().max().item()

@@ -1,4 +1,4 @@
-"""Tests of the fused BatchNorm/SiLU ops (yolov9c/ops/bn_silu.py, csrc/bn_silu*.c, kernels/bn_silu.cu).
+"""Tests of the fused BatchNorm/SiLU ops (yolov9c/ops/bn_silu.py, csrc/bn_silu*.c, kernels/bn_silu_*.cu).
 
 Ground truth: torch.nn.BatchNorm2d(momentum=0.03, eps=1e-3) in training mode followed by F.silu (or
 nothing, act="identity"), differentiated by autograd, all in float64 from the same stored inputs.
@@ -14,7 +14,9 @@ CPU cases always run (a few seconds); CUDA cases are marked `cuda` and skip with
 Run: python -m pytest -q tests/test_bn_silu.py
 """
 
+
 import os
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -36,6 +38,12 @@ def close(actual, truth, tol, what):
     diff = (actual - truth).abs().max().item()
     allowed = tol * scale
     assert diff <= allowed, f"{what}: max |diff| {diff:.3g} is {100 * diff / allowed:.0f}% of the allowed {allowed:.3g}"
+
+
+def backward_reference(bn, grad_out, **kw):
+    """ops.backward on the torch reference path (YOLOV9C_FUSED=0: the public way to the reference)."""
+    with mock.patch.dict(os.environ, {"YOLOV9C_FUSED": "0"}):
+        return ops.backward(bn, grad_out, **kw)
 
 
 def per_channel_close(actual, truth, tol, what):
@@ -107,7 +115,7 @@ def check_all(z, act="silu", device="cpu", seed=0):
     truth = ground_truth(z, w, b, gy, act)
 
     rm, rv = torch.zeros(C, device=device), torch.ones(C, device=device)
-    mean, invstd = ops.bn_stats(z, rm, rv, momentum=MOMENTUM, eps=EPS)
+    mean, invstd = ops.stats(z, rm, rv, momentum=MOMENTUM, eps=EPS)
     assert mean.dtype == invstd.dtype == torch.float32 and mean.device == z.device
     stat_tol = 1e-5 if dtype == torch.float32 else 1e-4
     per_channel_close(mean, truth["mean"], stat_tol, "mean")
@@ -117,7 +125,7 @@ def check_all(z, act="silu", device="cpu", seed=0):
 
     zg = z.detach().clone(memory_format=torch.preserve_format).requires_grad_()
     wg, bg = w.clone().requires_grad_(), b.clone().requires_grad_()
-    y = ops.bn_silu(zg, mean, invstd, wg, bg, act=act)
+    y = ops.forward(ops.BN(zg, mean, invstd, wg, bg), act=act)
     assert y.dtype == dtype and y.shape == z.shape
     close(y, truth["y"], tol, "y")
     # Backward with float16/bfloat16 storage: dy reaches the op rounded to the storage dtype too.
@@ -127,7 +135,7 @@ def check_all(z, act="silu", device="cpu", seed=0):
     close(wg.grad, truth["dw"], gtol, "dweight (autograd)")
     close(bg.grad, truth["db"], gtol, "dbias (autograd)")
 
-    dz, dw, db = ops.bn_silu_backward(z, mean, invstd, w, b, gy.to(dtype), act=act)
+    dz, dw, db = ops.backward(ops.BN(z, mean, invstd, w, b), gy.to(dtype), act=act)
     assert dz.dtype == dtype and dw.dtype == db.dtype == torch.float32
     close(dz, truth["dz"], gtol, "dz (raw)")
     close(dw, truth["dw"], gtol, "dweight (raw)")
@@ -161,24 +169,24 @@ def test_cpu_bfloat16_storage_goes_through_reference():
 def test_cpu_stats_large_mean():
     z = make_z((8, 3, 64, 64), "nchw", torch.float32, seed=7, loc=10.0, scale=1.0)
     truth_var, truth_mean = torch.var_mean(z.double(), dim=(0, 2, 3), unbiased=False)
-    mean, invstd = ops.bn_stats(z, eps=EPS)
+    mean, invstd = ops.stats(z, eps=EPS)
     per_channel_close(mean, truth_mean, 1e-6, "mean")
     per_channel_close(invstd, 1 / torch.sqrt(truth_var + EPS), 1e-5, "invstd")
 
 
 def test_cpu_out_views_and_dtypes():
     z = make_z((2, 5, 4, 6), "nchw", torch.float32, seed=8)
-    mean, invstd = ops.bn_stats(z)
+    mean, invstd = ops.stats(z)
     w, b = params(5)
-    want = ops.bn_silu_reference(z, mean, invstd, w, b)
+    want = ops.reference(ops.BN(z, mean, invstd, w, b))
     for fmt in (torch.contiguous_format, torch.channels_last):
         for dtype in (torch.float32, torch.float16):
             buf = torch.full((2, 11, 4, 6), 7.0, dtype=dtype).contiguous(memory_format=fmt)
-            res = ops.bn_silu(z, mean, invstd, w, b, out=buf[:, 3:8])
+            res = ops.forward(ops.BN(z, mean, invstd, w, b), out=buf[:, 3:8])
             assert res.data_ptr() == buf[:, 3:8].data_ptr()
             close(buf[:, 3:8], want, TOL[dtype], f"out view {dtype} {fmt}")
             assert (buf[:, :3] == 7).all() and (buf[:, 8:] == 7).all(), "wrote outside the slice"
-    y = ops.bn_silu(z.contiguous(memory_format=torch.channels_last), mean, invstd, w, b)
+    y = ops.forward(ops.BN(z.contiguous(memory_format=torch.channels_last), mean, invstd, w, b))
     assert y.is_contiguous(memory_format=torch.channels_last)
 
 
@@ -190,12 +198,12 @@ def test_cpu_out_slices_carry_autograd():
     grads = []
     for fused in (True, False):
         za.grad = zb.grad = None
-        f = ops.bn_silu if fused else ops.bn_silu_reference
+        f = ops.forward if fused else ops.reference
         buf = torch.empty(2, 7, 4, 5)
         for z, sl in ((za, slice(0, 3)), (zb, slice(3, 7))):
-            m, i = ops.bn_stats(z)
+            m, i = ops.stats(z)
             w, b = params(z.shape[1])
-            f(z, m, i, w, b, out=buf[:, sl])
+            f(ops.BN(z, m, i, w, b), out=buf[:, sl])
         (buf * gy).sum().backward()
         grads.append((za.grad.clone(), zb.grad.clone()))
     close(grads[0][0], grads[1][0], 1e-5, "dz of slice a")
@@ -205,13 +213,13 @@ def test_cpu_out_slices_carry_autograd():
 @pytest.mark.parametrize("dz_dtype", [torch.float32, torch.float16])
 def test_cpu_dz_views_and_accumulate(dz_dtype):
     z = make_z((2, 6, 3, 5), "cl", dz_dtype, seed=11)
-    mean, invstd = ops.bn_stats(z)
+    mean, invstd = ops.stats(z)
     w, b = params(6)
     gy = torch.randn(z.shape).to(dz_dtype)
-    want, want_dw, want_db = ops.bn_silu_backward_reference(z, mean, invstd, w, b, gy)
+    want, want_dw, want_db = backward_reference(ops.BN(z, mean, invstd, w, b), gy)
     buf = torch.randn(2, 10, 3, 5).to(dz_dtype)
     before = buf.clone()
-    dz, dw, db = ops.bn_silu_backward(z, mean, invstd, w, b, gy, dz=buf[:, 1:7])
+    dz, dw, db = ops.backward(ops.BN(z, mean, invstd, w, b), gy, dz=buf[:, 1:7])
     assert dz.data_ptr() == buf[:, 1:7].data_ptr()
     close(buf[:, 1:7], want, TOL[dz_dtype], "dz (=) into a view")
     assert torch.equal(buf[:, :1], before[:, :1]) and torch.equal(buf[:, 7:], before[:, 7:])
@@ -219,7 +227,7 @@ def test_cpu_dz_views_and_accumulate(dz_dtype):
     close(db, want_db, TOL[dz_dtype], "dbias")
     buf2 = torch.randn(2, 6, 3, 5, dtype=torch.float32)
     start = buf2.clone()
-    ops.bn_silu_backward(z, mean, invstd, w, b, gy, dz=buf2, accumulate=True)
+    ops.backward(ops.BN(z, mean, invstd, w, b), gy, dz=buf2, accumulate=True)
     close(buf2, start + want.float(), TOL[dz_dtype], "dz (+=)")
 
 
@@ -234,15 +242,15 @@ def test_cpu_batch_stats_false_is_eval_backward():
     yd = F.silu((zd - mean.double().view(1, -1, 1, 1)) * invstd.double().view(1, -1, 1, 1) * wd.view(1, -1, 1, 1)
                 + bd.view(1, -1, 1, 1))
     (yd * gy.double()).sum().backward()
-    for f in (ops.bn_silu, ops.bn_silu_reference):
+    for f in (ops.forward, ops.reference):
         zg, wg, bg = z.clone().requires_grad_(), w.clone().requires_grad_(), b.clone().requires_grad_()
-        y = f(zg, mean, invstd, wg, bg, batch_stats=False)
+        y = f(ops.BN(zg, mean, invstd, wg, bg), batch_stats=False)
         (y * gy).sum().backward()
         close(y, yd, 1e-5, f"{f.__name__} y")
         close(zg.grad, zd.grad, 1e-5, f"{f.__name__} dz (eval)")
         close(wg.grad, wd.grad, 1e-5, f"{f.__name__} dweight (eval)")
         close(bg.grad, bd.grad, 1e-5, f"{f.__name__} dbias (eval)")
-    dz, _, _ = ops.bn_silu_backward(z, mean, invstd, w, b, gy, batch_stats=False)
+    dz, _, _ = ops.backward(ops.BN(z, mean, invstd, w, b), gy, batch_stats=False)
     close(dz, zd.grad, 1e-5, "raw dz (eval)")
 
 
@@ -272,12 +280,12 @@ def check_bn2(z1, z2, device="cpu"):
     p1, p2 = params(z1.shape[1], device, 20), params(z1.shape[1], device, 21)
     gy = torch.randn(z1.shape, generator=torch.Generator().manual_seed(22)).to(device)
     y_t, dz1_t, dw1_t, db1_t, dz2_t, dw2_t, db2_t = bn2_truth(z1, z2, p1, p2, gy)
-    m1, i1 = ops.bn_stats(z1)
-    m2, i2 = ops.bn_stats(z2)
+    m1, i1 = ops.stats(z1)
+    m2, i2 = ops.stats(z2)
     leaves = [z1.detach().clone().requires_grad_(), p1[0].clone().requires_grad_(), p1[1].clone().requires_grad_(),
               z2.detach().clone().requires_grad_(), p2[0].clone().requires_grad_(), p2[1].clone().requires_grad_()]
     a1, w1, b1, a2, w2, b2 = leaves
-    y = ops.bn2_silu(a1, m1, i1, w1, b1, a2, m2, i2, w2, b2)
+    y = ops.forward(ops.BN(a1, m1, i1, w1, b1), ops.BN(a2, m2, i2, w2, b2))
     close(y, y_t, tol, "bn2 y")
     (y.float() * gy).sum().backward()
     for got, want, name in ((a1.grad, dz1_t, "dz1"), (w1.grad, dw1_t, "dw1"), (b1.grad, db1_t, "db1"),
@@ -285,7 +293,7 @@ def check_bn2(z1, z2, device="cpu"):
         close(got, want, grad_tol(z1.dtype), f"bn2 {name} (autograd)")
     start1 = torch.randn(z1.shape, device=device)
     dz1 = start1.clone()
-    raw = ops.bn2_silu_backward(z1, m1, i1, *p1, z2, m2, i2, *p2, gy.to(z1.dtype), dz1=dz1, accumulate=True)
+    raw = ops.backward(ops.BN(z1, m1, i1, *p1), gy.to(z1.dtype), ops.BN(z2, m2, i2, *p2), dz=dz1, accumulate=True)
     close(raw[0] - start1, dz1_t, 2 * tol, "bn2 dz1 (+=)")
     close(raw[3], dz2_t, 2 * tol, "bn2 dz2 (new)")
     close(raw[1], dw1_t, 2 * tol, "bn2 dw1 (raw)")
@@ -301,10 +309,10 @@ def check_add(z, residual, device="cpu"):
     w, b = params(z.shape[1], device, 30)
     gy = torch.randn(z.shape, generator=torch.Generator().manual_seed(31)).to(device)
     truth = ground_truth(z, w, b, gy, "silu", residual=residual)
-    mean, invstd = ops.bn_stats(z)
+    mean, invstd = ops.stats(z)
     zg, rg = z.detach().clone().requires_grad_(), residual.detach().clone().requires_grad_()
     wg, bg = w.clone().requires_grad_(), b.clone().requires_grad_()
-    y = ops.bn_silu_add(zg, mean, invstd, wg, bg, rg)
+    y = ops.forward(ops.BN(zg, mean, invstd, wg, bg), residual=rg)
     close(y, truth["y"], tol, "add y")
     (y.float() * gy).sum().backward()
     close(zg.grad, truth["dz"], grad_tol(z.dtype), "add dz")
@@ -317,7 +325,7 @@ def test_cpu_bn_silu_add():
 
 
 def test_function_matches_reference_autograd(monkeypatch):
-    """BNSiLUFunction's gradients equal autograd through bn_silu_reference (the YOLOV9C_FUSED=0 path)."""
+    """forward()'s autograd gradients equal autograd through reference() (the YOLOV9C_FUSED=0 path)."""
     z = make_z((3, 6, 4, 5), "cl", torch.float32, seed=40)
     w, b = params(6)
     gy = torch.randn(z.shape)
@@ -325,8 +333,8 @@ def test_function_matches_reference_autograd(monkeypatch):
     for fused in ("1", "0"):
         monkeypatch.setenv("YOLOV9C_FUSED", fused)
         zg, wg, bg = z.clone().requires_grad_(), w.clone().requires_grad_(), b.clone().requires_grad_()
-        mean, invstd = ops.bn_stats(zg)
-        y = ops.bn_silu(zg, mean, invstd, wg, bg)
+        mean, invstd = ops.stats(zg)
+        y = ops.forward(ops.BN(zg, mean, invstd, wg, bg))
         (y * gy).sum().backward()
         results.append((y.detach(), zg.grad, wg.grad, bg.grad))
     for k, name in enumerate(("y", "dz", "dw", "db")):
@@ -338,19 +346,19 @@ def test_fused_switch_routes_to_reference(monkeypatch):
     monkeypatch.setattr(extension, "load", lambda: (_ for _ in ()).throw(AssertionError("C must not be used")))
     z = make_z((2, 3, 4, 4), "nchw", torch.float32)
     w, b = params(3)
-    mean, invstd = ops.bn_stats(z)
-    ops.bn_silu(z, mean, invstd, w, b)
-    ops.bn_silu_backward(z, mean, invstd, w, b, torch.ones_like(z))
-    ops.bn2_silu(z, mean, invstd, w, b, z, mean, invstd, w, b)
-    ops.bn_silu_add(z, mean, invstd, w, b, z)
+    mean, invstd = ops.stats(z)
+    ops.forward(ops.BN(z, mean, invstd, w, b))
+    ops.backward(ops.BN(z, mean, invstd, w, b), torch.ones_like(z))
+    ops.forward(ops.BN(z, mean, invstd, w, b), ops.BN(z, mean, invstd, w, b))
+    ops.forward(ops.BN(z, mean, invstd, w, b), residual=z)
 
 
 def test_function_saves_only_z_and_channel_vectors():
     z = make_z((2, 4, 3, 3), "nchw", torch.float32).requires_grad_()
     w, b = params(4)
     w.requires_grad_()
-    mean, invstd = ops.bn_stats(z)
-    y = ops.bn_silu(z, mean, invstd, w, b)
+    mean, invstd = ops.stats(z)
+    y = ops.forward(ops.BN(z, mean, invstd, w, b))
     saved = y.grad_fn.saved_tensors
     assert len(saved) == 5
     assert {t.data_ptr() for t in saved} == {t.data_ptr() for t in (z, mean, invstd, w, b)}
@@ -362,8 +370,8 @@ def test_empty_batch():
     z = torch.zeros(0, 3, 4, 4)
     w, b = params(3)
     m, i = torch.zeros(3), torch.ones(3)
-    assert ops.bn_silu(z, m, i, w, b).shape == z.shape
-    dz, dw, db = ops.bn_silu_backward(z, m, i, w, b, z)
+    assert ops.forward(ops.BN(z, m, i, w, b)).shape == z.shape
+    dz, dw, db = ops.backward(ops.BN(z, m, i, w, b), z)
     assert dz.shape == z.shape and torch.equal(dw, torch.zeros(3)) and torch.equal(db, torch.zeros(3))
 
 
@@ -372,22 +380,25 @@ def bad_cases():
     v = torch.ones(3)
     meta = torch.ones(3, device="meta")
     return [
-        (lambda: ops.bn_stats(torch.randn(2, 3, 4)), ValueError, "4 dimensions"),
-        (lambda: ops.bn_stats(z.double()), TypeError, "z must be float32, float16"),
-        (lambda: ops.bn_stats(torch.randn(1, 3, 1, 1)), ValueError, "more than 1 value"),
-        (lambda: ops.bn_stats(z, torch.ones(4)), ValueError, "running_mean"),
-        (lambda: ops.bn_stats(z, momentum=2.0), ValueError, "momentum"),
-        (lambda: ops.bn_silu(z, v, v, v, torch.ones(4)), ValueError, "bias"),
-        (lambda: ops.bn_silu(z, v.half(), v, v, v), TypeError, "mean must be float32"),
-        (lambda: ops.bn_silu(z, v, v, meta, v), ValueError, "weight is on meta"),
-        (lambda: ops.bn_silu(z, v, v, v, v, act="relu"), ValueError, "act"),
-        (lambda: ops.bn_silu(z, v, v, v, v, out=torch.empty(2, 3, 4, 5)), ValueError, "out must have the shape"),
-        (lambda: ops.bn_silu(z, v, v, v, v, out=torch.empty(2, 3, 4, 4, dtype=torch.int32)), TypeError, "out"),
-        (lambda: ops.bn_silu_backward(z, v, v, v, v, torch.ones(2, 3, 4, 3)), ValueError, "grad_out"),
-        (lambda: ops.bn_silu_backward(z, v, v, v, v, z, dz=z.half()), TypeError, "dz"),
-        (lambda: ops.bn2_silu(z, v, v, v, v, torch.randn(2, 3, 4, 5), v, v, v, v), ValueError, "z2"),
-        (lambda: ops.bn_silu_add(z, v, v, v, v, torch.randn(2, 3, 3, 4)), ValueError, "residual"),
-        (lambda: ops.bn_silu(z.numpy(), v, v, v, v), TypeError, "torch.Tensor"),
+        (lambda: ops.stats(torch.randn(2, 3, 4)), ValueError, "4 dimensions"),
+        (lambda: ops.stats(z.double()), TypeError, "z must be float32, float16"),
+        (lambda: ops.stats(torch.randn(1, 3, 1, 1)), ValueError, "more than 1 value"),
+        (lambda: ops.stats(z, torch.ones(4)), ValueError, "running_mean"),
+        (lambda: ops.stats(z, momentum=2.0), ValueError, "momentum"),
+        (lambda: ops.forward(ops.BN(z, v, v, v, torch.ones(4))), ValueError, "bias"),
+        (lambda: ops.forward(ops.BN(z, v.half(), v, v, v)), TypeError, "mean must be float32"),
+        (lambda: ops.forward(ops.BN(z, v, v, meta, v)), ValueError, "weight is on meta"),
+        (lambda: ops.forward(ops.BN(z, v, v, v, v), act="relu"), ValueError, "act"),
+        (lambda: ops.forward(ops.BN(z, v, v, v, v), out=torch.empty(2, 3, 4, 5)), ValueError,
+         "out must have the shape"),
+        (lambda: ops.forward(ops.BN(z, v, v, v, v), out=torch.empty(2, 3, 4, 4, dtype=torch.int32)), TypeError, "out"),
+        (lambda: ops.backward(ops.BN(z, v, v, v, v), torch.ones(2, 3, 4, 3)), ValueError, "grad_out"),
+        (lambda: ops.backward(ops.BN(z, v, v, v, v), z, dz=z.half()), TypeError, "dz"),
+        (lambda: ops.forward(ops.BN(z, v, v, v, v), ops.BN(torch.randn(2, 3, 4, 5), v, v, v, v)), ValueError, "z2"),
+        (lambda: ops.forward(ops.BN(z, v, v, v, v), residual=torch.randn(2, 3, 3, 4)), ValueError, "residual"),
+        (lambda: ops.forward(ops.BN(z.numpy(), v, v, v, v)), TypeError, "torch.Tensor"),
+        (lambda: ops.forward(z), TypeError, "bn must be a BN"),
+        (lambda: ops.backward((z, v, v, v), z), TypeError, "bn must be a BN"),
     ]
 
 
@@ -472,7 +483,7 @@ def test_cuda_stats_large_mean_and_n(layout):
     z = make_z((64, 4, 160, 160), layout, torch.float32, device="cuda", seed=52, loc=10.0, scale=1.0)
     truth_var, truth_mean = torch.var_mean(z.double(), dim=(0, 2, 3), unbiased=False)
     rm, rv = torch.zeros(4, device="cuda"), torch.ones(4, device="cuda")
-    mean, invstd = ops.bn_stats(z, rm, rv, momentum=MOMENTUM, eps=EPS)
+    mean, invstd = ops.stats(z, rm, rv, momentum=MOMENTUM, eps=EPS)
     per_channel_close(mean, truth_mean, 1e-5, "mean")
     per_channel_close(invstd, 1 / torch.sqrt(truth_var + EPS), 1e-5, "invstd")
     n = 64 * 160 * 160
@@ -514,76 +525,29 @@ def test_cuda_planar_reductions_repeat_bit_for_bit(shape):
     z = make_z(shape, "nchw", torch.float16, device="cuda", seed=84)
     w, b = params(shape[1], "cuda")
     gy = torch.randn(z.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(85)).half()
-    first = [*ops.bn_stats(z)]
-    first += ops.bn_silu_backward(z, first[0], first[1], w, b, gy)
+    first = [*ops.stats(z)]
+    first += ops.backward(ops.BN(z, first[0], first[1], w, b), gy)
     for _ in range(2):
-        again = [*ops.bn_stats(z)]
-        again += ops.bn_silu_backward(z, again[0], again[1], w, b, gy)
+        again = [*ops.stats(z)]
+        again += ops.backward(ops.BN(z, again[0], again[1], w, b), gy)
         for x, y, name in zip(first, again, ("mean", "invstd", "dz", "dw", "db")):
             assert torch.equal(x, y), name
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(8, 512, 33, 33), (20, 64, 60, 60), (64, 8, 92, 92), (4, 2048, 47, 47)])
-def test_cuda_stats_tma_kernel(dtype, shape):
-    """Channels-last 16-bit z with C a power of two, at least two tiles of 32 KB per SM and n > 64 x SMs rows
-    (on a 132-SM H200): the statistics go through bn_stats_tma_kernel (bulk copies into shared stages) and its
-    programmatically launched finish. C = 512, 64, 8, 2048 (rows per tile 32, 256, 2048, 8; blocks of 64x4,
-    8x32, 1x256, 256x1 threads), each n leaving a short last tile; a large mean (10, spread 1) against
-    cancellation; the same bits call after call (a fixed tile order) and from a CUDA graph's replays (where
-    the programmatic launch becomes a graph edge)."""
-    z = make_z(shape, "cl", dtype, device="cuda", seed=86, loc=10.0, scale=1.0)
-    truth_var, truth_mean = torch.var_mean(z.double(), dim=(0, 2, 3), unbiased=False)
-    C = shape[1]
-    rm, rv = torch.zeros(C, device="cuda"), torch.ones(C, device="cuda")
-    mean, invstd = ops.bn_stats(z, rm, rv, momentum=MOMENTUM, eps=EPS)
-    per_channel_close(mean, truth_mean, 1e-5, "mean")
-    per_channel_close(invstd, 1 / torch.sqrt(truth_var + EPS), 1e-4, "invstd")
-    n = z.numel() // C
-    per_channel_close(rv, (1 - MOMENTUM) + MOMENTUM * truth_var * n / (n - 1), 1e-4, "running_var")
-    for _ in range(2):
-        again = ops.bn_stats(z)
-        assert torch.equal(again[0], mean) and torch.equal(again[1], invstd)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        ops.bn_stats(z)   # the workspace and launch attributes set up outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = ops.bn_stats(z)
-    for _ in range(3):
-        captured[0].zero_()
-        captured[1].zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(captured[0], mean) and torch.equal(captured[1], invstd)
-    check_all(make_z(shape, "cl", dtype, device="cuda", seed=87), device="cuda", seed=87)
-    sm90 = any(int(a[3:]) >= 90 for a in C_EXT.build_info()["archs"])
-    if torch.cuda.get_device_capability(z.device)[0] >= 9 and sm90 and os.environ.get("YOLOV9C_BN_TMA") != "0":
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            ops.bn_stats(z)
-            torch.cuda.synchronize()
-        names = {e.name for e in prof.events()}
-        assert any("bn_stats_tma_kernel" in n for n in names), sorted(names)   # the path this test is for
-
-
-@pytest.mark.cuda
 @pytest.mark.parametrize("layout", ["cl", "nchw"])
 def test_cuda_graph_replays_statistics_and_backward_bit_for_bit(layout):
-    """Captured in a CUDA graph (on sm_90+ the kernels are launched programmatically: programmatic edges in the
-    graph), the statistics, forward and backward (fast kernels for channels-last, planar for NCHW), each
-    consuming the previous one's output, give the eager calls' bits on every replay."""
+    """Captured in a CUDA graph, the statistics, forward and backward (fast kernels for channels-last, planar
+    for NCHW), each consuming the previous one's output, give the eager calls' bits on every replay."""
     shape = (16, 64, 20, 20)
     z = make_z(shape, layout, torch.float16, device="cuda", seed=95)
     gy = make_z(shape, layout, torch.float16, device="cuda", seed=96)
     w, b = params(shape[1], "cuda")
 
     def run():
-        mean, invstd = ops.bn_stats(z)
-        y = ops.bn_silu(z, mean, invstd, w, b)
-        return [mean, invstd, y, *ops.bn_silu_backward(y, mean, invstd, w, b, gy)]
+        mean, invstd = ops.stats(z)
+        y = ops.forward(ops.BN(z, mean, invstd, w, b))
+        return [mean, invstd, y, *ops.backward(ops.BN(y, mean, invstd, w, b), gy)]
 
     eager = run()
     side = torch.cuda.Stream()
@@ -603,42 +567,6 @@ def test_cuda_graph_replays_statistics_and_backward_bit_for_bit(layout):
             assert torch.equal(x, y), name
 
 
-PLAIN_LAUNCH = """
-import sys, torch
-from yolov9c.ops import bn_silu as ops
-z, gy, w, b = torch.load(sys.argv[1])
-mean, invstd = ops.bn_stats(z)
-y = ops.bn_silu(z, mean, invstd, w, b)
-torch.save([mean, invstd, y, *ops.bn_silu_backward(z, mean, invstd, w, b, gy)], sys.argv[2])
-"""
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("layout", ["cl", "nchw"])
-def test_cuda_plain_launches_give_the_same_bits(layout, tmp_path):
-    """YOLOV9C_BN_PDL=0 (read once per process, so in a child) launches every kernel plainly: statistics,
-    forward and backward have the programmatic launches' bits (channels-last 16x512x24x24 takes the TMA
-    reduction and the fast kernels on a 132-SM H200, NCHW the planar-vector ones), so no kernel reads its
-    predecessor's output before its wait."""
-    import subprocess
-    import sys
-
-    shape = (16, 512, 24, 24)
-    z = make_z(shape, layout, torch.float16, device="cuda", seed=97)
-    gy = make_z(shape, layout, torch.float16, device="cuda", seed=98)
-    w, b = params(shape[1], "cuda")
-    mean, invstd = ops.bn_stats(z)
-    here = [mean, invstd, ops.bn_silu(z, mean, invstd, w, b), *ops.bn_silu_backward(z, mean, invstd, w, b, gy)]
-    torch.save([z, gy, w, b], tmp_path / "in.pt")
-    env = dict(os.environ, YOLOV9C_BN_PDL="0")
-    subprocess.run([sys.executable, "-c", PLAIN_LAUNCH, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
-                   env=env, check=True, timeout=120)
-    plain = torch.load(tmp_path / "out.pt")
-    assert len(plain) == len(here) == 6
-    for x, y, name in zip(here, plain, ("mean", "invstd", "y", "dz", "dweight", "dbias")):
-        assert torch.equal(x, y.to(x.device)), name
-
-
 @pytest.mark.cuda
 @pytest.mark.parametrize("layout", ["cl", "nchw"])
 @pytest.mark.parametrize("shape", [(64, 5, 48, 48), (64, 1, 64, 64), (3, 4099, 4, 4), (2, 3, 3, 3)])
@@ -653,10 +581,10 @@ def test_cuda_finish_channel_tails_and_splits(layout, shape):
               make_z(shape, layout, torch.float32, device="cuda", seed=92), device="cuda")
     w, b = params(shape[1], "cuda")
     gy = torch.randn(z.shape, device="cuda", generator=torch.Generator("cuda").manual_seed(93))
-    first = [*ops.bn_stats(z)]
-    first += ops.bn_silu_backward(z, first[0], first[1], w, b, gy)
-    again = [*ops.bn_stats(z)]
-    again += ops.bn_silu_backward(z, again[0], again[1], w, b, gy)
+    first = [*ops.stats(z)]
+    first += ops.backward(ops.BN(z, first[0], first[1], w, b), gy)
+    again = [*ops.stats(z)]
+    again += ops.backward(ops.BN(z, again[0], again[1], w, b), gy)
     for x, y, name in zip(first, again, ("mean", "invstd", "dz", "dw", "db")):
         assert torch.equal(x, y), name
 
@@ -664,18 +592,18 @@ def test_cuda_finish_channel_tails_and_splits(layout, shape):
 @pytest.mark.cuda
 def test_cuda_views_accumulate_bn2_add():
     z = make_z((2, 35, 6, 7), "cl", torch.float32, device="cuda", seed=53)
-    mean, invstd = ops.bn_stats(z)
+    mean, invstd = ops.stats(z)
     w, b = params(35, "cuda")
     gy = torch.randn(z.shape, device="cuda")
-    want = ops.bn_silu_reference(z, mean, invstd, w, b)
+    want = ops.reference(ops.BN(z, mean, invstd, w, b))
     buf = torch.full((2, 40, 6, 7), 3.0, device="cuda", dtype=torch.float16)
-    ops.bn_silu(z, mean, invstd, w, b, out=buf[:, 4:39])
+    ops.forward(ops.BN(z, mean, invstd, w, b), out=buf[:, 4:39])
     close(buf[:, 4:39], want, TOL[torch.float16], "cuda out view fp16")
     assert (buf[:, :4] == 3).all() and (buf[:, 39:] == 3).all()
-    want_dz, _, _ = ops.bn_silu_backward_reference(z, mean, invstd, w, b, gy)
+    want_dz, _, _ = backward_reference(ops.BN(z, mean, invstd, w, b), gy)
     dzbuf = torch.randn(2, 40, 6, 7, device="cuda")
     start = dzbuf.clone()
-    ops.bn_silu_backward(z, mean, invstd, w, b, gy, dz=dzbuf[:, 2:37], accumulate=True)
+    ops.backward(ops.BN(z, mean, invstd, w, b), gy, dz=dzbuf[:, 2:37], accumulate=True)
     close(dzbuf[:, 2:37] - start[:, 2:37], want_dz, 1e-5, "cuda dz (+=) view")
     assert torch.equal(dzbuf[:, :2], start[:, :2]) and torch.equal(dzbuf[:, 37:], start[:, 37:])
     check_bn2(make_z((2, 33, 5, 6), "cl", torch.float32, "cuda", 54), make_z((2, 33, 5, 6), "nchw", torch.float32,
@@ -690,15 +618,15 @@ def test_cuda_matches_cpu_implementation():
         z = make_z((3, 21, 9, 10), layout, torch.float16, seed=58)
         w, b = params(21)
         gy = torch.randn(z.shape).half()
-        cpu = [ops.bn_stats(z)]
-        cpu.append(ops.bn_silu(z, *cpu[0], w, b))
-        cpu.append(ops.bn_silu_backward(z, *cpu[0], w, b, gy))
+        cpu = [ops.stats(z)]
+        cpu.append(ops.forward(ops.BN(z, *cpu[0], w, b)))
+        cpu.append(ops.backward(ops.BN(z, *cpu[0], w, b), gy))
         zc, wc, bc, gc = z.cuda(), w.cuda(), b.cuda(), gy.cuda()
-        st = ops.bn_stats(zc)
+        st = ops.stats(zc)
         per_channel_close(st[0], cpu[0][0], 1e-5, "mean cpu vs cuda")
         per_channel_close(st[1], cpu[0][1], 1e-5, "invstd cpu vs cuda")
-        close(ops.bn_silu(zc, *st, wc, bc), cpu[1], TOL[torch.float16], "y cpu vs cuda")
-        g = ops.bn_silu_backward(zc, *st, wc, bc, gc)
+        close(ops.forward(ops.BN(zc, *st, wc, bc)), cpu[1], TOL[torch.float16], "y cpu vs cuda")
+        g = ops.backward(ops.BN(zc, *st, wc, bc), gc)
         for k, name in enumerate(("dz", "dw", "db")):
             close(g[k], cpu[2][k], TOL[torch.float16], f"{name} cpu vs cuda")
 
@@ -709,16 +637,16 @@ def test_cuda_non_default_stream():
     z0 = make_z((8, 32, 40, 40), "cl", torch.float16, "cuda", 60)
     w, b = params(32, "cuda")
     gy0 = torch.randn(z0.shape, device="cuda").half()
-    mean_d, inv_d = ops.bn_stats(z0)
-    y_d = ops.bn_silu(z0, mean_d, inv_d, w, b)
-    dz_d = ops.bn_silu_backward(z0, mean_d, inv_d, w, b, gy0)[0]
+    mean_d, inv_d = ops.stats(z0)
+    y_d = ops.forward(ops.BN(z0, mean_d, inv_d, w, b))
+    dz_d = ops.backward(ops.BN(z0, mean_d, inv_d, w, b), gy0)[0]
     torch.cuda.synchronize()
     with torch.cuda.stream(stream):
         z = z0 * 1.0      # produced on the side stream: the ops must wait for it on that stream
         gy = gy0 * 1.0
-        mean, inv = ops.bn_stats(z)
-        y = ops.bn_silu(z, mean, inv, w, b)
-        dz = ops.bn_silu_backward(z, mean, inv, w, b, gy)[0]
+        mean, inv = ops.stats(z)
+        y = ops.forward(ops.BN(z, mean, inv, w, b))
+        dz = ops.backward(ops.BN(z, mean, inv, w, b), gy)[0]
     stream.synchronize()
     assert torch.equal(mean, mean_d) and torch.equal(inv, inv_d)
     assert torch.equal(y, y_d) and torch.equal(dz, dz_d)
@@ -729,35 +657,35 @@ def test_cuda_bad_arguments():
     z = torch.randn(2, 3, 4, 4, device="cuda")
     v = torch.ones(3, device="cuda")
     with pytest.raises(ValueError, match="mean is on cpu"):
-        ops.bn_silu(z, torch.ones(3), v, v, v)
+        ops.forward(ops.BN(z, torch.ones(3), v, v, v))
     with pytest.raises(ValueError, match="out is on cpu"):
-        ops.bn_silu(z, v, v, v, v, out=torch.empty(2, 3, 4, 4))
+        ops.forward(ops.BN(z, v, v, v, v), out=torch.empty(2, 3, 4, 4))
     ws = torch.empty(8, dtype=torch.uint8, device="cuda")
     a = extension.arg
     with pytest.raises(ValueError, match="bn_stats_forward: workspace has 8 bytes"):
         C_EXT.bn_stats_forward(a(z), None, None, 0.1, 1e-3, a(v.clone()), a(v.clone()), a(ws),
                                torch.cuda.current_stream().cuda_stream)
     with pytest.raises(ValueError, match="weight is on cpu"):
-        ops.bn_silu_backward(z, v, v, torch.ones(3), v, z)
+        ops.backward(ops.BN(z, v, v, torch.ones(3), v), z)
 
 
 @pytest.mark.cuda
 def test_cuda_saved_memory_is_z_only():
     z = torch.randn(16, 64, 80, 80, device="cuda", dtype=torch.float16).requires_grad_()
     w, b = params(64, "cuda")
-    mean, invstd = ops.bn_stats(z)
+    mean, invstd = ops.stats(z)
     torch.cuda.synchronize()
     # Free cached blocks left by earlier tests: a cached block just over y's size would be handed out whole
     # (the allocator splits a large block only when more than 1 MiB is left) and counted as allocated.
     torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated()
-    y = ops.bn_silu(z, mean, invstd, w, b)
+    y = ops.forward(ops.BN(z, mean, invstd, w, b))
     after = torch.cuda.memory_allocated()
     # Only y itself was allocated (rounded to the allocator's 512-byte blocks); nothing else is kept.
     assert after - before <= y.numel() * y.element_size() + 512
     del y
     assert torch.cuda.memory_allocated() == before   # and nothing outlives it
-    y = ops.bn_silu(z, mean, invstd, w, b)
+    y = ops.forward(ops.BN(z, mean, invstd, w, b))
     y.float().sum().backward()
     assert z.grad is not None
 
@@ -769,7 +697,7 @@ def test_cuda_over_2_31_elements():
     z = torch.empty(shape, dtype=torch.float16, device="cuda")
     z[:, 0].normal_(3.0, 1.0)
     z[:, 1].normal_(-1.0, 2.0)
-    mean, invstd = ops.bn_stats(z, eps=EPS)
+    mean, invstd = ops.stats(z, eps=EPS)
     zf = z.view(2, -1)
     ref_mean = torch.stack([zf[c].double().mean() for c in range(2)])
     ref_var = torch.stack([(zf[c].double() - ref_mean[c]).square().mean() for c in range(2)])
@@ -777,7 +705,7 @@ def test_cuda_over_2_31_elements():
     per_channel_close(invstd, 1 / torch.sqrt(ref_var + EPS), 1e-5, "huge invstd")
     w = torch.tensor([1.5, 0.5], device="cuda")
     b = torch.tensor([0.1, -0.2], device="cuda")
-    y = ops.bn_silu(z, mean, invstd, w, b)
+    y = ops.forward(ops.BN(z, mean, invstd, w, b))
     idx = torch.cat([torch.arange(0, 1000, device="cuda"), torch.arange(zf.shape[1] - 1000, zf.shape[1], device="cuda"),
                      torch.randint(0, zf.shape[1], (10000,), device="cuda")])
     for c in range(2):
@@ -785,7 +713,7 @@ def test_cuda_over_2_31_elements():
         close(y.view(2, -1)[c, idx], F.silu(u), TOL[torch.float16], f"huge y channel {c}")
     del y
     gy = z     # any gradient will do; reuse z's memory
-    dz, dw, db = ops.bn_silu_backward(z, mean, invstd, w, b, gy)
+    dz, dw, db = ops.backward(ops.BN(z, mean, invstd, w, b), gy)
     for c in range(2):
         sg = sgx = 0.0
         for chunk in zf[c].split(1 << 28):

@@ -38,7 +38,7 @@ def find_nvcc():
 def test_build_info_keys_and_types():
     C = extension.load()
     info = C.build_info()
-    assert set(info) >= {"version", "cuda", "cuda_version", "archs", "cudnn"}
+    assert set(info) >= {"version", "cuda", "cuda_version", "archs", "ptx"}
     assert info["version"] == yolov9c.__version__ == C.__version__
     assert isinstance(info["cuda"], bool)
     assert isinstance(info["archs"], list) and all(isinstance(a, str) for a in info["archs"])
@@ -48,7 +48,6 @@ def test_build_info_keys_and_types():
         assert info["ptx"] == "compute_" + info["archs"][-1][3:]
     else:
         assert info["cuda_version"] is None and info["archs"] == [] and info["ptx"] is None
-        assert info["cudnn"] == "absent"
 
 
 def test_kernel_error_is_an_exception():
@@ -204,8 +203,7 @@ def plan_run(tmp_path, caps=None, path=None, **env):
     smi.write_text("#!/bin/sh\n" + body)
     smi.chmod(0o755)
     full = {k: v for k, v in os.environ.items()
-            if k not in ("CUDA_HOME", "CUDA_PATH", "YOLOV9C_CUDA", "YOLOV9C_CUDA_ARCHS", "YOLOV9C_CUDNN",
-                         "CUDNN_INCLUDE_DIR", "CUDNN_HOME")}
+            if k not in ("CUDA_HOME", "CUDA_PATH", "YOLOV9C_CUDA", "YOLOV9C_CUDA_ARCHS")}
     full.update(env)
     full["PATH"] = f"{bin_dir}:{path if path is not None else os.environ['PATH']}"
     return subprocess.run([sys.executable, "setup.py", "--version"], cwd=REPO, env=full, capture_output=True,
@@ -261,55 +259,3 @@ def test_without_nvcc_a_gpu_still_means_cpu_only(tmp_path):
     if shutil.which("nvcc", path=path):
         pytest.skip("nvcc is on the minimal PATH")
     assert "building CPU only (nvcc not found)" in plan_message(tmp_path, ["9.0"], path=path)
-
-
-# ------------------------------------------------------------------ whether setup.py compiles the cuDNN part
-
-
-def fake_cudnn_headers(root, major=9):
-    """An include folder that looks like cuDNN's to setup.py (which only reads the version and checks files)."""
-    inc = root / "include"
-    inc.mkdir(parents=True)
-    (inc / "cudnn.h").write_text("/* stand-in */\n")
-    (inc / "cudnn_graph.h").write_text("/* stand-in */\n")
-    (inc / "cudnn_version.h").write_text(f"#define CUDNN_MAJOR {major}\n#define CUDNN_MINOR 28\n"
-                                         "#define CUDNN_PATCHLEVEL 1\n")
-    return inc
-
-
-def cudnn_line(proc):
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return next(line for line in proc.stdout.splitlines() if line.startswith("yolov9c: cuDNN"))
-
-
-@needs_nvcc
-def test_cudnn_headers_are_found_from_the_environment(tmp_path):
-    inc = fake_cudnn_headers(tmp_path / "cudnn")
-    line = cudnn_line(plan_run(tmp_path, None, YOLOV9C_CUDA_ARCHS="90", CUDNN_INCLUDE_DIR=str(inc)))
-    assert line.startswith(f"yolov9c: cuDNN fused convolutions: headers 9.28.1 from {inc} (CUDNN_INCLUDE_DIR)")
-    line = cudnn_line(plan_run(tmp_path, None, YOLOV9C_CUDA_ARCHS="90", CUDNN_HOME=str(inc.parent)))
-    assert "headers 9.28.1" in line and "(CUDNN_HOME)" in line
-    # the run-time fallback library beside the headers is named when it is there
-    (tmp_path / "cudnn" / "lib").mkdir()
-    (tmp_path / "cudnn" / "lib" / "libcudnn.so.9").write_bytes(b"")
-    line = cudnn_line(plan_run(tmp_path, None, YOLOV9C_CUDA_ARCHS="90", CUDNN_INCLUDE_DIR=str(inc)))
-    assert f"(fallback {tmp_path / 'cudnn' / 'lib' / 'libcudnn.so.9'})" in line
-
-
-@needs_nvcc
-def test_cudnn_switched_off_too_old_or_missing(tmp_path):
-    inc = fake_cudnn_headers(tmp_path / "new")
-    line = cudnn_line(plan_run(tmp_path, None, YOLOV9C_CUDA_ARCHS="90", CUDNN_INCLUDE_DIR=str(inc), YOLOV9C_CUDNN="0"))
-    assert line == "yolov9c: cuDNN fused convolutions: off (YOLOV9C_CUDNN=0)"
-    old = fake_cudnn_headers(tmp_path / "old", major=8)
-    line = cudnn_line(plan_run(tmp_path, None, YOLOV9C_CUDA_ARCHS="90", CUDNN_INCLUDE_DIR=str(old)))
-    assert line.startswith("yolov9c: cuDNN fused convolutions: absent") and "cuDNN 9 is needed" in line
-    # an explicit folder without cudnn.h is a mistake to report, not a silent build without
-    proc = plan_run(tmp_path, None, YOLOV9C_CUDA_ARCHS="90", CUDNN_INCLUDE_DIR=str(tmp_path))
-    assert proc.returncode != 0 and f"CUDNN_INCLUDE_DIR is set but {tmp_path} has no cudnn.h" in proc.stderr
-
-
-def test_cpu_only_build_does_not_look_for_cudnn(tmp_path):
-    proc = plan_run(tmp_path, None, YOLOV9C_CUDA="0", CUDNN_INCLUDE_DIR=str(tmp_path))
-    assert proc.returncode == 0, proc.stderr
-    assert "yolov9c: cuDNN" not in proc.stdout

@@ -29,11 +29,7 @@ LAYERS = {
 }
 
 # (importing folder, imported folder) still allowed against the rule
-KNOWN = {
-    # ops/tal_assign.py -> loss/assigner.py and ops/det_loss.py -> loss/bbox_loss.py (a circle with loss -> ops):
-    # removed by the experiments branch
-    ("yolov9c.ops", "yolov9c.loss"),
-}
+KNOWN = set()
 
 
 def _module_name(path, root):

@@ -424,28 +424,12 @@ def test_cuda_matches_cpu_and_runs_under_fp16_autocast():
     assert all(torch.isfinite(m.grad).all() for b in maps for m in b)
 
 
-# -- the rounding switch (YOLOV9C_LOSS_ROUNDING, a developer tool of issue 13) ---------------------------------
+# -- the c assigner's decode of fp16 maps ------------------------------------------------------------
 
 
 def _half_preds():
     preds, _ = golden_maps("yolov9-s", torch.float32)
     return [[m.half().requires_grad_() for m in branch] for branch in preds]
-
-
-def test_rounding_switch_float32_is_the_loss_of_float32_maps(monkeypatch):
-    """float32: the torch branch computes on float32 copies of fp16 maps, i.e. the plain loss of the maps cast
-    up (gradients reach the fp16 maps); unset, the fp16 decode rounds differently; a bad value is an error."""
-    preds = _half_preds()
-    plain = loss_for("yolov9-s")(preds, TARGETS)[1]
-    up = loss_for("yolov9-s")([[m.float() for m in b] for b in preds], TARGETS)[1]
-    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "float32")
-    total, items = loss_for("yolov9-s")(preds, TARGETS)
-    assert torch.allclose(items, up, rtol=1e-6, atol=0) and not torch.equal(items, plain)
-    total.backward()
-    assert preds[1][0].grad is not None and preds[1][0].grad.dtype == torch.float16
-    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "fp64")
-    with pytest.raises(ValueError, match="YOLOV9C_LOSS_ROUNDING='fp64'"):
-        loss_for("yolov9-s")
 
 
 def _spy_assigner_boxes(monkeypatch):
@@ -465,23 +449,13 @@ def _spy_assigner_boxes(monkeypatch):
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_c_assigner_reads_the_torch_decode_of_fp16_maps(monkeypatch, device):
     """The c branch's assigner reads the torch branch's own fp16 decode (a few images at a time), so on the
-    same fp16 maps the two backends' assignments agree; with YOLOV9C_LOSS_ROUNDING=exact-decode it reads the
-    kernels' float32 decode and some targets differ."""
+    same fp16 maps the two backends' assignments agree."""
     from yolov9c.geometry import dfl_decode
     from yolov9c.loss import detection
-    from yolov9c.ops.det_loss import det_loss_decode
     preds = [[m.detach().to(device).requires_grad_() for m in b] for b in _half_preds()]
     targets = TARGETS.to(device)
     seen = _spy_assigner_boxes(monkeypatch)
     monkeypatch.setattr(detection, "DECODE_CHUNK_ELEMS", 1)  # one image at a time: the chunks are stitched
-    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "exact-decode")
-    exact = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True).assignments(preds, targets)
-             for b in ("torch", "c")}
-    assert torch.equal(seen[1], det_loss_decode(preds[1], [8, 16, 32], 16))
-    assert any(not torch.equal(t["fg"], c["fg"]) or float((t["norm"] - c["norm"]).abs().max()) > 1e-3
-               for t, c in zip(exact["torch"], exact["c"]))  # float32 boxes: some targets differ
-    seen.clear()
-    monkeypatch.delenv("YOLOV9C_LOSS_ROUNDING")
     got = {b: DetectionLoss(80, 16, [8, 16, 32], HYP, backend=b, dual=True).assignments(preds, targets)
            for b in ("torch", "c")}
     main = preds[1]
@@ -496,24 +470,6 @@ def test_c_assigner_reads_the_torch_decode_of_fp16_maps(monkeypatch, device):
         assert torch.allclose(t["norm"], c["norm"], rtol=1e-5, atol=1e-7)
     total, _ = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)(preds, targets)
     total.backward()  # the loss itself still trains through the c kernels
-    assert preds[1][0].grad is not None and torch.isfinite(preds[1][0].grad.float()).all()
-
-
-def test_rounding_switch_c_assign_trains_the_torch_terms_on_the_c_targets(monkeypatch):
-    """c-assign: the torch branch's terms on the targets of the c assigner reading the float32 decode. On fp16
-    maps its class term (BCE on the targets) is that of the c loss under exact-decode, which plain torch's is
-    not (its targets come from the fp16 decode); its box terms stay torch's own (CIoU on the fp16-decoded
-    boxes), and gradients reach the maps."""
-    preds = _half_preds()
-    items = {"torch": DetectionLoss(80, 16, [8, 16, 32], HYP, backend="torch", dual=True)(preds, TARGETS)[1]}
-    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "exact-decode")
-    items["c"] = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="c", dual=True)(preds, TARGETS)[1]
-    monkeypatch.setenv("YOLOV9C_LOSS_ROUNDING", "c-assign")
-    total, mixed = DetectionLoss(80, 16, [8, 16, 32], HYP, backend="torch", dual=True)(preds, TARGETS)
-    assert abs(float(mixed[1] - items["c"][1])) <= 1e-5 * float(items["c"][1])
-    assert abs(float(items["torch"][1] - items["c"][1])) > 1e-4 * float(items["c"][1])
-    assert abs(float(mixed[0] - items["c"][0])) < 1e-2 * float(items["c"][0])
-    total.backward()
     assert preds[1][0].grad is not None and torch.isfinite(preds[1][0].grad.float()).all()
 
 

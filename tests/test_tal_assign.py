@@ -23,9 +23,9 @@ import pytest
 import torch
 
 from yolov9c.geometry import anchors_in_boxes, bbox_ciou, make_anchors
-from yolov9c.loss.assigner import TaskAlignedAssigner, topk_mask
+from yolov9c.loss.assigner import TaskAlignedAssigner
 from yolov9c.ops import extension
-from yolov9c.ops.tal_assign import expand_target_scores, tal_assign, tal_assign_reference
+from yolov9c.ops.tal_assign import AssignParams, expand_target_scores, tal_assign, tal_assign_reference, topk_mask
 
 C = extension.load()
 NORM_RTOL, NORM_ATOL = 1e-6, 1e-7
@@ -195,8 +195,8 @@ def test_cpu_zero_metric_anchors_inside_fill_a_short_list():
     assert got[3][0].nonzero().flatten().tolist() == [0, 1, 8, 9]
     assert float(got[2][0, 0]) == 0.0 and float(got[2][0, 8]) == 0.0 and float(got[2][0, 1]) > 0
     # topk 2: only the two anchors of positive metric
-    got = tal_assign(*batch, 1, topk=2)
-    assert_same(got, tal_assign_reference(*batch, 1, topk=2))
+    got = tal_assign(*batch, 1, AssignParams(topk=2))
+    assert_same(got, tal_assign_reference(*batch, 1, AssignParams(topk=2)))
     assert got[3][0].nonzero().flatten().tolist() == [1, 9]
 
 
@@ -209,9 +209,10 @@ def test_cpu_topk_larger_than_anchor_count_and_equal_metrics():
     pred = torch.tensor([1.0, 1.0, 14.0, 12.0]).expand(1, 4, 4).contiguous()
     scores = torch.full((1, 4, 2), 0.25)
     for k in (1, 3, 10):
-        got = tal_assign(scores, pred, pts, labels, boxes, mask, 2, topk=k)
-        assert_same(got, tal_assign_reference(scores, pred, pts, labels, boxes, mask, 2, topk=k), f"topk {k}")
-    got = tal_assign(scores, pred, pts, labels, boxes, mask, 2, topk=1)
+        got = tal_assign(scores, pred, pts, labels, boxes, mask, 2, AssignParams(topk=k))
+        want = tal_assign_reference(scores, pred, pts, labels, boxes, mask, 2, AssignParams(topk=k))
+        assert_same(got, want, f"topk {k}")
+    got = tal_assign(scores, pred, pts, labels, boxes, mask, 2, AssignParams(topk=1))
     assert got[3][0].tolist() == [True, False, False, False]
 
 
@@ -266,7 +267,7 @@ def test_bad_arguments_raise():
     with pytest.raises(ValueError, match="num_classes"):
         tal_assign(scores, pred, pts, labels, boxes, mask, 81)
     with pytest.raises(ValueError, match="topk"):
-        tal_assign(scores, pred, pts, labels, boxes, mask, 80, topk=0)
+        tal_assign(scores, pred, pts, labels, boxes, mask, 80, AssignParams(topk=0))
     bad = labels.clone()
     bad[0, 0, 0] = 80
     with pytest.raises(ValueError, match="gt_labels"):
@@ -327,12 +328,13 @@ def test_cuda_equals_cpu_and_reference():
         for s, lg, name in ((scores, False, "fp32"), (logits, True, "fp16 logits"), (logits.sigmoid(), False, "fp16"),
                             (logits.bfloat16(), True, "bf16 logits")):
             gpu_in = [t.to(dev) for t in (s, *rest)]
-            got = tal_assign(*gpu_in, 80, topk=k, logits=lg)
+            got = tal_assign(*gpu_in, 80, AssignParams(topk=k), logits=lg)
             assert all(t.device.type == "cuda" for t in got)
-            cpu = tal_assign(s, *rest, 80, topk=k, logits=lg)
+            cpu = tal_assign(s, *rest, 80, AssignParams(topk=k), logits=lg)
             assert_same(got, cpu, f"{what} {name} cuda vs C cpu")
-            assert_same(got, tal_assign_reference(*gpu_in, 80, topk=k, logits=lg), f"{what} {name} vs reference")
-            again = tal_assign(*gpu_in, 80, topk=k, logits=lg)
+            want = tal_assign_reference(*gpu_in, 80, AssignParams(topk=k), logits=lg)
+            assert_same(got, want, f"{what} {name} vs reference")
+            again = tal_assign(*gpu_in, 80, AssignParams(topk=k), logits=lg)
             for x, y in zip(got, again):
                 assert torch.equal(x, y), f"{what} {name} not deterministic"
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from yolov9c.geometry import bbox2dist, bbox_ciou, dfl_decode, make_anchors, xywh_to_xyxy
 from yolov9c.loss.assigner import TaskAlignedAssigner
 from yolov9c.loss.bbox_loss import BboxLoss, dfl_loss
-from yolov9c.ops import tal_assign as tal_assign_op  # the module: ops.tal_assign imports loss.assigner back
+from yolov9c.ops import tal_assign as tal_assign_op
 from yolov9c.ops.det_loss import det_loss, det_loss_decode
 from yolov9c.resources import load_hyp
 
@@ -35,22 +35,8 @@ BACKENDS = ("torch", "c")
 MAX_ROWS_SHOWN = 10  # non-finite target rows named in the error
 # The boxes the c assigner reads: for fp16/bf16 maps those of the published decode itself (softmax, matmul and
 # anchor offsets in the maps' dtype, computed as the torch branch computes them, a few images at a time), so
-# that both backends assign the same targets on the same maps (issue 13: on the kernels' exact float32 decode
-# c trained ~0.5-0.9 mAP points below torch, docs/fidelity.md). A developer switch for those measurements,
-# YOLOV9C_LOSS_ROUNDING: "exact-decode" gives the c assigner the kernels' float32 decode (the earlier
-# behaviour); "float32" makes the torch branch compute on float32 copies of the maps (no fp16 decode);
-# "c-assign" computes the torch branch's terms on the targets of the exact float32 decode; "published-decode"
-# names the default. Unset: the default.
-ROUNDING_ENV = "YOLOV9C_LOSS_ROUNDING"
-ROUNDINGS = ("", "published-decode", "exact-decode", "float32", "c-assign")
+# that both backends assign the same targets on the same maps (docs/fidelity.md).
 DECODE_CHUNK_ELEMS = 1 << 22  # the c assigner's published decode: bin logits at once (a ~32 MB transient)
-
-
-def _rounding():
-    name = os.environ.get(ROUNDING_ENV, "").strip()
-    if name not in ROUNDINGS:
-        raise ValueError(f"loss: {ROUNDING_ENV}={name!r}: use one of {', '.join(ROUNDINGS[1:])}, or unset it")
-    return name
 
 
 def _check_finite(targets):
@@ -152,7 +138,6 @@ class DetectionLoss:
         beta = float(os.getenv("YOLOB", 6.0))
         self.assigner = TaskAlignedAssigner(self.nc, topk=topk, alpha=alpha, beta=beta)
         self.bbox_loss = BboxLoss(self.reg_max)
-        self.rounding = _rounding()
         # the c kernels have no focal term (fl_gamma > 0, off in every published hyp): that case keeps the
         # reference branch; the targets are still packed on the host (no device synchronisation)
         self._fused = backend == "c" and self.fl_gamma == 0
@@ -200,13 +185,6 @@ class DetectionLoss:
         pred_scores = pred_scores.permute(0, 2, 1).contiguous()  # (B, A, nc)
         return pred_dist, pred_scores, dfl_decode(pred_dist, points, self.reg_max)
 
-    def _torch_inputs(self, maps, points, stride_col):
-        """(maps, points, stride_col) as the torch branch computes on them: cast to float32 under
-        YOLOV9C_LOSS_ROUNDING=float32 (the maps as differentiable copies), else as given."""
-        if self.rounding != "float32":
-            return maps, points, stride_col
-        return [m.float() for m in maps], points.float(), stride_col.float()
-
     def _assign_torch(self, pred_scores, pred_boxes, gt_labels, gt_boxes, gt_mask, points, stride_col):
         """The reference assignment: (target_labels, target_boxes pixels, target_scores (B, A, nc), fg)."""
         return self.assigner(pred_scores.detach().sigmoid(), (pred_boxes.detach() * stride_col).to(gt_boxes.dtype),
@@ -219,15 +197,9 @@ class DetectionLoss:
         (A, 1). box/dfl are None when the branch has no foreground anchor. static: no host synchronisation
         (the box terms over every anchor, _box_terms_static; has_fg is then always True).
         """
-        maps, points, stride_col = self._torch_inputs(maps, points, stride_col)
         pred_dist, pred_scores, pred_boxes = self._torch_preds(maps, points)
-        if self.rounding == "c-assign":
-            target_labels, target_boxes, norm, fg = self._assign_fused(maps, gt_labels, gt_boxes, gt_mask, points,
-                                                                       stride_col, exact=True)
-            target_scores = F.one_hot(target_labels.long().clamp(max=self.nc - 1), self.nc) * norm[..., None]
-        else:
-            target_labels, target_boxes, target_scores, fg = self._assign_torch(pred_scores, pred_boxes, gt_labels,
-                                                                                gt_boxes, gt_mask, points, stride_col)
+        target_labels, target_boxes, target_scores, fg = self._assign_torch(pred_scores, pred_boxes, gt_labels,
+                                                                            gt_boxes, gt_mask, points, stride_col)
         target_boxes = target_boxes / stride_col
         target_scores_sum = target_scores.sum().clamp(min=1)
 
@@ -259,27 +231,25 @@ class DetectionLoss:
         return loss_iou, loss_dfl
 
     @torch.no_grad()
-    def _assign_fused(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col, exact=False):
+    def _assign_fused(self, maps, gt_labels, gt_boxes, gt_mask, points, stride_col):
         """The c assignment from the kernels: (labels (B, A), boxes (B, A, 4) pixels, norm (B, A), 0 off the
-        foreground, fg (B, A)); no (B, A, NC) or (B, M, A) tensor. exact: read the kernels' float32 decode
-        whatever the maps' dtype (else _assigner_boxes decides)."""
+        foreground, fg (B, A)); no (B, A, NC) or (B, M, A) tensor."""
         B, nc = maps[0].shape[0], self.nc
         a = self.assigner
-        pred_boxes = self._assigner_boxes(maps, points, stride_col, exact)
+        pred_boxes = self._assigner_boxes(maps, points, stride_col)
         # the class logits as one (B, NC, A) tensor (a transient copy in the maps' dtype, freed on return);
         # tal_assign reads it through a (B, A, NC) view and applies the sigmoid itself
         logits = torch.cat([m.detach()[:, 4 * self.reg_max:].reshape(B, nc, -1) for m in maps], dim=2)
         labels, boxes, norm, fg, _ = tal_assign_op.tal_assign(
             logits.transpose(1, 2), pred_boxes, (points * stride_col).float(), gt_labels, gt_boxes, gt_mask, nc,
-            topk=a.topk, alpha=a.alpha, beta=a.beta, eps=a.eps, logits=True)
+            tal_assign_op.AssignParams(a.topk, a.alpha, a.beta, a.eps), logits=True)
         return labels, boxes, torch.where(fg, norm, 0.0), fg
 
-    def _assigner_boxes(self, maps, points, stride_col, exact):
+    def _assigner_boxes(self, maps, points, stride_col):
         """(B, A, 4) float32 pixel boxes for the c assigner: the published decode for fp16/bf16 maps (module
-        comment above ROUNDINGS), the kernels' float32 decode for float32/float64 maps (the same boxes up to
-        the order of a sum), with `exact` or under YOLOV9C_LOSS_ROUNDING=exact-decode."""
-        half = maps[0].dtype in (torch.float16, torch.bfloat16)
-        if half and not exact and self.rounding != "exact-decode":
+        comment above DECODE_CHUNK_ELEMS), the kernels' float32 decode for float32/float64 maps (the same boxes
+        up to the order of a sum)."""
+        if maps[0].dtype in (torch.float16, torch.bfloat16):
             return self._published_boxes(maps, points, stride_col)
         return det_loss_decode(maps, self.stride, self.reg_max)
 
@@ -321,10 +291,9 @@ class DetectionLoss:
             if self._fused:
                 labels, boxes, norm, fg = self._assign_fused(maps, gt_labels, gt_boxes, gt_mask, points, stride_col)
             else:
-                maps, pts, strides = self._torch_inputs(maps, points, stride_col)
-                _, scores, pred_boxes = self._torch_preds(maps, pts)
+                _, scores, pred_boxes = self._torch_preds(maps, points)
                 labels, boxes, tscores, fg = self._assign_torch(scores, pred_boxes, gt_labels, gt_boxes, gt_mask,
-                                                                pts, strides)
+                                                                points, stride_col)
                 norm = tscores.sum(-1).float()
             out.append({"labels": labels.long(), "boxes": boxes.float(), "norm": norm.float(), "fg": fg})
         return out

@@ -1,5 +1,5 @@
 """The loss terms of one detection head branch, read straight from the head's level maps: `det_loss()`
-(C/CUDA through yolov9c._C, autograd via `DetLossFunction`), `det_loss_decode()` (the boxes the assigner
+(C/CUDA through yolov9c._C, autograd via `_DetLossFunction`), `det_loss_decode()` (the boxes the assigner
 reads) and their stock-torch references `det_loss_reference()` / `det_loss_decode_reference()`.
 
     out = det_loss(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum,
@@ -27,15 +27,56 @@ Test: python -m pytest -q tests/test_det_loss.py; speed and memory: python bench
 import torch
 import torch.nn.functional as F
 
-from yolov9c.geometry import dfl_decode, make_anchors
+from yolov9c.geometry import bbox2dist, bbox_ciou, dfl_decode, make_anchors
 from yolov9c.ops import extension
 
 _FLOAT_TYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 def dfl_max_dist(reg_max):
-    """The DFL target clamp, (reg_max − 1) − 0.01 = 14.99 for 16 bins (yolov9c/loss/bbox_loss.py)."""
+    """The DFL target clamp, (reg_max − 1) − 0.01 = 14.99 for 16 bins: keeps the right bin ⌊t⌋+1 ≤ reg_max − 1."""
     return (reg_max - 1) - 0.01
+
+
+def dfl_loss(pred_dist, target):
+    """Distribution Focal Loss per foreground anchor.
+
+    pred_dist: (N, 4, R) logits over R bins for each of the 4 sides; target: (N, 4) distances in [0, R−1).
+    With left bin l = ⌊t⌋ and right bin r = l + 1 the loss of a side is
+        CE(logits, l)·(r − t) + CE(logits, r)·(t − l),
+    i.e. the cross-entropy against the two-bin distribution whose expectation is t. Returns (N, 1): the mean
+    over the 4 sides. Computed in the promoted dtype of pred_dist and target.
+    """
+    left = target.long()
+    right = left + 1
+    w_left = right.to(target.dtype) - target
+    w_right = 1 - w_left
+    logp = F.log_softmax(pred_dist, dim=-1)  # CE(logits, k) = −log_softmax(logits)[k]
+    ce_left = -logp.gather(-1, left[..., None]).squeeze(-1)
+    ce_right = -logp.gather(-1, right[..., None]).squeeze(-1)
+    return (ce_left * w_left + ce_right * w_right).mean(-1, keepdim=True)
+
+
+def box_terms(pred_dist, pred_boxes, points, target_boxes, target_scores, target_scores_sum, fg_mask, reg_max=16):
+    """The published CIoU and DFL terms of one branch from stock torch ops (spec §4.4), in grid units:
+    pred_dist (B, A, 4·reg_max) logits; pred_boxes (B, A, 4) decoded xyxy; points (A, 2); target_boxes (B, A, 4)
+    xyxy; target_scores (B, A, NC); target_scores_sum (0-dim tensor or number, ≥ 1); fg_mask (B, A) bool.
+    Returns (loss_iou, loss_dfl) 0-dim: Σ_fg (1 − CIoU)·w / tss and Σ_fg DFL·w / tss, w = Σ_classes
+    target_scores of the anchor; fp16/bf16 foreground rows are promoted to float32 first."""
+    # fp16/bf16 predictions (AMP) are promoted: box widths and log-softmax need more than 11 bits
+    cdt = torch.promote_types(pred_dist.dtype, torch.float32)
+    weight = target_scores.sum(-1)[fg_mask][:, None]  # (N, 1)
+    tbox = target_boxes[fg_mask]  # (N, 4)
+
+    ciou = bbox_ciou(pred_boxes[fg_mask].to(cdt), tbox)[:, None]
+    loss_iou = ((1.0 - ciou) * weight).sum() / target_scores_sum
+
+    # the anchor point of each foreground row: fg_mask is (B, A), points (A, 2)
+    fg_points = points[None].expand(fg_mask.shape[0], -1, -1)[fg_mask]
+    target_ltrb = bbox2dist(fg_points, tbox, dfl_max_dist(reg_max))  # (N, 4)
+    dist = pred_dist[fg_mask].view(-1, 4, reg_max).to(cdt)
+    loss_dfl = (dfl_loss(dist, target_ltrb) * weight).sum() / target_scores_sum
+    return loss_iou, loss_dfl
 
 
 # ----------------------------------------------------------------------------------------------- checks
@@ -61,6 +102,18 @@ def _check_maps(maps, strides, reg_max, op):
         raise ValueError(f"{op}: reg_max must be an int in [2, 64], got {reg_max!r}")
     if m0.shape[1] <= 4 * reg_max:
         raise ValueError(f"{op}: maps have {m0.shape[1]} channels, need 4·reg_max + NC = {4 * reg_max} + NC")
+
+
+def _check_converted(maps, op, targets=None):
+    """What the fused path reads or converts before csrc/det_loss.c sees it: maps a non-empty list of tensors,
+    the targets tensors, target_labels (B, A) (its shape sizes the workspace). Every other check is C's."""
+    if not isinstance(maps, (list, tuple)) or not maps or not all(isinstance(m, torch.Tensor) for m in maps):
+        raise TypeError(f"{op}: maps must be a non-empty list of tensors")
+    for name, t in zip(("target_labels", "target_boxes", "target_norm", "fg_mask"), targets or ()):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a tensor, got {type(t).__name__}")
+    if targets and targets[0].ndim != 2:
+        raise ValueError(f"{op}: target_labels must be (B, A), got {tuple(targets[0].shape)}")
 
 
 def _check_targets(maps, target_labels, target_boxes, target_norm, fg_mask):
@@ -92,7 +145,7 @@ def _targets_for_c(t, cuda):
     return t.contiguous()
 
 
-class DetLossFunction(torch.autograd.Function):
+class _DetLossFunction(torch.autograd.Function):
     """autograd.Function of det_loss. forward(cfg, target_labels, target_boxes, target_norm, fg_mask, tss,
     *maps) with cfg = (strides, reg_max, label_smoothing, pos_weight) -> (3,) [box, cls, dfl].
     Saved for backward: the maps themselves (no copy) and the (B, A)-sized targets; nothing (B, A, C)-sized."""
@@ -119,8 +172,8 @@ class DetLossFunction(torch.autograd.Function):
         out = torch.empty(3, dtype=acc, device=device)
         arg = extension.arg
         targets = (arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss))
-        C.det_loss_forward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max, targets,
-                           float(eps), float(pos_weight), float(dfl_max_dist(reg_max)), arg(workspace), arg(out),
+        C.det_loss_forward(tuple(arg(m) for m in cmaps), strides, reg_max, targets, eps, pos_weight,
+                           float(dfl_max_dist(reg_max)), arg(workspace), arg(out),
                            extension.stream_of(device))
         ctx.cfg = cfg
         ctx.save_for_backward(labels, boxes, norm, fg, tss, *maps)
@@ -142,8 +195,8 @@ class DetLossFunction(torch.autograd.Function):
         grad_out = grad_out.to(torch.float32 if cuda else tss.dtype).contiguous()
         arg = extension.arg
         targets = (arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss))
-        C.det_loss_backward(tuple(arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max, targets,
-                            float(eps), float(pos_weight), float(dfl_max_dist(reg_max)), arg(grad_out),
+        C.det_loss_backward(tuple(arg(m) for m in cmaps), strides, reg_max, targets, eps, pos_weight,
+                            float(dfl_max_dist(reg_max)), arg(grad_out),
                             tuple(arg(g) for g in grads), extension.stream_of(device))
         if upcast:
             grads = [g.to(torch.bfloat16) for g in grads]
@@ -161,25 +214,30 @@ def _tss_tensor(target_scores_sum, like):
 
 def det_loss(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum, reg_max=16,
              label_smoothing=0.0, pos_weight=1.0):
-    """The (3,) loss terms [box, cls, dfl] of one branch; see the module docstring."""
-    maps = list(maps)
-    _check_maps(maps, strides, reg_max, "det_loss")
-    _check_targets(maps, target_labels, target_boxes, target_norm, fg_mask)
+    """The (3,) loss terms [box, cls, dfl] of one branch; see the module docstring. Argument checks: C's on
+    the fused path (_check_converted: what Python reads first), the reference's own on the reference path."""
+    if not extension.fused_enabled():
+        return det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, fg_mask,
+                                  target_scores_sum, reg_max, label_smoothing, pos_weight)
+    maps = list(maps) if isinstance(maps, (list, tuple)) else maps
+    _check_converted(maps, "det_loss", (target_labels, target_boxes, target_norm, fg_mask))
     tss = _tss_tensor(target_scores_sum, maps[0])
-    if (not extension.fused_enabled()) or (maps[0].is_cuda and maps[0].dtype == torch.float64):
+    if maps[0].is_cuda and maps[0].dtype == torch.float64:
         return det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, fg_mask, tss, reg_max,
                                   label_smoothing, pos_weight)
-    cfg = (tuple(float(s) for s in strides), int(reg_max), float(label_smoothing), float(pos_weight))
-    return DetLossFunction.apply(cfg, target_labels, target_boxes, target_norm, fg_mask, tss, *maps)
+    cfg = (tuple(strides) if isinstance(strides, (list, tuple)) else strides, reg_max, label_smoothing, pos_weight)
+    return _DetLossFunction.apply(cfg, target_labels, target_boxes, target_norm, fg_mask, tss, *maps)
 
 
 @torch.no_grad()
 def det_loss_decode(maps, strides, reg_max=16):
     """DFL expectation of every anchor as boxes (B, A, 4) float32 xyxy in pixels, detached: what the assigner
     reads. Computed in float32 on CUDA and in float64 (rounded to float32) on the CPU."""
-    maps = list(maps)
-    _check_maps(maps, strides, reg_max, "det_loss_decode")
-    if (not extension.fused_enabled()) or (maps[0].is_cuda and maps[0].dtype == torch.float64):
+    if not extension.fused_enabled():
+        return det_loss_decode_reference(maps, strides, reg_max)
+    maps = list(maps) if isinstance(maps, (list, tuple)) else maps
+    _check_converted(maps, "det_loss_decode")
+    if maps[0].is_cuda and maps[0].dtype == torch.float64:
         return det_loss_decode_reference(maps, strides, reg_max)
     C = extension.load()
     device = maps[0].device
@@ -208,6 +266,8 @@ def _concat(maps, reg_max):
 @torch.no_grad()
 def det_loss_decode_reference(maps, strides, reg_max=16):
     """det_loss_decode from stock torch ops, as the published loss decodes (in the maps' dtype), as float32."""
+    maps = list(maps) if isinstance(maps, (list, tuple)) else maps
+    _check_maps(maps, strides, reg_max, "det_loss_decode")
     points, stride_col = make_anchors(maps, strides, 0.5)
     pred_dist, _ = _concat([m.detach() for m in maps], reg_max)
     return (dfl_decode(pred_dist, points, reg_max) * stride_col).float()
@@ -215,10 +275,11 @@ def det_loss_decode_reference(maps, strides, reg_max=16):
 
 def det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum,
                        reg_max=16, label_smoothing=0.0, pos_weight=1.0):
-    """det_loss from stock torch ops: the published loss_tal_dual.py branch terms (via yolov9c.loss.BboxLoss),
+    """det_loss from stock torch ops: the published loss_tal_dual.py branch terms (box_terms for CIoU and DFL),
     building the (B, A, NC) target_scores = one_hot(target_labels)·target_norm·fg it never needs in C."""
-    from yolov9c.loss.bbox_loss import BboxLoss
-    maps = list(maps)
+    maps = list(maps) if isinstance(maps, (list, tuple)) else maps
+    _check_maps(maps, strides, reg_max, "det_loss")
+    _check_targets(maps, target_labels, target_boxes, target_norm, fg_mask)
     tss = _tss_tensor(target_scores_sum, maps[0])
     points, stride_col = make_anchors(maps, strides, 0.5)
     pred_dist, pred_scores = _concat(maps, reg_max)
@@ -236,8 +297,8 @@ def det_loss_reference(maps, strides, target_labels, target_boxes, target_norm, 
     tss = tss.to(cdt)
     cls = F.binary_cross_entropy_with_logits(pred_scores.to(cdt), targets, pos_weight=pw, reduction="none").sum() / tss
     if bool(fg_mask.any()):
-        box, dfl = BboxLoss(reg_max)(pred_dist, pred_boxes, points, target_boxes / stride_col, target_scores, tss,
-                                     fg_mask)
+        box, dfl = box_terms(pred_dist, pred_boxes, points, target_boxes / stride_col, target_scores, tss, fg_mask,
+                             reg_max)
     else:
         box = dfl = torch.zeros((), dtype=cdt, device=targets.device)
     return torch.stack((box.to(cdt), cls, dfl.to(cdt)))

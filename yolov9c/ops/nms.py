@@ -13,6 +13,8 @@ in this reference, the C CPU code and the CUDA kernels, so all three keep the sa
 
 Dispatch: CUDA tensors -> kernels/nms.cu, CPU tensors -> csrc/nms_ref.c; YOLOV9C_FUSED=0 (read at call
 time) -> nms_reference. NMS has no gradient, so there is no autograd.Function: inputs are detached.
+Argument checks: csrc/nms.c on the fused path (Python checks only what it converts first: that the inputs are
+tensors, the classes' integer dtype, the float64 upcast's dtype match); _check on the reference path.
 Test: python -m pytest -q tests/test_nms.py; speed: python benchmarks/bench_nms.py
 """
 
@@ -58,15 +60,29 @@ def _check(boxes, scores, iou_thres, classes):
         raise ValueError("nms: iou_thres must not be NaN")
 
 
+def _check_converted(boxes, scores, classes):
+    """What nms() reads or converts before csrc/nms.c sees it; every other check is C's."""
+    for name, t in (("boxes", boxes), ("scores", scores)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"nms: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if classes is not None:
+        if not isinstance(classes, torch.Tensor):
+            raise TypeError(f"nms: classes must be a torch.Tensor or None, got {type(classes).__name__}")
+        if classes.dtype.is_floating_point or classes.dtype.is_complex or classes.dtype == torch.bool:
+            raise TypeError(f"nms: classes must be an integer tensor, got {classes.dtype}")
+    if boxes.dtype in (torch.float64, torch.bfloat16) and scores.dtype != boxes.dtype:
+        raise TypeError(f"nms: scores must have the dtype of boxes ({boxes.dtype}), got {scores.dtype}")
+
+
 def nms(boxes, scores, iou_thres, classes=None):
     """Class-aware NMS; see the module docstring. Returns LongTensor (K,) on the inputs' device."""
-    _check(boxes, scores, iou_thres, classes)
-    device = boxes.device
-    n = boxes.shape[0]
-    if n == 0:
-        return torch.empty(0, dtype=torch.int64, device=device)
     if not extension.fused_enabled():
         return nms_reference(boxes, scores, iou_thres, classes)
+    _check_converted(boxes, scores, classes)
+    device = boxes.device
+    n = boxes.shape[0]
+    if n == 0 and boxes.shape == (0, 4) and scores.shape == (0,):
+        return torch.empty(0, dtype=torch.int64, device=device)
 
     C = extension.load()
     boxes, scores = boxes.detach(), scores.detach()
@@ -85,8 +101,9 @@ def nms(boxes, scores, iou_thres, classes=None):
     workspace = torch.empty(C.nms_workspace_size(n, cuda), dtype=torch.uint8, device=device)
     keep = torch.empty(n, dtype=torch.int64, device=device)
     count = torch.zeros(1, dtype=torch.int64, device=device)
-    C.nms_forward(extension.arg(boxes), extension.arg(scores), extension.arg(classes), float(iou_thres),
-                  extension.arg(workspace), extension.arg(keep), extension.arg(count), extension.stream_of(device))
+    C.nms_forward(extension.arg(boxes, "nms_forward", "boxes"), extension.arg(scores, "nms_forward", "scores"),
+                  extension.arg(classes, "nms_forward", "classes"), iou_thres, extension.arg(workspace),
+                  extension.arg(keep), extension.arg(count), extension.stream_of(device))
     # The kept count is data-dependent: reading it is the one host synchronisation (torchvision has it too).
     return keep[: int(count.item())]
 

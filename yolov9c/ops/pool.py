@@ -5,13 +5,13 @@ the heads and CBFuse, nn.Upsample(scale_factor=2, mode='nearest').
 upsample_nearest2x: out (B, C, 2H, 2W), out[y,x] = x[y//2, x//2] (a copy: x's bits); its backward from grad_out
 alone, grad_in[i,j] = ((g[2i,2j] + g[2i,2j+1]) + g[2i+1,2j]) + g[2i+1,2j+1] in float32 rounded once — torch's
 CPU aten.upsample_nearest2d_backward bit for bit in float32, float16 and bfloat16 (it sums in that order).
-UpsampleNearest2xFunction saves nothing. It lives here, beside the pools, because it is their kind of op (its
+_UpsampleNearest2xFunction saves nothing. It lives here, beside the pools, because it is their kind of op (its
 backward is a 2×2 stride-2 window sum: the avg pool's window sum in csrc/pool_ref.c), and it shares their
 argument checks (csrc/pool.c) and their launch path (_run below).
 
 max_pool2d: out (B, C, (H+2p-k)//s+1, (W+2p-k)//s+1) = the window maxima (torch's bits: a max is exact);
 its backward takes the input gradient from x and grad_out alone (torch's argmax rule: the first maximum
-row-major, a NaN window its last NaN): MaxPool2dFunction saves x (the input autograd keeps anyway), no index
+row-major, a NaN window its last NaN): _MaxPool2dFunction saves x (the input autograd keeps anyway), no index
 tensor. The backward recomputes the window argmaxes into a transient uint8 scratch `index` (the output's shape,
 1 byte per output element, from torch's allocator, freed on return; k*k <= 255), then gathers grad_out through
 it. Sums of grad_out in float32, rounded once.
@@ -24,7 +24,7 @@ Maths (kernels/pool.cu, csrc/pool_ref.c):
     forward   out[y,x] = 0.25·(((x[y,x] + x[y,x+1]) + x[y+1,x]) + x[y+1,x+1])   (float32, this order: torch's CPU
               float32 result bit for bit; one rounding to a 16-bit dtype)
     backward  grad_in[y,x] = 0.25·Σ grad_out over the (up to 4) windows covering (y, x), from grad_out alone
-AvgPool2x2Function saves nothing for backward but the shape it implies (no tensor).
+_AvgPool2x2Function saves nothing for backward but the shape it implies (no tensor).
 
 Dispatch (read at every call): YOLOV9C_FUSED=0 or a device other than CPU/CUDA (the c backend's shape probe
 runs ops on meta tensors) -> the *_reference functions; CPU -> csrc/pool_ref.c through NumPy (bfloat16, which
@@ -37,6 +37,11 @@ import torch
 import torch.nn.functional as F
 
 from yolov9c.ops import extension
+
+__all__ = ["avg_pool2x2", "avg_pool2x2_backward", "avg_pool2x2_reference", "avg_pool2x2_backward_reference",
+           "upsample_nearest2x", "upsample_nearest2x_backward", "upsample_nearest2x_reference",
+           "upsample_nearest2x_backward_reference", "max_pool2d", "max_pool2d_backward", "max_pool2d_reference",
+           "max_pool2d_backward_reference"]
 
 
 def avg_pool2x2_reference(x):
@@ -100,7 +105,7 @@ def _backward_impl(grad_out):
     return _run(op, "grad_out", grad_out, _shape(grad_out, 1), "grad_in")
 
 
-class AvgPool2x2Function(torch.autograd.Function):
+class _AvgPool2x2Function(torch.autograd.Function):
     """out = avg_pool2x2(x); backward from grad_out alone (nothing saved)."""
 
     @staticmethod
@@ -114,10 +119,10 @@ class AvgPool2x2Function(torch.autograd.Function):
 
 def avg_pool2x2(x):
     """F.avg_pool2d(x, 2, 1, 0, False, True) for x (B, C, H, W): a new (B, C, H-1, W-1) tensor of x's dtype and
-    memory format. Differentiable (AvgPool2x2Function)."""
+    memory format. Differentiable (_AvgPool2x2Function)."""
     if not extension.fused_enabled():
         return avg_pool2x2_reference(x)
-    return AvgPool2x2Function.apply(x)
+    return _AvgPool2x2Function.apply(x)
 
 
 def avg_pool2x2_backward(grad_out):
@@ -162,7 +167,7 @@ def _up_backward_impl(grad_out):
     return _run(op, "grad_out", grad_out, _up_shape(grad_out, True), "grad_in")
 
 
-class UpsampleNearest2xFunction(torch.autograd.Function):
+class _UpsampleNearest2xFunction(torch.autograd.Function):
     """out = upsample_nearest2x(x); backward from grad_out alone (nothing saved)."""
 
     @staticmethod
@@ -176,10 +181,10 @@ class UpsampleNearest2xFunction(torch.autograd.Function):
 
 def upsample_nearest2x(x):
     """nn.Upsample(scale_factor=2, mode='nearest') for x (B, C, H, W): a new (B, C, 2H, 2W) tensor of x's dtype
-    and memory format. Differentiable (UpsampleNearest2xFunction)."""
+    and memory format. Differentiable (_UpsampleNearest2xFunction)."""
     if not extension.fused_enabled():
         return upsample_nearest2x_reference(x)
-    return UpsampleNearest2xFunction.apply(x)
+    return _UpsampleNearest2xFunction.apply(x)
 
 
 def upsample_nearest2x_backward(grad_out):
@@ -240,7 +245,7 @@ def _max_backward_impl(x, grad_out, k, s, p):
     return gi.to(torch.bfloat16) if wide else gi
 
 
-class MaxPool2dFunction(torch.autograd.Function):
+class _MaxPool2dFunction(torch.autograd.Function):
     """out = max_pool2d(x, k, s, p); backward from x and grad_out (x saved, no indices)."""
 
     @staticmethod
@@ -257,10 +262,10 @@ class MaxPool2dFunction(torch.autograd.Function):
 
 def max_pool2d(x, k, s, p):
     """F.max_pool2d(x, k, s, p) (dilation 1, floor mode) for x (B, C, H, W): a new tensor of x's dtype and
-    memory format. Differentiable (MaxPool2dFunction)."""
+    memory format. Differentiable (_MaxPool2dFunction)."""
     if not extension.fused_enabled():
         return max_pool2d_reference(x, k, s, p)
-    return MaxPool2dFunction.apply(x, k, s, p)
+    return _MaxPool2dFunction.apply(x, k, s, p)
 
 
 def max_pool2d_backward(x, grad_out, k, s, p):

@@ -1,6 +1,6 @@
 """Convolutions that read a lazy input: activate on the fly, keep only the stored leaves, recompute in backward.
 
-    zs = lazy_conv(x, [conv_a, conv_b])   # x: a lazy value (lazy.py); conv_*: nn.Conv2d reading it
+    zs = lazy_conv(x, [conv_a, conv_b])   # x: a lazy value (lazy/); conv_*: nn.Conv2d reading it
 
 One autograd Function (LazyConvFunction) does: materialise x into one temporary buffer (a concat is
 written slice by slice into it, never stored), run every conv on it through torch (cuDNN on CUDA), free it.
@@ -202,7 +202,7 @@ def _shared_backward(sh, z, g, param_grads, j, need_wb):
     if dy is None:
         return g
     mean, invstd, act = sh.stats
-    dz, dw, db = ops.bn_silu_backward(z, mean, invstd, sh.weight, sh.bias, dy, act=act)
+    dz, dw, db = ops.backward(ops.BN(z, mean, invstd, sh.weight, sh.bias), dy, act=act)
     del dy
     param_grads[j] = dw if need_wb[0] else None
     param_grads[j + 1] = db if need_wb[1] else None
@@ -213,7 +213,7 @@ def lazy_conv(x, convs, bns=None):
     """Run nn.Conv2d modules `convs` on the lazy value x; returns a list of their outputs (B, Co, H', W')
     in the compute dtype (see compute_dtype), differentiable w.r.t. x's leaves and the conv parameters.
     bns: the nn.BatchNorm2d each output is activated with (or None each): with grad enabled each such
-    output gets a SharedGrad (lazy.py), and its γ, β become inputs of the Function."""
+    output gets a SharedGrad (lazy/grads.py), and its γ, β become inputs of the Function."""
     grad = torch.is_grad_enabled()
     index = LeafIndex()
     template = x.map(index.add, {})

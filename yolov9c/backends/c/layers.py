@@ -1,4 +1,4 @@
-"""The c-backend forward of every yaml layer type, on lazy values (lazy.py) and lazy convs (conv.py).
+"""The c-backend forward of every yaml layer type, on lazy values (lazy/) and lazy convs (conv.py).
 
 `layer_forward(m, x)` replaces a top-level layer's forward while the backend is applied. In training mode
 each layer takes lazy values or tensors and hands on lazy values; the detect head returns plain tensors (the
@@ -91,8 +91,8 @@ def _batch_stats(bn, z):
         bn.num_batches_tracked.add_(1)
         if bn.momentum is None:
             momentum = 1.0 / float(bn.num_batches_tracked)
-        return ops.bn_stats(z.detach(), bn.running_mean, bn.running_var, momentum, bn.eps)
-    return ops.bn_stats(z.detach(), None, None, momentum, bn.eps)
+        return ops.stats(z.detach(), bn.running_mean, bn.running_var, momentum, bn.eps)
+    return ops.stats(z.detach(), None, None, momentum, bn.eps)
 
 
 def _bn_act(m, z):

@@ -1,4 +1,4 @@
-"""Lazy activations: what a layer of the c backend hands on instead of its activated output.
+"""Lazy activations: the node types a layer of the c backend hands on instead of its activated output.
 
 A lazy value is a small expression tree whose leaves hold stored tensors; nothing activated is kept:
     BNAct(z, mean, invstd, γ, β, act)    act(BN(z)), a Conv–BN–act output (z: the conv output, the only
@@ -11,19 +11,14 @@ A lazy value is a small expression tree whose leaves hold stored tensors; nothin
     Cat(children)                        channel concatenation (ELAN/GELAN, ADown, yaml Concat rows)
     Spatial(fn, child[, grad])           a per-channel spatial op applied after activation (max/avg pool,
                                          nearest upsample/resize, zero pad); grad: its input gradient from
-                                         the output gradient alone, when it has one (ADown's average pool, nearest upsampling),
-                                         or from the gradient and the child's value (max pools: grad_reads_x)
+                                         the output gradient alone, when it has one (ADown's average pool, nearest
+                                         upsampling), or from the gradient and the child's value (max pools:
+                                         grad_reads_x)
 Every leaf node carries a channel range [c0, c1) of its tensors, so a channel slice (the chunk of an ELAN
 block, ADown's halves) is pushed down to the leaves and never copies anything: slicing commutes with every
-node type (BN, activation and the spatial ops are per-channel).
-
-`Evaluator.value(node)` computes the activated tensor; `Evaluator.fill(node, out)` writes it into a given
-view (a channel slice of a concat buffer), so a concat is built in place. With grad enabled the same code
-builds an autograd graph through the differentiable ops of yolov9c.ops.bn_silu (used by the backward
-recompute in conv.py and by layers that fall back to plain torch). `Evaluator.keep_for_backward(node)` trims
-the memo to what node's backward reads (backward_reads: node's value and the inputs of Spatial ops without a
-gradient function or whose gradient reads them): what a conv input kept from forward for its backward holds
-(conv.inputs_kept).
+node type (BN, activation and the spatial ops are per-channel). Each node computes its value (fill into a
+given view, compute functionally) with an evaluator (evaluator.py) and sends its gradient to its leaves
+through a Grads accumulator (grads.py). LeafIndex numbers a value's tensors (the templates of conv.py).
 Shapes: (B, C, H, W). Test: python -m pytest -q tests/test_backend_c.py
 """
 
@@ -107,10 +102,11 @@ class BNAct(_Leaf):
     def _make(self, tensors, c0, c1):
         return BNAct(*tensors, self.act, c0, c1, self._full_shape())
 
-    def _args(self):
+    def operand(self):
+        """The BN operand of channels [c0, c1)."""
         c0, c1, f = self.c0, self.c1, self.full
-        return (_sl(self.z, c0, c1, f), _sl(self.mean, c0, c1, f), _sl(self.invstd, c0, c1, f),
-                _sl(self.weight, c0, c1, f), _sl(self.bias, c0, c1, f))
+        return ops.BN(_sl(self.z, c0, c1, f), _sl(self.mean, c0, c1, f), _sl(self.invstd, c0, c1, f),
+                      _sl(self.weight, c0, c1, f), _sl(self.bias, c0, c1, f))
 
     def tensors(self):
         return (self.z, self.mean, self.invstd, self.weight, self.bias)
@@ -119,10 +115,10 @@ class BNAct(_Leaf):
         return self.z
 
     def fill(self, out, ev):
-        return ops.bn_silu_nograd(*self._args(), act=self.act, out=out)
+        return ops.forward(self.operand(), act=self.act, out=out)
 
     def compute(self, ev):
-        return ops.bn_silu(*self._args(), act=self.act)
+        return ops.forward(self.operand(), act=self.act)
 
     def backward(self, g, ev, acc):
         shared = acc.shared(self.z)
@@ -133,7 +129,7 @@ class BNAct(_Leaf):
         if not (need_z or need_w or need_b):
             return
         dz, accumulate = acc.slot(self.z, self.c0, self.c1) if need_z else (None, False)
-        _, dw, db = ops.bn_silu_backward(*self._args(), g, act=self.act, dz=dz, accumulate=accumulate)
+        _, dw, db = ops.backward(self.operand(), g, act=self.act, dz=dz, accumulate=accumulate)
         if need_w:
             acc.put(self.weight, self.c0, self.c1, dw, owned=True)
         if need_b:
@@ -158,29 +154,30 @@ class RepAct(_Leaf):
     def first_tensor(self):
         return self.t1[0]
 
-    def fill(self, out, ev):
+    def operands(self):
+        """The two BN operands of channels [c0, c1)."""
         c0, c1, f = self.c0, self.c1, self.full
-        a1 = [_sl(t, c0, c1, f) for t in self.t1]
-        a2 = [_sl(t, c0, c1, f) for t in self.t2]
-        return ops.bn2_silu_nograd(*a1, *a2, out=out)
+        return (ops.BN(*[_sl(t, c0, c1, f) for t in self.t1]), ops.BN(*[_sl(t, c0, c1, f) for t in self.t2]))
+
+    def fill(self, out, ev):
+        return ops.forward(*self.operands(), out=out)
 
     def compute(self, ev):
-        c0, c1, f = self.c0, self.c1, self.full
-        return ops.bn2_silu(*[_sl(t, c0, c1, f) for t in self.t1], *[_sl(t, c0, c1, f) for t in self.t2])
+        return ops.forward(*self.operands())
 
     def backward(self, g, ev, acc):
         (z1, _, _, w1, b1), (z2, _, _, w2, b2) = self.t1, self.t2
         if not any(acc.needs(t) for t in (z1, w1, b1, z2, w2, b2)):
             return
-        c0, c1, f = self.c0, self.c1, self.full
+        c0, c1 = self.c0, self.c1
         dz1, acc1 = acc.slot(z1, c0, c1) if acc.needs(z1) else (None, False)
         dz2, acc2 = acc.slot(z2, c0, c1) if acc.needs(z2) else (None, False)
         if dz1 is not None and dz2 is not None and acc1 != acc2:
             (dz2 if acc1 else dz1).zero_()  # the kernel takes one accumulate flag for both
             acc1 = acc2 = True
         accumulate = acc1 if dz1 is not None else acc2
-        r = ops.bn2_silu_backward(*[_sl(t, c0, c1, f) for t in self.t1], *[_sl(t, c0, c1, f) for t in self.t2], g,
-                                  dz1=dz1, dz2=dz2, accumulate=accumulate)
+        bn1, bn2 = self.operands()
+        r = ops.backward(bn1, g, bn2, dz=dz1, dz2=dz2, accumulate=accumulate)
         for t, v in ((w1, r[1]), (b1, r[2]), (w2, r[4]), (b2, r[5])):
             if acc.needs(t):
                 acc.put(t, c0, c1, v, owned=True)
@@ -298,7 +295,7 @@ class Sum(_Group):
             if isinstance(c, BNAct):
                 # out = out + act(BN(z)) in one pass; reading and writing the same element is safe for an
                 # elementwise kernel (fill() runs without grad only; see Evaluator).
-                ops.bn_silu_nograd(*c._args(), act=c.act, out=out, residual=out)
+                ops.forward(c.operand(), residual=out, act=c.act, out=out)
             else:
                 # the term's value is not kept in the memo (unless something else put it there): a CBFuse's
                 # upsampled inputs are each as large as the sum, five of them held 4 GiB in yolov9-e's stem
@@ -448,259 +445,3 @@ class LeafIndex:
 
     def __contains__(self, t):
         return id(t) in self._ids
-
-
-def memory_format_of(t):
-    """channels-last when t's channel stride is 1 (also a channel slice of a channels-last tensor)."""
-    return torch.channels_last if (t.ndim == 4 and t.stride(1) == 1 and t.shape[1] > 1) else torch.contiguous_format
-
-
-class Evaluator:
-    """Computes lazy values in `dtype` and memory format `fmt`. Values computed within one evaluation are
-    reused (memo by node identity), e.g. SPPELAN's chained max-pools read the previous pool's output.
-
-    Without grad (forward), values are written in place: a concat into channel slices of one buffer, a
-    residual sum into its first term, and fill() remembers the view it wrote so that later reads take it
-    from there. With grad (the backward recompute, the torch fallbacks) every node is computed functionally
-    (torch.cat, out-of-place sums): no in-place writes into views that autograd would have to track."""
-
-    def __init__(self, dtype, fmt, grad):
-        self.dtype, self.fmt, self.grad = dtype, fmt, grad
-        self.memo = {}
-        self._device = None
-
-    def empty(self, shape):
-        # allocated in its memory format directly (an NCHW empty followed by .contiguous(channels_last) would
-        # copy the whole uninitialised buffer: one full-size strided copy kernel per materialised input)
-        return torch.empty(shape, dtype=self.dtype, device=self._device, memory_format=self.fmt)
-
-    def fill(self, node, out):
-        """Write node's value into `out` (without grad only)."""
-        got = self.memo.get(id(node))
-        if got is not None:
-            return out.copy_(got)
-        node.fill(out, self)
-        if not isinstance(node, Plain):
-            self.memo[id(node)] = out
-        return out
-
-    def value(self, node):
-        """The activated tensor of `node` in self.dtype (a Plain leaf is returned as its own view when its
-        dtype fits)."""
-        if isinstance(node, Plain):
-            v = node.view()
-            return v if v.dtype == self.dtype else v.to(self.dtype)
-        if isinstance(node, Image):
-            return node.normalised(self.dtype)
-        got = self.memo.get(id(node))
-        if got is not None:
-            return got
-        if self.grad:
-            out = node.compute(self)
-            if out.dtype != self.dtype:
-                out = out.to(self.dtype)
-        elif isinstance(node, Spatial):
-            # the op's own output when it already has the dtype and layout (a pool of a channels-last input
-            # is channels-last): no buffer to allocate and copy it into
-            out = node.compute(self)
-            if out.dtype != self.dtype or not out.is_contiguous(memory_format=self.fmt):
-                out = self.empty(node.shape).copy_(out)
-        else:
-            out = node.fill(self.empty(node.shape), self)
-        self.memo[id(node)] = out
-        return out
-
-    def run(self, node):
-        self._device = node.first_tensor().device
-        return self.value(node)
-
-    def keep_for_backward(self, node):
-        """Drop from the memo every value but node's and those its backward reads (backward_reads): what a
-        conv input kept from forward for its backward holds (conv.inputs_kept)."""
-        keep = {id(node)} | {id(n) for n in backward_reads(node)}
-        self.memo = {k: v for k, v in self.memo.items() if k in keep}
-
-
-def backward_reads(node):
-    """The nodes under `node` whose values Node.backward reads from the Evaluator's memo: the input of every
-    Spatial op without a gradient function (its backward re-runs the op under autograd on that value) or whose
-    gradient reads it (grad_reads_x: the max pools)."""
-    out, stack = [], [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, Spatial):
-            if n.grad is None or n.grad_reads_x:
-                out.append(n.child)
-            stack.append(n.child)
-        elif isinstance(n, _Group):
-            stack.extend(n.children)
-    return out
-
-
-class SharedGrad:
-    """dL/dy of y = act(BN(z)) for a conv output z that several lazy convs read (an ELAN block's first output:
-    its halves go to the next stage and to the last conv), summed over its readers so that BN's backward runs
-    once, in z's producer's backward, instead of once per reader followed by autograd adding their dz.
-
-    conv.lazy_conv makes one per output when it runs with grad and is given the output's BatchNorm, and hangs it
-    on the output (`z.yv_shared`); layers' BN-act binds the batch statistics and activation (bind); every
-    lazy_conv that reads z counts itself (readers). When deferred() (bound, two or more readers), a reader's
-    BNAct.backward stashes its channel slice of dL/dy here and returns no gradient for z and the BN parameters;
-    the producer's backward takes the sum (take: channels nobody wrote are zero) and runs the fused BN
-    backward on it, returning dz to its convs and dγ, dβ as its own inputs' gradients. A reader that is not a
-    lazy conv (a torch fallback) sends its dz through autograd as before; both add up in the producer. The
-    count only decides whether to defer: a reader whose backward never runs stashes nothing, and the sum is
-    exact whatever the order (BN's backward is linear in dL/dy)."""
-
-    __slots__ = ("weight", "bias", "stats", "readers", "buf", "done")
-
-    def __init__(self, weight, bias):
-        self.weight, self.bias = weight, bias  # the BN affine parameters the producer takes as inputs
-        self.stats, self.readers, self.buf, self.done = None, 0, None, []
-
-    def bind(self, mean, invstd, weight, act):
-        """The statistics and activation y is computed with (weight: the BN's, checked against the producer's)."""
-        if weight is self.weight:
-            self.stats = (mean, invstd, act)
-
-    def deferred(self):
-        return self.stats is not None and self.readers >= 2
-
-    def stash(self, g, c0, c1):
-        """Add g, dL/dy of channels [c0, c1), into the sum (the first write of a range is a copy)."""
-        full = self.stats[0].shape[0]
-        if self.buf is None:
-            b, _, h, w = g.shape
-            self.buf = torch.empty((b, full, h, w), dtype=g.dtype, device=g.device, memory_format=memory_format_of(g))
-        gaps = _gaps(self.done, c0, c1)
-        view = _sl(self.buf, c0, c1, full)
-        if gaps == [(c0, c1)]:
-            view.copy_(g)
-        else:
-            for a, b in gaps:
-                _sl(self.buf, a, b, full).zero_()
-            view.add_(g)
-        self.done.append((c0, c1))
-
-    def take(self):
-        """The summed dL/dy (None when no reader stashed), zero where nobody wrote; the sum is released."""
-        buf, self.buf = self.buf, None
-        if buf is not None:
-            full = buf.shape[1]
-            for a, b in _gaps(self.done, 0, full):
-                _sl(buf, a, b, full).zero_()
-        self.done = []
-        return buf
-
-
-class Grads:
-    """Gradients of a lazy value's leaf tensors, accumulated by Node.backward without autograd.
-
-    leaves: the stored tensors; needed: which of them want a gradient; shared: {leaf position: SharedGrad} of
-    the leaves whose BN-act gradient goes to their producer (SharedGrad.deferred()). A leaf's gradient is one full-size
-    buffer (the leaf's dtype and strides), allocated uninitialised on first use; each channel range a node
-    writes is recorded, so the first write of a range is a plain store (the kernels' dz=, a copy_) and only
-    a range written before is accumulated into (accumulate=True, add_). result() zeroes the ranges nobody
-    wrote (a chunk read by another consumer) and returns one gradient per leaf (None: not needed/unreached)."""
-
-    def __init__(self, leaves, needed, shared=None):
-        self.leaves = leaves
-        self.index = {id(t): i for i, t in enumerate(leaves)}
-        self.needed = needed
-        self._shared = shared or {}
-        self.bufs = [None] * len(leaves)
-        self.done = [None] * len(leaves)  # per leaf: list of written [c0, c1) ranges
-
-    def needs(self, t):
-        return self.needed[self.index[id(t)]]
-
-    def shared(self, t):
-        """The SharedGrad that takes t's BN-act gradient instead of this reader's BN backward, or None."""
-        return self._shared.get(self.index[id(t)]) if self._shared else None
-
-    def slot(self, t, c0, c1):
-        """(view, accumulate): channels [c0, c1) of t's gradient buffer and whether it already holds a value
-        (a partly written range gets its unwritten parts zeroed first, so accumulate covers all of it)."""
-        i = self.index[id(t)]
-        if self.bufs[i] is None:
-            self.bufs[i] = torch.empty_like(t)
-            self.done[i] = []
-        buf, done = self.bufs[i], self.done[i]
-        gaps = _gaps(done, c0, c1)
-        full = t.shape[0] if t.ndim == 1 else t.shape[1]
-        view = _sl(buf, c0, c1, full)
-        if gaps == [(c0, c1)]:
-            accumulate = False
-        else:
-            for a, b in gaps:
-                _sl(buf, a, b, full).zero_()
-            accumulate = True
-        done.append((c0, c1))
-        return view, accumulate
-
-    def put(self, t, c0, c1, value, owned=False):
-        """Add value (channels [c0, c1) of t's gradient) in. owned=True: value is a fresh tensor nobody else
-        reads (a BN parameter gradient); when it is the first write of all of t's gradient it becomes the
-        buffer itself (no allocation and copy)."""
-        i = self.index[id(t)]
-        if (owned and self.bufs[i] is None and c0 == 0 and c1 == (t.shape[0] if t.ndim == 1 else t.shape[1])
-                and value.dtype == t.dtype and value.shape == t.shape and value.stride() == t.stride()):
-            self.bufs[i] = value
-            self.done[i] = [(c0, c1)]
-            return
-        view, accumulate = self.slot(t, c0, c1)
-        if accumulate:
-            view.add_(value)
-        else:
-            view.copy_(value)
-
-    def result(self):
-        for i, buf in enumerate(self.bufs):
-            if buf is not None:
-                full = buf.shape[0] if buf.ndim == 1 else buf.shape[1]
-                for a, b in _gaps(self.done[i], 0, full):
-                    _sl(buf, a, b, full).zero_()
-        return self.bufs
-
-
-def _gaps(done, c0, c1):
-    """The parts of [c0, c1) not covered by the ranges in done."""
-    gaps, pos = [], c0
-    for a, b in sorted(done):
-        if b <= pos or a >= c1:
-            continue
-        if a > pos:
-            gaps.append((pos, a))
-        pos = max(pos, b)
-        if pos >= c1:
-            break
-    if pos < c1:
-        gaps.append((pos, c1))
-    return gaps
-
-
-def natural_dtype(node):
-    """The dtype a lazy value is materialised in outside a conv: its first stored tensor's (float32 for a
-    uint8 image)."""
-    t = node.first_tensor()
-    return torch.float32 if t.dtype == torch.uint8 else t.dtype
-
-
-def materialise(node):
-    """The activated tensor of a lazy value (differentiable when grad is enabled): used where a consumer
-    needs a real tensor (layers that fall back to plain torch)."""
-    if isinstance(node, Plain):
-        return node.view()
-    if isinstance(node, Image):
-        return node.normalised()
-    t = node.first_tensor()
-    return Evaluator(natural_dtype(node), memory_format_of(t), torch.is_grad_enabled()).run(node)
-
-
-def materialise_any(x):
-    """materialise() through lists and tuples (the inputs of multi-input layers); tensors pass through."""
-    if isinstance(x, Node):
-        return materialise(x)
-    if isinstance(x, (list, tuple)):
-        return type(x)(materialise_any(v) for v in x)
-    return x

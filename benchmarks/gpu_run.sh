@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# gpu_run.sh — one device-machine call: build yolov9c._C for the H200, run the CUDA tests and the named
+# benchmarks, in the order given. Run from the repo root:
+#     bash benchmarks/gpu_run.sh build tests step memory train
+# Each part writes $OUT/<part>.log (OUT defaults to ./gpu_out); every JSON line a part prints is appended to
+# $OUT/rows.jsonl; $OUT/machine.txt says which GPU, driver, torch and commit. A part is skipped when fewer
+# seconds than it needs are left of GPU_SECONDS (default 570, under the 10-minute command limit).
+# Parts:
+#   build      YOLOV9C_CUDA_ARCHS=90 python setup.py build_ext --inplace (warnings are errors, as in CI)
+#   tests      every CUDA test case of the suite (pytest -m cuda tests; TESTS="tests/test_x.py ..." narrows it)
+#   kernels    the CUDA tests of the ops (bn_silu, det_loss, tal_assign, nms, pool, bindings)
+#   guards     the CUDA-graph step and training-guard tests, long tracebacks
+#   step       bench_step.py: yolov9-s and yolov9-c (STEP_MODELS), both backends, batch 64 (STEP_BATCH), 640
+#   memory     bench_memory.py: peak memory per configuration (MEM_MODELS, MEM_CONFIGS), markdown rows
+#   train      bench_train.py: the real train_dual.py, yolov9-s and yolov9-c (TRAIN_MODELS), c and torch
+#              (TRAIN_BACKENDS), 1024 generated images (written while the module builds)
+#   loss       bench_loss.py: the detection loss at 20, 160, 1000 boxes per image
+#   bn         bench_bn_silu.py (BN_FLAGS, e.g. "--kernels --shapes 64,512,40,40")
+#   pool       bench_pool.py
+#   nms        bench_nms.py (CUDA and CPU, 1000 to 30000 boxes)
+#   loader     bench_dataloader.py at 8 and 16 workers (LOADER_WORKERS), batch 64, 640
+#   published  bench_published_step.py against the published code in .dev/published (skipped without it)
+#   accuracy   bench_accuracy.py on coco128 (ACC_SEEDS, ACC_EPOCHS, ACC_FLAGS)
+#   realacc    the real-dataset accuracy matrix (docs/fidelity.md "Real datasets") on ACC_NAME (raccoon, kangaroo,
+#              bccd; carried converted in .dev/data_accuracy/NAME): yolov9-s, 640, batch 32, hyp.scratch-high,
+#              close-mosaic 15, --min-items 0 --cache ram, 60 epochs, seeds 0,1,2, torch, c and the published code
+#              (.dev/published), all at once; stops 120 s before the call ends (exit 3 = unfinished: the same call
+#              again on the warm machine resumes them from runs/acc-NAME); $OUT/acc-NAME.results.jsonl, curves.png
+#   augtests   the CUDA cases of test_augment.py / test_augment_plan.py (the augment kernel = its C reference)
+#   augloader  bench_dataloader.py, CPU pipeline vs the augment op on CUDA, workers 4 8 16 (AUG_WORKERS),
+#              without and with --cache ram
+#   augtrain   bench_train.py, the real train_dual.py, c backend, workers 4 8 16, without and with --gpu-augment
+#   augpub     the published train_dual.py (.dev/published) on the same 1024 images, workers 4 8 16
+#   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32
+#   ddp        (2 GPUs) the DDP tests and a torchrun run of the c backend
+# Test: tests/test_gpu_run.py checks that every part named here is handled and every script it runs exists.
+set -uo pipefail
+OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 YOLOV9C_CACHE=${YOLOV9C_CACHE:-/tmp/yolov9c_cache}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
+[ -d .dev/shared ] && export YOLOV9C_SHARED=${YOLOV9C_SHARED:-$PWD/.dev/shared}   # goldens the tests read
+END=$(( $(date +%s) + ${GPU_SECONDS:-570} ))
+left() { echo $(( END - $(date +%s) )); }
+
+stage() {  # stage NAME NEED LIMIT command...: run when NEED seconds are left, for at most LIMIT seconds
+  local name=$1 need=$2 lim=$3; shift 3
+  if [ "$(left)" -lt "$need" ]; then echo "SKIP $name ($(left) s left)"; return; fi
+  [ "$lim" -gt "$(left)" ] && lim=$(left)
+  local t0; t0=$(date +%s)
+  timeout "$lim" "$@" > "$OUT/$name.log" 2>&1
+  echo "$name rc=$? $(( $(date +%s) - t0 )) s"
+  grep -h '^{' "$OUT/$name.log" >> "$OUT/rows.jsonl"
+}
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; python3 -V
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+  git log -1 --format='%H %s' 2>/dev/null; date -u; } > "$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+
+DATA=
+if [[ " $* " == *" train "* || " $* " == *" augtrain "* || " $* " == *" augpub "* ]]; then   # the training benchmark's images, written while the module builds
+  python3 benchmarks/bench_train.py --data-only --images 1024 --procs 12 > "$OUT/train_data.log" 2>&1 &
+  DATA=$!
+fi
+PYT=(python3 -m pytest -q -p no:cacheprovider -m cuda -rfs)
+COCO=${COCO:-shared/data/coco128/data.yaml}
+[ -f "$COCO" ] || COCO=.dev/shared/data/coco128/data.yaml
+
+for part in "$@"; do
+  case $part in
+    build) stage build 60 300 env YOLOV9C_CUDA=1 YOLOV9C_CUDA_ARCHS=90 YOLOV9C_WERROR=1 \
+             python3 setup.py build_ext --inplace
+           tail -2 "$OUT/build.log"
+           python3 -c "import yolov9c._C as C; print(C.build_info())" || { echo "no CUDA module: stop"; exit 1; } ;;
+    tests) stage tests 120 ${TEST_LIMIT:-300} "${PYT[@]}" --tb=short ${TESTS:-tests}; tail -12 "$OUT/tests.log" ;;
+    kernels) stage kernels 60 200 "${PYT[@]}" --tb=short tests/test_bn_silu.py tests/test_det_loss.py \
+               tests/test_tal_assign.py tests/test_nms.py tests/test_pool.py tests/test_bindings.py
+             tail -6 "$OUT/kernels.log" ;;
+    guards) stage guards 120 150 "${PYT[@]}" --tb=long tests/test_train_guards_cuda.py tests/test_graph_step.py
+            tail -20 "$OUT/guards.log" ;;
+    step) stage step 150 ${STEP_LIMIT:-300} python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} \
+            --backends c torch --steps 10 --warmup 5 --batch ${STEP_BATCH:-64} --profile 0 --timeout 110 \
+            --cudnn-benchmark --markdown
+          tail -10 "$OUT/step.log" ;;
+    memory) stage memory 90 ${MEM_LIMIT:-400} python3 benchmarks/bench_memory.py --models ${MEM_MODELS:-yolov9-s yolov9-c} \
+              --configs ${MEM_CONFIGS:-torch-cl c-cl torch-cl-graph c-cl-graph} --cudnn-benchmark --markdown
+            grep "^|" "$OUT/memory.log" | head -14 ;;
+    train) [ -n "$DATA" ] && wait "$DATA"
+           for m in ${TRAIN_MODELS:-yolov9-s yolov9-c}; do for b in ${TRAIN_BACKENDS:-c torch}; do
+             stage "train_${m}_$b" 100 240 python3 benchmarks/bench_train.py --models "$m" --backends "$b" \
+               --images 1024 --timeout ${TRAIN_TIMEOUT:-230} --root /tmp/yolov9c_bench_train
+             tail -1 "$OUT/train_${m}_$b.log"
+           done; done
+           cp /tmp/yolov9c_bench_train/logs/*.log "$OUT/" 2>/dev/null ;;
+    loss) stage loss 60 90 python3 benchmarks/bench_loss.py --batch 64 --imgsz 640 --nc 80 --boxes 20 160 1000 \
+            --reps 10 --warmup 3 --markdown
+          tail -12 "$OUT/loss.log" ;;
+    bn) stage bn 45 90 python3 benchmarks/bench_bn_silu.py --no-torch ${BN_FLAGS:-}; tail -22 "$OUT/bn.log" ;;
+    pool) stage pool 30 90 python3 benchmarks/bench_pool.py; tail -16 "$OUT/pool.log" ;;
+    nms) stage nms 30 120 python3 benchmarks/bench_nms.py; tail -12 "$OUT/nms.log" ;;
+    loader) for w in ${LOADER_WORKERS:-8 16}; do
+              stage "loader_$w" 60 150 python3 benchmarks/bench_dataloader.py --workers "$w" --batch 64 --imgsz 640 \
+                --batches 64 --warmup 16
+              tail -2 "$OUT/loader_$w.log"
+            done ;;
+    published) if [ -d .dev/published ]; then
+                 stage published 60 150 python3 benchmarks/bench_published_step.py --published .dev/published \
+                   --models ${STEP_MODELS:-yolov9-s yolov9-c} --profile 0 --markdown
+                 tail -5 "$OUT/published.log"
+               else echo "SKIP published (no .dev/published)"; fi ;;
+    accuracy) pub=(); [ -d .dev/published ] && pub=(--published .dev/published --python python3)
+              stage accuracy 300 540 python3 benchmarks/bench_accuracy.py --data "$COCO" --epochs ${ACC_EPOCHS:-30} \
+                --close-mosaic ${ACC_CLOSE:-10} --seeds ${ACC_SEEDS:-0,1} --jobs ${ACC_JOBS:-6} --workers 2 \
+                ${ACC_FLAGS:---single-cls} --out /tmp/acc "${pub[@]}"
+              tail -6 "$OUT/accuracy.log" ;;
+    realacc) name=${ACC_NAME:-raccoon}; data=.dev/data_accuracy/$name/data.yaml; acc=runs/acc-$name
+             if [ ! -f "$data" ]; then echo "SKIP realacc (no $data: carry the converted dataset)"; continue; fi
+             pub=(); [ -f .dev/published/train_dual.py ] && pub=(--published .dev/published --python python3)
+             stage realacc 240 $(( $(left) - 10 )) python3 benchmarks/bench_accuracy.py --data "$data" --cfg yolov9-s \
+               --img 640 --batch 32 --epochs ${ACC_EPOCHS:-60} --close-mosaic 15 --seeds ${ACC_SEEDS:-0,1,2} \
+               --backends torch,c --jobs ${ACC_JOBS:-9} --workers 2 --time-limit $(( $(left) - 120 )) --out "$acc" \
+               "${pub[@]}"
+             tail -12 "$OUT/realacc.log"
+             cp "$acc/curves.png" "$OUT/" 2>/dev/null; cp "$acc/results.jsonl" "$OUT/acc-$name.results.jsonl" 2>/dev/null
+             for d in "$acc"/train/*/; do cp "$d/results.csv" "$OUT/$(basename "$d").results.csv" 2>/dev/null; done ;;
+    augtests) stage augtests 60 150 "${PYT[@]}" --tb=short tests/test_augment.py tests/test_augment_plan.py
+              tail -3 "$OUT/augtests.log" ;;
+    augloader) for cache in "" "--cache ram"; do for w in ${AUG_WORKERS:-4 8 16}; do for a in cpu-pipeline op-cuda; do
+                 stage "augloader_${a}_w${w}${cache:+_ram}" 60 90 python3 benchmarks/bench_dataloader.py --workers "$w" \
+                   --batch 64 --imgsz 640 --batches 20 --augment "$a" $cache
+                 tail -1 "$OUT/augloader_${a}_w${w}${cache:+_ram}.log"
+               done; done; done ;;
+    augtrain) [ -n "$DATA" ] && wait "$DATA"
+              for m in ${TRAIN_MODELS:-yolov9-s yolov9-c}; do for w in ${AUG_WORKERS:-4 8 16}; do for g in "" --gpu-augment; do
+                stage "augtrain_${m}_w${w}${g:+_gpuaug}" 110 100 python3 benchmarks/bench_train.py --models "$m" \
+                  --backends c --images 1024 --workers "$w" --timeout 95 --root /tmp/yolov9c_bench_train $g
+                tail -1 "$OUT/augtrain_${m}_w${w}${g:+_gpuaug}.log"
+              done; done; done ;;
+    augpub) [ -n "$DATA" ] && wait "$DATA"
+            if [ ! -d .dev/published ]; then echo "SKIP augpub (no .dev/published)"; continue; fi
+            for m in ${TRAIN_MODELS:-yolov9-s yolov9-c}; do for w in ${AUG_WORKERS:-4 8 16}; do
+              stage "augpub_${m}_w${w}" 120 110 bash -c "cd .dev/published && python3 train_dual.py \
+                --data /tmp/yolov9c_bench_train/synthetic-1024-640-b40/data.yaml --cfg models/detect/${m}.yaml \
+                --hyp data/hyps/hyp.scratch-high.yaml --batch-size 64 --img 640 --epochs 1 --workers $w --device 0 \
+                --project /tmp/pub_runs --name ${m}_w${w} --exist-ok"
+            done; done ;;
+    grads) for mode in fp16 fp32; do
+             flag=(); [ $mode = fp32 ] && flag=(--fp32)
+             stage "grads_$mode" 60 ${GRADS_LIMIT:-240} python3 benchmarks/fidelity/backend_grads.py --data "$COCO" \
+               --cfg ${GRADS_CFG:-yolov9-s} --img 320 --batch 16 --batches ${GRADS_BATCHES:-6} --warm-steps 30 \
+               "${flag[@]}" --json "$OUT/grads_$mode.jsonl"
+             grep "^| " "$OUT/grads_$mode.log" | head -8
+           done ;;
+    ddp) stage ddp 120 150 "${PYT[@]}" tests/test_train_ddp.py; tail -3 "$OUT/ddp.log"
+         stage torchrun 90 120 torchrun --nproc_per_node 2 train_dual.py --cfg yolov9-s.yaml --img 320 --batch 32 \
+           --epochs 1 --workers 4 --backend c --noplots --project /tmp/runs --name ddp_c --exist-ok
+         tail -4 "$OUT/torchrun.log" ;;
+    *) echo "unknown part $part (see the list at the top of benchmarks/gpu_run.sh)" ;;
+  esac
+done
+echo "done, $(left) s left"
