@@ -57,7 +57,8 @@ from yolov9c.engine.train.state import RunState, make_val_loader, setup
 from yolov9c.engine.train.step import prepare_batch
 from yolov9c.engine.val.coco import coco_layout
 from yolov9c.engine.val.validator import ValConfig, validate
-from yolov9c.models.checkpoint import load_model, make_checkpoint
+from yolov9c.models.checkpoint import make_checkpoint
+from yolov9c.models.weights import load_model
 
 __all__ = ["Interrupted", "TrainError", "train"]  # TrainError: raised by set-up and the loop, caught by the CLI
 
