@@ -19,6 +19,7 @@ import collections
 import copy
 import datetime
 import importlib
+import math
 import os
 import pickle
 import re
@@ -280,6 +281,50 @@ def test_strip_checkpoint_keeps_ema_as_fp16_model(tmp_path):
     for k, v in ema.state_dict().items():
         expect = v.half() if v.is_floating_point() else v
         assert torch.equal(raw["model"][k], expect), k
+
+
+def test_fp16_strip_never_turns_a_finite_value_into_inf(tmp_path):
+    """A diverging run's EMA BatchNorm variance of 81177 is finite in float32 but beyond fp16 (65504): the strip
+    (and save_checkpoint(half=True)) keep that tensor in float32, exact, and cast the others to fp16; the file
+    loads finite. Before: inf in the stripped best.pt."""
+    model, ema = fresh_model("gelan-t", seed=6), fresh_model("gelan-t", seed=7)
+    big = "model.1.bn.running_var"
+    with torch.no_grad():
+        ema.state_dict()[big].view(-1)[0] = 81177.0
+        model.state_dict()[big].view(-1)[0] = -1e6
+    path = ck.save_checkpoint(tmp_path / "best.pt", model, ema=ema, epoch=3, half=False)
+    ck.strip_checkpoint(path)
+    sd = torch.load(path, weights_only=True)["model"]
+    assert sd[big].dtype == torch.float32 and float(sd[big].view(-1)[0]) == 81177.0
+    assert all(v.dtype == torch.float16 for k, v in sd.items() if v.is_floating_point() and k != big)
+    assert all(torch.isfinite(v).all() for v in sd.values() if v.is_floating_point())
+    assert float(weights.load_model(path).state_dict()[big].view(-1)[0]) == 81177.0
+    half = torch.load(ck.save_checkpoint(tmp_path / "h.pt", model, ema=ema, half=True), weights_only=True)
+    assert float(half["model"][big].view(-1)[0]) == -1e6 and float(half["ema"][big].view(-1)[0]) == 81177.0
+    assert half["model"]["model.0.conv.weight"].dtype == torch.float16
+
+
+def test_loaders_warn_in_one_line_about_non_finite_tensors(tmp_path, caplog):
+    """A checkpoint whose weights hold NaN/inf loads (it may be inspected) but every loader says so in one WARNING
+    line naming the tensors: read_checkpoint / load_model (val, detect, export, --weights) and `info`."""
+    model = fresh_model("gelan-t", seed=3)
+    with torch.no_grad():
+        model.state_dict()["model.1.bn.running_var"].view(-1)[2] = math.nan
+        model.state_dict()["model.0.conv.weight"].view(-1)[0] = math.inf
+    path = ck.save_checkpoint(tmp_path / "bad.pt", model, half=False)
+    good = ck.save_checkpoint(tmp_path / "good.pt", fresh_model("gelan-t", seed=4), half=False)
+    with caplog.at_level("WARNING", logger="yolov9c"):
+        weights.load_model(good)
+        assert not [r for r in caplog.records if r.levelname == "WARNING"]
+        weights.load_model(path)
+    (rec,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "2 tensors hold inf/NaN (model.0.conv.weight, model.1.bn.running_var)" in rec.getMessage()
+    assert "\n" not in rec.getMessage()
+    r = subprocess.run([sys.executable, "-m", "yolov9c", "info", "--weights", str(path)], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = [s for s in (r.stdout + r.stderr).splitlines() if "inf/NaN" in s]
+    assert len(lines) == 1 and "model.1.bn.running_var" in lines[0] and str(path) in lines[0], r.stderr
 
 
 def test_transfer_weights_intersects_by_name_and_shape(tmp_path, caplog):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import copy
 import datetime
+import logging
 import os
 import pickle
 import warnings
@@ -31,21 +32,25 @@ from torch import nn
 from yolov9c.models.atomic_io import atomic_torch_save
 from yolov9c.models.ckpt_data import (CHECKPOINT_KEYS, FORMAT, VERSION, CheckpointError, UnsafeCheckpointError,
                                       to_plain, unwrap)
+from yolov9c.models.finite import FP16_MAX, describe, half_where_safe, warn_nonfinite
 from yolov9c.models.published import from_published, restricted_pickle
+
+LOGGER = logging.getLogger("yolov9c")
 
 __all__ = ["CHECKPOINT_KEYS", "FORMAT", "VERSION", "CheckpointError", "UnsafeCheckpointError", "make_checkpoint",
            "read_checkpoint", "save_checkpoint", "strip_checkpoint", "to_plain"]
 
 
 def _state_dict(module: nn.Module, half: bool) -> dict:
-    """state_dict of `module` as CPU tensors detached from autograd; floating tensors cast to fp16 if `half`.
+    """state_dict of `module` as CPU tensors detached from autograd; floating tensors cast to fp16 if `half`
+    (finite.half_where_safe: a tensor with a finite value beyond the fp16 range stays float32).
     Returns an OrderedDict name -> tensor (registration order, as in spec/goldens/<cfg>.keys.txt). fp32 CPU
     tensors still share memory with the model: write the dict out before the model changes."""
     sd = collections.OrderedDict()
     for k, v in unwrap(module).state_dict().items():
         v = v.detach().cpu()
-        sd[k] = v.half() if half and v.is_floating_point() else v
-    return sd
+        sd[k] = v
+    return half_where_safe(sd)[0] if half else sd
 
 
 def make_checkpoint(model: nn.Module, *, ema=None, optimizer=None, epoch: int = -1, opt=None, hyp=None,
@@ -106,26 +111,36 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, *, ema=None, opti
 
 
 def strip_checkpoint(path: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
-    """The end-of-training strip of train_dual.py: model := EMA (when present), fp16; ema, optimizer, updates and
+    """The end-of-training strip of train_dual.py: model := EMA (when present), fp16 (a tensor with a finite value
+    beyond the fp16 range stays float32, logged: never a finite value made inf); ema, optimizer, updates and
     best_fitness := None; epoch := -1. Reads ours or a published file, writes ours to `out` (default: in place,
     atomically). Returns the written path."""
     ckpt = read_checkpoint(path)
     sd = ckpt["ema"] if ckpt.get("ema") else ckpt["model"]
-    ckpt["model"] = collections.OrderedDict(
-        (k, v.half() if v.is_floating_point() else v) for k, v in sd.items())
+    ckpt["model"], kept = half_where_safe(collections.OrderedDict(sd))
+    if kept:
+        LOGGER.info(f"{Path(path).name}: {len(kept)} tensors kept in float32 (values beyond the fp16 range "
+                    f"±{FP16_MAX:g}: {describe(kept)})")
     ckpt.update(ema=None, optimizer=None, updates=None, best_fitness=None, epoch=-1)
     ckpt.pop("source", None)
     return atomic_torch_save(ckpt, out if out is not None else path, what="stripped checkpoint")
 
 
-def read_checkpoint(path: str | os.PathLike) -> dict:
+def read_checkpoint(path: str | os.PathLike, warn: bool = True) -> dict:
     """Read a checkpoint, ours or published, into a dict in our format with every tensor on the CPU.
 
     Ours load with torch.load(weights_only=True). A file that this refuses is read again through
     RestrictedUnpickler (published files hold model objects); it gets 'source': 'published'. A bare state_dict
     (all tensors) comes back as {'model': sd, 'yaml': None, ...}. Raises FileNotFoundError, CheckpointError,
-    UnsafeCheckpointError (a global outside the allowed list: nothing from the file was run)."""
-    path = Path(path)
+    UnsafeCheckpointError (a global outside the allowed list: nothing from the file was run). warn: one WARNING
+    line (finite.warn_nonfinite) when the model or EMA weights hold inf/NaN, naming them."""
+    ckpt = _read(Path(path))
+    if warn:
+        warn_nonfinite(ckpt, path)
+    return ckpt
+
+
+def _read(path: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:

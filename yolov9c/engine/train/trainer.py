@@ -50,7 +50,7 @@ from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig, opt_dict
 from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.graph_step import GraphStep
-from yolov9c.engine.train.guards import NonFiniteError, checkpoint_is_finite, nonfinite_causes, validate_with_backoff
+from yolov9c.engine.train.guards import raise_diverged, stop_if_diverged, validate_with_backoff
 from yolov9c.engine.train.resume import rng_state
 from yolov9c.engine.train.schedule import warmup, warmup_accumulate
 from yolov9c.engine.train.state import RunState, make_val_loader, setup
@@ -219,10 +219,12 @@ def end_epoch(state: RunState, epoch, stats: EpochStats):
     if state.main:
         final = epoch + 1 == state.cfg.epochs
         state.ema.update_attr(state.model)
+        res = None
         if (not state.cfg.noval and (epoch + 1) % state.cfg.val_period == 0) or final:
             res = _validate(state, state.ema.ema)
             state.metrics = [res[k] for k in METRIC_KEYS]
             state.maps = np.asarray(res["maps"], np.float64)
+        stop_if_diverged(state, epoch, res)  # guards.py: non-finite weights or validation losses end the run
         fi = fitness(*state.metrics[:4])
         if fi >= state.best_fitness:
             state.best_epoch = epoch
@@ -240,7 +242,7 @@ def end_epoch(state: RunState, epoch, stats: EpochStats):
     if state.world > 1:  # every rank stops together
         flag = torch.tensor([int(state.stop)], device=state.device)
         dist.broadcast(flag, 0)
-        state.stop = bool(flag.item())
+        state.stop = raise_diverged(state, flag.item())
 
 
 def _epoch_row(state, epoch, stats):
@@ -255,19 +257,14 @@ def _epoch_row(state, epoch, stats):
 def save_epoch(state, epoch, row, best, ckpt=True):
     """The epoch's files through the run folder (run_folder.RunFolder.save_epoch: last.pt, then best.pt when
     `best` and epochN.pt every --save-period epochs as copies of it, then the results.csv row; ckpt False
-    (--nosave): the row only). Weights that are not all finite are never written: NonFiniteError before any
-    write (the previous last.pt / best.pt and results.csv stay). An --evolve generation (no run folder) only
-    appends its row (atomically)."""
+    (--nosave): the row only). end_epoch has checked that the weights are finite (guards.stop_if_diverged). An
+    --evolve generation (no run folder) only appends its row (atomically)."""
     if state.folder is None:
         R.append_row(state.save_dir / "results.csv", row)
         return
     if not ckpt:
         state.folder.save_epoch(epoch, row, None)
         return
-    ok, where = checkpoint_is_finite(state)
-    if not ok:
-        raise NonFiniteError(f"epoch {epoch}: the weights are not finite ({where}); last.pt and best.pt were not "
-                             f"written (the previous ones are kept); {nonfinite_causes(state)}")
     ck = make_checkpoint(state.model, ema=state.ema, optimizer=state.optimizer, epoch=epoch,
                          opt=opt_dict(state.cfg), hyp=state.hyp, best_fitness=state.best_fitness, half=False)
     ck.update(scaler=state.scaler.state_dict(), rng=rng_state(), last_opt_step=state.last_opt_step,
