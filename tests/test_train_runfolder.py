@@ -182,3 +182,31 @@ def test_a_run_killed_at_the_finish_is_finished_by_resume(data, tmp_path):
     assert _epochs(run) == [0]
     with pytest.raises(TrainError, match="nothing to resume: this run finished"):
         train(parse_opt(["--resume", str(last)]), log=_quiet)
+
+
+def test_resume_from_an_epoch_checkpoint_of_a_finished_run(data, tmp_path):
+    """--resume RUN/weights/epoch0.pt of a finished run (to go back before a divergence) trains again from epoch 1
+    in a new folder RUN-from-epoch0: the finished run's files stay byte for byte, the new folder has each epoch
+    once in results.csv (epoch 0 copied, 1 and 2 trained) and, resume being exact on the CPU, ends with the same
+    weights as the finished run. Before: "nothing to resume: this run finished"."""
+    import torch
+
+    out = train(parse_opt(_args(data, tmp_path, "--epochs", "3", "--save-period", "1")), log=_quiet)
+    run = out["save_dir"]
+    assert read_state(run)["phase"] == "done"
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    lines = []
+    out2 = train(parse_opt(["--resume", str(run / "weights" / "epoch0.pt")]), log=lambda *a, **k: lines.append(
+        " ".join(map(str, a))))
+    branch = run.parent / f"{run.name}-from-epoch0"
+    assert out2["save_dir"] == branch and out2["epochs_done"] == 3
+    assert any(f"continuing in a new run folder {branch}" in s for s in lines)
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert after == before  # nothing of the finished run changed
+    assert read_state(branch)["phase"] == "done" and _epochs(branch) == [0, 1, 2]
+    a = torch.load(run / "weights" / "last.pt", weights_only=True)["model"]
+    b = torch.load(branch / "weights" / "last.pt", weights_only=True)["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # a second resume of the same epoch gets its own folder
+    train(parse_opt(["--resume", str(run / "weights" / "epoch1.pt")]), log=_quiet)
+    assert _epochs(run.parent / f"{run.name}-from-epoch1") == [0, 1, 2]
