@@ -291,3 +291,29 @@ def raise_diverged(state, flag):
         dist.broadcast_object_list(msg, 0)
         raise NonFiniteError(msg[0])
     return bool(flag)
+
+
+# What gloo / NCCL / the rendezvous store say when another process of the run is gone.
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL communicator was aborted",
+              "remote process exited", "collective operation timeout", "Socket Timeout")
+
+
+def raise_if_peer_lost(state, e):
+    """Under DDP, a collective that failed because another process of the run died (a node lost, a rank killed):
+    raise TrainError, one `error:` line naming this rank, the cause and how to go on. Other errors return (the
+    caller re-raises them). A peer that hangs instead of dying is waited for up to the process group's timeout."""
+    import torch.distributed as dist
+    if state.world <= 1:
+        return
+    text = str(e)
+    network = tuple(getattr(dist, n) for n in ("DistNetworkError", "DistStoreError") if hasattr(dist, n))
+    if not (isinstance(e, network) or any(s in text for s in _PEER_LOST)):
+        return
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
+    first = first.split(". ")[0].split("] ", 1)[-1]  # gloo: "[.../pair.cc:553] Connection closed by peer [ip]:port. This…"
+    last = state.wdir / "last.pt" if state.wdir is not None else None
+    go_on = (f"restart every node's command with --resume {last}" if state.main and last is not None and
+             last.is_file() else "restart every node's command (with --resume RUN/weights/last.pt when rank 0 "
+                                 "saved an epoch)")
+    raise TrainError(f"rank {state.rank}: another process of this DDP run stopped ({first[:160]}); this process "
+                     f"stopped too; {go_on}") from None

@@ -50,7 +50,7 @@ from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig, opt_dict
 from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.graph_step import GraphStep
-from yolov9c.engine.train.guards import raise_diverged, stop_if_diverged, validate_with_backoff
+from yolov9c.engine.train.guards import raise_diverged, raise_if_peer_lost, stop_if_diverged, validate_with_backoff
 from yolov9c.engine.train.resume import rng_state
 from yolov9c.engine.train.schedule import warmup, warmup_accumulate
 from yolov9c.engine.train.state import RunState, make_val_loader, setup
@@ -104,6 +104,9 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
             raise
         last = state.wdir / "last.pt"
         raise Interrupted(state.save_dir, last if last.is_file() else None) from e
+    except RuntimeError as e:
+        raise_if_peer_lost(state, e)  # guards.py: another DDP process died → one `error:` line
+        raise
     finally:
         for loader in (state.train_loader, state.val_loader):  # workers stopped here, not at interpreter exit
             close_loader(loader)
