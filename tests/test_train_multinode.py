@@ -47,7 +47,8 @@ def saving_end_epoch(state, epoch, stats):
     torch.save({k: v.detach().clone() for k, v in m.named_parameters()}, out / f"rank{state.rank}.tmp")
     os.replace(out / f"rank{state.rank}.tmp", out / f"rank{state.rank}_epoch{epoch}.pt")
     if hold == str(state.rank):
-        (out / f"rank{state.rank}.pid").write_text(str(os.getpid()))
+        (out / "pid.tmp").write_text(str(os.getpid()))
+        os.replace(out / "pid.tmp", out / f"rank{state.rank}.pid")  # whole, when the test sees it
         while True:
             time.sleep(0.2)
 

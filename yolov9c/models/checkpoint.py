@@ -10,7 +10,8 @@ Our format is a dict of plain data only, so it loads with `torch.load(path, weig
     save_checkpoint("last.pt", model, ema=ema, optimizer=opt, epoch=3, opt=vars(args), hyp=hyp)
 
 Published files go through the restricted unpickler (models/published.py); writes through models/atomic_io.py;
-weights into a model: models/weights.py (load_model, model_from_checkpoint, transfer_weights).
+weights into a model: models/weights.py (load_model, model_from_checkpoint, transfer_weights); fp16 casts that
+never overflow and the one-line warning about inf/NaN tensors: models/finite.py.
 
 Test: python -m pytest -q tests/test_checkpoint.py
 """

@@ -81,15 +81,16 @@ def read_resume(cfg: RunConfig, log=print) -> Resumed:
         if not last.is_file():
             raise TrainError(f"--resume: no last.pt found ({cfg.resume})")
         ckpt = _read(last)
-        if last.name != "last.pt" and resumable(ckpt):  # weights/epochN.pt, an unstripped best.pt
-            last = branch(last, ckpt, log)
+    run = last.parent.parent  # the run whose options (opt.yaml) are resumed
+    if last.name != "last.pt" and resumable(ckpt):  # weights/epochN.pt, an unstripped best.pt
+        last = branch(last, ckpt, log)
     save_dir = last.parent.parent
     action = resume_action(save_dir, ckpt)
     if action == "done":
         raise TrainError(f"--resume {last}: nothing to resume: this run finished (stripped weights, final "
                          f"validation done); resume from one of its weights/epochN.pt (--save-period; it continues "
                          f"in a new run folder) or start a new run with --weights {last} to train it further")
-    stored = _stored_options(save_dir, ckpt, last, log)
+    stored = _stored_options(run, ckpt, last, log)
     stored = dataclasses.replace(stored, **{k: getattr(cfg, k) for k in RESUME_OVERRIDES if k in cfg.given},
                                  given=cfg.given, resume=str(last), weights=str(last), cfg="")
     return Resumed(cfg=stored, ckpt=ckpt, last=last, save_dir=save_dir, action=action)
@@ -105,11 +106,17 @@ def branch(src: Path, ckpt: dict, log=print) -> Path:
     go back before a divergence, also of a finished run: the run is left as it is, and training continues in a
     new folder next to it, <run>-from-<stem> (…2, …3 when taken), set up as that run interrupted after the
     checkpoint's epoch: its opt.yaml and hyp.yaml, its results.csv (the resume keeps the rows up to that epoch)
-    and the checkpoint as weights/last.pt. Returns that last.pt; only the main process (RANK -1 or 0) writes."""
+    and the checkpoint as weights/last.pt (a hard link: a branch whose last.pt is still it, from a start that
+    failed, is used again). Returns that last.pt; only the main process (RANK -1 or 0) writes."""
     run = src.parent.parent
     target = run.parent / f"{run.name}-from-{src.stem}"
     if int(os.getenv("RANK", -1)) > 0:  # other DDP ranks write nothing; the name is only for their records
         return increment_path(target) / "weights" / "last.pt"
+    for n in range(1, 100):  # a branch of this checkpoint that has not saved an epoch yet (a start that failed)
+        last = target.with_name(target.name + (str(n) if n > 1 else "")) / "weights" / "last.pt"
+        if last.is_file() and os.path.samefile(last, src):
+            log(f"--resume {src}: continuing in {last.parent.parent}, made for it earlier and not trained yet")
+            return last
     new = increment_path(target, mkdir=True)
     (new / "weights").mkdir()
     for name in ("opt.yaml", "hyp.yaml", "results.csv"):  # real copies: results.csv is appended to in place
