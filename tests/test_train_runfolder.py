@@ -210,3 +210,33 @@ def test_resume_from_an_epoch_checkpoint_of_a_finished_run(data, tmp_path):
     # a second resume of the same epoch gets its own folder
     train(parse_opt(["--resume", str(run / "weights" / "epoch1.pt")]), log=_quiet)
     assert _epochs(run.parent / f"{run.name}-from-epoch1") == [0, 1, 2]
+
+
+def test_branch_folder_is_used_again_until_it_saved_an_epoch(tmp_path):
+    """resume.branch: a second --resume of the same epochN.pt whose first start failed before saving an epoch
+    continues in the folder made then (its last.pt still the same file); once that folder saved an epoch, a new
+    one (…-from-epoch02) is made. The run's own files are never touched."""
+    import torch
+
+    from yolov9c import build_model
+    from yolov9c.engine.train.resume import branch
+    from yolov9c.models.checkpoint import save_checkpoint
+
+    run = tmp_path / "exp"
+    (run / "weights").mkdir(parents=True)
+    (run / "opt.yaml").write_text("epochs: 3\n")
+    (run / "results.csv").write_text("epoch\n0\n1\n")
+    model = build_model("gelan-t", nc=2)
+    src = save_checkpoint(run / "weights" / "epoch0.pt", model, optimizer=torch.optim.SGD(model.parameters()),
+                          epoch=0, half=False)
+    first = branch(src, {"epoch": 0}, log=_quiet)
+    assert first == tmp_path / "exp-from-epoch0" / "weights" / "last.pt" and first.read_bytes() == src.read_bytes()
+    assert (first.parent.parent / "results.csv").read_text() == "epoch\n0\n1\n"
+    assert branch(src, {"epoch": 0}, log=_quiet) == first  # not trained yet: used again
+    first.unlink()
+    first.write_bytes(src.read_bytes())  # the branch saved an epoch of its own (a new file)
+    second = branch(src, {"epoch": 0}, log=_quiet)
+    assert second == tmp_path / "exp-from-epoch02" / "weights" / "last.pt"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp", "exp-from-epoch0", "exp-from-epoch02"]
+    assert (run / "results.csv").read_text() == "epoch\n0\n1\n" and sorted(os.listdir(run / "weights")) == \
+        ["epoch0.pt"]
