@@ -310,7 +310,7 @@ def raise_if_peer_lost(state, e):
     if not (isinstance(e, network) or any(s in text for s in _PEER_LOST)):
         return
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
-    first = first.split(". ")[0].split("] ", 1)[-1]  # gloo: "[.../pair.cc:553] Connection closed by peer [ip]:port. This…"
+    first = first.split(". ")[0].split("] ", 1)[-1]  # gloo: "[…/pair.cc:553] Connection closed by peer [ip]:port. …"
     last = state.wdir / "last.pt" if state.wdir is not None else None
     go_on = (f"restart every node's command with --resume {last}" if state.main and last is not None and
              last.is_file() else "restart every node's command (with --resume RUN/weights/last.pt when rank 0 "
