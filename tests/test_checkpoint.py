@@ -1,4 +1,5 @@
-"""Checkpoints and model summaries: yolov9c/models/checkpoint.py and yolov9c/models/info.py.
+"""Checkpoints and model summaries: yolov9c/models/{checkpoint,ckpt_data,atomic_io,published,weights}.py and
+yolov9c/models/info.py.
 
 - our format: plain data (torch.load weights_only=True), atomic writes (a write that fails midway leaves the old
   file and no temp file), round trips of model/EMA/optimizer;
@@ -18,6 +19,7 @@ import collections
 import copy
 import datetime
 import importlib
+import math
 import os
 import pickle
 import re
@@ -31,6 +33,7 @@ from torch import nn
 
 from inprocess import call
 from yolov9c.cli.main import main as cli_main
+from yolov9c.models import atomic_io, published, weights
 from yolov9c.models import checkpoint as ck
 from yolov9c.models.common import Conv
 from yolov9c.models.info import count_flops, count_ops, layer_table, model_summary
@@ -182,13 +185,13 @@ def test_our_checkpoint_is_plain_data_and_round_trips(tmp_path):
     assert torch.equal(opt2.state[p0]["momentum_buffer"], opt.state[p0]["momentum_buffer"])
 
     # load_model prefers the EMA, returns float32 in eval mode, restores names and hyp
-    loaded = ck.load_model(path)
+    loaded = weights.load_model(path)
     assert not loaded.training and next(loaded.parameters()).dtype == torch.float32
     assert loaded.hyp == model.hyp and loaded.names == model.names
     assert_same(loaded.state_dict(), ema.state_dict())
     x = torch.rand(1, 3, 64, 64)
     assert torch.equal(eval_output(loaded, x), eval_output(ema, x))
-    assert_same(ck.load_model(path, prefer_ema=False).state_dict(), model.state_dict())
+    assert_same(weights.load_model(path, prefer_ema=False).state_dict(), model.state_dict())
 
 
 def test_half_checkpoint_stores_fp16_and_loads_rounded(tmp_path):
@@ -198,7 +201,7 @@ def test_half_checkpoint_stores_fp16_and_loads_rounded(tmp_path):
     w = "model.0.conv.weight"
     assert raw["model"][w].dtype == torch.float16
     assert raw["model"]["model.0.bn.num_batches_tracked"].dtype == torch.int64
-    assert_same(ck.load_model(path).state_dict(), model.state_dict(), via=torch.float16)
+    assert_same(weights.load_model(path).state_dict(), model.state_dict(), via=torch.float16)
 
 
 def test_atomic_save_keeps_old_file_when_the_write_fails(tmp_path, monkeypatch):
@@ -241,22 +244,22 @@ def test_full_disk_is_one_line_and_atomic_copy_without_hard_links(tmp_path, monk
     links atomic_copy writes a real copy, and replacing the source later leaves the copy alone."""
     import errno
     src, dst = tmp_path / "last.pt", tmp_path / "best.pt"
-    ck.atomic_write(src, b"epoch 1" * 1000)
-    ck.atomic_write(dst, b"old best")
+    atomic_io.atomic_write(src, b"epoch 1" * 1000)
+    atomic_io.atomic_write(dst, b"old best")
     monkeypatch.setattr(os, "link", lambda a, b: (_ for _ in ()).throw(OSError(errno.EPERM, "no hard links")))
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left")))
-    with pytest.raises(ck.DiskFullError) as e:
-        ck.atomic_copy(src, dst, what="best.pt of epoch 1")
+    with pytest.raises(atomic_io.DiskFullError) as e:
+        atomic_io.atomic_copy(src, dst, what="best.pt of epoch 1")
     assert str(e.value).startswith(f"No space left on device writing {dst} (best.pt of epoch 1): it needs about "
                                    f"0.0 MB") and "the previous best.pt is intact" in str(e.value)
     assert e.value.needed == 7000 and e.value.errno == errno.ENOSPC and isinstance(e.value, OSError)
     assert dst.read_bytes() == b"old best" and sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
     monkeypatch.setattr(os, "fsync", real_fsync)
-    ck.atomic_copy(src, dst)
-    ck.atomic_write(src, b"epoch 2")
+    atomic_io.atomic_copy(src, dst)
+    atomic_io.atomic_write(src, b"epoch 2")
     assert dst.read_bytes() == b"epoch 1" * 1000 and os.stat(src).st_ino != os.stat(dst).st_ino
-    assert ck.is_temp_name(".last.pt.k2j4x9_a.tmp") and not ck.is_temp_name("last.pt")
+    assert atomic_io.is_temp_name(".last.pt.k2j4x9_a.tmp") and not atomic_io.is_temp_name("last.pt")
 
 
 def test_save_refuses_non_plain_data_and_writes_nothing(tmp_path):
@@ -280,6 +283,50 @@ def test_strip_checkpoint_keeps_ema_as_fp16_model(tmp_path):
         assert torch.equal(raw["model"][k], expect), k
 
 
+def test_fp16_strip_never_turns_a_finite_value_into_inf(tmp_path):
+    """A diverging run's EMA BatchNorm variance of 81177 is finite in float32 but beyond fp16 (65504): the strip
+    (and save_checkpoint(half=True)) keep that tensor in float32, exact, and cast the others to fp16; the file
+    loads finite. Before: inf in the stripped best.pt."""
+    model, ema = fresh_model("gelan-t", seed=6), fresh_model("gelan-t", seed=7)
+    big = "model.1.bn.running_var"
+    with torch.no_grad():
+        ema.state_dict()[big].view(-1)[0] = 81177.0
+        model.state_dict()[big].view(-1)[0] = -1e6
+    path = ck.save_checkpoint(tmp_path / "best.pt", model, ema=ema, epoch=3, half=False)
+    ck.strip_checkpoint(path)
+    sd = torch.load(path, weights_only=True)["model"]
+    assert sd[big].dtype == torch.float32 and float(sd[big].view(-1)[0]) == 81177.0
+    assert all(v.dtype == torch.float16 for k, v in sd.items() if v.is_floating_point() and k != big)
+    assert all(torch.isfinite(v).all() for v in sd.values() if v.is_floating_point())
+    assert float(weights.load_model(path).state_dict()[big].view(-1)[0]) == 81177.0
+    half = torch.load(ck.save_checkpoint(tmp_path / "h.pt", model, ema=ema, half=True), weights_only=True)
+    assert float(half["model"][big].view(-1)[0]) == -1e6 and float(half["ema"][big].view(-1)[0]) == 81177.0
+    assert half["model"]["model.0.conv.weight"].dtype == torch.float16
+
+
+def test_loaders_warn_in_one_line_about_non_finite_tensors(tmp_path, caplog):
+    """A checkpoint whose weights hold NaN/inf loads (it may be inspected) but every loader says so in one WARNING
+    line naming the tensors: read_checkpoint / load_model (val, detect, export, --weights) and `info`."""
+    model = fresh_model("gelan-t", seed=3)
+    with torch.no_grad():
+        model.state_dict()["model.1.bn.running_var"].view(-1)[2] = math.nan
+        model.state_dict()["model.0.conv.weight"].view(-1)[0] = math.inf
+    path = ck.save_checkpoint(tmp_path / "bad.pt", model, half=False)
+    good = ck.save_checkpoint(tmp_path / "good.pt", fresh_model("gelan-t", seed=4), half=False)
+    with caplog.at_level("WARNING", logger="yolov9c"):
+        weights.load_model(good)
+        assert not [r for r in caplog.records if r.levelname == "WARNING"]
+        weights.load_model(path)
+    (rec,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "2 tensors hold inf/NaN (model.0.conv.weight, model.1.bn.running_var)" in rec.getMessage()
+    assert "\n" not in rec.getMessage()
+    r = subprocess.run([sys.executable, "-m", "yolov9c", "info", "--weights", str(path)], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    lines = [s for s in (r.stdout + r.stderr).splitlines() if "inf/NaN" in s]
+    assert len(lines) == 1 and "model.1.bn.running_var" in lines[0] and str(path) in lines[0], r.stderr
+
+
 def test_transfer_weights_intersects_by_name_and_shape(tmp_path, caplog):
     src = fresh_model("gelan-t", nc=3, seed=8)
     # nc = 20: the final class convs differ in shape; the class branch width max(64, min(2·nc, 128)) does not
@@ -288,7 +335,7 @@ def test_transfer_weights_intersects_by_name_and_shape(tmp_path, caplog):
     differ = {k for k, v in src.state_dict().items() if v.shape != msd[k].shape}
     assert differ == {f"model.22.cv3.{i}.2.{p}" for i in range(3) for p in ("weight", "bias")}
     with caplog.at_level("INFO", logger="yolov9c"):
-        n, total = ck.transfer_weights(dst, src.state_dict(), source="src.pt")
+        n, total = weights.transfer_weights(dst, src.state_dict(), source="src.pt")
     assert (n, total) == (len(msd) - 6, len(msd))
     assert f"Transferred {len(msd) - 6}/{len(msd)} items from src.pt" in caplog.text
     dsd = dst.state_dict()
@@ -298,15 +345,15 @@ def test_transfer_weights_intersects_by_name_and_shape(tmp_path, caplog):
     # strict loading names the mismatch instead of half-loading a model
     path = ck.save_checkpoint(tmp_path / "s.pt", src, half=False)
     with pytest.raises(ck.CheckpointError, match="shape differs"):
-        ck.load_model(path, cfg="gelan-s")
+        weights.load_model(path, cfg="gelan-s")
 
 
 def test_bare_state_dict_needs_cfg(tmp_path):
     model = fresh_model("gelan-t", seed=9)
     torch.save(model.state_dict(), tmp_path / "sd.pt")
     with pytest.raises(ck.CheckpointError, match="no model yaml"):
-        ck.load_model(tmp_path / "sd.pt")
-    assert_same(ck.load_model(tmp_path / "sd.pt", cfg="gelan-t").state_dict(), model.state_dict())
+        weights.load_model(tmp_path / "sd.pt")
+    assert_same(weights.load_model(tmp_path / "sd.pt", cfg="gelan-t").state_dict(), model.state_dict())
 
 
 def test_missing_and_garbage_files(tmp_path):
@@ -344,7 +391,7 @@ def test_published_checkpoint_loads_exactly(layout, tmp_path, cfg, half):
         assert stored.dtype == (dtype if v.is_floating_point() else v.dtype), k
         assert torch.equal(stored, v.to(stored.dtype)), k
 
-    loaded = ck.load_model(path)
+    loaded = weights.load_model(path)
     assert type(loaded) is DetectionModel and type(loaded.model[-1]).__module__ == "yolov9c.models.head"
     assert not loaded.training and loaded.nc == 5 and loaded.names == model.names
     reference = copy.deepcopy(ema)
@@ -355,24 +402,24 @@ def test_published_checkpoint_loads_exactly(layout, tmp_path, cfg, half):
     assert_same(loaded.state_dict(), reference.state_dict())
     x = torch.rand(1, 3, 64, 64)
     assert torch.equal(eval_output(loaded, x), eval_output(reference, x))
-    assert_same(ck.load_model(path, prefer_ema=False).state_dict(), model.state_dict(), via=dtype)
+    assert_same(weights.load_model(path, prefer_ema=False).state_dict(), model.state_dict(), via=dtype)
 
 
 def test_stripped_published_checkpoint(layout, tmp_path):
     """strip_optimizer output: model = EMA (fp16), ema None, epoch -1."""
     ema = fresh_model("gelan-t", seed=12)
     layout.save(tmp_path / "best.pt", ema, ema=None)
-    assert_same(ck.load_model(tmp_path / "best.pt").state_dict(), ema.state_dict(), via=torch.float16)
+    assert_same(weights.load_model(tmp_path / "best.pt").state_dict(), ema.state_dict(), via=torch.float16)
 
 
 def test_published_whole_model_file(layout, tmp_path):
     """torch.save(model) without the checkpoint dict (a common user habit) loads too."""
     model = fresh_model("gelan-t", seed=16)
     layout.save(tmp_path / "dict.pt", model)
-    whole = torch.load(tmp_path / "dict.pt", map_location="cpu", pickle_module=ck.restricted_pickle,
+    whole = torch.load(tmp_path / "dict.pt", map_location="cpu", pickle_module=published.restricted_pickle,
                        weights_only=False)["model"]  # our classes now; save it bare in the published layout
     layout.save(tmp_path / "bare.pt", whole, half=True, bare=True)
-    assert_same(ck.load_model(tmp_path / "bare.pt").state_dict(), model.state_dict(), via=torch.float16)
+    assert_same(weights.load_model(tmp_path / "bare.pt").state_dict(), model.state_dict(), via=torch.float16)
 
 
 def test_published_checkpoint_with_trained_head_state(layout, tmp_path):
@@ -382,7 +429,7 @@ def test_published_checkpoint_with_trained_head_state(layout, tmp_path):
     head = model.model[-1]
     head.shape, head.anchors = torch.Size([1, 144, 8, 8]), torch.zeros(2, 84)
     layout.save(tmp_path / "h.pt", model, ema=None)
-    assert_same(ck.load_model(tmp_path / "h.pt").state_dict(), model.state_dict(), via=torch.float16)
+    assert_same(weights.load_model(tmp_path / "h.pt").state_dict(), model.state_dict(), via=torch.float16)
 
 
 def test_convert_published_file_via_cli(layout, tmp_path):
@@ -394,7 +441,7 @@ def test_convert_published_file_via_cli(layout, tmp_path):
     r = call(cli_main, ["convert", "--weights", str(tmp_path / "yolov9-t.pt"), "--cfg", "gelan-t", "--out", str(out)])
     assert r.returncode == 0, r.stderr
     assert "published checkpoint" in r.stdout and "EMA weights" in r.stdout
-    gelan = ck.load_model(out)
+    gelan = weights.load_model(out)
     reference = copy.deepcopy(ema).half().float()  # the file's fp16 rounding
     x = torch.rand(1, 3, 64, 64)
     torch.testing.assert_close(eval_output(gelan, x), eval_output(reference, x), rtol=1e-6, atol=1e-6)
@@ -442,12 +489,12 @@ def test_hostile_pickle_is_refused_and_not_run(hostile, target, legacy):
     files, marker = hostile
     path = files[(target, legacy)]
     with pytest.raises(ck.UnsafeCheckpointError, match=HOSTILE[target]) as e:
-        ck.load_model(path)
+        weights.load_model(path)
     assert "not a known YOLOv9 checkpoint" in str(e.value)
     assert not marker.exists()
     # the raw restricted loader refuses too, not only the weights-only first attempt
     with pytest.raises(ck.UnsafeCheckpointError):
-        torch.load(path, map_location="cpu", pickle_module=ck.restricted_pickle, weights_only=False)
+        torch.load(path, map_location="cpu", pickle_module=published.restricted_pickle, weights_only=False)
     assert not marker.exists()
 
 
@@ -503,7 +550,7 @@ def test_unknown_published_names_are_refused(tmp_path):
 
 
 def test_restricted_unpickler_allows_exactly_the_checkpoint_vocabulary():
-    u = ck.RestrictedUnpickler(__import__("io").BytesIO(b""))
+    u = published.RestrictedUnpickler(__import__("io").BytesIO(b""))
     assert u.find_class("models.common", "RepNCSPELAN4").__module__ == "yolov9c.models.common"
     assert u.find_class("models.yolo", "DualDDetect").__module__ == "yolov9c.models.head"
     assert u.find_class("models.common", "DFL").__module__ == "yolov9c.models.head"

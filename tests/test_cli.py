@@ -21,6 +21,7 @@ import torch
 from inprocess import call
 from yolov9c.cli.main import main
 from yolov9c.models import checkpoint as ck
+from yolov9c.models.weights import load_model
 from yolov9c.models.model import DetectionModel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +120,7 @@ def test_convert_yolov9_to_gelan(yolov9t_checkpoint, tmp_path):
     assert raw["yaml"]["head"][-1][2] == "DDetect" and raw["nc"] == 4 and raw["names"] == ["a", "b", "c", "d"]
     assert raw["model"]["model.0.conv.weight"].dtype == torch.float32
 
-    gelan = ck.load_model(out)
+    gelan = load_model(out)
     assert type(gelan.model[-1]).__name__ == "DDetect" and gelan.names == model.names
     # the main head of the training model and the converted model compute the same thing
     x = torch.rand(1, 3, 64, 64)

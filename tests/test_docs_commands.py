@@ -57,6 +57,8 @@ def why_not_run(cmd):
         return "installs packages (.ci/run runs the README's install and test command)"
     if " -m pytest" in cmd:
         return "the test suite itself"
+    if "--nnodes" in cmd.split():
+        return "needs two machines (tests/test_train_multinode.py runs two nodes on 127.0.0.1)"
     if cmd.startswith("torchrun") or "--device 0,1" in cmd:
         return "needs two GPUs (tests/test_train_ddp.py)"
     if "--measure" in cmd.split():

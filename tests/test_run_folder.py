@@ -35,7 +35,8 @@ from yolov9c.engine.run_dir import increment_path
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.run_folder import (LOCK_NAME, STATE_NAME, USER_ERRORS, RunFolder, RunFolderBusy,
                                              RunFolderError, read_opt, read_state, resume_action)
-from yolov9c.models.checkpoint import DiskFullError, atomic_torch_save, read_checkpoint
+from yolov9c.models.atomic_io import DiskFullError, atomic_torch_save
+from yolov9c.models.checkpoint import read_checkpoint
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NCOL = len(R.COLUMNS)

@@ -306,3 +306,58 @@ def test_oom_in_validation_validates_again_with_a_smaller_batch(data, tmp_path, 
     assert batches == [4, 2]  # the loader's batch is min(8, 4 validation images); validated again with 2
     assert sum("CUDA out of memory in validation at a batch of 4" in s for s in lines) == 1
     assert out["epochs_done"] == 1 and out["metrics"]["box_loss"] > 0  # the validation (with its loss) ran
+
+
+# ---------------------------------------------------------------------------------------------------------
+# divergence at an epoch's end (guards.stop_if_diverged)
+# ---------------------------------------------------------------------------------------------------------
+
+def test_lr0_100_diverges_and_stops_with_one_error_line(data, tmp_path, capsys):
+    """A real divergence: lr0 100 on finite images. The float32 weights stay finite, but the validation losses of
+    the EMA are not (NaN): the run stops at that epoch with exit code 2 and one `error:` line naming the epoch,
+    the losses and lr0, and writes no checkpoint or results row of it (before: exit 0, 'done', and a stripped
+    fp16 best.pt with inf BatchNorm variances)."""
+    hyp = load_hyp(None)
+    hyp.update(lr0=100.0)
+    f = tmp_path / "hyp.lr100.yaml"
+    f.write_text(yaml.safe_dump(hyp))
+    args = ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--epochs", "3", "--workers",
+            "0", "--noplots", "--device", "cpu", "--backend", "torch", "--project", str(tmp_path), "--name", "lr100",
+            "--hyp", str(f)]
+    rc = main(args)
+    err = capsys.readouterr().err
+    errors = [s for s in err.splitlines() if "error:" in s]
+    assert rc == 2 and len(errors) == 1, err[-2000:]
+    assert "training diverged" in errors[0] and "lr0=100.0" in errors[0] and "validation losses" in errors[0]
+    run = tmp_path / "lr100"
+    epoch = int(errors[0].split("error: epoch ")[1].split(":")[0])
+    assert (run / "run_state.yaml").exists() and "done" not in (run / "run_state.yaml").read_text()
+    if epoch == 0:
+        assert not (run / "weights" / "last.pt").exists() and not (run / "results.csv").exists()
+    else:  # the epochs before it were saved, finite
+        assert read_results(run / "results.csv")["epoch"].tolist() == [float(e) for e in range(epoch)]
+        assert _finite_weights(run / "weights" / "last.pt")
+
+
+def test_non_finite_bn_statistics_stop_the_run_and_keep_the_last_finite_epoch(data, tmp_path, capsys, monkeypatch):
+    """A BatchNorm running variance of the EMA turned NaN at epoch 1 (weights otherwise fine, --noval: no
+    validation loss sees it): exit code 2, one `error:` line naming epoch 1 and the tensor; last.pt, best.pt and
+    results.csv stay those of epoch 0, finite."""
+    def poison(state, epoch, stats):
+        if epoch == 1:
+            state.ema.ema.state_dict()["model.1.bn.running_var"].view(-1)[0] = math.nan
+        return end_epoch(state, epoch, stats)
+
+    end_epoch = T.end_epoch
+    monkeypatch.setattr(T, "end_epoch", poison)
+    rc = main(_args(data, tmp_path, "torch", "--epochs", "3", "--name", "bn"))
+    err = capsys.readouterr().err
+    errors = [s for s in err.splitlines() if "error:" in s]
+    assert rc == 2 and len(errors) == 1, err[-2000:]
+    assert errors[0].split("error: ")[1].startswith("epoch 1: training diverged: the weights are not finite (EMA "
+                                                     "model.1.bn.running_var)"), errors[0]
+    run = tmp_path / "bn"
+    for f in ("last.pt", "best.pt"):
+        ck = torch.load(run / "weights" / f, map_location="cpu", weights_only=True)
+        assert ck["epoch"] == 0 and _finite_weights(run / "weights" / f), f
+    assert read_results(run / "results.csv")["epoch"].tolist() == [0.0]

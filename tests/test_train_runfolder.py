@@ -182,3 +182,61 @@ def test_a_run_killed_at_the_finish_is_finished_by_resume(data, tmp_path):
     assert _epochs(run) == [0]
     with pytest.raises(TrainError, match="nothing to resume: this run finished"):
         train(parse_opt(["--resume", str(last)]), log=_quiet)
+
+
+def test_resume_from_an_epoch_checkpoint_of_a_finished_run(data, tmp_path):
+    """--resume RUN/weights/epoch0.pt of a finished run (to go back before a divergence) trains again from epoch 1
+    in a new folder RUN-from-epoch0: the finished run's files stay byte for byte, the new folder has each epoch
+    once in results.csv (epoch 0 copied, 1 and 2 trained) and, resume being exact on the CPU, ends with the same
+    weights as the finished run. Before: "nothing to resume: this run finished"."""
+    import torch
+
+    out = train(parse_opt(_args(data, tmp_path, "--epochs", "3", "--save-period", "1")), log=_quiet)
+    run = out["save_dir"]
+    assert read_state(run)["phase"] == "done"
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    lines = []
+    out2 = train(parse_opt(["--resume", str(run / "weights" / "epoch0.pt")]), log=lambda *a, **k: lines.append(
+        " ".join(map(str, a))))
+    branch = run.parent / f"{run.name}-from-epoch0"
+    assert out2["save_dir"] == branch and out2["epochs_done"] == 3
+    assert any(f"continuing in a new run folder {branch}" in s for s in lines)
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert after == before  # nothing of the finished run changed
+    assert read_state(branch)["phase"] == "done" and _epochs(branch) == [0, 1, 2]
+    a = torch.load(run / "weights" / "last.pt", weights_only=True)["model"]
+    b = torch.load(branch / "weights" / "last.pt", weights_only=True)["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # a second resume of the same epoch gets its own folder
+    train(parse_opt(["--resume", str(run / "weights" / "epoch1.pt")]), log=_quiet)
+    assert _epochs(run.parent / f"{run.name}-from-epoch1") == [0, 1, 2]
+
+
+def test_branch_folder_is_used_again_until_it_saved_an_epoch(tmp_path):
+    """resume.branch: a second --resume of the same epochN.pt whose first start failed before saving an epoch
+    continues in the folder made then (its last.pt still the same file); once that folder saved an epoch, a new
+    one (…-from-epoch02) is made. The run's own files are never touched."""
+    import torch
+
+    from yolov9c import build_model
+    from yolov9c.engine.train.resume import branch
+    from yolov9c.models.checkpoint import save_checkpoint
+
+    run = tmp_path / "exp"
+    (run / "weights").mkdir(parents=True)
+    (run / "opt.yaml").write_text("epochs: 3\n")
+    (run / "results.csv").write_text("epoch\n0\n1\n")
+    model = build_model("gelan-t", nc=2)
+    src = save_checkpoint(run / "weights" / "epoch0.pt", model, optimizer=torch.optim.SGD(model.parameters()),
+                          epoch=0, half=False)
+    first = branch(src, {"epoch": 0}, log=_quiet)
+    assert first == tmp_path / "exp-from-epoch0" / "weights" / "last.pt" and first.read_bytes() == src.read_bytes()
+    assert (first.parent.parent / "results.csv").read_text() == "epoch\n0\n1\n"
+    assert branch(src, {"epoch": 0}, log=_quiet) == first  # not trained yet: used again
+    first.unlink()
+    first.write_bytes(src.read_bytes())  # the branch saved an epoch of its own (a new file)
+    second = branch(src, {"epoch": 0}, log=_quiet)
+    assert second == tmp_path / "exp-from-epoch02" / "weights" / "last.pt"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp", "exp-from-epoch0", "exp-from-epoch02"]
+    assert (run / "results.csv").read_text() == "epoch\n0\n1\n" and sorted(os.listdir(run / "weights")) == \
+        ["epoch0.pt"]

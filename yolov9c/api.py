@@ -17,7 +17,7 @@ def build_model(cfg, nc=None):
 def load_model(path):
     """Load the model stored in one of our checkpoints or in a published YOLOv9 .pt file (through a
     restricted unpickler). Prefers the EMA weights when present. Returns a float32 DetectionModel."""
-    from yolov9c.models.checkpoint import load_model as _load
+    from yolov9c.models.weights import load_model as _load
 
     return _load(path)
 

@@ -105,7 +105,8 @@ def cmd_info(args) -> int:
 
 def _load(path: str):
     """Our DetectionModel from a checkpoint, with loader errors turned into CliError."""
-    from yolov9c.models.checkpoint import CheckpointError, load_model
+    from yolov9c.models.checkpoint import CheckpointError
+    from yolov9c.models.weights import load_model
 
     try:
         return load_model(path)
@@ -120,7 +121,8 @@ def _load(path: str):
 def cmd_convert(args) -> int:
     import torch
 
-    from yolov9c.models.checkpoint import CheckpointError, model_from_checkpoint, read_checkpoint, save_checkpoint
+    from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
+    from yolov9c.models.weights import model_from_checkpoint
 
     out = Path(args.out)
     src = Path(args.weights)

@@ -103,7 +103,8 @@ def run(opt, log=print):
     from yolov9c.engine.val.coco import coco_layout
     from yolov9c.engine.run_dir import increment_path
     from yolov9c.engine.val.validator import ValConfig, validate
-    from yolov9c.models.checkpoint import model_from_checkpoint, read_checkpoint
+    from yolov9c.models.checkpoint import read_checkpoint
+    from yolov9c.models.weights import model_from_checkpoint
 
     device = _device(opt.device)
     ckpt = read_checkpoint(opt.weights[0])

@@ -16,8 +16,13 @@ run are often skipped while the GradScaler lowers its loss scale from 65536 to o
 not overflow (9 of the first 16 steps of yolov9-s at batch 64): a skip while the scale is still above
 AMP_CALIBRATED (1.0) is counted in skipped_steps but not toward the N in a row, and logged as that calibration
 (the scale is read then: one host read per such skip). A real NaN under AMP therefore stops training after
-the scale has come down (about 16 halvings) and N more skips. checkpoint_is_finite() is the
-check the trainer makes before it writes last.pt / best.pt.
+the scale has come down (about 16 halvings) and N more skips.
+
+Divergence. stop_if_diverged(state, epoch, val) runs once per epoch end on the main process, before anything of
+the epoch is written (no host read is added to any step): non-finite model/EMA weights or BatchNorm statistics,
+or validation losses that are inf/NaN or beyond DIVERGED_LOSS, stop the run with NonFiniteError (one `error:`
+line: the epoch, what, the likely causes); last.pt, best.pt and results.csv keep the last finite epoch. Under
+DDP the other ranks get the verdict through end_epoch's stop broadcast and raise the same error.
 
 Out of memory. torch.cuda.OutOfMemoryError in a step: the gradients of the unfinished accumulation window are
 dropped (zero_grad, set to None), its BatchNorm statistics put back, the exception's frames released and
@@ -37,6 +42,7 @@ import torch
 
 from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.step import end_window
+from yolov9c.models.finite import describe, nonfinite_names
 
 DEFAULT_MAX_NONFINITE = 10
 AMP_CALIBRATED = 1.0  # a GradScaler skip at a loss scale above this is scale calibration, not a stuck run
@@ -221,11 +227,94 @@ def validate_with_backoff(state, run, make_loader):
 
 
 def checkpoint_is_finite(state):
-    """(ok, what): whether the model's and the EMA's floating-point state is all finite (before a save)."""
+    """(ok, what): whether the model's and the EMA's floating-point state (weights and BatchNorm statistics) is
+    all finite; `what` names the first tensor that is not. One host read."""
     for what, m in (("model", state.model), ("EMA", state.ema.ema if state.ema is not None else None)):
         if m is None:
             continue
-        for k, v in m.state_dict().items():
-            if v.is_floating_point() and not bool(torch.isfinite(v).all()):
-                return False, f"{what} {k}"
+        bad = nonfinite_names(m.state_dict())
+        if bad:
+            return False, f"{what} {describe(bad)}"
     return True, ""
+
+
+# A validation loss beyond this, or inf/NaN, means the run diverged (a converging detector's are below ~20).
+DIVERGED_LOSS = 1e6
+VAL_LOSSES = ("box_loss", "cls_loss", "dfl_loss")
+
+
+def divergence(state, epoch, val=None):
+    """Why the run diverged at the end of `epoch` (one line), or None. Checked on the main process once per epoch,
+    before anything of the epoch is written: the validation losses of `val` (a validate() result, None when
+    the epoch was not validated) and the model's and EMA's weights and BatchNorm statistics. No step is
+    synchronised for it: the step guard (above) sees only losses and gradients."""
+    if val is not None:
+        bad = [f"{k} {val[k]:.3g}" for k in VAL_LOSSES
+               if k in val and not (abs(float(val[k])) <= DIVERGED_LOSS)]
+        if bad:
+            return f"validation losses not finite or beyond {DIVERGED_LOSS:g} ({', '.join(bad)})"
+    ok, where = checkpoint_is_finite(state)
+    if not ok:
+        return f"the weights are not finite ({where})"
+    return None
+
+
+DIVERGED = 2  # end_epoch's stop flag value broadcast by rank 0 when the run diverged
+
+
+def stop_if_diverged(state, epoch, val=None):
+    """Main process, end of `epoch`: raise NonFiniteError (one `error:` line: the epoch, what is not finite, the
+    likely causes) when divergence() finds something. last.pt, best.pt and results.csv keep the previous epoch
+    (the last finite state). Under DDP rank 0 first sends DIVERGED and the message to the other ranks, which
+    wait in end_epoch's stop broadcast and raise the same error (raise_diverged)."""
+    if state.folder is None:  # an --evolve generation: no checkpoints to protect; its fitness judges it
+        return
+    why = divergence(state, epoch, val)
+    if why is None:
+        return
+    kept = ("last.pt, best.pt and results.csv were not written and keep the last finite epoch"
+            if (state.wdir / "last.pt").exists() else "last.pt and best.pt were not written")
+    msg = f"epoch {epoch}: training diverged: {why}; stopped before saving epoch {epoch}: {kept}; " \
+          f"{nonfinite_causes(state)}"
+    if state.world > 1:
+        import torch.distributed as dist
+        dist.broadcast(torch.tensor([DIVERGED], device=state.device), 0)
+        dist.broadcast_object_list([msg], 0)
+    raise NonFiniteError(msg)
+
+
+def raise_diverged(state, flag):
+    """Other ranks, after end_epoch's stop broadcast: rank 0 found the run diverged (flag DIVERGED): raise its
+    error. Returns whether to stop otherwise."""
+    if int(flag) == DIVERGED:
+        import torch.distributed as dist
+        msg = [None]
+        dist.broadcast_object_list(msg, 0)
+        raise NonFiniteError(msg[0])
+    return bool(flag)
+
+
+# What gloo / NCCL / the rendezvous store say when another process of the run is gone.
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "NCCL communicator was aborted",
+              "remote process exited", "collective operation timeout", "Socket Timeout")
+
+
+def raise_if_peer_lost(state, e):
+    """Under DDP, a collective that failed because another process of the run died (a node lost, a rank killed):
+    raise TrainError, one `error:` line naming this rank, the cause and how to go on. Other errors return (the
+    caller re-raises them). A peer that hangs instead of dying is waited for up to the process group's timeout."""
+    import torch.distributed as dist
+    if state.world <= 1:
+        return
+    text = str(e)
+    network = tuple(getattr(dist, n) for n in ("DistNetworkError", "DistStoreError") if hasattr(dist, n))
+    if not (isinstance(e, network) or any(s in text for s in _PEER_LOST)):
+        return
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(e).__name__)
+    first = first.split(". ")[0].split("] ", 1)[-1]  # gloo: "[…/pair.cc:553] Connection closed by peer [ip]:port. …"
+    last = state.wdir / "last.pt" if state.wdir is not None else None
+    go_on = (f"restart every node's command with --resume {last}" if state.main and last is not None and
+             last.is_file() else "restart every node's command (with --resume RUN/weights/last.pt when rank 0 "
+                                 "saved an epoch)")
+    raise TrainError(f"rank {state.rank}: another process of this DDP run stopped ({first[:160]}); this process "
+                     f"stopped too; {go_on}") from None

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from yolov9c.models.checkpoint import atomic_write
+from yolov9c.models.atomic_io import atomic_write
 
 COLUMNS = ("epoch", "train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision", "metrics/recall",
            "metrics/mAP_0.5", "metrics/mAP_0.5:0.95", "val/box_loss", "val/cls_loss", "val/dfl_loss",

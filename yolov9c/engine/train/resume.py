@@ -8,7 +8,9 @@ and weights to build the same run) and applied once at the end of set-up (`resto
 trainer reads a checkpoint. read_resume: the given last.pt, or (bare --resume) the newest last*.pt under
 --project whose run is not done (finished runs are skipped; the pick is logged); the run's options from its
 opt.yaml (run_folder.read_opt: when opt.yaml is missing, empty or broken, the options stored in last.pt), then
-the command line's RESUME_OVERRIDES (memory knobs, placement) for the flags the user typed. Its action
+the command line's RESUME_OVERRIDES (memory knobs, placement) for the flags the user typed. A checkpoint other
+than the run's last.pt (weights/epochN.pt, also of a finished run) continues in a new folder <run>-from-epochN
+(branch): the run itself is never overwritten. Its action
 (run_folder.resume_action): "train" (continue), "finish" (a run killed after its last epoch or while
 finishing: only strip and validate), or "done" (a finished run: nothing to resume, a TrainError).
 restore: optimizer, EMA (and its update count), GradScaler, start epoch, best fitness/epoch, the last optimizer
@@ -24,6 +26,7 @@ Test: python -m pytest -q tests/test_train_resume.py
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +35,11 @@ import numpy as np
 import torch
 import yaml
 
-from yolov9c.engine.train.config import RESUME_OVERRIDES, ConfigError, RunConfig
+from yolov9c.engine.run_dir import increment_path
+from yolov9c.engine.train.config import RESUME_OVERRIDES, ConfigError, RunConfig, opt_dict
 from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.run_folder import read_opt, read_state, resume_action
+from yolov9c.models.atomic_io import atomic_copy, atomic_write
 from yolov9c.models.checkpoint import CheckpointError, read_checkpoint
 
 
@@ -76,15 +81,51 @@ def read_resume(cfg: RunConfig, log=print) -> Resumed:
         if not last.is_file():
             raise TrainError(f"--resume: no last.pt found ({cfg.resume})")
         ckpt = _read(last)
+    run = last.parent.parent  # the run whose options (opt.yaml) are resumed
+    if last.name != "last.pt" and resumable(ckpt):  # weights/epochN.pt, an unstripped best.pt
+        last = branch(last, ckpt, log)
     save_dir = last.parent.parent
     action = resume_action(save_dir, ckpt)
     if action == "done":
         raise TrainError(f"--resume {last}: nothing to resume: this run finished (stripped weights, final "
-                         f"validation done); start a new run with --weights {last} to train it further")
-    stored = _stored_options(save_dir, ckpt, last, log)
+                         f"validation done); resume from one of its weights/epochN.pt (--save-period; it continues "
+                         f"in a new run folder) or start a new run with --weights {last} to train it further")
+    stored = _stored_options(run, ckpt, last, log)
     stored = dataclasses.replace(stored, **{k: getattr(cfg, k) for k in RESUME_OVERRIDES if k in cfg.given},
                                  given=cfg.given, resume=str(last), weights=str(last), cfg="")
     return Resumed(cfg=stored, ckpt=ckpt, last=last, save_dir=save_dir, action=action)
+
+
+def resumable(ckpt):
+    """Whether a checkpoint holds what a resume needs (optimizer, epoch): not a stripped last.pt / best.pt."""
+    return ckpt.get("optimizer") is not None and int(ckpt.get("epoch", -1)) >= 0
+
+
+def branch(src: Path, ckpt: dict, log=print) -> Path:
+    """--resume of a checkpoint other than its run's last.pt (weights/epochN.pt, an unstripped best.pt), e.g. to
+    go back before a divergence, also of a finished run: the run is left as it is, and training continues in a
+    new folder next to it, <run>-from-<stem> (…2, …3 when taken), set up as that run interrupted after the
+    checkpoint's epoch: its opt.yaml and hyp.yaml, its results.csv (the resume keeps the rows up to that epoch)
+    and the checkpoint as weights/last.pt (a hard link: a branch whose last.pt is still it, from a start that
+    failed, is used again). Returns that last.pt; only the main process (RANK -1 or 0) writes."""
+    run = src.parent.parent
+    target = run.parent / f"{run.name}-from-{src.stem}"
+    if int(os.getenv("RANK", -1)) > 0:  # other DDP ranks write nothing; the name is only for their records
+        return increment_path(target) / "weights" / "last.pt"
+    for n in range(1, 100):  # a branch of this checkpoint that has not saved an epoch yet (a start that failed)
+        last = target.with_name(target.name + (str(n) if n > 1 else "")) / "weights" / "last.pt"
+        if last.is_file() and os.path.samefile(last, src):
+            log(f"--resume {src}: continuing in {last.parent.parent}, made for it earlier and not trained yet")
+            return last
+    new = increment_path(target, mkdir=True)
+    (new / "weights").mkdir()
+    for name in ("opt.yaml", "hyp.yaml", "results.csv"):  # real copies: results.csv is appended to in place
+        if (run / name).is_file():
+            atomic_write(new / name, (run / name).read_bytes(), what=name)
+    last = atomic_copy(src, new / "weights" / "last.pt", what="last.pt")
+    log(f"--resume {src}: epoch {int(ckpt['epoch'])} of {run}; continuing in a new run folder {new} ({run} is "
+        f"left as it is)")
+    return last
 
 
 def pick_latest(project, log=print):

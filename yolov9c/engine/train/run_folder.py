@@ -20,7 +20,7 @@ What it guarantees:
   by close() (context manager), by atexit, and on any exception in open(); a kill -9 leaves a stale lock that
   the next open takes over.
 - Atomic files. opt.yaml, hyp.yaml, run_state.yaml, results.csv and the checkpoints are written as a temp file
-  (".<name>.<random>.tmp", see yolov9c.models.checkpoint.atomic_write), fsynced and renamed; open() removes the
+  (".<name>.<random>.tmp", see yolov9c.models.atomic_io.atomic_write), fsynced and renamed; open() removes the
   temp files a killed writer left in the folder and in weights/. opt.yaml is rewritten atomically on resume
   (it shows the resumed run's memory knobs, as published).
 - results.csv. A fresh run moves an existing results.csv aside (results.1.csv, results.2.csv, ...; never
@@ -30,7 +30,7 @@ What it guarantees:
   So a resumed run has each epoch exactly once.
 - Finishing. run_state.yaml records the phase: "training", "finishing" (training ended: stripping and the final
   validation under way), "done". A --resume of a run killed while finishing gets resume_action "finish".
-- A full disk raises DiskFullError (yolov9c.models.checkpoint: what, its size, the free space); the previous
+- A full disk raises DiskFullError (yolov9c.models.atomic_io: what, its size, the free space); the previous
   file stays intact and no temp file is left.
 
 Errors a user can cause: RunFolderError (RunFolderBusy) and DiskFullError, both one `error:` line; the CLI
@@ -54,8 +54,8 @@ from pathlib import Path
 import yaml
 
 from yolov9c.engine.train import results as R
-from yolov9c.models.checkpoint import (DiskFullError, atomic_copy, atomic_torch_save, atomic_write, is_temp_name,
-                                       strip_checkpoint, to_plain)
+from yolov9c.models.atomic_io import DiskFullError, atomic_copy, atomic_torch_save, atomic_write, is_temp_name
+from yolov9c.models.checkpoint import strip_checkpoint, to_plain
 
 LOCK_NAME = "run.lock"
 STATE_NAME = "run_state.yaml"
@@ -75,7 +75,7 @@ class RunFolderBusy(RunFolderError):
     """Another live training run holds the folder (its pid, host and start time are in the message)."""
 
 
-# What the CLI prints as one `error:` line (DiskFullError lives in models/checkpoint.py, below engine).
+# What the CLI prints as one `error:` line (DiskFullError lives in models/atomic_io.py, below engine).
 USER_ERRORS = (RunFolderError, DiskFullError)
 
 

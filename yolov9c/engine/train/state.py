@@ -59,7 +59,8 @@ from yolov9c.engine.train.run_folder import RunFolder
 from yolov9c.engine.train.schedule import lr_lambda, warmup_iterations
 from yolov9c.engine.train.step import EagerStep, Step, Window
 from yolov9c.loss.detection import make_loss
-from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain, transfer_weights
+from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain
+from yolov9c.models.weights import transfer_weights
 from yolov9c.models.info import model_summary
 from yolov9c.models.model import DetectionModel
 from yolov9c.ops import extension

@@ -31,14 +31,15 @@ from yolov9c.engine.progress import EpochClock, bar
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.errors import TrainError
-from yolov9c.engine.train.guards import NonFiniteError, checkpoint_is_finite, nonfinite_causes, validate_with_backoff
+from yolov9c.engine.train.guards import raise_diverged, raise_if_peer_lost, stop_if_diverged, validate_with_backoff
 from yolov9c.engine.train.resume import rng_state
 from yolov9c.engine.train.schedule import warmup
 from yolov9c.engine.train.state import RunState, make_val_loader, setup
 from yolov9c.engine.train.step import prepare_batch
 from yolov9c.engine.val.coco import coco_layout
 from yolov9c.engine.val.validator import ValConfig, validate
-from yolov9c.models.checkpoint import load_model, make_checkpoint
+from yolov9c.models.checkpoint import make_checkpoint
+from yolov9c.models.weights import load_model
 
 __all__ = ["Interrupted", "TrainError", "train"]  # TrainError: raised by set-up and the loop, caught by the CLI
 
@@ -85,6 +86,9 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
             raise
         last = state.wdir / "last.pt"
         raise Interrupted(state.save_dir, last if last.is_file() else None) from e
+    except RuntimeError as e:
+        raise_if_peer_lost(state, e)  # guards.py: another DDP process died → one `error:` line
+        raise
     finally:
         for loader in (state.train_loader, state.val_loader):  # workers stopped here, not at interpreter exit
             close_loader(loader)
@@ -204,10 +208,12 @@ def end_epoch(state: RunState, epoch, stats: EpochStats) -> bool:
     if state.main:
         final = epoch + 1 == state.cfg.epochs
         state.ema.update_attr(state.model)
+        res = None
         if (not state.cfg.noval and (epoch + 1) % state.cfg.val_period == 0) or final:
             res = _validate(state, state.ema.ema)
             progress.metrics = [res[k] for k in METRIC_KEYS]
             progress.maps = np.asarray(res["maps"], np.float64)
+        stop_if_diverged(state, epoch, res)  # guards.py: non-finite weights or validation losses end the run
         fi = fitness(*progress.metrics[:4])
         if fi >= progress.best_fitness:
             progress.best_epoch = epoch
@@ -225,7 +231,7 @@ def end_epoch(state: RunState, epoch, stats: EpochStats) -> bool:
     if state.world > 1:  # every rank stops together
         flag = torch.tensor([int(stop)], device=state.device)
         dist.broadcast(flag, 0)
-        stop = bool(flag.item())
+        stop = raise_diverged(state, flag.item())
     return stop
 
 
@@ -241,19 +247,14 @@ def _epoch_row(state, epoch, stats):
 def save_epoch(state, epoch, row, best, ckpt=True):
     """The epoch's files through the run folder (run_folder.RunFolder.save_epoch: last.pt, then best.pt when
     `best` and epochN.pt every --save-period epochs as copies of it, then the results.csv row; ckpt False
-    (--nosave): the row only). Weights that are not all finite are never written: NonFiniteError before any
-    write (the previous last.pt / best.pt and results.csv stay). An --evolve generation (no run folder) only
-    appends its row (atomically)."""
+    (--nosave): the row only). end_epoch has checked that the weights are finite (guards.stop_if_diverged). An
+    --evolve generation (no run folder) only appends its row (atomically)."""
     if state.folder is None:
         R.append_row(state.save_dir / "results.csv", row)
         return
     if not ckpt:
         state.folder.save_epoch(epoch, row, None)
         return
-    ok, where = checkpoint_is_finite(state)
-    if not ok:
-        raise NonFiniteError(f"epoch {epoch}: the weights are not finite ({where}); last.pt and best.pt were not "
-                             f"written (the previous ones are kept); {nonfinite_causes(state)}")
     ck = make_checkpoint(state.model, ema=state.ema, optimizer=state.optimizer, epoch=epoch,
                          opt=state.recorded_opt(), hyp=state.hyp, best_fitness=state.progress.best_fitness,
                          half=False)
