@@ -243,14 +243,18 @@ def test_fresh_run_into_an_existing_folder_moves_results_aside(tmp_path):
     with RunFolder.open(folder) as f:
         for e in range(3):
             f.save_epoch(e, row(e), ckpt(e))
+        f.save_epoch(2, row(2), ckpt(2), also=("epoch2.pt", "best.pt"))
     first = (folder / "results.csv").read_text()
     log = Log()
     with RunFolder.open(folder, log=log) as f:  # --exist-ok: a new run, same folder
         assert not f.results.exists()
+        assert not list(f.weights.iterdir())  # the earlier run's models are not beside this run's
         f.save_epoch(0, row(0), ckpt(0))
     assert (folder / "results.1.csv").read_text() == first
     assert R.epochs_in(folder / "results.csv") == [0]
-    assert any("moved to results.1.csv" in m for m in log)
+    assert sorted(p.name for p in (folder / "weights.1").iterdir()) == ["best.pt", "epoch2.pt", "last.pt"]
+    assert sorted(p.name for p in (folder / "weights").iterdir()) == ["last.pt"]
+    assert any("results.csv to results.1.csv and weights/ to weights.1/ moved aside" in m for m in log), log
     with RunFolder.open(folder):
         pass
     assert (folder / "results.1.csv").read_text() == first  # never overwritten: the next goes to .2

@@ -81,6 +81,7 @@ def test_failed_starts_leave_no_folder_and_exist_ok_moves_results_aside(data, tm
     again = train(parse_opt(_args(data, project, "--exist-ok")), log=_quiet)
     assert again["save_dir"] == run
     assert (run / "results.1.csv").read_text() == first  # the earlier run's rows, moved aside
+    assert (run / "weights.1" / "last.pt").is_file() and (run / "weights" / "last.pt").is_file()  # and its models
     assert _epochs(run) == [0]  # the new run's own results.csv: one row, not two
 
 
