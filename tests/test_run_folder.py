@@ -435,6 +435,30 @@ def test_full_disk_through_torch_is_one_clear_error(tmp_path, monkeypatch):
     f.close()
 
 
+def test_full_disk_message_promises_only_what_can_happen(tmp_path, monkeypatch):
+    # the first save of a run fails: nothing to resume, so the message does not offer --resume
+    folder = tmp_path / "exp"
+    f = RunFolder.open(folder)
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, fh, *a, **k: real_save(obj, FullAfter(fh, 4096), *a, **k))
+    with pytest.raises(DiskFullError) as e:
+        f.save_epoch(0, row(0), ckpt(0, numel=300000))
+    msg = str(e.value)
+    assert "--resume" not in msg and "nothing to resume" in msg and "nothing was written" in msg, msg
+    monkeypatch.setattr(torch, "save", real_save)
+    f.save_epoch(0, row(0), ckpt(0))
+    monkeypatch.setattr(torch, "save", lambda obj, fh, *a, **k: real_save(obj, FullAfter(fh, 4096), *a, **k))
+    with pytest.raises(DiskFullError) as e:  # a later save: --resume of the saved last.pt
+        f.save_epoch(1, row(1), ckpt(1, numel=300000))
+    assert f"--resume {f.last}" in str(e.value)
+    f.close()
+    # an estimate below the free space the failed write left: no "needs 4.1 MB, 4.2 MB free"
+    msg = str(DiskFullError(folder / "weights" / "last.pt", "checkpoint", 4_100_000, 4_200_000))
+    assert "needs about" not in msg and "about 4.1 MB did not fit in the 4.2 MB free" in msg, msg
+    msg = str(DiskFullError(folder / "weights" / "last.pt", "checkpoint", 4_100_000, 1_000_000))
+    assert "it needs about 4.1 MB, 1.0 MB free" in msg
+
+
 def test_full_disk_at_fsync_and_other_errors_pass_through(tmp_path, monkeypatch):
     folder = tmp_path / "exp"
     f = RunFolder.open(folder)
