@@ -114,11 +114,12 @@ def test_ctrl_c_names_the_checkpoint_and_resume_has_each_epoch_once(data, tmp_pa
     with pytest.raises(Interrupted) as e0:
         train(parse_opt(_args(data, project, "--epochs", "2")), log=_stop_at(header, 1, KeyboardInterrupt))
     assert e0.value.last is None and e0.value.save_dir == project / "exp"
-    assert "no checkpoint to resume" in interrupt_hint(parse_opt([]), e0.value)
+    assert "nothing to resume" in interrupt_hint(parse_opt([]), e0.value)
+    assert not (project / "exp").exists()  # no checkpoint, no folder: the same command takes exp again
     # Ctrl-C at the start of epoch 1: last.pt of epoch 0 is named
     with pytest.raises(Interrupted) as e1:
         train(parse_opt(_args(data, project, "--epochs", "2")), log=_stop_at(header, 2, KeyboardInterrupt))
-    run = project / "exp2"
+    run = project / "exp"
     last = run / "weights" / "last.pt"
     assert e1.value.last == last and not (run / "run.lock").exists()
     assert interrupt_hint(parse_opt([]), e1.value) == f"interrupted; resume with --resume {last}"

@@ -22,6 +22,7 @@ Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py tes
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import math
 import os
 import random
@@ -295,30 +296,38 @@ def _run_folder_contents(state):
     init_seeds(cfg.seed + 1 + state.rank, cfg.deterministic)
 
 
-START_FILES = ("hyp.yaml", "opt.yaml", RUN_STATE_NAME, "labels.jpg")  # what a start writes before epoch 0
+START_FILES = ("hyp.yaml", "opt.yaml", RUN_STATE_NAME, "labels.jpg",  # what a start writes before epoch 0
+               "labels_correlogram.jpg")
+# what the first epoch writes before its checkpoint: a run interrupted then leaves no folder (abandon_run_folder)
+FIRST_EPOCH_FILES = ("train_batch*.jpg", "events.out.tfevents.*", "results.csv")
 
 
-def abandon_run_folder(state):
-    """A start failed: release the run folder; if this start created it and it holds only START_FILES and an
-    empty weights/, remove it (so the corrected run gets the same name). Anything else in it is kept."""
+def abandon_run_folder(state, also=()) -> bool:
+    """A start failed (or, with `also`, a run was interrupted before its first checkpoint): release the run
+    folder; if this start created it and it holds only START_FILES, files matching a glob of `also` and an
+    empty weights/, remove it (so the same command gets the same name, not NAME2). Anything else in it is
+    kept. Returns whether the folder was removed. Test: tests/test_train_runfolder.py."""
     folder, state.folder = state.folder, None
     if folder is not None:
         folder.close()
     if not (state.main and state.made_dir and state.resumed is None and not state.evolving):
-        return
+        return False
     d = state.save_dir
+    ours = [p for p in d.iterdir()] if d.is_dir() else []
     try:
-        names = {p.name for p in d.iterdir()}
-        if names - set(START_FILES) - {"weights"} or (state.wdir.is_dir() and any(state.wdir.iterdir())):
-            return
-        for name in START_FILES:
-            (d / name).unlink(missing_ok=True)
+        if any(p.name != "weights" and p.name not in START_FILES and not any(fnmatch.fnmatch(p.name, g) for g in also)
+               for p in ours) or (state.wdir.is_dir() and any(state.wdir.iterdir())):
+            return False
+        for p in ours:
+            if p.name != "weights":
+                p.unlink(missing_ok=True)
         if state.wdir.is_dir():
             state.wdir.rmdir()
         d.rmdir()
     except OSError:
-        return  # something else appeared or it cannot be removed: keep it
+        return False  # something else appeared or it cannot be removed: keep it
     state.made_dir = False
+    return True
 
 
 def init_seeds(seed, deterministic):

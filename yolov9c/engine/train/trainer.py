@@ -53,7 +53,7 @@ from yolov9c.engine.train.graph_step import GraphStep
 from yolov9c.engine.train.guards import NonFiniteError, checkpoint_is_finite, nonfinite_causes, validate_with_backoff
 from yolov9c.engine.train.resume import rng_state
 from yolov9c.engine.train.schedule import warmup, warmup_accumulate
-from yolov9c.engine.train.state import RunState, make_val_loader, setup
+from yolov9c.engine.train.state import FIRST_EPOCH_FILES, RunState, abandon_run_folder, make_val_loader, setup
 from yolov9c.engine.train.step import prepare_batch
 from yolov9c.engine.val.coco import coco_layout
 from yolov9c.engine.val.validator import ValConfig, validate
@@ -84,9 +84,9 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C during training: `last` is the checkpoint a --resume continues from (None: no epoch saved yet),
     `save_dir` the run folder."""
 
-    def __init__(self, save_dir, last):
+    def __init__(self, save_dir, last, removed=False):
         super().__init__(str(last or save_dir))
-        self.save_dir, self.last = save_dir, last
+        self.save_dir, self.last, self.removed = save_dir, last, removed  # removed: no checkpoint, folder gone
 
 
 def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
@@ -102,7 +102,13 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
         if state.evolving or not state.main or isinstance(e, Interrupted):
             raise
         last = state.wdir / "last.pt"
-        raise Interrupted(state.save_dir, last if last.is_file() else None) from e
+        if last.is_file():
+            raise Interrupted(state.save_dir, last) from e
+        if state.tb is not None:
+            state.tb.close()
+            state.tb = None
+        # nothing to resume: a folder this run made is removed, so the same command gets the same name again
+        raise Interrupted(state.save_dir, None, abandon_run_folder(state, also=FIRST_EPOCH_FILES)) from e
     finally:
         for loader in (state.train_loader, state.val_loader):  # workers stopped here, not at interpreter exit
             close_loader(loader)
