@@ -378,7 +378,7 @@ def setup_model(state):
     model = model.to(state.device, memory_format=state.memory_format)
     n_frozen = freeze(model, cfg.freeze)
     if n_frozen:
-        log(f"freezing {n_frozen} parameter tensors of layers {cfg.freeze}")
+        log(f"freezing {n_frozen} parameter tensors of {frozen_layers_text(cfg.freeze)}")
     state.gs = max(int(model.stride.max()), 32)
     state.imgsz = max(math.ceil(cfg.imgsz / state.gs) * state.gs, state.gs * 2)
     if state.imgsz != cfg.imgsz:
@@ -396,6 +396,15 @@ def _build(spec, nc):
         raise TrainError(f"--cfg: {e}") from None
     except (ValueError, TypeError, KeyError) as e:
         raise TrainError(f"--cfg {spec if isinstance(spec, str) else '(stored yaml)'}: {e}") from None
+
+
+def frozen_layers_text(layers) -> str:
+    """What --freeze LAYERS freezes, in words: [10] → 'layers 0-9', [0, 3] → 'layers 0, 3', [1] → 'layer 0'."""
+    idx = list(range(layers[0])) if len(layers) == 1 else sorted(set(layers))
+    if len(idx) == 1:
+        return f"layer {idx[0]}"
+    contiguous = len(layers) == 1 or idx == list(range(idx[0], idx[-1] + 1))
+    return f"layers {idx[0]}-{idx[-1]}" if contiguous and len(idx) > 2 else f"layers {', '.join(map(str, idx))}"
 
 
 def freeze(model, layers):

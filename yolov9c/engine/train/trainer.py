@@ -165,7 +165,11 @@ def train_one_epoch(state: RunState, epoch):
     steps at the end. Returns the EpochStats."""
     cfg, ds, nb = state.cfg, state.dataset, state.nb
     state.model.train()
-    ds.mosaic = ds.augment and not ds.rect and not (cfg.close_mosaic and epoch >= cfg.epochs - cfg.close_mosaic)
+    closed = bool(cfg.close_mosaic) and epoch >= cfg.epochs - cfg.close_mosaic
+    if closed and ds.augment and not ds.rect and (epoch == cfg.epochs - cfg.close_mosaic or epoch == state.start_epoch):
+        state.log(f"Closing dataloader mosaic (--close-mosaic {cfg.close_mosaic}: no mosaic or mixup from epoch "
+                  f"{cfg.epochs - cfg.close_mosaic})")  # the published loop's line, once (or at a resume past it)
+    ds.mosaic = ds.augment and not ds.rect and not closed
     if cfg.image_weights:
         cw = class_weights(ds.labels, state.nc) * state.nc * (1 - state.maps) ** 2 / state.nc
         state.train_loader.sampler.weights = image_weights(ds.labels, state.nc, cw)
