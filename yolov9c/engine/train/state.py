@@ -492,6 +492,9 @@ def apply_memory_plan(state):
     state.log(f"memory plan: --mem-budget {plan.budget_gib:.2f} GiB, --backend {cfg.backend}: {plan.accumulate} "
               f"micro-batch(es) of {plan.batch} per batch of {per_rank} images at {state.imgsz}, predicted peak "
               f"{plan.predicted_gib:.2f} GiB reserved" + (f" ({plan.note})" if plan.note else ""))
+    if state.device.type != "cuda":  # the costs are a GPU step's (AMP, CUDA allocator): say what it means here
+        state.log(f"memory plan: WARNING: --mem-budget plans GPU memory; this run is on the {state.device.type}, "
+                  f"where the budget bounds nothing: the plan only sets the micro-batch above (as on a GPU)")
 
 
 # ---------------------------------------------------------------------------------------------------------
