@@ -1,6 +1,7 @@
 """Temporary files that a killed run left in a dataset folder, removed by the next run.
 
-The label cache (`labels/train.cache.<pid>.tmp`) and `--cache disk` (`img.npy.<pid>.tmp.npy`) are written
+The label cache (`labels/train.cache.<pid>.tmp`), `--cache disk` (`img.npy.<pid>.tmp.npy`) and the built-in
+data set (a folder `.synthetic-….tmp<pid>` in its cache root) are written
 to a temporary name carrying the writer's process id and renamed into place, so a reader never sees half a
 file. A run killed between the two leaves the temporary behind; the next run that writes into that folder
 removes every such file whose process is no longer alive on this machine (one alive, e.g. a concurrent run,
@@ -11,6 +12,7 @@ Test: python -m pytest -q tests/test_data_cache.py -k stale
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 
@@ -27,10 +29,10 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temps(folder, pattern: str) -> list:
-    """Remove the files in `folder` whose names match the regex `pattern` (fully) and whose group 'pid'
-    names a process that is not alive. Returns the removed paths; errors (a read-only folder, a file gone
-    meanwhile) are ignored."""
+def remove_stale_temps(folder, pattern: str, dirs: bool = False) -> list:
+    """Remove the files (with dirs=True: the folders, with their contents) in `folder` whose names match the
+    regex `pattern` (fully) and whose group 'pid' names a process that is not alive. Returns the removed
+    paths; errors (a read-only folder, a file gone meanwhile) are ignored."""
     rx = re.compile(pattern)
     removed = []
     try:
@@ -39,10 +41,11 @@ def remove_stale_temps(folder, pattern: str) -> list:
         return removed
     for entry in entries:
         m = rx.fullmatch(entry.name)
-        if m is None or pid_alive(int(m.group("pid"))) or not entry.is_file(follow_symlinks=False):
+        kind_ok = entry.is_dir(follow_symlinks=False) if dirs else entry.is_file(follow_symlinks=False)
+        if m is None or not kind_ok or pid_alive(int(m.group("pid"))):
             continue
         try:
-            os.unlink(entry.path)
+            shutil.rmtree(entry.path) if dirs else os.unlink(entry.path)
             removed.append(Path(entry.path))
         except OSError:
             pass
