@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -77,12 +76,6 @@ def _names(model) -> list:
     return list(names) if names is not None else [str(i) for i in range(nc)]
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def num_anchors(model: nn.Module, imgsz) -> int:
     """A of the output (B, 4 + nc, A) at imgsz (h, w): one anchor per cell of every level."""
     return sum((int(imgsz[0]) // int(s)) * (int(imgsz[1]) // int(s)) for s in model.stride.tolist())
@@ -105,8 +98,9 @@ def export_onnx(model: nn.Module, path, imgsz=(640, 640), batch: int = 1, opset:
     sample = torch.zeros(batch, 3, h, w, device=device, dtype=dtype)
     wrapped = MainHeadOutput(model).eval()
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    # a fresh name that torch.onnx.export creates itself, so the file gets a normally written file's mode
+    # (0666 less the umask; mkstemp would make it 0600)
+    tmp = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
     try:
         axes = {"images": {0: "batch"}, "output0": {0: "batch"}} if dynamic else None
         with torch.no_grad(), warnings.catch_warnings():
@@ -126,7 +120,6 @@ def export_onnx(model: nn.Module, path, imgsz=(640, 640), batch: int = 1, opset:
             entry = graph.metadata_props.add()
             entry.key, entry.value = k, v
         onnx.save(graph, tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600: the file gets a normal written file's mode
         os.replace(tmp, path)
     except (RuntimeError, ValueError, TypeError) as e:
         raise ExportError(f"ONNX export failed: {e}") from e
