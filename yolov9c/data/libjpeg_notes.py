@@ -35,16 +35,16 @@ def captured_stderr():
         os.dup2(tmp.fileno(), 2)
         try:
             yield cap
-        finally:
+        finally:  # also on an error: fd 2 back, and what was not libjpeg's reaches the terminal
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
             tmp.seek(0)
             cap.text = tmp.read().decode("utf-8", "replace")
-    other = "".join(ln for ln in cap.text.splitlines(keepends=True) if MARK not in ln)
-    if other:
-        sys.stderr.write(other)
-        sys.stderr.flush()
+            other = "".join(ln for ln in cap.text.splitlines(keepends=True) if MARK not in ln)
+            if other:
+                sys.stderr.write(other)
+                sys.stderr.flush()
 
 
 def attribute(files, check, expected):

@@ -119,7 +119,7 @@ def scan_split(im_files, nc, sources=None, use_cache=True, log=print, prefix="")
                 res.n_backgrounds += len(labels) == 0
         res.shapes = np.array(shapes, np.int64).reshape(-1, 2)
         if MARK in cap.text:  # libjpeg's lines carry no file name: find the files that print them
-            notes = attribute(res.im_files, check_image, cap.text.count(MARK))
+            notes = attribute(im_files, check_image, cap.text.count(MARK))
             res.messages += notes
             res.n_warnings += len(notes)
         if cpath is not None:
