@@ -1,7 +1,7 @@
 """Why is val/cls_loss large? The validation loss of a checkpoint with BatchNorm in eval mode (running statistics,
 what training's validation uses) against BatchNorm with each batch's own statistics, plus the class logits of
 background anchors. A large val/cls_loss that comes back to the training level with batch statistics means the
-running statistics lag the weights (docs/train.md, "val/cls_loss much larger than train/cls_loss").
+running statistics lag the weights (docs/train.md, "FAQ: val/cls_loss far above train/cls_loss").
 
     python benchmarks/val_loss_bn_check.py --weights runs/train/exp/weights/epoch17.pt --data synthetic --img 640
 
@@ -49,10 +49,10 @@ def main():
         with torch.no_grad():
             for imgs, targets, _, _ in loader:
                 out = model(imgs.to(device).float() / 255)
-                _, raw = split_outputs(out) if not model.training else (None, out)
-                raw = raw[-1] if isinstance(raw[0], (list, tuple)) else raw  # a dual head: the main branch
-                total += loss_fn(raw, targets.to(device))[1].float().cpu()
-                logits.append(torch.cat([r[:, -nc:].flatten() for r in raw]).float().cpu())
+                _, raw = split_outputs(out)
+                total += loss_fn(raw, targets.to(device))[1].float().cpu()  # both branches of a dual head
+                main = raw[-1] if isinstance(raw[0], (list, tuple)) else raw
+                logits.append(torch.cat([r[:, -nc:].flatten() for r in main]).float().cpu())
                 nb += 1
         lg = torch.cat(logits).numpy()
         box, cls, dfl = (total / max(nb, 1)).tolist()
