@@ -3,15 +3,15 @@
     python -m yolov9c export --weights runs/train/exp/weights/best.pt --format onnx          # -> best.onnx
     python -m yolov9c export --weights best.pt --img 320 --dynamic --source path/to/images    # batch left free
 
-Loads the checkpoint (ours, a published .pt or a converted gelan file), fuses it as detect_dual.py does and
-writes `<weights stem>.onnx` beside the weights (as the published export.py does): input `images`
-(B, 3, H, W) float32 RGB in [0, 1], output `output0` (B, 4 + nc, A), the main head's predictions before NMS
-(yolov9c/models/export.py). Then, when onnxruntime is installed, it runs `--check N` images (default 3, from
-`--source`, default the built-in synthetic validation images; letterboxed to --img) through both the torch
-model and the file and fails when they differ beyond float32 rounding (boxes in pixels, class scores
-absolutely: models/export.py), removing the file it wrote (0: no check, the file is kept unchecked). `--include onnx` is accepted as in the published
-script. onnx missing: one error line naming the pip command (`pip install "yolov9c[export]"`); exit code 2
-for every user error, as the other subcommands.
+Loads the checkpoint (ours, a published .pt or a converted gelan file), fuses it as detect_dual.py does and writes
+`<weights stem>.onnx` beside the weights (as the published export.py does): input `images` (B, 3, H, W) float32 RGB
+in [0, 1], output `output0` (B, 4 + nc, A), the main head's predictions before NMS (yolov9c/models/export.py). Then,
+when onnxruntime is installed, it runs `--check N` images (default 3, from `--source`, default the built-in
+synthetic validation images; letterboxed to --img) through both the torch model and the file and fails when they
+differ beyond float32 rounding (boxes in pixels, class scores absolutely: models/export.py), removing the file it
+wrote (0: no check, the file is kept unchecked). `--include onnx` is accepted as in the published script. onnx
+missing: one error line naming the pip command (`pip install "yolov9c[export]"`); exit code 2 for every user error,
+as the other subcommands.
 Test: python -m pytest -q tests/test_export.py
 """
 

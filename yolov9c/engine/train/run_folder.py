@@ -24,11 +24,11 @@ What it guarantees:
   temp files a killed writer left in the folder and in weights/. opt.yaml is rewritten atomically on resume
   (it shows the resumed run's memory knobs, as published).
 - results.csv. A fresh run moves an existing results.csv aside (results.1.csv, results.2.csv, ...; never
-  overwritten) and starts its own; likewise a non-empty weights/ (to weights.1/, weights.2/, ...), so an
-  earlier run's epochN.pt never sits beside this run's last.pt. save_epoch appends an epoch's row only after last.pt is safely on disk, and
-  stores the row in last.pt too: a resume from epoch E keeps the rows of epochs <= E, drops the later ones (the
-  epochs it redoes) and torn lines, and re-appends row E from last.pt if a kill came between the two writes.
-  So a resumed run has each epoch exactly once.
+  overwritten) and starts its own; likewise a non-empty weights/ (to weights.1/, weights.2/, ...), so an earlier
+  run's epochN.pt never sits beside this run's last.pt. save_epoch appends an epoch's row only after last.pt is
+  safely on disk, and stores the row in last.pt too: a resume from epoch E keeps the rows of epochs <= E, drops the
+  later ones (the epochs it redoes) and torn lines, and re-appends row E from last.pt if a kill came between the two
+  writes. So a resumed run has each epoch exactly once.
 - Finishing. run_state.yaml records the phase: "training", "finishing" (training ended: stripping and the final
   validation under way), "done". A --resume of a run killed while finishing gets resume_action "finish".
 - A full disk raises DiskFullError (yolov9c.models.checkpoint: what, its size, the free space); the previous
