@@ -251,8 +251,8 @@ def test_full_disk_is_one_line_and_atomic_copy_without_hard_links(tmp_path, monk
     monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left")))
     with pytest.raises(atomic_io.DiskFullError) as e:
         atomic_io.atomic_copy(src, dst, what="best.pt of epoch 1")
-    assert str(e.value).startswith(f"No space left on device writing {dst} (best.pt of epoch 1): it needs about "
-                                   f"0.0 MB") and "the previous best.pt is intact" in str(e.value)
+    assert str(e.value).startswith(f"No space left on device writing {dst} (best.pt of epoch 1): about "
+                                   f"0.0 MB did not fit") and "the previous best.pt is intact" in str(e.value)
     assert e.value.needed == 7000 and e.value.errno == errno.ENOSPC and isinstance(e.value, OSError)
     assert dst.read_bytes() == b"old best" and sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
     monkeypatch.setattr(os, "fsync", real_fsync)
@@ -365,6 +365,24 @@ def test_missing_and_garbage_files(tmp_path):
     torch.save([1, 2, 3], tmp_path / "list.pt")
     with pytest.raises(ck.CheckpointError, match="neither"):
         ck.read_checkpoint(tmp_path / "list.pt")
+
+
+def test_text_and_torchscript_files_are_named_in_our_words(tmp_path, capsys):
+    # torch says "KeyError: 101" for a text file, and for a TorchScript archive advises weights_only=False,
+    # which would run the file's code: our message says what the file is and what to give instead
+    (tmp_path / "notes.pt").write_text("epochs: 40\nmAP 0.31\n")
+    with pytest.raises(ck.CheckpointError, match=r"notes.pt: not a torch checkpoint: the file is text \('epochs: 40"):
+        ck.read_checkpoint(tmp_path / "notes.pt")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(ck.CheckpointError, match="the file is empty"):
+        ck.read_checkpoint(tmp_path / "empty.pt")
+    torch.jit.script(nn.Linear(2, 2)).save(str(tmp_path / "ts.pt"))
+    with pytest.raises(ck.CheckpointError, match=r"a TorchScript archive \(torch.jit.save\)") as e:
+        ck.read_checkpoint(tmp_path / "ts.pt")
+    assert "weights_only" not in str(e.value) and "\n" not in str(e.value)
+    assert cli_main(["info", "--weights", str(tmp_path / "notes.pt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("python -m yolov9c info: error: ") and "KeyError" not in err[0]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ Run: python -m pytest -q tests/test_data_cache.py
 """
 
 import os
+import subprocess
+import sys
 import time
 
 import cv2
@@ -162,3 +164,28 @@ def test_other_cache_values_mean_ram_without_check(tmp_path, mode):
     im, _ = _dataset(tmp_path)
     ds = YoloDataset(str(im), DatasetConfig(img_size=32, cache=mode, nc=3), log=lambda s: None)
     assert ds.cache == mode and all(x is not None for x in ds.ims)
+
+
+def _dead_pid():
+    """The id of a process that has exited (its id not yet reused: ids are handed out in increasing order)."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_stale_temps_of_a_killed_run_are_removed(tmp_path):
+    # a run killed between writing a temporary and renaming it left these; the next run removes those of dead
+    # processes and keeps one whose process is alive (a concurrent run still writing it)
+    im, lb = _dataset(tmp_path)
+    dead, alive = _dead_pid(), os.getppid()
+    labels = tmp_path / "labels"
+    stale_cache, live_cache = labels / f"train.cache.{dead}.tmp", labels / f"train.cache.{alive}.tmp"
+    stale_npy, live_npy = im / f"0.npy.{dead}.tmp.npy", im / f"1.npy.{alive}.tmp.npy"
+    for p in (stale_cache, live_cache, stale_npy, live_npy):
+        p.write_bytes(b"half a file")
+    other = labels / f"notes.{dead}.tmp"  # not ours: kept
+    other.write_bytes(b"x")
+    YoloDataset(str(im), DatasetConfig(img_size=64, cache="disk", nc=3), log=lambda s: None)
+    assert (labels / "train.cache").is_file() and len(list(im.glob("?.npy"))) == 4
+    assert not stale_cache.exists() and not stale_npy.exists()
+    assert live_cache.exists() and live_npy.exists() and other.exists()

@@ -243,4 +243,22 @@ def test_zero_size_boxes_keep_their_image(tmp_path):
     assert labels.shape == (3, 5)
     assert labels[1, 3] == 0 and labels[2, 3] == 0 and labels[2, 4] == 0
     assert len(segments) == 3
-    assert notes == ["2 zero-size boxes kept (the augmentations drop them)"]
+    assert notes == ["2 zero-size boxes kept, as published (training's augmentations drop them; validation "
+                     "counts each as an object no detection can match)"]
+
+
+def test_libjpeg_corrupt_data_line_names_the_file(tmp_path, capfd):
+    # libjpeg prints "Corrupt JPEG data: premature end of data segment" to fd 2 without a file name; the scan
+    # names the file in a warning (kept in the label cache) and the bare line does not reach the terminal
+    im, lb = _pairing_dataset(tmp_path, n_good=3)
+    ok, buf = cv2.imencode(".jpg", (np.random.default_rng(0).random((48, 64, 3)) * 255).astype(np.uint8))
+    data = buf.tobytes()
+    (im / "g1.jpg").write_bytes(data[:len(data) // 2] + b"\xff\xd9")  # entropy data cut short, end marker kept
+    capfd.readouterr()
+    res, lines = _scan_lines(str(im), use_cache=True)
+    err = capfd.readouterr().err
+    named = [ln for ln in lines if "Corrupt JPEG data" in ln]
+    assert len(named) == 1 and named[0].startswith(f"train: {im / 'g1.jpg'}: libjpeg: Corrupt JPEG data"), lines
+    assert res.n_images == 3 and res.n_warnings == 1 and "Corrupt JPEG data" not in err
+    again, lines = _scan_lines(str(im), use_cache=True)
+    assert again.from_cache and [ln for ln in lines if "Corrupt JPEG data" in ln] == named

@@ -135,3 +135,23 @@ def test_data_synthetic_resolves_into_cache_root(default_set, tmp_path, monkeypa
     assert Path(cfg["path"]).name == "synthetic-v1-s5"
     with pytest.raises(DataConfigError, match="seed"):
         load_data_config("synthetic:x")
+
+
+def test_a_killed_generation_leaves_no_folder_behind(tmp_path):
+    # a generation killed before its rename left .<tag>.tmp<pid>: the next generation removes it (its process is
+    # gone) and keeps one of a live process (a concurrent generation)
+    import os
+    import subprocess
+    import sys
+
+    from yolov9c.data.synthetic import synthetic_dataset
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    tag = "synthetic-v1-s5-2-1-64-b1_8-z0.08_0.35"
+    stale, live = tmp_path / f".{tag}.tmp{p.pid}", tmp_path / f".{tag}.tmp{os.getppid()}"
+    for d in (stale, live):
+        (d / "images" / "train").mkdir(parents=True)
+    yaml_file = synthetic_dataset(seed=5, root=tmp_path, n_train=2, n_val=1, imgsz=64)
+    assert yaml_file.parent.name == tag and yaml_file.is_file()
+    assert not stale.exists() and live.exists()

@@ -94,8 +94,29 @@ def test_missing_yaml_and_nc_only(tmp_path):
     with pytest.raises(DataConfigError, match="not found"):
         load_data_config(tmp_path / "none.yaml")
     root = _tree(tmp_path / "ds")
-    cfg = load_data_config(_write(root / "d.yaml", {"train": "images/train", "val": "images/val", "nc": 2}))
-    assert cfg["names"] == ["0", "1"]
+    # no names: an error, as the published check_dataset stops ("data.yaml 'names:' field missing")
+    with pytest.raises(DataConfigError, match=r"'names' is missing; it is required \(as in the published code.*"
+                                              r"add e.g. names: \['0', '1'\]"):
+        load_data_config(_write(root / "d.yaml", {"train": "images/train", "val": "images/val", "nc": 2}))
+
+
+def test_gif_in_a_folder_is_named_once(tmp_path):
+    # not a training format (as published: no gif in the formats list): ignored, and one warning names it
+    from yolov9c.data.dataset import YoloDataset, DatasetConfig
+    from yolov9c.data.image_list import collect_image_files
+
+    root = _tree(tmp_path / "ds")
+    train = root / "images" / "train"
+    (train / "anim.gif").write_bytes(b"GIF89a")
+    (train / "notes.md").write_text("not an image")
+    ignored = []
+    files = collect_image_files(str(train), ignored)
+    assert ignored == [str(train / "anim.gif")] and not any(f.endswith((".gif", ".md")) for f in files)
+    lines = []
+    YoloDataset(str(train), DatasetConfig(img_size=64, nc=2), log=lines.append)
+    warn = [ln for ln in lines if "anim.gif" in ln]
+    assert len(warn) == 1 and warn[0].startswith("WARNING: 1 image file ignored, in a format training does not "
+                                                 "read (accepted: bmp,"), lines
 
 
 def test_relative_root_falls_back_to_current_folder(tmp_path, monkeypatch):

@@ -244,14 +244,18 @@ def test_fresh_run_into_an_existing_folder_moves_results_aside(tmp_path):
     with RunFolder.open(folder) as f:
         for e in range(3):
             f.save_epoch(e, row(e), ckpt(e))
+        f.save_epoch(2, row(2), ckpt(2), also=("epoch2.pt", "best.pt"))
     first = (folder / "results.csv").read_text()
     log = Log()
     with RunFolder.open(folder, log=log) as f:  # --exist-ok: a new run, same folder
         assert not f.results.exists()
+        assert not list(f.weights.iterdir())  # the earlier run's models are not beside this run's
         f.save_epoch(0, row(0), ckpt(0))
     assert (folder / "results.1.csv").read_text() == first
     assert R.epochs_in(folder / "results.csv") == [0]
-    assert any("moved to results.1.csv" in m for m in log)
+    assert sorted(p.name for p in (folder / "weights.1").iterdir()) == ["best.pt", "epoch2.pt", "last.pt"]
+    assert sorted(p.name for p in (folder / "weights").iterdir()) == ["last.pt"]
+    assert any("results.csv to results.1.csv and weights/ to weights.1/ moved aside" in m for m in log), log
     with RunFolder.open(folder):
         pass
     assert (folder / "results.1.csv").read_text() == first  # never overwritten: the next goes to .2
@@ -430,6 +434,30 @@ def test_full_disk_through_torch_is_one_clear_error(tmp_path, monkeypatch):
     assert f"{e.value.needed / 1e6:.1f} MB" in str(e.value)
     assert_full_disk_kept_everything(folder, e.value, before, 0)
     f.close()
+
+
+def test_full_disk_message_promises_only_what_can_happen(tmp_path, monkeypatch):
+    # the first save of a run fails: nothing to resume, so the message does not offer --resume
+    folder = tmp_path / "exp"
+    f = RunFolder.open(folder)
+    real_save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, fh, *a, **k: real_save(obj, FullAfter(fh, 4096), *a, **k))
+    with pytest.raises(DiskFullError) as e:
+        f.save_epoch(0, row(0), ckpt(0, numel=300000))
+    msg = str(e.value)
+    assert "--resume" not in msg and "nothing to resume" in msg and "nothing was written" in msg, msg
+    monkeypatch.setattr(torch, "save", real_save)
+    f.save_epoch(0, row(0), ckpt(0))
+    monkeypatch.setattr(torch, "save", lambda obj, fh, *a, **k: real_save(obj, FullAfter(fh, 4096), *a, **k))
+    with pytest.raises(DiskFullError) as e:  # a later save: --resume of the saved last.pt
+        f.save_epoch(1, row(1), ckpt(1, numel=300000))
+    assert f"--resume {f.last}" in str(e.value)
+    f.close()
+    # an estimate below the free space the failed write left: no "needs 4.1 MB, 4.2 MB free"
+    msg = str(DiskFullError(folder / "weights" / "last.pt", "checkpoint", 4_100_000, 4_200_000))
+    assert "needs about" not in msg and "about 4.1 MB did not fit in the 4.2 MB free" in msg, msg
+    msg = str(DiskFullError(folder / "weights" / "last.pt", "checkpoint", 4_100_000, 1_000_000))
+    assert "it needs about 4.1 MB, 1.0 MB free" in msg
 
 
 def test_full_disk_at_fsync_and_other_errors_pass_through(tmp_path, monkeypatch):

@@ -157,6 +157,23 @@ def test_results_csv_format(tmp_path):
     assert out.name == "results.png" and out.stat().st_size > 1000
 
 
+def test_results_png_has_smoothed_lines_and_a_legend():
+    # as published: every panel shows the values and a Gaussian-smoothed line; the second panel has a legend
+    y = np.array([0.0, 0.0, 0.0, 10.0, 0.0, 0.0, 0.0, 0.0])
+    sm = R.smooth(y, sigma=1.0)
+    assert sm.shape == y.shape and abs(sm.sum() - y.sum()) < 1e-9  # mass kept (no edge loss here)
+    assert sm[3] == pytest.approx(10 * 0.3990, abs=1e-3) and sm[2] == sm[4] == pytest.approx(10 * 0.2420, abs=1e-3)
+    assert np.allclose(R.smooth(np.full(5, 2.0)), 2.0)  # the mirrored ends keep a constant constant
+    data = {k: np.linspace(0, 1, 6) ** 2 for k in R.COLUMNS}
+    data["epoch"] = np.arange(6.0)
+    fig = R.results_figure(data)
+    axes = fig.axes
+    assert len(axes) == 10 and all(len(a.get_lines()) == 2 for a in axes)
+    assert np.allclose(axes[0].get_lines()[1].get_ydata(), R.smooth(data["train/box_loss"]))
+    legend = axes[1].get_legend()
+    assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["results", "smooth"]
+
+
 def test_results_train_batch_and_labels_images(tmp_path):
     import cv2
     imgs = torch.full((3, 3, 64, 64), 114, dtype=torch.uint8)
@@ -168,6 +185,13 @@ def test_results_train_batch_and_labels_images(tmp_path):
     R.plot_labels([np.array([[0, .5, .5, .2, .2], [1, .3, .3, .1, .1]]), np.zeros((0, 5))], ["a", "b"],
                   tmp_path / "labels.jpg")
     assert cv2.imread(str(tmp_path / "labels.jpg")) is not None
+    # as published, labels_correlogram.jpg beside it, and a panel of the boxes overlaid at the centre
+    assert cv2.imread(str(tmp_path / "labels_correlogram.jpg")).shape == (800, 800, 3)
+    over = R.box_overlay(np.array([[0, .5, .5, .2, .4], [1, .1, .9, .6, .1]]), size=101)
+    drawn = np.argwhere((over != 255).any(2))
+    # (row, col): box 0 (0.2 wide, 0.4 tall) spans rows 30-70, box 1 (0.6 wide, 0.1 tall) columns 20-80: centred
+    assert (drawn.min(0) == [30, 20]).all() and (drawn.max(0) == [70, 80]).all()
+    assert (over[30, 40:61] != 255).any(1).all() and (over[50, 20] != 255).any() and (over[50, 50] == 255).all()
 
 
 def test_step_accumulates_then_steps(tmp_path):

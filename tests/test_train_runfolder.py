@@ -81,6 +81,7 @@ def test_failed_starts_leave_no_folder_and_exist_ok_moves_results_aside(data, tm
     again = train(parse_opt(_args(data, project, "--exist-ok")), log=_quiet)
     assert again["save_dir"] == run
     assert (run / "results.1.csv").read_text() == first  # the earlier run's rows, moved aside
+    assert (run / "weights.1" / "last.pt").is_file() and (run / "weights" / "last.pt").is_file()  # and its models
     assert _epochs(run) == [0]  # the new run's own results.csv: one row, not two
 
 
@@ -113,11 +114,12 @@ def test_ctrl_c_names_the_checkpoint_and_resume_has_each_epoch_once(data, tmp_pa
     with pytest.raises(Interrupted) as e0:
         train(parse_opt(_args(data, project, "--epochs", "2")), log=_stop_at(header, 1, KeyboardInterrupt))
     assert e0.value.last is None and e0.value.save_dir == project / "exp"
-    assert "no checkpoint to resume" in interrupt_hint(parse_opt([]), e0.value)
+    assert "nothing to resume" in interrupt_hint(parse_opt([]), e0.value)
+    assert not (project / "exp").exists()  # no checkpoint, no folder: the same command takes exp again
     # Ctrl-C at the start of epoch 1: last.pt of epoch 0 is named
     with pytest.raises(Interrupted) as e1:
         train(parse_opt(_args(data, project, "--epochs", "2")), log=_stop_at(header, 2, KeyboardInterrupt))
-    run = project / "exp2"
+    run = project / "exp"
     last = run / "weights" / "last.pt"
     assert e1.value.last == last and not (run / "run.lock").exists()
     assert interrupt_hint(parse_opt([]), e1.value) == f"interrupted; resume with --resume {last}"

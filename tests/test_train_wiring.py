@@ -70,6 +70,30 @@ def test_freeze_turns_off_only_the_named_layers(tmp_path):
     assert not any(n.startswith("model.1.") for n in frozen)
 
 
+def test_freeze_logs_the_layers_it_freezes(tmp_path):
+    # --freeze 3 freezes layers 0, 1, 2: the line says so (it said "layers [3]")
+    logs = []
+    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--freeze", "3", logs=logs)
+    frozen = {n.split(".")[1] for n, p in state.model.named_parameters() if not p.requires_grad and ".dfl" not in n}
+    assert frozen == {"0", "1", "2"}
+    line = next(s for s in logs if s.startswith("freezing "))
+    assert line.endswith("parameter tensors of layers 0-2"), line
+    from yolov9c.engine.train.state import frozen_layers_text
+    assert frozen_layers_text([1]) == "layer 0" and frozen_layers_text([0, 2]) == "layers 0, 2"
+
+
+def test_close_mosaic_says_when_mosaic_closes(tmp_path):
+    logs = []
+    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--epochs", "2", "--close-mosaic", "1",
+                   logs=logs)
+    train_one_epoch(state, 0)
+    assert state.dataset.mosaic and not [s for s in logs if "Closing dataloader mosaic" in s]
+    train_one_epoch(state, 1)
+    assert not state.dataset.mosaic
+    assert [s for s in logs if "Closing dataloader mosaic" in s] == [
+        "Closing dataloader mosaic (--close-mosaic 1: no mosaic or mixup from epoch 1)"]
+
+
 def test_mem_budget_sets_the_micro_batch_and_keeps_the_nominal_batch(tmp_path):
     """A budget between the predicted peaks of 2 and 4 images: micro-batches of 2 per loader batch of 4; the
     loader batch, accumulation, nominal batch and weight decay are those of the same run without a budget."""
@@ -104,9 +128,17 @@ def test_dynamic_img_shrinks_the_images(tmp_path):
     assert state.dataset.img_size == 96
 
 
+def test_mem_budget_of_an_unmeasured_model_on_a_cpu(tmp_path):
+    # gelan-t has no measured costs: an estimate, logged as one; on a CPU the log says the plan is a GPU's
+    logs = []
+    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--mem-budget", "1G", logs=logs)
+    assert state.plan is not None and state.plan.fits
+    assert any(s.startswith(f"memory plan: gelan-t ({state.cfg.backend}) has no measured costs: estimate (scaled "
+                            f"from measured yolov9-s") for s in logs), logs
+    assert any("--mem-budget plans GPU memory; this run is on the cpu" in s for s in logs), logs
+
+
 def test_mem_budget_errors(tmp_path):
-    with pytest.raises(TrainError, match="no measured memory costs for gelan-t"):
-        _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--mem-budget", "1G")
     with pytest.raises(TrainError, match="give a larger budget"):
         _setup(tmp_path, "--cfg", "yolov9-s.yaml", "--batch", "2", "--backend", "torch", "--mem-budget", "1M")
     for argv in (["--mem-budget", "4G", "--batch-size", "-1"], ["--dynamic-img"], ["--mem-budget", "four"]):

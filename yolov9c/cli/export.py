@@ -3,14 +3,15 @@
     python -m yolov9c export --weights runs/train/exp/weights/best.pt --format onnx          # -> best.onnx
     python -m yolov9c export --weights best.pt --img 320 --dynamic --source path/to/images    # batch left free
 
-Loads the checkpoint (ours, a published .pt or a converted gelan file), fuses it as detect_dual.py does and
-writes `<weights stem>.onnx` beside the weights (as the published export.py does): input `images`
-(B, 3, H, W) float32 RGB in [0, 1], output `output0` (B, 4 + nc, A), the main head's predictions before NMS
-(yolov9c/models/export.py). Then, when onnxruntime is installed, it runs `--check N` images (default 3, from
-`--source`, default the built-in synthetic validation images; letterboxed to --img) through both the torch
-model and the file and fails when they differ (0: no check). `--include onnx` is accepted as in the published
-script. onnx missing: one error line naming the pip command (`pip install "yolov9c[export]"`); exit code 2
-for every user error, as the other subcommands.
+Loads the checkpoint (ours, a published .pt or a converted gelan file), fuses it as detect_dual.py does and writes
+`<weights stem>.onnx` beside the weights (as the published export.py does): input `images` (B, 3, H, W) float32 RGB
+in [0, 1], output `output0` (B, 4 + nc, A), the main head's predictions before NMS (yolov9c/models/export.py). Then,
+when onnxruntime is installed, it runs `--check N` images (default 3, from `--source`, default the built-in
+synthetic validation images; letterboxed to --img) through both the torch model and the file and fails when they
+differ beyond float32 rounding (boxes in pixels, class scores absolutely: models/export.py), removing the file it
+wrote (0: no check, the file is kept unchecked). `--include onnx` is accepted as in the published script. onnx
+missing: one error line naming the pip command (`pip install "yolov9c[export]"`); exit code 2 for every user error,
+as the other subcommands.
 Test: python -m pytest -q tests/test_export.py
 """
 
@@ -93,7 +94,7 @@ def run(args) -> int:
 
 def _export(args) -> int:
     from yolov9c.engine.detect.predictor import inference_device, load_detector
-    from yolov9c.models.export import check_onnx, export_onnx, num_anchors
+    from yolov9c.models.export import ExportError, check_onnx, export_onnx, num_anchors
 
     _check_args(args)
     imgsz = args.imgsz * 2 if len(args.imgsz) == 1 else args.imgsz
@@ -115,7 +116,11 @@ def _export(args) -> int:
     except ImportError:
         print("ONNX: output not checked: onnxruntime is not installed (pip install onnxruntime)", file=sys.stderr)
         return 0
-    report = check_onnx(model, out, images)
-    print(f"ONNX: checked on {report['images']} image(s) against the torch model: max |diff| "
-          f"{report['max_abs']:.3g} ({report['max_rel']:.2g} of the output's scale)")
+    try:
+        report = check_onnx(model, out, images)
+    except ExportError as e:  # a file that failed its check is not left beside the weights
+        out.unlink(missing_ok=True)
+        raise ExportError(f"{e}; removed {out} (--check 0 keeps an unchecked file)") from e
+    print(f"ONNX: checked on {report['images']} image(s) against the torch model: boxes differ by at most "
+          f"{report['box_px']:.3g} px, class scores by at most {report['score']:.3g}")
     return 0

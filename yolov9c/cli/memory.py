@@ -8,8 +8,10 @@ it fits (yolov9c/engine/train/memory_plan.py).
 
 Prints, per backend, the predicted peak reserved memory of one training step (AMP) and which common cards
 (8/12/16/24/40/80 GB, less the CUDA context) it fits; with --budget, the plan that keeps the nominal batch.
-Costs come from the planner's measured table; --measure measures them on this machine's GPU instead (two
-short steps per backend). A model without measured costs (and no --measure) is an error for that backend.
+Costs come from the planner's measured table; a model (or backend) not in it gets an estimate, scaled from a
+measured model by the parameter and activation counts of the built models, marked "estimate" in the output;
+--measure measures them on this machine's GPU instead (two short steps per backend). The plan is for a GPU:
+on a machine without one the output says so (a CPU run's memory is not what --mem-budget plans).
 Wiring: add_parser(subparsers) / run(args), as check_data.py. `budget_type` is the argparse type of a
 size such as 7.5G (for `train_dual.py --mem-budget`). Test: python -m pytest -q tests/test_memory_plan.py
 """
@@ -50,7 +52,8 @@ def add_parser(subparsers):
 
 
 def _costs(args):
-    """({backend: Cost} of the backends with costs, [backends without measured costs])."""
+    """({backend: Cost} of the backends with costs (measured or estimated), [backends without any]).
+    ValueError when the model cannot be built for an estimate."""
     from yolov9c.engine.train import memory_plan as mp
 
     out, missing = {}, []
@@ -58,7 +61,7 @@ def _costs(args):
         if args.measure:
             out[backend] = mp.measure(args.cfg, backend, img=args.img, device=args.device)
             continue
-        cost = mp.lookup(args.cfg, backend)
+        cost = mp.cost_for(args.cfg, backend)
         if cost is None:
             missing.append(backend)
         else:
@@ -82,18 +85,33 @@ def run(args):
         if not torch.cuda.is_available():
             err("--measure needs a CUDA GPU; without one the measured table is used (drop --measure)")
             return 2
-    costs, missing = _costs(args)
+    try:
+        costs, missing = _costs(args)
+    except ValueError as e:
+        err(str(e))
+        return 2
     if not costs:
         for backend in missing:
             err(f"{args.cfg}: no measured memory costs for --backend {backend} (run with --measure on a GPU)")
         return 2
-    src = "measured on this GPU" if args.measure else "measured table (H200, benchmarks/RESULTS.md)"
-    print(f"{args.cfg}: batch {args.batch}, {args.img}x{args.img}, AMP; costs: {src}")
+    if args.measure:
+        src = "measured on this GPU"
+    elif all(not mp.is_estimate(c) for c in costs.values()):
+        src = "measured table (H200, benchmarks/RESULTS.md)"
+    else:
+        src = "measured table (H200, benchmarks/RESULTS.md) where measured, else an estimate (marked)"
+    print(f"{args.cfg}: batch {args.batch}, {args.img}x{args.img}, AMP on a GPU; costs: {src}")
+    import torch
+
+    if not torch.cuda.is_available():
+        print("note: this machine has no CUDA GPU: these are GPU figures (the planner plans GPU memory only); "
+              "--mem-budget does not bound the memory of a CPU run")
     print(f"{'backend':<8} {'peak reserved':>14}  fits")
     for backend, cost in costs.items():
         need = mp.predict(cost, args.batch, args.img)
         cards = [name for name, ok in mp.fits_cards(cost, args.batch, args.img).items() if ok]
-        print(f"{backend:<8} {need:>10.2f} GiB  {', '.join(cards) if cards else 'none of ' + ', '.join(mp.CARDS)}")
+        print(f"{backend:<8} {need:>10.2f} GiB  {', '.join(cards) if cards else 'none of ' + ', '.join(mp.CARDS)}"
+              + (f"  [{cost.source}]" if mp.is_estimate(cost) else ""))
     for backend in missing:
         print(f"{backend:<8} {'not measured':>14}  (--measure on a GPU measures it)")
     if args.budget is not None:
@@ -102,7 +120,8 @@ def run(args):
             p = mp.plan(cost, args.budget, nominal=args.batch, img=args.img, dynamic_img=args.dynamic_img,
                         min_img=args.min_img)
             what = (f"--batch-size {p.batch} x {p.accumulate} accumulated at {p.img}, predicted "
-                    f"{p.predicted_gib:.2f} GiB") if p.fits else f"does not fit: {p.note}"
+                    f"{p.predicted_gib:.2f} GiB" + (" (estimate)" if mp.is_estimate(cost) else "")
+                    ) if p.fits else f"does not fit: {p.note}"
             shrunk = p.fits and p.img != args.img
             print(f"{backend:<8} {what}" + (f" ({p.note})" if shrunk else ""))
     return 0

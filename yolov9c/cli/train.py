@@ -243,6 +243,9 @@ def interrupt_hint(cfg, e):
     """The one line printed after Ctrl-C: the checkpoint a --resume continues from, or that there is none."""
     if isinstance(e, Interrupted) and e.last is not None:
         return f"interrupted; resume with --resume {e.last}"
+    if isinstance(e, Interrupted) and getattr(e, "removed", False):
+        return (f"interrupted before the first epoch was saved: nothing to resume, {e.save_dir} removed; the same "
+                f"command starts the run again there")
     if isinstance(e, Interrupted):
         return (f"interrupted before the first epoch was saved: {e.save_dir} has no checkpoint to resume; start "
                 f"the run again")

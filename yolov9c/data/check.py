@@ -11,7 +11,7 @@ Test: python -m pytest -q tests/test_data_check.py
 """
 
 from yolov9c.data.dataset_yaml import DataConfigError, load_data_config
-from yolov9c.data.image_list import collect_image_files
+from yolov9c.data.image_list import collect_image_files, ignored_images_line
 from yolov9c.data.scan import scan_split
 
 EXIT_OK, EXIT_UNUSABLE, EXIT_CONFIG = 0, 1, 2
@@ -33,11 +33,14 @@ def check_data(data, label_cache=True, cache_dir=None, log=print, err=print):
         if not cfg[split]:
             continue
         prefix = f"{split}: "
+        ignored = []
         try:
-            files = collect_image_files(cfg[split])
+            files = collect_image_files(cfg[split], ignored)
         except FileNotFoundError as e:
             err(f"error: {prefix}{e}")
             return EXIT_CONFIG
+        if ignored:
+            log(f"{prefix}{ignored_images_line(ignored)}")
         res = scan_split(files, cfg["nc"], sources=cfg[split], use_cache=label_cache, log=log, prefix=prefix)
         if res.n_images == 0:
             log(f"{prefix}no usable image: this split cannot be used")

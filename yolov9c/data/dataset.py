@@ -33,7 +33,7 @@ import torch
 
 from yolov9c.data.chw import to_chw_rgb
 from yolov9c.data.image_cache import cache_images, resize_long_side
-from yolov9c.data.image_list import collect_image_files
+from yolov9c.data.image_list import collect_image_files, ignored_images_line
 from yolov9c.data.images import jpeg_reduction, read_image
 from yolov9c.data.rect import rect_batch_shapes, rect_order
 from yolov9c.data.scan import scan_split
@@ -86,10 +86,13 @@ class YoloDataset(torch.utils.data.Dataset):
         self.prefix = prefix
         self.nc = nc
 
+        ignored = []
         try:
-            files = collect_image_files(sources)
+            files = collect_image_files(sources, ignored)
         except FileNotFoundError as e:
             raise DataError(f"{prefix}{e}") from None
+        if ignored:
+            log(f"{prefix}{ignored_images_line(ignored)}")
         scan = scan_split(files, nc, sources=sources, use_cache=cfg.label_cache, log=log, prefix=prefix)
         if scan.n_images == 0:
             raise DataError(f"{prefix}no usable images in {sources}")

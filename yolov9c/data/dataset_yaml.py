@@ -2,8 +2,8 @@
 
 Keys: `path` (dataset root; relative → against the yaml's folder, else the current folder as the published
 code does; absent → the yaml's folder), `train`, `val` (required), `test` (optional): each a folder, a `.txt`
-list of image paths or a list of those, relative to `path`; `names` as a list or an int-keyed dict
-(0 … nc−1); `nc` (optional; must equal len(names)). `download` is ignored (no network access).
+list of image paths or a list of those, relative to `path`; `names` (required, as published) as a list or an
+int-keyed dict (0 … nc−1); `nc` (optional; must equal len(names)). `download` is ignored (no network access).
 `synthetic` or `synthetic:SEED` (and `None`, the default of the CLIs) resolves to the built-in synthetic
 dataset (yolov9c/data/synthetic.py), generated on first use into the cache folder.
 
@@ -88,11 +88,12 @@ def load_data_config(data, cache_dir=None):
 
     names = cfg.get("names")
     nc = cfg.get("nc")
-    if names is None:
-        if nc is None:
-            raise DataConfigError(f"{where}: 'names' is missing (and no 'nc')")
-        names = [str(i) for i in range(_as_int(nc, where, "nc"))]
-    elif isinstance(names, dict):
+    if names is None:  # an error, as published (check_dataset: "data.yaml 'names:' field missing")
+        hint = (f"names: {[str(i) for i in range(_as_int(nc, where, 'nc'))]}" if nc is not None and
+                _as_int(nc, where, "nc") <= 5 else "names: [cat, dog, ...] (one per class)")
+        raise DataConfigError(f"{where}: 'names' is missing; it is required (as in the published code, which stops "
+                              f"the same way): add e.g. {hint}")
+    if isinstance(names, dict):
         try:
             keys = sorted(int(k) for k in names)
         except (TypeError, ValueError):

@@ -5,7 +5,8 @@
   need × 1.1 exceeds the available memory, caching is turned off with a message and training goes on.
 - `disk`: writes each image, decoded and upright, at full resolution to a `.npy` next to it (rewritten
   when the image is newer than its `.npy`); loading a `.npy` skips JPEG decoding. A folder that is not
-  writable gives a warning and those images are read from their files.
+  writable gives a warning and those images are read from their files. Each `.npy` is written to
+  `<name>.npy.<pid>.tmp.npy` and renamed; such files left by a killed run are removed on the next disk run.
 - any other non-empty value (e.g. `val`, as train_dual passes for the val set): RAM without the check.
 
 Test: python -m pytest -q tests/test_data_cache.py
@@ -20,6 +21,7 @@ import numpy as np
 
 from yolov9c.data.images import BadImage, read_image
 from yolov9c.data.label_cache import folder_writable
+from yolov9c.data.stale_temps import remove_stale_temps
 
 
 def resize_long_side(img, img_size, augment, hw0=None):
@@ -90,6 +92,8 @@ def cache_images(dataset, mode, log=print, prefix=""):
     if not mode or n == 0:
         return None
     if mode == "disk":
+        for folder in {Path(f).parent for f in dataset.im_files}:  # temporaries of a killed run
+            remove_stale_temps(folder, r".+\.npy\.(?P<pid>\d+)\.tmp\.npy")
         with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
             warnings = [w for w in pool.map(_write_npy, dataset.im_files) if w]
         for w in sorted(set(warnings)):

@@ -1,7 +1,9 @@
 """The image files of a split: folders, `.txt` lists of image paths, or lists of both (published rules).
 
 - a folder: every file under it (recursively) whose extension is an image format; other files
-  (label caches, `.npy` disk caches, notes) are ignored;
+  (label caches, `.npy` disk caches, notes) are ignored; images in a format training does not read
+  (.gif, .heic, .avif, ...: OTHER_IMAGE_FORMATS) are ignored too, and returned in `ignored` so that the
+  caller warns once, naming them (the published formats list has no gif either);
 - a `.txt` file: one image path per line; `./x` and other relative lines are taken relative to the list's
   folder (the published code does so for `./` lines; a relative line that exists only relative to the
   current folder is still accepted). Every listed line counts: a listed file that is not an image is
@@ -14,19 +16,38 @@ Test: python -m pytest -q tests/test_data_yaml.py
 import os
 from pathlib import Path
 
-from yolov9c.data.images import is_image_path
+from yolov9c.data.images import IMG_FORMATS, is_image_path
+
+# image formats a folder may hold that training does not read (not in IMG_FORMATS, as published)
+OTHER_IMAGE_FORMATS = ("gif", "heic", "heif", "avif", "jfif", "jxl", "jp2", "svg", "ico", "ppm", "pgm", "pbm",
+                       "exr", "hdr")
 
 
-def collect_image_files(sources):
+def ignored_images_line(ignored, examples=3):
+    """The one warning line for the images collect_image_files ignored ('' when none)."""
+    if not ignored:
+        return ""
+    n = len(ignored)
+    more = f" and {n - examples} more" if n > examples else ""
+    return (f"WARNING: {n} image file{'s' * (n > 1)} ignored, in a format training does not read "
+            f"(accepted: {', '.join(IMG_FORMATS)}): {', '.join(sorted(ignored)[:examples])}{more}")
+
+
+def collect_image_files(sources, ignored=None):
     """Sorted unique list of str paths from `sources` (a path or a list of paths). Raises FileNotFoundError
-    naming the source for one that does not exist."""
+    naming the source for one that does not exist. `ignored` (a list): receives the folders' image files in
+    OTHER_IMAGE_FORMATS (str paths). Test: tests/test_data_yaml.py::test_gif_in_a_folder_is_named_once."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     files = []
     for src in sources:
         p = Path(src).expanduser()
         if p.is_dir():
-            files += [str(f) for f in p.rglob("*") if f.is_file() and is_image_path(f)]
+            for f in p.rglob("*"):
+                if is_image_path(f) and f.is_file():
+                    files.append(str(f))
+                elif ignored is not None and f.suffix[1:].lower() in OTHER_IMAGE_FORMATS:
+                    ignored.append(str(f))
         elif p.is_file() and p.suffix.lower() == ".txt":
             parent = p.parent
             for line in p.read_text().splitlines():

@@ -10,19 +10,23 @@ from elsewhere cannot run code): arrays `im_files`, `label_files`, `shapes` (n, 
 Invalidated when CACHE_VERSION changes or when `key` differs: a hash of nc and of the path, size and
 modification time of every image and label file, so any edit, addition or removal rescans.
 An unwritable folder (no write permission, or no write bit in its mode even for root) gives a warning
-(returned to the caller), never an error.
+(returned to the caller), never an error. Written to `<cache>.<pid>.tmp` and renamed; such a file left by a
+killed run is removed by the next save (data/stale_temps.py).
 
 Test: python -m pytest -q tests/test_data_cache.py
 """
 
 import hashlib
 import os
+import re
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-CACHE_VERSION = "yolov9c-labels-2"  # 2: zero-size boxes kept (issue 13)
+from yolov9c.data.stale_temps import remove_stale_temps
+
+CACHE_VERSION = "yolov9c-labels-3"  # 2: zero-size boxes kept (issue 13); 3: libjpeg warnings named
 
 
 def cache_path_for(sources, label_files):
@@ -88,6 +92,7 @@ def save_label_cache(path, scan, key):
     )
     if not folder_writable(path.parent):
         return f"label cache not written, {path.parent} is not writable"
+    remove_stale_temps(path.parent, re.escape(path.name) + r"\.(?P<pid>\d+)\.tmp")  # left by a killed run
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:

@@ -15,7 +15,8 @@ Checks (a file that fails one is skipped with `path: reason` naming the line num
 invisible characters escaped): column count, non-numeric values, coordinates outside [0, 1] (values within
 1e-6 of the range are accepted and clipped: float printing), class not a non-negative integer or ≥ nc.
 Exact duplicate rows are removed with a warning; the image is kept. Zero-size boxes (and polygons with
-zero-size bounds) are kept with a note, as published: mosaic and random_perspective's box filter drop them.
+zero-size bounds) are kept with a note, as published: mosaic and random_perspective's box filter drop them
+from training samples; validation (no augmentation) keeps each as a ground truth that no detection can match.
 
 Test: python -m pytest -q tests/test_data_labels.py
 """
@@ -173,5 +174,7 @@ def parse_label_file(path, nc=None):
             segments.append(pts)
         labels[j] = (c, xc, yc, w, h)
     if zero_size:
-        notes.append(f"{zero_size} zero-size boxes kept (the augmentations drop them)")
+        # val has no augmentation: each one stays a ground truth no prediction can overlap (published: the same)
+        notes.append(f"{zero_size} zero-size boxes kept, as published (training's augmentations drop them; "
+                     f"validation counts each as an object no detection can match)")
     return labels, segments, notes

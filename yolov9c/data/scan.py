@@ -2,7 +2,8 @@
 
 A pair is skipped (counted corrupt, reported `path: reason`) when the image is unsupported, unreadable,
 empty, corrupt or under 10 px, or when its label file fails a check (yolov9c/data/labels.py). Warnings
-(duplicate rows removed, truncated JPEG decoded, EXIF orientation applied) keep the image and its labels.
+(duplicate rows removed, truncated JPEG decoded, EXIF orientation applied, libjpeg's "Corrupt JPEG data" line
+with the file's name: data/libjpeg_notes.py) keep the image and its labels.
 Summary: `N images, M backgrounds, K corrupt[, J missing][, O orphan]` — N usable images, of which M have no
 labels; K skipped; J of the M backgrounds have no label file at all ("missing", the others an empty one);
 O label files in the split's label folders belong to no image ("orphan", not used). The last two appear
@@ -20,6 +21,7 @@ import numpy as np
 
 from yolov9c.data.images import BadImage, check_image
 from yolov9c.data.label_cache import cache_key, cache_path_for, load_label_cache, save_label_cache
+from yolov9c.data.libjpeg_notes import MARK, attribute, captured_stderr
 from yolov9c.data.labels import BadLabels, label_path_for, orphan_label_files, parse_label_file
 
 EXAMPLES = 3  # paths shown for the missing and orphan counts
@@ -100,7 +102,7 @@ def scan_split(im_files, nc, sources=None, use_cache=True, log=print, prefix="")
         res = ScanResult([], [], np.zeros((0, 2), np.int64), [], [])
         shapes = []
         threads = min(8, os.cpu_count() or 1)
-        with ThreadPoolExecutor(threads) as pool:
+        with captured_stderr() as cap, ThreadPoolExecutor(threads) as pool:
             results = pool.map(_check_pair, im_files, label_files, [nc] * len(im_files))
             for im, lb, (ok, shape, labels, segs, msgs) in zip(im_files, label_files, results):
                 res.messages += msgs
@@ -116,6 +118,10 @@ def scan_split(im_files, nc, sources=None, use_cache=True, log=print, prefix="")
                 res.n_images += 1
                 res.n_backgrounds += len(labels) == 0
         res.shapes = np.array(shapes, np.int64).reshape(-1, 2)
+        if MARK in cap.text:  # libjpeg's lines carry no file name: find the files that print them
+            notes = attribute(im_files, check_image, cap.text.count(MARK))
+            res.messages += notes
+            res.n_warnings += len(notes)
         if cpath is not None:
             warn = save_label_cache(cpath, res, key)
             if warn:

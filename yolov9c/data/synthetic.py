@@ -17,11 +17,14 @@ Make the benchmark set: synthetic_dataset(n_train=256, n_val=0, imgsz=640, boxes
 """
 
 import os
+import re
 import shutil
 from pathlib import Path
 
 import cv2
 import numpy as np
+
+from yolov9c.data.stale_temps import remove_stale_temps
 
 VERSION = 1
 
@@ -69,6 +72,7 @@ def synthetic_dataset(seed=0, root=None, n_train=128, n_val=32, imgsz=320, boxes
     if yaml_file.is_file():
         return yaml_file
     root.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(root, re.escape(f".{tag}.tmp") + r"(?P<pid>\d+)", dirs=True)  # left by a killed run
     tmp = root / f".{tag}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     for split, n, sid in (("train", n_train, 0), ("val", n_val, 1)):

@@ -50,11 +50,21 @@ class DiskFullError(OSError):
 
     def __init__(self, path: Path, what: str, needed: int, free: int | None, err: int = errno.ENOSPC):
         self.path, self.what, self.needed, self.free = Path(path), what, needed, free
-        have = f"{free / 1e6:.1f} MB free" if free is not None else "free space unknown"
+        mb = lambda n: f"{n / 1e6:.1f} MB"  # noqa: E731
+        if free is None:
+            room = f"it needs about {mb(needed)}, free space in {self.path.parent} unknown"
+        elif free < needed:
+            room = f"it needs about {mb(needed)}, {mb(free)} free in {self.path.parent}"
+        else:  # the estimate fits the free space the failed write left: the file system's overhead did not
+            room = (f"about {mb(needed)} did not fit in the {mb(free)} free in {self.path.parent} (file-system "
+                    f"blocks, a quota or space reserved for root take the rest)")
         kept = f"the previous {self.path.name} is intact" if self.path.exists() else "nothing was written"
-        msg = (f"No space left on device writing {self.path} ({what}): it needs about {needed / 1e6:.1f} MB, "
-               f"{have} in {self.path.parent}; {kept}. Free some space (or use another --project), then run "
-               f"again (--resume continues from the last saved epoch)")
+        # --resume needs a saved checkpoint: a run whose first save failed starts again with the same command
+        saved = [p for p in (self.path.parent / "last.pt", self.path.parent / "weights" / "last.pt") if p.is_file()]
+        again = (f"run again with --resume {saved[0]} (it continues from the last saved epoch)" if saved else
+                 "run the same command again (no checkpoint was saved yet: nothing to resume)")
+        msg = (f"No space left on device writing {self.path} ({what}): {room}; {kept}. Free some space (or use "
+               f"another --project), then {again}")
         super().__init__(err, msg)
 
     def __str__(self) -> str:

@@ -127,6 +127,30 @@ def strip_checkpoint(path: str | os.PathLike, out: str | os.PathLike | None = No
     return atomic_torch_save(ckpt, out if out is not None else path, what="stripped checkpoint")
 
 
+def _unreadable(path: Path, e: Exception) -> str:
+    """read_checkpoint's one-line message for a file torch.load refused with `e`: what the file is when that is
+    plain (a TorchScript archive, a text file), in our words (torch's own advice for TorchScript, to load it
+    with weights_only=False, would run the file's code). Test: tests/test_checkpoint.py."""
+    import zipfile
+
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            if any(n.endswith("constants.pkl") or "/code/" in n for n in z.namelist()):
+                return (f"{path}: a TorchScript archive (torch.jit.save), not a checkpoint; yolov9c reads "
+                        f"torch.save files only: give the .pt that training wrote (ours or the published code's)")
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if not head or (text is not None and "\0" not in text):
+        first = " ".join(text.split())[:40] if text else ""
+        return (f"{path}: not a torch checkpoint: the file is {'empty' if not head else f'text ({first!r} ...)'}; "
+                f"give a .pt written by training (weights/best.pt)")
+    return f"{path}: not a readable torch checkpoint ({type(e).__name__}: {e})"
+
+
 def read_checkpoint(path: str | os.PathLike, warn: bool = True) -> dict:
     """Read a checkpoint, ours or published, into a dict in our format with every tensor on the CPU.
 
@@ -154,9 +178,9 @@ def _read(path: Path) -> dict:
         except UnsafeCheckpointError as e:
             raise UnsafeCheckpointError(f"{path}: {e}") from None
         except Exception as e:  # truncated or corrupt data surfaces as many exception types
-            raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
+            raise CheckpointError(_unreadable(path, e)) from None
     except Exception as e:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {e})") from None
+        raise CheckpointError(_unreadable(path, e)) from None
 
     if isinstance(raw, nn.Module):  # torch.save(model) of a whole published model, without the dict
         raw = {"model": raw}

@@ -55,7 +55,7 @@ def load_detector(weights, device="cpu", half=False, fuse=True):
     """The model of checkpoint `weights` (ours, a published YOLOv9 .pt, or a converted gelan file), ready for
     inference: eval mode, fused (BatchNorm folded, RepConvN merged) when `fuse`, on `device`, fp16 when
     `half` (CUDA only). Raises FileNotFoundError / CheckpointError from the loader."""
-    from yolov9c.models.checkpoint import load_model  # imports flow down: not the package face
+    from yolov9c.models.weights import load_model  # imports flow down: not the package face
 
     model = load_model(weights)
     if fuse:

@@ -14,7 +14,9 @@ loss): every per-image tensor of the step scales with the pixel count. Both are 
 steps (batches b1 < b2: per_image = (m2 − m1) / (b2 − b1), fixed = m1 − per_image · b1). COSTS holds such
 fits measured on an H200 (AMP, channels-last for c, 40 random boxes per image, the trainer's step: uint8
 input where the backend accepts it, fp16 autocast forward + loss, GradScaler backward, unscale, clip, SGD,
-EMA update); `measure` makes a new one for any model on the GPU at hand.
+EMA update); `measure` makes a new one for any model on the GPU at hand. A model (or backend) without a measured
+entry gets an estimate: the measured Cost of the nearest size scaled by the parameter and activation counts
+of the two built models (`estimate`, its Cost.source says "estimate").
 
 plan() keeps the nominal batch (images per optimizer step, the learning-rate and weight-decay rules of the
 trainer read it): it picks the largest micro-batch that divides the nominal batch and fits, and accumulates
@@ -27,6 +29,7 @@ Test: python -m pytest -q tests/test_memory_plan.py   (measure: the cuda case)
 
 from __future__ import annotations
 
+import functools
 import gc
 import re
 from dataclasses import dataclass
@@ -83,6 +86,72 @@ def lookup(cfg, backend):
     None when it was not measured."""
     got = COSTS.get((_stem(cfg), backend))
     return None if got is None else Cost(_stem(cfg), backend, *got, source="table")
+
+
+# The measured model an estimate is scaled from, by the size letter of the name (t and s from s, m and c from
+# c, e from e; another name from yolov9-s); a backend measured for yolov9-s only scales from that.
+_SIZE_REF = {"t": "yolov9-s", "s": "yolov9-s", "m": "yolov9-c", "c": "yolov9-c", "e": "yolov9-e"}
+COUNT_IMG = 128  # counts() runs its forward at this size and scales to 640² by the pixel count
+
+
+@functools.lru_cache(maxsize=None)
+def counts(cfg):
+    """(parameters, activation elements per image at 640²) of model `cfg` built with nc=80: the outputs of every
+    leaf module in one training-mode forward of one COUNT_IMG² image, times (640 / COUNT_IMG)². These are what
+    the fixed and the per-image memory of a step grow with (weights, gradients, optimizer state; stored
+    activations)."""
+    import torch
+
+    from yolov9c.models.model import DetectionModel
+
+    model = DetectionModel(cfg, nc=80).train()
+    total = [0]
+
+    def hook(module, inputs, out):
+        for t in (out if isinstance(out, (list, tuple)) else [out]):
+            if isinstance(t, torch.Tensor):
+                total[0] += t.numel()
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if not list(m.children())]
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, 3, COUNT_IMG, COUNT_IMG))
+    finally:
+        for h in handles:
+            h.remove()
+    return sum(p.numel() for p in model.parameters()), total[0] * (REF_IMG / COUNT_IMG) ** 2
+
+
+def estimate(cfg, backend, ref=None):
+    """A Cost for a model without measured costs under `backend`: a measured model's Cost (same backend, the
+    nearest size: _SIZE_REF) scaled by the ratio of parameter counts (fixed) and of activation counts (per image)
+    of the two built models (counts); `ref` forces the measured model. source says "estimate" and names the
+    model it was scaled from. None when nothing is measured for `backend`. ValueError when `cfg` cannot be
+    built. Test: tests/test_memory_plan.py::test_estimate_scales_a_measured_model."""
+    refs = sorted(m for (m, b) in COSTS if b == backend)
+    if not refs:
+        return None
+    stem = _stem(cfg)
+    letter = stem.rsplit("-", 1)[-1][:1] if "-" in stem else ""
+    ref = ref or _SIZE_REF.get(letter, "yolov9-s")
+    ref = ref if ref in refs else ("yolov9-s" if "yolov9-s" in refs else refs[0])
+    try:
+        params, acts = counts(cfg)
+    except (FileNotFoundError, KeyError, TypeError) as e:
+        raise ValueError(f"{cfg}: cannot build the model to estimate its memory ({e})") from None
+    ref_params, ref_acts = counts(ref)
+    fixed, per_image = COSTS[(ref, backend)]
+    return Cost(stem, backend, fixed * params / ref_params, per_image * acts / ref_acts,
+                source=f"estimate (scaled from measured {ref} by parameter and activation counts)")
+
+
+def cost_for(cfg, backend):
+    """The measured Cost (lookup) of `cfg` under `backend`, else its estimate, else None."""
+    return lookup(cfg, backend) or estimate(cfg, backend)
+
+
+def is_estimate(cost):
+    return cost.source.startswith("estimate")
 
 
 def predict(cost, batch, img=REF_IMG):
@@ -150,15 +219,20 @@ def plan_for_training(cfg, backend, budget, nominal=64, img=REF_IMG, dynamic_img
                       device=None, log=print):
     """The Plan for `train_dual.py --mem-budget BUDGET [--dynamic-img]`: budget is GiB or a size text
     ('7.5G'); the cost of (cfg, backend) comes from COSTS, else it is measured on `device` (CUDA) when
-    given. ValueError (a message for the user) when it can be neither looked up nor measured."""
+    given, else estimated (estimate; logged as such). ValueError (a message for the user) when it can be neither
+    looked up, measured nor estimated."""
     budget_gib = parse_size(budget) if isinstance(budget, str) else float(budget)
     cost = lookup(cfg, backend)
     if cost is None:
         if device is None or str(device) == "cpu":
-            raise ValueError(f"--mem-budget: no measured memory costs for {_stem(cfg)} with --backend {backend} "
-                             f"and no GPU to measure them on")
-        log(f"memory plan: measuring {_stem(cfg)} ({backend}) at two batch sizes ...")
-        cost = measure(cfg, backend, img=img, device=device)
+            cost = estimate(cfg, backend)
+            if cost is None:
+                raise ValueError(f"--mem-budget: no measured memory costs for {_stem(cfg)} with --backend "
+                                 f"{backend} and no GPU to measure them on")
+            log(f"memory plan: {_stem(cfg)} ({backend}) has no measured costs: {cost.source}")
+        else:
+            log(f"memory plan: measuring {_stem(cfg)} ({backend}) at two batch sizes ...")
+            cost = measure(cfg, backend, img=img, device=device)
     p = plan(cost, budget_gib, nominal=nominal, img=img, dynamic_img=dynamic_img, min_img=min_img)
     if not p.fits:
         raise ValueError(f"--mem-budget {budget_gib:.2f} GiB: {p.note} with --backend {backend}; give a larger "

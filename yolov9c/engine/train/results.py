@@ -1,5 +1,5 @@
-"""Run-folder outputs of training: results.csv (published columns + ours), results.png, train_batch*.jpg,
-labels.jpg.
+"""Run-folder outputs of training: results.csv (published columns + ours), results.png (values, a smoothed
+line and a legend), train_batch*.jpg, labels.jpg (with its box-overlay panel) and labels_correlogram.jpg.
 
 results.csv: one row per epoch; header cells '%20s', values '%20.5g', comma-separated, as published. Columns:
 the published 14 (epoch, train/*_loss, metrics/*, val/*_loss, x/lr0..2; val losses here are really computed)
@@ -116,21 +116,47 @@ def read_results(path):
     return {h: np.array([float(r[i]) for r in body], np.float64) for i, h in enumerate(head)}
 
 
-def plot_results(path):
-    """results.png next to results.csv: 2×5 panels (train/val losses, P, R, mAP50, mAP50-95) as published."""
+def smooth(y, sigma=3.0):
+    """y (1-D) convolved with a Gaussian of standard deviation `sigma` samples (radius 4·sigma), the ends
+    mirrored (half-sample symmetric): results.png's dotted 'smooth' line, as published."""
+    y = np.asarray(y, np.float64)
+    if len(y) == 0 or sigma <= 0:
+        return y.copy()
+    r = int(4 * sigma + 0.5)
+    k = np.exp(-0.5 * (np.arange(-r, r + 1) / sigma) ** 2)
+    k /= k.sum()
+    padded = np.pad(y, r, mode="symmetric")
+    return np.convolve(padded, k, mode="valid")
+
+
+RESULT_PANELS = ("train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision", "metrics/recall",
+                 "val/box_loss", "val/cls_loss", "val/dfl_loss", "metrics/mAP_0.5", "metrics/mAP_0.5:0.95")
+
+
+def results_figure(data, label="results"):
+    """The matplotlib Figure of results.png for read_results() output `data`: 2×5 panels (RESULT_PANELS), each
+    with the values (dots, `label`) and their Gaussian-smoothed line (dotted, 'smooth'); a legend on the second
+    panel, as published."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    data = read_results(path)
     x = data["epoch"]
-    keys = ("train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision", "metrics/recall",
-            "val/box_loss", "val/cls_loss", "val/dfl_loss", "metrics/mAP_0.5", "metrics/mAP_0.5:0.95")
     fig, ax = plt.subplots(2, 5, figsize=(12, 6), tight_layout=True)
-    for a, k in zip(ax.ravel(), keys):
-        a.plot(x, data[k], marker=".", linewidth=2, markersize=8)
+    for a, k in zip(ax.ravel(), RESULT_PANELS):
+        a.plot(x, data[k], marker=".", label=label, linewidth=2, markersize=8)
+        a.plot(x, smooth(data[k]), ":", label="smooth", linewidth=2)
         a.set_title(k, fontsize=12)
+    ax.ravel()[1].legend()
+    return fig
+
+
+def plot_results(path):
+    """results.png next to results.csv (results_figure). Returns its path."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig = results_figure(read_results(path), label=path.stem)
     out = path.with_name("results.png")
     fig.savefig(out, dpi=200)
     plt.close(fig)
@@ -172,28 +198,75 @@ def plot_train_batch(imgs, targets, path, names=None, max_images=16):
     return path
 
 
+def box_overlay(lb, size=1000, max_boxes=1000):
+    """labels.jpg's box panel: the first `max_boxes` boxes of `lb` (k, 5) [cls, xc, yc, w, h] normalised, all
+    centred, outlined in their class colour on a white size × size RGB uint8 image (how big and how square
+    the objects are, at a glance)."""
+    import cv2
+
+    img = np.full((size, size, 3), 255, np.uint8)
+    for c, _, _, w, h in np.asarray(lb, np.float64)[:max_boxes]:
+        p1 = (int(round((0.5 - w / 2) * (size - 1))), int(round((0.5 - h / 2) * (size - 1))))
+        p2 = (int(round((0.5 + w / 2) * (size - 1))), int(round((0.5 + h / 2) * (size - 1))))
+        cv2.rectangle(img, p1, p2, _color(c)[::-1], 1)
+    return img
+
+
 def plot_labels(labels, names, path):
-    """labels.jpg: class histogram, box centres (x, y) and box sizes (w, h).
-    labels: list of (k, 5) arrays [cls, xc, yc, w, h] normalised (a dataset's labels)."""
+    """labels.jpg (2×2: class histogram, the boxes' sizes overlaid (box_overlay), box centres x-y, box sizes
+    width-height) and labels_correlogram.jpg beside it (x, y, width, height: histograms on the diagonal, 2-D
+    histograms below it), as published at the start of a run. labels: list of (k, 5) arrays [cls, xc, yc, w, h]
+    normalised (a dataset's labels). Returns the labels.jpg path."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    path = Path(path)
     lb = np.concatenate([np.asarray(x).reshape(-1, 5) for x in labels], 0) if labels else np.zeros((0, 5))
     nc = max(len(names), int(lb[:, 0].max()) + 1 if len(lb) else 1)
-    fig, ax = plt.subplots(1, 3, figsize=(12, 4), tight_layout=True)
+    fig, ax = plt.subplots(2, 2, figsize=(8, 8), tight_layout=True)
+    ax = ax.ravel()
     counts = np.bincount(lb[:, 0].astype(int), minlength=nc)
     ax[0].bar(range(nc), counts, color=[np.array(_color(i)[::-1]) / 255 for i in range(nc)])
     ax[0].set_ylabel("instances")
     if nc <= 30:
         ax[0].set_xticks(range(nc), [str(n) for n in list(names)[:nc]] + [str(i) for i in range(len(names), nc)],
                          rotation=90, fontsize=8)
-    ax[1].hist2d(lb[:, 1], lb[:, 2], bins=50, range=[[0, 1], [0, 1]], cmap="Blues")
-    ax[1].set_xlabel("x")
-    ax[1].set_ylabel("y")
-    ax[2].hist2d(lb[:, 3], lb[:, 4], bins=50, range=[[0, 1], [0, 1]], cmap="Blues")
-    ax[2].set_xlabel("width")
-    ax[2].set_ylabel("height")
+    ax[1].imshow(box_overlay(lb))
+    ax[1].axis("off")
+    for a, (i, j, xl, yl) in zip(ax[2:], ((1, 2, "x", "y"), (3, 4, "width", "height"))):
+        a.hist2d(lb[:, i], lb[:, j], bins=50, range=[[0, 1], [0, 1]], cmap="Blues")
+        a.set_xlabel(xl)
+        a.set_ylabel(yl)
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    plot_label_correlogram(lb, path.with_name("labels_correlogram.jpg"))
+    return path
+
+
+def plot_label_correlogram(lb, path):
+    """labels_correlogram.jpg: x, y, width, height of every box of `lb` (k, 5) against each other (lower
+    triangle: 2-D histograms; diagonal: histograms; upper triangle empty). Returns the path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = ("x", "y", "width", "height")
+    fig, ax = plt.subplots(4, 4, figsize=(8, 8), tight_layout=True)
+    for i in range(4):
+        for j in range(4):
+            a = ax[i, j]
+            if j > i:
+                a.axis("off")
+                continue
+            if i == j:
+                a.hist(lb[:, 1 + i], bins=50, range=(0, 1), color="#3b75af")
+            else:
+                a.hist2d(lb[:, 1 + j], lb[:, 1 + i], bins=50, range=[[0, 1], [0, 1]], cmap="Blues")
+            if i == 3:
+                a.set_xlabel(cols[j])
+            if j == 0:
+                a.set_ylabel(cols[i])
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

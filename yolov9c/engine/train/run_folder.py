@@ -24,10 +24,11 @@ What it guarantees:
   temp files a killed writer left in the folder and in weights/. opt.yaml is rewritten atomically on resume
   (it shows the resumed run's memory knobs, as published).
 - results.csv. A fresh run moves an existing results.csv aside (results.1.csv, results.2.csv, ...; never
-  overwritten) and starts its own. save_epoch appends an epoch's row only after last.pt is safely on disk, and
-  stores the row in last.pt too: a resume from epoch E keeps the rows of epochs <= E, drops the later ones (the
-  epochs it redoes) and torn lines, and re-appends row E from last.pt if a kill came between the two writes.
-  So a resumed run has each epoch exactly once.
+  overwritten) and starts its own; likewise a non-empty weights/ (to weights.1/, weights.2/, ...), so an earlier
+  run's epochN.pt never sits beside this run's last.pt. save_epoch appends an epoch's row only after last.pt is
+  safely on disk, and stores the row in last.pt too: a resume from epoch E keeps the rows of epochs <= E, drops the
+  later ones (the epochs it redoes) and torn lines, and re-appends row E from last.pt if a kill came between the two
+  writes. So a resumed run has each epoch exactly once.
 - Finishing. run_state.yaml records the phase: "training", "finishing" (training ended: stripping and the final
   validation under way), "done". A --resume of a run killed while finishing gets resume_action "finish".
 - A full disk raises DiskFullError (yolov9c.models.atomic_io: what, its size, the free space); the previous
@@ -291,10 +292,26 @@ class RunFolder:
 
     def _start_fresh(self) -> None:
         moved = R.move_aside(self.results)
-        if moved is not None:
-            self.log(f"{self.dir}: {RESULTS_NAME} of an earlier run in this folder moved to {moved.name}; this run "
-                     f"writes a new {RESULTS_NAME}")
+        old_weights = self._move_weights_aside()
+        if moved is not None or old_weights is not None:
+            what = " and ".join(x for x in (moved and f"{RESULTS_NAME} to {moved.name}",
+                                            old_weights and f"weights/ to {old_weights.name}/") if x)
+            self.log(f"{self.dir}: an earlier run's {what} moved aside; this run writes a new {RESULTS_NAME} "
+                     f"and weights/")
         self._write_state("training")
+
+    def _move_weights_aside(self):
+        """An earlier run's weights/ (holding a *.pt) renamed to weights.1/ (the first free weights.N/; never
+        overwritten) and an empty weights/ made: one folder never mixes two runs' models (its epochN.pt
+        beside this run's last.pt). Returns the new path, or None when weights/ holds no *.pt."""
+        if not any(self.weights.glob("*.pt")):
+            return None
+        n = 1
+        while (dest := self.dir / f"weights.{n}").exists():
+            n += 1
+        self.weights.rename(dest)
+        self.weights.mkdir()
+        return dest
 
     def _start_resume(self, ckpt: dict) -> None:
         self.resume_action = resume_action(self.dir, ckpt)

@@ -20,6 +20,7 @@ Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py tes
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import math
 import os
 import random
@@ -99,7 +100,8 @@ class Progress:
             self.maps = np.asarray(ck["maps"], np.float64)
 
 
-REPLACEABLE = ("val_loader", "tb")  # the validation OOM retry's smaller loader; TensorBoard, made as the loop starts
+REPLACEABLE = ("val_loader", "tb",  # the validation OOM retry's smaller loader; TensorBoard, made as the loop starts
+               "folder", "made_dir")  # released by abandon_run_folder (a failed start, Ctrl-C before epoch 0 saved)
 
 
 @dataclass
@@ -341,30 +343,38 @@ def setup_run_folder(state):
     init_seeds(cfg.seed + 1 + state.rank, cfg.deterministic)
 
 
-START_FILES = ("hyp.yaml", "opt.yaml", RUN_STATE_NAME, "labels.jpg")  # what a start writes before epoch 0
+START_FILES = ("hyp.yaml", "opt.yaml", RUN_STATE_NAME, "labels.jpg",  # what a start writes before epoch 0
+               "labels_correlogram.jpg")
+# what the first epoch writes before its checkpoint: a run interrupted then leaves no folder (abandon_run_folder)
+FIRST_EPOCH_FILES = ("train_batch*.jpg", "events.out.tfevents.*", "results.csv")
 
 
-def abandon_run_folder(state):
-    """A start failed: release the run folder; if this start created it and it holds only START_FILES and an
-    empty weights/, remove it (so the corrected run gets the same name). Anything else in it is kept."""
+def abandon_run_folder(state, also=()) -> bool:
+    """A start failed (or, with `also`, a run was interrupted before its first checkpoint): release the run
+    folder; if this start created it and it holds only START_FILES, files matching a glob of `also` and an
+    empty weights/, remove it (so the same command gets the same name, not NAME2). Anything else in it is
+    kept. Returns whether the folder was removed. Test: tests/test_train_runfolder.py."""
     folder, state.folder = state.folder, None
     if folder is not None:
         folder.close()
     if not (state.main and state.made_dir and state.resumed is None and not state.evolving):
-        return
+        return False
     d = state.save_dir
+    ours = [p for p in d.iterdir()] if d.is_dir() else []
     try:
-        names = {p.name for p in d.iterdir()}
-        if names - set(START_FILES) - {"weights"} or (state.wdir.is_dir() and any(state.wdir.iterdir())):
-            return
-        for name in START_FILES:
-            (d / name).unlink(missing_ok=True)
+        if any(p.name != "weights" and p.name not in START_FILES and not any(fnmatch.fnmatch(p.name, g) for g in also)
+               for p in ours) or (state.wdir.is_dir() and any(state.wdir.iterdir())):
+            return False
+        for p in ours:
+            if p.name != "weights":
+                p.unlink(missing_ok=True)
         if state.wdir.is_dir():
             state.wdir.rmdir()
         d.rmdir()
     except OSError:
-        return  # something else appeared or it cannot be removed: keep it
+        return False  # something else appeared or it cannot be removed: keep it
     state.made_dir = False
+    return True
 
 
 def init_seeds(seed, deterministic):
@@ -415,7 +425,7 @@ def setup_model(state):
     model = model.to(state.device, memory_format=state.memory_format)
     n_frozen = freeze(model, cfg.freeze)
     if n_frozen:
-        log(f"freezing {n_frozen} parameter tensors of layers {cfg.freeze}")
+        log(f"freezing {n_frozen} parameter tensors of {frozen_layers_text(cfg.freeze)}")
     state.gs = max(int(model.stride.max()), 32)
     state.imgsz = max(math.ceil(cfg.imgsz / state.gs) * state.gs, state.gs * 2)
     if state.imgsz != cfg.imgsz:
@@ -433,6 +443,15 @@ def _build(spec, nc):
         raise TrainError(f"--cfg: {e}") from None
     except (ValueError, TypeError, KeyError) as e:
         raise TrainError(f"--cfg {spec if isinstance(spec, str) else '(stored yaml)'}: {e}") from None
+
+
+def frozen_layers_text(layers) -> str:
+    """What --freeze LAYERS freezes, in words: [10] → 'layers 0-9', [0, 3] → 'layers 0, 3', [1] → 'layer 0'."""
+    idx = list(range(layers[0])) if len(layers) == 1 else sorted(set(layers))
+    if len(idx) == 1:
+        return f"layer {idx[0]}"
+    contiguous = len(layers) == 1 or idx == list(range(idx[0], idx[-1] + 1))
+    return f"layers {idx[0]}-{idx[-1]}" if contiguous and len(idx) > 2 else f"layers {', '.join(map(str, idx))}"
 
 
 def freeze(model, layers):
@@ -510,6 +529,9 @@ def apply_memory_plan(state):
     state.log(f"memory plan: --mem-budget {plan.budget_gib:.2f} GiB, --backend {cfg.backend}: {plan.accumulate} "
               f"micro-batch(es) of {plan.batch} per batch of {per_rank} images at {state.imgsz}, predicted peak "
               f"{plan.predicted_gib:.2f} GiB reserved" + (f" ({plan.note})" if plan.note else ""))
+    if state.device.type != "cuda":  # the costs are a GPU step's (AMP, CUDA allocator): say what it means here
+        state.log(f"memory plan: WARNING: --mem-budget plans GPU memory; this run is on the {state.device.type}, "
+                  f"where the budget bounds nothing: the plan only sets the micro-batch above (as on a GPU)")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.guards import raise_diverged, raise_if_peer_lost, stop_if_diverged, validate_with_backoff
 from yolov9c.engine.train.resume import rng_state
 from yolov9c.engine.train.schedule import warmup
-from yolov9c.engine.train.state import RunState, make_val_loader, setup
+from yolov9c.engine.train.state import FIRST_EPOCH_FILES, RunState, abandon_run_folder, make_val_loader, setup
 from yolov9c.engine.train.step import prepare_batch
 from yolov9c.engine.val.coco import coco_layout
 from yolov9c.engine.val.validator import ValConfig, validate
@@ -67,9 +67,9 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C during training: `last` is the checkpoint a --resume continues from (None: no epoch saved yet),
     `save_dir` the run folder."""
 
-    def __init__(self, save_dir, last):
+    def __init__(self, save_dir, last, removed=False):
         super().__init__(str(last or save_dir))
-        self.save_dir, self.last = save_dir, last
+        self.save_dir, self.last, self.removed = save_dir, last, removed  # removed: no checkpoint, folder gone
 
 
 def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
@@ -85,7 +85,13 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
         if state.evolving or not state.main or isinstance(e, Interrupted):
             raise
         last = state.wdir / "last.pt"
-        raise Interrupted(state.save_dir, last if last.is_file() else None) from e
+        if last.is_file():
+            raise Interrupted(state.save_dir, last) from e
+        if state.tb is not None:
+            state.tb.close()
+            state.tb = None
+        # nothing to resume: a folder this run made is removed, so the same command gets the same name again
+        raise Interrupted(state.save_dir, None, abandon_run_folder(state, also=FIRST_EPOCH_FILES)) from e
     except RuntimeError as e:
         raise_if_peer_lost(state, e)  # guards.py: another DDP process died → one `error:` line
         raise
@@ -194,7 +200,12 @@ def _epoch_sampling(state, epoch):
     """The epoch's draw of training images: mosaic off for the last --close-mosaic epochs, --image-weights'
     weights from the last per-class mAPs (state.progress.maps), the sampler's epoch (its shuffle seed)."""
     cfg, ds = state.cfg, state.dataset
-    ds.mosaic = ds.augment and not ds.rect and not (cfg.close_mosaic and epoch >= cfg.epochs - cfg.close_mosaic)
+    closed = bool(cfg.close_mosaic) and epoch >= cfg.epochs - cfg.close_mosaic
+    first = state.progress.start_epoch
+    if closed and ds.augment and not ds.rect and epoch in (cfg.epochs - cfg.close_mosaic, first):
+        state.log(f"Closing dataloader mosaic (--close-mosaic {cfg.close_mosaic}: no mosaic or mixup from epoch "
+                  f"{cfg.epochs - cfg.close_mosaic})")  # the published loop's line, once (or at a resume past it)
+    ds.mosaic = ds.augment and not ds.rect and not closed
     if cfg.image_weights:
         cw = class_weights(ds.labels, state.nc) * state.nc * (1 - state.progress.maps) ** 2 / state.nc
         state.train_loader.sampler.weights = image_weights(ds.labels, state.nc, cw)
