@@ -21,7 +21,7 @@ import numpy as np
 
 from yolov9c.data.stale_temps import remove_stale_temps
 
-CACHE_VERSION = "yolov9c-labels-3"  # 2: zero-size boxes kept (issue 13); 3: libjpeg warnings named
+CACHE_VERSION = "yolov9c-labels-3"  # 2: zero-size boxes kept; 3: libjpeg warnings named
 
 
 def cache_path_for(sources, label_files):

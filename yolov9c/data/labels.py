@@ -144,7 +144,7 @@ def parse_label_file(path, nc=None):
         notes.append(f"{len(rows) - len(unique)} duplicate label rows removed")
 
     any_poly = any(len(v) > 5 for _, v in unique)
-    zero_size = 0  # kept, as published: the augmentations' box filters drop them (issue 13, docs/fidelity.md)
+    zero_size = 0  # kept, as published: the augmentations' box filters drop them (docs/fidelity.md)
     labels = np.zeros((len(unique), 5), np.float32)
     segments = []
     for j, (lineno, vals) in enumerate(unique):

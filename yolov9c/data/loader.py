@@ -34,7 +34,7 @@ class ItemSampler(Sampler):
     The order of an epoch is torch's DistributedSampler's (seeded permutation, padded to a multiple of
     world_size, rank r takes positions r, r + world_size, ...), also in a single process (one replica);
     `position` is the item's place in that whole order, so an item's random draws do not depend on the
-    number of ranks. (The 0 is where an earlier version put the rank.)
+    number of ranks. (The third word is always 0: it keeps a seed's draws unchanged.)
     weights: None, or (n,) per-image weights; when set, each epoch draws n indices with replacement with
     these probabilities (--image-weights; the trainer may assign new weights between epochs)."""
 

@@ -623,7 +623,7 @@ def setup_finish_only(state):
 # Execution: SyncBatchNorm, loss, backend, --ckpt, DDP
 # ---------------------------------------------------------------------------------------------------------
 
-LOSS_BACKEND_ENV = "YOLOV9C_LOSS_BACKEND"  # a developer switch (issue 13): the loss of the other backend
+LOSS_BACKEND_ENV = "YOLOV9C_LOSS_BACKEND"  # a developer switch: the loss of the other backend
 
 
 def _loss_backend(backend):
