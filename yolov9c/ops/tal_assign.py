@@ -10,8 +10,8 @@ scores), fg_mask (B, A) bool, target_gt_idx (B, A) int64); the reference's targe
 expand_target_scores(target_labels, target_norm, num_classes). Background anchors: box 0's label/box, idx 0.
 Invariants: top-k ties go to the lower anchor index; the C/CUDA maths equals the fp32 reference op for op but
 evaluates atan/pow/exp in float64 and rounds (torch's are off by an ulp at times): differences only at near-ties.
-Dispatch: YOLOV9C_FUSED=0, non-float32 gt_boxes, float64 boxes/CUDA scores, topk > 32 -> reference; CPU ->
-csrc/tal_assign_ref.c; CUDA -> kernels/tal_assign.cu.
+Dispatch: YOLOV9C_FUSED=0, non-float32 gt_boxes, float64 pred_boxes, float64 scores on CUDA, topk > 32 ->
+reference; CPU -> csrc/tal_assign_ref.c; CUDA -> kernels/tal_assign.cu.
 Test: python -m pytest -q tests/test_tal_assign.py
 """
 

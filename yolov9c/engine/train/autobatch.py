@@ -8,9 +8,9 @@ fitted to reserved memory against batch, and the batch predicted at 80 % of the 
 [1, 1024]; without CUDA or when the fit fails, 16 with a warning.
 Difference: the published profile runs forward + backward of the bare model; here each profiled step also runs
 the loss with the task-aligned assigner (memory grows with batch × labels × anchors), with the chosen backend
-and AMP, on a model copy, so the choice does not run out of memory once training starts. Each profiled image
-carries `labels_per_image` random boxes (default 32; the 20 % margin absorbs more). An out-of-memory batch size
-ends the profile; the choice stays below it.
+and AMP, on a model copy, so the assigner's memory is in the fit (the published choice can run out of it).
+Each profiled image carries `labels_per_image` random boxes (default 32; the 20 % margin absorbs more). An
+out-of-memory batch size ends the profile; the choice stays below it.
 Test: python -m pytest -q tests/test_autobatch.py
 """
 
