@@ -97,7 +97,7 @@ def _capturing(what):
     """CaptureFailed for a RuntimeError (torch.AcceleratorError is one) raised while capturing `what`. Python's
     automatic garbage collection is paused meanwhile: a collection inside the capture that destroys an
     unreachable CUDA graph (an earlier run's or test's, in a reference cycle) is refused by CUDA and
-    invalidates this capture, and torch.cuda.graph no longer collects before capturing."""
+    invalidates this capture, and torch.cuda.graph does not collect before capturing."""
     enabled = gc.isenabled()
     gc.disable()
     try:
