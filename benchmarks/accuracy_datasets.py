@@ -2,22 +2,16 @@
 
     python benchmarks/accuracy_datasets.py --preset raccoon --src SRC --out /work/data_accuracy/raccoon
 
-SRC is an export of the dataset's public GitHub repository (`git archive HEAD | tar -x -C SRC`); PRESETS names
-each one's image folder, annotations and class order (raccoon: datitran/raccoon_dataset, VOC XML or its CSV
-with --labels csv; kangaroo: experiencor/kangaroo; bccd: Shenggan/BCCD_Dataset, 3 classes). Other sets:
---images, --annotations (a folder of VOC XML or a CSV file: filename,width,height,class,xmin,ymin,xmax,ymax)
-and --names. Output: OUT/images/{train,val}/*.jpg, OUT/labels/{train,val}/*.txt (class x y w h, normalized),
-OUT/{train,val}.txt (the file names of each split) and OUT/data.yaml (`path: .`, train/val folders, nc, names).
-
-Split rule (fixed, per file, no other file involved): an image is val when int(sha1(file stem)[:8], 16) % 5
-== 0, else train (~20 % val). Boxes: pixel corners → centre / size over the image's decoded size, corners
-clipped to the image; a box with zero width or height is dropped and counted (BCCD has two), as is a VOC object
-marked <difficult>1</difficult> (left out as the published VOC conversion does; none in these sets); an inverted box,
-one more than 1 px outside the image, an unknown class, a missing image or an unreadable annotation stops the
-conversion with one `error:` line naming the file and what to fix, before anything is written. Images are
-copied byte for byte, except JPEGs not ending in FF D9 (truncated or trailing bytes: 4 in kangaroo), which
-are decoded and re-encoded at quality 100 here, so that the published loader (which re-saves such files in
-place) and ours read the same pixels. Returns/prints the counts. Tested by tests/test_accuracy_datasets.py.
+SRC is an export of the dataset's public repository; PRESETS names each one's images, annotations and class order
+(raccoon, kangaroo, bccd). Other sets: --images, --annotations (VOC XML folder or CSV
+filename,width,height,class,xmin,ymin,xmax,ymax) and --names. Output: OUT/images/{train,val}/,
+OUT/labels/{train,val}/*.txt (class x y w h normalized), OUT/{train,val}.txt and OUT/data.yaml.
+Split (per file): val when int(sha1(stem)[:8], 16) % 5 == 0, else train (~20 % val). Boxes are clipped to the
+image; zero-size and <difficult> objects are dropped and counted; an inverted box, one more than 1 px outside,
+an unknown class, a missing image or an unreadable annotation stops with one `error:` line before anything is
+written. Images are copied byte for byte, except JPEGs not ending in FF D9, re-encoded at quality 100 so that
+the published loader (which re-saves such files in place) and ours read the same pixels. Returns the counts.
+Test: python -m pytest -q tests/test_accuracy_datasets.py
 """
 
 import argparse

@@ -1,28 +1,17 @@
-"""Real-data accuracy benchmark: ours (--backend torch, c) and, given --published, the published train_dual.py,
+r"""Real-data accuracy benchmark: ours (--backend torch, c) and, given --published, the published train_dual.py,
 trained from scratch with one recipe and several seeds; best.pt mAP@0.5 and mAP@0.5:0.95 per run and compared.
 
-    python benchmarks/bench_accuracy.py --data DIR/data.yaml --cfg yolov9-s --img 640 --batch 32 --epochs 60 \\
+    python benchmarks/bench_accuracy.py --data DIR/data.yaml --cfg yolov9-s --img 640 --batch 32 --epochs 60 \
         --close-mosaic 15 --seeds 0,1,2 --backends torch,c --jobs 9 [--published CHECKOUT --python PY] --out OUT
 
-Runs: one train_dual.py process each (ours from this checkout, the published one in its checkout through
-benchmarks/fidelity/published_side.py), the same flags (--hyp hyp.scratch-high.yaml --min-items 0 --cache ram
---seed S ...), --jobs at once; every best.pt validated by our val_dual.py (conf 0.001, IoU 0.7, half on CUDA).
-Data: a YOLO data.yaml (the public sets of benchmarks/accuracy_datasets.py, docs/fidelity.md "Real datasets");
-on coco128 --single-cls, --classes (a relabelled copy) or --derive crops (accuracy_data.crop_dataset; its
-counts go first to results.jsonl as a {"kind": "dataset"} line). --backends takes variants BACKEND+VARIANT
-(VARIANTS below: one thing changed, e.g. c+no-cuda-graph, c+loss-torch).
-Output (stdout and OUT/results.jsonl): a {"kind": "run"} line per run (map50, map, best_epoch, train_s, curve:
-its results.csv per epoch: box, cls, dfl, own val map, ours also skipped steps), a {"kind": "summary"} line per
-runner (n, mean, std, se of both mAPs), and a {"kind": "compare"} line (points × 100: each runner − published /
-torch, a c variant − c, with `_paired` by-seed differences (n, mean, se, t, lower) and `_curve` per-epoch ones,
-and the loss swap's effects); then a report on stderr (mean ± standard error per runner, paired differences)
-and the per-epoch val mAP plot (--plot, default OUT/curves.png). `--rows FILES` trains nothing: it summarizes
-earlier calls' run lines (the last of each runner and seed).
-Calls: a second call with the same --out keeps the finished runs. --time-limit S stops the runs still training
-after S s at a quiet moment (no write to the run folder for 2 s: between end-of-epoch saves) with a
-{"kind": "unfinished"} line; the next call resumes them (train_dual.py --resume last.pt), and their run line
-lists "resumed_at". The published code closes mosaic only at epoch == epochs − close_mosaic: a published run
-resumed after that epoch keeps mosaic and is marked "published_mosaic_not_closed".
+Runs: one train_dual.py process each (the published one through benchmarks/fidelity/published_side.py), the same
+flags, --jobs at once; every best.pt validated by our val_dual.py. Data: a YOLO data.yaml (accuracy_datasets.py),
+or coco128 with --single-cls, --classes or --derive. --backends takes variants BACKEND+VARIANT (VARIANTS).
+Output (stdout and OUT/results.jsonl): {"kind": "run"} per run, {"kind": "summary"} per runner, {"kind":
+"compare"} (paired by-seed differences), a report on stderr and the per-epoch val mAP plot (--plot). `--rows
+FILES` only summarizes earlier run lines. A second call with the same --out keeps finished runs; --time-limit S
+stops runs at a quiet moment ({"kind": "unfinished"}) and the next call resumes them. A published run resumed
+after epoch − close_mosaic keeps mosaic (its own rule) and is marked "published_mosaic_not_closed".
 Tests: tests/test_bench_accuracy.py. Results: benchmarks/RESULTS.md.
 """
 

@@ -1,16 +1,12 @@
 """Benchmark of the pool and upsampling kernels (kernels/pool.cu via yolov9c/ops/pool.py) against torch's ops and
-their autograd backwards on the same tensors, with a copy of the same tensor as the ceiling: the 2×2 stride-1
-average pool (ADown/AConv; torch F.avg_pool2d(x, 2, 1, 0, False, True)), the k×k max pool (ADown's 3×3/2,
-SPPELAN's 5×5/1; c's backward recomputes the window argmaxes from x, torch's reads saved indices) and (--ops
-upsample) the nearest 2× upsampling (torch F.interpolate). Shapes: the calls the c backend makes per training
-step at batch 64, 640, found by hooking the ops in a forward of each model, with their counts.
+their autograd backwards on the same tensors, with a copy of the same tensor as the ceiling.
 
-One JSON line per (shape, layout, impl, pass): impl "copy" | "c" | "torch"; pass "forward" | "backward" (max
-pool "max{k}s{s}_*", upsampling "up2_*"); ms = GPU time per call (`--calls` calls in one CUDA graph, median of
-`--reps` replays); gbps = (elements read + written) · size / time, pct_copy = gbps as % of the copy's. Then a
-table and, per model, the pool time of one training step at the c backend's calls (forward, the lazy convs'
-backward recompute, backward) against torch's ops on the same calls. Layouts: "cl", "nchw", "cl_slice".
-Without CUDA it prints a message and exits 0.
+Ops: the 2×2 stride-1 average pool, the k×k max pool (ADown 3×3/2, SPPELAN 5×5/1) and (--ops upsample) the
+nearest 2× upsampling, at the shapes the c backend calls per training step at batch 64, 640 (found by hooking
+a forward of each model). One JSON line per (shape, layout, impl, pass): impl "copy" | "c" | "torch"; ms = GPU
+time per call (--calls calls in one CUDA graph, median of --reps replays); gbps; pct_copy = % of the copy's
+gbps. Then a table and, per model, one training step's pool time against torch's ops on the same calls.
+Layouts: "cl", "nchw", "cl_slice". Without CUDA it prints a message and exits 0.
 
 Run (GPU): python benchmarks/bench_pool.py
            python benchmarks/bench_pool.py --ops max --layouts cl

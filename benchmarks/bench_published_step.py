@@ -1,19 +1,16 @@
-"""The published YOLOv9 training step, timed the way bench_step.py times ours, for ratio tables with both in one
-run. The published code is never part of this repo: pass its checkout, and run with a Python that has what it
-imports (its requirements.txt).
+r"""The published YOLOv9 training step, timed the way bench_step.py times ours, for ratio tables with both in one
+run. Pass the published checkout and a Python that has what it imports (its requirements.txt).
 
-    git clone https://github.com/WongKinYiu/yolov9 /path/to/published-yolov9
     python benchmarks/bench_published_step.py --published /path/to/published-yolov9            # s and c, 64, 640
     python benchmarks/bench_published_step.py --published P --models yolov9-s --modes nchw --markdown
-    python benchmarks/bench_published_step.py --published P --device cpu --models yolov9-t --batch 2 --img 64 --steps 2 --warmup 1 --profile 0
+    python benchmarks/bench_published_step.py --published P --device cpu --models yolov9-t --batch 2 --img 64 \
+        --steps 2 --warmup 1 --profile 0
 
-Each configuration runs in its own subprocess inside the checkout (with fidelity/published_side.py's stand-ins
-for its optional imports); this file imports no yolov9c module. One step is the published train_dual.py batch
-loop at accumulate 1, built as its train() builds it (init_seeds(0, deterministic=True) unless
---no-deterministic; --modes nchw | channels_last), with bench_step.py's random uint8 images and targets.
-After --warmup steps, --steps timed steps: step_ms (median), min_ms, peak allocated / reserved GiB, gpu_ms
-(kernel time under torch.profiler, --profile steps). One JSON line per configuration (an out-of-memory step is
-a row with status "oom"); exit 2 when the checkout is missing, 1 when a row failed, else 0.
+Each configuration runs in its own subprocess inside the checkout (fidelity/published_side.py's stand-ins for its
+optional imports; no yolov9c import): the published train_dual.py batch loop at accumulate 1, built as its
+train() builds it, on bench_step.py's random uint8 images and targets. One JSON line per configuration: step_ms
+(median), min_ms, peak allocated / reserved GiB, gpu_ms (profiled); an out-of-memory step is a row with status
+"oom". Exit 2 when the checkout is missing, 1 when a row failed, else 0.
 Test (what runs without the published code): python -m pytest -q tests/test_bench_published_step.py
 """
 

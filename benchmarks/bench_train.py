@@ -4,15 +4,11 @@
     python benchmarks/bench_train.py --models yolov9-s --backends c --images 1024 --workers 8
     python benchmarks/bench_train.py --table rows.jsonl                # the markdown table of saved lines
 
-Data: the built-in synthetic generator (yolov9c/data/synthetic.py, make_image: textured backgrounds with up
-to --boxes shapes) at --img, --images train images and 16 val images, written in parallel (--procs) into
---root (reused when present; the same bytes as synthetic_dataset(seed 0) would write).
-Each configuration runs `train_dual.py --data D --cfg M.yaml --batch-size B --img I --epochs 1 --workers W
---backend K --noplots --exist-ok` in its own process (an out-of-memory error is a row); inside it, the
-trainer is run unchanged (its console goes to ROOT/logs/MODEL-BACKEND-bB-I.log, each line with its time) and the CUDA allocator's peaks are read twice: when the epoch's training ends
-(before its validation: the training peak) and at the end of the run. One JSON line per configuration:
-peak allocated / reserved GiB of the training epoch (the trainer resets the peaks when the epoch starts),
-epoch seconds and img/s from results.csv (the whole epoch, its first steps' cuDNN tuning included).
+Data: the built-in synthetic generator at --img, --images train and 16 val images, written into --root (reused
+when present). Each configuration runs `train_dual.py --data D --cfg M.yaml --batch-size B --img I --epochs 1
+--workers W --backend K --noplots --exist-ok` in its own process (out of memory is a row; its console goes to
+ROOT/logs/MODEL-BACKEND-bB-I.log). One JSON line per configuration: peak allocated / reserved GiB of the training
+epoch (read before its validation), epoch seconds and img/s from results.csv (cuDNN tuning included).
 PYTORCH_CUDA_ALLOC_CONF is the trainer's default (expandable_segments:True) unless set.
 """
 

@@ -1,17 +1,14 @@
 """Box geometry, the bottom layer that models, loss, ops, data and engine share (imports only torch/numpy/math).
 
-Conventions (spec/yolov9-reference.md §4): boxes live in the last dimension; xyxy = (x1, y1, x2, y2),
-xywh = (centre-x, centre-y, width, height); "n" suffixes mean normalised by the image size. Anchor points
-are cell centres (+0.5) in grid units of their level; distances are (left, top, right, bottom) from an
-anchor point to the box sides, in grid units. Letterboxed images are the original scaled by one gain and
-padded (pad_w, pad_h) on the left/top.
-
+Conventions (spec §4): boxes in the last dimension; xyxy = (x1, y1, x2, y2), xywh = (centre-x, centre-y, w, h);
+an "n" suffix means normalised by the image size. Anchor points are cell centres (+0.5) in grid units of their
+level; distances are (left, top, right, bottom) from an anchor point to the box sides, in grid units.
+Letterboxed images are the original scaled by one gain and padded (pad_w, pad_h) on the left/top.
     formats     xywh_to_xyxy, xyxy_to_xywh (torch or numpy); xywhn_to_xyxy, xyxy_to_xywhn (numpy, labels)
     overlap     box_iou (pairwise N×M), bbox_ciou (elementwise, broadcasting: the loss and the assigner)
     anchors     make_anchors, level_anchor_counts, anchors_in_boxes
     DFL         dfl_decode (bin logits -> xyxy), dist2bbox, bbox2dist
     letterbox   scale_boxes (letterboxed pixels -> original pixels), clip_boxes
-
 Numerics are those of the published code (the goldens in tests/test_goldens*.py depend on them bit for bit).
 Test: python -m pytest -q tests/test_geometry.py
 """

@@ -1,19 +1,15 @@
 """Execution backends of a built model: "torch" (the plain PyTorch reference) and "c" (yolov9c/backends/c).
 
-    from yolov9c.backends import apply, backend_of
     model = apply(model, "c")      # after building and moving the model, before DDP wrapping
     backend_of(model)              # "c"
     accepts_uint8(model)           # True: pass the uint8 batch itself (c reads it as x / 255 on the fly)
     apply(model, "torch")          # plain execution again
 
-apply() changes how the layers execute, never the parameters, buffers, state_dict keys or module names, so
-a checkpoint saved under one backend loads under the other. It is idempotent and returns the model. A model
-wrapped in DataParallel/DistributedDataParallel is unwrapped first (apply before wrapping is the intended
-order). The c backend runs in training mode only; in eval mode every layer runs its torch forward.
-YOLOV9C_FUSED=0 keeps the c structure but sends every op to its torch reference.
-On the CPU the c backend works (through the C implementations) but is slower than torch, and it exists to save
-GPU memory: the first apply(model, "c") of a process whose model is on the CPU says so once (a logging
-warning on the "yolov9c" logger).
+Invariants: apply() changes how layers execute, never parameters, buffers, state_dict keys or module names, so
+a checkpoint saved under one backend loads under the other; idempotent; returns the model; a DataParallel/DDP
+wrapper is unwrapped first. The c backend runs in training mode only (eval runs every layer's torch forward);
+YOLOV9C_FUSED=0 keeps its structure but sends every op to the torch reference. On the CPU it works but is slower
+than torch (it exists to save GPU memory): the first apply(model, "c") of a CPU model logs that once.
 Test: python -m pytest -q tests/test_backend_c.py
 """
 

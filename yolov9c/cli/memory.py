@@ -2,18 +2,16 @@
 it fits (yolov9c/engine/train/memory_plan.py).
 
     python -m yolov9c memory --cfg yolov9-s.yaml --batch 64 --img 640
-    python -m yolov9c memory --cfg yolov9-s.yaml --budget 7.5G             # + micro-batch × accumulation
-    python -m yolov9c memory --cfg yolov9-s.yaml --budget 7.5G --dynamic-img --min-img 384
+    python -m yolov9c memory --cfg yolov9-s.yaml --budget 7.5G [--dynamic-img --min-img 384]   # + the plan
     python -m yolov9c memory --cfg gelan-c.yaml --measure                  # on a GPU: profile two steps first
 
-Prints, per backend, the predicted peak reserved memory of one training step (AMP) and which common cards
-(8/12/16/24/40/80 GB, less the CUDA context) it fits; with --budget, the plan that keeps the nominal batch.
-Costs come from the planner's measured table; a model (or backend) not in it gets an estimate, scaled from a
-measured model by the parameter and activation counts of the built models, marked "estimate" in the output;
---measure measures them on this machine's GPU instead (two short steps per backend). The plan is for a GPU:
-on a machine without one the output says so (a CPU run's memory is not what --mem-budget plans).
-Wiring: add_parser(subparsers) / run(args), as check_data.py. `budget_type` is the argparse type of a
-size such as 7.5G (for `train_dual.py --mem-budget`). Test: python -m pytest -q tests/test_memory_plan.py
+Prints, per backend, the predicted peak reserved memory of one AMP training step and which common cards (CARDS,
+less the CUDA context) it fits; with --budget, the plan that keeps the nominal batch. Costs come from the
+planner's table; a model not in it gets an estimate (marked "estimate"); --measure profiles this machine's GPU
+instead. Without a GPU the output says the plan is for a GPU.
+Wiring: add_parser(subparsers) / run(args), as check_data.py; `budget_type` is the argparse type of a size such
+as 7.5G (also for `train_dual.py --mem-budget`).
+Test: python -m pytest -q tests/test_memory_plan.py
 """
 
 import argparse

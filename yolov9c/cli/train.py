@@ -3,22 +3,15 @@
     python train_dual.py --cfg gelan-t.yaml --img 160 --epochs 3 --batch 16      # built-in synthetic data
     python train_dual.py --data data.yaml --cfg yolov9-c.yaml --batch 16 --accumulate 4 --img 640
 
-Published names, defaults, nargs and bare-flag values (`--resume` alone = True, `--cache` alone = 'ram',
-`--evolve` alone = 300), the `--img`/`--img-size` aliases, `--local_rank` and `--local-rank`; argparse's prefix
-matching keeps `--batch` working. Defaults that differ from the published ones (the published defaults name files
-that do not exist here): `--data` synthetic (the built-in dataset), `--cfg` yolov9-t.yaml (the smallest training
-model: CPU-friendly first runs), `--hyp` the bundled hyp.scratch-high.yaml (a bare file name is looked up in
-configs/hyps/).
-Added: `--backend {torch,c}` (default c on a CUDA GPU, torch on the CPU), `--channels-last`, `--accumulate N`,
-`--amp/--no-amp`, `--ckpt`, `--val-period N`, `--pin-memory/--no-pin-memory`, `--gpu-augment`, `--mosaic P`,
-`--mixup P`, `--deterministic`, `--max-nonfinite N`, `--cuda-graph/--no-cuda-graph`,
-`--cudnn-benchmark/--no-cudnn-benchmark`, `--mem-budget SIZE` / `--dynamic-img` /
-`--min-img N` (the memory planner picks the micro-batch, or the image size, that fits). The root train.py
-passes prog="train.py" (usage line and error prefix). PYTORCH_CUDA_ALLOC_CONF defaults to
-expandable_segments:True (set before CUDA starts).
-parse_opt(argv) gives the RunConfig (yolov9c/engine/train/config.py) that the trainer and evolve run on; the
-trainer never sees argparse.
-
+Published names, defaults, nargs and bare-flag values (`--resume` = True, `--cache` = 'ram', `--evolve` = 300),
+the `--img`/`--img-size` and `--local_rank`/`--local-rank` aliases; prefix matching keeps `--batch`. Defaults
+that differ (the published ones name files absent here): `--data` synthetic, `--cfg` yolov9-t.yaml, `--hyp` the
+bundled hyp.scratch-high.yaml (bare names are looked up in configs/hyps/).
+Added: --backend {torch,c} (c on a CUDA GPU, torch on the CPU), --channels-last, --accumulate, --amp, --ckpt,
+--val-period, --pin-memory, --gpu-augment, --mosaic, --mixup, --deterministic, --max-nonfinite, --cuda-graph,
+--cudnn-benchmark, --mem-budget / --dynamic-img / --min-img (the memory planner). PYTORCH_CUDA_ALLOC_CONF
+defaults to expandable_segments:True (set before CUDA starts).
+parse_opt(argv, prog=...) -> RunConfig (yolov9c/engine/train/config.py); the trainer never sees argparse.
 Test: python -m pytest -q tests/test_train_cli.py
 """
 

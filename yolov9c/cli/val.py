@@ -2,17 +2,14 @@
 
     python val_dual.py --weights runs/train/exp/weights/best.pt [--data D.yaml] [--imgsz 640] [--batch-size 32]
 
-Loads ours, a published YOLOv9 .pt or a converted gelan file (yolov9c.load_model; fused for speed), builds
-the val loader (rect, pad 0.5, no augmentation), runs yolov9c.engine.val.validator.validate and writes
-runs/val/exp* (labels/*.txt with --save-txt, <weights stem>_predictions.json with --save-json, evaluated by
-pycocotools or faster-coco-eval against <path>/annotations/instances_val2017.json: yolov9c/engine/val/coco.py;
-confusion matrix, curves, val_batch images). --task val|test picks the split; speed runs at conf 0.25 / iou
-0.45 without plots and json; study sweeps --imgsz 256…1536 and writes study_<data>_<weights>.txt. Without
---data the dataset recorded in the checkpoint (the --data it was trained with) is used, and said; a checkpoint
-that records none validates on the built-in synthetic dataset. --augment runs test-time augmentation (yolov9c/engine/tta.py:
-scales 1, 0.83, 0.67 with a left-right flip). Refused with an argparse-style error: --dnn (ONNX only).
+Loads ours, a published YOLOv9 .pt or a converted gelan file (yolov9c.load_model, fused), builds the val loader
+(rect, pad 0.5, no augmentation), runs yolov9c.engine.val.validator.validate and writes runs/val/exp*
+(labels/*.txt with --save-txt; <weights stem>_predictions.json with --save-json, evaluated by
+yolov9c/engine/val/coco.py; confusion matrix, curves, val_batch images). --task val|test picks the split;
+speed runs at conf 0.25 / iou 0.45 without plots and json; study sweeps --imgsz 256…1536. Without --data the
+dataset recorded in the checkpoint is used (and said), else the built-in synthetic one. --augment runs
+test-time augmentation (yolov9c/engine/tta.py). Refused with an argparse-style error: --dnn (ONNX only).
 Bad input (missing weights, bad data yaml) gives one error line and exit code 2.
-
 Test: python -m pytest -q tests/test_val_cli.py
 """
 

@@ -1,20 +1,14 @@
-"""The training pipeline split in two for the augment op (--gpu-augment): a loader worker reads and decodes the
-images and draws every random choice on the host; the op (yolov9c/ops/augment.py: CUDA, or its C reference on
-the CPU) does all the pixel work of a batch in one pass.
+"""The training pipeline split in two for the augment op (--gpu-augment): a loader worker decodes the images and
+draws every random choice on the host; the op (yolov9c/ops/augment.py) does a batch's pixel work in one pass.
 
-- `plan_item(ds, index, rng, mosaic_on)`: one item as YoloDataset.__getitem__ builds it, draw for draw from the
-  same Generator (seeded by (seed, epoch, rank position, index) by the loader's sampler) and with the same
-  box code (mosaic_tiles, random_matrix, warp_labels, the xywhn conversion, the flips), but without pixels:
-  -> (ItemPlan, labels (n, 6) float32 tensor, path, shapes), labels and shapes identical to __getitem__'s.
-  Covers: 4-image mosaic with its random centre, letterbox (close-mosaic, hyp mosaic < 1), random
-  perspective/affine with grey 114, mixup of two mosaics, HSV gain, flips. Not covered (create_dataloader
-  refuses them with --gpu-augment): copy-paste with polygons (hyp copy_paste > 0), rect batches.
-- `plan_collate(items)`: a worker's batch -> PlannedBatch: the source crops (only the part of each image that
-  the output can sample: `reach`) back to back in one uint8 buffer (shared memory in a worker), the plan
-  arrays, labels as the loss expects them (N, 6) [image index, cls, xc, yc, w, h].
-- `BatchAssembler(device)`: PlannedBatch -> (imgs uint8 (B, 3, H, W) on `device`, labels, paths, shapes), what
-  the CPU pipeline's collate gives. CUDA: a fresh device tensor from the kernel; out of GPU memory -> the C
-  reference on the CPU from then on, with one log line.
+- `plan_item(ds, index, rng, mosaic_on)` -> (ItemPlan, labels (n, 6) float32, path, shapes): one item as
+  YoloDataset.__getitem__ builds it, draw for draw from the same Generator and box code but without pixels;
+  labels and shapes identical to __getitem__'s. Covers mosaic, letterbox, random perspective, mixup, HSV, flips.
+  Not covered (create_dataloader refuses them with --gpu-augment): copy-paste with polygons, rect batches.
+- `plan_collate(items)` -> PlannedBatch: the source crops each output can sample (`reach`) back to back in one
+  uint8 buffer (shared memory in a worker), the plan arrays, labels (N, 6) [image index, cls, xc, yc, w, h].
+- `BatchAssembler(device)`: PlannedBatch -> (imgs uint8 (B, 3, H, W) on `device`, labels, paths, shapes), as the
+  CPU pipeline's collate gives. On CUDA out of memory it falls back to the C reference on the CPU (one log line).
 Test: python -m pytest -q tests/test_augment_plan.py
 """
 

@@ -1,9 +1,8 @@
 """HWC BGR uint8 image → CHW RGB uint8 array, the layout the loader hands to the model.
 
-`np.ascontiguousarray(img.transpose(2, 0, 1)[::-1])` (the published one-liner) takes about 1.2 ms at
-640×640 and 7 ms when `img` is a flipped view; splitting the planes with OpenCV into a preallocated
-array takes 0.2 ms, plus 0.2 ms to materialise a flipped view with cv2.flip.
-
+Same bytes as the published `np.ascontiguousarray(img.transpose(2, 0, 1)[::-1])`, made by splitting the planes
+with OpenCV into a preallocated array (a flipped view is first materialised with cv2.flip); timings in
+benchmarks/RESULTS.md §10.
 Test: python -m pytest -q tests/test_data_loader.py -k chw
 """
 

@@ -1,26 +1,17 @@
 """YoloDataset: a split of a YOLO dataset as a torch Dataset — scan, filters, rect shapes, caching and the
 per-item pipeline of the published loader (spec §5).
 
-Per item, when augmenting:
-  1. with probability hyp mosaic (and while `self.mosaic` is on; close-mosaic turns it off):
-     4-image mosaic + copy-paste + random perspective (mosaic.py), then with probability hyp mixup a blend
-     with a second mosaic (mixup.py);
-  2. otherwise: letterbox to imgsz (or the batch's rect shape), up-scaling only when augmenting, then
-     random perspective (boxes only, as published);
-  3. labels → normalised xywh, clipped (eps 1e-3); HSV jitter; vertical and horizontal flips;
-Without augmentation only the letterbox of step 2. Always: HWC BGR → CHW RGB uint8 (chw.py).
-With `plan_items` (--gpu-augment) an augmenting item is instead the plan of the same draws, the decoded
-images and the final labels, and the augment op makes the pixels (data/augment_plan.py).
-Returns (img uint8 (3, H, W) tensor, labels float32 (n, 6) tensor [0, cls, xc, yc, w, h] normalised (column 0
-is filled with the image's index in the batch by collate), image path str, shapes) where shapes is
-((h0, w0), ((h / h0, w / w0), (padw, padh))) for letterboxed items (what validation needs to map boxes back
-to the original image) and None for mosaics.
-
-Randomness: every draw of an item comes from a numpy Generator seeded by the item's key. The loader's
-sampler (loader.py) hands keys (index, seed words, mosaic flag) built in the main process, so the batches
-depend on the seed and the epoch only — not on the number of workers, and close-mosaic or new image weights
-reach persistent workers. A plain int index uses the key (seed, index) and `self.mosaic`.
-
+Per augmenting item: with probability hyp mosaic (while `self.mosaic`; close-mosaic turns it off) a 4-image
+mosaic + copy-paste + perspective (mosaic.py), then maybe mixup (mixup.py); otherwise letterbox (up-scaling
+only when augmenting) + perspective; then labels -> normalised xywh clipped, HSV, flips. Without augmentation
+only the letterbox. Always HWC BGR -> CHW RGB uint8 (chw.py). With `plan_items` (--gpu-augment) an augmenting
+item is the plan of the same draws and the augment op makes the pixels (augment_plan.py).
+Returns (img uint8 (3, H, W), labels float32 (n, 6) [0, cls, xc, yc, w, h] normalised (collate fills column 0),
+path str, shapes): shapes = ((h0, w0), ((h / h0, w / w0), (padw, padh))) for letterboxed items (validation maps
+boxes back with it), None for mosaics.
+Randomness: every draw comes from a numpy Generator seeded by the item's key (index, seed words, mosaic flag)
+from the sampler (loader.py), so batches depend on seed and epoch only, not on the worker count. A plain int
+index uses the key (seed, index) and `self.mosaic`.
 Test: python -m pytest -q tests/test_data_dataset.py
 """
 

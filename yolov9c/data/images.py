@@ -1,19 +1,13 @@
 """Image files: the accepted formats, reading with OpenCV, EXIF orientation, and the per-file check.
 
-Images are read with `cv2.imdecode` of the file's bytes (so paths OpenCV's imread cannot open — non-ASCII
-names on some platforms — still work) and returned as HWC BGR uint8 arrays.
-
-EXIF orientation: OpenCV's imread/imdecode apply the JPEG EXIF orientation themselves by default (verified
-with OpenCV 5.0: tag 6 turns a 40×100 image into 100×40). We do not rely on that: we decode with
-IMREAD_IGNORE_ORIENTATION, read the tag with the small parser below and apply it ourselves, so that the
-result does not depend on the OpenCV version and the scan can report which files were turned.
-tests/test_data_images.py checks our result against OpenCV's own for all eight orientations.
-
-Truncated JPEG (no FFD9 end marker): the published code re-saves such a file in place, which is
-destructive. We never write to the file: when the bytes do not decode as they are, we decode them with
-an end marker appended in memory (libjpeg then fills the missing rows with grey) and report a warning;
-the image and its labels are kept. A file that still does not decode is corrupt and skipped.
-
+Images are read with `cv2.imdecode` of the file's bytes (paths imread cannot open, such as non-ASCII names on
+some platforms, still work) and returned as HWC BGR uint8 arrays.
+EXIF orientation: decoded with IMREAD_IGNORE_ORIENTATION, the tag read by the small parser below and applied
+here, so the result does not depend on the OpenCV version (which applies it itself by default) and the scan can
+report which files were turned; tests/test_data_images.py checks all eight orientations against OpenCV's own.
+Truncated JPEG (no FFD9 end marker): the file is never written (the published code re-saves it in place); the
+bytes are decoded with an end marker appended in memory (libjpeg fills the missing rows with grey) and a
+warning reported; image and labels are kept. A file that still does not decode is corrupt and skipped.
 Test: python -m pytest -q tests/test_data_images.py
 """
 

@@ -1,18 +1,13 @@
-"""The label cache: one `*.cache` file per split holding the result of a scan, so that a second run skips
-decoding every image.
+"""The label cache: one `*.cache` file per split holding a scan's result, so a second run skips decoding every image.
 
-Where: next to the `.txt` list when the split is one list file, else `<labels folder>.cache`
-(e.g. `labels/train.cache`), as published.
-Format: a NumPy `.npz` archive (written without pickle and read with allow_pickle=False, so a cache file
-from elsewhere cannot run code): arrays `im_files`, `label_files`, `shapes` (n, 2) int64 (h, w upright),
-`n_labels` (n,), `labels` (L, 5) float32, `seg_points` (L,) int64 points per polygon (0: none),
-`segments` (P, 2) float32, `messages`, `counts` [images, backgrounds, corrupt, warnings], `version`, `key`.
-Invalidated when CACHE_VERSION changes or when `key` differs: a hash of nc and of the path, size and
-modification time of every image and label file, so any edit, addition or removal rescans.
-An unwritable folder (no write permission, or no write bit in its mode even for root) gives a warning
-(returned to the caller), never an error. Written to `<cache>.<pid>.tmp` and renamed; such a file left by a
-killed run is removed by the next save (data/stale_temps.py).
-
+Where: next to the `.txt` list when the split is one list file, else `<labels folder>.cache`, as published.
+Format: a NumPy `.npz` (no pickle; read with allow_pickle=False, so a foreign cache cannot run code): arrays
+`im_files`, `label_files`, `shapes` (n, 2) int64 (h, w upright), `n_labels` (n,), `labels` (L, 5) float32,
+`seg_points` (L,) int64 points per polygon (0: none), `segments` (P, 2) float32, `messages`, `counts` [images,
+backgrounds, corrupt, warnings], `version`, `key`.
+Invalidated when CACHE_VERSION changes or `key` differs (a hash of nc and of path, size and mtime of every image
+and label file: any edit, addition or removal rescans). An unwritable folder gives a warning (returned), never
+an error. Written to `<cache>.<pid>.tmp` and renamed; a stale temp is removed by the next save.
 Test: python -m pytest -q tests/test_data_cache.py
 """
 
@@ -26,7 +21,7 @@ import numpy as np
 
 from yolov9c.data.stale_temps import remove_stale_temps
 
-CACHE_VERSION = "yolov9c-labels-3"  # 2: zero-size boxes kept (issue 13); 3: libjpeg warnings named
+CACHE_VERSION = "yolov9c-labels-3"  # 2: zero-size boxes kept; 3: libjpeg warnings named
 
 
 def cache_path_for(sources, label_files):

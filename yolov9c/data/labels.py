@@ -1,23 +1,14 @@
-"""YOLO label files: image → label path pairing, label files without an image, parsing and checking one
-`.txt` file.
+"""YOLO label files: image → label path pairing, label files without an image, parsing and checking one `.txt`.
 
-Format (published): one object per line, `class xc yc w h` normalised to [0, 1] (a box row), or
-`class x1 y1 x2 y2 … xk yk` with k ≥ 3 points (a polygon row, 7, 9, 11… columns) whose bounds give the box;
-polygons are kept for copy-paste. A missing or empty file is a background image (the scan counts the
-missing ones apart, and also reports label files that no image uses: "orphans").
-Unlike the published code, box and polygon rows may be mixed in one file (each row is read by its own
-column count; a box row gets its rectangle as polygon so that segments stay aligned with the rows).
-
-Encoding: UTF-8, with or without a byte-order mark (Windows editors write one), or UTF-16 with its BOM;
-CRLF and CR line ends are read like LF.
-
-Checks (a file that fails one is skipped with `path: reason` naming the line number and quoting the line,
-invisible characters escaped): column count, non-numeric values, coordinates outside [0, 1] (values within
-1e-6 of the range are accepted and clipped: float printing), class not a non-negative integer or ≥ nc.
-Exact duplicate rows are removed with a warning; the image is kept. Zero-size boxes (and polygons with
-zero-size bounds) are kept with a note, as published: mosaic and random_perspective's box filter drop them
-from training samples; validation (no augmentation) keeps each as a ground truth that no detection can match.
-
+Format (published): one object per line, `class xc yc w h` normalised to [0, 1], or a polygon
+`class x1 y1 … xk yk` (k >= 3; its bounds give the box; kept for copy-paste). A missing or empty file is a
+background image; label files no image uses are reported as orphans. Unlike the published code, box and
+polygon rows may be mixed in one file (a box row gets its rectangle as polygon, keeping rows aligned).
+Encoding: UTF-8 with or without BOM, or UTF-16 with BOM; CRLF and CR read like LF.
+Checks (a failing file is skipped with `path: reason`, line number and quoted line): column count, non-numeric
+values, coordinates outside [0, 1] (within 1e-6 accepted and clipped: float printing), class not an integer in
+[0, nc). Exact duplicate rows are removed with a warning. Zero-size boxes are kept with a note, as published
+(augmentation drops them; validation keeps them as unmatchable ground truth).
 Test: python -m pytest -q tests/test_data_labels.py
 """
 
@@ -153,7 +144,7 @@ def parse_label_file(path, nc=None):
         notes.append(f"{len(rows) - len(unique)} duplicate label rows removed")
 
     any_poly = any(len(v) > 5 for _, v in unique)
-    zero_size = 0  # kept, as published: the augmentations' box filters drop them (issue 13, docs/fidelity.md)
+    zero_size = 0  # kept, as published: the augmentations' box filters drop them (docs/fidelity.md)
     labels = np.zeros((len(unique), 5), np.float32)
     segments = []
     for j, (lineno, vals) in enumerate(unique):

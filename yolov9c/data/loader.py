@@ -1,37 +1,17 @@
 """The training/validation DataLoader: worker count, seeded and reproducible sampling, DDP, collate.
 
-create_dataloader(path, imgsz, batch_size, cfg=LoaderConfig(...)) builds a YoloDataset (cfg.data, a DatasetConfig)
-and a RepeatingLoader (a torch DataLoader inside) around it:
-- workers = min(cpu_count // #GPUs, batch (0 when batch is 1), --workers), as published; persistent
-  workers (they stay alive between epochs; close-mosaic and new image weights still reach them because
-  the sampler, which runs in the main process, carries them);
-- the workers run on across epoch ends (as the published InfiniteDataLoader does): the DataLoader's batch
-  sampler is an endless stream of epochs, and each pass over the loader hands out one epoch of it. A plain
-  DataLoader starts each epoch cold, so a small set starves the workers: with 512 images in batches of 64
-  (8 batches per epoch) only 8 of 16 workers ever had work, and all waited at each epoch end (16 workers
-  gave 236 img/s on the 16-core GPU machine, the items alone 511; benchmarks/RESULTS.md). Batches built
-  ahead with a state the epoch no longer has (close-mosaic switched, new image weights, set_epoch to
-  another epoch, a pass left half-way) are dropped and the stream restarts, so the batches are exactly
-  those of a cold start;
-- ItemSampler yields item keys (index, seed words, mosaic flag): the order comes from the seed and the
-  epoch (through torch's DistributedSampler, with one replica in a single process, or drawn by image
-  weights), and each item's random draws from (seed, epoch, position in the whole epoch's order). Same
-  seed → same batches, with any number of workers. The epoch advances by one at each pass; `set_epoch(e)`
-  sets it. Because a DDP rank takes every world_size-th item of that same order, the ranks' k-th batches
-  together are exactly the single-process k-th batch of the same total batch size (same images, same
-  augmentation draws): DDP training sees the data of the single-process run (tests/test_train_ddp.py);
-- pin memory: LoaderConfig.pin_memory (--pin-memory/--no-pin-memory), default from the PIN_MEMORY
-  environment variable (default true, as published); only used when CUDA is available;
-- threads: each worker builds its batch's items with `item_threads` threads (default cores // (workers ×
-  world size), at most 4; YOLOV9C_LOADER_THREADS overrides): at --workers 8 on 16 cores the published
-  loader leaves 8 cores idle, ours uses them. Results do not depend on it (per-item Generators);
-- collate: uint8 images (B, 3, H, W) RGB stacked; labels (N, 6) [image index in batch, cls, xc, yc, w, h]
-  normalised; plus the tuples of paths and shapes. Images of different sizes (can only happen at the
-  padded end of a DDP rect epoch) are padded with grey 114 at the bottom/right and their labels rescaled;
-- --gpu-augment (LoaderConfig.augment_device): workers hand over decoded images + plans (augment_plan.py),
-  and each batch handed out is assembled by the augment op on that device (same batches as a cold start,
-  any worker count: the plans come from the same per-item Generators).
-
+create_dataloader(path, imgsz, batch_size, cfg=LoaderConfig(...)) -> (RepeatingLoader, YoloDataset).
+- workers = min(cpu_count // #GPUs, batch (0 when batch is 1), --workers), persistent, as published; the batch
+  sampler is an endless stream of epochs (like the published InfiniteDataLoader) so workers never idle at an
+  epoch end; batches built ahead with a stale state (close-mosaic, new image weights, another epoch) are dropped,
+  so the batches are exactly those of a cold start.
+- ItemSampler yields item keys (index, seed words, mosaic flag); order from (seed, epoch), draws from (seed,
+  epoch, position): same seed -> same batches with any worker count; DDP ranks' k-th batches together equal
+  the single-process k-th batch (tests/test_train_ddp.py).
+- item_threads per worker (YOLOV9C_LOADER_THREADS overrides); results do not depend on it.
+- collate: images uint8 (B, 3, H, W) RGB; labels float32 (N, 6) [batch index, cls, xc, yc, w, h] normalised;
+  paths, shapes. Unequal sizes (padded end of a DDP rect epoch) are padded with 114 bottom/right.
+- --gpu-augment: workers hand decoded images + plans (augment_plan.py); the augment op assembles each batch.
 Test: python -m pytest -q tests/test_data_loader.py
 """
 
@@ -54,7 +34,7 @@ class ItemSampler(Sampler):
     The order of an epoch is torch's DistributedSampler's (seeded permutation, padded to a multiple of
     world_size, rank r takes positions r, r + world_size, ...), also in a single process (one replica);
     `position` is the item's place in that whole order, so an item's random draws do not depend on the
-    number of ranks. (The 0 is where an earlier version put the rank.)
+    number of ranks. (The third word is always 0: it keeps a seed's draws unchanged.)
     weights: None, or (n,) per-image weights; when set, each epoch draws n indices with replacement with
     these probabilities (--image-weights; the trainer may assign new weights between epochs)."""
 

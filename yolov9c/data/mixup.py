@@ -1,11 +1,9 @@
 """MixUp (hyp key mixup): blend a training sample with a second one and keep the labels of both.
-
 Published semantics (spec §5, per-item pipeline step 1): ratio r ~ Beta(32, 32) (concentrated around 0.5),
 image = r * img + (1 - r) * img2, labels concatenated (img's rows first). The caller decides whether to mix
 (probability hyp mixup) and builds img2 (a second mosaic).
-Difference: the blend is rounded to the nearest integer by cv2.addWeighted (about 10x faster than float
-NumPy), where the published code truncates; pixels differ by at most 1.
-
+Difference: the blend is rounded to the nearest integer by cv2.addWeighted (much faster than float NumPy;
+benchmarks/RESULTS.md §10), where the published code truncates; pixels differ by at most 1.
 Test: python -m pytest -q tests/test_data_augment.py -k mixup
 """
 

@@ -1,25 +1,15 @@
 """4-image mosaic (hyp key mosaic) followed by copy-paste and random perspective: one training sample.
 
-Published semantics (spec §5, per-item pipeline step 1): a 2s x 2s canvas filled with grey 114; a centre
-(xc, yc), each drawn as int(U(s/2, 3s/2)); the requested image plus 3 more drawn with replacement from the
-dataset, in shuffled order, placed top-left, top-right, bottom-left, bottom-right of the centre, each touching
-the centre with its corner (the part that falls off the canvas is cut); labels and polygons shifted to the
-canvas and clipped to [0, 2s]; then `copy_paste` (p = hyp copy_paste, only with polygons) and
-`random_perspective` with border -s/2, which cuts the result back to s x s and drops lost boxes.
-
-Two deliberate differences, both only visible with polygons or with degrees/shear/perspective > 0:
-- objects entirely off the canvas are dropped right after clipping. The published code keeps them as
-  zero-width (or zero-height) boxes on the canvas edge; with rotation, shear or perspective such a line warps
-  into a box with area, passes the filter (its area ratio divides by the zero area) and labels an object that
-  is not in the image;
-- polygons are clipped to the canvas as polygons (Sutherland-Hodgman), not by clamping each point: a clamped
-  point drags a segment along the canvas edge as far as the cut-off part reached, and the box later taken
-  from the polygon overshoots the visible part.
-
-Polygons: images whose labels carry polygons contribute them; when some images of a mosaic have polygons and
-others do not, the box-only rows get empty polygons (perspective then warps their corners, copy-paste skips
-them) so that polygons stay aligned with label rows.
-
+Published semantics (spec §5 step 1): a 2s x 2s canvas of grey 114; centre (xc, yc) each int(U(s/2, 3s/2));
+the requested image plus 3 drawn with replacement, shuffled, placed top-left/top-right/bottom-left/bottom-right
+with a corner at the centre (overflow cut); labels and polygons shifted and clipped to [0, 2s]; then
+`copy_paste` (p = hyp copy_paste, polygons only) and `random_perspective` with border -s/2 (back to s x s).
+Deliberate differences (visible only with polygons or degrees/shear/perspective > 0):
+- objects entirely off the canvas are dropped after clipping (the published zero-width edge boxes can warp
+  into boxes with area that label nothing in the image);
+- polygons are clipped as polygons (Sutherland-Hodgman), not by clamping points, so the box later taken from a
+  polygon does not overshoot the visible part.
+Polygons stay aligned with label rows: box-only rows of a mosaic that has polygons get empty polygons.
 Test: python -m pytest -q tests/test_data_augment.py -k mosaic
 """
 

@@ -1,24 +1,14 @@
 """Random perspective: rotation, scale, shear, perspective and translation of an image and its labels
 (hyp keys degrees, translate, scale, shear, perspective).
 
-Published semantics (spec §5 "random_perspective"): M = T @ S @ R @ P @ C, where C moves the input's centre to
-the origin, P adds perspective (U(-p, p) on both bottom-row terms), R rotates by U(-degrees, degrees) and scales
-by U(1 - scale, 1 + scale), S shears by U(-shear, shear) degrees on both axes, and T moves the origin to
-U(0.5 - translate, 0.5 + translate) * output size. The output is (H + 2*border[0], W + 2*border[1]); the
-mosaic passes border = (-s/2, -s/2) to cut its 2s x 2s canvas back to s x s. Grey (114) fills what comes from
-outside the input. Boxes are the bounds of their 4 warped corners or, when every label has a polygon, the
-bounds of the warped polygon's part inside the output (tighter under rotation); then clipped to the output and
-filtered by `box_candidates`. Random draws are taken from `rng` in the published order, always all eight,
-so the stream does not depend on which parameters are zero.
-
-Polygon boxes: the published code resamples each polygon to 1000 points, warps them and bounds the points
-that land inside the output. Here the polygon's vertices are warped and the polygon is clipped to the output
-(Sutherland-Hodgman): affine and (small) perspective maps keep edges straight, so the extremes lie at vertices
-or on the border, and the box is the exact bound of the visible part where the published one is a sampled
-approximation of it (short by up to 1/250 of an edge at a vertex). Same filter (area ratio 0.01 with
-polygons), a fraction of the cost. Assumes perspective small enough that no point of the input maps behind
-the camera (the published range, 0 to 0.001, at 640).
-
+Published semantics (spec §5 "random_perspective"): M = T @ S @ R @ P @ C (C centres the input, P perspective
+U(-p, p), R rotation U(±degrees) and scale U(1 ± scale), S shear U(±shear) degrees, T translation to
+U(0.5 ± translate) · output size). Output (H + 2·border[0], W + 2·border[1]) (the mosaic passes -s/2), grey 114
+outside the input. All eight draws are always taken from `rng` in the published order.
+Boxes: the bounds of the 4 warped corners or, when every label has a polygon, of the warped polygon clipped to
+the output (Sutherland-Hodgman: the exact bound of the visible part, where the published code bounds 1000
+resampled points); then clipped and filtered by `box_candidates` (area ratio 0.01 with polygons).
+Assumes perspective small enough that no input point maps behind the camera (published range 0-0.001 at 640).
 Test: python -m pytest -q tests/test_data_augment.py -k "perspective or polygon or warp or candidates"
 """
 
@@ -142,8 +132,9 @@ def random_matrix(rng, in_hw, out_hw, degrees=0.0, translate=0.1, scale=0.5, she
 def warp_image(img, M, size, perspective):
     """Warp img with the 3x3 matrix M (bilinear, grey 114 outside) to size (w, h); same channel count.
 
-    OpenCV's bilinear warps have a fast SIMD path for 4 channels only: a 3-channel image goes through
-    BGRA and back, bit-identical and about 2x faster (measured 1.7 vs 3.6 ms for 640 x 640)."""
+    A 3-channel image goes through BGRA and back (bit-identical): OpenCV's bilinear warps have a fast SIMD path
+    for 4 channels only (benchmarks/RESULTS.md §10).
+    """
     three = img.ndim == 3 and img.shape[2] == 3
     src = cv2.cvtColor(img, cv2.COLOR_BGR2BGRA) if three else img
     if perspective:

@@ -1,19 +1,15 @@
 """The built-in synthetic detection dataset (`--data synthetic`, the default when --data is not given).
 
-Textured grey-ish backgrounds with saturated coloured shapes of 8 classes; each class has its own shape AND
-its own hue, so both cues separate them (the hue survives the HSV jitter of training: ±0.015 of the hue
-circle). Boxes are the exact pixel bounds of the drawn shape (computed from its mask), shapes do not
-overlap by default (no box hides another), so a model can learn it to a high mAP.
-
-Generated deterministically from `seed` (each image from its own numpy Generator seeded with
-(seed, split, index), so the bytes do not depend on the order of generation) into
-`<cache root>/synthetic-v<VERSION>-s<seed>[-options]/` — the cache root is `$YOLOV9C_CACHE` or
-~/.cache/yolov9c, or `root` when given (tests pass a tmp dir). The folder is written under a temporary
-name and renamed when complete, so an interrupted run never leaves a half dataset; `data.yaml` inside is
-returned. Default: 128 train / 32 val JPEGs of 320×320 with 1-8 shapes each (about a second to make).
-
+Textured grey-ish backgrounds with saturated shapes of 8 classes; each class has its own shape and hue (the hue
+survives training's HSV jitter), boxes are the exact pixel bounds of each drawn shape, shapes do not overlap by
+default: a model can learn it to a high mAP.
+Deterministic from `seed` (each image from a numpy Generator seeded with (seed, split, index), independent of
+generation order), written into `<cache root>/synthetic-v<VERSION>-s<seed>[-options]/` (cache root:
+`$YOLOV9C_CACHE`, ~/.cache/yolov9c, or `root` when given) under a temporary name renamed when complete, so an
+interrupted run never leaves a half dataset. Returns the `data.yaml` inside. Default: 128 train / 32 val JPEGs
+of 320×320 with 1-8 shapes each.
+Benchmark set: synthetic_dataset(n_train=256, n_val=0, imgsz=640, boxes=(20, 40), name="bench")
 Test: python -m pytest -q tests/test_data_synthetic.py
-Make the benchmark set: synthetic_dataset(n_train=256, n_val=0, imgsz=640, boxes=(20, 40), name="bench")
 """
 
 import os

@@ -3,22 +3,14 @@
     y = augmented_inference(model, imgs)              # (B, 4 + nc, A1 + A2 + A3), main head, xywh pixels
     y, maps = augmented_inference(model, imgs, return_maps=True)   # maps: the plain pass's raw maps (loss)
 
-The batch is run three times: scale 1 (as is), scale 0.83 flipped left-right, scale 0.67. Each scaled input
-is resized bilinearly to (int(h·s), int(w·s)) and padded right/bottom to the next multiple of the largest
-stride with the published pad value 0.447 (scale_img). Only the main head's decoded output is used
-(y[1] of a DualDDetect model, y of DDetect). Each pass's boxes are mapped back to the input image: all four
-box values are divided by the scale, then the flipped pass un-flips the centre x (x = W − x, W the input
-width; the padding is on the right, so the flipped image still starts at x = 0).
-
-Clipping (the published _clip_augmented): the scale-1 pass drops the anchors of its coarsest level (the
-largest stride: big objects are better seen at the small scales) and the 0.67 pass drops the anchors of its
-finest level (the smallest stride: small objects are better seen at full scale); the 0.83 pass is kept whole.
-The published code derives those counts from Σ 4^k over the levels (assuming each level has 4× the anchors
-of the next); here they are computed from each pass's input size and the model's strides (ceil(h/s)·ceil(w/s)),
-which gives the same numbers for stride-aligned inputs and stays right for any level layout. The three sets
-are concatenated along the anchor dimension (the published YOLOv9 concatenates along dim 1, which is the
-channel dimension of the (B, 4 + nc, A) layout and fails; the anchor dimension is the intended one).
-
+Three passes: scale 1, scale 0.83 flipped left-right, scale 0.67; a scaled input is resized bilinearly to
+(int(h·s), int(w·s)) and padded right/bottom to a multiple of the largest stride with 0.447 (scale_img). Only the
+main head's decoded output is used. Boxes are divided by the scale; the flipped pass un-flips x (x = W − x).
+Clipping (published _clip_augmented): the scale-1 pass drops its coarsest level's anchors, the 0.67 pass its
+finest level's; 0.83 is kept whole. Anchor counts come from each pass's input size and the strides
+(ceil(h/s)·ceil(w/s)): the published Σ 4^k for stride-aligned inputs, and right for any level layout.
+The three sets are concatenated along the anchor dimension (the published code uses dim 1, the channel
+dimension of (B, 4 + nc, A), and fails).
 Test: python -m pytest -q tests/test_tta.py
 """
 

@@ -4,15 +4,13 @@
     loss_total, loss_items = loss_fn(preds, targets)  # (box + cls + dfl) · B, shape (1,); detached items (3,)
     loss_fn.assignments(preds, targets)           # per branch: the assigned labels, boxes, soft scores, fg
 
-The published loss_tal.py / loss_tal_dual.py (spec §4.1-4.6): per head branch, the DFL box decode,
+The published loss_tal.py / loss_tal_dual.py (spec §4.1-4.6): per head branch, DFL box decode,
 TaskAlignedAssigner targets, BCE on the soft scores, CIoU and DFL on the foreground, all ÷ target_scores_sum;
-gains box 7.5, cls 0.5, dfl 1.5; the dual loss adds the auxiliary branch's terms × 0.25. DetectionLoss(nc,
-reg_max, stride, hyp, backend, dual): "torch" is the reference; "c" computes the same terms through
-ops.tal_assign and ops.det_loss without (B, M, A) or (B, A, NC) tensors, its assigner reading the boxes of the
-published fp16 decode for fp16/bf16 maps, so that both backends assign the same targets (fl_gamma > 0 takes the
-reference). Unlike the published loss, on purpose: hyp label_smoothing = eps acts (targets t·(1 − eps) + eps/2;
-eps = 0 is bit-identical); fp16/bf16 predictions get float32 BCE and box terms, float64 ones float64 sums.
-
+gains box 7.5, cls 0.5, dfl 1.5; the dual loss adds the auxiliary branch's terms × 0.25. Backend "torch" is the
+reference; "c" computes the same terms through ops.tal_assign and ops.det_loss without (B, M, A) or (B, A, NC)
+tensors, its assigner reading the published fp16 decode for fp16/bf16 maps so both backends assign the same
+targets (fl_gamma > 0 takes the reference). Deliberate differences: hyp label_smoothing = eps acts (targets
+t·(1 − eps) + eps/2; eps = 0 is bit-identical); fp16/bf16 predictions get float32 BCE and box terms.
 Test: python -m pytest -q tests/test_loss.py tests/test_goldens_loss.py
 """
 

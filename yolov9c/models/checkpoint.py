@@ -1,7 +1,6 @@
 """Checkpoint files in our format: made, written atomically, stripped, and read (ours or published).
 
 Our format is a dict of plain data only, so it loads with `torch.load(path, weights_only=True)`:
-
     format 'yolov9c', version 1, model (state_dict), ema (state_dict or None), updates, optimizer (state_dict or
     None), epoch, best_fitness, opt (dict), hyp (dict), yaml (the model dict), yaml_file (its file name or ''),
     names, nc, stride (list), date, git
@@ -10,9 +9,7 @@ Our format is a dict of plain data only, so it loads with `torch.load(path, weig
     save_checkpoint("last.pt", model, ema=ema, optimizer=opt, epoch=3, opt=vars(args), hyp=hyp)
 
 Published files go through the restricted unpickler (models/published.py); writes through models/atomic_io.py;
-weights into a model: models/weights.py (load_model, model_from_checkpoint, transfer_weights); fp16 casts that
-never overflow and the one-line warning about inf/NaN tensors: models/finite.py.
-
+weights into a model: models/weights.py; overflow-free fp16 casts and the inf/NaN warning: models/finite.py.
 Test: python -m pytest -q tests/test_checkpoint.py
 """
 

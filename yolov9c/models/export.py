@@ -1,20 +1,15 @@
 """Export a trained model to ONNX and check the exported file against the torch model.
 
-    from yolov9c.models.export import export_onnx, check_onnx
     path = export_onnx(model, "best.onnx", imgsz=(640, 640))          # model: eval mode, fused, float32
     report = check_onnx(model, path, images)                          # images: (N, 3, H, W) float in [0, 1]
 
-The exported graph takes `images` (B, 3, H, W) float32 RGB in [0, 1] (letterboxed, as detect_dual.py feeds
-the model) and returns `output0` (B, 4 + nc, A): the main head's decoded predictions, xywh boxes in input
-pixels and class scores after the sigmoid, before NMS, i.e. what the published detect/val code takes from a
-forward (`pred[0][1]` of a DualDDetect model, `pred[0]` of a DDetect one). The auxiliary branch of a
-yolov9-X model has no path to that output and is dropped from the graph. H and W are fixed (the anchors
-are built for one image size); `dynamic=True` leaves the batch size free. The file carries `stride` and
-`names` as metadata, as published.
-
-Optional dependencies (`pip install "yolov9c[export]"`): onnx (writing and checking the graph; the
-TorchScript-based exporter of torch.onnx is used, which needs nothing else) and onnxruntime (check_onnx).
-A missing one raises ExportDependencyError naming the pip command.
+The graph takes `images` (B, 3, H, W) float32 RGB in [0, 1] (letterboxed, as detect_dual.py feeds it) and
+returns `output0` (B, 4 + nc, A): the main head's decoded predictions (xywh input pixels, sigmoid class scores,
+before NMS), what the published code takes from a forward (`pred[0][1]` of DualDDetect, `pred[0]` of DDetect).
+The auxiliary PGI head has no path to it and is dropped. H and W are fixed (anchors are built for one size);
+`dynamic=True` frees the batch. Metadata `stride` and `names`, as published.
+Optional dependencies (`pip install "yolov9c[export]"`): onnx (the TorchScript-based torch.onnx exporter needs
+nothing else) and onnxruntime (check_onnx); a missing one raises ExportDependencyError naming the pip command.
 Test: python -m pytest -q tests/test_export.py
 """
 

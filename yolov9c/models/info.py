@@ -1,19 +1,14 @@
 """Model summaries in the published layout: the layer table and `<name> summary: L layers, P parameters,
 G gradients, F GFLOPs`.
 
-GFLOPs are counted by hand, without thop, but by the rules of thop 0.1.1, which the published code calls, so the
-figures are the published ones: forward hooks record each layer's output size during one forward pass; an
-nn.Conv2d output element costs (c_in / groups)·k_h·k_w multiply-accumulates (bias not counted), a BatchNorm2d
-element 4 ops, a nearest nn.Upsample element 1; SiLU, max-pooling, concatenation and functional ops cost
-nothing; GFLOPs = 2·(sum)/1e9. This reproduces every published printout we know to the printed digit: yolov9-c
-238.9 (nc=3 and nc=1, unfused) and 239.0 (nc=9), 236.6 (fused, nc=1), converted/fused gelan-s 26.4, gelan-m
-76.3, gelan-c 102.1, gelan-e 189.0, fused yolov9-t 16.2 (a conv-only count gives 237.7 and 188.9 for two of
-them). As published, the pass runs on a small probe image and the count is scaled to `imgsz` by area, which is
-exact when the image sides are multiples of the model's largest stride.
-
-    from yolov9c.models.info import model_summary, layer_table
     print(layer_table(model)); print(model_summary(model, imgsz=640))
 
+GFLOPs are counted by hand by thop 0.1.1's rules (what the published code calls), so the figures are the
+published ones: forward hooks record each layer's output size in one pass; an nn.Conv2d output element costs
+(c_in / groups)·k_h·k_w MACs (no bias), a BatchNorm2d element 4, a nearest nn.Upsample element 1; SiLU, pools,
+concatenation and functional ops cost nothing; GFLOPs = 2·sum/1e9. As published, the pass runs on a small
+probe image and is scaled to `imgsz` by area (exact for sides that are multiples of the largest stride).
+The published printouts it reproduces are the test's expected values.
 Test: python -m pytest -q tests/test_checkpoint.py -k "flops or summary or table"
 """
 

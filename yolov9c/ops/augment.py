@@ -1,22 +1,17 @@
-"""Training augmentation's pixel work as one op: `augment()` (C/CUDA through yolov9c._C) and
-`augment_reference()` (the same plan through today's OpenCV calls).
+"""Training augmentation's pixel work as one op: `augment()` (C/CUDA via yolov9c._C) and `augment_reference()`
+(the same plan through OpenCV calls).
 
-A batch plan (yolov9c/data/augment_plan.py draws it on the host, numpy, from each item's seeded Generator):
+A batch plan (drawn on the host by yolov9c/data/augment_plan.py from each item's seeded Generator):
     src   (N,) uint8            the source images' bytes, each h x w x 3 BGR, back to back
-    tiles (B, 2, 4, 9) int64    per image, per layer (the second only with mixup), per mosaic tile:
-                                [byte offset in src, h, w, x1, y1, x2, y2, padw, padh]: canvas pixels
-                                x1 <= cx < x2, y1 <= cy < y2 show source pixel (cx - padw, cy - padh);
-                                the rest of the canvas is grey 114; x2 <= x1 marks an empty tile
-    warp  (B, 2, 9) float32     the inverse of each layer's perspective matrix (output pixel -> canvas)
+    tiles (B, 2, 4, 9) int64    per image, layer (2nd only with mixup), mosaic tile: [offset in src, h, w, x1, y1,
+                                x2, y2, padw, padh]: canvas x1 <= cx < x2, y1 <= cy < y2 shows source
+                                (cx - padw, cy - padh); the rest is grey 114; x2 <= x1 marks an empty tile
+    warp  (B, 2, 9) float32     each layer's inverse perspective matrix (output pixel -> canvas)
     mix   (B, 2) float32        (r, 1 - r): out = r * layer0 + (1 - r) * layer1 (mixup)
-    flags (B, 4) int64          (layers 1|2, flipud, fliplr, hsv on)
-    luts  (B, 3, 256) uint8     the HSV gain's hue, saturation and value tables (data/hsv.py hsv_luts)
+    flags (B, 4) int64          (layers 1|2, flipud, fliplr, hsv on); luts (B, 3, 256) uint8: HSV tables
     out   (B, 3, H, W) uint8    written: RGB planes, the loader's batch layout
-The maths, rounding included, is at the top of kernels/augment_pixel.h. The C reference and the CUDA kernel
-write the same bytes; against OpenCV (augment_reference) they agree within 1 grey level on >= 99.9 % of the
-values (tolerances: tests/test_augment.py).
-Dispatch: CUDA tensors -> kernels/augment.cu, CPU tensors -> csrc/augment_ref.c; YOLOV9C_FUSED=0 ->
-augment_reference on the host (the result copied to out's device). No gradient (data augmentation).
+Maths: kernels/augment_pixel.h. C and CUDA write the same bytes; OpenCV within 1 grey level on >= 99.9 %.
+Dispatch: CUDA -> kernels/augment.cu, CPU -> csrc/augment_ref.c; YOLOV9C_FUSED=0 -> augment_reference. No grad.
 Test: python -m pytest -q tests/test_augment.py
 """
 

@@ -1,24 +1,17 @@
 """Fused training-mode BatchNorm + SiLU: statistics, normalise-and-activate, and the full BN backward.
 
-The c backend hands a conv output on as its pre-BN tensor z plus per-channel batch statistics and the BN
-parameters: one BN operand, `BN(z, mean, invstd, weight, bias)`, the tuple csrc/bn_silu.c takes as one
-argument. Consumers compute a = act(BN(z)) on the fly and, in backward, add their share of dz.
-
-Public: BN (the operand), stats, forward, backward, reference (forward from stock torch ops). The forms:
-    forward(bn)                      y = act(u)
-    forward(bn, residual=r)          y = r + act(u)              (RepNBottleneck's shortcut)
-    forward(bn, bn2)                 y = act(u1 + u2)            (RepConvN in training; act "silu")
-    backward(bn, dy[, bn2])          (dz, dγ, dβ) [+ (dz2, dγ2, dβ2)]; dz written (=) or added to (+=)
-Shapes and dtypes: z, residual, out, grad_out, dz (B, C, H, W), any strides (NCHW, channels-last, channel
-slices of a bigger buffer), storage float32 / float16 / bfloat16, arithmetic float32; mean, invstd, weight,
-bias (C,) float32, invstd = 1 / sqrt(biased_var + eps); act "silu" or "identity".
-Maths (x̂ = (z - mean)·invstd, u = x̂·γ + β, g = dy·act'(u), n = B·H·W): dβ = Σ g, dγ = Σ g·x̂,
-    dz = γ·invstd·(g − Σg/n − x̂·Σ(g·x̂)/n) with batch_stats=True (mean/invstd are z's own statistics),
-    dz = γ·invstd·g with batch_stats=False; mean and invstd never receive a gradient; autograd saves only
-    the operands (z, mean, invstd, γ, β).
-Dispatch (read at every call): YOLOV9C_FUSED=0 -> the torch reference; CPU -> csrc/bn_silu_ref.c through NumPy
-(bfloat16 and empty tensors take the reference); CUDA -> kernels/bn_silu_*.cu on the current stream. Argument
-checks: csrc/bn_silu.c on the fused path, the reference's own on the reference path (never both).
+The c backend hands a conv output on as its pre-BN z plus batch statistics and BN parameters: one operand
+`BN(z, mean, invstd, weight, bias)` (one argument of csrc/bn_silu.c). Public: BN, stats, forward, backward,
+reference. Forms:
+    forward(bn) -> act(u);  forward(bn, residual=r) -> r + act(u);  forward(bn, bn2) -> act(u1 + u2) (RepConvN)
+    backward(bn, dy[, bn2]) -> (dz, dγ, dβ) [+ (dz2, dγ2, dβ2)]; dz written (=) or added to (+=)
+Shapes: z, residual, out, grad_out, dz (B, C, H, W), any strides, float32/float16/bfloat16 storage, float32
+arithmetic; mean, invstd, weight, bias (C,) float32, invstd = 1/sqrt(biased_var + eps); act "silu"/"identity".
+Maths (x̂ = (z − mean)·invstd, u = x̂·γ + β, g = dy·act'(u), n = B·H·W): dβ = Σg, dγ = Σg·x̂,
+dz = γ·invstd·(g − Σg/n − x̂·Σ(g·x̂)/n) (batch_stats=True) or γ·invstd·g (False); mean/invstd get no gradient;
+autograd saves only the operands.
+Dispatch (every call): YOLOV9C_FUSED=0 -> reference; CPU -> csrc/bn_silu_ref.c (bfloat16 and empty tensors:
+reference); CUDA -> kernels/bn_silu_*.cu on the current stream. Checks: csrc/bn_silu.c or the reference's own.
 Test: python -m pytest -q tests/test_bn_silu.py
 """
 

@@ -1,25 +1,17 @@
 """The loss terms of one detection head branch, read straight from the head's level maps: `det_loss()`
-(C/CUDA through yolov9c._C, autograd via `_DetLossFunction`), `det_loss_decode()` (the boxes the assigner
-reads) and their stock-torch references `det_loss_reference()` / `det_loss_decode_reference()`.
+(C/CUDA via yolov9c._C, autograd via `_DetLossFunction`), `det_loss_decode()` (the boxes the assigner reads)
+and their torch references `det_loss_reference()` / `det_loss_decode_reference()`.
 
     out = det_loss(maps, strides, target_labels, target_boxes, target_norm, fg_mask, target_scores_sum,
                    reg_max=16, label_smoothing=0.0, pos_weight=1.0)        # (3,) = [box, cls, dfl]
-
-maps: the nl maps (B, 4·reg_max + NC, H_l, W_l) of one branch as the head produced them (float32 / float16 /
-bfloat16, float64 on the CPU; any strides, channels-last included); strides: nl floats (8, 16, 32). Targets
-come from yolov9c.ops.tal_assign.tal_assign: target_labels (B, A) int64, target_boxes (B, A, 4) xyxy pixels
-float32, target_norm (B, A) float32 (the soft score of the assigned class; the reference's target_scores is
-one_hot(target_labels)·target_norm·fg), fg_mask (B, A) bool; target_scores_sum: a number or a 0-dim/(1,)
-tensor (≥ 1, see yolov9c/loss/detection.py). Returns a (3,) tensor, float32 (float64 for float64 maps):
-    box = Σ_fg (1 − CIoU)·norm / tss,   cls = Σ_{b,a,c} BCE(x, t) / tss,   dfl = Σ_fg DFL·norm / tss,
-exactly the published terms (spec §4.4-4.6; maths in csrc/det_loss_ref.c), label smoothing and pos_weight
-(hyp cls_pw) included. No (B, A, NC) or (B, A, 4·reg_max) tensor is built: the kernels read the maps in place
-with float32 arithmetic and fixed-order partial sums (deterministic); backward recomputes everything from the
-saved maps (alive anyway) and the (B, A)-sized targets and writes the map gradients in the maps' dtype.
-
-Dispatch: CUDA float32/float16/bfloat16 -> kernels/det_loss.cu; CPU -> csrc/det_loss_ref.c (float64
-arithmetic; bfloat16 maps go through a transient float32 copy because NumPy has no bfloat16); CUDA float64
-maps and YOLOV9C_FUSED=0 -> the torch reference.
+Inputs: maps, nl tensors (B, 4·reg_max + NC, H_l, W_l) float32/16/bf16 (float64 on CPU), any strides; strides nl
+floats; targets from tal_assign: labels (B, A) int64, boxes (B, A, 4) xyxy px float32, norm (B, A) float32,
+fg_mask (B, A) bool; target_scores_sum a number or 0-dim/(1,) tensor >= 1. Returns (3,) float32 (float64 maps:
+float64): box = Σ_fg (1 − CIoU)·norm / tss, cls = Σ BCE(x, t) / tss, dfl = Σ_fg DFL·norm / tss (spec §4.4-4.6).
+Invariants: no (B, A, NC) or (B, A, 4·reg_max) tensor; float32 arithmetic with fixed-order partial sums
+(deterministic); backward recomputes from the saved maps and (B, A) targets, gradients in the maps' dtype.
+Dispatch: CUDA f32/f16/bf16 -> kernels/det_loss.cu; CPU -> csrc/det_loss_ref.c (float64; bf16 via a float32
+copy); CUDA float64 and YOLOV9C_FUSED=0 -> reference.
 Test: python -m pytest -q tests/test_det_loss.py; speed and memory: python benchmarks/bench_loss.py
 """
 

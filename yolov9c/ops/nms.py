@@ -3,18 +3,13 @@
 Semantics (torchvision's `batched_nms`, made exact and deterministic):
     boxes   (N, 4) xyxy, float32 / float16 / bfloat16 (float64 is computed in float32)
     scores  (N,) the same dtype as boxes
-    classes (N,) any integer dtype, or None (all one class): boxes of different classes never suppress
-            each other
-    returns LongTensor (K,) of kept indices into the inputs, by score descending, equal scores by lower
-            index first, NaN scores first; on the device of the inputs.
-A box is suppressed by a higher-ranked kept box of its class when IoU > iou_thres (strictly, like
-torchvision). IoU is computed in float32 with one fixed operation order (stated in csrc/nms_ref.c), the same
-in this reference, the C CPU code and the CUDA kernels, so all three keep the same indices.
-
-Dispatch: CUDA tensors -> kernels/nms.cu, CPU tensors -> csrc/nms_ref.c; YOLOV9C_FUSED=0 (read at call
-time) -> nms_reference. NMS has no gradient, so there is no autograd.Function: inputs are detached.
-Argument checks: csrc/nms.c on the fused path (Python checks only what it converts first: that the inputs are
-tensors, the classes' integer dtype, the float64 upcast's dtype match); _check on the reference path.
+    classes (N,) any integer dtype, or None (one class): different classes never suppress each other
+    returns LongTensor (K,) of kept indices, by score descending, ties by lower index, NaN scores first;
+            on the inputs' device.
+A box is suppressed by a higher-ranked kept box of its class when IoU > iou_thres (strictly). IoU is float32
+in one fixed operation order (csrc/nms_ref.c) in the reference, C and CUDA, so all three keep the same indices.
+Dispatch: CUDA -> kernels/nms.cu, CPU -> csrc/nms_ref.c; YOLOV9C_FUSED=0 (read at call time) -> nms_reference.
+No gradient (inputs are detached). Argument checks: csrc/nms.c on the fused path, _check on the reference path.
 Test: python -m pytest -q tests/test_nms.py; speed: python benchmarks/bench_nms.py
 """
 

@@ -1,35 +1,16 @@
-"""The 2×2 stride-1 average pool of ADown and AConv, F.avg_pool2d(x, 2, 1, 0, False, True), the k×k max
-pool of ADown and SPPELAN, F.max_pool2d(x, k, s, p) (dilation 1, floor mode), and the nearest 2× upsampling of
-the heads and CBFuse, nn.Upsample(scale_factor=2, mode='nearest').
+"""The pools and upsampling of ADown/AConv/SPPELAN/CBFuse: avg_pool2x2 = F.avg_pool2d(x, 2, 1, 0, False, True),
+max_pool2d = F.max_pool2d(x, k, s, p) (dilation 1, floor mode), upsample_nearest2x = nn.Upsample(2, 'nearest').
 
-upsample_nearest2x: out (B, C, 2H, 2W), out[y,x] = x[y//2, x//2] (a copy: x's bits); its backward from grad_out
-alone, grad_in[i,j] = ((g[2i,2j] + g[2i,2j+1]) + g[2i+1,2j]) + g[2i+1,2j+1] in float32 rounded once — torch's
-CPU aten.upsample_nearest2d_backward bit for bit in float32, float16 and bfloat16 (it sums in that order).
-_UpsampleNearest2xFunction saves nothing. It lives here, beside the pools, because it is their kind of op (its
-backward is a 2×2 stride-2 window sum: the avg pool's window sum in csrc/pool_ref.c), and it shares their
-argument checks (csrc/pool.c) and their launch path (_run below).
-
-max_pool2d: out (B, C, (H+2p-k)//s+1, (W+2p-k)//s+1) = the window maxima (torch's bits: a max is exact);
-its backward takes the input gradient from x and grad_out alone (torch's argmax rule: the first maximum
-row-major, a NaN window its last NaN): _MaxPool2dFunction saves x (the input autograd keeps anyway), no index
-tensor. The backward recomputes the window argmaxes into a transient uint8 scratch `index` (the output's shape,
-1 byte per output element, from torch's allocator, freed on return; k*k <= 255), then gathers grad_out through
-it. Sums of grad_out in float32, rounded once.
-
-Shapes and dtypes:
-    x, grad_in          (B, C, H, W), H, W >= 2, any strides (NCHW, channels-last, a channel slice of a
-                        bigger channels-last buffer: read in place, no copy); float32 / float16 / bfloat16
-    out, grad_out       (B, C, H-1, W-1), x's dtype; new tensors take the input's memory format
-Maths (kernels/pool.cu, csrc/pool_ref.c):
-    forward   out[y,x] = 0.25·(((x[y,x] + x[y,x+1]) + x[y+1,x]) + x[y+1,x+1])   (float32, this order: torch's CPU
-              float32 result bit for bit; one rounding to a 16-bit dtype)
-    backward  grad_in[y,x] = 0.25·Σ grad_out over the (up to 4) windows covering (y, x), from grad_out alone
-_AvgPool2x2Function saves nothing for backward but the shape it implies (no tensor).
-
-Dispatch (read at every call): YOLOV9C_FUSED=0 or a device other than CPU/CUDA (the c backend's shape probe
-runs ops on meta tensors) -> the *_reference functions; CPU -> csrc/pool_ref.c through NumPy (bfloat16, which
-NumPy lacks, is widened to float32 and rounded back: the same bits); CUDA -> kernels/pool.cu on the current
-stream. Argument checks live in C (csrc/pool.c).
+Shapes: x (B, C, H, W), any strides (channels-last slices read in place), float32/float16/bfloat16; outputs
+take x's dtype and memory format. avg: out (B, C, H-1, W-1); max: (B, C, (H+2p-k)//s+1, (W+2p-k)//s+1);
+upsample: (B, C, 2H, 2W), out[y, x] = x[y//2, x//2].
+Invariants: sums in float32 in torch's order, rounded once, so avg forward and upsample backward equal torch's
+CPU bits; max forward is exact and its backward follows torch's argmax rule (first maximum row-major, a NaN
+window its last NaN). Saved for backward: nothing for avg and upsample; x only for max (autograd keeps it
+anyway) — the backward recomputes the argmaxes into a transient uint8 scratch (k*k <= 255), no index tensor.
+Maths: kernels/pool.cu, csrc/pool_ref.c; argument checks in csrc/pool.c.
+Dispatch (read at every call): YOLOV9C_FUSED=0 or a non-CPU/CUDA device (meta shape probe) -> *_reference;
+CPU -> csrc/pool_ref.c (bfloat16 via float32, same bits); CUDA -> kernels/pool.cu on the current stream.
 Test: python -m pytest -q tests/test_pool.py; speed: python benchmarks/bench_pool.py
 """
 

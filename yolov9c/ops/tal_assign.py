@@ -1,35 +1,17 @@
-"""Task-aligned label assignment without (B, M, A) tensors: `tal_assign()` (C/CUDA through yolov9c._C) and
-`tal_assign_reference()` (the torch assignment maths, `assign()`, that yolov9c/loss/assigner.py's
-TaskAlignedAssigner runs; spec §4.3).
+"""Task-aligned label assignment without (B, M, A) tensors: `tal_assign()` (C/CUDA via yolov9c._C) and
+`tal_assign_reference()` (the torch maths of yolov9c/loss/assigner.py's TaskAlignedAssigner; spec §4.3).
 
     tal_assign(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_classes, params=AssignParams(),
-               logits=False)        params: (topk=10, alpha=0.5, beta=6.0, eps=1e-9), one tuple as in C
-        scores     (B, A, NC) float32/float16/bfloat16 (float64 too), any strides: a permuted view of a
-                   (B, NC, A) head tensor is read in place; logits=True applies the sigmoid on read (in the
-                   scores' dtype, as `scores.sigmoid()` would)
-        pred_boxes (B, A, 4) predicted xyxy in pixels, float32 (or float16)
-        points     (A, 2) anchor centres in pixels
-        gt_labels  (B, M, 1) class ids (float or int); gt_boxes (B, M, 4) xyxy pixels;
-        gt_mask    (B, M, 1) bool/float, 1 for real boxes, 0 for padding rows
-    returns (target_labels (B, A) int64, target_boxes (B, A, 4) dtype of gt_boxes, target_norm (B, A) float32
-             (float64 when scores are float64, the reference's metric dtype), fg_mask (B, A) bool,
-             target_gt_idx (B, A) int64)
-    target_norm is the normalised alignment of a foreground anchor (0 for background): the reference's
-    target_scores == expand_target_scores(target_labels, target_norm, num_classes). Background anchors get
-    box 0's label and box, gt_idx 0; with M == 0 every label is num_classes and every box 0.
-
-Ties in the top-k resolve by lower anchor index in both (topk_mask). The
-C/CUDA maths is stated at the top of csrc/tal_assign_ref.c; it equals the reference's fp32 arithmetic
-operation for operation except that atan, pow and exp are evaluated in float64 and rounded (torch's float32
-versions differ from the correctly rounded value by an ulp at times), so an assignment can differ from the
-reference only where two candidates' metrics lie within an ulp or two of each other.
-
-Dispatch: YOLOV9C_FUSED=0 -> reference; CPU -> csrc/tal_assign_ref.c through NumPy (bfloat16 scores are
-upcast, the rounding of the reference's bfloat16 arithmetic is kept); CUDA -> kernels/tal_assign.cu on the
-current stream. gt_boxes that are not float32, float64 pred boxes, float64 scores on CUDA and topk > 32 go to
-the reference. No autograd: everything runs under no_grad on detached inputs. Argument checks: csrc/tal_assign.c
-on the fused path (Python checks only what it reads or converts first, _check_converted), _check on the
-reference path.
+               logits=False)     # params: (topk=10, alpha=0.5, beta=6.0, eps=1e-9)
+Inputs: scores (B, A, NC) float32/16/bf16/64, any strides (logits=True: sigmoid on read); pred_boxes (B, A, 4)
+xyxy pixels; points (A, 2); gt_labels (B, M, 1); gt_boxes (B, M, 4) xyxy pixels; gt_mask (B, M, 1).
+Returns (target_labels (B, A) int64, target_boxes (B, A, 4), target_norm (B, A) float32 (float64 for float64
+scores), fg_mask (B, A) bool, target_gt_idx (B, A) int64); the reference's target_scores ==
+expand_target_scores(target_labels, target_norm, num_classes). Background anchors: box 0's label/box, idx 0.
+Invariants: top-k ties go to the lower anchor index; the C/CUDA maths equals the fp32 reference op for op but
+evaluates atan/pow/exp in float64 and rounds (torch's are off by an ulp at times): differences only at near-ties.
+Dispatch: YOLOV9C_FUSED=0, non-float32 gt_boxes, float64 pred_boxes, float64 scores on CUDA, topk > 32 ->
+reference; CPU -> csrc/tal_assign_ref.c; CUDA -> kernels/tal_assign.cu.
 Test: python -m pytest -q tests/test_tal_assign.py
 """
 

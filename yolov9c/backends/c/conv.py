@@ -2,31 +2,16 @@
 
     zs = lazy_conv(x, [conv_a, conv_b])   # x: a lazy value (lazy/); conv_*: nn.Conv2d reading it
 
-One autograd Function (LazyConvFunction) does: materialise x into one temporary buffer (a concat is
-written slice by slice into it, never stored), run every conv on it through torch (cuDNN on CUDA), free it.
-It saves only x's leaves (pre-BN conv outputs z, statistics, BN parameters, plain tensors) and the conv
-weights. Its backward rebuilds the buffer from those leaves with grad enabled (through the differentiable
-ops of yolov9c.ops.bn_silu, whose backward is the full training-BN backward), computes the conv gradients
-with aten.convolution_backward on it, and sends the input gradient back into the leaves with
-torch.autograd.grad. A z read by several consumers receives each consumer's share of dz; autograd adds
-them (BN's backward is linear in the incoming gradient, so the sum is the exact dz).
-
-Inside a recomputed segment's backward (segment.py) the recompute's forward has just materialised each conv input,
-and that conv's backward follows within the same torch.autograd.grad: with YOLOV9C_KEEP_INPUTS=1 (default off,
-keep_inputs_enabled) the forward under inputs_kept() keeps its input (and the few memo values a Spatial backward
-reads) for its own backward, which frees it, instead of activating the leaves a third time. BN/SiLU apply passes in
-backward (benchmarks/bn_passes.py, multiples of one pass over every z): yolov9-s 2.08x -> 1.39x, yolov9-c 2.07x ->
-1.26x, yolov9-e 2.13x -> 1.41x, equal to forward's (each conv input is activated once in backward: in its conv's
-backward, or in its segment's recompute). Bit-identical gradients; forward stores the same bytes; the extra memory
-is a transient of one segment's conv inputs (CPU, profiler, batch 2, 256 px, fp32: the largest segment backward,
-yolov9-c's second stem 26-29, rose from 50 to 90 MiB under a 92-MiB step peak; on the H200 at batch 64, 640 it
-raised yolov9-c's real train_dual.py peak by 1.9 GiB allocated, hence off by default).
-
-Several convs reading the same input (RepConvN's 3×3 and 1×1, RepNCSP's cv1/cv2, a detect level's box and
-class branches) share one Function, so the input is materialised once forward and once backward.
-Autocast: the convs run in the autocast dtype (fp16/bf16), so z is stored in it; BN arithmetic stays fp32
-inside the ops. Inside the Function autocast is off and every cast is explicit, so forward and the
-backward recompute produce the same values.
+LazyConvFunction materialises x into one temporary buffer (a concat is written slice by slice), runs every conv
+on it through torch, frees it, and saves only x's leaves (pre-BN z, statistics, BN parameters, plain tensors)
+and the weights. Backward rebuilds the buffer from the leaves with grad enabled (yolov9c.ops.bn_silu), computes
+the conv gradients with aten.convolution_backward and sends the input gradient into the leaves; a z read by
+several consumers gets each share of dz, summed by autograd (exact: BN's backward is linear in dz).
+Convs reading one input (RepConvN's 3x3/1x1, RepNCSP's cv1/cv2) share one Function: one materialisation each way.
+YOLOV9C_KEEP_INPUTS=1 (keep_inputs_enabled, default off: it raises the peak; benchmarks/RESULTS.md §16) keeps a
+recomputed segment's conv inputs for their own backward instead of activating the leaves again; same gradients.
+Autocast: convs run in the autocast dtype (z stored in it), BN arithmetic in fp32; inside the Function autocast
+is off and casts are explicit, so forward and recompute give the same values.
 Test: python -m pytest -q tests/test_backend_c.py
 """
 
@@ -57,10 +42,9 @@ _KEEP = [False]  # inside inputs_kept(): each forward keeps its materialised inp
 
 
 def keep_inputs_enabled():
-    """YOLOV9C_KEEP_INPUTS=1 turns inputs_kept() on (default off). Measured on the H200 (benchmarks/RESULTS.md,
-    batch 64, 640): it saves one BN+SiLU activation pass per recomputed conv (yolov9-c BN/SiLU GPU time per
-    step 80.0 -> 70.5 ms, bench_step.py) but a segment's kept inputs raise the step's peak (real train_dual.py,
-    yolov9-c reserved 11.2 -> 13.6 GiB, above its 13.5 goal), so it is for runs with memory to spare."""
+    """YOLOV9C_KEEP_INPUTS=1 turns inputs_kept() on (default off): it saves one BN+SiLU pass per recomputed conv
+    but raises the step's peak (benchmarks/RESULTS.md §16), so it is for runs with memory to spare.
+    """
     return os.environ.get("YOLOV9C_KEEP_INPUTS", "0") == "1"
 
 

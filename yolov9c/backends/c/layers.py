@@ -1,20 +1,15 @@
 """The c-backend forward of every yaml layer type, on lazy values (lazy/) and lazy convs (conv.py).
 
-`layer_forward(m, x)` replaces a top-level layer's forward while the backend is applied. In training mode
-each layer takes lazy values or tensors and hands on lazy values; the detect head returns plain tensors (the
-loss reads them). What is stored per layer: each conv's output z (the compute dtype), per-channel batch
-statistics, and the head's final conv outputs — never an activated tensor, a concat or a pool output.
-
-Layers run through plain torch (their own forward, on materialised inputs) when:
-  - the layer is in eval mode (validation/inference: nothing is stored for backward anyway; a fused or
-    re-parameterised deploy model is always evaluated this way);
-  - a BatchNorm is missing (fused), not in training mode, not affine, or not float32; a conv is not a plain
-    zero-padded nn.Conv2d; the parameters are not float32 (float64 has no kernel);
-  - the layer type is unknown here (users' own modules), or it is random in training (nn.Dropout with p > 0:
-    a recompute would draw a different mask).
-A Conv whose activation is neither SiLU nor identity (a yaml `activation:` such as nn.LeakyReLU) keeps its
-lazy conv but applies its BatchNorm and activation with torch, which stores the activated tensor as the
-torch backend does: correct, only without the memory saving for that Conv.
+`layer_forward(m, x)` replaces a top-level layer's forward while the backend is applied. In training each layer
+takes lazy values or tensors and hands on lazy values; the detect head returns plain tensors (the loss reads
+them). Stored per layer: each conv's output z (compute dtype), per-channel batch statistics and the head's final
+conv outputs — never an activated tensor, a concat or a pool output.
+Plain torch (the layer's own forward on materialised inputs) runs when: the layer is in eval mode (validation,
+fused/deploy models); a BatchNorm is missing, not training, not affine or not float32; a conv is not a plain
+zero-padded nn.Conv2d; parameters are not float32; the type is unknown (users' modules) or random in training
+(nn.Dropout p > 0: a recompute would draw a different mask).
+A Conv whose activation is neither SiLU nor identity keeps its lazy conv but applies BN and activation with torch
+(correct, without the memory saving for that Conv).
 Test: python -m pytest -q tests/test_backend_c.py
 """
 

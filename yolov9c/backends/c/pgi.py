@@ -3,35 +3,15 @@
     c.install(model)          # model.forward = model_forward (and every layer's forward, layers.py)
     model(imgs_uint8)         # a uint8 batch is read as imgs / 255 by its first convs (lazy.Image)
 
-Which layers are auxiliary (DESIGN.md "Memory design" item 3) is read off the layer graph: the layers whose
-outputs reach only the auxiliary inputs of the DualDDetect head (its first nl inputs) and none of the main
-ones — t/s: the second FPN; m/c: the CBLinears and the second backbone; e: the FPN on the first backbone.
-In training (grad enabled) they run as recomputed segments (segment.py): chains of layers in which each
-layer is read only by the next and reads nothing outside the chain (_chains), and one segment per auxiliary
-head level. A segment keeps only its result (typically its last conv output z); its inputs
-are kept by the main branch anyway. In backward it is re-run and back-propagated at once, so only one
-segment's z's are rebuilt at a time (with YOLOV9C_KEEP_INPUTS=1 also the conv inputs its recompute
-materialised, kept for the conv backwards that follow: segment.py, conv.inputs_kept).
-
-Order: every auxiliary step runs as soon as its inputs exist (so before the main neck and the main head
-levels). Autograd runs the ready node created last first, so the whole main neck's backward runs before any
-auxiliary segment's (the neck's z's are freed before a segment rebuilds its own), and a segment that reads
-only the image (yolov9-c's second stem, layers 26-29) is back-propagated last, after the first backbone
-(measured: recomputed between the neck and the first backbone, that chain alone raised yolov9-c's peak by
-8.1 GiB). Results do not depend on the order (each layer reads the same inputs; each BatchNorm updates once).
-
-Main blocks recomputed too (DESIGN.md "Memory design" item 3, extended): the multi-conv blocks of the yaml's
-backbone section (RepNCSPELAN4, ELAN1) whose input is at stride 8 or finer run as one-layer segments as well
-(yolov9-s: layers 2 and 4; yolov9-c: 3 and 5; yolov9-e: 3, 5, 19 and 22). Their inner z's are the largest
-stored tensors of the step (yolov9-e's layer 3 alone stores 3.5 GiB at batch 64, 640²) and the step's peak
-is at the start of backward, when every stored tensor is alive; recomputed, each keeps only its output z,
-for one more forward of those blocks in backward. YOLOV9C_MAIN_RECOMPUTE=S (read at every call) sets the
-stride limit (default 8; 4 keeps only the stride-4 blocks; 0 turns it off).
-
-Falls back to the plain layer loop (all auxiliary z's kept, as before) when: the model is not training or
-grad is off; the head is not a DualDDetect the c layers can run; YOLOV9C_AUX_RECOMPUTE=0. A segment whose
-layers are not all recomputable (a torch fallback inside, a non-SiLU activation: torch BatchNorm would update
-its running statistics twice) runs as plain layers.
+Auxiliary layers (DESIGN.md "Memory design" item 3) are read off the layer graph: those whose outputs reach only
+the DualDDetect head's auxiliary inputs. In training they run as recomputed segments (segment.py): chains of
+layers each read only by the next (_chains), one segment per auxiliary head level; a segment keeps only its
+result and is re-run and back-propagated at once in backward. Each auxiliary step runs as soon as its inputs
+exist, so autograd back-propagates the main neck first and an image-only segment last, which keeps the peak low.
+Main backbone blocks (RepNCSPELAN4, ELAN1) at stride <= YOLOV9C_MAIN_RECOMPUTE (default 8; 0: off) are one-layer
+segments too. Results do not depend on the order (same inputs; each BatchNorm updates once).
+Falls back to the plain layer loop when not training / no grad, the head is not a c-runnable DualDDetect, or
+YOLOV9C_AUX_RECOMPUTE=0; a segment with a non-recomputable layer (torch fallback, non-SiLU act) runs plain.
 Test: python -m pytest -q tests/test_backend_pgi.py
 """
 

@@ -2,23 +2,16 @@
 
     value = run_segment(fn, inputs, modules)   # fn(inputs) -> a lazy value / tensor / tuple of them
 
-`inputs` is a dict of lazy values, tensors or tuples/lists of them; `modules` are the nn.Modules whose
-parameters fn uses. SegmentFunction runs fn without autograd, so everything fn creates inside is freed as
-soon as fn returns; only the tensors of its result that fn created (the "new" tensors: typically the last
-conv output z and its batch statistics) leave it. Its backward rebuilds the inputs from the saved input
-tensors (detached), re-runs fn with grad enabled under the forward's autocast state, and sends the incoming
-gradients of the new tensors through it with torch.autograd.grad: the gradients of the input tensors and of
-the parameters are the Function's gradients (so AccumulateGrad, and DDP's hooks on it, see them as usual).
-
-The recompute runs under conv.inputs_kept(): with YOLOV9C_KEEP_INPUTS=1 (default off: it raises the peak)
-each conv in it keeps the input it materialised for its own backward in the torch.autograd.grad that follows
-(one activation of each conv input per recompute, not two; all kept inputs are freed before this backward
-returns: a transient of one segment's conv inputs).
-
-BatchNorm statistics: the forward records every batch statistic fn computes (layers.StatsTape, the only
-place the c layers update running statistics); the recompute takes them back from the tape in the same
-order, so it normalises with exactly the forward's statistics and updates no running statistic again.
-fn must be deterministic apart from that (no dropout): pgi.py only hands it layers that are (recomputable()).
+`inputs`: a dict of lazy values, tensors or tuples/lists of them; `modules`: the nn.Modules whose parameters fn
+uses. SegmentFunction runs fn without autograd, so only the tensors of its result that fn created (typically the
+last conv output z and its statistics) outlive it. Backward re-runs fn with grad enabled under the forward's
+autocast state on the detached saved inputs and sends the incoming gradients through it with
+torch.autograd.grad; input and parameter gradients are the Function's (AccumulateGrad and DDP hooks see them).
+The recompute runs under conv.inputs_kept() (YOLOV9C_KEEP_INPUTS=1: each conv keeps its input for its own
+backward; all freed before this backward returns).
+BatchNorm: the forward records every batch statistic on a layers.StatsTape and the recompute replays it, so it
+normalises with the forward's statistics and updates no running statistic twice. fn must otherwise be
+deterministic (no dropout): pgi.py hands it only recomputable() layers.
 Test: python -m pytest -q tests/test_backend_pgi.py
 """
 

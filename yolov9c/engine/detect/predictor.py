@@ -1,19 +1,16 @@
 """The detect workflow of detect_dual.py: weights → fused model → sources → NMS → annotated files and labels.
 
-`detect(DetectConfig(weights=..., source=..., ...))` runs it and returns a summary dict; `yolov9c/cli/detect.py` is its
-command line. Published behaviour (spec §8): the model is fused for inference; inputs are letterboxed with
-minimal stride padding; the **main** head's output is used (y[1] of a DualDDetect model, y of a DDetect /
-converted gelan model); single-label NMS (conf 0.25, IoU 0.45, max_det 1000 by default); boxes are scaled
-back to the original image. Outputs in `runs/detect/exp{N}`:
-- annotated images under the same file name, videos as `<stem>.mp4` (mp4v), unless `nosave`;
-- `labels/<stem>.txt` (`_<frame>` for video frames) with one `class xc yc w h [conf]` row per box,
-  normalised to the original image, when `save_txt` (conf column with `save_conf`);
-- `crops/<class name>/<stem>.jpg` (`<stem>2.jpg`, … for further boxes) when `save_crop`.
-One log line per image/frame (`image 1/3 path: 128x160 2 ellipses, 4.1ms`), then the speed summary.
-A file that cannot be read (an empty or corrupt image, a video that cannot be opened) gives one
-`WARNING: image 2/5 path: reason, skipped` line and the run goes on with the next file; the last line then
-says how many of the files were skipped, and the result's `failed` lists them.
-
+`detect(DetectConfig(weights=..., source=..., ...))` runs it and returns a summary dict (yolov9c/cli/detect.py is
+its command line). Published behaviour (spec §8): fused model; letterbox with minimal stride padding; the main
+head's output (y[1] of DualDDetect, y of DDetect); single-label NMS (conf 0.25, IoU 0.45, max_det 1000 by
+default); boxes scaled back to the original image. Outputs in `runs/detect/exp{N}`:
+- annotated images under the same name, videos as `<stem>.mp4` (mp4v), unless `nosave`;
+- with `save_txt`, `labels/<stem>.txt` (`_<frame>` for video frames): `class xc yc w h [conf]` rows normalised
+  to the original image (conf with `save_conf`);
+- with `save_crop`, `crops/<class name>/<stem>.jpg` (`<stem>2.jpg`, … for further boxes).
+One log line per image/frame (`image 1/3 path: 128x160 2 ellipses, <t>ms`), then the speed summary. An
+unreadable file gives one `WARNING: image 2/5 path: reason, skipped` line and the run goes on; the last line
+counts the skipped files and the result's `failed` lists them.
 Test: python -m pytest -q tests/test_detect_predictor.py
 """
 

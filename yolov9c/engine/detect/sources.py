@@ -1,18 +1,14 @@
 """Inference sources for detect_dual.py: image files, folders, globs, `.txt` lists and video files.
 
 `resolve_sources(source)` turns the --source string into a sorted list of image and video files;
-`MediaSource(files, imgsz, stride, auto, vid_stride)` iterates over them and yields one `Frame` per image or
-per kept video frame, letterboxed for the model (published detect semantics: minimal stride padding,
-`auto=True`, for PyTorch models).
-
-Webcams, streams (rtsp/rtmp/http), URLs and `screen` captures need devices or a network that this package does
-not use: they raise SourceError with a clear message (the CLI turns it into exit code 2).
-
-A file that cannot be used once the run has started — an image that is empty, corrupt or unreadable, a video
-that cannot be opened or gives no frame — never stops the run: MediaSource skips it, hands one warning line
-`WARNING: image 2/5 path: reason, skipped` to its `warn` callback and records (path, reason) in `failed`.
-The native decoders' own messages are silenced while a file is opened, so that line is the only one.
-
+`MediaSource(files, imgsz, stride, auto, vid_stride)` yields one `Frame` per image or kept video frame,
+letterboxed for the model (published detect semantics: minimal stride padding, `auto=True`).
+Webcams, streams (rtsp/rtmp/http), URLs and `screen` need devices or a network this package does not use: they
+raise SourceError with a clear message (the CLI exits with code 2).
+A file unusable once the run has started (an empty, corrupt or unreadable image, a video that cannot be opened
+or gives no frame) never stops the run: MediaSource skips it, hands one line `WARNING: image 2/5 path: reason,
+skipped` to its `warn` callback and records (path, reason) in `failed`; the native decoders' own messages are
+silenced while a file is opened, so that line is the only one.
 Test: python -m pytest -q tests/test_detect_sources.py
 """
 

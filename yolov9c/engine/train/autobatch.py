@@ -3,18 +3,14 @@
     batch = autobatch(model, imgsz, hyp, device, backend="c", amp=True)   # on the CPU: 16, with a message
     batch = select_batch([(1, 1.2), (2, 1.9), (4, 3.3), (8, None)], free_gib=20.0)   # the fit alone
 
-As published (spec §1.5): single GPU only (refused under DDP), a training step is profiled at batch sizes 1, 2,
-4, 8, 16, a line is fitted to the reserved memory against the batch, and the batch whose predicted memory is
-80 % of the free memory (total − reserved − allocated, measured before profiling) is chosen; clamped to
-[1, 1024]; without CUDA, or when the fit fails, the default 16 is used with a warning. Differences from the
-published utils/autobatch.py, which profiles forward + backward of the bare model only: here every profiled
-step runs forward, **the loss (with the task-aligned assigner, whose memory grows with batch × labels ×
-anchors)** and backward, with the chosen backend and AMP setting, on a copy of the model; the published
-profile ignores the assigner, which is why its choice can run out of memory once training starts. Each
-profiled image carries `labels_per_image` random boxes (default 32; images with more labels than that make the
-assigner larger than profiled, and the 20 % margin absorbs it). A batch size that runs out of memory ends
-the profile: the fit uses the sizes that worked and the choice stays below the first failing size.
-
+As published (spec §1.5): single GPU only (refused under DDP); a step is profiled at batch 1, 2, 4, 8, 16, a line
+fitted to reserved memory against batch, and the batch predicted at 80 % of the free memory chosen, clamped to
+[1, 1024]; without CUDA or when the fit fails, 16 with a warning.
+Difference: the published profile runs forward + backward of the bare model; here each profiled step also runs
+the loss with the task-aligned assigner (memory grows with batch × labels × anchors), with the chosen backend
+and AMP, on a model copy, so the assigner's memory is in the fit (the published choice can run out of it).
+Each profiled image carries `labels_per_image` random boxes (default 32; the 20 % margin absorbs more). An
+out-of-memory batch size ends the profile; the choice stays below it.
 Test: python -m pytest -q tests/test_autobatch.py
 """
 

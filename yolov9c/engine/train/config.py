@@ -4,15 +4,12 @@
     cfg = RunConfig.from_args(namespace, given=("epochs",))         # what parse_opt does with argparse's result
     cfg = read_opt_yaml("runs/train/exp/opt.yaml")                  # a run's stored options
 
-The fields are the published train_dual.py flags (argparse destinations, same defaults), then yolov9c's memory
-knobs, then what the trainer resolves and records (save_dir, world_size, global_rank). `given` names the fields
-the user typed on the command line: --resume takes those in RESUME_OVERRIDES from the command line instead of
-the stored opt.yaml. opt.yaml is `opt_dict(cfg, hyp)`: every field but `given`, in this order, with `hyp` the
-hyperparameter dict (the published format: all options, the hyp dict and save_dir). Reading one back ignores
-keys it does not know (named in a warning) and gives missing keys their defaults, so an older or newer opt.yaml
-still resumes. Frozen: set-up resolves a copy once (state.resolve_config, dataclasses.replace) and nothing
-rewrites it after.
-
+Fields: the published train_dual.py flags (argparse destinations, same defaults), yolov9c's memory knobs, then
+what the trainer resolves (save_dir, world_size, global_rank). `given` names the fields typed on the command
+line: --resume takes those in RESUME_OVERRIDES from the command line instead of opt.yaml. opt.yaml is
+`opt_dict(cfg, hyp)` (the published format: every option, the hyp dict, save_dir); reading one back ignores
+unknown keys (with a warning) and defaults missing ones, so older and newer opt.yaml files still resume.
+Invariant: frozen; set-up resolves a copy once (state.resolve_config) and nothing rewrites it.
 Test: python -m pytest -q tests/test_train_cli.py -k config
 """
 

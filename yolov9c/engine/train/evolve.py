@@ -2,24 +2,15 @@
 
     python train_dual.py --data D.yaml --cfg gelan-t.yaml --epochs 10 --evolve 30      # → runs/evolve/exp
 
-Every generation trains from scratch with the options given, validating and saving nothing before the last
-epoch (`--noval --nosave` implied; in fact no checkpoint at all, no plots, no hyp.yaml/opt.yaml), and appends
-one row to `evolve.csv`: the 7 results of the final validation (P, R, mAP@0.5, mAP@0.5:0.95, val box, cls, dfl
-loss) then every hyperparameter. Generation 0 trains the --hyp file as it is; each later one picks a parent
-among the 5 fittest rows so far (fitness 0.1·mAP@0.5 + 0.9·mAP@0.5:0.95, chosen at random with weights
-fitness − min + 1e-6) and mutates it: with probability 0.8 per key, hyp[k] × (1 + gain_k · N(0,1) · U(0,1) ·
-0.2), the factor clipped to [0.3, 3], redrawn until some key changed; then each key is clamped to META's
-bounds and rounded to 5 decimals. `hyp_evolve.yaml` holds the best row's hyperparameters (comment lines name
-the best and last generation and their results); `hyp_evolve.png` plots each key against fitness. The run
-folder is runs/evolve/NAME when --project is the default; `--resume` continues the evolution of an existing
-folder (published: it means exist-ok there), extending its evolve.csv.
-
-Differences from the published code, which crashes before generation 0 on the published hyp file (KeyError
-'dfl', yolov9 issue #149): META has `dfl`; box, cls and dfl have gain 0 and bounds that hold the YOLOv9
-values (the loss hard-codes 7.5, 0.5, 1.5 and reads none of them; the inherited YOLOv5 bounds 0.02-0.2 would
-write box 0.2 into hyp_evolve.yaml). Mutations draw from a generator seeded by (--seed, generation), not the
-clock, so an evolution repeats exactly. `--bucket` (gsutil) is ignored with a message.
-
+Each generation trains from scratch (`--noval --nosave` implied: no checkpoint, plots or yaml) and appends one
+row to `evolve.csv`: P, R, mAP@0.5, mAP@0.5:0.95, val box/cls/dfl loss, then every hyperparameter. Generation 0
+trains --hyp as is; later ones pick a parent among the 5 fittest rows (fitness 0.1·mAP@0.5 + 0.9·mAP@0.5:0.95,
+weights fitness − min + 1e-6) and mutate it (p 0.8 per key: × (1 + gain·N(0,1)·U(0,1)·0.2), clipped to
+[0.3, 3], redrawn until a key changed), clamp to META and round to 5 decimals. `hyp_evolve.yaml` holds the
+best row, `hyp_evolve.png` each key against fitness; `--resume` extends an existing folder's evolve.csv.
+Differences from the published code (which fails with KeyError 'dfl' on its own hyp file): META has `dfl`;
+box/cls/dfl have gain 0 and bounds that hold the YOLOv9 values (the loss hard-codes 7.5, 0.5, 1.5); mutations
+draw from a generator seeded by (--seed, generation), so an evolution repeats exactly; `--bucket` is ignored.
 Test: python -m pytest -q tests/test_train_evolve.py
 """
 

@@ -1,22 +1,17 @@
-"""Capturable optimizer steps for the CUDA-graph training step (graph_step.py): torch.optim's SGD (Nesterov),
-Adam and AdamW (amsgrad) updates written with torch._foreach ops that read each group's learning rate (and
-SGD momentum) from device tensors and skip the whole update where a device flag says so. Nothing reads a
-device value on the host, so a CUDA graph can hold the step; warm-up and the LR schedule change the device
-tensors with a fill before each replay (set_hyper), without a recapture.
+"""Capturable optimizer steps for the CUDA-graph training step (graph_step.py): torch.optim's SGD (Nesterov), Adam
+and AdamW (amsgrad) written with torch._foreach ops that read each group's lr (and SGD momentum) from device
+tensors and skip the update where a device flag says so; no host read, so a CUDA graph can hold the step.
 
     fused = FusedOptimizer(optimizer, params)   # the torch optimizer of build_optimizer (optim.py)
     fused.set_hyper()                           # host, before a replay: lr / momentum of every group → device
     fused.step(found_inf)                       # capturable; found_inf: 0-dim float (1 = skip), or None
 
-The state tensors are the torch optimizer's own (SGD momentum_buffer; Adam exp_avg, exp_avg_sq,
-max_exp_avg_sq, step), updated in place, so its state_dict, a checkpoint and a later eager step see the same
-values. Missing state is created as torch's first step would leave it: a zero momentum buffer gives
-buf = 0·m + g = g exactly (torch clones g); Adam's step counters move to the device (an eager Adam step reads
-them there too). The skip: with found_inf = 1 the gradients are already zeroed by the caller (graph_step
-masks the flat gradient buffer), the momentum factors become 1, the weight decay and learning rate 0, so
-every buffer and parameter keeps its bits. Otherwise equal to torch.optim's step within rounding (its fused
-multiply-adds `a + α·b` are two roundings here). Parameters whose group is not SGD/Adam/AdamW: kind() is
-None and the trainer runs the eager step. Test: python -m pytest -q tests/test_graph_step.py -k fused
+Invariants: the state tensors are the torch optimizer's own, updated in place (state_dict, checkpoints and a
+later eager step see the same values); missing state is created as torch's first step leaves it. With
+found_inf = 1 (gradients already zeroed by graph_step) momentum factors become 1 and lr/decay 0, so every buffer
+and parameter keeps its bits. Otherwise equal to torch.optim within rounding (its fused a + α·b are two
+roundings here). Groups that are not SGD/Adam/AdamW: kind() is None and the trainer runs the eager step.
+Test: python -m pytest -q tests/test_graph_step.py -k fused
 """
 
 import torch

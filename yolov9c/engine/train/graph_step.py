@@ -4,15 +4,13 @@ optimizer step, scaler update, EMA update) captured once and replayed, two graph
     state.step = select_step(state)     # set-up, once: GraphStep(state), or step.EagerStep() (reason logged)
     result = state.step(state, imgs, targets, ni)   # StepResult; finite: a 0-dim device bool once graphed
 
-Contract: the same results as the eager step (the same parameter, optimizer, GradScaler and EMA objects,
-updated in place), so checkpoints, resume and a switch to the eager step see one run. The first WARMUP batches
-of the first shape run eagerly (under cudnn.benchmark with cfg.cudnn_benchmark); then one micro-step graph per
-box-count bucket (targets packed into a static (B, M, 5) buffer, M in BUCKETS) and one optimizer graph, which
-applies a window only when its losses (state.window.ok) and the gradient norm are finite. Batches of another
-shape or with more boxes than the largest bucket run eagerly into the same gradients. A failed capture or an
-out-of-memory split (state.progress.micro_batch) switches to the eager step for good (disable). end_epoch()
-copies the device's EMA update count to the host; release() drops graphs and pool. Not supported (eager, one
-log line): CPU, DDP, --rect, --multi-scale, --ckpt, --optimizer LION, --no-cuda-graph.
+Contract: the eager step's results on the same parameter, optimizer, GradScaler and EMA objects (updated in
+place), so checkpoints, resume and a switch to eager see one run. The first WARMUP batches run eagerly; then one
+micro-step graph per box-count bucket (targets in a static (B, M, 5) buffer, M in BUCKETS) and one optimizer
+graph that applies a window only when its losses and gradient norm are finite. Other shapes or more boxes than
+the largest bucket run eagerly into the same gradients. A failed capture or an out-of-memory split switches to
+eager for good (disable); end_epoch() copies the EMA update count to the host; release() drops graphs and pool.
+Eager instead (one log line): CPU, DDP, --rect, --multi-scale, --ckpt, --optimizer LION, --no-cuda-graph.
 Test: python -m pytest -q tests/test_graph_step.py (the CUDA test compares N graphed steps with eager ones)
 """
 
@@ -99,7 +97,7 @@ def _capturing(what):
     """CaptureFailed for a RuntimeError (torch.AcceleratorError is one) raised while capturing `what`. Python's
     automatic garbage collection is paused meanwhile: a collection inside the capture that destroys an
     unreachable CUDA graph (an earlier run's or test's, in a reference cycle) is refused by CUDA and
-    invalidates this capture, and torch.cuda.graph no longer collects before capturing."""
+    invalidates this capture, and torch.cuda.graph does not collect before capturing."""
     enabled = gc.isenabled()
     gc.disable()
     try:

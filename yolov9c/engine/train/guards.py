@@ -1,36 +1,17 @@
-"""Guards around the training step (not inside the maths): non-finite steps and CUDA out-of-memory errors.
+"""Guards around the training step (not inside the maths): non-finite steps, divergence and CUDA out-of-memory.
 
-    guard = StepGuard(state)                              # set-up (state.py) makes state.guard
-    result = state.guard.step(state, imgs, targets, ni)   # the loop calls this; it calls state.step
+    result = state.guard.step(state, imgs, targets, ni)   # StepGuard; calls state.step
     skipped = state.guard.end_epoch()                     # skipped optimizer steps of the epoch (results.csv)
-    res = validate_with_backoff(state, run, make_loader)  # run(loader) → validation; OOM → a smaller batch
-
-Non-finite steps. The step (step.py, or a CUDA-graph step) skips an optimizer step whose window had a
-non-finite loss or gradient norm (no optimizer, EMA or BatchNorm-statistics change; under AMP the GradScaler's
-own found-inf skip is the same event) and reports it in StepResult.finite: a Python bool, or a 0-dim device bool
-that the guard copies (non-blocking) into pinned host memory and reads once its copy has landed, so a step that
-never synchronises stays so. The first skip is logged as one WARNING line, the count of each epoch as another
-(and in results.csv's skipped_steps); after --max-nonfinite N skipped steps in a row (default 10; 0: never)
-training stops with NonFiniteError, one `error:` line naming the likely causes. Under AMP the first steps of a
-run are often skipped while the GradScaler lowers its loss scale from 65536 to one at which fp16 gradients do
-not overflow (9 of the first 16 steps of yolov9-s at batch 64): a skip while the scale is still above
-AMP_CALIBRATED (1.0) is counted in skipped_steps but not toward the N in a row, and logged as that calibration
-(the scale is read then: one host read per such skip). A real NaN under AMP therefore stops training after
-the scale has come down (about 16 halvings) and N more skips.
-
-Divergence. stop_if_diverged(state, epoch, val) runs once per epoch end on the main process, before anything of
-the epoch is written (no host read is added to any step): non-finite model/EMA weights or BatchNorm statistics,
-or validation losses that are inf/NaN or beyond DIVERGED_LOSS, stop the run with NonFiniteError (one `error:`
-line: the epoch, what, the likely causes); last.pt, best.pt and results.csv keep the last finite epoch. Under
-DDP the other ranks get the verdict through end_epoch's stop broadcast and raise the same error.
-
-Out of memory. torch.cuda.OutOfMemoryError in a step: the gradients of the unfinished accumulation window are
-dropped (zero_grad, set to None), its BatchNorm statistics put back, the exception's frames released and
-torch.cuda.empty_cache() called; the micro-batch (state.progress.micro_batch, images per forward/backward) is halved, so
-each loader batch runs as 2, 4, … micro-batches before one optimizer step: the nominal batch (images per
-optimizer step) is unchanged. Logged once per halving; the same batch is then run again. At a micro-batch of one
-image, OutOfMemory (a TrainError) says what to try. last.pt stores the micro-batch; --resume keeps it. In
-validation an OOM retries the pass with half the batch (a new validation loader), down to 1.
+    res = validate_with_backoff(state, run, make_loader)  # OOM in validation -> half the batch, down to 1
+- Non-finite steps: the step skips an optimizer step whose loss or grad norm is non-finite (no optimizer, EMA or
+  BN-statistics change) and reports StepResult.finite (bool or 0-dim device bool read without a sync). After
+  --max-nonfinite N skips in a row (0: never) -> NonFiniteError. AMP skips while the GradScaler scale is above
+  AMP_CALIBRATED count in skipped_steps but not toward N (the scaler's calibration, not divergence).
+- Divergence: stop_if_diverged(state, epoch, val) at each epoch end, before anything is written: non-finite
+  weights/EMA/BN statistics or val losses inf/NaN or > DIVERGED_LOSS -> NonFiniteError; files keep the last
+  finite epoch; DDP ranks get the verdict through end_epoch's broadcast.
+- OOM in a step: the window's gradients and BN statistics are restored, the micro-batch halved (nominal batch
+  unchanged) and the batch re-run; at one image, OutOfMemory. last.pt stores the micro-batch.
 Test: python -m pytest -q tests/test_train_guards.py
 """
 

@@ -1,29 +1,17 @@
 """Memory planner: the peak GPU memory of a training step, and the micro-batch that fits a memory budget.
 
-    from yolov9c.engine.train import memory_plan as mp
-    cost = mp.lookup("yolov9-s", "c")                       # measured per-image cost (COSTS), or None
+    cost = mp.lookup("yolov9-s", "c")                       # per-image cost from COSTS, or None
     mp.predict(cost, batch=64, img=640)                     # predicted peak reserved GiB of a step
     p = mp.plan(cost, mp.parse_size("7.5G"), nominal=64, img=640)   # Plan(batch=32, accumulate=2, img=640, ...)
-    p = mp.plan(cost, budget, nominal=64, img=640, dynamic_img=True, min_img=320)   # shrink the images instead
     cost = mp.measure("yolov9-s", "c", img=640, batches=(8, 16))   # on a GPU: profile two steps, fit the line
 
-Model (pure arithmetic): peak reserved memory of one step = fixed + per_image · batch · (img / 640)², where
-fixed holds what does not grow with the batch (weights, gradients, optimizer state, the EMA copy, cuDNN and
-allocator slack) and per_image what does (stored activations, the head outputs and their gradients, the
-loss): every per-image tensor of the step scales with the pixel count. Both are fitted from two measured
-steps (batches b1 < b2: per_image = (m2 − m1) / (b2 − b1), fixed = m1 − per_image · b1). COSTS holds such
-fits measured on an H200 (AMP, channels-last for c, 40 random boxes per image, the trainer's step: uint8
-input where the backend accepts it, fp16 autocast forward + loss, GradScaler backward, unscale, clip, SGD,
-EMA update); `measure` makes a new one for any model on the GPU at hand. A model (or backend) without a measured
-entry gets an estimate: the measured Cost of the nearest size scaled by the parameter and activation counts
-of the two built models (`estimate`, its Cost.source says "estimate").
-
-plan() keeps the nominal batch (images per optimizer step, the learning-rate and weight-decay rules of the
-trainer read it): it picks the largest micro-batch that divides the nominal batch and fits, and accumulates
-nominal / micro-batch of them. With dynamic_img it first keeps the whole batch and shrinks the image size
-(multiples of the stride, never below min_img) to the largest that fits — this changes the data
-distribution (the model sees smaller objects) and is opt-in. A budget is what the process may reserve:
-a card's memory less the CUDA context (CARDS lists the common cards that way).
+Model: peak reserved = fixed + per_image · batch · (img / 640)²; fixed is what does not grow with the batch
+(weights, grads, optimizer, EMA, allocator slack), per_image what does. Both come from two profiled steps
+(b1 < b2). COSTS holds H200 fits of the trainer's AMP step; a model without an entry gets `estimate`: the nearest
+size's Cost scaled by parameter and activation counts (Cost.source "estimate").
+plan() keeps the nominal batch (the LR and weight-decay rules read it): the largest micro-batch that divides it
+and fits, accumulated nominal / micro-batch times; dynamic_img instead shrinks the image (stride multiples,
+>= min_img; opt-in: it changes the data). A budget is what the process may reserve (CARDS: card less context).
 Test: python -m pytest -q tests/test_memory_plan.py   (measure: the cuda case)
 """
 

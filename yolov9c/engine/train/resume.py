@@ -3,23 +3,15 @@
     resumed = read_resume(cfg, log)    # before set-up: which last.pt, its options, hyp, weights, nominal batch
     restore(state, resumed)            # after set-up: optimizer, EMA, GradScaler, counters, RNG
 
-A resume is one record, `Resumed`, made before anything is built (set-up needs the run's options, folder, hyp
-and weights to build the same run) and applied once at the end of set-up (`restore`): nothing else in the
-trainer reads a checkpoint. read_resume: the given last.pt, or (bare --resume) the newest last*.pt under
---project whose run is not done (finished runs are skipped; the pick is logged); the run's options from its
-opt.yaml (run_folder.read_opt: when opt.yaml is missing, empty or broken, the options stored in last.pt), then
-the command line's RESUME_OVERRIDES (memory knobs, placement) for the flags the user typed. A checkpoint other
-than the run's last.pt (weights/epochN.pt, also of a finished run) continues in a new folder <run>-from-epochN
-(branch): the run itself is never overwritten. Its action
-(run_folder.resume_action): "train" (continue), "finish" (a run killed after its last epoch or while
-finishing: only strip and validate), or "done" (a finished run: nothing to resume, a TrainError).
-restore: optimizer, EMA (and its update count), GradScaler, start epoch, best fitness/epoch, the last optimizer
-step, the last metrics, per-class mAPs, the micro-batch an out-of-memory back-off lowered (guards.py), and the
-Python/NumPy/torch/CUDA RNG states of the main process; opt.yaml
-is rewritten with the new memory knobs (as published). A resume with another --batch-size keeps the run's
-nominal batch (images per optimizer step) unless --accumulate is given (see state.py's batch set-up).
-
-An interrupted then resumed CPU run ends with the same weights as an uninterrupted one.
+`Resumed` is made before anything is built and applied once at the end of set-up; nothing else reads a
+checkpoint. read_resume picks the given last.pt or (bare --resume) the newest not-done last*.pt under --project;
+options come from opt.yaml (or last.pt when it is missing/broken) plus the typed RESUME_OVERRIDES. A checkpoint
+other than the run's last.pt (weights/epochN.pt) continues in a new folder <run>-from-epochN; the run itself is
+never overwritten. Action (run_folder.resume_action): "train", "finish" (only strip and validate), or "done"
+(TrainError). restore: optimizer, EMA (+ updates), GradScaler, epoch, best fitness, last metrics, the OOM
+micro-batch (guards.py) and the main process's RNG states; opt.yaml is rewritten. Another --batch-size keeps
+the run's nominal batch unless --accumulate is given.
+Invariant: an interrupted then resumed CPU run ends with the same weights as an uninterrupted one.
 Test: python -m pytest -q tests/test_train_resume.py
 """
 

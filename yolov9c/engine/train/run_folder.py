@@ -1,42 +1,17 @@
 """The run folder of one training (runs/train/NAME): one writer at a time, and files that survive any crash.
 
-    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok, mkdir=True)   # claimed atomically
-    with RunFolder.open(save_dir, log=log) as folder:              # a fresh run (also into an existing folder)
-        folder.write_yaml("hyp.yaml", hyp); folder.write_yaml("opt.yaml", opt_dict)
-        for epoch in ...:
-            folder.save_epoch(epoch, row, ckpt, also=("best.pt",))  # last.pt (+ copies) first, then the row
-        folder.begin_finish(); folder.strip_weights(log); <validate best.pt, plots>; folder.mark_done()
-
-    with RunFolder.open(save_dir, resume=read_checkpoint(last_pt), log=log) as folder:   # --resume
-        folder.resume_action    # "train" (continue at ckpt epoch + 1), "finish" (only strip + validate), "done"
-
-What it guarantees:
-- One writer. `run.lock` (JSON: pid, host, since, process start time, a token) is created with O_EXCL. A second
-  open while the holder lives raises RunFolderBusy naming it. A lock whose process is gone (no such pid, a zombie,
-  or the pid reused by a later process: /proc start time differs) is taken over with a log line, under a
-  short-lived `run.lock.takeover` (O_EXCL) so two starters never both take it. A lock written on another host
-  is always respected (this host cannot see that host's processes): the message says to delete the file if
-  that run is gone. The lock's mtime is refreshed at every saved epoch ("last saved" in that message). Released
-  by close() (context manager), by atexit, and on any exception in open(); a kill -9 leaves a stale lock that
-  the next open takes over.
-- Atomic files. opt.yaml, hyp.yaml, run_state.yaml, results.csv and the checkpoints are written as a temp file
-  (".<name>.<random>.tmp", see yolov9c.models.atomic_io.atomic_write), fsynced and renamed; open() removes the
-  temp files a killed writer left in the folder and in weights/. opt.yaml is rewritten atomically on resume
-  (it shows the resumed run's memory knobs, as published).
-- results.csv. A fresh run moves an existing results.csv aside (results.1.csv, results.2.csv, ...; never
-  overwritten) and starts its own; likewise a non-empty weights/ (to weights.1/, weights.2/, ...), so an earlier
-  run's epochN.pt never sits beside this run's last.pt. save_epoch appends an epoch's row only after last.pt is
-  safely on disk, and stores the row in last.pt too: a resume from epoch E keeps the rows of epochs <= E, drops the
-  later ones (the epochs it redoes) and torn lines, and re-appends row E from last.pt if a kill came between the two
-  writes. So a resumed run has each epoch exactly once.
-- Finishing. run_state.yaml records the phase: "training", "finishing" (training ended: stripping and the final
-  validation under way), "done". A --resume of a run killed while finishing gets resume_action "finish".
-- A full disk raises DiskFullError (yolov9c.models.atomic_io: what, its size, the free space); the previous
-  file stays intact and no temp file is left.
-
-Errors a user can cause: RunFolderError (RunFolderBusy) and DiskFullError, both one `error:` line; the CLI
-catches USER_ERRORS.
-
+    with RunFolder.open(save_dir, log=log) as folder:      # resume=read_checkpoint(last_pt) for --resume
+        folder.save_epoch(epoch, row, ckpt, also=("best.pt",)); folder.begin_finish(); folder.mark_done()
+Invariants:
+- One writer: `run.lock` (pid, host, process start time, token) is created with O_EXCL; a live holder raises
+  RunFolderBusy; a lock of a dead (or reused) pid on this host is taken over under `run.lock.takeover`; a lock
+  from another host is always respected. Released by close(), atexit, and on any exception in open().
+- Atomic files: yaml, results.csv and checkpoints go through atomic_io.atomic_write (temp, fsync, rename);
+  open() removes stale temps. A full disk raises DiskFullError and leaves the previous file intact.
+- results.csv: a fresh run moves an old results.csv / weights/ aside (.1, .2, ...); a row is appended only after
+  last.pt is on disk and is stored in last.pt too, so a resumed run has each epoch exactly once.
+- run_state.yaml phase "training" / "finishing" / "done" gives resume_action "train" / "finish" / "done".
+User errors: RunFolderError (RunFolderBusy), DiskFullError — one `error:` line each.
 Test: python -m pytest -q tests/test_run_folder.py
 """
 

@@ -2,18 +2,14 @@
 
     state = setup(cfg, log=print)      # yolov9c/engine/train/trainer.py's train() starts here
 
-setup() runs, in order: resume (read_resume) → placement (device, DDP, backend, channels-last) → run folder
-claimed → the configuration resolved once (resolve_config: a frozen RunConfig with backend, channels_last,
-save_dir, world_size, global_rank; nothing rewrites it) → run folder contents and hyp (RunFolder, opt.yaml,
-seeds) → model → optimization (batching.plan_batching, once: AutoBatch, accumulation, nominal batch; weight
-decay, optimizer, schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt, DDP, the Step chosen
-once) → restore (resume.py). A --resume whose training ended stops after the model (setup_finish_only). A
-start that fails after the folder was claimed releases it and removes a folder it created (abandon_run_folder).
-
-RunState: what set-up builds, written by set-up only, then sealed (assigning a field raises, except
-REPLACEABLE: the validation out-of-memory retry's val_loader, the loop's tb). What changes while training lives
-in two fields: `progress` (Progress: epoch, counters, best fitness, metrics, the micro-batch: exactly what a
-checkpoint saves and resume restores) and `window` (step.Window: the open accumulation window, never saved).
+setup() order: resume (read_resume) → placement (device, DDP, backend, channels-last) → run folder claimed →
+config resolved once (resolve_config: a frozen RunConfig) → folder contents, hyp, seeds → model → optimization
+(batching.plan_batching once; optimizer, schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt,
+DDP, the Step) → restore (resume.py). A --resume whose training ended stops after the model
+(setup_finish_only). A start that fails after claiming the folder releases it and removes a folder it created.
+Invariant: RunState is written by set-up only, then sealed (assignment raises, except REPLACEABLE fields);
+what changes while training lives in `progress` (Progress: exactly what a checkpoint saves and resume
+restores) and `window` (step.Window: the open accumulation window, never saved).
 Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py tests/test_train_wiring.py
 """
 
@@ -627,7 +623,7 @@ def setup_finish_only(state):
 # Execution: SyncBatchNorm, loss, backend, --ckpt, DDP
 # ---------------------------------------------------------------------------------------------------------
 
-LOSS_BACKEND_ENV = "YOLOV9C_LOSS_BACKEND"  # a developer switch (issue 13): the loss of the other backend
+LOSS_BACKEND_ENV = "YOLOV9C_LOSS_BACKEND"  # a developer switch: the loss of the other backend
 
 
 def _loss_backend(backend):

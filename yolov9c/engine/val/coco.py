@@ -1,19 +1,15 @@
 """COCO-JSON predictions and COCO's own evaluator for val_dual.py --save-json (spec §7).
 
-    from yolov9c.engine.val.coco import coco_layout, json_rows, coco_evaluate
-    is_coco, anno_json, class_map, image_ids = coco_layout(cfg, split_paths)
+    is_coco, anno_json, class_map, image_ids = coco_layout(cfg, split_paths)   # then json_rows, coco_evaluate
 
-The published code treats a dataset as COCO when its val list is `.../coco/val2017.txt`: then predictions use
-COCO's 91 category ids (the 80 training classes skip ids 12, 26, 29, 30, 45, 66, 68, 69, 71, 83) and the
-evaluated image ids are the numeric stems of every val image (images without predictions count as misses).
-With any other data the class index is written as the category id and COCO evaluates every image of the
-annotations file. The annotations are `<path>/annotations/instances_val2017.json`; when they are missing, or
-neither pycocotools nor faster-coco-eval is installed, the predictions are still written and a message says why
-COCO's numbers are absent (the published code only logs these failures too).
-
-One prediction row: {"image_id": int stem (or the stem string), "category_id": int, "bbox": [x, y, w, h] top-left
-corner in original-image pixels rounded to 3 decimals, "score": rounded to 5 decimals}.
-
+As published, a dataset is COCO when its val list is `.../coco/val2017.txt`: predictions then use COCO's 91
+category ids (the 80 classes skip 12, 26, 29, 30, 45, 66, 68, 69, 71, 83) and the evaluated image ids are the
+numeric stems of every val image (images without predictions count as misses). Otherwise the class index is the
+category id and COCO evaluates every image of the annotations file (`<path>/annotations/instances_val2017.json`).
+Without annotations or without pycocotools / faster-coco-eval the predictions are still written and a message
+says why COCO's numbers are absent.
+One row: {"image_id": int stem (or the stem string), "category_id": int, "bbox": [x, y, w, h] top-left corner
+in original-image pixels rounded to 3 decimals, "score": rounded to 5 decimals}.
 Test: python -m pytest -q tests/test_val_coco.py
 """
 

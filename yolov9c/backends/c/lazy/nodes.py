@@ -1,25 +1,18 @@
 """Lazy activations: the node types a layer of the c backend hands on instead of its activated output.
 
 A lazy value is a small expression tree whose leaves hold stored tensors; nothing activated is kept:
-    BNAct(z, mean, invstd, γ, β, act)    act(BN(z)), a Conv–BN–act output (z: the conv output, the only
-                                         full-size tensor stored for it)
-    RepAct(z1, ..., z2, ...)             silu(BN1(z1) + BN2(z2)), RepConvN's training form
-    Plain(t)                             an ordinary tensor (a float image, a CBLinear conv output, a fallback)
-    Image(t)                             a uint8 image batch read as t/255 (DESIGN.md item 4: the float image
-                                         is never stored; a consumer normalises it on the fly)
-    Sum(children)                        elementwise sum (RepNBottleneck's shortcut, CBFuse)
-    Cat(children)                        channel concatenation (ELAN/GELAN, ADown, yaml Concat rows)
-    Spatial(fn, child[, grad])           a per-channel spatial op applied after activation (max/avg pool,
-                                         nearest upsample/resize, zero pad); grad: its input gradient from
-                                         the output gradient alone, when it has one (ADown's average pool, nearest
-                                         upsampling), or from the gradient and the child's value (max pools:
-                                         grad_reads_x)
-Every leaf node carries a channel range [c0, c1) of its tensors, so a channel slice (the chunk of an ELAN
-block, ADown's halves) is pushed down to the leaves and never copies anything: slicing commutes with every
-node type (BN, activation and the spatial ops are per-channel). Each node computes its value (fill into a
-given view, compute functionally) with an evaluator (evaluator.py) and sends its gradient to its leaves
-through a Grads accumulator (grads.py). LeafIndex numbers a value's tensors (the templates of conv.py).
-Shapes: (B, C, H, W). Test: python -m pytest -q tests/test_backend_c.py
+    BNAct(z, mean, invstd, γ, β, act)   act(BN(z)), a Conv–BN–act output (z the only full-size tensor stored)
+    RepAct(z1, ..., z2, ...)            silu(BN1(z1) + BN2(z2)), RepConvN's training form
+    Plain(t)                            an ordinary tensor (a float image, a CBLinear output, a fallback)
+    Image(t)                            a uint8 batch read as t/255 (DESIGN.md item 4: no float image stored)
+    Sum(children) / Cat(children)       elementwise sum (shortcut, CBFuse) / channel concatenation (ELAN, ADown)
+    Spatial(fn, child[, grad])          a per-channel spatial op after activation (pools, nearest upsample,
+                                        pad); grad from the output gradient alone, or also the child's value
+                                        (max pools: grad_reads_x)
+Invariant: every leaf carries a channel range [c0, c1), so a channel slice is pushed down to the leaves and
+copies nothing (slicing commutes with every node type). Values are computed by evaluator.py, gradients sent to
+leaves through grads.py's Grads; LeafIndex numbers a value's tensors (conv.py's templates). Shapes (B, C, H, W).
+Test: python -m pytest -q tests/test_backend_c.py
 """
 
 import functools
@@ -362,9 +355,10 @@ _SHAPES = {}
 
 
 def _spatial_shape(fn, shape):
-    """fn's output shape for an input of `shape`: the op's own shape rule on a data-less tensor, cached
-    (running an op on a meta tensor costs ~0.5 ms of host time). A functools.partial is keyed by its
-    function, arguments (modules by identity) and keywords."""
+    """fn's output shape for an input of `shape`: the op's own shape rule on a data-less tensor, cached (a meta-tensor
+    run costs host time on every step). A functools.partial is keyed by its function, arguments (modules by
+    identity) and keywords.
+    """
     if isinstance(fn, functools.partial):
         fkey = (fn.func, fn.args, tuple(sorted(fn.keywords.items())))
     else:
