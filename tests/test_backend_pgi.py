@@ -86,7 +86,12 @@ def test_aux_split(cfg, aux):
         assert all(pos[j] < pos[i] for j in pgi.inputs_of(m.model[i]) if j >= 0)
     # every auxiliary layer runs before every main layer the auxiliary branch does not read (the neck): its
     # backward then comes after the whole neck's
-    feeds = pgi._ancestors(m.model, [j for i in aux for j in pgi.inputs_of(m.model[i])])
+    feeds, todo = set(), [j for i in aux for j in pgi.inputs_of(m.model[i])]
+    while todo:  # the layers the auxiliary branch reads, transitively
+        j = todo.pop()
+        if j >= 0 and j not in feeds:
+            feeds.add(j)
+            todo.extend(pgi.inputs_of(m.model[j]))
     neck = [i for i in order if i not in aux and i not in feeds]
     assert neck and max(pos[i] for i in aux) < min(pos[i] for i in neck)
 
