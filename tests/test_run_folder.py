@@ -67,6 +67,17 @@ def temps(folder):
                   if p.name.endswith(".tmp"))
 
 
+def proc_stat(pid):
+    """(state letter, start time in clock ticks since boot) of process pid, read from /proc/PID/stat (fields 3
+    and 22, after the command name in parentheses), or None without /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return fields[0], int(fields[19])
+
+
 class Log(list):
     def __call__(self, msg):
         self.append(str(msg))
@@ -167,8 +178,7 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path, spawn, reap):
     if reap:
         holder.wait()
     else:  # not reaped: the pid still exists, as a zombie
-        from yolov9c.engine.train.run_folder import _proc_stat
-        while (_proc_stat(holder.pid) or ("Z",))[0] != "Z":
+        while (proc_stat(holder.pid) or ("Z",))[0] != "Z":
             time.sleep(0.01)
     assert json.loads((folder / LOCK_NAME).read_text())["pid"] == holder.pid
     log = Log()
@@ -180,14 +190,13 @@ def test_lock_of_a_killed_run_is_taken_over(tmp_path, spawn, reap):
 
 def test_reused_pid_is_not_the_lock_holder(tmp_path, spawn):
     """A live process with the recorded pid but another start time started after the holder died."""
-    from yolov9c.engine.train.run_folder import _proc_stat
     other = spawn("import sys; sys.stdin.readline()")
-    if _proc_stat(other.pid) is None:
+    if proc_stat(other.pid) is None:
         pytest.skip("no /proc: pid reuse cannot be told apart")
     folder = tmp_path / "exp"
     folder.mkdir()
     lock = {"pid": other.pid, "host": socket.gethostname(), "since": "2026-01-01T00:00:00+00:00",
-            "start": _proc_stat(other.pid)[1] + 1, "token": "x"}
+            "start": proc_stat(other.pid)[1] + 1, "token": "x"}
     (folder / LOCK_NAME).write_text(json.dumps(lock))
     with RunFolder.open(folder, log=Log()):
         pass
