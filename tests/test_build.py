@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import yolov9c
-from yolov9c.ops import extension
+from yolov9c.ops import extension, pool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -102,6 +103,22 @@ def test_arg_and_stream_on_cuda():
     with torch.cuda.stream(s):
         assert extension.stream_of(dev) == s.cuda_stream != torch.cuda.default_stream(dev).cuda_stream
     assert extension.stream_of(torch.device("cuda")) == torch.cuda.current_stream().cuda_stream
+
+
+def test_count_calls_counts_real_data_in_every_open_block(monkeypatch):
+    """extension.count_calls(), the ops' test hook: calls and elements per op name in every open block (nested
+    ones too), meta tensors (the c backend's shape probe) and calls after the block not counted."""
+    monkeypatch.setenv("YOLOV9C_FUSED", "1")
+    x, g = torch.randn(1, 2, 4, 4), torch.randn(1, 2, 3, 3)
+    with extension.count_calls() as outer:
+        pool.avg_pool2x2(x)
+        with extension.count_calls() as inner:
+            pool.avg_pool2x2_backward(g)
+            pool.avg_pool2x2(x.to("meta"))
+    pool.avg_pool2x2(x)
+    assert outer.calls == {"avg_pool2x2_forward": 1, "avg_pool2x2_backward": 1}
+    assert outer.elements == {"avg_pool2x2_forward": 32, "avg_pool2x2_backward": 18}
+    assert inner.calls == {"avg_pool2x2_backward": 1}
 
 
 def gpu_visible():
