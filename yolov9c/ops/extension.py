@@ -127,11 +127,13 @@ def count_calls():
         _counters.remove(counts)
 
 
-def note_call(op, t, elements=None):
-    """Called by each op implementation on entry (t: its main input; elements: what it reads, t.numel() by
-    default): counted in every open count_calls() block unless t is a meta tensor."""
-    if _counters and t.device.type != "meta":
-        n = t.numel() if elements is None else elements
-        for c in _counters:
-            c.calls[op] += 1
-            c.elements[op] += n
+def note_call(op, t, *more):
+    """Called by each op implementation on entry (t: its main input; more: other inputs it reads whole, None
+    allowed): counted in every open count_calls() block unless t is a meta tensor; elements: the numel of t
+    and of the tensors in more. Arguments are looked at only inside a block (bad ones are the op's to refuse)."""
+    if not _counters or not isinstance(t, torch.Tensor) or t.device.type == "meta":
+        return
+    n = t.numel() + sum(m.numel() for m in more if isinstance(m, torch.Tensor))
+    for c in _counters:
+        c.calls[op] += 1
+        c.elements[op] += n
