@@ -19,8 +19,8 @@ Tolerances (ground truth: torch's own op and autograd backward, and float64 from
   * c backend blocks (ADown, AConv, SPPELAN, channels-last): 1e-5 norm-relative to the torch block, as
     tests/test_backend_c.py; whole yolov9-t / yolov9-c training steps: parameter gradients bit for bit those of
     the path that re-runs torch's op under autograd, and the op's forward not re-run in backward.
-CPU cases always run; CUDA cases are marked `cuda` and skip without a GPU. One op: -k avg / -k max / -k upsample
-selects most of its tests (the names of the others say the op or the block).
+CPU cases always run; CUDA cases are marked `cuda` and skip without a GPU. Every test name starts with its op:
+-k test_avg_ / -k test_max_ / -k test_upsample_ selects one op's tests.
 Run: python -m pytest -q tests/test_pool.py   (GPU: python -m pytest -q -m cuda tests/test_pool.py)
 """
 
@@ -268,7 +268,7 @@ def test_avg_cpu_matches_torch(shape, layout, dtype):
     avg_check_op(make_x(shape, layout, dtype))
 
 
-def test_window_sum_order_is_torchs():
+def test_avg_window_sum_order_is_torchs():
     """Windows whose float32 sum depends on the order of the adds: torch adds the window row by row (upper row
     left to right, then the lower row), and so does the op."""
     x = torch.tensor([[[2.0 ** 24, 0.0], [1.0, 1.0]], [[2.0 ** 24, 1.0], [-2.0 ** 24, 1.0]]]).view(1, 2, 2, 2)
@@ -279,7 +279,7 @@ def test_window_sum_order_is_torchs():
     assert y[0, 0].item() == 2.0 ** 22 and y[0, 1].item() == 0.25
 
 
-def test_c_reference_layouts_agree_bit_for_bit():
+def test_avg_c_reference_layouts_agree_bit_for_bit():
     x = make_x((2, 16, 9, 7), "nchw", torch.float16)
     outs = [pool.avg_pool2x2(x.contiguous(memory_format=f)) for f in (torch.contiguous_format, torch.channels_last)]
     assert torch.equal(outs[0], outs[1])
@@ -290,7 +290,7 @@ def test_avg_channel_slice_is_read_in_place(monkeypatch):
     assert_slice_read_in_place(monkeypatch, pool.avg_pool2x2)
 
 
-def test_empty_batch_and_meta():
+def test_avg_empty_batch_and_meta():
     x = torch.randn(0, 4, 5, 5)
     assert pool.avg_pool2x2(x).shape == (0, 4, 4, 4)
     assert pool.avg_pool2x2_backward(torch.randn(0, 4, 4, 4)).shape == (0, 4, 5, 5)
@@ -359,7 +359,7 @@ def test_avg_c_block_channels_last_matches_torch(cls, c_in, c_out):
     assert_c_block_matches_torch(b1, torch.randn(2, c_in, 10, 9) * 2 + 0.5)
 
 
-def test_adown_pool_forward_not_rerun_in_backward():
+def test_avg_adown_pool_forward_not_rerun_in_backward():
     """An ADown reads its pooled input in two halves (cv1; max-pool → cv2): forward pools each half once; backward
     re-pools each half once (the lazy conv rebuilds its input for the weight gradient) and takes the input
     gradient from the pool's backward alone: no third forward through autograd."""
@@ -375,7 +375,7 @@ def test_adown_pool_forward_not_rerun_in_backward():
     assert x.grad is not None and x.grad.abs().sum() > 0
 
 
-def test_model_pool_forward_not_rerun_in_backward():
+def test_avg_model_pool_forward_not_rerun_in_backward():
     """A whole yolov9-t training step on the c backend: the pools run in backward no more often than in
     forward (only the lazy convs' recomputes), and each has one backward."""
     model = apply(seeded_model("yolov9-t"), "c")
@@ -514,12 +514,12 @@ def test_max_cpu_matches_torch(geom, shape, layout, dtype):
 
 @pytest.mark.parametrize("geom", GEOMS)
 @pytest.mark.parametrize("ties", (True, False))
-def test_cpu_geometries(geom, ties):
+def test_max_cpu_geometries(geom, ties):
     max_check_op(max_make_x((2, 7, 9, 10), "cl", torch.float32, ties=ties), *geom)
     max_check_op(max_make_x((1, 3, 6, 5), "nchw", torch.float16, ties=ties), *geom)
 
 
-def test_ties_go_to_the_first_maximum():
+def test_max_ties_go_to_the_first_maximum():
     """All-equal inputs: every window's argmax is its first element in row-major order (torch's rule), so the
     gradient lands only on those elements; with -inf everywhere the padding still never wins."""
     for fill in (1.0, float("-inf")):
@@ -536,7 +536,7 @@ def test_ties_go_to_the_first_maximum():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_nan_rule_is_torchs(dtype):
+def test_max_nan_rule_is_torchs(dtype):
     """torch picks a window's last NaN (v > best or v is NaN, scanned row-major): output NaN, gradient to it."""
     x = max_make_x((2, 6, 7, 8), "cl", dtype, ties=True)
     x[0, 0, 1, 1] = x[0, 0, 2, 3] = x[1, 2, 0, :] = x[1, 5, 4, 4] = float("nan")
@@ -548,13 +548,13 @@ def test_nan_rule_is_torchs(dtype):
     assert gi[0, 0, 1, 0].item() == 1 and gi.sum().item() == 1
 
 
-def test_signed_zero_kept():
+def test_max_signed_zero_kept():
     x = torch.tensor([[[[-0.0, 0.0], [0.0, -0.0]]]])
     y = pool.max_pool2d(x, 2, 2, 0)
     assert torch.equal(torch.signbit(y), torch.signbit(F.max_pool2d(x, 2, 2, 0)))
 
 
-def test_empty_batch_meta_and_fused_zero(monkeypatch):
+def test_max_empty_batch_meta_and_fused_zero(monkeypatch):
     x = torch.randn(0, 4, 5, 5)
     assert pool.max_pool2d(x, 3, 2, 1).shape == (0, 4, 3, 3)
     assert pool.max_pool2d_backward(x, torch.randn(0, 4, 3, 3), 3, 2, 1).shape == (0, 4, 5, 5)
@@ -618,7 +618,7 @@ def test_max_raw_binding_checks():
         b(x, go, np.lib.stride_tricks.as_strided(ix, ix.shape, (0, 9, 3, 1)), gi, 3, 2, 1, 0)
 
 
-def test_backward_refuses_windows_over_255():
+def test_max_backward_refuses_windows_over_255():
     """The backward stores each window's argmax as one uint8: k = 15 (225 indices) runs, k = 16 is refused
     with a clear error (the forward has no such limit; the c backend keeps torch's pool for k > 15)."""
     x = max_make_x((1, 3, 17, 16), "cl", torch.float32, ties=False)
@@ -636,7 +636,7 @@ def test_backward_refuses_windows_over_255():
 
 @pytest.mark.parametrize("geom", GEOMS)
 @pytest.mark.parametrize("layout", ("nchw", "cl"))
-def test_index_holds_torchs_argmax(geom, layout):
+def test_max_index_holds_torchs_argmax(geom, layout):
     """The backward's scratch after a call: index[oy,ox] = dy*k + dx of torch's argmax (return_indices, a flat
     h*W + w of the input plane) in every window, ties and a NaN included; in an NCHW or a channels-last index."""
     k, s, p = geom
@@ -666,7 +666,7 @@ def test_max_c_block_channels_last_matches_torch(cls, args, c_in):
     assert_c_block_matches_torch(cls(*args).train(), torch.randn(2, c_in, 11, 9) * 2 + 0.5)
 
 
-def test_only_supported_maxpools_use_the_op():
+def test_max_only_supported_maxpools_use_the_op():
     child = layers.Plain(torch.zeros(1, 2, 8, 8))
     assert op_geometry(nn.MaxPool2d(5, 1, 2)) == (5, 1, 2)
     assert op_geometry(nn.MaxPool2d(3)) == (3, 3, 0)
@@ -699,7 +699,7 @@ def _max_step(name, monkeypatch, direct, counts=None):
 
 
 @pytest.mark.parametrize("name", ("yolov9-t", "yolov9-c"))
-def test_model_gradients_unchanged(name, monkeypatch):
+def test_max_model_gradients_unchanged(name, monkeypatch):
     """A whole c-backend training step: every parameter gradient bit for bit as with torch's max pool re-run
     under autograd (float32: the same maxima and the same sums in the same order)."""
     direct = _max_step(name, monkeypatch, True)
@@ -768,7 +768,7 @@ def test_max_cuda_matches_torch_and_cpu(geom, shape, layout, dtype):
 
 
 @pytest.mark.cuda
-def test_cuda_aligned_slice_and_side_stream():
+def test_max_cuda_aligned_slice_and_side_stream():
     base = torch.randn(2, 48, 12, 12, device="cuda").half().contiguous(memory_format=torch.channels_last)
     max_check_op(base[:, 8:40], 5, 1, 2)
     s = torch.cuda.Stream()
@@ -782,7 +782,7 @@ def test_cuda_aligned_slice_and_side_stream():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("geom", GEOMS)
-def test_cuda_index_matches_cpu(geom):
+def test_max_cuda_index_matches_cpu(geom):
     """The raw binding on both devices (channels-last float16: the vector kernels, the compile-time ones for
     3×3/2 and 5×5/1): the same window argmaxes in index and the same gradient bits."""
     k, s, p = geom
@@ -802,7 +802,7 @@ def test_cuda_index_matches_cpu(geom):
 
 
 @pytest.mark.cuda
-def test_cuda_backward_in_graph():
+def test_max_cuda_backward_in_graph():
     """The backward (index scratch from torch's allocator, two kernels) captured in a CUDA graph: a replay
     recomputes it from the current grad_out."""
     x = max_make_x((2, 64, 20, 20), "cl", torch.float16, device="cuda", ties=False)
@@ -892,14 +892,14 @@ def test_upsample_cpu_matches_torch(shape, layout, dtype):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_backward_strided_grad(layout):
+def test_upsample_backward_strided_grad(layout):
     """grad_out itself in every layout (a channel slice of a channels-last buffer included), float16."""
     g = make_x((2, 11, 6, 10), layout, torch.float16, seed=3)
     want = torch.ops.aten.upsample_nearest2d_backward(g, [6, 10], [2, 11, 3, 5], 2.0, 2.0)
     assert torch.equal(pool.upsample_nearest2x_backward(g), want)
 
 
-def test_block_sum_order_is_torchs():
+def test_upsample_block_sum_order_is_torchs():
     """Blocks whose float32 sum depends on the order of the adds: torch adds each 2×2 block row by row (upper
     row left to right, then the lower row), and so does the op."""
     g = torch.tensor([[[2.0 ** 24, 1.0], [1.0, 0.0]], [[2.0 ** 24, 1.0], [-2.0 ** 24, 1.0]]]).view(1, 2, 2, 2)
@@ -910,7 +910,7 @@ def test_block_sum_order_is_torchs():
     assert gi[0, 0, 0, 0].item() == 2.0 ** 24 and gi[0, 1, 0, 0].item() == 1.0
 
 
-def test_forward_copies_bits():
+def test_upsample_forward_copies_bits():
     """NaN, infinities and -0.0 come through as torch's do (a copy, no arithmetic)."""
     x = torch.tensor([float("nan"), float("inf"), -0.0, -float("inf"), 1e-40, 3.0]).view(1, 6, 1, 1).half()
     y = pool.upsample_nearest2x(x)
@@ -922,7 +922,7 @@ def test_upsample_channel_slice_is_read_in_place(monkeypatch):
     assert_slice_read_in_place(monkeypatch, pool.upsample_nearest2x)
 
 
-def test_empty_and_meta():
+def test_upsample_empty_and_meta():
     assert pool.upsample_nearest2x(torch.randn(0, 4, 5, 5)).shape == (0, 4, 10, 10)
     assert pool.upsample_nearest2x(torch.randn(2, 4, 0, 3)).shape == (2, 4, 0, 6)
     assert pool.upsample_nearest2x_backward(torch.randn(0, 4, 4, 6)).shape == (0, 4, 2, 3)
@@ -980,7 +980,7 @@ def test_upsample_raw_binding_checks():
 # ------------------------------------------------------------------------------------------------ c backend
 
 
-def test_spatial_uses_the_op_only_for_nearest_2x():
+def test_upsample_spatial_uses_the_op_only_for_nearest_2x():
     child = Plain(torch.randn(1, 4, 3, 5))
     for m in (nn.Upsample(None, 2, "nearest"), nn.Upsample(scale_factor=2.0), nn.Upsample(scale_factor=(2, 2))):
         node = layers.spatial(m, child)
@@ -991,7 +991,7 @@ def test_spatial_uses_the_op_only_for_nearest_2x():
         assert layers.spatial(m, child).fn is not pool.upsample_nearest2x, m
 
 
-def test_cbfuse_uses_the_op_only_for_2x():
+def test_upsample_cbfuse_uses_the_op_only_for_2x():
     """CBFuse onto a 8×8 map: the 4×4 input (2×) through the op, the 2×2 one (4×) and the 8×8 one (1×) on
     torch's F.interpolate; the sum equals the torch module's."""
     fuse = CBFuse([0, 0, 0])
@@ -1030,7 +1030,7 @@ def _upsample_step(name, monkeypatch, up2, channels_last, counts=None):
 
 
 @pytest.mark.parametrize("name, channels_last", [("yolov9-t", False), ("yolov9-t", True), ("yolov9-c", True)])
-def test_model_gradients_equal_path_before(name, channels_last, monkeypatch):
+def test_upsample_model_gradients_equal_path_before(name, channels_last, monkeypatch):
     """A whole c training step: every parameter gradient bit for bit as before the op (float32: the same copy
     forward and the same block sums in the same order)."""
     with_op = _upsample_step(name, monkeypatch, None, channels_last)
@@ -1040,7 +1040,7 @@ def test_model_gradients_equal_path_before(name, channels_last, monkeypatch):
         assert torch.equal(with_op[n], before[n]), n
 
 
-def test_model_forward_not_rerun_in_backward(monkeypatch):
+def test_upsample_model_forward_not_rerun_in_backward(monkeypatch):
     """yolov9-t's neck upsamplings: each runs once in forward (its consumer conv materialises it); in backward
     the op's forward runs only for the lazy convs' recomputes — one call per upsampling fewer than when
     Spatial re-runs it under autograd for the gradient — and each upsampling has one backward."""
@@ -1078,7 +1078,7 @@ def test_upsample_cuda_matches_torch_and_cpu(shape, layout, dtype):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_cuda_backward_strided_grad(layout):
+def test_upsample_cuda_backward_strided_grad(layout):
     g = make_x((2, 16, 6, 10), layout, torch.bfloat16, device="cuda", seed=3)
     assert torch.equal(pool.upsample_nearest2x_backward(g).cpu(), pool.upsample_nearest2x_backward(g.cpu()))
 
