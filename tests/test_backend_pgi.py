@@ -45,7 +45,7 @@ from seeded_models import seeded_model, shared_seeded_model
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import accepts_uint8, apply
 from yolov9c.backends.c import conv, pgi, segment
-from yolov9c.ops import bn_silu
+from yolov9c.ops import extension
 
 SAME = 1e-5  # recompute vs stored path, norm-relative: the same kernels, gradients summed in another order
 TARGETS = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25], [0, 0, 0.7, 0.3, 0.2, 0.3]])
@@ -86,7 +86,12 @@ def test_aux_split(cfg, aux):
         assert all(pos[j] < pos[i] for j in pgi.inputs_of(m.model[i]) if j >= 0)
     # every auxiliary layer runs before every main layer the auxiliary branch does not read (the neck): its
     # backward then comes after the whole neck's
-    feeds = pgi._ancestors(m.model, [j for i in aux for j in pgi.inputs_of(m.model[i])])
+    feeds, todo = set(), [j for i in aux for j in pgi.inputs_of(m.model[i])]
+    while todo:  # the layers the auxiliary branch reads, transitively
+        j = todo.pop()
+        if j >= 0 and j not in feeds:
+            feeds.add(j)
+            todo.extend(pgi.inputs_of(m.model[j]))
     neck = [i for i in order if i not in aux and i not in feeds]
     assert neck and max(pos[i] for i in aux) < min(pos[i] for i in neck)
 
@@ -255,17 +260,12 @@ def bn_inputs(base, x):
 
 def activated(base, x):
     """Elements of z the BN+SiLU apply kernels read in forward and in backward of one c training step."""
-    counts, phase = {"forward": 0, "backward": 0}, ["forward"]
-    with pytest.MonkeyPatch.context() as mp:
-        def counted(bn, bn2, *args, f=bn_silu._forward_impl, **kwargs):   # z of each BN operand
-            counts[phase[0]] += bn[0].numel() + (0 if bn2 is None else bn2[0].numel())
-            return f(bn, bn2, *args, **kwargs)
-        mp.setattr(bn_silu, "_forward_impl", counted)
-        m = apply(copy.deepcopy(base), "c")
+    m = apply(copy.deepcopy(base), "c")
+    with extension.count_calls() as n:   # elements: z of each BN operand of bn_silu.forward
         loss, _ = make_loss(m)(m(x), TARGETS)
-        phase[0] = "backward"
+        fwd = n.elements["bn_silu_forward"]
         loss.backward()
-    return counts["forward"], counts["backward"]
+    return fwd, n.elements["bn_silu_forward"] - fwd
 
 
 def test_backward_activates_each_conv_input_once(monkeypatch):

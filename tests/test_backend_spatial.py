@@ -2,7 +2,7 @@
 gradient alone (yolov9c/backends/c/layers.py `_nearest_backward`: aten.upsample_nearest2d_backward, what
 autograd runs): the same gradients bit for bit as re-running the upsampling under autograd, and one
 upsampling fewer per Spatial node in backward. The exact 2× ones run yolov9c.ops.pool.upsample_nearest2x
-(tests/test_upsample.py); here they are routed back to torch's F.interpolate (_torch_up2) to test this path."""
+(tests/test_pool.py); here they are routed back to torch's F.interpolate (_torch_up2) to test this path."""
 
 import collections
 import functools
@@ -67,16 +67,17 @@ def test_direct_upsample_gradient_equals_autograd_path(name, channels_last, monk
 
 def test_nearest_backward_scales():
     """scale_factor modules pass their scales to the backward as the forward passes them; size-based resizes
-    pass none; other modes keep the autograd path."""
+    pass none; other modes keep the autograd path (the gradient of the node layers.spatial builds; an exact 2×
+    takes the pool op instead, tests/test_pool.py)."""
     from yolov9c.backends.c.lazy import Plain
 
     child = Plain(torch.zeros(1, 2, 3, 5))
-    g = layers._upsample_grad(torch.nn.Upsample(scale_factor=2.0, mode="nearest"), child)
-    assert g.args == ((3, 5), (2.0, 2.0))
-    assert layers._upsample_grad(torch.nn.Upsample(size=(6, 10), mode="nearest"), child).args[1] == (None, None)
-    assert layers._upsample_grad(torch.nn.Upsample(scale_factor=2.0, mode="bilinear"), child) is None
+    g = layers.spatial(torch.nn.Upsample(scale_factor=3.0, mode="nearest"), child).grad
+    assert g.args == ((3, 5), (3.0, 3.0))
+    assert layers.spatial(torch.nn.Upsample(size=(6, 10), mode="nearest"), child).grad.args[1] == (None, None)
+    assert layers.spatial(torch.nn.Upsample(scale_factor=2.0, mode="bilinear"), child).grad is None
     x = torch.randn(1, 2, 3, 5, requires_grad=True)
-    up = torch.nn.Upsample(scale_factor=2.0, mode="nearest")
-    gy = torch.randn(1, 2, 6, 10)
+    up = torch.nn.Upsample(scale_factor=3.0, mode="nearest")
+    gy = torch.randn(1, 2, 9, 15)
     (want,) = torch.autograd.grad(up(x), x, gy)
     assert torch.equal(g(gy), want)

@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import yolov9c
-from yolov9c.ops import extension
+from yolov9c.ops import extension, pool
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,6 +105,22 @@ def test_arg_and_stream_on_cuda():
     assert extension.stream_of(torch.device("cuda")) == torch.cuda.current_stream().cuda_stream
 
 
+def test_count_calls_counts_real_data_in_every_open_block(monkeypatch):
+    """extension.count_calls(), the ops' test hook: calls and elements per op name in every open block (nested
+    ones too), meta tensors (the c backend's shape probe) and calls after the block not counted."""
+    monkeypatch.setenv("YOLOV9C_FUSED", "1")
+    x, g = torch.randn(1, 2, 4, 4), torch.randn(1, 2, 3, 3)
+    with extension.count_calls() as outer:
+        pool.avg_pool2x2(x)
+        with extension.count_calls() as inner:
+            pool.avg_pool2x2_backward(g)
+            pool.avg_pool2x2(x.to("meta"))
+    pool.avg_pool2x2(x)
+    assert outer.calls == {"avg_pool2x2_forward": 1, "avg_pool2x2_backward": 1}
+    assert outer.elements == {"avg_pool2x2_forward": 32, "avg_pool2x2_backward": 18}
+    assert inner.calls == {"avg_pool2x2_backward": 1}
+
+
 def gpu_visible():
     smi = shutil.which("nvidia-smi")
     return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
@@ -123,13 +140,16 @@ def test_cuda_built_when_asked_for():
     assert extension.load().build_info()["cuda"] is True
 
 
-def test_missing_extension_says_how_to_build(monkeypatch):
-    monkeypatch.setattr(extension, "_module", None)
-    # A None entry in sys.modules makes the import fail; the package attribute must go too.
-    monkeypatch.delattr(yolov9c, "_C", raising=False)
-    monkeypatch.setitem(sys.modules, "yolov9c._C", None)
-    with pytest.raises(ImportError, match=r"pip install -e \."):
-        extension.load()
+def test_missing_extension_says_how_to_build():
+    # a fresh process (extension.load() caches the module once loaded); a None entry in sys.modules makes the
+    # import of yolov9c._C fail as if it were not built
+    code = ("import sys; sys.modules['yolov9c._C'] = None\n"
+            "from yolov9c.ops import extension\n"
+            "try:\n    extension.load()\nexcept ImportError as e:\n    print('ImportError:', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("ImportError: ") and "pip install -e ." in r.stdout, r.stdout
 
 
 # ------------------------------------------------------------------------- setup.py in a scratch copy

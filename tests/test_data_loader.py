@@ -7,6 +7,7 @@ Run: python -m pytest -q tests/test_data_loader.py
 
 import dataclasses
 import inspect
+import multiprocessing
 
 import numpy as np
 import pytest
@@ -277,13 +278,14 @@ def test_chw_conversion_of_views():
 def test_close_stops_the_workers_and_a_new_pass_gives_the_same_batches(cfg):
     data = DatasetConfig(augment=True, hyp=augment_hyp(), seed=7, nc=8)
     loader, _ = create_dataloader(cfg["train"], 128, 4, LoaderConfig(data, shuffle=True, workers=2), log=_quiet)
+    before = set(multiprocessing.active_children())
     first = [imgs.clone() for imgs, *_ in loader]  # epoch 0; the workers go on building epoch 1
-    workers = list(loader._it._workers)
-    assert workers and all(w.is_alive() for w in workers)
+    workers = [w for w in multiprocessing.active_children() if w not in before]
+    assert len(workers) == 2 and all(w.is_alive() for w in workers)
     close_loader(loader)
     for w in workers:
         w.join(timeout=10)
-    assert loader._it is None and not any(w.is_alive() for w in workers)
+    assert not any(w.is_alive() for w in workers)
     loader.sampler.set_epoch(0)
     again = [imgs.clone() for imgs, *_ in loader]  # new workers, the same epoch 0
     close_loader(loader)

@@ -79,7 +79,7 @@ def drop_numerical_zeros(cfg, names, norms, want):
 
 # The c loss (tal_assign + det_loss ops, their C CPU implementations here) is checked on small models with
 # strict goldens, dual (yolov9-t) and single-head (gelan-t, gelan-s): the loss code is the same for every model,
-# and the larger models would add minutes of CPU time to CI. tests/test_loss_c.py checks all ten configs'
+# and the larger models would add minutes of CPU time to CI. tests/test_loss.py (the c path) checks all ten configs'
 # stored maps through the c loss.
 C_CONFIGS = ["yolov9-t", "gelan-t", "gelan-s"]
 

@@ -5,6 +5,9 @@ Every module under yolov9c/ is parsed (ast; imports inside functions count too).
 of its own layer or below (LAYERS); an import of a higher layer fails, naming the file and line. Folders
 (packages; a top-level module is its own) must form no circle. Every top-level name must be in LAYERS, so a
 new folder is placed on purpose. KNOWN lists the folder pairs still allowed against the rule, each with why.
+The op layer at the bottom (last section): every yolov9c/ops module imports only yolov9c._C, yolov9c.geometry,
+other ops modules and torch/numpy (and a few stdlib modules), and importing all of them (after `import yolov9c`,
+whose api imports lazily) loads no other yolov9c package (no loss, models, data, engine).
 Test: python -m pytest -q tests/test_import_direction.py
 """
 
@@ -12,6 +15,8 @@ from __future__ import annotations
 
 import ast
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "yolov9c"
@@ -164,3 +169,47 @@ def test_known_exceptions_are_still_needed():
     for a, b in KNOWN:
         upward = [line for line in bad if f" {a}." in line and f"imports {b}." in line]
         assert upward or any({a, b} <= set(c) for c in circles), (a, b)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the op layer at the bottom
+# ---------------------------------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+OPS = sorted((REPO / "yolov9c" / "ops").glob("*.py"))
+ALLOWED = ("yolov9c._C", "yolov9c.geometry", "yolov9c.ops")
+
+
+def imported(path):
+    """Every module name a file imports (also inside functions), with the module of a `from X import y`."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "yolov9c":   # from yolov9c import _C
+            names += [f"yolov9c.{a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+    return names
+
+
+def test_ops_modules_import_only_the_layers_below():
+    assert len(OPS) >= 6
+    for path in OPS:
+        for name in imported(path):
+            if name == "yolov9c" or name.startswith("yolov9c."):
+                assert name.startswith(ALLOWED), f"{path.name} imports {name}"
+            else:
+                assert name.split(".")[0] in ("torch", "numpy", "cv2", "typing", "os", "math", "numbers",
+                                              "collections", "contextlib"), \
+                    f"{path.name} imports {name}"
+
+
+def test_importing_the_ops_loads_no_upper_layer():
+    mods = ", ".join(f"yolov9c.ops.{p.stem}" for p in OPS if p.stem != "__init__")
+    code = (f"import sys, yolov9c\nbefore = set(sys.modules)\nimport {mods}\n"   # the package's own init aside
+            "up = sorted(m for m in set(sys.modules) - before if m.startswith('yolov9c.') and not m.startswith("
+            f"{ALLOWED!r}))\nprint(up)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

@@ -238,11 +238,13 @@ def test_launcher_command_line(monkeypatch):
     # a batch that does not split over the GPUs is refused before anything starts
     calls.clear()
     assert cli.main(["--device", "0,1,2", "--batch", "8"]) == 2 and not calls
-    # no self-launch: one device, --device cpu, or already inside torchrun
-    assert not cli._wants_ddp(cli.parse_opt(["--device", "0"]))
-    assert not cli._wants_ddp(cli.parse_opt(["--device", "cpu"]))
+    # no self-launch: one device, --device cpu, or already inside torchrun: main trains in this process
+    trained = []
+    monkeypatch.setattr(cli, "train", lambda cfg: trained.append(cfg.device))
+    assert cli.main(["--device", "0"]) == 0 and cli.main(["--device", "cpu"]) == 0
     monkeypatch.setenv("RANK", "0")
-    assert not cli._wants_ddp(cli.parse_opt(["--device", "0,1"]))
+    assert cli.main(["--device", "0,1"]) == 0
+    assert not calls and trained == ["0", "cpu", "0,1"]
 
 
 @pytest.mark.cuda

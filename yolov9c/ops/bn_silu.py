@@ -334,6 +334,7 @@ def _forward_impl(bn, bn2, residual, act, out, batch_stats):
     op = "bn_silu_forward"
     _check_operand(op, bn)
     z = bn[0]
+    extension.note_call(op, z, None if bn2 is None else bn2[0])
     if _use_reference(op, z, None if bn2 is None else bn2[0], out, residual):
         with torch.no_grad():
             return reference(bn, bn2, residual, act, out, batch_stats)
@@ -352,6 +353,7 @@ def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
     op = "bn_silu_backward"
     _check_operand(op, bn)
     z = bn[0]
+    extension.note_call(op, z, None if bn2 is None else bn2[0])
     if _use_reference(op, z, None if bn2 is None else bn2[0], grad_out, dz, dz2):
         return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
     C = extension.load()

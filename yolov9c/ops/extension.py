@@ -10,6 +10,8 @@ C side synchronise after every CUDA op.
 Test: python -m pytest -q tests/test_build.py tests/test_nms.py
 """
 
+import collections
+import contextlib
 import os
 
 import torch
@@ -22,6 +24,7 @@ _BUILD_HINT = (
 
 _module = None
 _dtype_codes = None
+_counters = []  # the CallCounts of the count_calls() blocks now open
 
 
 def load():
@@ -98,3 +101,39 @@ def stream_of(device):
             return _raw_stream(device.index)
         return torch.cuda.current_stream(device).cuda_stream
     return 0
+
+
+class CallCounts:
+    """What count_calls() yields: calls[op] (op implementations run on real data: meta-tensor shape probes are
+    not counted) and elements[op] (the elements of their main input), keyed by op name ("avg_pool2x2_forward",
+    "max_pool2d_backward", "bn_silu_forward", ...; the names the ops' errors use)."""
+
+    def __init__(self):
+        self.calls, self.elements = collections.Counter(), collections.Counter()
+
+
+@contextlib.contextmanager
+def count_calls():
+    """Test hook: count the implementations of the ops of pool.py and bn_silu.py (the ops that call note_call)
+    that run inside the block:
+    `with extension.count_calls() as n: ...; n.calls["avg_pool2x2_backward"]`. Nested blocks each count.
+    YOLOV9C_FUSED=0 sends some ops' functions straight to their references (not counted). Outside a block
+    counting costs one list check per op call. Test: tests/test_build.py -k count_calls."""
+    counts = CallCounts()
+    _counters.append(counts)
+    try:
+        yield counts
+    finally:
+        _counters.remove(counts)
+
+
+def note_call(op, t, *more):
+    """Called by each op implementation on entry (t: its main input; more: other inputs it reads whole, None
+    allowed): counted in every open count_calls() block unless t is a meta tensor; elements: the numel of t
+    and of the tensors in more. Arguments are looked at only inside a block (bad ones are the op's to refuse)."""
+    if not _counters or not isinstance(t, torch.Tensor) or t.device.type == "meta":
+        return
+    n = t.numel() + sum(m.numel() for m in more if isinstance(m, torch.Tensor))
+    for c in _counters:
+        c.calls[op] += 1
+        c.elements[op] += n

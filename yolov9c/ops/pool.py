@@ -72,6 +72,7 @@ def _shape(t, dh):
 
 def _forward_impl(x):
     op = "avg_pool2x2_forward"
+    extension.note_call(op, x)
     if _use_reference(op, x):
         with torch.no_grad():
             return avg_pool2x2_reference(x)
@@ -80,6 +81,7 @@ def _forward_impl(x):
 
 def _backward_impl(grad_out):
     op = "avg_pool2x2_backward"
+    extension.note_call(op, grad_out)
     if _use_reference(op, grad_out):
         with torch.no_grad():
             return avg_pool2x2_backward_reference(grad_out)
@@ -134,6 +136,7 @@ def _up_shape(t, backward):
 
 def _up_forward_impl(x):
     op = "upsample_nearest2x_forward"
+    extension.note_call(op, x)
     if _use_reference(op, x):
         with torch.no_grad():
             return upsample_nearest2x_reference(x)
@@ -142,6 +145,7 @@ def _up_forward_impl(x):
 
 def _up_backward_impl(grad_out):
     op = "upsample_nearest2x_backward"
+    extension.note_call(op, grad_out)
     if _use_reference(op, grad_out):
         with torch.no_grad():
             return upsample_nearest2x_backward_reference(grad_out)
@@ -197,6 +201,7 @@ def _max_shape(t, k, s, p):
 
 def _max_forward_impl(x, k, s, p):
     op = "max_pool2d_forward"
+    extension.note_call(op, x)
     if _use_reference(op, x):
         with torch.no_grad():
             return max_pool2d_reference(x, k, s, p)
@@ -211,6 +216,7 @@ def _max_forward_impl(x, k, s, p):
 
 def _max_backward_impl(x, grad_out, k, s, p):
     op = "max_pool2d_backward"
+    extension.note_call(op, grad_out)
     if _use_reference(op, x) or _use_reference(op, grad_out):
         return max_pool2d_backward_reference(x, grad_out, k, s, p)
     C = extension.load()
