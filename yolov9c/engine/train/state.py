@@ -349,7 +349,7 @@ def abandon_run_folder(state, also=()) -> bool:
     """A start failed (or, with `also`, a run was interrupted before its first checkpoint): release the run
     folder; if this start created it and it holds only START_FILES, files matching a glob of `also` and an
     empty weights/, remove it (so the same command gets the same name, not NAME2). Anything else in it is
-    kept. Returns whether the folder was removed. Test: tests/test_train_runfolder.py."""
+    kept. Returns whether the folder was removed. Test: tests/test_run_folder.py."""
     folder, state.folder = state.folder, None
     if folder is not None:
         folder.close()
