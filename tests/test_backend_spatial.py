@@ -29,6 +29,7 @@ def _torch_up2(child):
 
 def _step(name, monkeypatch, direct, channels_last):
     """One c-backend training step: (parameter gradients, interpolate calls in forward / in backward)."""
+    fresh = seeded_model(name)  # built before counting: building runs a stride-probe forward (its upsamplings)
     calls = collections.Counter()
     phase = ["forward"]
     real = F.interpolate
@@ -42,7 +43,7 @@ def _step(name, monkeypatch, direct, channels_last):
     if not direct:
         monkeypatch.setattr(layers, "_nearest_backward", lambda child, scales=(None, None): None)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    model = apply(seeded_model(name).to(memory_format=fmt).train(), "c")
+    model = apply(fresh.to(memory_format=fmt).train(), "c")
     x = torch.rand(2, 3, 64, 64).contiguous(memory_format=fmt)
     loss, _ = make_loss(model)(model(x), TARGETS)
     phase[0] = "backward"
