@@ -14,7 +14,8 @@ static int tile_ok(const int64_t *q, int64_t src_n)
 {
     if (q[5] <= q[3] || q[6] <= q[4])
         return 1;
-    if (q[1] <= 0 || q[2] <= 0 || q[0] < 0 || q[1] > (INT64_MAX / 3) / q[2] || q[0] > src_n - q[1] * q[2] * 3)
+    if (q[1] <= 0 || q[2] <= 0 || q[1] > YA_MAX_SIDE || q[2] > YA_MAX_SIDE || q[0] < 0
+        || q[1] > (INT64_MAX / 3) / q[2] || q[0] > src_n - q[1] * q[2] * 3)
         return 0;
     return q[3] - q[7] >= 0 && q[4] - q[8] >= 0 && q[5] - q[7] <= q[2] && q[6] - q[8] <= q[1];
 }

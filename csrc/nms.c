@@ -82,12 +82,13 @@ PyObject *yv_py_nms_forward(PyObject *module, PyObject *const *args, Py_ssize_t 
         || yv_tensor_parse(args[1], OP, "scores", 0, &scores) < 0
         || yv_tensor_parse_optional(args[2], OP, "classes", 0, &classes) < 0)
         return NULL;
-    double thr = PyFloat_AsDouble(args[3]);
-    if (thr == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
+    if (PyBool_Check(args[3]) || !(PyFloat_Check(args[3]) || PyLong_Check(args[3]))) {  /* as the reference */
         PyErr_Format(PyExc_TypeError, "%s: iou_thres must be a float, got %.80s", OP, Py_TYPE(args[3])->tp_name);
         return NULL;
     }
+    double thr = PyFloat_AsDouble(args[3]);
+    if (thr == -1.0 && PyErr_Occurred())
+        return NULL;
     if (isnan(thr)) {
         PyErr_SetString(PyExc_ValueError, OP ": iou_thres must not be NaN");
         return NULL;

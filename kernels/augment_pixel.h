@@ -46,6 +46,7 @@
 #define YA_TILES 4     /* tiles per layer */
 #define YA_LAYERS 2    /* layers per output image (the second one only with mixup) */
 #define YA_GREY 114
+#define YA_MAX_SIDE ((int64_t)1 << 20)  /* a source tile's largest side */
 
 /* Canvas pixel (cx, cy) of one layer, BGR into p[3]. */
 YA_HD void ya_fetch(const uint8_t *src, int64_t src_n, const int64_t *tiles, int64_t cx, int64_t cy, float p[3])
@@ -54,9 +55,15 @@ YA_HD void ya_fetch(const uint8_t *src, int64_t src_n, const int64_t *tiles, int
         const int64_t *q = tiles + t * YA_TILE;
         if (cx >= q[3] && cx < q[5] && cy >= q[4] && cy < q[6]) {
             int64_t px = cx - q[7], py = cy - q[8];
-            int64_t at = q[0] + (py * q[2] + px) * 3;
-            if (px < 0 || py < 0 || px >= q[2] || py >= q[1] || at < 0 || at + 3 > src_n)
+            /* overflow-free on any plan (the CUDA path reads the plan unchecked): sides capped, so the offset
+               within the tile fits; the tile's start compared before it is added */
+            if (px < 0 || py < 0 || px >= q[2] || py >= q[1] || q[1] > YA_MAX_SIDE || q[2] > YA_MAX_SIDE
+                || q[0] < 0 || q[0] > src_n)
                 break;
+            int64_t off = (py * q[2] + px) * 3;
+            if (off > src_n - q[0] - 3)
+                break;
+            int64_t at = q[0] + off;
             p[0] = (float)src[at];
             p[1] = (float)src[at + 1];
             p[2] = (float)src[at + 2];

@@ -232,6 +232,10 @@ def test_bad_arguments_raise():
         det_loss(maps, strides, **{**t, "fg_mask": t["fg_mask"].float()})
     with pytest.raises(ValueError, match="reg_max"):
         det_loss(maps, strides, **t, reg_max=65)
+    with pytest.raises(ValueError, match="4 dimensions"):
+        det_loss_decode([maps[0][0]] + list(maps[1:]), strides)
+    with pytest.raises(TypeError, match="strides"):
+        det_loss_decode(maps, [strides[0], True, strides[2]])
     bad = t["target_labels"].clone()
     bad[t["fg_mask"]] = 5  # nc = 5: out of range on foreground anchors
     with pytest.raises(ValueError, match="outside"):

@@ -253,6 +253,9 @@ S5 = torch.rand(5)
     ((B4, S5, 0.5, torch.zeros(5, dtype=torch.bool)), TypeError, "classes"),
     ((B4, S5, 0.5, [0, 0, 0, 0, 0]), TypeError, "classes"),
     ((B4, S5, "0.5", None), TypeError, "iou_thres"),
+    ((B4, S5, True, None), TypeError, "iou_thres"),
+    ((B4, S5, torch.tensor(0.5), None), TypeError, "iou_thres"),
+    ((torch.zeros(0, 4), torch.zeros(0), 0.5, torch.zeros(3, dtype=torch.long)), ValueError, "classes"),
     ((B4, S5, float("nan"), None), ValueError, "iou_thres"),
 ])
 def test_wrapper_rejects_bad_arguments(args, exc, word):

@@ -266,6 +266,12 @@ def test_bad_arguments_raise():
         tal_assign(scores, pred[:, :-1], pts, labels, boxes, mask, 80)
     with pytest.raises(ValueError, match="num_classes"):
         tal_assign(scores, pred, pts, labels, boxes, mask, 81)
+    # no boxes (M = 0): nothing reaches C, the shapes are still checked
+    no_labels, no_boxes, no_mask = labels[:, :0], boxes[:, :0], mask[:, :0]
+    with pytest.raises(ValueError, match="pred_boxes"):
+        tal_assign(scores, pred[:, :-1], pts, no_labels, no_boxes, no_mask, 80)
+    with pytest.raises(ValueError, match="points"):
+        tal_assign(scores, pred, pts[:-1], no_labels, no_boxes, no_mask, 80)
     with pytest.raises(ValueError, match="topk"):
         tal_assign(scores, pred, pts, labels, boxes, mask, 80, AssignParams(topk=0))
     bad = labels.clone()

@@ -77,6 +77,8 @@ def box_terms(pred_dist, pred_boxes, points, target_boxes, target_scores, target
 def _check_maps(maps, strides, reg_max, op):
     if not isinstance(maps, (list, tuple)) or not maps or not all(isinstance(m, torch.Tensor) for m in maps):
         raise TypeError(f"{op}: maps must be a non-empty list of tensors")
+    if any(m.ndim != 4 for m in maps):  # their H·W sizes the outputs before C sees them
+        raise ValueError(f"{op}: maps must have 4 dimensions, got {[tuple(m.shape) for m in maps]}")
     if len(maps) > 4:
         raise ValueError(f"{op}: at most 4 level maps are supported, got {len(maps)}")
     if not isinstance(strides, (list, tuple)) or len(strides) != len(maps):
@@ -101,6 +103,8 @@ def _check_converted(maps, op, targets=None):
     the targets tensors, target_labels (B, A) (its shape sizes the workspace). Every other check is C's."""
     if not isinstance(maps, (list, tuple)) or not maps or not all(isinstance(m, torch.Tensor) for m in maps):
         raise TypeError(f"{op}: maps must be a non-empty list of tensors")
+    if any(m.ndim != 4 for m in maps):  # their H·W sizes the outputs before C sees them
+        raise ValueError(f"{op}: maps must have 4 dimensions, got {[tuple(m.shape) for m in maps]}")
     for name, t in zip(("target_labels", "target_boxes", "target_norm", "fg_mask"), targets or ()):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a tensor, got {type(t).__name__}")
@@ -239,7 +243,7 @@ def det_loss_decode(maps, strides, reg_max=16):
         cmaps = [m.float() for m in cmaps]
     B, A = cmaps[0].shape[0], sum(m.shape[2] * m.shape[3] for m in cmaps)
     boxes = torch.empty((B, A, 4), dtype=torch.float32, device=device)
-    C.det_loss_decode(tuple(extension.arg(m) for m in cmaps), tuple(float(s) for s in strides), reg_max,
+    C.det_loss_decode(tuple(extension.arg(m) for m in cmaps), tuple(strides), reg_max,
                       extension.arg(boxes), extension.stream_of(device))
     return boxes
 

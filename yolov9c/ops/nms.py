@@ -76,7 +76,7 @@ def nms(boxes, scores, iou_thres, classes=None):
     _check_converted(boxes, scores, classes)
     device = boxes.device
     n = boxes.shape[0]
-    if n == 0 and boxes.shape == (0, 4) and scores.shape == (0,):
+    if n == 0 and boxes.shape == (0, 4) and scores.shape == (0,) and (classes is None or classes.shape == (0,)):
         return torch.empty(0, dtype=torch.int64, device=device)
 
     C = extension.load()

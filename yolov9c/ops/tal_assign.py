@@ -211,7 +211,8 @@ def tal_assign(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_cla
         return tal_assign_reference(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_classes, params,
                                     logits)
     norm_dtype = torch.float64 if scores.dtype == torch.float64 else torch.float32
-    if M == 0:
+    if M == 0:  # nothing reaches C: the reference path's checks (shapes, devices) instead
+        _check(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_classes, topk)
         return (torch.full((B, A), num_classes, dtype=torch.int64, device=device),
                 torch.zeros((B, A, 4), dtype=gt_boxes.dtype, device=device),
                 torch.zeros((B, A), dtype=norm_dtype, device=device),
