@@ -178,7 +178,8 @@ def test_lr0_100_on_black_images_stops_with_one_error_line(black, tmp_path, back
     err = capsys.readouterr().err
     errors = [s for s in err.splitlines() if "error:" in s]
     assert rc == 2 and len(errors) == 1, err[-2000:]
-    assert "4 optimizer steps in a row" in errors[0] and "lr0=100.0" in errors[0] and "--no-amp" in errors[0]
+    assert "4 optimizer steps in a row" in errors[0] and "lr0=100.0" in errors[0]
+    assert "--no-amp" not in errors[0]  # a CPU run has no AMP to blame
     assert "all-black" in errors[0]
     run = tmp_path / "black"
     for f in ("last.pt", "best.pt"):  # only ever written with finite weights (here: the untouched initial ones)

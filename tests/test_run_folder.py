@@ -730,6 +730,9 @@ def test_ctrl_c_names_the_checkpoint_and_resume_has_each_epoch_once(data, tmp_pa
     done = Path(shutil.copytree(run, project / "exp3"))
     (done / "run_state.yaml").write_text("phase: done\n")
     os.utime(done / "weights" / "last.pt", (time.time() + 5, time.time() + 5))
+    # an earlier run's weights that --exist-ok moved aside (weights.1/) are never a bare --resume's pick
+    aside = Path(shutil.copytree(run / "weights", project / "exp4" / "weights.1"))
+    os.utime(aside / "last.pt", (time.time() + 9, time.time() + 9))
     lines = []
     out = train(parse_opt(["--resume", "--project", str(project)]), log=lambda *a, **k: lines.append(" ".join(
         map(str, a))))
@@ -743,6 +746,28 @@ def test_ctrl_c_names_the_checkpoint_and_resume_has_each_epoch_once(data, tmp_pa
     assert read_state(run)["phase"] == "done" and read_checkpoint(last)["epoch"] == -1  # finished and stripped
     with pytest.raises(TrainError, match="every run under .* finished"):
         train(parse_opt(["--resume", "--project", str(project)]), log=_quiet)
+
+
+def test_ctrl_c_of_a_nosave_run_keeps_its_finished_epochs(data, tmp_path):
+    """--nosave writes no checkpoint before the last epoch: a Ctrl-C after finished epochs has nothing to resume
+    but keeps the folder and its results.csv rows (only a run with no finished epoch is removed)."""
+    header = ("%11s" * 2) % ("Epoch", "GPU_mem")
+    with pytest.raises(Interrupted) as e:
+        train(parse_opt(_args(data, tmp_path / "runs", "--epochs", "3", "--nosave")),
+              log=_stop_at(header, 2, KeyboardInterrupt))
+    run = tmp_path / "runs" / "exp"
+    assert e.value.last is None and not e.value.removed and _epochs(run) == [0]
+    assert "no checkpoint to resume" in interrupt_hint(parse_opt([]), e.value)
+
+
+def test_mem_budget_run_resumes(data, tmp_path):
+    """A resume builds the model from the checkpoint's dict (no --cfg): the planner still finds the model by the
+    checkpoint's yaml_file."""
+    project = tmp_path / "runs"
+    train(parse_opt(_args(data, project, "--epochs", "2", "--mem-budget", "1G")), stop_after_epoch=0, log=_quiet)
+    last = project / "exp" / "weights" / "last.pt"
+    out = train(parse_opt(["--resume", str(last)]), log=_quiet)
+    assert out["epochs_done"] == 2 and _epochs(project / "exp") == [0, 1]
 
 
 def test_a_run_killed_at_the_finish_is_finished_by_resume(data, tmp_path):

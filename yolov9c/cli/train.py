@@ -240,7 +240,7 @@ def interrupt_hint(cfg, e):
         return (f"interrupted before the first epoch was saved: nothing to resume, {e.save_dir} removed; the same "
                 f"command starts the run again there")
     if isinstance(e, Interrupted):
-        return (f"interrupted before the first epoch was saved: {e.save_dir} has no checkpoint to resume; start "
+        return (f"interrupted: {e.save_dir} has no checkpoint to resume (none saved yet, or --nosave); start "
                 f"the run again")
     if cfg.evolve is not None:
         return "interrupted; evolve.csv keeps the finished generations: add --resume to the same command to go on"

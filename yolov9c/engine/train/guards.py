@@ -42,7 +42,7 @@ def nonfinite_causes(state):
     lr0 = state.hyp.get("lr0")
     return (f"likely causes: a learning rate too high (hyp lr0={lr0}: try a smaller lr0 in --hyp), bad data "
             f"(e.g. all-black images or degenerate boxes: run python -m yolov9c check-data --data "
-            f"{state.cfg.data}), or fp16 overflow under AMP (try --no-amp)")
+            f"{state.cfg.data})" + (", or fp16 overflow under AMP (try --no-amp)" if state.amp else ""))
 
 
 class NonFiniteCounter:

@@ -124,8 +124,8 @@ def pick_latest(project, log=print):
     """(path, checkpoint) of a bare --resume: the most recently modified last*.pt under `project` (else the
     current folder) whose run is not done; finished runs are skipped, and the pick is logged."""
     root = Path(project) if Path(project).exists() else Path(".")
-    found = sorted((p for p in root.rglob("last*.pt") if p.is_file()), key=lambda p: p.stat().st_mtime,
-                   reverse=True)
+    found = sorted((p for p in root.rglob("last*.pt") if p.is_file() and p.parent.name == "weights"),
+                   key=lambda p: p.stat().st_mtime, reverse=True)  # not weights.N/: an earlier run moved aside
     skipped = []
     for last in found:
         if read_state(last.parent.parent).get("phase") == "done":

@@ -511,12 +511,13 @@ def apply_memory_plan(state):
     cfg, gs = state.cfg, state.gs  # batch_error refused --batch-size -1 with --mem-budget
     per_rank = cfg.batch_size // state.world
     min_img = max(math.ceil(cfg.min_img / gs) * gs, gs * 2)
-    name = cfg.cfg or getattr(state.model, "yaml_file", "") or ""
+    resumed_file = str(state.resumed.ckpt.get("yaml_file") or "") if state.resumed is not None else ""
+    name = cfg.cfg or getattr(state.model, "yaml_file", "") or resumed_file  # a resume builds from the stored dict
     try:
         plan = memory_plan.plan_for_training(name, cfg.backend, cfg.mem_budget, nominal=per_rank, img=state.imgsz,
                                              dynamic_img=cfg.dynamic_img, min_img=min_img, device=state.device,
                                              log=state.log)
-    except ValueError as e:
+    except (ValueError, OSError) as e:
         raise TrainError(str(e)) from None
     state.plan = plan
     state.progress.micro_batch = plan.batch if plan.batch < per_rank else None

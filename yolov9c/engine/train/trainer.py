@@ -90,6 +90,8 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
         if state.tb is not None:
             state.tb.close()
             state.tb = None
+        if R.epochs_in(state.save_dir / "results.csv"):  # --nosave: finished epochs' results stay, no checkpoint
+            raise Interrupted(state.save_dir, None) from e
         # nothing to resume: a folder this run made is removed, so the same command gets the same name again
         raise Interrupted(state.save_dir, None, abandon_run_folder(state, also=FIRST_EPOCH_FILES)) from e
     except RuntimeError as e:
@@ -204,7 +206,7 @@ def _epoch_sampling(state, epoch):
     first = state.progress.start_epoch
     if closed and ds.augment and not ds.rect and epoch in (cfg.epochs - cfg.close_mosaic, first):
         state.log(f"Closing dataloader mosaic (--close-mosaic {cfg.close_mosaic}: no mosaic or mixup from epoch "
-                  f"{cfg.epochs - cfg.close_mosaic})")  # the published loop's line, once (or at a resume past it)
+                  f"{max(0, cfg.epochs - cfg.close_mosaic)})")  # the published loop's line, once (or at a resume past it)
     ds.mosaic = ds.augment and not ds.rect and not closed
     if cfg.image_weights:
         cw = class_weights(ds.labels, state.nc) * state.nc * (1 - state.progress.maps) ** 2 / state.nc
