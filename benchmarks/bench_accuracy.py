@@ -177,12 +177,28 @@ QUIET_S = 2.0               # --time-limit stops a run once its folder has had n
 QUIET_WAIT_S = 90.0         # ... or after this long anyway (an epoch that writes constantly)
 
 
+def stop_child(p):
+    """Terminate a training process, first asking it for its Python stacks (SIGUSR1: both trainers print them to
+    their log, train_dual.py and published_side.py register it), so that a stopped run's log says where it was."""
+    if p.poll() is None and hasattr(signal, "SIGUSR1"):
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+    p.terminate()
+
+
+def child_threads(jobs, cores=None):
+    """CPU threads per training process when `jobs` share the host's cores: max(1, cores // jobs) (each
+    process's loader workers come on top; more threads only spin at OpenMP barriers)."""
+    cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return max(1, cores // max(1, jobs))
+
+
 def _on_term(signum, frame):
     """SIGTERM (a `timeout` around the benchmark, a job scheduler): the training processes stop with this one
     (they ran on, orphaned, into whatever the GPU did next), no queued run starts, exit status 128 + 15."""
     _STOPPING.set()
     for p in list(_LIVE):
-        p.terminate()
+        stop_child(p)
     raise SystemExit(128 + signum)
 
 
@@ -203,7 +219,7 @@ def stop_at(deadline):
     while _LIVE:
         for p, run_dir in list(_LIVE.items()):
             if run_dir is None or quiet(run_dir) or time.time() - deadline > QUIET_WAIT_S:
-                p.terminate()
+                stop_child(p)
         time.sleep(0.2)
 
 
@@ -260,6 +276,8 @@ def train_run(a, runner, seed, data):
     t = time.time()
     # the published strip_optimizer re-reads its own fresh checkpoints with torch.load: allowed explicitly
     env = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", **extra_env)
+    if not (env.get("OMP_NUM_THREADS") or env.get("MKL_NUM_THREADS")):  # --jobs processes share the cores
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(child_threads(a.jobs))
     rc = run_child(argv, cwd, log, env, run_dir)
     ok = rc == 0 and (run_dir / "weights" / "best.pt").is_file()
     info = {"train_s": round(time.time() - t, 1), "rc": rc, "log": str(log), "stopped": rc != 0 and _STOPPING.is_set()}

@@ -313,6 +313,13 @@ def test_sigterm_stops_the_training_processes_with_the_benchmark(tmp_path):
     assert not logs[2].exists()
 
 
+def test_children_share_the_cores_between_the_jobs():
+    import bench_accuracy
+    assert bench_accuracy.child_threads(9, cores=16) == 1
+    assert bench_accuracy.child_threads(2, cores=16) == 8
+    assert bench_accuracy.child_threads(4, cores=2) == 1
+
+
 def test_report_gives_mean_standard_error_and_paired_differences(tmp_path):
     """summarize: mean, std (ddof 1) and standard error std/√n per runner; report_lines: those in points and
     the paired differences by seed of each of ours − published and c − torch; plot_curves: a PNG of the
@@ -358,13 +365,15 @@ def test_quiet_means_no_recent_write_in_the_run_folder(tmp_path):
 
 
 def test_time_limit_stops_running_children_and_no_queued_one_starts(tmp_path):
-    """stop_at: at the deadline the running training processes are terminated (their folders are quiet) and a
-    queued run does not start (run_child returns -15 without a process)."""
+    """stop_at: at the deadline the running training processes are terminated (their folders are quiet), after
+    printing their stacks to their logs (SIGUSR1, registered as both trainers do), and a queued run does not
+    start (run_child returns -15 without a process)."""
     import signal
     import threading
     import bench_accuracy
     bench_accuracy._STOPPING.clear()
-    child = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"]
+    child = [sys.executable, "-c", "import faulthandler, signal, time; faulthandler.register(signal.SIGUSR1); "
+             "print('up', flush=True); time.sleep(120)"]
     log = tmp_path / "c.log"
     rc = {}
     t = threading.Thread(target=lambda: rc.update(a=bench_accuracy.run_child(child, ".", log, None, tmp_path)))
@@ -377,6 +386,7 @@ def test_time_limit_stops_running_children_and_no_queued_one_starts(tmp_path):
     stopper.join(60)
     try:
         assert rc["a"] == -signal.SIGTERM and not bench_accuracy._LIVE
+        assert "<module>" in log.read_text()  # the stack it printed on SIGUSR1, before the SIGTERM
         assert bench_accuracy.run_child(child, ".", tmp_path / "late.log", None) == -signal.SIGTERM
         assert not (tmp_path / "late.log").exists()
     finally:

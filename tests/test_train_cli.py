@@ -5,6 +5,11 @@ argparse errors (exit 2) that say what is allowed.
 Run: python -m pytest -q tests/test_train_cli.py
 """
 
+import os
+import signal
+import subprocess
+import sys
+
 import pytest
 
 from yolov9c.cli.train import build_parser, main, parse_opt
@@ -203,3 +208,15 @@ def test_config_old_or_broken_opt_yaml(tmp_path):
         path.write_text(text)
         with pytest.raises(ConfigError, match=says):
             read_opt_yaml(path)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
+def test_sigusr1_prints_the_stacks_and_the_process_goes_on():
+    code = ("import os, signal; from yolov9c.cli.train import dump_stacks_on_signal; dump_stacks_on_signal()\n"
+            "def waiting_here():\n    os.kill(os.getpid(), signal.SIGUSR1)\n    print('still running')\n"
+            "waiting_here()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "still running"
+    assert "waiting_here" in r.stderr and "File" in r.stderr  # the stack of the signalled thread

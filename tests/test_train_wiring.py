@@ -164,6 +164,10 @@ def test_cpu_threads_choice():
     assert cpu_threads(0, cores=16, env={}) == 16
     assert cpu_threads(4, cores=2, env={}) == 1
     assert cpu_threads(2, ranks=2, cores=16, env={}) == 6
+    # a GPU run's main process keeps few threads, whatever the cores (several runs share them)
+    assert cpu_threads(2, cores=16, env={}, cuda=True) == 2
+    assert cpu_threads(0, cores=1, env={}, cuda=True) == 1
+    assert cpu_threads(2, cores=16, env={"OMP_NUM_THREADS": "8"}, cuda=True) is None
     assert cpu_threads(0, ranks=4, cores=2, env={}) == 1
     assert cpu_threads(2, cores=16, env={"OMP_NUM_THREADS": "3"}) is None
     assert cpu_threads(2, cores=16, env={"MKL_NUM_THREADS": "3"}) is None

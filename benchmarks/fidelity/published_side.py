@@ -20,8 +20,10 @@ stand-ins when they are missing (and np.trapz, gone from NumPy 2.4, is np.trapez
 installed (the data result says whether its transforms are active).
 """
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import types
 from pathlib import Path
@@ -123,7 +125,15 @@ def run_data(a):
 # ----------------------------------------------------------------------------------------------- train ------
 
 def run_train(a):
+    threads = os.environ.get("OMP_NUM_THREADS", "")
     import train_dual
+
+    # its utils set OMP_NUM_THREADS to min(8, cores - 1) at import: the thread count given to this process wins
+    # (bench_accuracy.py runs several trainings on one host), and SIGUSR1 prints the stacks (as train_dual.py does)
+    if threads.isdigit():
+        torch.set_num_threads(int(threads))
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     records = []
     inner = train_dual.ComputeLoss

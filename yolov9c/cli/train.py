@@ -18,8 +18,10 @@ Test: python -m pytest -q tests/test_train_cli.py
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -207,6 +209,7 @@ def main(argv=None, prog="train_dual.py") -> int:
         return 2
     # before CUDA starts: variable-size temporaries (loss, multi-scale) fragment fixed segments (DESIGN.md)
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    dump_stacks_on_signal()
     world = len(_device_ids(cfg)) if _wants_ddp(cfg) else int(os.getenv("WORLD_SIZE", 1))
     why = batch_error(cfg.batch_size, world, cfg.mem_budget)  # set-up asks the same (batching.py)
     if why:
@@ -230,6 +233,17 @@ def main(argv=None, prog="train_dual.py") -> int:
         print(f"{prog}: {interrupt_hint(cfg, e)}", file=sys.stderr)
         return 130
     return 0
+
+
+def dump_stacks_on_signal():
+    """`kill -USR1 <pid>` of a run that seems stuck prints every thread's Python stack to stderr; the run goes on
+    (the process's own stderr, fd 2; docs/train.md). No-op without SIGUSR1 (Windows) or without a real stderr.
+    Test: tests/test_train_cli.py."""
+    if hasattr(signal, "SIGUSR1"):
+        try:
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True, chain=False)
+        except (AttributeError, OSError, ValueError):  # no stderr, or one without a file descriptor
+            pass
 
 
 def interrupt_hint(cfg, e):

@@ -553,7 +553,8 @@ def setup_loaders(state):
             state.val_loader = make_val_loader(state, per_rank * 2)
     except (DataError, ValueError) as e:
         raise TrainError(str(e)) from None
-    set_cpu_threads(state.train_loader.num_workers, int(os.getenv("LOCAL_WORLD_SIZE", state.world)), state.log)
+    set_cpu_threads(state.train_loader.num_workers, int(os.getenv("LOCAL_WORLD_SIZE", state.world)), state.log,
+                    cuda=state.device.type == "cuda")
     state.nb = len(state.train_loader)
     state.nw = warmup_iterations(hyp["warmup_epochs"], state.nb)
     state.plots = state.main and not cfg.noplots and not state.evolving
@@ -562,28 +563,37 @@ def setup_loaders(state):
         R.plot_labels(state.dataset.labels, state.names, state.save_dir / "labels.jpg")
 
 
-def cpu_threads(workers, ranks=1, cores=None, env=None):
+# A CUDA run's main process does little CPU tensor work (a model build, checkpoint copies, metrics); more intra-op
+# threads only spin at OpenMP barriers when other processes share the cores (six GPU runs of 14 threads each on 16
+# busy cores sat for minutes in the final validation's model build, H200 2026-12-05).
+CUDA_MAIN_THREADS = 2
+
+
+def cpu_threads(workers, ranks=1, cores=None, env=None, cuda=False):
     """torch's intra-op thread count for a process that shares `cores` (default: the cores this process may run
     on, os.sched_getaffinity) with `ranks` training processes of this host and `workers` loader workers each:
-    max(1, cores / ranks − workers), all of its share with workers = 0. None when the user chose (OMP_NUM_THREADS
-    or MKL_NUM_THREADS in `env`, default os.environ): torch's setting is then left alone."""
+    max(1, cores / ranks − workers), all of its share with workers = 0, at most CUDA_MAIN_THREADS when it trains
+    on a GPU (`cuda`). None when the user chose (OMP_NUM_THREADS or MKL_NUM_THREADS in `env`, default
+    os.environ): torch's setting is then left alone. Test: tests/test_train_wiring.py."""
     env = os.environ if env is None else env
     if env.get("OMP_NUM_THREADS") or env.get("MKL_NUM_THREADS"):
         return None
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     share = max(1, cores // max(ranks, 1))
-    return max(1, share - workers) if workers > 0 else share
+    n = max(1, share - workers) if workers > 0 else share
+    return min(n, CUDA_MAIN_THREADS) if cuda else n
 
 
-def set_cpu_threads(workers, ranks, log):
+def set_cpu_threads(workers, ranks, log, cuda=False):
     """Set torch's intra-op threads to cpu_threads(...) (unless the user chose) and log it in one line."""
-    n = cpu_threads(workers, ranks)
+    n = cpu_threads(workers, ranks, cuda=cuda)
     if n is None:
         log(f"CPU threads: {torch.get_num_threads()} (OMP_NUM_THREADS/MKL_NUM_THREADS set: left as they are)")
         return
     torch.set_num_threads(n)
-    log(f"CPU threads: {n} for torch ({workers} loader workers, {ranks} process(es) on this host's cores)")
+    log(f"CPU threads: {n} for torch ({workers} loader workers, {ranks} process(es) on this host's cores"
+        f"{', training on the GPU' if cuda else ''})")
 
 
 def make_val_loader(state, batch):
