@@ -23,9 +23,11 @@
 #   accuracy   bench_accuracy.py on coco128 (ACC_SEEDS, ACC_EPOCHS, ACC_FLAGS)
 #   realacc    the real-dataset accuracy matrix (docs/fidelity.md "Real datasets") on ACC_NAME (raccoon, kangaroo,
 #              bccd; carried converted in .dev/data_accuracy/NAME): yolov9-s, 640, batch 32, hyp.scratch-high,
-#              close-mosaic 15, --min-items 0 --cache ram, 60 epochs, seeds 0,1,2, torch, c and the published code
-#              (.dev/published), all at once; stops 120 s before the call ends (exit 3 = unfinished: the same call
-#              again on the warm machine resumes them from runs/acc-NAME); $OUT/acc-NAME.results.jsonl, curves.png
+#              close-mosaic 15, --min-items 0 --cache ram, 60 epochs (ACC_EPOCHS), seeds 0,1,2, torch, c
+#              (ACC_BACKENDS, "" for none) and the published code (.dev/published; ACC_PUB=0 leaves it out), all at
+#              once (ACC_JOBS); stops 120 s before the call ends (exit 3 = unfinished: the same call again on the
+#              warm machine resumes them from runs/acc-NAME); $OUT/acc-NAME.results.jsonl, curves.png, acc-NAME.tgz
+#              (every run's results.csv and console)
 #   augtests   the CUDA cases of test_augment.py / test_augment_plan.py (the augment kernel = its C reference)
 #   augloader  bench_dataloader.py, CPU pipeline vs the augment op on CUDA, workers 4 8 16 (AUG_WORKERS),
 #              without and with --cache ram
@@ -35,7 +37,7 @@
 #   ddp        (2 GPUs) the DDP tests and a torchrun run of the c backend
 # Test: tests/test_gpu_run.py checks that every part named here is handled and every script it runs exists.
 set -uo pipefail
-OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
+OUT=${OUT:-gpu_out}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1 YOLOV9C_CACHE=${YOLOV9C_CACHE:-/tmp/yolov9c_cache}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
@@ -117,14 +119,15 @@ for part in "$@"; do
               tail -6 "$OUT/accuracy.log" ;;
     realacc) name=${ACC_NAME:-raccoon}; data=.dev/data_accuracy/$name/data.yaml; acc=runs/acc-$name
              if [ ! -f "$data" ]; then echo "SKIP realacc (no $data: carry the converted dataset)"; continue; fi
-             pub=(); [ -f .dev/published/train_dual.py ] && pub=(--published .dev/published --python python3)
+             pub=(); [ -f .dev/published/train_dual.py ] && [ "${ACC_PUB:-1}" = 1 ] && pub=(--published .dev/published --python python3)
              stage realacc 240 $(( $(left) - 10 )) python3 benchmarks/bench_accuracy.py --data "$data" --cfg yolov9-s \
                --img 640 --batch 32 --epochs ${ACC_EPOCHS:-60} --close-mosaic 15 --seeds ${ACC_SEEDS:-0,1,2} \
-               --backends torch,c --jobs ${ACC_JOBS:-9} --workers 2 --time-limit $(( $(left) - 120 )) --out "$acc" \
-               "${pub[@]}"
+               --backends "${ACC_BACKENDS-torch,c}" --jobs ${ACC_JOBS:-9} --workers 2 --time-limit $(( $(left) - 120 )) \
+               --out "$acc" "${pub[@]}"
              tail -12 "$OUT/realacc.log"
              cp "$acc/curves.png" "$OUT/" 2>/dev/null; cp "$acc/results.jsonl" "$OUT/acc-$name.results.jsonl" 2>/dev/null
-             for d in "$acc"/train/*/; do cp "$d/results.csv" "$OUT/$(basename "$d").results.csv" 2>/dev/null; done ;;
+             # every run's results.csv and console in one file (a call brings back at most 8 files)
+             (cd "$acc" && tar czf "$OUT/acc-$name.tgz" ./*.log train/*/results.csv 2>/dev/null) ;;
     augtests) stage augtests 60 150 "${PYT[@]}" --tb=short tests/test_augment.py tests/test_augment_plan.py
               tail -3 "$OUT/augtests.log" ;;
     augloader) for cache in "" "--cache ram"; do for w in ${AUG_WORKERS:-4 8 16}; do for a in cpu-pipeline op-cuda; do
