@@ -834,6 +834,17 @@ def test_resume_from_an_epoch_checkpoint_of_a_finished_run(data, tmp_path):
     # a second resume of the same epoch gets its own folder
     train(parse_opt(["--resume", str(run / "weights" / "epoch1.pt")]), log=_quiet)
     assert _epochs(run.parent / f"{run.name}-from-epoch1") == [0, 1, 2]
+    # the final epoch's checkpoint: nothing to train; the branch finishes with it as its best.pt (validated
+    # unless --noval, as this run has)
+    lines.clear()
+    out3 = train(parse_opt(["--resume", str(run / "weights" / "epoch2.pt")]), log=lambda *a, **k: lines.append(
+        " ".join(map(str, a))))
+    final = run.parent / f"{run.name}-from-epoch2"
+    assert out3["save_dir"] == final and read_state(final)["phase"] == "done"
+    assert any("training ended after epoch 2; finishing the run" in s for s in lines)
+    for name in ("best.pt", "last.pt"):  # both stripped, as a finished run's
+        assert read_checkpoint(final / "weights" / name)["optimizer"] is None
+    assert after == {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
 
 
 def test_branch_folder_is_used_again_until_it_saved_an_epoch(tmp_path):

@@ -99,7 +99,9 @@ def branch(src: Path, ckpt: dict, log=print) -> Path:
     new folder next to it, <run>-from-<stem> (…2, …3 when taken), set up as that run interrupted after the
     checkpoint's epoch: its opt.yaml and hyp.yaml, its results.csv (the resume keeps the rows up to that epoch)
     and the checkpoint as weights/last.pt (a hard link: a branch whose last.pt is still it, from a start that
-    failed, is used again). Returns that last.pt; only the main process (RANK -1 or 0) writes."""
+    failed, is used again) and as weights/best.pt (the branch's only epoch so far: a branch of the final epoch,
+    or one that never beats the run's best fitness, still ends by validating a best.pt). Returns that last.pt;
+    only the main process (RANK -1 or 0) writes."""
     run = src.parent.parent
     target = run.parent / f"{run.name}-from-{src.stem}"
     if int(os.getenv("RANK", -1)) > 0:  # other DDP ranks write nothing; the name is only for their records
@@ -114,6 +116,7 @@ def branch(src: Path, ckpt: dict, log=print) -> Path:
     for name in ("opt.yaml", "hyp.yaml", "results.csv"):  # real copies: results.csv is appended to in place
         if (run / name).is_file():
             atomic_write(new / name, (run / name).read_bytes(), what=name)
+    atomic_copy(src, new / "weights" / "best.pt", what="best.pt")
     last = atomic_copy(src, new / "weights" / "last.pt", what="last.pt")
     log(f"--resume {src}: epoch {int(ckpt['epoch'])} of {run}; continuing in a new run folder {new} ({run} is "
         f"left as it is)")
