@@ -290,7 +290,7 @@ def finish(state: RunState):
         folder.begin_finish()
         folder.strip_weights(state.log)
     best = state.wdir / "best.pt"
-    if best.exists() and not state.cfg.noval:
+    if best.exists():  # also with --noval, as published (it validates only the final epoch and best.pt)
         state.log(f"\nValidating {best}...")
         is_coco, anno, class_map, ids = coco_layout(state.data, state.data["val"], state.val_loader.dataset.im_files)
         coco = dict(save_json=True, anno_json=anno, class_map=class_map, image_ids=ids,
