@@ -194,6 +194,9 @@ def setup(cfg: RunConfig, log=print) -> RunState:
     state = RunState(cfg=resolved, resumed=resumed, save_dir=save_dir, wdir=save_dir / "weights",
                      made_dir=made_dir, evolving=given.evolve is not None, **place)
     state.memory_format = torch.channels_last if state.cfg.channels_last else torch.contiguous_format
+    early = cpu_threads(0, cuda=True) if state.device.type == "cuda" else None
+    if early:  # already for the model build (CUDA_MAIN_THREADS); setup_loaders logs the final count
+        torch.set_num_threads(early)
     try:
         setup_run_folder(state)
         setup_model(state)
