@@ -253,16 +253,16 @@ def test_batches_that_run_eagerly():
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_capturing_pauses_automatic_garbage_collection(enabled):
-    """Inside _capturing no automatic collection runs (it could destroy an unreachable CUDA graph mid-capture);
+    """Inside capturing no automatic collection runs (it could destroy an unreachable CUDA graph mid-capture);
     afterwards the collector is as it was, also when the capture raised."""
     was = gc.isenabled()
     try:
         gc.enable() if enabled else gc.disable()
-        with G._capturing("the micro-step"):
+        with G.capturing("the micro-step"):
             assert not gc.isenabled()
         assert gc.isenabled() == enabled
         with pytest.raises(G.CaptureFailed, match="the micro-step: boom"):
-            with G._capturing("the micro-step"):
+            with G.capturing("the micro-step"):
                 raise RuntimeError("boom\nmore")
         assert gc.isenabled() == enabled
     finally:
@@ -291,7 +291,7 @@ def test_cuda_capture_survives_an_unreachable_graph_in_a_cycle():
     gc.enable()
     try:
         graph = torch.cuda.CUDAGraph()
-        with G._capturing("a test"), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        with G.capturing("a test"), torch.cuda.graph(graph, capture_error_mode="thread_local"):
             y = x * 2
             junk = [[] for _ in range(20000)]  # far past the youngest generation's threshold
         del junk
@@ -454,7 +454,7 @@ def _sync_in_capture(orig):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("body", ["_micro_body", "_opt_body"])
+@pytest.mark.parametrize("body", ["micro_body", "opt_body"])
 def test_cuda_graph_capture_failure_goes_on_eagerly(tmp_path, monkeypatch, body):
     """A capture that fails (here made to synchronise inside it) costs nothing: the batch and the rest of the
     run go on with the eager step, one log line says so, and the weights equal an all-eager run's."""
@@ -469,7 +469,7 @@ def test_cuda_graph_capture_failure_goes_on_eagerly(tmp_path, monkeypatch, body)
     assert state.step.name == "eager"
     assert any("CUDA graph capture failed" in s and "eager step runs from here on" in s for s in lines), lines
     assert e["updates"] == g["updates"] > 0 and e["scales"] == g["scales"]
-    # the same steps to rounding (with _opt_body one graphed micro-step came first; fp16 may flip a near-tie)
+    # the same steps to rounding (with opt_body one graphed micro-step came first; fp16 may flip a near-tie)
     assert _rel(g["ws"][-1], e["ws"][-1], e["w0"]) < 2e-3
 
 
@@ -491,10 +491,10 @@ def test_cuda_graph_micro_step_gradients_equal_eager(tmp_path, backend):
     assert why is None and bucket in step.micro
     state.scaler._scale.fill_(64.0)  # finite fp16 gradients on random images (the graph reads this tensor)
     step.flat.zero_()
-    step._replay_micro(state, imgs, targets, bucket)
+    step.replay_micro(state, imgs, targets, bucket)
     graphed = [g.clone() for g in step.grads]
     step.flat.zero_()
-    step._bind_grads()
+    step.bind_grads()
     forward_backward(state, imgs, targets)
     eager = [p.grad.clone() for p in step.params]
     assert all(bool(torch.isfinite(t).all()) for t in eager) and sum(float(t.norm()) for t in eager) > 0
@@ -509,7 +509,7 @@ def _eager_window(state, step, pair):
     """The same window run by two eager forward_backward calls into the zeroed static gradients: (the
     accumulated gradients, those after the first batch alone)."""
     step.flat.zero_()
-    step._bind_grads()
+    step.bind_grads()
     one = None
     for imgs, targets in pair:
         forward_backward(state, imgs, targets)
@@ -549,7 +549,7 @@ def test_cuda_graph_two_micro_steps_accumulate_as_eager(tmp_path, backend):
     for imgs, targets in pair:
         bucket, why = step.plan(imgs, targets)
         assert why is None
-        step._replay_micro(state, imgs, targets, bucket)
+        step.replay_micro(state, imgs, targets, bucket)
     graphed = [g.clone() for g in step.grads]
     eager, one = _eager_window(state, step, pair)
     _assert_accumulated_as(graphed, eager, one, 0.05)  # the second batch adds a gradient of its own
@@ -576,9 +576,9 @@ def test_cuda_graph_and_eager_micro_steps_accumulate_as_eager(tmp_path, backend,
     assert step.plan(*pair[0])[1] is None and step.plan(*pair[1]) == (None, reason)
     state.scaler._scale.fill_(64.0)
     step.flat.zero_()
-    step._replay_micro(state, pair[0][0], pair[0][1], step.plan(*pair[0])[0])
+    step.replay_micro(state, pair[0][0], pair[0][1], step.plan(*pair[0])[0])
     first = [g.clone() for g in step.grads]
-    step._eager_micro(state, pair[1][0], pair[1][1], reason)
+    step.eager_micro(state, pair[1][0], pair[1][1], reason)
     assert all(p.grad is g for p, g in zip(step.params, step.grads))  # still the static views
     mixed = [g.clone() for g in step.grads]
     eager, _ = _eager_window(state, step, pair)
@@ -597,8 +597,8 @@ def test_cuda_graph_warm_up_and_capture_under_cudnn_benchmark(tmp_path, monkeypa
     seen = []
     real = G.forward_backward
     monkeypatch.setattr(G, "forward_backward", lambda *a: seen.append(torch.backends.cudnn.benchmark) or real(*a))
-    captured, body = [], G.GraphStep._micro_body
-    monkeypatch.setattr(G.GraphStep, "_micro_body",
+    captured, body = [], G.GraphStep.micro_body
+    monkeypatch.setattr(G.GraphStep, "micro_body",
                         lambda self, *a: captured.append(torch.backends.cudnn.benchmark) or body(self, *a))
     torch.backends.cudnn.benchmark = False
     rng = np.random.default_rng(0)

@@ -10,7 +10,8 @@ micro-step graph per box-count bucket (targets in a static (B, M, 5) buffer, M i
 graph that applies a window only when its losses and gradient norm are finite. Other shapes or more boxes than
 the largest bucket run eagerly into the same gradients. A failed capture or an out-of-memory split switches to
 eager for good (disable); end_epoch() copies the EMA update count to the host; release() drops graphs and pool.
-Eager instead (one log line): CPU, DDP, --rect, --multi-scale, --ckpt, --optimizer LION, --no-cuda-graph.
+Eager instead (one log line): CPU, DDP, --rect, --multi-scale, --ckpt, --optimizer LION, --no-cuda-graph. Pieces
+a test drives: replay_micro / eager_micro, micro_body / opt_body (what is captured), bind_grads, capturing.
 Test: python -m pytest -q tests/test_graph_step.py (the CUDA test compares N graphed steps with eager ones)
 """
 
@@ -93,7 +94,7 @@ class CaptureFailed(RuntimeError):
 
 
 @contextmanager
-def _capturing(what):
+def capturing(what):
     """CaptureFailed for a RuntimeError (torch.AcceleratorError is one) raised while capturing `what`. Python's
     automatic garbage collection is paused meanwhile: a collection inside the capture that destroys an
     unreachable CUDA graph (an earlier run's or test's, in a reference cycle) is refused by CUDA and
@@ -177,9 +178,9 @@ class GraphStep:
         bucket, why = self.plan(imgs, targets)
         try:
             if why is None:
-                items, finite = self._replay_micro(state, imgs, targets, bucket)
+                items, finite = self.replay_micro(state, imgs, targets, bucket)
             else:
-                items, finite = self._eager_micro(state, imgs, targets, why)
+                items, finite = self.eager_micro(state, imgs, targets, why)
         except CaptureFailed as e:  # nothing of the failed capture ran: this batch, and the rest, eagerly
             self._give_up(state, e)
             return train_step(state, imgs, targets, ni)
@@ -226,11 +227,11 @@ class GraphStep:
 
     # -- eager batches ---------------------------------------------------------------------------------------
 
-    def _eager_micro(self, state, imgs, targets, why):
+    def eager_micro(self, state, imgs, targets, why):
         """forward_backward of step.py (into the graphs' gradients once they exist); the last warm-up batch
         runs on the capture stream so that its lazy per-stream state is made before the capture."""
         if self.grads is not None:
-            self._bind_grads()
+            self.bind_grads()
         if why == "warm-up":
             self.warmup_left -= 1
             with cudnn_benchmark(self.benchmark):
@@ -283,7 +284,7 @@ class GraphStep:
             state.scaler._lazy_init_scale_growth_tracker(imgs.device)
         self.pool = torch.cuda.graph_pool_handle()
 
-    def _bind_grads(self):
+    def bind_grads(self):
         """Make every parameter's .grad its static view, carrying over what an eager backward left there
         (None after an eager zero_grad: zero)."""
         loose = [(p, g) for p, g in zip(self.params, self.grads) if p.grad is not g]
@@ -302,10 +303,10 @@ class GraphStep:
 
     # -- the micro-step graph ----------------------------------------------------------------------------------
 
-    def _replay_micro(self, state, imgs, targets, bucket):
+    def replay_micro(self, state, imgs, targets, bucket):
         if self.grads is None:
             self._build(state, imgs)
-        self._bind_grads()
+        self.bind_grads()
         m = self.micro.get(bucket) or self._capture_micro(state, bucket)
         self.imgs.copy_(imgs)
         h, w = imgs.shape[-2:]
@@ -315,16 +316,16 @@ class GraphStep:
 
     def _capture_micro(self, state, bucket):
         if not self.micro:  # the first capture: give the last warm-up batch's cached blocks back before the
-            free_cuda(self.device)  # graph pool takes its own (after _bind_grads' copies on the main stream)
+            free_cuda(self.device)  # graph pool takes its own (after bind_grads' copies on the main stream)
         gt = torch.zeros((self.imgs.shape[0], bucket, 5), dtype=torch.float32, device=self.imgs.device)
         graph = torch.cuda.CUDAGraph()
-        with _capturing("the micro-step"), cudnn_benchmark(False, force=True), \
+        with capturing("the micro-step"), cudnn_benchmark(False, force=True), \
                 torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
-            items, finite = self._micro_body(state, gt)  # cache hits: the warm-up's timed algorithms
+            items, finite = self.micro_body(state, gt)  # cache hits: the warm-up's timed algorithms
         self.micro[bucket] = m = _Micro(graph, gt, items, finite)
         return m
 
-    def _micro_body(self, state, gt):
+    def micro_body(self, state, gt):
         with torch.autocast("cuda", enabled=state.amp):
             pred = state.model(self.imgs)
             loss, items = state.loss.padded(pred, gt)
@@ -337,7 +338,7 @@ class GraphStep:
     # -- the optimizer graph -----------------------------------------------------------------------------------
 
     def _replay_opt(self, state):
-        self._bind_grads()
+        self.bind_grads()
         if self.opt is None:
             self._capture_opt(state)
         self.fused.set_hyper()
@@ -348,13 +349,13 @@ class GraphStep:
 
     def _capture_opt(self, state):
         graph = torch.cuda.CUDAGraph()
-        with _capturing("the optimizer step"), torch.cuda.graph(graph, pool=self.pool, stream=self.stream,
+        with capturing("the optimizer step"), torch.cuda.graph(graph, pool=self.pool, stream=self.stream,
                                                                 capture_error_mode="thread_local"):
-            self.opt_ok = self._opt_body(state)
+            self.opt_ok = self.opt_body(state)
         self.opt = graph
 
     @torch.no_grad()
-    def _opt_body(self, state):
+    def opt_body(self, state):
         """optimizer_step of step.py on the device: the window is applied only when its losses and the clipped
         gradient norm are finite (else no optimizer, EMA or BN-statistics change); scaler update either way."""
         scaler, found = state.scaler, self.found_inf
