@@ -80,16 +80,16 @@ class ItemPlan:
 def paste_list(pastes, mirror, cap=None):
     """pastes [(polygon (k, 2) int32, rectangle (x0, y0, x1, y1))] -> one layer's paste list (int32, layout:
     yolov9c/ops/augment.py) of at most `cap` (None: PASTE_CAP) values. Over the cap, every polygon is simplified
-    (cv2.approxPolyDP) with the tolerances of _SIMPLIFY_PX in turn until the list fits: a pasted outline moves by
-    at most that many pixels, and a polygon left with < 3 vertices is not pasted; still over at 64 px, the
-    polygons past the cap are not pasted. Labels never change: they come from the draws (paste_draws)."""
+    (cv2.approxPolyDP, never below 3 vertices) with the tolerances of _SIMPLIFY_PX in turn until the list fits:
+    a pasted outline moves by at most that many pixels; still over at 64 px, the polygons past the cap are not
+    pasted. Labels never change: they come from the draws (paste_draws)."""
     cap = PASTE_CAP if cap is None else cap
     polys = list(pastes)
     for eps in _SIMPLIFY_PX:
         if 2 + sum(5 + 2 * len(q) for q, _ in polys) <= cap:
             break
-        polys = [(cv2.approxPolyDP(q.reshape(-1, 1, 2), eps, True).reshape(-1, 2), r) for q, r in pastes]
-        polys = [(q, r) for q, r in polys if len(q) >= 3]
+        simpler = [cv2.approxPolyDP(q.reshape(-1, 1, 2), eps, True).reshape(-1, 2) for q, _ in pastes]
+        polys = [(s if len(s) >= 3 else q, r) for s, (q, r) in zip(simpler, polys)]
     out = [0, mirror]
     for q, r in polys:
         if len(out) + 5 + 2 * len(q) > cap:
