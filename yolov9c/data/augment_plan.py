@@ -4,10 +4,8 @@ draws every random choice on the host; the op (yolov9c/ops/augment.py) does a ba
 - `plan_item(ds, index, rng, mosaic_on)` -> (ItemPlan, labels (n, 6) float32, path, shapes): one item as
   YoloDataset.__getitem__ builds it, draw for draw from the same Generator and box code but without pixels;
   labels and shapes identical to __getitem__'s. Covers mosaic, copy-paste, letterbox, random perspective, mixup,
-  HSV, flips; not rect batches (create_dataloader refuses them with --gpu-augment). Copy-paste: the plan
-  carries each layer's pasted polygons (`paste_list`, at most PASTE_CAP int32 values a layer; beyond it the
-  polygons are simplified, then cut off: see there); the op's polygon test differs from OpenCV's fill on
-  some edge pixels (the bound: tests/test_augment_plan.py).
+  HSV, flips; not rect batches (create_dataloader refuses them with --gpu-augment). Copy-paste: each layer's
+  pasted polygons go to the op (`paste_list`: at most PASTE_CAP int32 values a layer, what happens beyond).
 - `plan_collate(items)` -> PlannedBatch: the source crops each output can sample (`reach`, widened to the
   sources of the pastes it can sample) back to back in one uint8 buffer (shared memory in a worker), the plan
   arrays (paste: (B, 2, L) with L the batch's longest list), labels (N, 6) [image index, cls, xc, yc, w, h].

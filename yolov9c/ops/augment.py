@@ -1,20 +1,16 @@
 """Training augmentation's pixel work as one op: `augment()` (C/CUDA via yolov9c._C) and `augment_reference()`
-(the same plan through OpenCV calls).
-
-A batch plan (drawn on the host by yolov9c/data/augment_plan.py from each item's seeded Generator):
+(the same plan through OpenCV calls). A batch plan (drawn on the host by yolov9c/data/augment_plan.py):
     src   (N,) uint8            the source images' bytes, each h x w x 3 BGR, back to back
     tiles (B, 2, 4, 9) int64    per image, layer (2nd only with mixup), mosaic tile: [offset in src, h, w, x1, y1,
                                 x2, y2, padw, padh]: canvas x1 <= cx < x2, y1 <= cy < y2 shows source
                                 (cx - padw, cy - padh); the rest is grey 114; x2 <= x1 marks an empty tile
-    warp  (B, 2, 9) float32     each layer's inverse perspective matrix (output pixel -> canvas)
-    mix   (B, 2) float32        (r, 1 - r): out = r * layer0 + (1 - r) * layer1 (mixup)
-    flags (B, 4) int64          (layers 1|2, flipud, fliplr, hsv on); luts (B, 3, 256) uint8: HSV tables
-    paste (B, 2, L) int32       each layer's copy-paste polygons, L >= 2: [n, m, then n times k, x0, y0, x1, y1,
-                                k vertices (x, y)]: a canvas pixel (c, y) whose mirror (m - c, y) lies in one
-                                of the n polygons (rectangle x0 <= x < x1, y0 <= y < y1) shows the mirror
-    out   (B, 3, H, W) uint8    written: RGB planes, the loader's batch layout
-Maths: kernels/augment_pixel.h. C and CUDA write the same bytes; OpenCV within 1 grey level on >= 99.9 %
-(copy-paste: the op's polygon test and OpenCV's fill differ on some edge pixels; tests/test_augment.py).
+    paste (B, 2, L) int32       each layer's copy-paste list, L >= 2: [n, m, then n times: k, x0, y0, x1, y1, k
+                                vertices (x, y)]: canvas pixel (c, y) shows (m - c, y) when that lies in one of
+                                the n polygons (bounding rectangle x0 <= x < x1, y0 <= y < y1)
+    warp (B, 2, 9) float32 inverse maps (output -> canvas); mix (B, 2) float32 (r, 1 - r) for mixup
+    flags (B, 4) int64 (layers 1|2, flipud, fliplr, hsv on); luts (B, 3, 256) uint8 HSV tables
+    out (B, 3, H, W) uint8 written: RGB planes, the loader's batch layout
+Maths: kernels/augment_pixel.h. C and CUDA write the same bytes; OpenCV within 1 grey level on >= 99.9 %.
 Dispatch: CUDA -> kernels/augment.cu, CPU -> csrc/augment_ref.c; YOLOV9C_FUSED=0 -> augment_reference. No grad.
 Test: python -m pytest -q tests/test_augment.py
 """
