@@ -53,9 +53,9 @@ def _layer(src, tiles, warp, paste, H, W):
     """One layer with OpenCV: the grey canvas with its tiles placed, the pasted polygons' pixels (drawContours
     fill, as yolov9c/data/copy_paste.py) read from the canvas mirrored, warped (bilinear, border 114) → (H, W, 3)."""
     t = tiles.tolist()
-    m, polys = paste_polygons(paste)
+    mirror, polys = paste_polygons(paste)
     ch = max([q[6] for q in t if q[5] > q[3] and q[6] > q[4]] + [r[3] for _, r in polys] + [1])
-    cw = max([q[5] for q in t if q[5] > q[3] and q[6] > q[4]] + [r[2] for _, r in polys] + [m + 1 if polys else 1])
+    cw = max([q[5] for q in t if q[5] > q[3] and q[6] > q[4]] + [r[2] for _, r in polys] + [mirror + 1 if polys else 1])
     canvas = np.full((ch, cw, 3), GREY, np.uint8)
     for off, h, w, x1, y1, x2, y2, pw, ph in t:
         if x2 > x1 and y2 > y1:
@@ -67,8 +67,8 @@ def _layer(src, tiles, warp, paste, H, W):
             one = np.zeros((y1 - y0, x1 - x0), np.uint8)
             cv2.drawContours(one, [poly], -1, 1, cv2.FILLED, offset=(-x0, -y0))
             mask[y0:y1, x0:x1] |= one
-        mirrored = canvas[:, m::-1].copy()  # column c of it is canvas column m - c, read before any write
-        np.copyto(canvas[:, :m + 1], mirrored, where=mask[:, m::-1, None].astype(bool))
+        mirrored = canvas[:, mirror::-1].copy()  # its column c is canvas column mirror - c, read before any write
+        np.copyto(canvas[:, :mirror + 1], mirrored, where=mask[:, mirror::-1, None].astype(bool))
     m = np.asarray(warp, np.float64).reshape(3, 3)
     return cv2.warpPerspective(canvas, m, (W, H), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
                                borderValue=(GREY, GREY, GREY))
