@@ -3,8 +3,9 @@ mosaic 1.0, mixup 0.15, scale 0.9, HSV, flips) at a given worker count, through 
 training uses it (persistent workers, collate to uint8 CHW RGB + labels).
 
 Data: a synthetic set (yolov9c/data/synthetic.py) of --images JPEGs of 640×640 with 10–40 shapes each,
-generated once into the cache root ($YOLOV9C_CACHE or ~/.cache/yolov9c, or --cache-dir); or --data D.yaml to
-time another dataset's train split. Timing: --warmup batches first (worker start-up, page cache), then the wall
+generated once into the cache root ($YOLOV9C_CACHE or ~/.cache/yolov9c, or --cache-dir), with --polygons as
+polygon labels (copy-paste then runs at the hyp's copy_paste, 0.3 published); or --data D.yaml to time another
+dataset's train split. Timing: --warmup batches first (worker start-up, page cache), then the wall
 time of --batches batches, epochs chained. Prints one JSON line: img_per_s, s_per_batch, main_cpu_ms_per_img
 (CPU time of the main process per image: the whole cost with --workers 0, meaningful on a busy machine) and
 the configuration.
@@ -47,6 +48,8 @@ def main(argv=None):
     ap.add_argument("--mosaic", type=float, default=None, help="override hyp mosaic")
     ap.add_argument("--mixup", type=float, default=None, help="override hyp mixup")
     ap.add_argument("--data", default=None, help="dataset yaml instead of the synthetic bench set")
+    ap.add_argument("--polygons", action="store_true",
+                    help="polygon labels in the synthetic bench set (copy-paste runs, hyp copy_paste 0.3)")
     ap.add_argument("--cache-dir", default=None, help="where the bench set is generated")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--augment", default="cpu-pipeline", choices=("cpu-pipeline", "op-cpu", "op-cuda", "plan-only"),
@@ -61,9 +64,10 @@ def main(argv=None):
         source, nc, what = cfg["train"], cfg["nc"], args.data
     else:
         y = synthetic_dataset(seed=0, root=args.cache_dir, n_train=args.images, n_val=0, imgsz=640,
-                              boxes=(10, 40), size=(0.03, 0.15), name="bench")
+                              boxes=(10, 40), size=(0.03, 0.15), polygons=args.polygons, name="bench")
         cfg = load_data_config(y)
-        source, nc, what = cfg["train"], cfg["nc"], f"synthetic bench set ({args.images} x 640x640, 10-40 boxes)"
+        kind = "polygons" if args.polygons else "boxes"
+        source, nc, what = cfg["train"], cfg["nc"], f"synthetic bench set ({args.images} x 640x640, 10-40 {kind})"
     t_data = time.perf_counter() - t0
 
     hyp = augment_hyp(None, mosaic=args.mosaic, mixup=args.mixup)
@@ -100,7 +104,7 @@ def main(argv=None):
         "boxes_per_img": round(n_boxes / n_img, 1),
         "main_cpu_ms_per_img": round(cpu / n_img * 1000, 2), "augment": args.augment, "cache": args.cache,
         "mosaic": hyp["mosaic"],
-        "mixup": hyp["mixup"], "data": what, "dataset_images": len(ds), "setup_s": round(t_data, 1),
+        "mixup": hyp["mixup"], "copy_paste": hyp["copy_paste"], "data": what, "dataset_images": len(ds), "setup_s": round(t_data, 1),
         "cpus": os.cpu_count(), "torch": torch.__version__, "opencv": cv2.__version__, "numpy": np.__version__,
         "python": platform.python_version(),
     }))

@@ -85,11 +85,12 @@ fail:
 /* Every doc starts with the text signature ("name($module, a, b, /)\n--\n\n"), so inspect.signature and
  * help() show the positional parameters; tests/test_bindings.py checks that no binding takes more than 12. */
 PyDoc_STRVAR(augment_forward_doc,
-"augment_forward($module, out, src, tiles, warp, mix, flags, luts, stream, /)\n--\n\n"
-"One training batch's pixels from decoded images and a host-drawn plan (mosaic tiles, warp, mixup, flips,\n"
-"HSV). out (B, 3, H, W) uint8 RGB, written; src (N,) uint8 the source images (h x w x 3 BGR each);\n"
-"tiles (B, 2, 4, 9) int64; warp (B, 2, 9) float32 inverse maps; mix (B, 2) float32; flags (B, 4) int64;\n"
-"luts (B, 3, 256) uint8 (layout: kernels/augment_pixel.h); stream: CUDA stream handle (0 for CPU).\n"
+"augment_forward($module, out, src, tiles, warp, mix, flags, luts, paste, stream, /)\n--\n\n"
+"One training batch's pixels from decoded images and a host-drawn plan (mosaic tiles, copy-paste, warp,\n"
+"mixup, flips, HSV). out (B, 3, H, W) uint8 RGB, written; src (N,) uint8 the source images (h x w x 3 BGR\n"
+"each); tiles (B, 2, 4, 9) int64; warp (B, 2, 9) float32 inverse maps; mix (B, 2) float32; flags (B, 4)\n"
+"int64; luts (B, 3, 256) uint8; paste (B, 2, L) int32 pasted polygons, L >= 2 (layouts:\n"
+"kernels/augment_pixel.h); stream: CUDA stream handle (0 for CPU).\n"
 "Returns None.");
 
 PyDoc_STRVAR(nms_forward_doc,

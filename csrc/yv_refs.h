@@ -17,13 +17,16 @@
 /* ---- augment (csrc/augment_ref.c): one training batch's pixels from a host-drawn plan ----
  * out (B, 3, H, W) uint8 RGB, written. src (src_n,) uint8: the source images, each h x w x 3 BGR.
  * tiles (B, 2, 4, 9) int64, warp (B, 2, 9) float32 inverse maps, mix (B, 2) float32 (r, 1 - r),
- * flags (B, 4) int64 (layers 1|2, flipud, fliplr, hsv), luts (B, 3, 256) uint8; maths in kernels/augment_pixel.h.
- * check: -1 when a layer count is not 1 or 2 or a used tile reads outside src or its image; forward runs it.
+ * flags (B, 4) int64 (layers 1|2, flipud, fliplr, hsv), luts (B, 3, 256) uint8, paste (B, 2, L) int32 each
+ * layer's copy-paste polygons; maths and the paste list in kernels/augment_pixel.h.
+ * check: -1 when a layer count is not 1 or 2, a used tile reads outside src or its image, or a used layer's
+ * paste list does not fit in L; forward runs it.
  */
-int yv_augment_check_ref(int64_t B, const int64_t *tiles, const int64_t *flags, int64_t src_n);
+int yv_augment_check_ref(int64_t B, const int64_t *tiles, const int64_t *flags, const int32_t *paste, int64_t L,
+                         int64_t src_n);
 int yv_augment_forward_ref(uint8_t *out, int64_t B, int64_t H, int64_t W, const uint8_t *src, int64_t src_n,
                            const int64_t *tiles, const float *warp, const float *mix, const int64_t *flags,
-                           const uint8_t *luts);
+                           const uint8_t *luts, const int32_t *paste, int64_t L);
 
 /* ---- nms (csrc/nms_ref.c) ----
  * boxes   (n, 4) xyxy, scores (n,): `dtype` YV_FLOAT32 or YV_FLOAT16 (IoU computed in float32)

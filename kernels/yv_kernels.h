@@ -28,7 +28,7 @@ extern "C" {
  */
 cudaError_t yv_augment_forward(uint8_t *out, int64_t B, int64_t H, int64_t W, const uint8_t *src, int64_t src_n,
                                const int64_t *tiles, const float *warp, const float *mix, const int64_t *flags,
-                               const uint8_t *luts, cudaStream_t stream);
+                               const uint8_t *luts, const int32_t *paste, int64_t L, cudaStream_t stream);
 
 /* ---- nms (kernels/nms.cu) ----
  * boxes   (n, 4) xyxy, scores (n,): `dtype` YV_FLOAT32, YV_FLOAT16 or YV_BFLOAT16 (IoU in float32)

@@ -145,10 +145,10 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=None,
                    help="pinned host memory for batches (default: PIN_MEMORY env, true; CUDA only)")
     p.add_argument("--gpu-augment", action=argparse.BooleanOptionalAction, default=False,
-                   help="loader workers only read and decode; the augment op makes each batch's mosaic, warp, "
-                        "mixup, HSV and flips on the training device (the C reference on the CPU); same draws and "
-                        "boxes as the CPU pipeline. Default off: on for CUDA only once its GPU benchmark and "
-                        "distribution check pass (benchmarks/RESULTS.md); no --rect, no copy-paste")
+                   help="loader workers only read and decode; the augment op makes each batch's mosaic, "
+                        "copy-paste, warp, mixup, HSV and flips on the training device (the C reference on the CPU); "
+                        "same draws and boxes as the CPU pipeline. Default off: on for CUDA only once its GPU "
+                        "benchmark and distribution check pass (benchmarks/RESULTS.md); no --rect")
     p.add_argument("--mosaic", type=_probability, default=None, help="mosaic probability (overrides the hyp file)")
     p.add_argument("--mixup", type=_probability, default=None, help="mixup probability (overrides the hyp file)")
     p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,

@@ -3,10 +3,12 @@ draws every random choice on the host; the op (yolov9c/ops/augment.py) does a ba
 
 - `plan_item(ds, index, rng, mosaic_on)` -> (ItemPlan, labels (n, 6) float32, path, shapes): one item as
   YoloDataset.__getitem__ builds it, draw for draw from the same Generator and box code but without pixels;
-  labels and shapes identical to __getitem__'s. Covers mosaic, letterbox, random perspective, mixup, HSV, flips.
-  Not covered (create_dataloader refuses them with --gpu-augment): copy-paste with polygons, rect batches.
-- `plan_collate(items)` -> PlannedBatch: the source crops each output can sample (`reach`) back to back in one
-  uint8 buffer (shared memory in a worker), the plan arrays, labels (N, 6) [image index, cls, xc, yc, w, h].
+  labels and shapes identical to __getitem__'s. Covers mosaic, copy-paste, letterbox, random perspective, mixup,
+  HSV, flips; not rect batches (create_dataloader refuses them with --gpu-augment). Copy-paste: each layer's
+  pasted polygons go to the op (`paste_list`: at most PASTE_CAP int32 values a layer, what happens beyond).
+- `plan_collate(items)` -> PlannedBatch: the source crops each output can sample (`reach`, widened to the
+  sources of the pastes it can sample) back to back in one uint8 buffer (shared memory in a worker), the plan
+  arrays (paste: (B, 2, L) with L the batch's longest list), labels (N, 6) [image index, cls, xc, yc, w, h].
 - `BatchAssembler(device)`: PlannedBatch -> (imgs uint8 (B, 3, H, W) on `device`, labels, paths, shapes), as the
   CPU pipeline's collate gives. On CUDA out of memory it falls back to the C reference on the CPU (one log line).
 Test: python -m pytest -q tests/test_augment_plan.py
@@ -16,6 +18,7 @@ import cv2
 import numpy as np
 import torch
 
+from yolov9c.data.copy_paste import paste_draws, paste_sources
 from yolov9c.data.hsv import hsv_luts
 from yolov9c.data.letterbox import letterbox_geometry
 from yolov9c.data.mixup import MIXUP_ALPHA
@@ -24,15 +27,17 @@ from yolov9c.data.perspective import random_matrix, warp_labels
 from yolov9c.geometry import xywhn_to_xyxy, xyxy_to_xywhn
 
 _EMPTY_TILE = (0, 0, 0, 0, 0, 0, 0, 0, 0)
+PASTE_CAP = 8192  # int32 values of one layer's paste list (32 KiB): about 3900 polygon vertices
+_SIMPLIFY_PX = (1, 2, 4, 8, 16, 32, 64)  # approxPolyDP tolerances tried, in turn, for a list over PASTE_CAP
 
 
 class ItemPlan:
     """One output image's plan. crops: the source pixels (h, w, 3) uint8 views; tiles (2, 4, 9) int64 whose
     column 0 holds the crop's index in `crops` (plan_collate turns it into a byte offset); warp (2, 9)
-    float32; mix (2,) float32; flags (4,) int64; luts (3, 256) uint8; hw the output (H, W).
-    Layouts: yolov9c/ops/augment.py."""
+    float32; mix (2,) float32; flags (4,) int64; luts (3, 256) uint8; paste: 2 int32 paste lists; hw the
+    output (H, W). Layouts: yolov9c/ops/augment.py."""
 
-    __slots__ = ("crops", "tiles", "warp", "mix", "flags", "luts", "hw")
+    __slots__ = ("crops", "tiles", "warp", "mix", "flags", "luts", "paste", "hw")
 
     def __init__(self, hw):
         self.crops = []
@@ -41,14 +46,22 @@ class ItemPlan:
         self.mix = np.array([1.0, 0.0], np.float32)
         self.flags = np.array([1, 0, 0, 0], np.int64)
         self.luts = np.zeros((3, 256), np.uint8)
+        self.paste = [np.zeros(2, np.int32), np.zeros(2, np.int32)]
         self.hw = hw
 
-    def add_layer(self, layer, pieces, M):
+    def add_layer(self, layer, pieces, M, pastes=(), mirror=0):
         """pieces: up to 4 (image, image rectangle (x1b, y1b, x2b, y2b), canvas origin (x1a, y1a)); M: the
-        forward 3x3 warp of the layer's canvas. Each piece is cut to the canvas region the output can sample
-        (`reach`), so only those bytes travel to the op."""
+        forward 3x3 warp of the layer's canvas; pastes: copy_paste.paste_sources' list, mirror: canvas width - 1.
+        Each piece is cut to the canvas region the output can sample (`reach`) and the sources of the pastes
+        that land in it, so only those bytes travel to the op; pastes that land outside it are left out."""
         inv = np.linalg.inv(np.asarray(M, np.float64))
-        rx1, ry1, rx2, ry2 = reach(inv, self.hw)
+        rx1, ry1, rx2, ry2 = region = reach(inv, self.hw)
+        used = []
+        for poly, (x0, y0, x1, y1) in pastes:  # lands on columns mirror + 1 - x1 .. mirror - x0
+            if mirror + 1 - x1 < region[2] and mirror + 1 - x0 > region[0] and y0 < region[3] and y1 > region[1]:
+                used.append((poly, (x0, y0, x1, y1)))
+                rx1, ry1, rx2, ry2 = min(rx1, x0), min(ry1, y0), max(rx2, x1), max(ry2, y1)
+        self.paste[layer] = paste_list(used, mirror)
         for t, (img, (x1b, y1b, x2b, y2b), (x1a, y1a)) in enumerate(pieces):
             # the canvas rectangle of the piece, cut to the reachable region
             cx1, cy1 = max(x1a, rx1), max(y1a, ry1)
@@ -60,6 +73,28 @@ class ItemPlan:
             self.tiles[layer, t] = (len(self.crops), cy2 - cy1, cx2 - cx1, cx1, cy1, cx2, cy2, cx1, cy1)
             self.crops.append(img[iy1:iy1 + cy2 - cy1, ix1:ix1 + cx2 - cx1])
         self.warp[layer] = inv.astype(np.float32).ravel()
+
+
+def paste_list(pastes, mirror, cap=None):
+    """pastes [(polygon (k, 2) int32, rectangle (x0, y0, x1, y1))] -> one layer's paste list (int32, layout:
+    yolov9c/ops/augment.py) of at most `cap` (None: PASTE_CAP) values. Over the cap, every polygon is simplified
+    (cv2.approxPolyDP, never below 3 vertices) with the tolerances of _SIMPLIFY_PX in turn until the list fits:
+    a pasted outline moves by at most that many pixels; still over at 64 px, the polygons past the cap are not
+    pasted. Labels never change: they come from the draws (paste_draws)."""
+    cap = PASTE_CAP if cap is None else cap
+    polys = list(pastes)
+    for eps in _SIMPLIFY_PX:
+        if 2 + sum(5 + 2 * len(q) for q, _ in polys) <= cap:
+            break
+        simpler = [cv2.approxPolyDP(q.reshape(-1, 1, 2), eps, True).reshape(-1, 2) for q, _ in pastes]
+        polys = [(s if len(s) >= 3 else q, r) for s, (q, r) in zip(simpler, polys)]
+    out = [0, mirror]
+    for q, r in polys:
+        if len(out) + 5 + 2 * len(q) > cap:
+            break
+        out += [len(q), *r, *q.ravel().tolist()]
+        out[0] += 1
+    return np.array(out, np.int32)
 
 
 def reach(inv, hw, margin=2):
@@ -83,14 +118,16 @@ def _mosaic_layer(ds, index, rng, plan, layer):
     half = s // 2
     images, places, labels4, segments4, any_polygons = mosaic_tiles(index, len(ds), ds.load_image, ds.labels,
                                                                     ds.segments, s, rng)
-    if any_polygons and hyp["copy_paste"]:
-        raise ValueError("augment plan: copy-paste (hyp copy_paste > 0 with polygon labels) is not supported by "
-                         "--gpu-augment; train without --gpu-augment or set copy_paste: 0")
+    pastes = []
+    if any_polygons:  # load_mosaic's copy_paste, its draws and labels; the pixels go to the op as polygons
+        chosen, labels4, pasted = paste_draws(labels4, segments4, 2 * s, rng, hyp["copy_paste"])
+        pastes = paste_sources(segments4, chosen, 2 * s, 2 * s)
+        segments4 = pasted
     out = 2 * s - 2 * half
     M, sc = random_matrix(rng, (2 * s, 2 * s), (out, out), hyp["degrees"], hyp["translate"], hyp["scale"],
                           hyp["shear"], hyp["perspective"])
     labels, _ = warp_labels(labels4, segments4, M, sc, (out, out), hyp["perspective"])
-    plan.add_layer(layer, [(img, b, a[:2]) for img, (a, b) in zip(images, places)], M)
+    plan.add_layer(layer, [(img, b, a[:2]) for img, (a, b) in zip(images, places)], M, pastes, 2 * s - 1)
     return labels
 
 
@@ -158,15 +195,16 @@ def plan_item(ds, index, rng, mosaic_on):
 
 class PlannedBatch:
     """A batch before its pixels: src (N,) uint8, tiles (B, 2, 4, 9) int64 with byte offsets, warp, mix, flags,
-    luts (layouts: yolov9c/ops/augment.py), labels (n, 6), paths, shapes, hw = (H, W). pin_memory() is what
-    the DataLoader's pinning thread calls."""
+    luts, paste (layouts: yolov9c/ops/augment.py), labels (n, 6), paths, shapes, hw = (H, W). pin_memory() is
+    what the DataLoader's pinning thread calls."""
 
-    def __init__(self, src, tiles, warp, mix, flags, luts, labels, paths, shapes, hw):
+    def __init__(self, src, tiles, warp, mix, flags, luts, paste, labels, paths, shapes, hw):
         self.src, self.tiles, self.warp, self.mix, self.flags, self.luts = src, tiles, warp, mix, flags, luts
+        self.paste = paste
         self.labels, self.paths, self.shapes, self.hw = labels, paths, shapes, hw
 
     def arrays(self):
-        return self.src, self.tiles, self.warp, self.mix, self.flags, self.luts
+        return self.src, self.tiles, self.warp, self.mix, self.flags, self.luts, self.paste
 
     def pin_memory(self, device=None):
         pinned = [t.pin_memory() for t in self.arrays()]
@@ -201,8 +239,13 @@ def plan_collate(batch):
         for tile in tiles[b].reshape(-1, 9):
             if tile[5] > tile[3]:  # a used tile: crop index -> byte offset
                 tile[0] = offsets[tile[0]]
+    paste = np.zeros((len(plans), 2, max(len(q) for p in plans for q in p.paste)), np.int32)
+    for b, p in enumerate(plans):
+        for layer, q in enumerate(p.paste):
+            paste[b, layer, :len(q)] = q
     arrays = [torch.from_numpy(a) for a in (tiles, np.stack([p.warp for p in plans]), np.stack([p.mix for p in plans]),
-                                            np.stack([p.flags for p in plans]), np.stack([p.luts for p in plans]))]
+                                            np.stack([p.flags for p in plans]), np.stack([p.luts for p in plans]),
+                                            paste)]
     return PlannedBatch(src, *arrays, torch.cat(labels, 0), paths, shapes, plans[0].hw)
 
 

@@ -300,12 +300,9 @@ def create_dataloader(path, imgsz, batch_size, cfg=None, log=print):
 
 
 def _check_gpu_augment(dataset, cfg):
-    """What --gpu-augment cannot do yet: ValueError saying what to change."""
+    """What --gpu-augment cannot do yet (rect batches): ValueError saying what to change."""
     if dataset.rect:
         raise ValueError("--gpu-augment does not support --rect training batches: drop one of them")
-    if dataset.hyp["copy_paste"] and any(len(s) for s in dataset.segments):
-        raise ValueError("--gpu-augment does not support copy-paste (hyp copy_paste > 0 with polygon labels): set "
-                         "copy_paste: 0 in the hyp file or train without --gpu-augment")
 
 
 def _max_class(dataset):
