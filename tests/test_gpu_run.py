@@ -4,6 +4,7 @@ the benchmark's own argparse source, so a renamed flag fails here rather than on
 script parses (`bash -n`). Run: python -m pytest -q tests/test_gpu_run.py
 """
 
+import ast
 import re
 import subprocess
 from pathlib import Path
@@ -40,3 +41,32 @@ def test_every_benchmark_exists_and_takes_its_flags():
                 source += (REPO / path).with_name(local + ".py").read_text()
         for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", args):
             assert f'"{flag}"' in source, f"{path} has no {flag}"
+
+
+def _needs_cuda(node, names):
+    """Whether a decorator (an ast node) skips without a GPU: a skipif that reads cuda.is_available, directly or
+    through a module-level name bound to one."""
+    text = ast.unparse(node)
+    return ("skipif" in text and "cuda.is_available" in text) or (isinstance(node, ast.Name) and node.id in names)
+
+
+def test_every_gpu_only_test_carries_the_cuda_marker():
+    """The GPU run selects tests with `pytest -m cuda`: a test that skips without a GPU by a skipif alone would
+    never run there (test_nms.py's CUDA cases were missed that way)."""
+    missing = []
+    for f in sorted((REPO / "tests").glob("test_*.py")):
+        tree = ast.parse(f.read_text())
+        names = {t.id for n in tree.body if isinstance(n, ast.Assign) and _needs_cuda(n.value, ()) for t in n.targets
+                 if isinstance(t, ast.Name)}
+        marked_names = {t.id for n in tree.body if isinstance(n, ast.Assign) and "mark.cuda" in ast.unparse(n.value)
+                        for t in n.targets if isinstance(t, ast.Name)}
+        module_marked = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+                            and "cuda" in ast.unparse(n.value) for n in tree.body)
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef) and fn.name.startswith("test_"):
+                decos = fn.decorator_list
+                if any(_needs_cuda(d, names) for d in decos) and not module_marked and not any(
+                        "mark.cuda" in ast.unparse(d) or (isinstance(d, ast.Name) and d.id in marked_names)
+                        for d in decos):
+                    missing.append(f"{f.name}::{fn.name}")
+    assert not missing, missing

@@ -26,7 +26,7 @@ from yolov9c.ops import extension
 from yolov9c.ops.nms import nms, nms_reference
 
 C = extension.load()
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+cuda = pytest.mark.cuda  # conftest.py skips it without a GPU; `pytest -m cuda` (gpu_run.sh) selects it
 
 
 # ----------------------------------------------------------------------------------------------- inputs
