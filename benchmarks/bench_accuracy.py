@@ -294,9 +294,13 @@ def run_line(a, runner, seed, run_dir, info, history=()):
     history = [h for h in history if h.get("epochs_done")]   # stopped before its first epoch: started afresh
     earlier_s = sum(h.get("train_s", 0.0) for h in history)
     resumed_at = [h["epochs_done"] for h in history]
-    if info.get("stopped"):
-        return {"kind": "unfinished", "runner": runner, "seed": seed,
-                "epochs_done": epochs_done(project / f"{runner}-s{seed}"), "train_s": info["train_s"]}
+    if info.get("stopped"):  # its curve so far too: a call's report and plot show where the runs stand
+        stopped = project / f"{runner}-s{seed}"
+        line = {"kind": "unfinished", "runner": runner, "seed": seed, "epochs_done": epochs_done(stopped),
+                "train_s": info["train_s"]}
+        if line["epochs_done"]:
+            line["curve"] = curve(stopped)
+        return line
     if run_dir is None:
         return {"kind": "run", "runner": runner, "seed": seed, "error": f"exit {info['rc']}, see {info['log']}"}
     map50, mapv = validate_best(a, run_dir / "weights" / "best.pt")
@@ -551,24 +555,26 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, _on_term)
     if a.time_limit:
         threading.Thread(target=stop_at, args=(time.time() + a.time_limit,), daemon=True).start()
-    unfinished = 0
+    unfinished = []
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         for trained in pool.map(lambda t: train_run(a, *t), todo):
             r = run_line(a, *trained, history=history.get(trained[:2], ()))
-            unfinished += r["kind"] == "unfinished"
-            if r["kind"] == "run":
-                runs.append(r)
+            (runs if r["kind"] == "run" else unfinished).append(r)
             _emit(r, a.out)
     summaries = summarize(runs)
     for s in summaries:
         _emit(s, a.out)
     _emit(compare(summaries, runs), a.out)
     report(summaries, runs)
-    if any(r.get("curve") for r in runs):
-        plot_curves(runs, Path(a.plot) if a.plot else a.out / "curves.png")
+    for r in unfinished:  # where a stopped run stands: its own per-epoch validation so far
+        best = max(r["curve"]["map"]) if r.get("curve") else float("nan")
+        print(f"unfinished {r['runner']}-s{r['seed']}: {r['epochs_done']} epoch(s), best own-val mAP@0.5:0.95 so "
+              f"far {best:.4f}")
+    if any(r.get("curve") for r in runs + unfinished):  # unfinished runs drawn up to their last epoch
+        plot_curves(runs + unfinished, Path(a.plot) if a.plot else a.out / "curves.png")
     if unfinished:
-        print(f"{unfinished} run(s) stopped by --time-limit: run the same command again (same --out) to resume "
-              f"them", file=sys.stderr)
+        print(f"{len(unfinished)} run(s) stopped by --time-limit: run the same command again (same --out) to "
+              f"resume them", file=sys.stderr)
         return 3
     return 0
 

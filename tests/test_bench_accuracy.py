@@ -402,7 +402,11 @@ def test_a_stopped_run_is_resumed_from_its_last_checkpoint(tmp_path):
     a = argparse.Namespace(out=tmp_path, epochs=60, close_mosaic=15, python="py", published=tmp_path / "pub")
     _results_csv(tmp_path / "train" / "c-s1", [3.0, 2.5, 2.0], [4.0, 3.5, 3.0], [0.01, 0.02, 0.03])
     line = bench_accuracy.run_line(a, "c", 1, None, {"stopped": True, "train_s": 50.0, "rc": -15})
+    curve = line.pop("curve")  # its curve so far, for the call's plot
     assert line == {"kind": "unfinished", "runner": "c", "seed": 1, "epochs_done": 3, "train_s": 50.0}
+    assert curve["map"] == [0.01, 0.02, 0.03] and len(curve["box"]) == 3
+    png = bench_accuracy.plot_curves([{"runner": "c", "seed": 1, "curve": curve}], tmp_path / "c.png")
+    assert png.stat().st_size > 1000
     last = str(tmp_path / "train" / "c+unfused-s1" / "weights" / "last.pt")
     argv, cwd, env = bench_accuracy.resume_command(a, "c+unfused", 1, tmp_path / "train")
     assert argv[1:] == ["train_dual.py", "--resume", last] and env == {"YOLOV9C_FUSED": "0"}
