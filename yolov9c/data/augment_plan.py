@@ -14,6 +14,8 @@ draws every random choice on the host; the op (yolov9c/ops/augment.py) does a ba
 Test: python -m pytest -q tests/test_augment_plan.py
 """
 
+from dataclasses import dataclass, replace
+
 import cv2
 import numpy as np
 import torch
@@ -193,22 +195,31 @@ def plan_item(ds, index, rng, mosaic_on):
     return plan, out, ds.im_files[index], shapes
 
 
+@dataclass
 class PlannedBatch:
     """A batch before its pixels: src (N,) uint8, tiles (B, 2, 4, 9) int64 with byte offsets, warp, mix, flags,
     luts, paste (layouts: yolov9c/ops/augment.py), labels (n, 6), paths, shapes, hw = (H, W). pin_memory() is
     what the DataLoader's pinning thread calls."""
 
-    def __init__(self, src, tiles, warp, mix, flags, luts, paste, labels, paths, shapes, hw):
-        self.src, self.tiles, self.warp, self.mix, self.flags, self.luts = src, tiles, warp, mix, flags, luts
-        self.paste = paste
-        self.labels, self.paths, self.shapes, self.hw = labels, paths, shapes, hw
+    src: torch.Tensor
+    tiles: torch.Tensor
+    warp: torch.Tensor
+    mix: torch.Tensor
+    flags: torch.Tensor
+    luts: torch.Tensor
+    paste: torch.Tensor
+    labels: torch.Tensor
+    paths: tuple
+    shapes: tuple
+    hw: tuple
+
+    ARRAYS = ("src", "tiles", "warp", "mix", "flags", "luts", "paste")  # the augment op's tensors, in its order
 
     def arrays(self):
-        return self.src, self.tiles, self.warp, self.mix, self.flags, self.luts, self.paste
+        return tuple(getattr(self, name) for name in self.ARRAYS)
 
     def pin_memory(self, device=None):
-        pinned = [t.pin_memory() for t in self.arrays()]
-        return PlannedBatch(*pinned, self.labels, self.paths, self.shapes, self.hw)
+        return replace(self, **{name: getattr(self, name).pin_memory() for name in self.ARRAYS})
 
     def __len__(self):
         return len(self.tiles)
