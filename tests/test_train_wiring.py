@@ -26,6 +26,19 @@ def _setup(tmp_path, *args, n_train=4, n_val=2, img=64, logs=None):
     return setup(cfg, log=log)
 
 
+def test_hyp_stays_as_read_and_the_optimizer_gets_the_scaled_weight_decay(tmp_path):
+    """The hyp dict is configuration: set-up never rewrites it. Batch 48: accumulate round(64 / 48) = 1, so the
+    decayed group's weight decay is hyp's × 48 / 64 (the published scaling), in the optimizer only."""
+    from yolov9c.data.hyp import augment_hyp
+    from yolov9c.resources import resolve_hyp
+
+    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "48", "--backend", "torch")
+    read = augment_hyp(resolve_hyp("hyp.scratch-high.yaml"))
+    assert state.hyp["weight_decay"] == read["weight_decay"] == 0.0005
+    assert state.batching.accumulate == 1
+    assert [g["weight_decay"] for g in state.optimizer.param_groups] == [0.0, 0.0005 * 48 / 64, 0.0]
+
+
 def _record_inputs(model):
     seen = []
     model.register_forward_pre_hook(lambda m, inputs: seen.append((inputs[0].dtype, inputs[0].shape[0])))

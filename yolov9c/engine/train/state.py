@@ -327,7 +327,7 @@ def setup_run_folder(state):
     except (FileNotFoundError, KeyError, ValueError) as e:
         raise TrainError(f"--hyp: {e}") from None
     if resumed is not None and resumed.hyp is not None:
-        hyp = resumed.hyp  # the run's own (already weight-decay-scaled) values
+        hyp = resumed.hyp  # the run's own values
     hyp["anchor_t"] = 5.0  # forced as published (anchor-free heads do not read it)
     if state.main:
         if state.evolving:
@@ -474,7 +474,7 @@ def freeze(model, layers):
 def setup_optimization(state):
     """The batch (batching.plan_batching, once: AutoBatch for -1, --accumulate or the nominal-64 rule; a resume
     keeps the run's nominal batch unless --accumulate is given; --mem-budget's micro-batch), weight decay
-    scaled to the nominal batch (fresh runs), optimizer, LR schedule, EMA and GradScaler."""
+    scaled to the nominal batch (hyp not changed), optimizer, LR schedule, EMA and GradScaler."""
     cfg, log, resumed, hyp = state.cfg, state.log, state.resumed, state.hyp
     if cfg.mem_budget is not None:
         apply_memory_plan(state)
@@ -494,10 +494,10 @@ def setup_optimization(state):
             log(f"WARNING: the nominal batch changes from {old_nominal} to {b.nominal} images per optimizer step "
                 f"(--batch-size x --accumulate); weight decay stays scaled for {old_nominal}. Keep "
                 f"--batch-size x --accumulate = {old_nominal} to continue the run unchanged")
-    else:
-        hyp["weight_decay"] *= batch_size * b.accumulate / NBS
-    state.optimizer = build_optimizer(state.model, cfg.optimizer, hyp["lr0"], hyp["momentum"], hyp["weight_decay"],
-                                      log=log)
+    # the hyp file's weight decay scaled to the nominal batch (hyp itself stays as read); a resume's optimizer
+    # state brings back the run's own scaled value
+    decay = hyp["weight_decay"] * batch_size * b.accumulate / NBS
+    state.optimizer = build_optimizer(state.model, cfg.optimizer, hyp["lr0"], hyp["momentum"], decay, log=log)
     kind = "cos" if cfg.cos_lr else "flat-cos" if cfg.flat_cos_lr else "fixed" if cfg.fixed_lr else "linear"
     state.lf = lr_lambda(kind, cfg.epochs, hyp["lrf"])
     state.scheduler = torch.optim.lr_scheduler.LambdaLR(state.optimizer, lr_lambda=state.lf)
