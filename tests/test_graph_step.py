@@ -325,13 +325,18 @@ def test_train_releases_the_graph_step_also_on_an_error(tmp_path, monkeypatch):
                      "--noplots", "--device", "cpu", "--project", str(tmp_path / "runs")])
     steps = []
 
-    def failing_train(state, stop_after_epoch):
-        state.swap_part("step", G.GraphStep(_fake_state(), warmup=2))
+    class Failing(G.GraphStep):  # holds graphs, then its first training batch raises
+        def __call__(self, *args, **kwargs):
+            raise RuntimeError("boom")
+
+    def setup_with_graphs(cfg, log):
+        state = setup(cfg, log)
+        state.swap_part("step", Failing(_fake_state(), warmup=2))
         state.step.micro[32], state.step.opt, state.step.pool = object(), object(), object()
         steps.append(state.step)
-        raise RuntimeError("boom")
+        return state
 
-    monkeypatch.setattr(trainer, "_train", failing_train)
+    monkeypatch.setattr(trainer, "setup", setup_with_graphs)  # the set-up train() calls, then the real loop
     with pytest.raises(RuntimeError, match="boom"):
         trainer.train(cfg, log=lambda *a, **k: None)
     (step,) = steps
