@@ -45,8 +45,8 @@ class Resumed:
 
     @property
     def hyp(self):
-        """The run's own hyperparameters (before 2026-12-05 with weight_decay scaled to the nominal batch: a
-        record only, the optimizer state carries the value used), or None in an old checkpoint."""
+        """The run's own hyperparameters as read (older versions stored weight_decay scaled to the nominal batch:
+        a record only, the optimizer state carries the value used), or None in an old checkpoint."""
         h = self.ckpt.get("hyp")
         return dict(h) if isinstance(h, dict) else None
 
