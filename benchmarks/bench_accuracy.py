@@ -193,7 +193,7 @@ def child_threads(jobs, cores=None):
     return max(1, cores // max(1, jobs))
 
 
-def _on_term(signum, frame):
+def on_sigterm(signum, frame):
     """SIGTERM (a `timeout` around the benchmark, a job scheduler): the training processes stop with this one
     (they ran on, orphaned, into whatever the GPU did next), no queued run starts, exit status 128 + 15."""
     _STOPPING.set()
@@ -552,7 +552,7 @@ def main(argv=None):
             else:
                 todo.append((runner, seed, pub_data if runner == "published" else a.data))
     # --jobs runs train at once (separate processes); their best.pt files are validated one after another
-    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGTERM, on_sigterm)
     if a.time_limit:
         threading.Thread(target=stop_at, args=(time.time() + a.time_limit,), daemon=True).start()
     unfinished = []

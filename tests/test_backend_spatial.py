@@ -1,5 +1,5 @@
 """The c backend's nearest upsampling (nn.Upsample, CBFuse's resize) takes its input gradient from the output
-gradient alone (yolov9c/backends/c/layers.py `_nearest_backward`: aten.upsample_nearest2d_backward, what
+gradient alone (yolov9c/backends/c/layers.py `nearest_backward`: aten.upsample_nearest2d_backward, what
 autograd runs): the same gradients bit for bit as re-running the upsampling under autograd, and one
 upsampling fewer per Spatial node in backward. The exact 2× ones run yolov9c.ops.pool.upsample_nearest2x
 (tests/test_pool.py); here they are routed back to torch's F.interpolate (_torch_up2) to test this path."""
@@ -22,9 +22,9 @@ TARGETS = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25]]
 
 def _torch_up2(child):
     """A 2× nearest upsampling on torch's F.interpolate (read at call time: counted), its direct gradient from
-    layers._nearest_backward (read at call time: replaceable)."""
+    layers.nearest_backward (read at call time: replaceable)."""
     return Spatial(functools.partial(F.interpolate, scale_factor=2.0, mode="nearest"), child,
-                   grad=layers._nearest_backward(child, (2.0, 2.0)))
+                   grad=layers.nearest_backward(child, (2.0, 2.0)))
 
 
 def _step(name, monkeypatch, direct, channels_last):
@@ -39,9 +39,9 @@ def _step(name, monkeypatch, direct, channels_last):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(F, "interpolate", counted)
-    monkeypatch.setattr(layers, "_up2", _torch_up2)
+    monkeypatch.setattr(layers, "up2", _torch_up2)
     if not direct:
-        monkeypatch.setattr(layers, "_nearest_backward", lambda child, scales=(None, None): None)
+        monkeypatch.setattr(layers, "nearest_backward", lambda child, scales=(None, None): None)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = apply(fresh.to(memory_format=fmt).train(), "c")
     x = torch.rand(2, 3, 64, 64).contiguous(memory_format=fmt)

@@ -294,7 +294,7 @@ def test_sigterm_stops_the_training_processes_with_the_benchmark(tmp_path):
         from concurrent.futures import ThreadPoolExecutor
         sys.path.insert(0, {str(REPO / "benchmarks")!r})
         import bench_accuracy as b
-        signal.signal(signal.SIGTERM, b._on_term)
+        signal.signal(signal.SIGTERM, b.on_sigterm)
         child = [sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(120)"]
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda i: b.run_child(child, ".", {str(tmp_path)!r} + f"/c{{i}}.log", None), range(3)))

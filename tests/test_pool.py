@@ -686,7 +686,7 @@ def _old_max_pool(child, k, s, p):
 
 def _max_step(name, monkeypatch, direct, counts=None):
     if not direct:
-        monkeypatch.setattr(layers, "_max_pool", _old_max_pool)
+        monkeypatch.setattr(layers, "max_pool", _old_max_pool)
     model = apply(seeded_model(name).to(memory_format=torch.channels_last).train(), "c")
     x = torch.rand(2, 3, 64, 64).contiguous(memory_format=torch.channels_last)
     loss, _ = make_loss(model)(model(x), TARGETS)
@@ -716,7 +716,7 @@ def _rerun_max_pool(child, k, s, p):
 
 def _counted(monkeypatch, direct, run):
     if not direct:
-        monkeypatch.setattr(layers, "_max_pool", _rerun_max_pool)
+        monkeypatch.setattr(layers, "max_pool", _rerun_max_pool)
     with OpCalls("max_pool2d") as counts:
         run(counts)
     monkeypatch.undo()
@@ -1005,7 +1005,7 @@ def test_upsample_cbfuse_uses_the_op_only_for_2x():
 def _torch_up2(child):
     """The path before the op: torch's nearest upsampling, the gradient from aten.upsample_nearest2d_backward."""
     return Spatial(functools.partial(F.interpolate, scale_factor=2.0, mode="nearest"), child,
-                   grad=layers._nearest_backward(child, (2.0, 2.0)))
+                   grad=layers.nearest_backward(child, (2.0, 2.0)))
 
 
 def _op_rerun(child):
@@ -1014,10 +1014,10 @@ def _op_rerun(child):
 
 
 def _upsample_step(name, monkeypatch, up2, channels_last, counts=None):
-    """One c-backend training step with layers._up2 replaced by up2 (None: the op as wired): the parameter
+    """One c-backend training step with layers.up2 replaced by up2 (None: the op as wired): the parameter
     gradients."""
     if up2 is not None:
-        monkeypatch.setattr(layers, "_up2", up2)
+        monkeypatch.setattr(layers, "up2", up2)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = apply(seeded_model(name).to(memory_format=fmt).train(), "c")
     x = torch.rand(2, 3, 64, 64).contiguous(memory_format=fmt)

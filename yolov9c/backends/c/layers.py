@@ -9,7 +9,8 @@ fused/deploy models); a BatchNorm is missing, not training, not affine or not fl
 zero-padded nn.Conv2d; parameters are not float32; the type is unknown (users' modules) or random in training
 (nn.Dropout p > 0: a recompute would draw a different mask).
 A Conv whose activation is neither SiLU nor identity keeps its lazy conv but applies BN and activation with torch
-(correct, without the memory saving for that Conv).
+(correct, without the memory saving for that Conv). The node builders up2, max_pool and nearest_backward are
+read at call time: tests swap them for the path before the ops.
 Test: python -m pytest -q tests/test_backend_c.py
 """
 
@@ -155,7 +156,7 @@ def _max_pool_grad(k, s, p, g, x):
     return pool.max_pool2d_backward(x, g.to(x.dtype), k, s, p)
 
 
-def _max_pool(child, k, s, p):
+def max_pool(child, k, s, p):
     """F.max_pool2d(child, k, s, p) as a lazy value: the yolov9c.ops.pool op, whose backward reads the memoised
     input and the gradient (grad_reads_x), not a re-run of the forward under autograd."""
     return Spatial(functools.partial(pool.max_pool2d, k=k, s=s, p=p), child,
@@ -185,7 +186,7 @@ def adown(m, x):
     c = p.shape[1]
     h = (c + 1) // 2
     a = conv(m.cv1, p.slice(0, h))
-    b = conv(m.cv2, _max_pool(p.slice(h, c), 3, 2, 1))
+    b = conv(m.cv2, max_pool(p.slice(h, c), 3, 2, 1))
     return Cat([a, b])
 
 
@@ -203,12 +204,12 @@ def _nearest_grad(in_hw, scales, g):
                                                       *scales)
 
 
-def _nearest_backward(child, scales=(None, None)):
+def nearest_backward(child, scales=(None, None)):
     """Spatial's direct gradient of a nearest upsampling of `child` (scales as the forward passed them)."""
     return functools.partial(_nearest_grad, tuple(child.shape[2:]), scales)
 
 
-def _up2(child):
+def up2(child):
     """A nearest 2× upsampling of child as a lazy value: the yolov9c.ops.pool op (C on the CPU, CUDA kernels on a
     GPU), whose backward reads only the incoming gradient (no forward re-run)."""
     return Spatial(pool.upsample_nearest2x, child, grad=pool.upsample_nearest2x_backward)
@@ -228,7 +229,7 @@ def _upsample_grad(m, child):
     """Spatial's direct gradient for an nn.Upsample in nearest mode; None (autograd re-runs it) otherwise."""
     if type(m) is not nn.Upsample or m.mode != "nearest" or m.recompute_scale_factor:
         return None
-    return _nearest_backward(child, _nearest_scales(m) or (None, None))
+    return nearest_backward(child, _nearest_scales(m) or (None, None))
 
 
 def spatial(m, x):
@@ -237,9 +238,9 @@ def spatial(m, x):
     child = _node(x)
     geom = _max_geometry(m) if type(m) is nn.MaxPool2d else None
     if geom is not None:
-        return _max_pool(child, *geom)
+        return max_pool(child, *geom)
     if _nearest_scales(m) == (2.0, 2.0):  # the heads' nn.Upsample(None, 2, 'nearest')
-        return _up2(child)
+        return up2(child)
     # the class's forward: a top-level layer's own `forward` attribute is the c forward (this function)
     return Spatial(functools.partial(type(m).forward, m), child, grad=_upsample_grad(m, child))
 
@@ -272,9 +273,9 @@ def cbfuse(m, xs):
     for i, x in enumerate(xs[:-1]):
         child = _node(x[m.idx[i]])
         if tuple(2 * v for v in child.shape[2:]) == size:  # exactly 2× nearest: the op; other sizes on torch
-            picked.append(_up2(child))
+            picked.append(up2(child))
         else:
-            picked.append(Spatial(resize, child, grad=_nearest_backward(child)))
+            picked.append(Spatial(resize, child, grad=nearest_backward(child)))
     return Sum(picked + [last])
 
 
