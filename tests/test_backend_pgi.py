@@ -215,7 +215,7 @@ def test_kept_inputs_bit_identical_and_freed_per_segment(cfg, amp, monkeypatch):
     x = torch.rand(2, 3, 64, 64)
     live = {"now": 0, "made": 0, "left": []}
 
-    class Counted(conv._Input):
+    class Counted(conv.KeptInput):
         __slots__ = ()
 
         def __init__(self, *args):
@@ -234,7 +234,7 @@ def test_kept_inputs_bit_identical_and_freed_per_segment(cfg, amp, monkeypatch):
         return got
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(conv, "_Input", Counted)
+        mp.setattr(conv, "KeptInput", Counted)
         mp.setattr(segment.SegmentFunction, "backward", staticmethod(checked))
         kept = _step(base, x, amp)
     with pytest.MonkeyPatch.context() as mp:

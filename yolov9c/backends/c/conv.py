@@ -62,7 +62,7 @@ def inputs_kept():
         _KEEP[0] = prev
 
 
-class _Input:
+class KeptInput:
     """A conv input kept from forward for backward (inputs_kept): the lazy tree over the forward's leaves and
     the Evaluator whose memo holds its value."""
 
@@ -117,7 +117,7 @@ class LazyConvFunction(torch.autograd.Function):
         ctx.plan, ctx.kept = plan, None
         if _KEEP[0]:
             ev.keep_for_backward(tree)
-            ctx.kept = _Input(leaves, tree, ev)
+            ctx.kept = KeptInput(leaves, tree, ev)
         # an output with a SharedGrad is kept to its backward (which runs after all its readers')
         ctx.save_for_backward(*leaves, *params, *cast, *[o if sh else None for o, sh in zip(outs, plan.outs)])
         return tuple(outs)
