@@ -31,6 +31,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+SWAP_LOADER = ROOT / "benchmarks" / "fidelity" / "swap_loader.py"  # the arms that exchange the two codes' loaders
+
 from accuracy_data import class_subset, crop_dataset, dataset_counts  # noqa: E402
 
 
@@ -45,6 +47,9 @@ def _emit(line, out):
 # benchmarks/results/accuracy_person_crops.jsonl the runner "c" rows (and torch+loss-c) predate 5f87da9: their
 # assigner read the float32 decode (a variant since removed); today's c default is recorded there as c+pub-decode.
 VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isolates the CUDA-graph step)
+            "deterministic": (["--deterministic"], {}),  # deterministic algorithms, as the published code always
+            "no-channels-last": (["--no-channels-last"], {}),  # contiguous model and batches
+            "pub-loader": ([], {}),  # the published training loader feeding our loop (fidelity/swap_loader.py)
             "no-cudnn-benchmark": (["--no-cudnn-benchmark"], {}),
             "no-amp": (["--no-amp"], {}),  # float32 training (isolates fp16)
             "unfused": ([], {"YOLOV9C_FUSED": "0"}),  # the c structure on torch ops (isolates the kernels)
@@ -52,9 +57,14 @@ VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isola
             "loss-c": ([], {"YOLOV9C_LOSS_BACKEND": "c"})}  # torch's model, c's loss
 
 
+PUBLISHED_RUNNERS = ("published", "published+ours-loader")  # the published loop (the second on our loader)
+
+
 def runner_spec(runner):
     """'c+no-cuda-graph' → ('c', ['--no-cuda-graph'], {}); ValueError for an unknown backend or variant."""
     backend, *variants = runner.split("+")
+    if runner in PUBLISHED_RUNNERS:
+        return "published", [], {}
     if backend not in ("torch", "c"):
         raise ValueError(f"runner {runner!r}: the backend must be torch or c")
     flags, env = [], {}
@@ -76,18 +86,23 @@ def train_command(a, runner, seed, project, data):
         flags.append("--single-cls")
     if a.cache != "none":
         flags += ["--cache", a.cache]
+    pub_flags = ["--cfg", f"models/detect/{a.cfg}.yaml", "--hyp", "hyp.scratch-high.yaml"] + flags
     if runner == "published":
         # through the harness's published side: its stand-ins for the optional imports the published code needs
         # (IPython, pkg_resources, tensorboard, a font it would download) and its checkpoint-reading setting
         side = ROOT / "benchmarks" / "fidelity" / "published_side.py"
-        cfg = f"models/detect/{a.cfg}.yaml"
-        return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--",
-                 "--cfg", cfg, "--hyp", "hyp.scratch-high.yaml"] + flags, a.published, {})
+        return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--"] + pub_flags,
+                a.published, {})
+    if runner == "published+ours-loader":
+        return [a.python, str(SWAP_LOADER), "published-loop", "--published", str(a.published), "--"] + pub_flags, \
+            a.published, {}
     backend, extra, env = runner_spec(runner)
-    if backend == "torch" and a.device != "cpu":
+    if backend == "torch" and a.device != "cpu" and "--no-channels-last" not in extra:
         extra = ["--channels-last"] + extra
-    return ([sys.executable, "train_dual.py", "--cfg", f"{a.cfg}.yaml", "--hyp", "hyp.scratch-high.yaml",
-             "--backend", backend] + extra + flags, ROOT, env)
+    ours = ["--cfg", f"{a.cfg}.yaml", "--hyp", "hyp.scratch-high.yaml", "--backend", backend] + extra + flags
+    if "pub-loader" in runner.split("+")[1:]:
+        return [sys.executable, str(SWAP_LOADER), "ours-loop", "--published", str(a.published), "--"] + ours, ROOT, env
+    return [sys.executable, "train_dual.py"] + ours, ROOT, env
 
 
 def published_data_yaml(a, out):
@@ -253,7 +268,13 @@ def resume_command(a, runner, seed, project):
         side = ROOT / "benchmarks" / "fidelity" / "published_side.py"
         return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--",
                  "--resume", last], a.published, {})
+    if runner == "published+ours-loader":
+        return [a.python, str(SWAP_LOADER), "published-loop", "--published", str(a.published), "--", "--resume", last], \
+            a.published, {}
     _, _, env = runner_spec(runner)
+    if "pub-loader" in runner.split("+")[1:]:
+        return [sys.executable, str(SWAP_LOADER), "ours-loop", "--published", str(a.published), "--", "--resume", last], \
+            ROOT, env
     return [sys.executable, "train_dual.py", "--resume", last], ROOT, env
 
 
@@ -311,7 +332,7 @@ def run_line(a, runner, seed, run_dir, info, history=()):
             "data": str(a.data)}
     if resumed_at:
         line["resumed_at"] = resumed_at
-        if runner == "published" and max(resumed_at) > a.epochs - a.close_mosaic > 0:
+        if runner in PUBLISHED_RUNNERS and max(resumed_at) > a.epochs - a.close_mosaic > 0:
             line["published_mosaic_not_closed"] = True   # its close-mosaic test is epoch == epochs − N only
     return line
 
@@ -466,7 +487,9 @@ def main(argv=None):
     p.add_argument("--close-mosaic", type=int, default=15)
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--backends", default="torch,c",
-                   help="our runners: torch, c, or BACKEND+VARIANT (variants: " + ", ".join(VARIANTS) + ")")
+                   help="our runners: torch, c, or BACKEND+VARIANT (variants: " + ", ".join(VARIANTS) + "); with "
+                        "--published also published and published+ours-loader (the published loop on our loader; "
+                        "when a published runner is listed, the plain one is not added)")
     p.add_argument("--cache", default="ram", choices=("ram", "disk", "none"))
     p.add_argument("--device", default="0")
     p.add_argument("--workers", type=int, default=8)
@@ -533,7 +556,11 @@ def main(argv=None):
                   file=sys.stderr)
             return 2
         a.python = a.python or sys.executable
-        runners.append("published")
+        if not any(r in PUBLISHED_RUNNERS for r in runners):  # listed in --backends: only those published arms
+            runners.append("published")
+    elif any(r in PUBLISHED_RUNNERS or "pub-loader" in r.split("+") for r in runners):
+        print("error: --backends: the published arms need --published CHECKOUT", file=sys.stderr)
+        return 2
     pub_data = published_data_yaml(a, a.out) if a.published else None
     done, history = {}, {}  # runs finished by an earlier call with this --out: kept, not trained again
     if (a.out / "results.jsonl").exists():
@@ -550,7 +577,7 @@ def main(argv=None):
                 runs.append(done[(runner, seed)])
                 print(json.dumps(done[(runner, seed)]), flush=True)
             else:
-                todo.append((runner, seed, pub_data if runner == "published" else a.data))
+                todo.append((runner, seed, pub_data if runner in PUBLISHED_RUNNERS else a.data))
     # --jobs runs train at once (separate processes); their best.pt files are validated one after another
     signal.signal(signal.SIGTERM, on_sigterm)
     if a.time_limit:
