@@ -311,8 +311,8 @@ def test_oom_in_validation_validates_again_with_a_smaller_batch(data, tmp_path, 
     out = train(parse_opt(_args(data, tmp_path, "torch", "--epochs", "1")), log=log)
     # the loader's batch is min(8, 4 validation images); validated again with 2, which best.pt's final validation keeps
     assert batches == [4, 2, 2]
-    assert sum("CUDA out of memory in validation at a batch of 4" in s for s in lines) == 1
-    assert out["epochs_done"] == 1 and out["metrics"]["box_loss"] > 0  # the validation (with its loss) ran
+    assert sum("validation at a batch of 4 images ran out of GPU memory: validated with 2" in s for s in lines) == 1
+    assert out["epochs_done"] == 1 and out["val_batch"] == 2 and out["metrics"]["box_loss"] > 0  # the validation (with its loss) ran
 
 
 # ---------------------------------------------------------------------------------------------------------

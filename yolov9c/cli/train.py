@@ -9,7 +9,7 @@ that differ (the published ones name files absent here): `--data` synthetic, `--
 bundled hyp.scratch-high.yaml (bare names are looked up in configs/hyps/).
 Added: --backend {torch,c} (c on a CUDA GPU, torch on the CPU), --channels-last, --accumulate, --amp, --ckpt,
 --val-period, --pin-memory, --gpu-augment, --mosaic, --mixup, --deterministic, --max-nonfinite, --cuda-graph,
---cudnn-benchmark, --mem-budget / --dynamic-img / --min-img (the memory planner). PYTORCH_CUDA_ALLOC_CONF
+--cudnn-benchmark, --mem-cap, --mem-budget / --dynamic-img / --min-img (the memory planner). PYTORCH_CUDA_ALLOC_CONF
 defaults to expandable_segments:True (set before CUDA starts).
 parse_opt(argv, prog=...) -> RunConfig (yolov9c/engine/train/config.py); the trainer never sees argparse.
 Test: python -m pytest -q tests/test_train_cli.py
@@ -168,6 +168,10 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                    help="GPU memory a training step may reserve, e.g. 7.5G (binary) or 8GB (decimal): the memory "
                         "planner picks the micro-batch that fits and accumulates the rest of each batch (same "
                         "images per optimizer step and weight decay); not with --batch-size -1")
+    p.add_argument("--mem-cap", type=budget_type, default=None, metavar="SIZE",
+                   help="cap the GPU memory this whole run may reserve, e.g. 7G: the training runs as on a card "
+                        "of that size (rehearse an 8 GB card on a bigger one: 7G, about what it leaves after the "
+                        "CUDA context); --mem-budget caps at its budget unless --mem-cap is given")
     p.add_argument("--dynamic-img", action="store_true",
                    help="with --mem-budget: shrink the image size (down to --min-img) instead of splitting the "
                         "batch; changes the data distribution (smaller objects)")

@@ -25,7 +25,7 @@ import yaml
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
                     "gpu_augment", "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph",
                     "cudnn_benchmark",
-                    "mem_budget")
+                    "mem_budget", "mem_cap")
 
 
 class ConfigError(ValueError):
@@ -95,6 +95,8 @@ class RunConfig:
     #                               --deterministic, never for validation or eager batches of other shapes)
     mem_budget: float | str | None = None  # GiB (or a size text, '7.5G') a step may reserve: memory_plan picks
     #                                      the micro-batch (state.apply_memory_plan); None: off
+    mem_cap: float | None = None  # GiB this process may reserve on the GPU (a smaller card rehearsed: memory_cap.py);
+    #                               None: --mem-budget's value when given, else no cap
     dynamic_img: bool = False  # with mem_budget: shrink the image size instead of splitting the batch
     min_img: int = 320  # dynamic_img's smallest image size (rounded up to the grid)
     # --- resolved and recorded by the trainer (opt.yaml keys of the published code) ---

@@ -9,7 +9,8 @@ place), so checkpoints, resume and a switch to eager see one run. The first WARM
 micro-step graph per box-count bucket (targets in a static (B, M, 5) buffer, M in BUCKETS) and one optimizer
 graph that applies a window only when its losses and gradient norm are finite. Other shapes or more boxes than
 the largest bucket run eagerly into the same gradients. A failed capture or an out-of-memory split switches to
-eager for good (disable); end_epoch() copies the EMA update count to the host; release() drops graphs and pool.
+eager for good (disable); end_epoch() copies the EMA update count to the host; release() drops graphs and pool;
+suspend() drops them until the next batch captures them again (validation on a tight card).
 Eager instead (one log line): CPU, DDP, --rect, --multi-scale, --ckpt, --optimizer LION, --no-cuda-graph. Pieces
 a test drives: replay_micro / eager_micro, micro_body / opt_body (what is captured), bind_grads, capturing.
 Test: python -m pytest -q tests/test_graph_step.py (the CUDA test compares N graphed steps with eager ones)
@@ -143,6 +144,7 @@ class GraphStep:
         self.micro = {}  # bucket → _Micro
         self.opt = None  # the optimizer graph
         self.grads = None  # static gradient views (model.parameters() order) of self.flat
+        self.suspends = 0  # times suspend() gave the graphs' memory back (validation on a tight card)
         cfg = state.cfg
         self.benchmark = bool(getattr(cfg, "cudnn_benchmark", True)) and not getattr(cfg, "deterministic", False)
 
@@ -203,6 +205,8 @@ class GraphStep:
         said in one log line, instead of losing the run."""
         state.log(f"step: CUDA graph capture failed ({err}); the eager step runs from here on (--no-cuda-graph "
                   f"skips the graphs)")
+        err.__cause__ = err.__context__ = None  # its traceback holds the failed graph (and so its memory pool)
+        err.__traceback__ = None
         self.disable(state)
 
     def end_epoch(self, state):
@@ -219,11 +223,27 @@ class GraphStep:
         self.release()
 
     def release(self):
-        """Drop the graphs and their memory pool now (the end of a run, also after an error: nothing is read
-        from the device), rather than whenever a reference cycle holding this step is collected."""
+        """Drop the graphs and give their memory pool back to the device now (the end of a run, a failed
+        capture, an out-of-memory split; also after an error), rather than whenever a reference cycle holding
+        this step is collected."""
+        held = bool(self.micro) or self.opt is not None or self.pool is not None
         self.micro.clear()
         self.opt = None
         self.pool = None
+        if held and torch.cuda.is_initialized():
+            gc.collect()  # a failed capture's graph may sit in a reference cycle
+            free_cuda(self.device)
+
+    def suspend(self, state):
+        """Give the graphs' memory back until the next batch, which captures them again (validation runs in
+        that memory on a card that cannot hold both: trainer._validate). The static buffers (images, gradients,
+        optimizer and EMA views) stay, so the run goes on as one."""
+        if self.eager or not (self.micro or self.opt is not None):
+            return False
+        self.end_epoch(state)
+        self.release()
+        self.suspends += 1
+        return True
 
     # -- eager batches ---------------------------------------------------------------------------------------
 
@@ -282,7 +302,6 @@ class GraphStep:
         self.window_ok = torch.ones((), dtype=torch.bool, device=imgs.device)  # state.window.ok copied in
         if state.amp and state.scaler._scale is None:
             state.scaler._lazy_init_scale_growth_tracker(imgs.device)
-        self.pool = torch.cuda.graph_pool_handle()
 
     def bind_grads(self):
         """Make every parameter's .grad its static view, carrying over what an eager backward left there
@@ -318,6 +337,8 @@ class GraphStep:
         if not self.micro:  # the first capture: give the last warm-up batch's cached blocks back before the
             free_cuda(self.device)  # graph pool takes its own (after bind_grads' copies on the main stream)
         gt = torch.zeros((self.imgs.shape[0], bucket, 5), dtype=torch.float32, device=self.imgs.device)
+        if self.pool is None:  # one pool for every graph of this step (made anew after suspend / release)
+            self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with capturing("the micro-step"), cudnn_benchmark(False, force=True), \
                 torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
@@ -348,6 +369,8 @@ class GraphStep:
         return self.opt_ok.clone()
 
     def _capture_opt(self, state):
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with capturing("the optimizer step"), torch.cuda.graph(graph, pool=self.pool, stream=self.stream,
                                                                 capture_error_mode="thread_local"):

@@ -190,10 +190,13 @@ def back_off(state, batch, ni):
 
 def validate_with_backoff(state, run, make_loader):
     """run(loader) → a validation result; on a CUDA OOM the pass is repeated with half the batch (a new
-    validation loader from make_loader(batch), kept for later epochs), down to one image (then OutOfMemory)."""
+    validation loader from make_loader(batch), kept for later epochs), down to one image (then OutOfMemory).
+    One log line says which batch did not fit and which one validated."""
+    tried = state.val_loader.batch_size
     while True:
         try:
-            return run(state.val_loader)
+            res = run(state.val_loader)
+            break
         except RuntimeError as e:
             if not is_oom(e):
                 raise
@@ -203,8 +206,10 @@ def validate_with_backoff(state, run, make_loader):
             raise OutOfMemory("CUDA out of memory in validation at a batch of 1 image; try a smaller --img, "
                               "--backend c, or --noval (only the final epoch is validated)")
         state.val_loader = make_loader(batch // 2)
-        state.log(f"\nWARNING: CUDA out of memory in validation at a batch of {batch} images: validating again "
-                  f"with {batch // 2}")
+    if state.val_loader.batch_size != tried:
+        state.log(f"\nWARNING: validation at a batch of {tried} images ran out of GPU memory: validated with "
+                  f"{state.val_loader.batch_size} (kept for the rest of the run; same results, more passes)")
+    return res
 
 
 def checkpoint_is_finite(state):

@@ -49,6 +49,7 @@ from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.graph_step import select_step
 from yolov9c.engine.train.guards import StepGuard
 from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
+from yolov9c.engine.train.memory_cap import PhasePeaks, apply_cap
 from yolov9c.engine.train.optim import build_optimizer
 from yolov9c.engine.train.resume import Resumed, read_resume, restore
 from yolov9c.engine.train.run_folder import STATE_NAME as RUN_STATE_NAME
@@ -141,6 +142,7 @@ class RunState:
     lf: Callable | None = None  # epoch → LR factor
     scaler: torch.amp.GradScaler | None = None
     plan: Any = None  # --mem-budget: the memory_plan.Plan applied (None without)
+    peaks: PhasePeaks | None = None  # memory_cap.py: peak GPU memory per phase of the run (set-up on)
     # --- loaders ---
     train_loader: Any = None
     val_loader: Any = None  # main process only (the validation OOM retry replaces it with a smaller batch)
@@ -194,6 +196,8 @@ def setup(cfg: RunConfig, log=print) -> RunState:
     state = RunState(cfg=resolved, resumed=resumed, save_dir=save_dir, wdir=save_dir / "weights",
                      made_dir=made_dir, evolving=given.evolve is not None, **place)
     state.memory_format = torch.channels_last if state.cfg.channels_last else torch.contiguous_format
+    apply_cap(state.cfg, state.device, log)  # --mem-cap / --mem-budget: before anything reaches the GPU
+    state.peaks = PhasePeaks(state.device)
     early = cpu_threads(0, cuda=True) if state.device.type == "cuda" else None
     if early:  # already for the model build (CUDA_MAIN_THREADS); setup_loaders logs the final count
         torch.set_num_threads(early)

@@ -4,7 +4,8 @@
     result = state.step(state, imgs, targets, ni)         # EagerStep here, or graph_step.GraphStep (CUDA graphs)
 
 A Step (chosen once at set-up: graph_step.select_step) has __call__ (one loader batch), end_epoch(state) (host
-copies of device-side counters, before checkpoints) and release() (its device resources, at the run's end).
+copies of device-side counters, before checkpoints), suspend(state) (its device memory back until the next batch:
+validation on a tight card) and release() (its device resources, at the run's end).
 EagerStep splits the batch into micro-batches of state.progress.micro_batch images and runs forward_backward on
 each (autocast; loss × WORLD_SIZE under DDP, × 4 with --quad; scaled backward; --ckpt's second BN update undone).
 When step_due(state, ni) (the one optimizer-step rule: batching.Batching.step_due), optimizer_step: unscale,
@@ -48,6 +49,8 @@ class Step(Protocol):
     def __call__(self, state, imgs, targets, ni) -> StepResult: ...
 
     def end_epoch(self, state) -> None: ...
+
+    def suspend(self, state) -> bool: ...  # give device memory back until the next batch (True: some was held)
 
     def release(self) -> None: ...
 
@@ -162,12 +165,16 @@ def train_step(state, imgs, targets, ni) -> StepResult:
 class EagerStep:
     """The Step of train_step: nothing kept on the device between batches, nothing to release."""
     name = "eager"
+    suspends = 0
 
     def __call__(self, state, imgs, targets, ni) -> StepResult:
         return train_step(state, imgs, targets, ni)
 
     def end_epoch(self, state) -> None:
         pass
+
+    def suspend(self, state) -> bool:
+        return False
 
     def release(self) -> None:
         pass

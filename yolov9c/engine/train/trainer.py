@@ -32,6 +32,7 @@ from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.guards import raise_diverged, raise_if_peer_lost, stop_if_diverged, validate_with_backoff
+from yolov9c.engine.train.memory_cap import tight
 from yolov9c.engine.train.resume import rng_state
 from yolov9c.engine.train.schedule import warmup
 from yolov9c.engine.train.state import FIRST_EPOCH_FILES, RunState, abandon_run_folder, make_val_loader, setup
@@ -56,6 +57,7 @@ class EpochStats:
     images: int  # images this rank trained on
     lr: list  # the param groups' learning rates at the end of the pass
     skipped: int = 0  # optimizer steps skipped for a non-finite loss or gradient (guards.py)
+    peak_gib: float = 0.0  # peak GPU memory allocated in the pass (0 on the CPU)
 
 
 def fitness(mp, mr, map50, map5095):
@@ -160,8 +162,9 @@ def train_one_epoch(state: RunState, epoch):
     state.window.ok = None  # a window left open by the last epoch is dropped with its gradients
     state.guard.begin_epoch(epoch)
     cuda = state.device.type == "cuda"
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(state.device)
+    first = epoch == state.progress.start_epoch
+    if first:
+        state.peaks.mark("start-up")  # memory_cap.PhasePeaks: each phase's peaks (the pass's below)
     state.log(HEADER)
     pbar = enumerate(state.train_loader)
     if state.main:
@@ -187,6 +190,8 @@ def train_one_epoch(state: RunState, epoch):
                 f"{epoch}/{cfg.epochs - 1}", f"{mem:.3g}G", *mloss.tolist(), targets.shape[0], imgs.shape[-1],
                 f"{peak:.3g}G"))
     seconds = time.time() - t0
+    state.peaks.mark("first epoch" if first else "train")  # the first holds the warm-up and the graph capture
+    peak = state.peaks.peaks.get("first epoch" if first else "train", (0.0, 0.0))[0]
     skipped = state.guard.end_epoch()
     state.step.end_epoch(state)  # a graph step's device-side counters (the EMA's update count) to the host
     if skipped:
@@ -195,7 +200,7 @@ def train_one_epoch(state: RunState, epoch):
     with warnings.catch_warnings():  # an epoch whose every step was skipped (non-finite) never called optimizer.step
         warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
         state.scheduler.step()
-    return EpochStats(mloss=mloss, seconds=seconds, images=images, lr=lr, skipped=skipped)
+    return EpochStats(mloss=mloss, seconds=seconds, images=images, lr=lr, skipped=skipped, peak_gib=peak)
 
 
 def _epoch_sampling(state, epoch):
@@ -224,6 +229,7 @@ def end_epoch(state: RunState, epoch, stats: EpochStats) -> bool:
         res = None
         if (not state.cfg.noval and (epoch + 1) % state.cfg.val_period == 0) or final:
             res = _validate(state, state.ema.ema)
+            state.peaks.mark("validation")
             progress.metrics = [res[k] for k in METRIC_KEYS]
             progress.maps = np.asarray(res["maps"], np.float64)
         stop_if_diverged(state, epoch, res)  # guards.py: non-finite weights or validation losses end the run
@@ -235,6 +241,9 @@ def end_epoch(state: RunState, epoch, stats: EpochStats) -> bool:
             progress.best_fitness = fi
         row = _epoch_row(state, epoch, stats)
         save_epoch(state, epoch, row, best=progress.best_fitness == fi, ckpt=not state.cfg.nosave or final)
+        state.peaks.mark("saving")
+        if epoch == progress.start_epoch or final:
+            state.log(state.peaks.line())
         if state.tb is not None:
             for k, v in zip(R.COLUMNS[1:], row[1:]):
                 state.tb.add_scalar(k, v, epoch)
@@ -251,7 +260,7 @@ def end_epoch(state: RunState, epoch, stats: EpochStats) -> bool:
 def _epoch_row(state, epoch, stats):
     """The epoch's results.csv row (R.COLUMNS)."""
     cuda = state.device.type == "cuda"
-    peak = torch.cuda.max_memory_allocated(state.device) / GIB if cuda else 0.0
+    peak = max(stats.peak_gib, state.peaks.peaks.get("validation", (0.0, 0.0))[0])  # the pass's and validation's
     reserved = torch.cuda.memory_reserved(state.device) / GIB if cuda else 0.0
     return [epoch, *stats.mloss.tolist(), *state.progress.metrics, *stats.lr, peak, reserved, stats.seconds,
             stats.images * state.world / max(stats.seconds, 1e-9), stats.skipped]
@@ -296,6 +305,11 @@ def finish(state: RunState):
         coco = dict(save_json=True, anno_json=anno, class_map=class_map, image_ids=ids,
                     json_name="_predictions.json") if is_coco else {}  # COCO data only, as published
         out["final"] = _validate(state, load_model(best).to(state.device), plots=state.plots, verbose=True, **coco)
+        state.peaks.mark("final validation")
+        if state.peaks.peaks:
+            state.log(state.peaks.line())
+            out["memory_peaks"] = dict(state.peaks.peaks)
+    out["val_batch"] = state.val_loader.batch_size if state.val_loader is not None else None
     if state.plots and (state.save_dir / "results.csv").exists():
         R.plot_results(state.save_dir / "results.csv")
     if folder is not None:
@@ -307,7 +321,12 @@ def finish(state: RunState):
 
 
 def _validate(state, model, plots=False, verbose=False, **coco):
-    """Validate `model` on the validation loader; a CUDA OOM repeats it with half the batch (guards.py)."""
+    """Validate `model` on the validation loader; a CUDA OOM repeats it with half the batch (guards.py). On a
+    card where the reserved memory is over half of what the run may use (memory_cap.tight: --mem-cap, or the
+    card itself), the CUDA-graph step's pool is given back first (captured again by the next batch)."""
+    if tight(state.device) and state.step.suspend(state) and state.step.suspends == 1:
+        state.log("validation: the CUDA-graph memory is given back while validating (over half of this card's "
+                  "memory was reserved); the next training batch captures the graphs again")
     def run(loader):
         cfg = ValConfig(half=state.amp, single_cls=state.cfg.single_cls, save_dir=state.save_dir, plots=plots,
                         verbose=verbose, training=True, **coco)

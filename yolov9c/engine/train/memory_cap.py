@@ -1,0 +1,93 @@
+"""The whole-process CUDA memory cap: a card's budget applied to the run, to rehearse a smaller card on a bigger one.
+
+    cap = apply_cap(cfg, device, log)      # set-up, before the model reaches the device: --mem-cap, else --mem-budget
+    limit = limit_bytes(device)            # the cap in bytes, else the card's total memory
+    tight(device)                          # reserved memory above half the limit: give the graphs' pool back to
+                                           # validation (trainer._validate, GraphStep.suspend)
+    phases = PhasePeaks(device)            # peak allocated / reserved per phase of the run (start-up, epoch, ...)
+
+The cap is torch.cuda.set_per_process_memory_fraction(cap / total): PyTorch's caching allocator refuses to reserve
+beyond it (torch.cuda.OutOfMemoryError), exactly as the smaller card would; memory outside the allocator (the
+CUDA context, cuDNN and cuBLAS handles) is not counted, so a card of N GB leaves about N − 1 GiB to cap with.
+A cap of the card's size or more caps nothing (one log line). On the CPU it is recorded and does nothing.
+Test: python -m pytest -q tests/test_memory_cap.py
+"""
+
+from __future__ import annotations
+
+import torch
+
+GIB = 2 ** 30
+
+
+def cap_gib(cfg) -> float | None:
+    """The run's cap in GiB: --mem-cap, else --mem-budget (a budget is a card: the whole process stays in it)."""
+    cap = cfg.mem_cap if cfg.mem_cap is not None else cfg.mem_budget
+    return None if cap is None else float(cap)
+
+
+_CAPS: dict = {}  # device index → the cap in bytes applied to this process (limit_bytes reads it)
+
+
+def apply_cap(cfg, device, log=print) -> float | None:
+    """Cap this process's CUDA allocator on `device` at cap_gib(cfg) GiB. Returns the cap applied in GiB (None:
+    no cap: none asked, a CPU run, or a card no larger than the cap)."""
+    gib = cap_gib(cfg)
+    if gib is None or device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(index).total_memory
+    cap = int(gib * GIB)
+    if cap >= total:
+        log(f"memory cap: {gib:.2f} GiB is not below this card's {total / GIB:.2f} GiB: nothing to cap")
+        return None
+    torch.cuda.set_per_process_memory_fraction(cap / total, index)
+    _CAPS[index] = cap
+    log(f"memory cap: this process may reserve at most {gib:.2f} GiB of the card's {total / GIB:.2f} GiB "
+        f"(a smaller card rehearsed; set_per_process_memory_fraction)")
+    return gib
+
+
+def limit_bytes(device) -> int:
+    """The bytes this process may reserve on `device`: its cap, else the card's total memory (0 on the CPU)."""
+    if device.type != "cuda":
+        return 0
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _CAPS.get(index) or torch.cuda.get_device_properties(index).total_memory
+
+
+def tight(device) -> bool:
+    """Whether the memory reserved now is above half of what this process may reserve (CUDA only): then the
+    CUDA-graph pool is given back before validation, which would otherwise need as much again."""
+    if device.type != "cuda":
+        return False
+    return 2 * torch.cuda.memory_reserved(device) > limit_bytes(device)
+
+
+class PhasePeaks:
+    """Peak allocated and reserved GiB of each phase of the run on `device` (CUDA; empty elsewhere):
+    mark(name) closes the phase running since the last mark under `name` (a repeated name keeps its maximum)
+    and starts the next one; peaks[name] = (allocated GiB, reserved GiB)."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.peaks: dict = {}
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def mark(self, name):
+        if not self.cuda:
+            return
+        a = torch.cuda.max_memory_allocated(self.device) / GIB
+        r = torch.cuda.max_memory_reserved(self.device) / GIB
+        old = self.peaks.get(name, (0.0, 0.0))
+        self.peaks[name] = (max(a, old[0]), max(r, old[1]))
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def line(self) -> str:
+        """'memory peaks (GiB allocated/reserved): start-up 0.31/0.40, train 4.10/5.02, ...' ('' without CUDA)."""
+        if not self.peaks:
+            return ""
+        return "memory peaks (GiB allocated/reserved): " + ", ".join(
+            f"{k} {a:.2f}/{r:.2f}" for k, (a, r) in self.peaks.items())
