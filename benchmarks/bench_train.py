@@ -3,12 +3,17 @@
     python benchmarks/bench_train.py                                   # yolov9-s/c/e, c and torch, batch 64, 640
     python benchmarks/bench_train.py --models yolov9-s --backends c --images 1024 --workers 8
     python benchmarks/bench_train.py --table rows.jsonl                # the markdown table of saved lines
+    python benchmarks/bench_train.py --models yolov9-s yolov9-c yolov9-e --backends c --epochs 2 \
+        --mem-cap yolov9-s=7.0,yolov9-c=14.5,yolov9-e=22.0               # the whole run under 8/16/24 GB cards
 
 Data: the built-in synthetic generator at --img, --images train and 16 val images, written into --root (reused
 when present). Each configuration runs `train_dual.py --data D --cfg M.yaml --batch-size B --img I --epochs 1
 --workers W --backend K --noplots --exist-ok` in its own process (out of memory is a row; its console goes to
 ROOT/logs/MODEL-BACKEND-bB-I.log). One JSON line per configuration: peak allocated / reserved GiB of the training
-epoch (read before its validation), epoch seconds and img/s from results.csv (cuDNN tuning included).
+epoch (read before its validation), epoch seconds and img/s from results.csv (cuDNN tuning included). With
+--mem-cap the run's own --mem-cap (the whole process capped as that card would be) and --epochs N (validation after
+each): the cap, the validation batch the run ended with, img/s of the last epoch and the peaks of every phase
+(start-up, first epoch with the warm-up and capture, train, validation, saving, final validation).
 PYTORCH_CUDA_ALLOC_CONF is the trainer's default (expandable_segments:True) unless set.
 """
 
@@ -38,12 +43,17 @@ def build_parser():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--img", type=int, default=640)
     p.add_argument("--images", type=int, default=1536, help="train images (batch 64: 24 steps)")
+    p.add_argument("--val-images", type=int, default=16,
+                   help="validation images (128: the published validation batch of 2 x 64 is filled)")
     p.add_argument("--boxes", type=int, default=40, help="at most this many shapes per image (at least half)")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--gpu-augment", action="store_true", help="train with --gpu-augment (the augment op)")
     p.add_argument("--procs", type=int, default=os.cpu_count() or 1, help="processes writing the dataset")
     p.add_argument("--root", default="/tmp/yolov9c_bench_train", help="dataset and run folders")
     p.add_argument("--timeout", type=float, default=300, help="seconds per configuration")
+    p.add_argument("--epochs", type=int, default=1, help="epochs per run (each validated)")
+    p.add_argument("--mem-cap", default=None, metavar="SPEC",
+                   help="the run's --mem-cap in GiB: one number, or MODEL=GIB,... per model (others uncapped)")
     p.add_argument("--data-only", action="store_true", help="only write the dataset")
     p.add_argument("--table", metavar="JSONL", help="only print the markdown table of saved JSON lines")
     p.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "DATA"), help=argparse.SUPPRESS)
@@ -74,7 +84,7 @@ def make_dataset(root, n_train, imgsz, max_boxes, procs, n_val=16):
     """data.yaml of the benchmark set under root (written once, in parallel; complete folders only)."""
     from yolov9c.data.synthetic import NAMES
 
-    out = Path(root) / f"synthetic-{n_train}-{imgsz}-b{max_boxes}"
+    out = Path(root) / (f"synthetic-{n_train}-{imgsz}-b{max_boxes}" + (f"-v{n_val}" if n_val != 16 else ""))
     if (out / "data.yaml").is_file():
         return out / "data.yaml"
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
@@ -100,8 +110,18 @@ def run_one(model, backend, data, args):
 
     from yolov9c.engine.train import trainer
 
-    peaks = {}
+    import yolov9c.cli.train as cli_train
+
+    peaks, result = {}, {}
     validate = trainer._validate
+    inner_train = cli_train.train
+
+    def keep_result(*a, **k):  # train()'s dict: the phase peaks and the validation batch
+        out = inner_train(*a, **k)
+        result.update(out)
+        return out
+
+    cli_train.train = keep_result
 
     def first_validate(*a, **k):  # the training epoch's peaks, before validation allocates anything
         if not peaks and torch.cuda.is_available():
@@ -111,11 +131,14 @@ def run_one(model, backend, data, args):
         return validate(*a, **k)
 
     trainer._validate = first_validate
-    name = f"{model}-{backend}"
+    cap = cap_for(args.mem_cap, model)
+    name = f"{model}-{backend}" + (f"-cap{cap:g}" if cap else "")
     sys.argv = ["train_dual.py", "--data", data, "--cfg", f"{model}.yaml", "--batch-size", str(args.batch),
                 "--img", str(args.img), "--epochs", "1", "--workers", str(args.workers), "--backend", backend,
                 "--noplots", "--exist-ok", "--project", str(Path(args.root) / "runs"), "--name", name]
     sys.argv += ["--gpu-augment"] if args.gpu_augment else []
+    sys.argv[sys.argv.index("--epochs") + 1] = str(args.epochs)
+    sys.argv += ["--mem-cap", str(cap)] if cap else []
     t0 = time.time()
     try:
         runpy.run_path(str(REPO / "train_dual.py"), run_name="__main__")
@@ -126,7 +149,9 @@ def run_one(model, backend, data, args):
            "workers": args.workers, "torch": torch.__version__,
            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
            "status": "ok", "run_s": round(time.time() - t0, 1), **peaks,
-           "run_peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3) if peaks else None}
+           "run_peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3) if peaks else None,
+           "epochs": args.epochs, "mem_cap_gib": cap, "val_batch": result.get("val_batch"),
+           "phase_peaks_gib": {k: [round(a, 3), round(r, 3)] for k, (a, r) in result.get("memory_peaks", {}).items()}}
     res = Path(args.root) / "runs" / name / "results.csv"
     if res.is_file():
         lines = [s for s in res.read_text().splitlines() if s.strip()]
@@ -149,6 +174,17 @@ def _copy_timed(pipe, f, t0):
         f.flush()
 
 
+def cap_for(spec, model):
+    """--mem-cap SPEC → this model's cap in GiB (None: uncapped). '7' caps every model; 'yolov9-s=7,yolov9-c=14.5'
+    caps those models only."""
+    if not spec:
+        return None
+    if "=" not in spec:
+        return float(spec)
+    caps = dict(item.split("=", 1) for item in spec.split(","))
+    return float(caps[model]) if model in caps else None
+
+
 def run_config(args, model, backend, data):
     base = {"model": model, "backend": backend, "batch": args.batch, "img": args.img, "images": args.images,
             "workers": args.workers, "gpu_augment": args.gpu_augment}
@@ -156,9 +192,10 @@ def run_config(args, model, backend, data):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", model, backend, data, "--batch",
             str(args.batch), "--img", str(args.img), "--images", str(args.images), "--workers", str(args.workers),
-            "--root", args.root] + (["--gpu-augment"] if args.gpu_augment else [])
+            "--root", args.root, "--epochs", str(args.epochs)] + (["--gpu-augment"] if args.gpu_augment else []) \
+        + (["--mem-cap", args.mem_cap] if args.mem_cap else [])
     log = Path(args.root) / "logs" / f"{model}-{backend}-b{args.batch}-{args.img}-w{args.workers}" \
-        f"{'-gpuaug' if args.gpu_augment else ''}.log"
+        f"{'-gpuaug' if args.gpu_augment else ''}{'-cap%g' % cap_for(args.mem_cap, model) if cap_for(args.mem_cap, model) else ''}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with open(log, "w") as f:  # the child's console, each line with its time (s since the start), kept
@@ -191,12 +228,16 @@ def markdown(rows):
     def f(v, spec):
         return "—" if v is None else format(v, spec)
 
-    out = ["| model | backend | status | peak allocated GiB | peak reserved GiB | epoch s | img/s |",
-           "|---|---|---|---|---|---|---|"]
+    out = ["| model | backend | cap GiB | status | peak allocated GiB | peak reserved GiB | epoch s | img/s | val batch "
+           "| largest phase (reserved) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['model']} | {r['backend']} | {r.get('status')} | {f(r.get('train_peak_alloc_gib'), '.2f')} "
-                   f"| {f(r.get('train_peak_reserved_gib'), '.2f')} | {f(r.get('epoch_s'), '.1f')} | "
-                   f"{f(r.get('img_per_s'), '.1f')} |")
+        phases = r.get("phase_peaks_gib") or {}
+        big = max(phases.items(), key=lambda kv: kv[1][1]) if phases else None
+        out.append(f"| {r['model']} | {r['backend']} | {f(r.get('mem_cap_gib'), '.1f')} | {r.get('status')} "
+                   f"| {f(r.get('train_peak_alloc_gib'), '.2f')} | {f(r.get('train_peak_reserved_gib'), '.2f')} "
+                   f"| {f(r.get('epoch_s'), '.1f')} | {f(r.get('img_per_s'), '.1f')} | {r.get('val_batch') or '—'} "
+                   f"| {f'{big[0]} {big[1][1]:.2f}' if big else '—'} |")
     return "\n".join(out)
 
 
@@ -212,7 +253,7 @@ def main(argv=None):
         print("threads at exit:", [(t.name, t.daemon) for t in threading.enumerate()], flush=True)
         faulthandler.dump_traceback_later(20, exit=False)
         return 0
-    data = str(make_dataset(args.root, args.images, args.img, args.boxes, args.procs))
+    data = str(make_dataset(args.root, args.images, args.img, args.boxes, args.procs, n_val=args.val_images))
     if args.data_only:
         print(data)
         return 0

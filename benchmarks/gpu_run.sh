@@ -14,6 +14,9 @@
 #   memory     bench_memory.py: peak memory per configuration (MEM_MODELS, MEM_CONFIGS), markdown rows
 #   train      bench_train.py: the real train_dual.py, yolov9-s and yolov9-c (TRAIN_MODELS), c and torch
 #              (TRAIN_BACKENDS), 1024 generated images (written while the module builds)
+#   capped     bench_train.py, the whole real run under a card's cap (--mem-cap): yolov9-s/c/e (CAP_MODELS), c
+#              backend, batch 64, 640, 2 epochs with validation, capped at CAP_SPEC (default 7.0 / 14.5 / 22.0 GiB:
+#              8 / 16 / 24 GB cards), then uncapped (CAP_BASE=0 skips): img/s, validation batch, peaks by phase
 #   loss       bench_loss.py: the detection loss at 20, 160, 1000 boxes per image
 #   bn         bench_bn_silu.py (BN_FLAGS, e.g. "--kernels --shapes 64,512,40,40")
 #   pool       bench_pool.py
@@ -61,8 +64,10 @@ stage() {  # stage NAME NEED LIMIT command...: run when NEED seconds are left, f
 cat "$OUT/machine.txt"
 
 DATA=
-if [[ " $* " == *" train "* || " $* " == *" augtrain "* || " $* " == *" augpub "* ]]; then   # the training benchmark's images, written while the module builds
-  python3 benchmarks/bench_train.py --data-only --images 1024 --procs 12 > "$OUT/train_data.log" 2>&1 &
+if [[ " $* " == *" train "* || " $* " == *" capped "* || " $* " == *" augtrain "* || " $* " == *" augpub "* ]]; then   # the training benchmark's images, written while the module builds
+  { python3 benchmarks/bench_train.py --data-only --images 1024 --procs 12
+    [[ " $* " == *" capped "* ]] && python3 benchmarks/bench_train.py --data-only --images 1024 --val-images 128 --procs 12
+  } > "$OUT/train_data.log" 2>&1 &
   DATA=$!
 fi
 PYT=(python3 -m pytest -q -p no:cacheprovider -m cuda -rfs)
@@ -96,6 +101,17 @@ for part in "$@"; do
              tail -1 "$OUT/train_${m}_$b.log"
            done; done
            cp /tmp/yolov9c_bench_train/logs/*.log "$OUT/" 2>/dev/null ;;
+    capped) [ -n "$DATA" ] && wait "$DATA"
+            for m in ${CAP_MODELS:-yolov9-s yolov9-c yolov9-e}; do
+              for spec in "${CAP_SPEC:-yolov9-s=7.0,yolov9-c=14.5,yolov9-e=22.0}" $([ "${CAP_BASE:-1}" = 1 ] && echo none); do
+                tag=$([ "$spec" = none ] && echo uncapped || echo capped)
+                stage "${tag}_$m" 90 ${CAP_LIMIT:-200} python3 benchmarks/bench_train.py --models "$m" --backends c \
+                  --images 1024 --val-images 128 --epochs 2 --timeout $(( ${CAP_LIMIT:-200} - 10 )) --root /tmp/yolov9c_bench_train \
+                  $([ "$spec" = none ] || echo --mem-cap "$spec")
+                tail -1 "$OUT/${tag}_$m.log"
+              done
+            done
+            cp /tmp/yolov9c_bench_train/logs/*.log "$OUT/" 2>/dev/null ;;
     loss) stage loss 60 90 python3 benchmarks/bench_loss.py --batch 64 --imgsz 640 --nc 80 --boxes 20 160 1000 \
             --reps 10 --warmup 3 --markdown
           tail -12 "$OUT/loss.log" ;;
