@@ -107,6 +107,17 @@ def test_close_mosaic_says_when_mosaic_closes(tmp_path):
         "Closing dataloader mosaic (--close-mosaic 1: no mosaic or mixup from epoch 1)"]
 
 
+def test_close_mosaic_beyond_the_epochs_keeps_mosaic_as_published(tmp_path):
+    """The published loop closes mosaic at epoch == epochs - close_mosaic: with --close-mosaic > --epochs never."""
+    logs = []
+    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--epochs", "2", "--close-mosaic", "5",
+                   logs=logs)
+    train_one_epoch(state, 0)
+    train_one_epoch(state, 1)
+    assert state.dataset.mosaic and not [s for s in logs if "Closing dataloader mosaic" in s]
+    assert sum("mosaic stays on for the whole run" in s for s in logs) == 1
+
+
 def test_mem_budget_sets_the_micro_batch_and_keeps_the_nominal_batch(tmp_path):
     """A budget between the predicted peaks of 2 and 4 images: micro-batches of 2 per loader batch of 4; the
     loader batch, accumulation, nominal batch and weight decay are those of the same run without a budget."""

@@ -207,8 +207,12 @@ def _epoch_sampling(state, epoch):
     """The epoch's draw of training images: mosaic off for the last --close-mosaic epochs, --image-weights'
     weights from the last per-class mAPs (state.progress.maps), the sampler's epoch (its shuffle seed)."""
     cfg, ds = state.cfg, state.dataset
-    closed = bool(cfg.close_mosaic) and epoch >= cfg.epochs - cfg.close_mosaic
+    # as published (mosaic closes at epoch == epochs - close_mosaic): never when --close-mosaic > --epochs
+    closed = bool(cfg.close_mosaic) and 0 <= cfg.epochs - cfg.close_mosaic <= epoch
     first = state.progress.start_epoch
+    if cfg.close_mosaic > cfg.epochs and epoch == first and ds.augment and not ds.rect:
+        state.log(f"--close-mosaic {cfg.close_mosaic} is more than --epochs {cfg.epochs}: mosaic stays on for the "
+                  f"whole run (as in the published loop, which closes it at epoch {cfg.epochs - cfg.close_mosaic})")
     if closed and ds.augment and not ds.rect and epoch in (cfg.epochs - cfg.close_mosaic, first):
         state.log(f"Closing dataloader mosaic (--close-mosaic {cfg.close_mosaic}: no mosaic or mixup from epoch "
                   f"{max(0, cfg.epochs - cfg.close_mosaic)})")  # the published loop's line, once (or at a resume past it)
