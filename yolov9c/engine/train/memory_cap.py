@@ -72,9 +72,7 @@ class PhasePeaks:
     def __init__(self, device):
         self.cuda = device.type == "cuda"
         self.device = device
-        self.peaks: dict = {}
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats(device)
+        self.peaks: dict = {}  # the first phase runs from the process start (nothing to reset before CUDA starts)
 
     def mark(self, name):
         if not self.cuda:
