@@ -145,11 +145,16 @@ def run_one(model, backend, data, args):
     except SystemExit as e:
         if e.code not in (0, None):
             raise
+    phases = result.get("memory_peaks", {})
+    trained = [phases[k] for k in ("first epoch", "train") if k in phases]
+    if trained:  # the trainer's own phase peaks (it resets the peak counters between phases)
+        peaks.update(train_peak_alloc_gib=round(max(a for a, _ in trained), 3),
+                     train_peak_reserved_gib=round(max(r for _, r in trained), 3))
     row = {"model": model, "backend": backend, "batch": args.batch, "img": args.img, "images": args.images,
            "workers": args.workers, "torch": torch.__version__,
            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
            "status": "ok", "run_s": round(time.time() - t0, 1), **peaks,
-           "run_peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3) if peaks else None,
+           "run_peak_reserved_gib": round(max((r for _, r in phases.values()), default=0.0), 3) if phases else None,
            "epochs": args.epochs, "mem_cap_gib": cap, "val_batch": result.get("val_batch"),
            "phase_peaks_gib": {k: [round(a, 3), round(r, 3)] for k, (a, r) in result.get("memory_peaks", {}).items()}}
     res = Path(args.root) / "runs" / name / "results.csv"

@@ -61,7 +61,7 @@ def test_a_cpu_run_reports_its_validation_batch(data, tmp_path):
 
 @pytest.mark.cuda
 def test_the_allocator_refuses_beyond_the_cap():
-    dev = torch.device("cuda")
+    dev = torch.device("cuda", 0)
     lines = []
     try:
         assert M.apply_cap(parse_opt(["--mem-cap", "1G"]), dev, lines.append) == 1.0
