@@ -308,6 +308,10 @@ def resolve_backend(cfg, device, world, log):
 # Run folder, hyp, seeds
 # ---------------------------------------------------------------------------------------------------------
 
+# the keys the optimizer, LR schedule and warm-up read (data/hyp.py checks the augmentation keys)
+TRAIN_HYP_KEYS = ("lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum", "warmup_bias_lr")
+
+
 def setup_run_folder(state):
     """The claimed run folder (claim_run_dir) held through a RunFolder by the main process (not by --evolve
     generations, which write only results.csv rows), the hyperparameters, hyp.yaml and opt.yaml of a fresh run
@@ -324,8 +328,13 @@ def setup_run_folder(state):
     try:
         hyp_file = resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else None
         hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup)
-    except (FileNotFoundError, KeyError, ValueError) as e:
+        missing = [k for k in TRAIN_HYP_KEYS if k not in hyp]
+        if missing:
+            raise KeyError(f"hyp lacks training keys: {', '.join(missing)}")
+    except (FileNotFoundError, ValueError) as e:  # the message names the file (and line)
         raise TrainError(f"--hyp: {e}") from None
+    except KeyError as e:
+        raise TrainError(f"--hyp {hyp_file or '(dict)'}: {e.args[0]}") from None
     if resumed is not None and resumed.hyp is not None:
         hyp = resumed.hyp  # the run's own values
     hyp["anchor_t"] = 5.0  # forced as published (anchor-free heads do not read it)
