@@ -3,7 +3,8 @@ says what is wrong and where (the file, line, key), no traceback, and leaves no 
 mechanism is the existing one: set-up raises TrainError (yolov9c/engine/train/errors.py), the CLI prints it,
 and a start that fails removes the folder it made (state.abandon_run_folder).
 
-Cases: --hyp files (a `!!python/object` tag, a yaml syntax error, `lr0: abc`, `lr0: -1`, a missing key).
+Cases: --hyp files (a `!!python/object` tag, a yaml syntax error, `lr0: abc`, `lr0: -1`, a missing key); --freeze
+beyond the model's layers (the error says how many it has).
 Not an error: a damaged `--cache disk` .npy (truncated, a pickled object) is rebuilt at start with one line and the
 run trains.
 Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64; every case runs `main(argv)` of the real CLI
@@ -94,3 +95,21 @@ def test_damaged_disk_cache_is_rebuilt_and_the_run_trains(tmp_path):
     assert (tmp_path / "runs" / "exp" / "weights" / "last.pt").is_file()
     for npy in (truncated, pickled):
         assert np.load(npy, allow_pickle=False).shape == (64, 64, 3)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --freeze
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layers, says", [
+    (["23"], "so N can be at most 22"),  # gelan-t has 23 layers: --freeze 23 would freeze the head too
+    (["100"], "so N can be at most 22"),
+    (["0", "1", "30"], "no layer 30"),
+    ([str(i) for i in range(23)], "nothing left to train"),
+], ids=["23", "100", "list-30", "every-layer"])
+def test_freeze_beyond_the_model_is_one_error_line(data, tmp_path, layers, says):
+    """Before: `RuntimeError: element 0 of tensors does not require grad` in the first step, exit 1, and a run
+    folder with an empty weights/."""
+    line = refused(train_main, _train_args(data, tmp_path / "runs", "--freeze", *layers), tmp_path / "runs")
+    assert f"error: --freeze {' '.join(layers)}: " in line and "the model has 23 layers (0-22)" in line, line
+    assert says in line, line

@@ -465,7 +465,18 @@ def frozen_layers_text(layers) -> str:
 def freeze(model, layers):
     """--freeze N → layers 0..N-1; several values → exactly those layer indices. Returns the frozen count.
     Every other parameter keeps the requires_grad it was built with: the DFL convolutions' fixed weights stay
-    frozen (as published: its `v.requires_grad = True` line is commented out, train_dual.py L122-128)."""
+    frozen (as published: its `v.requires_grad = True` line is commented out, train_dual.py L122-128).
+    Raises TrainError for a layer the model does not have and for a choice that leaves no parameter to train
+    (set-up then removes the run folder it made, as for any failed start)."""
+    n = len(model.model)
+    given = " ".join(map(str, layers))
+    layer_text = f"the model has {n} layers (0-{n - 1})"
+    if len(layers) == 1 and layers[0] >= n:
+        raise TrainError(f"--freeze {given}: {layer_text}; --freeze N freezes layers 0 to N-1, so N can be at most "
+                         f"{n - 1} (the detection head, layer {n - 1}, must train)")
+    missing = sorted({x for x in layers if x >= n}) if len(layers) > 1 else []
+    if missing:
+        raise TrainError(f"--freeze {given}: {layer_text}: no layer {', '.join(map(str, missing))}")
     idx = range(layers[0]) if len(layers) == 1 else layers
     prefixes = [f"model.{x}." for x in idx]
     frozen = 0
@@ -473,6 +484,9 @@ def freeze(model, layers):
         if any(k.startswith(p) for p in prefixes):
             v.requires_grad = False
             frozen += 1
+    if not any(v.requires_grad for v in model.parameters()):
+        raise TrainError(f"--freeze {given}: nothing left to train ({layer_text}; the detection head, layer "
+                         f"{n - 1}, must train)")
     return frozen
 
 
