@@ -4,7 +4,8 @@ mechanism is the existing one: set-up raises TrainError (yolov9c/engine/train/er
 and a start that fails removes the folder it made (state.abandon_run_folder).
 
 Cases: --hyp files (a `!!python/object` tag, a yaml syntax error, `lr0: abc`, `lr0: -1`, a missing key); --freeze
-beyond the model's layers (the error says how many it has).
+beyond the model's layers (the error says how many it has); under torchrun (2 gloo processes on the CPU) a batch
+that does not split over the processes (printed by rank 0 only, every rank exits with code 2).
 Not an error: a damaged `--cache disk` .npy (truncated, a pickled object) is rebuilt at start with one line and the
 run trains.
 Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64; every case runs `main(argv)` of the real CLI
@@ -12,6 +13,10 @@ in this process (tests/inprocess.py), most stop in set-up within a second.
 
 Run: python -m pytest -q tests/test_cli_errors.py
 """
+
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +26,8 @@ from inprocess import call
 from yolov9c.cli.train import main as train_main
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.resources import DEFAULT_HYP
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +120,24 @@ def test_freeze_beyond_the_model_is_one_error_line(data, tmp_path, layers, says)
     line = refused(train_main, _train_args(data, tmp_path / "runs", "--freeze", *layers), tmp_path / "runs")
     assert f"error: --freeze {' '.join(layers)}: " in line and "the model has 23 layers (0-22)" in line, line
     assert says in line, line
+
+
+# ---------------------------------------------------------------------------------------------------------
+# torchrun: a batch that does not split over the processes
+# ---------------------------------------------------------------------------------------------------------
+
+def test_torchrun_batch_error_is_printed_once_and_every_rank_exits_2(data, tmp_path):
+    """2 gloo processes on the CPU, --batch 3: rank 0 prints the one line (it counts processes: no GPU here),
+    every rank exits with code 2 (before: the line once per rank, or not at all when torchrun killed rank 0
+    first), and the only traceback is torchrun's own report after the workers' part. No folder."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(REPO / "train_dual.py"), *_train_args(data, tmp_path / "runs", "--batch", "3")]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    text = r.stdout + r.stderr
+    errors = [ln for ln in text.splitlines() if "error:" in ln]
+    assert r.returncode != 0 and len(errors) == 1, text[-4000:]
+    assert errors[0] == ("train_dual.py: error: --batch-size 3 must be a multiple of WORLD_SIZE 2 (the number of "
+                         "processes): each one trains on batch-size / 2 images"), errors[0]
+    assert "Traceback" not in text.split("failed (exitcode")[0], text[-4000:]  # torchrun's own report follows
+    assert text.count("exitcode  : 2 ") == 2, text[-4000:]  # both ranks, none killed by torchrun's SIGTERM
+    assert not (tmp_path / "runs").exists()

@@ -229,12 +229,12 @@ def placement(cfg, log):
     rank = int(os.getenv("RANK", -1))
     world = int(os.getenv("WORLD_SIZE", 1))
     main = rank in (-1, 0)
-    why = batch_error(cfg.batch_size, world, cfg.mem_budget)  # the CLI asks the same before DDP starts
+    device = select_device(cfg.device, local_rank)
+    why = batch_error(cfg.batch_size, world, cfg.mem_budget, cuda=device.type == "cuda")  # the CLI asks it first
     if why:
         raise TrainError(why)
     if not main:
         log = _silent
-    device = select_device(cfg.device, local_rank)
     if world > 1:
         if cfg.image_weights:
             raise TrainError("--image-weights is not compatible with DDP (as published)")
