@@ -5,7 +5,8 @@ and a start that fails removes the folder it made (state.abandon_run_folder).
 
 Cases: --hyp files (a `!!python/object` tag, a yaml syntax error, `lr0: abc`, `lr0: -1`, a missing key); --freeze
 beyond the model's layers (the error says how many it has); under torchrun (2 gloo processes on the CPU) a batch
-that does not split over the processes (printed by rank 0 only, every rank exits with code 2).
+that does not split over the processes (printed by rank 0 only, every rank exits with code 2); --weights holding
+NaN/inf (named, not lr0).
 Not an error: a damaged `--cache disk` .npy (truncated, a pickled object) is rebuilt at start with one line and the
 run trains.
 Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64; every case runs `main(argv)` of the real CLI
@@ -14,12 +15,14 @@ in this process (tests/inprocess.py), most stop in set-up within a second.
 Run: python -m pytest -q tests/test_cli_errors.py
 """
 
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from inprocess import call
@@ -141,3 +144,24 @@ def test_torchrun_batch_error_is_printed_once_and_every_rank_exits_2(data, tmp_p
     assert "Traceback" not in text.split("failed (exitcode")[0], text[-4000:]  # torchrun's own report follows
     assert text.count("exitcode  : 2 ") == 2, text[-4000:]  # both ranks, none killed by torchrun's SIGTERM
     assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# messages that name the right thing
+# ---------------------------------------------------------------------------------------------------------
+
+def test_non_finite_weights_file_is_named_not_lr0(data, tmp_path):
+    """--weights whose tensors hold NaN/inf: refused at load, naming the file and the tensors (before: the run
+    skipped its steps and stopped in epoch 0 blaming `lr0=0.01` and the data)."""
+    from yolov9c import build_model
+    from yolov9c.models.checkpoint import save_checkpoint
+
+    model = build_model("gelan-t", nc=8)
+    with torch.no_grad():
+        model.model[1].conv.weight.view(-1)[0] = math.nan
+        model.model[2].cv1.bn.running_var.view(-1)[0] = math.inf
+    weights = save_checkpoint(tmp_path / "diverged.pt", model)
+    line = refused(train_main, _train_args(data, tmp_path / "runs", "--weights", weights), tmp_path / "runs")
+    assert f"error: --weights {weights}: 2 tensors hold inf/NaN (model.1.conv.weight, model.2.cv1.bn.running_var)" \
+           in line, line
+    assert "lr0" not in line and "diverged run" in line, line

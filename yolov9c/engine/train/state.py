@@ -57,6 +57,7 @@ from yolov9c.engine.train.schedule import lr_lambda, warmup_iterations
 from yolov9c.engine.train.step import EagerStep, Step, Window
 from yolov9c.loss.detection import make_loss
 from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain
+from yolov9c.models.finite import nonfinite_names, nonfinite_text
 from yolov9c.models.weights import transfer_weights
 from yolov9c.models.info import model_summary
 from yolov9c.models.model import DetectionModel
@@ -417,14 +418,19 @@ def setup_model(state):
         model.load_state_dict(state.resumed.model_state)
     elif str(cfg.weights).endswith(".pt"):
         try:
-            wck = read_checkpoint(cfg.weights)
+            wck = read_checkpoint(cfg.weights, warn=False)  # non-finite weights: refused below
         except (FileNotFoundError, CheckpointError) as e:
             raise TrainError(f"--weights: {e}") from None
         spec = cfg.cfg or wck.get("yaml")
         if not spec:
             raise TrainError(f"--weights {cfg.weights} stores no model yaml: give --cfg")
-        model = _build(spec, state.nc)
         sd = wck.get("ema") or wck.get("model")
+        bad = nonfinite_names(sd)
+        if bad:  # else the first steps are skipped and the run stops blaming lr0 and the data
+            raise TrainError(f"--weights {nonfinite_text(cfg.weights, bad)}: weights of a diverged run cannot be "
+                             f"trained from; use an earlier checkpoint of that run (weights/epochN.pt) or other "
+                             f"weights")
+        model = _build(spec, state.nc)
         transfer_weights(model, {k: v.float() for k, v in sd.items()}, exclude=("anchor",) if cfg.cfg else (),
                          source=str(cfg.weights))
     else:
