@@ -6,7 +6,8 @@ and a start that fails removes the folder it made (state.abandon_run_folder).
 Cases: --hyp files (a `!!python/object` tag, a yaml syntax error, `lr0: abc`, `lr0: -1`, a missing key); --freeze
 beyond the model's layers (the error says how many it has); under torchrun (2 gloo processes on the CPU) a batch
 that does not split over the processes (printed by rank 0 only, every rank exits with code 2); --weights holding
-NaN/inf (named, not lr0).
+NaN/inf (named, not lr0); a run stopped before its first save (divergence in epoch 0, a full disk) removes its
+folder, so the same command gets the same name.
 Not an error: a damaged `--cache disk` .npy (truncated, a pickled object) is rebuilt at start with one line and the
 run trains.
 Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64; every case runs `main(argv)` of the real CLI
@@ -15,7 +16,9 @@ in this process (tests/inprocess.py), most stop in set-up within a second.
 Run: python -m pytest -q tests/test_cli_errors.py
 """
 
+import errno
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +28,7 @@ import pytest
 import torch
 import yaml
 
+import yolov9c.engine.train.trainer as T
 from inprocess import call
 from yolov9c.cli.train import main as train_main
 from yolov9c.data.synthetic import synthetic_dataset
@@ -43,15 +47,15 @@ def _train_args(data, project, *extra):
             "0", "--noval", "--noplots", "--device", "cpu", "--project", str(project), *extra]
 
 
-def refused(entry, argv, project):
+def refused(entry, argv, project, stdout=False):
     """Run `entry(argv)`; assert exit code 2, exactly one `error:` line, no traceback, nothing left under
-    `project`. Returns the error line."""
+    `project`. Returns the error line (and what it printed on stdout, with `stdout`)."""
     r = call(entry, [str(a) for a in argv])
     errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
     assert r.returncode == 2 and len(errors) == 1, (r.returncode, r.stderr[-3000:])
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert not project.exists() or list(project.iterdir()) == [], sorted(project.rglob("*"))
-    return errors[0]
+    return (errors[0], r.stdout) if stdout else errors[0]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -165,3 +169,34 @@ def test_non_finite_weights_file_is_named_not_lr0(data, tmp_path):
     assert f"error: --weights {weights}: 2 tensors hold inf/NaN (model.1.conv.weight, model.2.cv1.bn.running_var)" \
            in line, line
     assert "lr0" not in line and "diverged run" in line, line
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_run_stopped_before_its_first_save_leaves_no_folder(data, tmp_path, monkeypatch):
+    """Divergence in epoch 0 and a full disk at the first checkpoint: one error line that says the folder was
+    removed, no folder (before: runs/exp with an empty weights/, and the advised same command wrote exp2); the
+    same command then trains in runs/exp."""
+    project = tmp_path / "runs"
+    argv = _train_args(data, project)
+    end_epoch = T.end_epoch
+
+    def diverge(state, epoch, stats):
+        next(state.ema.ema.parameters()).data.view(-1)[0] = math.nan
+        return end_epoch(state, epoch, stats)
+
+    removed = f"{project / 'exp'} removed: the run stopped before it saved anything"
+    with monkeypatch.context() as m:
+        m.setattr(T, "end_epoch", diverge)
+        line, out = refused(train_main, argv, project, stdout=True)
+    assert "error: epoch 0: training diverged: " in line and removed in out, line
+    with monkeypatch.context() as m:
+        m.setattr(torch, "save", _no_space)
+        line, out = refused(train_main, argv, project, stdout=True)
+    assert f"error: No space left on device writing {project / 'exp' / 'weights' / 'last.pt'}" in line, line
+    assert "run the same command again" in line and removed in out, line
+    r = call(train_main, argv)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in project.iterdir()) == ["exp"] and (project / "exp" / "weights" / "last.pt").is_file()
