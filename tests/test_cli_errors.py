@@ -7,7 +7,7 @@ Cases: --hyp files (a `!!python/object` tag, a yaml syntax error, `lr0: abc`, `l
 beyond the model's layers (the error says how many it has); under torchrun (2 gloo processes on the CPU) a batch
 that does not split over the processes (printed by rank 0 only, every rank exits with code 2); --weights holding
 NaN/inf (named, not lr0); a run stopped before its first save (divergence in epoch 0, a full disk) removes its
-folder, so the same command gets the same name.
+folder, so the same command gets the same name; --data given a folder (a .yaml is expected).
 Not an error: a damaged `--cache disk` .npy (truncated, a pickled object) is rebuilt at start with one line and the
 run trains.
 Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64; every case runs `main(argv)` of the real CLI
@@ -200,3 +200,11 @@ def test_a_run_stopped_before_its_first_save_leaves_no_folder(data, tmp_path, mo
     r = call(train_main, argv)
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in project.iterdir()) == ["exp"] and (project / "exp" / "weights" / "last.pt").is_file()
+
+
+def test_data_folder_says_a_yaml_is_expected(data, tmp_path):
+    """--data given the dataset's folder (before: "data yaml not found", though the folder exists)."""
+    folder = Path(data).parent
+    line = refused(train_main, _train_args(str(folder), tmp_path / "runs"), tmp_path / "runs")
+    assert line == (f"train_dual.py: error: {folder} is a folder: a dataset .yaml file is expected (keys train, val, "
+                    f"nc, names; docs/data.md), e.g. {data} there"), line
