@@ -7,7 +7,8 @@ Cases: --hyp files (a `!!python/object` tag, a yaml syntax error, `lr0: abc`, `l
 beyond the model's layers (the error says how many it has); under torchrun (2 gloo processes on the CPU) a batch
 that does not split over the processes (printed by rank 0 only, every rank exits with code 2); --weights holding
 NaN/inf (named, not lr0); a run stopped before its first save (divergence in epoch 0, a full disk) removes its
-folder, so the same command gets the same name; --data given a folder (a .yaml is expected).
+folder, so the same command gets the same name; --data given a folder (a .yaml is expected); the published guides'
+missing `yolov9-s.pt` (one wording in train, val and detect) and `data/images/horses.jpg` say where to get them.
 Not an error: a damaged `--cache disk` .npy (truncated, a pickled object) is rebuilt at start with one line and the
 run trains.
 Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64; every case runs `main(argv)` of the real CLI
@@ -208,3 +209,36 @@ def test_data_folder_says_a_yaml_is_expected(data, tmp_path):
     line = refused(train_main, _train_args(str(folder), tmp_path / "runs"), tmp_path / "runs")
     assert line == (f"train_dual.py: error: {folder} is a folder: a dataset .yaml file is expected (keys train, val, "
                     f"nc, names; docs/data.md), e.g. {data} there"), line
+
+
+@pytest.mark.parametrize("cli", ["train", "val", "detect"])
+def test_missing_published_weights_say_where_to_get_them_in_one_wording(data, tmp_path, monkeypatch, cli):
+    """The published guides' `--weights yolov9-s.pt` without the file: the same line in all three CLIs, naming
+    the release page (README.md's FAQ), from models.published.weights_not_found."""
+    from yolov9c.cli.detect import main as detect_main
+    from yolov9c.cli.val import main as val_main
+
+    monkeypatch.chdir(tmp_path)
+    project = tmp_path / "runs"
+    entry, argv = {
+        "train": (train_main, _train_args(data, project, "--weights", "yolov9-s.pt")),
+        "val": (val_main, ["--weights", "yolov9-s.pt", "--data", data, "--project", project, "--device", "cpu"]),
+        "detect": (detect_main, ["--weights", "yolov9-s.pt", "--project", project, "--device", "cpu"]),
+    }[cli]
+    line = refused(entry, argv, project)
+    prog = {"train": "train_dual.py", "val": "val_dual.py", "detect": "detect_dual.py"}[cli]
+    assert line == (f"{prog}: error: --weights yolov9-s.pt: file not found; yolov9-s.pt is a release asset of the "
+                    f"published YOLOv9 repository: download it from https://github.com/WongKinYiu/yolov9/releases "
+                    f"(yolov9c downloads nothing)"), line
+
+
+def test_missing_sample_image_says_where_to_get_it(gelan_t, tmp_path, monkeypatch):
+    """detect_dual.py --source data/images/horses.jpg (the published guides' image) without the file."""
+    from yolov9c.cli.detect import main as detect_main
+
+    monkeypatch.chdir(tmp_path)
+    line = refused(detect_main, ["--weights", gelan_t, "--source", "data/images/horses.jpg", "--project",
+                                 tmp_path / "runs", "--device", "cpu"], tmp_path / "runs")
+    assert line.startswith("detect_dual.py: error: --source data/images/horses.jpg: no such file or folder; "), line
+    assert "in the data/images folder of the published YOLOv9 repository (https://github.com/WongKinYiu/yolov9)" \
+           in line, line
