@@ -1,4 +1,4 @@
-"""Bad input to the command lines (issue 50): each case exits with code 2 and ONE `error:` line on stderr that
+"""Bad input to the command lines: each case exits with code 2 and ONE `error:` line on stderr that
 says what is wrong and where (the file, line, key), no traceback, and leaves no run folder behind. The
 mechanism is the existing one: set-up raises TrainError (yolov9c/engine/train/errors.py), the CLI prints it,
 and a start that fails removes the folder it made (state.abandon_run_folder).

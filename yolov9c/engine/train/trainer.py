@@ -7,10 +7,9 @@
         stop = end_epoch(state, epoch, stats)   # validate, fitness, save_epoch (last.pt, best.pt, results.csv)
     finish(state)                               # strip last.pt/best.pt, validate best.pt, plots, run_state "done"
 
-The run folder is held from set-up to the end of train() (released in a finally, also on errors and Ctrl-C);
-Ctrl-C raises Interrupted naming the last.pt to resume. A run stopped (Ctrl-C, a TrainError or full disk) before
-it saved anything removes the folder it made (drop_unsaved_run): the same command gets the same name again. Checkpoints hold float32 weights, optimizer, scaler,
-RNG states and state.progress, so an interrupted then resumed CPU run ends with the same weights.
+The run folder is held from set-up to the end of train() (released in a finally); Ctrl-C raises Interrupted naming
+the last.pt to resume; a run stopped (Ctrl-C, an error) before its first save removes its folder (drop_unsaved_run).
+Checkpoints hold float32 weights, optimizer, scaler, RNG states and state.progress: a resumed CPU run ends as one.
 
     train(parse_opt(["--cfg", "gelan-t.yaml", "--img", "160", "--epochs", "3"]))   # yolov9c.cli.train.parse_opt
 Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py
