@@ -92,7 +92,7 @@ def test_refused_under_ddp(monkeypatch, capsys):
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert main(["--batch-size", "-1", "--epochs", "1"]) == 2
-    assert "single-GPU only" in capsys.readouterr().err
+    assert "(AutoBatch) runs in one process only" in capsys.readouterr().err
 
 
 @pytest.mark.cuda

@@ -1,5 +1,6 @@
 """Label cache (yolov9c/data/label_cache.py) and image caches (image_cache.py): reuse, invalidation when
-files change, unwritable folders, RAM check and disk `.npy` files.
+files change, unwritable folders, RAM check and disk `.npy` files; a damaged `.npy` (truncated, padded, a pickled
+object, another shape or dtype, not an npy at all) is found at start and rebuilt with one line each.
 
 Run: python -m pytest -q tests/test_data_cache.py
 """
@@ -144,6 +145,27 @@ def test_disk_cache_npy_and_refresh(tmp_path):
     time.sleep(0.01)
     YoloDataset(str(im), DatasetConfig(img_size=64, cache="disk", nc=3), log=lambda s: None)
     assert (np.load(im / "0.npy", allow_pickle=False) == 7).all()
+
+
+def test_damaged_disk_cache_files_are_rebuilt_at_start(tmp_path):
+    im, _ = _dataset(tmp_path, n=6)
+    YoloDataset(str(im), DatasetConfig(img_size=64, cache="disk", nc=3), log=lambda s: None)
+    good = {p.name: p.read_bytes() for p in im.glob("*.npy")}
+    (im / "0.npy").write_bytes(good["0.npy"][:len(good["0.npy"]) // 2])  # truncated
+    (im / "1.npy").write_bytes(good["1.npy"] + b"\0" * 7)  # padded
+    np.save(im / "2.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)  # a pickled object
+    np.save(im / "3.npy", np.zeros((40 + 8 * 3, 64), np.uint8))  # grey, not (h, w, 3)
+    np.save(im / "4.npy", np.zeros((9, 9, 3), np.uint8))  # another image's size
+    (im / "5.npy").write_bytes(b"not an npy file")
+    for p in im.glob("*.npy"):
+        _bump(p)  # newer than its image: only the check can tell
+    lines = []
+    ds = YoloDataset(str(im), DatasetConfig(img_size=64, cache="disk", nc=3), log=lines.append)
+    rebuilt = [ln for ln in lines if "damaged disk cache" in ln]
+    assert len(rebuilt) == 6 and all(ln.endswith(f"rebuilt from {i}.png") for i, ln in enumerate(rebuilt)), lines
+    assert "(holds object[1], not uint8 [h, w, 3])" in rebuilt[2] and "the image is 72x64" in rebuilt[4]
+    assert {p.name: p.read_bytes() for p in im.glob("*.npy")} == good
+    assert all(ds[i][0].shape == (3, 64, 64) for i in range(6))
 
 
 def test_disk_cache_unwritable_folder(tmp_path):

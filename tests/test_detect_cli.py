@@ -83,7 +83,7 @@ def test_input_errors_exit_2_and_write_nothing(gelan_t, tmp_path, extra, words, 
 def test_script_runs_and_reports_a_missing_weights_file(gelan_t, tmp_path):
     env = {**os.environ, "YOLOV9C_CACHE": str(tmp_path / "cache")}
     bad = run_script(REPO / "detect_dual.py", "--weights", tmp_path / "none.pt")  # in this process: no start
-    assert bad.returncode == 2 and "checkpoint not found" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "file not found" in bad.stderr and "Traceback" not in bad.stderr
     # default --source: the built-in synthetic val images (32), generated into YOLOV9C_CACHE
     ok = subprocess.run([sys.executable, str(REPO / "detect_dual.py"), "--weights", str(gelan_t), "--img", "64",
                          "--conf-thres", "0.001", "--max-det", "2", "--save-txt", "--save-conf", "--nosave"],

@@ -247,8 +247,9 @@ def test_batching_is_the_one_accumulation_rule():
     kept = plan_batching(8, 2, 1, resumed_nominal=64, keep_nominal=True)  # resume at another batch size
     assert (kept.nominal, kept.fixed_accumulate, kept.per_rank) == (64, 8, 8)
     assert "both choose the batch" in batch_error(-1, 1, "2G")
-    assert "single-GPU only" in batch_error(-1, 2)
-    assert "multiple of WORLD_SIZE 4" in batch_error(6, 4)
+    assert "runs in one process only" in batch_error(-1, 2) and "GPU" not in batch_error(-1, 2)
+    assert "multiple of WORLD_SIZE 4 (the number of processes)" in batch_error(6, 4)  # CPU processes
+    assert "multiple of WORLD_SIZE 4 (the number of GPUs)" in batch_error(6, 4, cuda=True)
     assert batch_error(8, 4) is None and batch_error(-1, 1) is None
 
 

@@ -8,9 +8,12 @@ Names that find a bundled file when no such file exists on disk: a bare name (`g
 `hyp.scratch-high.yaml`) and the path of the same file in the published repository, relative to its root
 (`models/detect/gelan-t.yaml`, `data/hyps/hyp.scratch-high.yaml`, also with a leading `./`), so the published
 commands carry over. Any other missing path is an error: it never silently turns into a bundled file.
-Test: python -m pytest -q tests/test_resources.py
+A hyp file is checked as it is read (check_hyp): plain yaml only (a `!!python/...` tag is refused, never run), and
+every known key a number in its range (HYP_RANGES); each problem is one ValueError naming the file, line and key.
+Test: python -m pytest -q tests/test_resources.py tests/test_cli_errors.py -k hyp
 """
 
+import math
 from pathlib import Path
 
 import yaml
@@ -59,18 +62,70 @@ def resolve_hyp(hyp):
     return found
 
 
+# key -> (test, rule): the values a training can run with (evolve.META is narrower: the range it searches).
+# Keys not listed (a published file's extras) are not checked.
+_POSITIVE = (lambda v: v > 0, "a number > 0")
+_ANY = (lambda v: v >= 0, "a number >= 0")
+_FRACTION = (lambda v: 0 <= v <= 1, "a fraction in [0, 1]")
+_BELOW_1 = (lambda v: 0 <= v < 1, "a number in [0, 1)")
+HYP_RANGES = {
+    "lr0": _POSITIVE, "lrf": _ANY, "momentum": _BELOW_1, "weight_decay": _ANY, "warmup_epochs": _ANY,
+    "warmup_momentum": _FRACTION, "warmup_bias_lr": _ANY, "box": _ANY, "cls": _ANY, "cls_pw": _ANY, "obj": _ANY,
+    "obj_pw": _ANY, "dfl": _ANY, "iou_t": _FRACTION, "anchor_t": _ANY, "fl_gamma": _ANY, "label_smoothing": _BELOW_1,
+    "hsv_h": _FRACTION, "hsv_s": _FRACTION, "hsv_v": _FRACTION, "degrees": _ANY, "translate": _FRACTION,
+    "scale": _ANY, "shear": _ANY, "perspective": _ANY,
+    "flipud": _FRACTION, "fliplr": _FRACTION, "mosaic": _FRACTION, "mixup": _FRACTION, "copy_paste": _FRACTION,
+}
+
+
+def check_hyp(hyp: dict, where="hyp", lines=None) -> dict:
+    """Raise ValueError "<where>: line N: <key>: <why>" for the first value of a HYP_RANGES key that is not a
+    number (true/false count as not) or lies outside its range; `lines` maps keys to their line in the file.
+    Returns `hyp`."""
+    for k, (ok, rule) in HYP_RANGES.items():
+        if k not in hyp:
+            continue
+        v = hyp[k]
+        at = f"{where}: line {lines[k]}: {k}" if lines and k in lines else f"{where}: {k}"
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{at}: {v!r} is not a number")
+        if not ok(v):
+            raise ValueError(f"{at}: {v} is out of range: {k} must be {rule}")
+    return hyp
+
+
+def _read_hyp_file(path: Path) -> dict:
+    """The mapping of hyp file `path`, checked (check_hyp): ValueError naming the file and line of plain-yaml
+    errors, of a tag that would build a Python object (never run), of a file that is not a mapping."""
+    loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as e:
+        # the line where the broken construct starts (a flow list opened on line 3 and never closed: line 3)
+        mark = getattr(e, "context_mark", None) or getattr(e, "problem_mark", None)
+        at = f"{path}: line {mark.line + 1}" if mark is not None else str(path)
+        problem = "; ".join(t for t in (getattr(e, "context", None), getattr(e, "problem", None)) if t)
+        problem = (problem or str(e).splitlines()[0]).replace("tag:yaml.org,2002:", "!!")
+        if isinstance(e, yaml.constructor.ConstructorError):
+            problem += " (a hyp file holds plain numbers; tags that build Python objects are refused, never run)"
+        raise ValueError(f"{at}: not a valid hyp file: {problem}") from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise ValueError(f"hyp file {path} must hold a mapping of hyperparameter: value")
+    lines = {k.value: k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+    return check_hyp(data, str(path), lines)
+
+
 def load_hyp(hyp=None):
     """None -> the bundled hyp.scratch-high.yaml; a str/Path -> that yaml file (a mapping; resolve_hyp finds
-    it); a dict -> a shallow copy. Raises FileNotFoundError naming a missing file, ValueError for a file that
-    is not a mapping."""
+    it; check_hyp checks its values); a dict -> a shallow copy. Raises FileNotFoundError naming a missing file,
+    ValueError naming the file and line of invalid yaml, a refused tag, a value that is not a number in its
+    range (check_hyp), or a file that is not a mapping."""
     if hyp is None:
         hyp = DEFAULT_HYP
     if isinstance(hyp, (str, Path)):
-        path = resolve_hyp(hyp)
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-        if not isinstance(data, dict):
-            raise ValueError(f"hyp file {path} must hold a mapping of hyperparameter: value")
-        return data
+        return _read_hyp_file(resolve_hyp(hyp))
     return dict(hyp)
 

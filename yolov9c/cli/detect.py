@@ -18,6 +18,7 @@ Test: python -m pytest -q tests/test_detect_cli.py
 import argparse
 import dataclasses
 import sys
+from pathlib import Path
 
 from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights
 
@@ -92,6 +93,11 @@ def main(argv=None, prog="detect_dual.py"):
     parser = build_parser(prog)
     opt = parser.parse_args(argv)
     _check(parser, opt)
+    if not Path(opt.weights[0]).is_file():
+        from yolov9c.models.published import weights_not_found
+
+        print(f"{prog}: error: {weights_not_found(opt.weights[0])}", file=sys.stderr)
+        return EXIT_USAGE
     imgsz = opt.imgsz * 2 if len(opt.imgsz) == 1 else opt.imgsz
     try:
         source = opt.source

@@ -55,7 +55,9 @@ def _check_args(args):
     if args.check < 0:
         raise ValueError(f"--check must be >= 0, got {args.check}")
     if not Path(args.weights).is_file():
-        raise FileNotFoundError(f"--weights {args.weights}: file not found")
+        from yolov9c.models.published import weights_not_found
+
+        raise FileNotFoundError(weights_not_found(args.weights))
 
 
 def check_images(source, n, imgsz):

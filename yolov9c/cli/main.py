@@ -127,7 +127,9 @@ def cmd_convert(args) -> int:
     out = Path(args.out)
     src = Path(args.weights)
     if not src.is_file():
-        raise CliError(f"--weights: file not found: {src}")
+        from yolov9c.models.published import weights_not_found
+
+        raise CliError(weights_not_found(src))
     if out.resolve() == src.resolve():
         raise CliError("--out must differ from --weights (the input is kept)")
     if out.is_dir():

@@ -215,10 +215,10 @@ def main(argv=None, prog="train_dual.py") -> int:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     dump_stacks_on_signal()
     world = len(_device_ids(cfg)) if _wants_ddp(cfg) else int(os.getenv("WORLD_SIZE", 1))
-    why = batch_error(cfg.batch_size, world, cfg.mem_budget)  # set-up asks the same (batching.py)
+    cuda = torch.cuda.is_available() and str(cfg.device).strip().lower() != "cpu"
+    why = batch_error(cfg.batch_size, world, cfg.mem_budget, cuda=cuda)  # set-up asks the same (batching.py)
     if why:
-        print(f"{prog}: error: {why}", file=sys.stderr)
-        return 2
+        return refuse_before_ddp(prog, why)
     if _wants_ddp(cfg):
         if cfg.evolve is not None:
             print(f"{prog}: error: --evolve is not compatible with multi-GPU DDP (as published): give one "
@@ -237,6 +237,32 @@ def main(argv=None, prog="train_dual.py") -> int:
         print(f"{prog}: {interrupt_hint(cfg, e)}", file=sys.stderr)
         return 130
     return 0
+
+
+def refuse_before_ddp(prog, why) -> int:
+    """A user error found before training starts, the same in every process torchrun started: rank 0 (or the
+    only process) prints the one `error:` line, and every rank returns 2 only after it has. torchrun stops the
+    other processes as soon as one exits, so a rank that left first could cut rank 0 off before it printed:
+    the ranks meet in a gloo barrier first (CPU, any machine; best effort, the line is printed before it)."""
+    rank, world = int(os.getenv("RANK", -1)), int(os.getenv("WORLD_SIZE", 1))
+    if rank <= 0:
+        print(f"{prog}: error: {why}", file=sys.stderr, flush=True)
+    if rank >= 0 and world > 1:
+        import datetime
+
+        import torch.distributed as dist
+        try:
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+            dist.barrier()
+            dist.destroy_process_group()
+        except (RuntimeError, ValueError):  # a rank that cannot reach the others still exits with code 2
+            pass
+        # leave together, now: torchrun sends SIGTERM to the ranks still shutting down (~0.1 s for an
+        # interpreter with torch loaded) once one has exited, and reports them as killed, not as exit code 2
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(2)
+    return 2
 
 
 def dump_stacks_on_signal():

@@ -162,7 +162,9 @@ def main(argv=None, prog="val_dual.py"):
     opt = parser.parse_args(argv)
     _check(parser, opt)
     if not Path(opt.weights[0]).is_file():
-        print(f"{prog}: error: --weights {opt.weights[0]}: file not found", file=sys.stderr)
+        from yolov9c.models.published import weights_not_found
+
+        print(f"{prog}: error: {weights_not_found(opt.weights[0])}", file=sys.stderr)
         return EXIT_USAGE
     try:
         run(opt)

@@ -143,7 +143,10 @@ class YoloDataset(torch.utils.data.Dataset):
             return im, self.im_hw0[i], self.im_hw[i]
         npy = self.npy_files[i]
         if npy is not None:
-            return resize_long_side(np.load(npy, allow_pickle=False), self.img_size, self.augment)
+            try:
+                return resize_long_side(np.load(npy, allow_pickle=False), self.img_size, self.augment)
+            except (OSError, ValueError):  # checked at start (image_cache.npy_problem), damaged since: the image
+                self.npy_files[i] = None
         hw0 = tuple(int(v) for v in self.shapes[i])
         # Validation: a JPEG at least twice the target size is decoded at 1/2, 1/4 or 1/8 scale (libjpeg DCT
         # scaling), close to the published full decode + INTER_AREA. Training: the published full decode +

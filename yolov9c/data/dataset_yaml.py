@@ -44,6 +44,10 @@ def load_data_config(data, cache_dir=None):
         yaml_file = ""
     else:
         f = Path(data).expanduser()
+        if f.is_dir():
+            found = sorted(str(y) for y in f.glob("*.y*ml"))
+            raise DataConfigError(f"{data} is a folder: a dataset .yaml file is expected (keys train, val, nc, "
+                                  f"names; docs/data.md)" + (f", e.g. {found[0]} there" if found else ""))
         if not f.is_file():
             raise DataConfigError(f"data yaml not found: {data}")
         try:

@@ -5,7 +5,7 @@
 Test: python -m pytest -q tests/test_data_dataset.py -k hyp
 """
 
-from yolov9c.resources import load_hyp
+from yolov9c.resources import check_hyp, load_hyp
 
 # the keys the data pipeline reads (spec §6)
 AUGMENT_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
@@ -15,7 +15,8 @@ AUGMENT_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "she
 def augment_hyp(hyp=None, mosaic=None, mixup=None):
     """hyp: None (configs/hyps/hyp.scratch-high.yaml), a yaml path or a dict. mosaic/mixup: CLI values
     (None = not given). Returns a new dict; raises KeyError naming the keys the pipeline needs that are
-    missing, ValueError for a probability outside [0, 1]."""
+    missing, ValueError for a value that is not a number in its range (resources.check_hyp: a probability
+    outside [0, 1], ...; a file's values name the file and line)."""
     hyp = load_hyp(hyp)
     if mosaic is not None:
         hyp["mosaic"] = float(mosaic)
@@ -24,7 +25,4 @@ def augment_hyp(hyp=None, mosaic=None, mixup=None):
     missing = [k for k in AUGMENT_KEYS if k not in hyp]
     if missing:
         raise KeyError(f"hyp lacks augmentation keys: {', '.join(missing)}")
-    for k in ("mosaic", "mixup", "copy_paste", "flipud", "fliplr"):
-        if not 0.0 <= float(hyp[k]) <= 1.0:
-            raise ValueError(f"hyp {k} = {hyp[k]} is a probability and must be in [0, 1]")
-    return hyp
+    return check_hyp(hyp)

@@ -7,6 +7,8 @@
   when the image is newer than its `.npy`); loading a `.npy` skips JPEG decoding. A folder that is not
   writable gives a warning and those images are read from their files. Each `.npy` is written to
   `<name>.npy.<pid>.tmp.npy` and renamed; such files left by a killed run are removed on the next disk run.
+  Every existing `.npy` is checked at start (npy_problem: header, uint8 (h, w, 3) of the image's size, exact
+  file size; no pickle): a damaged one is rebuilt with one line, so no epoch stops on a bad cache file.
 - any other non-empty value (e.g. `val`, as train_dual passes for the val set): RAM without the check.
 
 Test: python -m pytest -q tests/test_data_cache.py
@@ -68,21 +70,53 @@ def npy_path_for(im_file):
     return Path(im_file).with_suffix(".npy")
 
 
-def _write_npy(im_file):
-    """→ None or a warning line."""
+def npy_problem(npy, hw=None):
+    """Why `.npy` file `npy` cannot serve as the disk cache of an image of `hw` (h, w) (None when it can),
+    from its header and size alone: a format np.load(allow_pickle=False) reads, uint8 (h, w, 3) in C order,
+    and exactly the bytes that shape needs (a truncated or padded file is refused)."""
+    fmt = np.lib.format
+    try:
+        with open(npy, "rb") as f:
+            version = fmt.read_magic(f)
+            if version not in ((1, 0), (2, 0)):
+                return f"npy format version {version}"
+            read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, fortran, dtype = read_header(f)
+            data_start = f.tell()
+        size = os.path.getsize(npy)
+    except (OSError, ValueError, EOFError) as e:
+        return f"unreadable header: {e}"
+    if dtype != np.uint8 or fortran or len(shape) != 3 or shape[2] != 3:
+        return f"holds {dtype}{list(shape)}{' Fortran order' if fortran else ''}, not uint8 [h, w, 3]"
+    if hw is not None and tuple(shape[:2]) != tuple(int(v) for v in hw):
+        return f"holds an image of {shape[0]}x{shape[1]}, the image is {int(hw[0])}x{int(hw[1])}"
+    need = data_start + int(np.prod(shape))
+    if size != need:
+        return f"{size} bytes, its header needs {need}"
+    return None
+
+
+def _write_npy(im_file, hw=None):
+    """Write (or keep) the disk cache of `im_file`, an image of `hw` (h, w) → (its .npy, or None when the
+    image is to be read from its file; None or one line to log)."""
     npy = npy_path_for(im_file)
+    rebuilt = ""
     try:
         if npy.is_file() and npy.stat().st_mtime_ns >= Path(im_file).stat().st_mtime_ns:
-            return None
+            why = npy_problem(npy, hw)
+            if why is None:
+                return npy, None
+            rebuilt = f"{npy}: damaged disk cache ({why})"
         if not folder_writable(npy.parent):
-            return f"{npy.parent}: not writable, disk cache off for its images"
+            return None, (f"{rebuilt}: not rebuilt ({npy.parent} is not writable), the image is read from its file"
+                          if rebuilt else f"{npy.parent}: not writable, disk cache off for its images")
         img = read_image(im_file)
         tmp = npy.with_name(f"{npy.name}.{os.getpid()}.tmp.npy")
         np.save(tmp, img, allow_pickle=False)
         os.replace(tmp, npy)
     except (OSError, BadImage) as e:
-        return f"{im_file}: disk cache not written ({e})"
-    return None
+        return None, f"{im_file}: disk cache not written ({e})"
+    return npy, rebuilt and f"{rebuilt}: rebuilt from {Path(im_file).name}"
 
 
 def cache_images(dataset, mode, log=print, prefix=""):
@@ -95,10 +129,11 @@ def cache_images(dataset, mode, log=print, prefix=""):
         for folder in {Path(f).parent for f in dataset.im_files}:  # temporaries of a killed run
             remove_stale_temps(folder, r".+\.npy\.(?P<pid>\d+)\.tmp\.npy")
         with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
-            warnings = [w for w in pool.map(_write_npy, dataset.im_files) if w]
-        for w in sorted(set(warnings)):
+            shapes = dataset.shapes if len(dataset.shapes) == n else [None] * n
+            done = list(pool.map(_write_npy, dataset.im_files, shapes))
+        for w in sorted({w for _, w in done if w}):
             log(f"{prefix}{w}")
-        dataset.npy_files = [npy_path_for(f) if npy_path_for(f).is_file() else None for f in dataset.im_files]
+        dataset.npy_files = [npy for npy, _ in done]
         log(f"{prefix}disk cache: {sum(p is not None for p in dataset.npy_files)}/{n} images as .npy")
         return "disk"
     need = ram_needed(dataset.shapes, dataset.img_size)

@@ -3,6 +3,7 @@
     bad = nonfinite_names(sd)            # names of floating tensors holding inf or NaN (one host read in all)
     sd16, kept = half_where_safe(sd)     # fp16, except tensors with a finite value beyond ±65504 (kept float32)
     warn_nonfinite(ckpt, source)         # a loader's one WARNING line naming them (None when all finite)
+    nonfinite_text(source, bad)          # "<source>: N tensors hold inf/NaN (a, b, ...)": that line's start
 
 Invariant: half_where_safe never turns a finite value into inf (a BatchNorm running_var of 81177 stays float32);
 values already inf/NaN are cast as they are. A state_dict of mixed fp16/float32 tensors loads into any model
@@ -66,7 +67,13 @@ def warn_nonfinite(ckpt: dict, source) -> list:
         if isinstance(ckpt.get(key), dict):
             bad += nonfinite_names(ckpt[key], prefix="" if key == "model" else "EMA ")
     if bad:
-        LOGGER.warning(f"WARNING: {source}: {len(bad)} tensors hold inf/NaN ({describe(bad)}): these weights come "
-                       f"from a diverged run and give meaningless outputs; use an earlier checkpoint "
-                       f"(weights/epochN.pt) or train again with a smaller lr0")
+        LOGGER.warning(f"WARNING: {nonfinite_text(source, bad)}: these weights come from a diverged run and give "
+                       f"meaningless outputs; use an earlier checkpoint (weights/epochN.pt) or train again with a "
+                       f"smaller lr0")
     return bad
+
+
+def nonfinite_text(source, bad: list) -> str:
+    """What is wrong with the weights of `source` whose tensors `bad` (nonfinite_names) hold inf/NaN, in words:
+    the start of every message about it (the loaders' warning, training's refusal of such --weights)."""
+    return f"{source}: {len(bad)} tensors hold inf/NaN ({describe(bad)})"

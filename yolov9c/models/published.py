@@ -9,8 +9,10 @@ runs. from_published keeps only `.yaml`, `.names`, `.hyp` and the state_dicts of
 
     raw = torch.load(path, map_location="cpu", pickle_module=restricted_pickle, weights_only=False)
     ckpt = from_published(raw, path)          # a dict in our format, 'source': 'published'
+    msg = weights_not_found(path)             # the one message for a missing --weights (train, val, detect, ...)
 
 Test: python -m pytest -q tests/test_checkpoint.py -k "published or unsafe or restricted"
+      python -m pytest -q tests/test_cli_errors.py -k published
 """
 
 from __future__ import annotations
@@ -21,12 +23,27 @@ import copy
 import datetime
 import pathlib
 import pickle
+import re
 import types
 
 import torch
 from torch import nn
 
 from yolov9c.models.ckpt_data import FORMAT, VERSION, CheckpointError, UnsafeCheckpointError, to_plain
+
+RELEASES = "https://github.com/WongKinYiu/yolov9/releases"
+# the release assets' names (yolov9-c.pt, gelan-s.pt, yolov9-e-converted.pt, ...), as the published guides use them
+_RELEASE_ASSET = re.compile(r"(yolov9|gelan)-[tsmce](-converted)?\.pt")
+
+
+def weights_not_found(path) -> str:
+    """The message for a --weights file that does not exist, the same in train, val, detect and the tools: the
+    path, and for a published release asset's name where to download it (as README.md's FAQ says)."""
+    name = pathlib.Path(str(path)).name
+    where = (f"; {name} is a release asset of the published YOLOv9 repository: download it from {RELEASES} "
+             f"(yolov9c downloads nothing)" if _RELEASE_ASSET.fullmatch(name) else "")
+    return f"--weights {path}: file not found{where}"
+
 
 # Protocol-2 pickles (torch.save's default) name Python 2 modules; the C unpickler's own find_class maps them,
 # but an override receives the raw names.

@@ -28,6 +28,8 @@ from yolov9c.data.letterbox import letterbox
 # the published video whitelist (dataloaders.py)
 VID_FORMATS = ("asf", "avi", "gif", "m4v", "mkv", "mov", "mp4", "mpeg", "mpg", "ts", "wmv")
 
+# the published guides' sample images (their data/images folder); yolov9c ships none of them
+PUBLISHED_SAMPLES = ("horses.jpg",)
 _STREAM_PREFIXES = ("rtsp://", "rtmp://", "http://", "https://", "tcp://", "udp://")
 
 
@@ -88,7 +90,15 @@ def resolve_sources(source):
             raise SourceError(f"--source {s}: unsupported file type '{p.suffix or '(none)'}' "
                               f"(images: {', '.join(IMG_FORMATS)}; videos: {', '.join(VID_FORMATS)})")
         return [str(p)]
-    raise SourceError(f"--source {s}: no such file or folder")
+    raise SourceError(f"--source {s}: no such file or folder{_published_sample_hint(p)}")
+
+
+def _published_sample_hint(p):
+    """Where the published guides' sample image `p` comes from ('' for any other path), as README.md's FAQ says."""
+    if p.name not in PUBLISHED_SAMPLES:
+        return ""
+    return (f"; {p.name} is the published guides' sample image, in the data/images folder of the published YOLOv9 "
+            f"repository (https://github.com/WongKinYiu/yolov9): download it yourself (yolov9c downloads nothing)")
 
 
 @contextmanager

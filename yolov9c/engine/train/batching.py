@@ -22,14 +22,17 @@ from yolov9c.engine.train.schedule import warmup_accumulate
 NBS = 64  # nominal batch size: gradients of ~64 images per optimizer step
 
 
-def batch_error(batch_size, world=1, mem_budget=None) -> str | None:
-    """Why --batch-size cannot run with `world` processes and --mem-budget (None when it can)."""
+def batch_error(batch_size, world=1, mem_budget=None, cuda=False) -> str | None:
+    """Why --batch-size cannot run with `world` processes and --mem-budget (None when it can). cuda: the
+    processes train on GPUs (one each), else on the CPU: the message counts GPUs or processes."""
     if batch_size == -1 and mem_budget is not None:
         return "--mem-budget and --batch-size -1 (AutoBatch) both choose the batch: give one of them"
     if batch_size == -1 and world > 1:
-        return "--batch-size -1 (AutoBatch) is single-GPU only (as published): give a batch size"
+        return (f"--batch-size -1 (AutoBatch) runs in one process only (as published), not in {world} DDP "
+                f"processes: give a batch size")
     if batch_size > 0 and batch_size % world:
-        return f"--batch-size {batch_size} must be a multiple of WORLD_SIZE {world} (the number of GPUs)"
+        return (f"--batch-size {batch_size} must be a multiple of WORLD_SIZE {world} (the number of "
+                f"{'GPUs' if cuda else 'processes'}): each one trains on batch-size / {world} images")
     return None
 
 

@@ -58,6 +58,8 @@ from yolov9c.engine.train.schedule import lr_lambda, warmup_iterations
 from yolov9c.engine.train.step import EagerStep, Step, Window
 from yolov9c.loss.detection import make_loss
 from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain
+from yolov9c.models.finite import nonfinite_names, nonfinite_text
+from yolov9c.models.published import weights_not_found
 from yolov9c.models.weights import transfer_weights
 from yolov9c.models.info import model_summary
 from yolov9c.models.model import DetectionModel
@@ -233,12 +235,12 @@ def placement(cfg, log):
     rank = int(os.getenv("RANK", -1))
     world = int(os.getenv("WORLD_SIZE", 1))
     main = rank in (-1, 0)
-    why = batch_error(cfg.batch_size, world, cfg.mem_budget)  # the CLI asks the same before DDP starts
+    device = select_device(cfg.device, local_rank)
+    why = batch_error(cfg.batch_size, world, cfg.mem_budget, cuda=device.type == "cuda")  # the CLI asks it first
     if why:
         raise TrainError(why)
     if not main:
         log = _silent
-    device = select_device(cfg.device, local_rank)
     if world > 1:
         if cfg.image_weights:
             raise TrainError("--image-weights is not compatible with DDP (as published)")
@@ -312,6 +314,10 @@ def resolve_backend(cfg, device, world, log):
 # Run folder, hyp, seeds
 # ---------------------------------------------------------------------------------------------------------
 
+# the keys the optimizer, LR schedule and warm-up read (data/hyp.py checks the augmentation keys)
+TRAIN_HYP_KEYS = ("lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum", "warmup_bias_lr")
+
+
 def setup_run_folder(state):
     """The claimed run folder (claim_run_dir) held through a RunFolder by the main process (not by --evolve
     generations, which write only results.csv rows), the hyperparameters, hyp.yaml and opt.yaml of a fresh run
@@ -328,8 +334,13 @@ def setup_run_folder(state):
     try:
         hyp_file = resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else None
         hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup)
-    except (FileNotFoundError, KeyError, ValueError) as e:
+        missing = [k for k in TRAIN_HYP_KEYS if k not in hyp]
+        if missing:
+            raise KeyError(f"hyp lacks training keys: {', '.join(missing)}")
+    except (FileNotFoundError, ValueError) as e:  # the message names the file (and line)
         raise TrainError(f"--hyp: {e}") from None
+    except KeyError as e:
+        raise TrainError(f"--hyp {hyp_file or '(dict)'}: {e.args[0]}") from None
     if resumed is not None and resumed.hyp is not None:
         hyp = resumed.hyp  # the run's own values
     hyp["anchor_t"] = 5.0  # forced as published (anchor-free heads do not read it)
@@ -411,15 +422,22 @@ def setup_model(state):
         model = _build(state.resumed.ckpt.get("yaml"), state.nc)
         model.load_state_dict(state.resumed.model_state)
     elif str(cfg.weights).endswith(".pt"):
+        if not Path(cfg.weights).is_file():
+            raise TrainError(weights_not_found(cfg.weights))
         try:
-            wck = read_checkpoint(cfg.weights)
+            wck = read_checkpoint(cfg.weights, warn=False)  # non-finite weights: refused below
         except (FileNotFoundError, CheckpointError) as e:
             raise TrainError(f"--weights: {e}") from None
         spec = cfg.cfg or wck.get("yaml")
         if not spec:
             raise TrainError(f"--weights {cfg.weights} stores no model yaml: give --cfg")
-        model = _build(spec, state.nc)
         sd = wck.get("ema") or wck.get("model")
+        bad = nonfinite_names(sd)
+        if bad:  # else the first steps are skipped and the run stops blaming lr0 and the data
+            raise TrainError(f"--weights {nonfinite_text(cfg.weights, bad)}: weights of a diverged run cannot be "
+                             f"trained from; use an earlier checkpoint of that run (weights/epochN.pt) or other "
+                             f"weights")
+        model = _build(spec, state.nc)
         transfer_weights(model, {k: v.float() for k, v in sd.items()}, exclude=("anchor",) if cfg.cfg else (),
                          source=str(cfg.weights))
     else:
@@ -460,7 +478,18 @@ def frozen_layers_text(layers) -> str:
 def freeze(model, layers):
     """--freeze N → layers 0..N-1; several values → exactly those layer indices. Returns the frozen count.
     Every other parameter keeps the requires_grad it was built with: the DFL convolutions' fixed weights stay
-    frozen (as published: its `v.requires_grad = True` line is commented out, train_dual.py L122-128)."""
+    frozen (as published: its `v.requires_grad = True` line is commented out, train_dual.py L122-128).
+    Raises TrainError for a layer the model does not have and for a choice that leaves no parameter to train
+    (set-up then removes the run folder it made, as for any failed start)."""
+    n = len(model.model)
+    given = " ".join(map(str, layers))
+    layer_text = f"the model has {n} layers (0-{n - 1})"
+    if len(layers) == 1 and layers[0] >= n:
+        raise TrainError(f"--freeze {given}: {layer_text}; --freeze N freezes layers 0 to N-1, so N can be at most "
+                         f"{n - 1} (the detection head, layer {n - 1}, must train)")
+    missing = sorted({x for x in layers if x >= n}) if len(layers) > 1 else []
+    if missing:
+        raise TrainError(f"--freeze {given}: {layer_text}: no layer {', '.join(map(str, missing))}")
     idx = range(layers[0]) if len(layers) == 1 else layers
     prefixes = [f"model.{x}." for x in idx]
     frozen = 0
@@ -468,6 +497,9 @@ def freeze(model, layers):
         if any(k.startswith(p) for p in prefixes):
             v.requires_grad = False
             frozen += 1
+    if not any(v.requires_grad for v in model.parameters()):
+        raise TrainError(f"--freeze {given}: nothing left to train ({layer_text}; the detection head, layer "
+                         f"{n - 1}, must train)")
     return frozen
 
 

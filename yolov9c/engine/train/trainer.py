@@ -7,9 +7,9 @@
         stop = end_epoch(state, epoch, stats)   # validate, fitness, save_epoch (last.pt, best.pt, results.csv)
     finish(state)                               # strip last.pt/best.pt, validate best.pt, plots, run_state "done"
 
-The run folder is held from set-up to the end of train() (released in a finally, also on errors and Ctrl-C);
-Ctrl-C raises Interrupted naming the last.pt to resume. Checkpoints hold float32 weights, optimizer, scaler,
-RNG states and state.progress, so an interrupted then resumed CPU run ends with the same weights.
+The run folder is held from set-up to the end of train() (released in a finally); Ctrl-C raises Interrupted naming
+the last.pt to resume; a run stopped (Ctrl-C, an error) before its first save removes its folder (drop_unsaved_run).
+Checkpoints hold float32 weights, optimizer, scaler, RNG states and state.progress: a resumed CPU run ends as one.
 
     train(parse_opt(["--cfg", "gelan-t.yaml", "--img", "160", "--epochs", "3"]))   # yolov9c.cli.train.parse_opt
 Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py
@@ -34,6 +34,7 @@ from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.guards import raise_diverged, raise_if_peer_lost, stop_if_diverged, validate_with_backoff
 from yolov9c.engine.train.memory_cap import tight
 from yolov9c.engine.train.resume import rng_state
+from yolov9c.engine.train.run_folder import USER_ERRORS
 from yolov9c.engine.train.schedule import warmup
 from yolov9c.engine.train.state import FIRST_EPOCH_FILES, RunState, abandon_run_folder, make_val_loader, setup
 from yolov9c.engine.train.step import prepare_batch
@@ -89,13 +90,12 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
         last = state.wdir / "last.pt"
         if last.is_file():
             raise Interrupted(state.save_dir, last) from e
-        if state.tb is not None:
-            state.tb.close()
-            state.tb = None
-        if R.epochs_in(state.save_dir / "results.csv"):  # --nosave: finished epochs' results stay, no checkpoint
-            raise Interrupted(state.save_dir, None) from e
-        # nothing to resume: a folder this run made is removed, so the same command gets the same name again
-        raise Interrupted(state.save_dir, None, abandon_run_folder(state, also=FIRST_EPOCH_FILES)) from e
+        raise Interrupted(state.save_dir, None, drop_unsaved_run(state)) from e
+    except (TrainError, *USER_ERRORS):  # divergence, a full disk, ...: the CLI prints one `error:` line
+        if drop_unsaved_run(state):
+            state.log(f"{state.save_dir} removed: the run stopped before it saved anything (the same command "
+                      f"starts it there again)")
+        raise
     except RuntimeError as e:
         raise_if_peer_lost(state, e)  # guards.py: another DDP process died → one `error:` line
         raise
@@ -105,6 +105,21 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
         state.step.release()  # a graph step's memory pool given back here (evolve trains again)
         if state.folder is not None:
             state.folder.close()
+
+
+def drop_unsaved_run(state) -> bool:
+    """A run stopped (Ctrl-C, a user error) before it saved anything: remove the folder this run made
+    (state.abandon_run_folder), so that the same command gets the same name again, not NAME2, and nothing is left
+    that --resume could not use. A --nosave run's finished epochs (results.csv rows) keep their folder. Returns
+    whether the folder was removed. Main process of a fresh run only."""
+    if state.evolving or not state.main or (state.wdir / "last.pt").is_file():
+        return False
+    if state.tb is not None:
+        state.tb.close()
+        state.tb = None
+    if R.epochs_in(state.save_dir / "results.csv"):
+        return False
+    return abandon_run_folder(state, also=FIRST_EPOCH_FILES)
 
 
 def _train(state: RunState, stop_after_epoch):

@@ -1,0 +1,244 @@
+"""Bad input to the command lines: each case exits with code 2 and ONE `error:` line on stderr that
+says what is wrong and where (the file, line, key), no traceback, and leaves no run folder behind. The
+mechanism is the existing one: set-up raises TrainError (yolov9c/engine/train/errors.py), the CLI prints it,
+and a start that fails removes the folder it made (state.abandon_run_folder).
+
+Cases: --hyp files (a `!!python/object` tag, a yaml syntax error, `lr0: abc`, `lr0: -1`, a missing key); --freeze
+beyond the model's layers (the error says how many it has); under torchrun (2 gloo processes on the CPU) a batch
+that does not split over the processes (printed by rank 0 only, every rank exits with code 2); --weights holding
+NaN/inf (named, not lr0); a run stopped before its first save (divergence in epoch 0, a full disk) removes its
+folder, so the same command gets the same name; --data given a folder (a .yaml is expected); the published guides'
+missing `yolov9-s.pt` (one wording in train, val and detect) and `data/images/horses.jpg` say where to get them.
+Not an error: a damaged `--cache disk` .npy (truncated, a pickled object) is rebuilt at start with one line and the
+run trains.
+Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64; every case runs `main(argv)` of the real CLI
+in this process (tests/inprocess.py), most stop in set-up within a second.
+
+Run: python -m pytest -q tests/test_cli_errors.py
+"""
+
+import errno
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import yolov9c.engine.train.trainer as T
+from inprocess import call
+from yolov9c.cli.train import main as train_main
+from yolov9c.data.synthetic import synthetic_dataset
+from yolov9c.resources import DEFAULT_HYP
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return str(synthetic_dataset(seed=5, root=tmp_path_factory.mktemp("syn"), n_train=8, n_val=4, imgsz=64))
+
+
+def _train_args(data, project, *extra):
+    return ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1", "--workers",
+            "0", "--noval", "--noplots", "--device", "cpu", "--project", str(project), *extra]
+
+
+def refused(entry, argv, project, stdout=False):
+    """Run `entry(argv)`; assert exit code 2, exactly one `error:` line, no traceback, nothing left under
+    `project`. Returns the error line (and what it printed on stdout, with `stdout`)."""
+    r = call(entry, [str(a) for a in argv])
+    errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert r.returncode == 2 and len(errors) == 1, (r.returncode, r.stderr[-3000:])
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert not project.exists() or list(project.iterdir()) == [], sorted(project.rglob("*"))
+    return (errors[0], r.stdout) if stdout else errors[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --hyp
+# ---------------------------------------------------------------------------------------------------------
+
+BASE_HYP = DEFAULT_HYP.read_text()
+BAD_HYPS = {  # name: (file text, what the error line must say)
+    "python-tag": (BASE_HYP.replace("lr0: 0.01", "lr0: !!python/object/apply:os.getcwd []"),
+                   ["line 3", "!!python/object/apply:os.getcwd", "refused"]),
+    "syntax": (BASE_HYP + "extra: [1, 2\n", [f"line {len(BASE_HYP.splitlines()) + 1}: not a valid hyp file",
+                                             "flow sequence"]),
+    "not-a-number": (BASE_HYP.replace("lr0: 0.01", "lr0: abc"), ["line 3: lr0: 'abc' is not a number"]),
+    "negative": (BASE_HYP.replace("lr0: 0.01", "lr0: -1"), ["line 3: lr0: -1 is out of range: lr0 must be a "
+                                                            "number > 0"]),
+    "probability": (BASE_HYP.replace("mixup: 0.15", "mixup: 1.5"), ["line 31: mixup: 1.5 is out of range"]),
+    "missing": (BASE_HYP.replace("lr0: 0.01", ""), ["hyp lacks training keys: lr0"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_HYPS))
+def test_bad_hyp_file_is_one_error_line_naming_file_and_line(data, tmp_path, case):
+    text, says = BAD_HYPS[case]
+    hyp = tmp_path / f"hyp.{case}.yaml"
+    hyp.write_text(text)
+    line = refused(train_main, _train_args(data, tmp_path / "runs", "--hyp", hyp), tmp_path / "runs")
+    assert line.startswith("train_dual.py: error: --hyp") and str(hyp) in line, line
+    for s in says:
+        assert s in line, line
+    assert yaml.safe_load(BASE_HYP)["lr0"] == 0.01  # the cases edit the bundled file's own lines
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --cache disk: a damaged .npy is rebuilt at start, never a failure mid-epoch
+# ---------------------------------------------------------------------------------------------------------
+
+def test_damaged_disk_cache_is_rebuilt_and_the_run_trains(tmp_path):
+    """A truncated .npy and one holding a pickled object, both newer than their images (the old start-up check
+    looked at the times only): one line each at start, rebuilt, and the epoch trains (before: a traceback in
+    the first batch that read them)."""
+    data = synthetic_dataset(seed=5, root=tmp_path / "syn", n_train=8, n_val=4, imgsz=64)
+    images = sorted((data.parent / "images" / "train").glob("*.jpg"))
+    truncated, pickled = images[0].with_suffix(".npy"), images[1].with_suffix(".npy")
+    np.save(truncated, np.zeros((64, 64, 3), np.uint8))
+    truncated.write_bytes(truncated.read_bytes()[:1000])
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    r = call(train_main, _train_args(str(data), tmp_path / "runs", "--cache", "disk", "--batch", "8"))
+    assert r.returncode == 0 and "error:" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
+    rebuilt = [ln for ln in r.stdout.splitlines() if "damaged disk cache" in ln]
+    assert len(rebuilt) == 2 and str(truncated) in rebuilt[0] and str(pickled) in rebuilt[1], rebuilt
+    assert (tmp_path / "runs" / "exp" / "weights" / "last.pt").is_file()
+    for npy in (truncated, pickled):
+        assert np.load(npy, allow_pickle=False).shape == (64, 64, 3)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --freeze
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layers, says", [
+    (["23"], "so N can be at most 22"),  # gelan-t has 23 layers: --freeze 23 would freeze the head too
+    (["100"], "so N can be at most 22"),
+    (["0", "1", "30"], "no layer 30"),
+    ([str(i) for i in range(23)], "nothing left to train"),
+], ids=["23", "100", "list-30", "every-layer"])
+def test_freeze_beyond_the_model_is_one_error_line(data, tmp_path, layers, says):
+    """Before: `RuntimeError: element 0 of tensors does not require grad` in the first step, exit 1, and a run
+    folder with an empty weights/."""
+    line = refused(train_main, _train_args(data, tmp_path / "runs", "--freeze", *layers), tmp_path / "runs")
+    assert f"error: --freeze {' '.join(layers)}: " in line and "the model has 23 layers (0-22)" in line, line
+    assert says in line, line
+
+
+# ---------------------------------------------------------------------------------------------------------
+# torchrun: a batch that does not split over the processes
+# ---------------------------------------------------------------------------------------------------------
+
+def test_torchrun_batch_error_is_printed_once_and_every_rank_exits_2(data, tmp_path):
+    """2 gloo processes on the CPU, --batch 3: rank 0 prints the one line (it counts processes: no GPU here),
+    every rank exits with code 2 (before: the line once per rank, or not at all when torchrun killed rank 0
+    first), and the only traceback is torchrun's own report after the workers' part. No folder."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(REPO / "train_dual.py"), *_train_args(data, tmp_path / "runs", "--batch", "3")]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    text = r.stdout + r.stderr
+    errors = [ln for ln in text.splitlines() if "error:" in ln]
+    assert r.returncode != 0 and len(errors) == 1, text[-4000:]
+    assert errors[0] == ("train_dual.py: error: --batch-size 3 must be a multiple of WORLD_SIZE 2 (the number of "
+                         "processes): each one trains on batch-size / 2 images"), errors[0]
+    assert "Traceback" not in text.split("failed (exitcode")[0], text[-4000:]  # torchrun's own report follows
+    assert text.count("exitcode  : 2 ") == 2, text[-4000:]  # both ranks, none killed by torchrun's SIGTERM
+    assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# messages that name the right thing
+# ---------------------------------------------------------------------------------------------------------
+
+def test_non_finite_weights_file_is_named_not_lr0(data, tmp_path):
+    """--weights whose tensors hold NaN/inf: refused at load, naming the file and the tensors (before: the run
+    skipped its steps and stopped in epoch 0 blaming `lr0=0.01` and the data)."""
+    from yolov9c import build_model
+    from yolov9c.models.checkpoint import save_checkpoint
+
+    model = build_model("gelan-t", nc=8)
+    with torch.no_grad():
+        model.model[1].conv.weight.view(-1)[0] = math.nan
+        model.model[2].cv1.bn.running_var.view(-1)[0] = math.inf
+    weights = save_checkpoint(tmp_path / "diverged.pt", model)
+    line = refused(train_main, _train_args(data, tmp_path / "runs", "--weights", weights), tmp_path / "runs")
+    assert f"error: --weights {weights}: 2 tensors hold inf/NaN (model.1.conv.weight, model.2.cv1.bn.running_var)" \
+           in line, line
+    assert "lr0" not in line and "diverged run" in line, line
+
+
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_run_stopped_before_its_first_save_leaves_no_folder(data, tmp_path, monkeypatch):
+    """Divergence in epoch 0 and a full disk at the first checkpoint: one error line that says the folder was
+    removed, no folder (before: runs/exp with an empty weights/, and the advised same command wrote exp2); the
+    same command then trains in runs/exp."""
+    project = tmp_path / "runs"
+    argv = _train_args(data, project)
+    end_epoch = T.end_epoch
+
+    def diverge(state, epoch, stats):
+        next(state.ema.ema.parameters()).data.view(-1)[0] = math.nan
+        return end_epoch(state, epoch, stats)
+
+    removed = f"{project / 'exp'} removed: the run stopped before it saved anything"
+    with monkeypatch.context() as m:
+        m.setattr(T, "end_epoch", diverge)
+        line, out = refused(train_main, argv, project, stdout=True)
+    assert "error: epoch 0: training diverged: " in line and removed in out, line
+    with monkeypatch.context() as m:
+        m.setattr(torch, "save", _no_space)
+        line, out = refused(train_main, argv, project, stdout=True)
+    assert f"error: No space left on device writing {project / 'exp' / 'weights' / 'last.pt'}" in line, line
+    assert "run the same command again" in line and removed in out, line
+    r = call(train_main, argv)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in project.iterdir()) == ["exp"] and (project / "exp" / "weights" / "last.pt").is_file()
+
+
+def test_data_folder_says_a_yaml_is_expected(data, tmp_path):
+    """--data given the dataset's folder (before: "data yaml not found", though the folder exists)."""
+    folder = Path(data).parent
+    line = refused(train_main, _train_args(str(folder), tmp_path / "runs"), tmp_path / "runs")
+    assert line == (f"train_dual.py: error: {folder} is a folder: a dataset .yaml file is expected (keys train, val, "
+                    f"nc, names; docs/data.md), e.g. {data} there"), line
+
+
+@pytest.mark.parametrize("cli", ["train", "val", "detect"])
+def test_missing_published_weights_say_where_to_get_them_in_one_wording(data, tmp_path, monkeypatch, cli):
+    """The published guides' `--weights yolov9-s.pt` without the file: the same line in all three CLIs, naming
+    the release page (README.md's FAQ), from models.published.weights_not_found."""
+    from yolov9c.cli.detect import main as detect_main
+    from yolov9c.cli.val import main as val_main
+
+    monkeypatch.chdir(tmp_path)
+    project = tmp_path / "runs"
+    entry, argv = {
+        "train": (train_main, _train_args(data, project, "--weights", "yolov9-s.pt")),
+        "val": (val_main, ["--weights", "yolov9-s.pt", "--data", data, "--project", project, "--device", "cpu"]),
+        "detect": (detect_main, ["--weights", "yolov9-s.pt", "--project", project, "--device", "cpu"]),
+    }[cli]
+    line = refused(entry, argv, project)
+    prog = {"train": "train_dual.py", "val": "val_dual.py", "detect": "detect_dual.py"}[cli]
+    assert line == (f"{prog}: error: --weights yolov9-s.pt: file not found; yolov9-s.pt is a release asset of the "
+                    f"published YOLOv9 repository: download it from https://github.com/WongKinYiu/yolov9/releases "
+                    f"(yolov9c downloads nothing)"), line
+
+
+def test_missing_sample_image_says_where_to_get_it(gelan_t, tmp_path, monkeypatch):
+    """detect_dual.py --source data/images/horses.jpg (the published guides' image) without the file."""
+    from yolov9c.cli.detect import main as detect_main
+
+    monkeypatch.chdir(tmp_path)
+    line = refused(detect_main, ["--weights", gelan_t, "--source", "data/images/horses.jpg", "--project",
+                                 tmp_path / "runs", "--device", "cpu"], tmp_path / "runs")
+    assert line.startswith("detect_dual.py: error: --source data/images/horses.jpg: no such file or folder; "), line
+    assert "in the data/images folder of the published YOLOv9 repository (https://github.com/WongKinYiu/yolov9)" \
+           in line, line
