@@ -262,10 +262,10 @@ class MeasuredStep:
     it and benchmarks/mem_timeline.py instruments it: an EMA copy, SGD (Nesterov, momentum 0.937), a
     GradScaler and fp16 autocast on CUDA, a random uint8 batch (batch, 3, img, img) on `device` in memory
     format `fmt`, passed as is when `uint8` and the model accepts it (else float/255), and `boxes` random host
-    targets per image. run() is one step. The fields are the parts (model, ema, loss_fn, opt, scaler, images,
-    targets, uint8, device, amp)."""
+    targets per image; `switches`: the c backend's (backends/c/switches.py; None: the defaults). run() is one
+    step. The fields are the parts (model, ema, loss_fn, opt, scaler, images, targets, uint8, device, amp)."""
 
-    def __init__(self, cfg, backend, batch, img, device, fmt, boxes=40, nc=80, uint8=True):
+    def __init__(self, cfg, backend, batch, img, device, fmt, boxes=40, nc=80, uint8=True, switches=None):
         import torch
 
         from yolov9c.backends import accepts_uint8, apply
@@ -281,7 +281,7 @@ class MeasuredStep:
         self.ema = ModelEMA(self.model)  # the trainer's float32 copy (part of what is held between steps)
         self.loss_fn = make_loss(self.model, backend=backend)  # built before the backend, as the trainer does
         if backend != "torch":
-            apply(self.model, backend)
+            apply(self.model, backend, switches)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp)
         images = torch.randint(0, 256, (batch, 3, img, img), dtype=torch.uint8, generator=gen)
