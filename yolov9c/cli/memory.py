@@ -10,7 +10,7 @@ less the CUDA context) it fits; with --budget, the plan that keeps the nominal b
 planner's table; a model not in it gets an estimate (marked "estimate"); --measure profiles this machine's GPU
 instead. Without a GPU the output says the plan is for a GPU.
 Wiring: add_parser(subparsers) / run(args), as check_data.py; `budget_type` is the argparse type of a size such
-as 7.5G (also for `train_dual.py --mem-budget`).
+as 7.5G (also for `train_dual.py --mem-budget`); add_switch_args adds the c backend's switches to both.
 Test: python -m pytest -q tests/test_memory_plan.py
 """
 
@@ -28,6 +28,35 @@ def budget_type(text):
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _switch_type(name):
+    """argparse type of c backend switch `name` (backends/c/switches.py parse_switch: 0/1, or a stride)."""
+    from yolov9c.backends.c.switches import parse_switch
+
+    def parse(text):
+        try:
+            return parse_switch(name, text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    parse.__name__ = name
+    return parse
+
+
+def add_switch_args(p):
+    """--aux-recompute, --main-recompute, --keep-inputs: the c backend's memory/time switches (RunConfig fields
+    of the same names; the YOLOV9C_* variables of docs/switches.md override them in a training run)."""
+    p.add_argument("--aux-recompute", type=_switch_type("aux_recompute"), nargs="?", const=True, default=True,
+                   metavar="0|1", help="c backend: re-run the PGI auxiliary branch in backward instead of storing "
+                                       "it (default 1; 0: stored, more memory, less time, and no backbone block "
+                                       "is re-run either)")
+    p.add_argument("--main-recompute", type=_switch_type("main_recompute"), default=8, metavar="STRIDE",
+                   help="c backend: re-run in backward the backbone blocks (RepNCSPELAN4, ELAN1) whose input is at "
+                        "this stride or finer (default 8: strides 4 and 8; 4: stride 4; 0: none, more memory)")
+    p.add_argument("--keep-inputs", type=_switch_type("keep_inputs"), nargs="?", const=True, default=False,
+                   metavar="0|1", help="c backend: a re-run block keeps the conv inputs it rebuilt for their weight "
+                                       "gradients (default 0; 1: one BN+SiLU pass less per re-run conv, a higher "
+                                       "peak)")
 
 
 def add_parser(subparsers):
