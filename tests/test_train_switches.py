@@ -190,3 +190,26 @@ def test_torch_backend_says_the_switches_do_not_apply(data, tmp_path, installed)
         train(parse_opt(argv), log=log)
     assert lines[-2] == "backend: torch"
     assert lines[-1].endswith("are the c backend's switches; ignored with --backend torch") and installed == []
+
+
+def test_mem_budget_plans_with_the_switches(data, tmp_path):
+    """--mem-budget hands the run's switches to the planner: storing the auxiliary branch raises the predicted
+    per-image cost (switch_cost.py), so the same budget plans a smaller micro-batch."""
+    plans = {}
+    for aux in ("1", "0"):
+        lines = []
+
+        def log(*a, **k):
+            lines.append(" ".join(map(str, a)))
+            if lines[-1].startswith("memory plan: --mem-budget"):
+                raise _Stop
+
+        argv = _argv(data, tmp_path / aux, "--mem-budget", "0.08G", "--aux-recompute", aux)
+        argv[argv.index("--batch") + 1] = "64"
+        with pytest.raises(_Stop):
+            train(parse_opt(argv), log=log)
+        plans[aux] = lines[-1]
+        said = [line for line in lines if "the c backend's switches change the step by" in line]
+        assert len(said) == (aux == "0"), lines
+    assert "1 micro-batch(es) of 64 per batch of 64" in plans["1"], plans
+    assert "2 micro-batch(es) of 32 per batch of 64" in plans["0"], plans

@@ -4,6 +4,7 @@ it fits (yolov9c/engine/train/memory_plan.py).
     python -m yolov9c memory --cfg yolov9-s.yaml --batch 64 --img 640
     python -m yolov9c memory --cfg yolov9-s.yaml --budget 7.5G [--dynamic-img --min-img 384]   # + the plan
     python -m yolov9c memory --cfg gelan-c.yaml --measure                  # on a GPU: profile two steps first
+    python -m yolov9c memory --cfg yolov9-c.yaml --aux-recompute 0         # c under other switches (as in training)
 
 Prints, per backend, the predicted peak reserved memory of one AMP training step and which common cards (CARDS,
 less the CUDA context) it fits; with --budget, the plan that keeps the nominal batch. Costs come from the
@@ -74,6 +75,7 @@ def add_parser(subparsers):
     p.add_argument("--min-img", type=int, default=None, help="--dynamic-img floor (default img/2)")
     p.add_argument("--measure", action="store_true", help="measure the costs on this machine's GPU first")
     p.add_argument("--device", default="cuda", help="GPU for --measure (default cuda)")
+    add_switch_args(p)
     p.set_defaults(func=run)
     return p
 
@@ -85,15 +87,23 @@ def _costs(args):
 
     out, missing = {}, []
     for backend in args.backend or BACKENDS:
+        sw = _switches(args) if backend == "c" else None
         if args.measure:
-            out[backend] = mp.measure(args.cfg, backend, img=args.img, device=args.device)
+            out[backend] = mp.measure(args.cfg, backend, img=args.img, device=args.device, switches=sw)
             continue
-        cost = mp.cost_for(args.cfg, backend)
+        cost = mp.cost_for(args.cfg, backend, sw)
         if cost is None:
             missing.append(backend)
         else:
             out[backend] = cost
     return out, missing
+
+
+def _switches(args):
+    from yolov9c.backends.c.switches import Switches
+
+    return Switches(aux_recompute=args.aux_recompute, main_recompute=args.main_recompute,
+                    keep_inputs=args.keep_inputs)
 
 
 def run(args):
@@ -128,6 +138,15 @@ def run(args):
     else:
         src = "measured table (H200, benchmarks/RESULTS.md) where measured, else an estimate (marked)"
     print(f"{args.cfg}: batch {args.batch}, {args.img}x{args.img}, AMP on a GPU; costs: {src}")
+    if "c" in costs:
+        from yolov9c.engine.train import switch_cost
+
+        sw = _switches(args)
+        counted = not args.measure and sw != type(sw)()
+        print(f"c backend: --aux-recompute {int(sw.aux_recompute)} --main-recompute {sw.main_recompute} "
+              f"--keep-inputs {int(sw.keep_inputs)}" + (
+                  f" ({switch_cost.per_image_gib(args.cfg, sw):+.4f} GiB per 640² image against the defaults, "
+                  f"counted from the model graph)" if counted else ""))
     import torch
 
     if not torch.cuda.is_available():

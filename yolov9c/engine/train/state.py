@@ -523,7 +523,7 @@ def apply_memory_plan(state):
     try:
         plan = memory_plan.plan_for_training(name, cfg.backend, cfg.mem_budget, nominal=per_rank, img=state.imgsz,
                                              dynamic_img=cfg.dynamic_img, min_img=min_img, device=state.device,
-                                             log=state.log)
+                                             log=state.log, switches=switches(cfg) if cfg.backend == "c" else None)
     except (ValueError, OSError) as e:
         raise TrainError(str(e)) from None
     state.plan = plan
