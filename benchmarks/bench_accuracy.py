@@ -6,7 +6,7 @@ trained from scratch with one recipe and several seeds; best.pt mAP@0.5 and mAP@
 
 Runs: one train_dual.py process each (the published one through benchmarks/fidelity/published_side.py), the same
 flags, --jobs at once; every best.pt validated by our val_dual.py. Data: a YOLO data.yaml (accuracy_datasets.py),
-or coco128 with --single-cls, --classes or --derive. --backends takes variants BACKEND+VARIANT (VARIANTS).
+or coco128 with --single-cls, --classes or --derive. --backends takes variants BACKEND+VARIANT (VARIANTS, LOSS_VARIANTS).
 Output (stdout and OUT/results.jsonl): {"kind": "run"} per run, {"kind": "summary"} per runner, {"kind":
 "compare"} (paired by-seed differences), a report on stderr and the per-epoch val mAP plot (--plot). `--rows
 FILES` only summarizes earlier run lines. A second call with the same --out keeps finished runs; --time-limit S
@@ -47,23 +47,30 @@ def _emit(line, out):
 VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isolates the CUDA-graph step)
             "no-cudnn-benchmark": (["--no-cudnn-benchmark"], {}),
             "no-amp": (["--no-amp"], {}),  # float32 training (isolates fp16)
-            "unfused": ([], {"YOLOV9C_FUSED": "0"}),  # the c structure on torch ops (isolates the kernels)
-            "loss-torch": ([], {"YOLOV9C_LOSS_BACKEND": "torch"}),  # c's model, torch's loss (isolates the loss)
-            "loss-c": ([], {"YOLOV9C_LOSS_BACKEND": "c"})}  # torch's model, c's loss
+            "unfused": ([], {"YOLOV9C_FUSED": "0"})}  # the c structure on torch ops (isolates the kernels)
+# variants that train through benchmarks/train_other_loss.py: one backend's model with the other's loss
+LOSS_VARIANTS = {"loss-torch": "torch",  # c's model, torch's loss (isolates the loss)
+                 "loss-c": "c"}  # torch's model, c's loss
+TRAIN = ["train_dual.py"]
 
 
 def runner_spec(runner):
-    """'c+no-cuda-graph' → ('c', ['--no-cuda-graph'], {}); ValueError for an unknown backend or variant."""
+    """'c+no-cuda-graph' → ('c', ['--no-cuda-graph'], {}, TRAIN): the backend, the added flags and environment,
+    and the script (with its leading arguments) that trains it; ValueError for an unknown backend or variant."""
     backend, *variants = runner.split("+")
     if backend not in ("torch", "c"):
         raise ValueError(f"runner {runner!r}: the backend must be torch or c")
-    flags, env = [], {}
+    flags, env, entry = [], {}, TRAIN
     for v in variants:
+        if v in LOSS_VARIANTS:
+            entry = [str(Path("benchmarks") / "train_other_loss.py"), LOSS_VARIANTS[v]]
+            continue
         if v not in VARIANTS:
-            raise ValueError(f"runner {runner!r}: unknown variant {v!r} (known: {', '.join(VARIANTS)})")
+            raise ValueError(f"runner {runner!r}: unknown variant {v!r} (known: "
+                             f"{', '.join([*VARIANTS, *LOSS_VARIANTS])})")
         flags += VARIANTS[v][0]
         env.update(VARIANTS[v][1])
-    return backend, flags, env
+    return backend, flags, env, entry
 
 
 def train_command(a, runner, seed, project, data):
@@ -83,10 +90,10 @@ def train_command(a, runner, seed, project, data):
         cfg = f"models/detect/{a.cfg}.yaml"
         return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--",
                  "--cfg", cfg, "--hyp", "hyp.scratch-high.yaml"] + flags, a.published, {})
-    backend, extra, env = runner_spec(runner)
+    backend, extra, env, entry = runner_spec(runner)
     if backend == "torch" and a.device != "cpu":
         extra = ["--channels-last"] + extra
-    return ([sys.executable, "train_dual.py", "--cfg", f"{a.cfg}.yaml", "--hyp", "hyp.scratch-high.yaml",
+    return ([sys.executable, *entry, "--cfg", f"{a.cfg}.yaml", "--hyp", "hyp.scratch-high.yaml",
              "--backend", backend] + extra + flags, ROOT, env)
 
 
@@ -253,8 +260,8 @@ def resume_command(a, runner, seed, project):
         side = ROOT / "benchmarks" / "fidelity" / "published_side.py"
         return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--",
                  "--resume", last], a.published, {})
-    _, _, env = runner_spec(runner)
-    return [sys.executable, "train_dual.py", "--resume", last], ROOT, env
+    _, _, env, entry = runner_spec(runner)
+    return [sys.executable, *entry, "--resume", last], ROOT, env
 
 
 def train_run(a, runner, seed, data):
@@ -466,7 +473,8 @@ def main(argv=None):
     p.add_argument("--close-mosaic", type=int, default=15)
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--backends", default="torch,c",
-                   help="our runners: torch, c, or BACKEND+VARIANT (variants: " + ", ".join(VARIANTS) + ")")
+                   help="our runners: torch, c, or BACKEND+VARIANT (variants: "
+                        + ", ".join([*VARIANTS, *LOSS_VARIANTS]) + ")")
     p.add_argument("--cache", default="ram", choices=("ram", "disk", "none"))
     p.add_argument("--device", default="0")
     p.add_argument("--workers", type=int, default=8)

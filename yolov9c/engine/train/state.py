@@ -641,20 +641,6 @@ def setup_finish_only(state):
 # Execution: SyncBatchNorm, loss, backend, --ckpt, DDP
 # ---------------------------------------------------------------------------------------------------------
 
-LOSS_BACKEND_ENV = "YOLOV9C_LOSS_BACKEND"  # a developer switch: the loss of the other backend
-
-
-def _loss_backend(backend):
-    """The loss's backend: --backend's, unless YOLOV9C_LOSS_BACKEND names the other one (torch or c), so that a
-    run trains one backend's model with the other's loss (benchmarks/bench_accuracy.py's loss-* variants)."""
-    name = os.environ.get(LOSS_BACKEND_ENV, "").strip()
-    if not name:
-        return backend
-    if name not in ("torch", "c"):
-        raise TrainError(f"{LOSS_BACKEND_ENV}={name!r}: use torch or c (the loss's backend), or unset it")
-    return name
-
-
 def setup_execution(state):
     """SyncBatchNorm, model attributes and the loss (on the plain head), then the backend, --ckpt and DDP, and
     the step the loop calls (graph_step.select_step: whole-step CUDA graphs or the eager train_step)."""
@@ -670,11 +656,9 @@ def setup_execution(state):
     model.nc, model.names, model.hyp = state.nc, state.names, state.hyp
     model.class_weights = torch.from_numpy(class_weights(state.dataset.labels, state.nc)).float().to(
         state.device) * state.nc
-    loss_backend = _loss_backend(cfg.backend)
-    state.loss = make_loss(model, state.hyp, backend=loss_backend)  # reads the plain head: before the backend
+    state.loss = make_loss(model, state.hyp, backend=cfg.backend)  # reads the plain head: before the backend
     sw = switches(cfg)
     log(f"backend: {cfg.backend}{', channels-last' if cfg.channels_last else ''}"
-        + (f" (loss: {loss_backend}, from {LOSS_BACKEND_ENV})" if loss_backend != cfg.backend else "")
         + (f"; --aux-recompute {int(sw.aux_recompute)} --main-recompute {sw.main_recompute} --keep-inputs "
            f"{int(sw.keep_inputs)}" if cfg.backend == "c" else ""))
     if cfg.backend != "torch":
