@@ -6,7 +6,8 @@ trained from scratch with one recipe and several seeds; best.pt mAP@0.5 and mAP@
 
 Runs: one train_dual.py process each (the published one through benchmarks/fidelity/published_side.py), the same
 flags, --jobs at once; every best.pt validated by our val_dual.py. Data: a YOLO data.yaml (accuracy_datasets.py),
-or coco128 with --single-cls, --classes or --derive. --backends takes variants BACKEND+VARIANT (VARIANTS, LOSS_VARIANTS).
+or coco128 with --single-cls, --classes or --derive. --backends takes variants BACKEND+VARIANT (VARIANTS,
+LOSS_VARIANTS).
 Output (stdout and OUT/results.jsonl): {"kind": "run"} per run, {"kind": "summary"} per runner, {"kind":
 "compare"} (paired by-seed differences), a report on stderr and the per-epoch val mAP plot (--plot). `--rows
 FILES` only summarizes earlier run lines. A second call with the same --out keeps finished runs; --time-limit S

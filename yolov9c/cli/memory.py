@@ -33,9 +33,9 @@ def budget_type(text):
 
 def _switch_type(name):
     """argparse type of c backend switch `name` (backends/c/switches.py parse_switch: 0/1, or a stride)."""
-    from yolov9c.backends.c.switches import parse_switch
-
     def parse(text):
+        from yolov9c.backends.c.switches import parse_switch
+
         try:
             return parse_switch(name, text)
         except ValueError as e:

@@ -101,8 +101,8 @@ def autobatch(model, imgsz, hyp, device, backend="torch", amp=True, fraction=FRA
               labels_per_image=32, log=print, switches=None):
     """The AutoBatch choice for training `model` (a DetectionModel on `device`, not yet rewritten by a backend)
     at `imgsz` with `hyp`. Profiles a deep copy (train mode, the backend applied with the c backend's
-    `switches`, the loss of make_loss) so the caller's weights and BatchNorm statistics stay untouched. Without CUDA: logs the published message and
-    returns 16."""
+    `switches`, the loss of make_loss) so the caller's weights and BatchNorm statistics stay untouched. Without
+    CUDA: logs the published message and returns 16."""
     device = torch.device(device)
     if device.type != "cuda":
         log(f"{PREFIX}CUDA not detected, using default CPU batch-size {DEFAULT_BATCH}")

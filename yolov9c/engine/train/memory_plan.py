@@ -319,9 +319,9 @@ class MeasuredStep:
 
 def step_peak(cfg, backend, batch, img, device, boxes=40, steps=2, nc=80, switches=None):
     """Peak reserved GiB (and peak allocated) of the trainer's step (MeasuredStep) for a fresh model at
-    `batch` × img² on a CUDA `device` (c backend: under `switches`), after one warm-up step. Unreachable objects of earlier work (a
-    trainer's CUDA graphs and their pool in a reference cycle) are collected first, so that only this step is
-    counted; frees everything (empty_cache) before returning."""
+    `batch` × img² on a CUDA `device` (c backend: under `switches`), after one warm-up step. Unreachable objects
+    of earlier work (a trainer's CUDA graphs and their pool in a reference cycle) are collected first, so that
+    only this step is counted; frees everything (empty_cache) before returning."""
     import torch
 
     gc.collect()

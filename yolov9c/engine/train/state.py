@@ -3,10 +3,11 @@
     state = setup(cfg, log=print)      # yolov9c/engine/train/trainer.py's train() starts here
 
 setup() order: resume (read_resume) → placement (device, DDP, backend, channels-last) → the YOLOV9C_* switch
-variables (config.switch_overrides) → run folder claimed → config resolved once (resolve_config: a frozen RunConfig) → folder contents, hyp, seeds → model → optimization
-(batching.plan_batching once; optimizer, schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt,
-DDP, the Step) → restore (resume.py). A --resume whose training ended stops after the model
-(setup_finish_only). A start that fails after claiming the folder releases it and removes a folder it created.
+variables (config.switch_overrides) → run folder claimed → config resolved once (resolve_config: a frozen
+RunConfig) → folder contents, hyp, seeds → model → optimization (batching.plan_batching once; optimizer,
+schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt, DDP, the Step) → restore (resume.py). A
+--resume whose training ended stops after the model (setup_finish_only). A start that fails after claiming the
+folder releases it and removes a folder it created.
 Invariant: RunState is written by set-up only, then sealed (assignment raises, except REPLACEABLE fields);
 what changes while training lives in `progress` (Progress: exactly what a checkpoint saves and resume
 restores) and `window` (step.Window: the open accumulation window, never saved).
