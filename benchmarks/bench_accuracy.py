@@ -6,7 +6,8 @@ trained from scratch with one recipe and several seeds; best.pt mAP@0.5 and mAP@
 
 Runs: one train_dual.py process each (the published one through benchmarks/fidelity/published_side.py), the same
 flags, --jobs at once; every best.pt validated by our val_dual.py. Data: a YOLO data.yaml (accuracy_datasets.py),
-or coco128 with --single-cls, --classes or --derive. --backends takes variants BACKEND+VARIANT (VARIANTS).
+or coco128 with --single-cls, --classes or --derive. --backends takes variants BACKEND+VARIANT (VARIANTS,
+LOSS_VARIANTS).
 Output (stdout and OUT/results.jsonl): {"kind": "run"} per run, {"kind": "summary"} per runner, {"kind":
 "compare"} (paired by-seed differences), a report on stderr and the per-epoch val mAP plot (--plot). `--rows
 FILES` only summarizes earlier run lines. A second call with the same --out keeps finished runs; --time-limit S
@@ -49,31 +50,48 @@ def _emit(line, out):
 VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isolates the CUDA-graph step)
             "deterministic": (["--deterministic"], {}),  # deterministic algorithms, as the published code always
             "no-channels-last": (["--no-channels-last"], {}),  # contiguous model and batches
-            "pub-loader": ([], {}),  # the published training loader feeding our loop (fidelity/swap_loader.py)
             "no-cudnn-benchmark": (["--no-cudnn-benchmark"], {}),
             "no-amp": (["--no-amp"], {}),  # float32 training (isolates fp16)
-            "unfused": ([], {"YOLOV9C_FUSED": "0"}),  # the c structure on torch ops (isolates the kernels)
-            "loss-torch": ([], {"YOLOV9C_LOSS_BACKEND": "torch"}),  # c's model, torch's loss (isolates the loss)
-            "loss-c": ([], {"YOLOV9C_LOSS_BACKEND": "c"})}  # torch's model, c's loss
+            "unfused": ([], {"YOLOV9C_FUSED": "0"})}  # the c structure on torch ops (isolates the kernels)
+# variants that train through benchmarks/train_other_loss.py: one backend's model with the other's loss
+LOSS_VARIANTS = {"loss-torch": "torch",  # c's model, torch's loss (isolates the loss)
+                 "loss-c": "c"}  # torch's model, c's loss
+TRAIN = ["train_dual.py"]
+PUB_LOADER = ["<pub-loader>"]  # variant pub-loader: the published training loader feeding our loop (swap_loader.py)
+
+
+def _entry(a, entry):
+    """The script and leading arguments of runner_spec, the published checkout filled in for pub-loader."""
+    if entry == PUB_LOADER:
+        return [str(SWAP_LOADER), "ours-loop", "--published", str(a.published), "--"]
+    return entry
 
 
 PUBLISHED_RUNNERS = ("published", "published+ours-loader")  # the published loop (the second on our loader)
 
 
 def runner_spec(runner):
-    """'c+no-cuda-graph' → ('c', ['--no-cuda-graph'], {}); ValueError for an unknown backend or variant."""
+    """'c+no-cuda-graph' → ('c', ['--no-cuda-graph'], {}, TRAIN): the backend, the added flags and environment,
+    and the script (with its leading arguments) that trains it; ValueError for an unknown backend or variant."""
     backend, *variants = runner.split("+")
     if runner in PUBLISHED_RUNNERS:
-        return "published", [], {}
+        return "published", [], {}, None
     if backend not in ("torch", "c"):
         raise ValueError(f"runner {runner!r}: the backend must be torch or c")
-    flags, env = [], {}
+    flags, env, entry = [], {}, TRAIN
     for v in variants:
+        if v == "pub-loader":
+            entry = PUB_LOADER
+            continue
+        if v in LOSS_VARIANTS:
+            entry = [str(Path("benchmarks") / "train_other_loss.py"), LOSS_VARIANTS[v]]
+            continue
         if v not in VARIANTS:
-            raise ValueError(f"runner {runner!r}: unknown variant {v!r} (known: {', '.join(VARIANTS)})")
+            raise ValueError(f"runner {runner!r}: unknown variant {v!r} (known: "
+                             f"{', '.join([*VARIANTS, *LOSS_VARIANTS, 'pub-loader'])})")
         flags += VARIANTS[v][0]
         env.update(VARIANTS[v][1])
-    return backend, flags, env
+    return backend, flags, env, entry
 
 
 def train_command(a, runner, seed, project, data):
@@ -96,13 +114,11 @@ def train_command(a, runner, seed, project, data):
     if runner == "published+ours-loader":
         return [a.python, str(SWAP_LOADER), "published-loop", "--published", str(a.published), "--"] + pub_flags, \
             a.published, {}
-    backend, extra, env = runner_spec(runner)
+    backend, extra, env, entry = runner_spec(runner)
     if backend == "torch" and a.device != "cpu" and "--no-channels-last" not in extra:
         extra = ["--channels-last"] + extra
-    ours = ["--cfg", f"{a.cfg}.yaml", "--hyp", "hyp.scratch-high.yaml", "--backend", backend] + extra + flags
-    if "pub-loader" in runner.split("+")[1:]:
-        return [sys.executable, str(SWAP_LOADER), "ours-loop", "--published", str(a.published), "--"] + ours, ROOT, env
-    return [sys.executable, "train_dual.py"] + ours, ROOT, env
+    return ([sys.executable, *_entry(a, entry), "--cfg", f"{a.cfg}.yaml", "--hyp", "hyp.scratch-high.yaml",
+             "--backend", backend] + extra + flags, ROOT, env)
 
 
 def published_data_yaml(a, out):
@@ -271,11 +287,8 @@ def resume_command(a, runner, seed, project):
     if runner == "published+ours-loader":
         return [a.python, str(SWAP_LOADER), "published-loop", "--published", str(a.published), "--", "--resume", last], \
             a.published, {}
-    _, _, env = runner_spec(runner)
-    if "pub-loader" in runner.split("+")[1:]:
-        return [sys.executable, str(SWAP_LOADER), "ours-loop", "--published", str(a.published), "--", "--resume", last], \
-            ROOT, env
-    return [sys.executable, "train_dual.py", "--resume", last], ROOT, env
+    _, _, env, entry = runner_spec(runner)
+    return [sys.executable, *_entry(a, entry), "--resume", last], ROOT, env
 
 
 def train_run(a, runner, seed, data):
@@ -487,9 +500,10 @@ def main(argv=None):
     p.add_argument("--close-mosaic", type=int, default=15)
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--backends", default="torch,c",
-                   help="our runners: torch, c, or BACKEND+VARIANT (variants: " + ", ".join(VARIANTS) + "); with "
-                        "--published also published and published+ours-loader (the published loop on our loader; "
-                        "when a published runner is listed, the plain one is not added)")
+                   help="our runners: torch, c, or BACKEND+VARIANT (variants: "
+                        + ", ".join([*VARIANTS, *LOSS_VARIANTS]) + "); with --published also published and "
+                        "published+ours-loader (the published loop on our loader; when a published runner is "
+                        "listed, the plain one is not added)")
     p.add_argument("--cache", default="ram", choices=("ram", "disk", "none"))
     p.add_argument("--device", default="0")
     p.add_argument("--workers", type=int, default=8)

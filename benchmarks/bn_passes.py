@@ -4,6 +4,7 @@ device, the batch or the image size.
 
     python benchmarks/bn_passes.py --model yolov9-s            # one step at batch 2, 128 px, on the CPU
     python benchmarks/bn_passes.py --model yolov9-s --sites    # and the activation passes by call site
+    python benchmarks/bn_passes.py --model yolov9-s --keep-inputs   # with the keep_inputs switch (--keep-inputs 1)
 
 Wraps the three entry points of yolov9c.ops.bn_silu (statistics, the forward and the backward implementation,
 each counting the z of its one or two BN operands), runs forward + loss + backward of `--backend c`, and prints per entry point its calls and the
@@ -29,6 +30,7 @@ import torch  # noqa: E402
 
 from yolov9c.api import build_model, make_loss  # noqa: E402
 from yolov9c.backends import apply  # noqa: E402
+from yolov9c.backends.c.switches import Switches  # noqa: E402
 from yolov9c.engine.train.memory_plan import random_targets  # noqa: E402
 from yolov9c.ops import bn_silu  # noqa: E402
 
@@ -104,6 +106,8 @@ def main(argv=None):
     ap.add_argument("--model", default="yolov9-s")
     ap.add_argument("--img", type=int, default=128)
     ap.add_argument("--sites", action="store_true", help="also print the activation passes by call site")
+    ap.add_argument("--keep-inputs", action="store_true",
+                    help="the c backend's keep_inputs switch on (a recompute keeps its conv inputs)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -111,7 +115,7 @@ def main(argv=None):
     base = bn_input_elements(args.model, x)
     model = build_model(args.model, nc=80).train()
     loss_fn = make_loss(model, backend="c")
-    out = apply(model, "c")
+    out = apply(model, "c", Switches(keep_inputs=args.keep_inputs))
     model = model if out is None else out
     counter = Counter(args.sites)
     originals = {name: counter.wrap(name, zs) for name, zs in ENTRY_POINTS.items()}

@@ -6,7 +6,7 @@
     python benchmarks/mem_timeline.py --model yolov9-s --markdown            # + markdown tables
 
 The step is the trainer's (memory_plan.MeasuredStep; uint8 batch when the model accepts it, --float forces
-float/255; --stored sets YOLOV9C_AUX_RECOMPUTE=0): --warmup plain steps, then one instrumented step.
+float/255; --stored: the c backend's aux_recompute switch off): --warmup plain steps, then one instrumented step.
 Marks (one JSON line each): after every layer's forward (module hooks, pgi.STEP_HOOKS for recomputed
 segments), after the loss, when each layer output's gradient arrives in backward, after backward, unscale,
 clip, step and zero_grad; each with memory allocated/reserved and the peak allocated since the previous mark.
@@ -36,7 +36,8 @@ def build_parser():
     p.add_argument("--img", type=int, default=640)
     p.add_argument("--boxes", type=int, default=40, help="random boxes per image")
     p.add_argument("--backend", default="c", choices=("c", "torch"))
-    p.add_argument("--stored", action="store_true", help="YOLOV9C_AUX_RECOMPUTE=0: keep every auxiliary z")
+    p.add_argument("--stored", action="store_true",
+                   help="c backend without the auxiliary recompute (--aux-recompute 0): keep every auxiliary z")
     p.add_argument("--float", dest="uint8", action="store_false", help="float/255 input even when accepted")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", default="cuda")
@@ -109,16 +110,16 @@ def run(args):
     import torch
 
     from yolov9c.backends.c import pgi
+    from yolov9c.backends.c.switches import Switches
     from yolov9c.engine.train.memory_plan import MeasuredStep
 
-    if args.stored:
-        os.environ["YOLOV9C_AUX_RECOMPUTE"] = "0"
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     torch.backends.cudnn.benchmark = cuda
     fmt = torch.channels_last if cuda else torch.contiguous_format
+    switches = Switches(aux_recompute=False) if args.stored and args.backend == "c" else None
     step = MeasuredStep(args.model, args.backend, args.batch, args.img, device, fmt, boxes=args.boxes,
-                        uint8=args.uint8)
+                        uint8=args.uint8, switches=switches)
     step.targets = step.targets.to(device)
     model = step.model
     for _ in range(args.warmup):

@@ -2,8 +2,8 @@
 
 - Split: the auxiliary layers read off the graph are the ones the yaml files mark as the auxiliary branch
   (t/s: the second FPN; m/c: CBLinear + second backbone; e: the FPN on the first backbone).
-- Same results: with the recompute (YOLOV9C_AUX_RECOMPUTE=1, the default) the head maps, the loss, every
-  parameter gradient and every BN buffer equal the stored path's (YOLOV9C_AUX_RECOMPUTE=0) within 1e-5
+- Same results: with the recompute (Switches.aux_recompute, the default) the head maps, the loss, every
+  parameter gradient and every BN buffer equal the stored path's (aux_recompute=False) within 1e-5
   norm-relative (measured on the CPU: bit-identical for yolov9-t, 1.8e-6 for the gradients of yolov9-c, whose
   second stem runs first and so sums some gradients in another order), num_batches_tracked counts one update per step (the
   recompute takes the forward's statistics back from the tape and updates nothing). That the recompute's
@@ -17,16 +17,17 @@
   with the recompute, 1.20 and 1.53 without; at 128² 0.88 / 0.92 and 1.17 / 1.50).
 - uint8 input: a uint8 batch gives bit-identical maps, loss and gradients to the float batch / 255, the
   float image is never stored (no saved tensor of the image's float32 size), eval mode converts up front.
-- Main blocks (YOLOV9C_MAIN_RECOMPUTE): the backbone blocks at stride ≤ 8 run as recomputed segments with the
+- Main blocks (Switches.main_recompute): the backbone blocks at stride ≤ 8 run as recomputed segments with the
   same maps, loss, gradients and BN buffers as the plain path, and what forward stores falls by their inner z's
   (all but each block's last conv output; measured at 2 × 64²: 1.004-1.012 times them, asserted ≥ 0.9; CUDA:
   the peak falls by at least half of them in fp16).
-- Kept conv inputs (conv.inputs_kept): a segment's backward recompute hands each conv the input it materialised
-  to its own backward. Bit-identical maps, loss, gradients, BN buffers and stored bytes to re-activating the
-  input there (fp32 and CPU bf16 autocast); every kept input is freed before its segment's backward returns; and
-  backward applies BN+SiLU to exactly as many z elements as forward (each conv input once: in its conv's
-  backward, or in its segment's recompute), where it applied 1.5x as many without the reuse (yolov9-t at 64 px:
-  1.376 against 2.057 passes over every z; benchmarks/bn_passes.py at 128 px: 1.35 against 2.01).
+- Kept conv inputs (Switches.keep_inputs, conv.inputs_kept): a segment's backward recompute hands each conv the
+  input it materialised to its own backward. Bit-identical maps, loss, gradients, BN buffers and stored bytes to
+  re-activating the input there (fp32 and CPU bf16 autocast); every kept input is freed before its segment's
+  backward returns; and backward applies BN+SiLU to exactly as many z elements as forward (each conv input once:
+  in its conv's backward, or in its segment's recompute), where it applied 1.5x as many without the reuse
+  (yolov9-t at 64 px: 1.376 against 2.057 passes over every z; benchmarks/bn_passes.py at 128 px: 1.35 against
+  2.01).
 - CUDA (marked cuda): the peak allocated memory of forward + loss + backward (yolov9-c, 8 × 320², fp16) with
   the recompute is below the stored path's by at least half of the auxiliary z's (2 B per auxiliary
   conv-output element): the main and auxiliary z's are never all alive together.
@@ -45,6 +46,7 @@ from seeded_models import seeded_model, shared_seeded_model
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import accepts_uint8, apply
 from yolov9c.backends.c import conv, pgi, segment
+from yolov9c.backends.c.switches import Switches
 from yolov9c.ops import extension
 
 SAME = 1e-5  # recompute vs stored path, norm-relative: the same kernels, gradients summed in another order
@@ -96,10 +98,9 @@ def test_aux_split(cfg, aux):
     assert neck and max(pos[i] for i in aux) < min(pos[i] for i in neck)
 
 
-def _run(base, x, recompute, monkeypatch):
+def _run(base, x, recompute):
     """(maps, loss, parameter gradients, buffers) of one c training step of a copy of base."""
-    monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1" if recompute else "0")
-    m = apply(copy.deepcopy(base), "c")
+    m = apply(copy.deepcopy(base), "c", Switches(aux_recompute=recompute))
     return _backward(m, m(x))
 
 
@@ -111,11 +112,11 @@ def _backward(m, out):
 
 
 @pytest.mark.parametrize("cfg", ["yolov9-t", "yolov9-c"])
-def test_recompute_equals_stored(cfg, monkeypatch):
+def test_recompute_equals_stored(cfg):
     base = shared_seeded_model(cfg)
     x = torch.rand(2, 3, 64, 64)
-    rec = _run(base, x, True, monkeypatch)
-    sto = _run(base, x, False, monkeypatch)
+    rec = _run(base, x, True)
+    sto = _run(base, x, False)
     for a, b in zip(rec[0], sto[0]):
         assert err(a, b) <= SAME
     assert err(rec[1], sto[1]) <= SAME
@@ -129,8 +130,7 @@ def test_recompute_equals_stored(cfg, monkeypatch):
     assert ints and all(int(b) == int(b0) + 1 for b, b0 in zip(ints, before))  # one BN update per step
 
 
-def test_recompute_state_dict_unchanged(monkeypatch):
-    monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
+def test_recompute_state_dict_unchanged():
     m = seeded_model("yolov9-t")
     keys = list(m.state_dict())
     apply(m, "c")
@@ -165,16 +165,14 @@ def conv_outputs(m, x):
 
 
 @pytest.mark.parametrize("cfg", ["yolov9-t", "yolov9-c"])
-def test_recompute_stores_main_branch_only_cpu(cfg, monkeypatch):
-    monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "0")  # the auxiliary split alone (main blocks: below)
+def test_recompute_stores_main_branch_only_cpu(cfg):
     x = torch.rand(2, 3, 64, 64)
     base = shared_seeded_model(cfg)
     z = conv_outputs(copy.deepcopy(base), x)
     head_bytes = None
     got = {}
-    for recompute in (True, False):
-        monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1" if recompute else "0")
-        m = apply(copy.deepcopy(base), "c")
+    for recompute in (True, False):  # the auxiliary split alone (main blocks: below)
+        m = apply(copy.deepcopy(base), "c", Switches(aux_recompute=recompute, main_recompute=0))
         nbytes, out = saved_bytes(m, x)
         head_bytes = sum(t.numel() * 4 for t in flat(out))
         got[recompute] = nbytes
@@ -192,9 +190,13 @@ def _no_kept_inputs(mp):
     mp.setattr(segment, "inputs_kept", contextlib.nullcontext)
 
 
+KEEP = Switches(aux_recompute=True, main_recompute=8, keep_inputs=True)
+
+
 def _step(base, x, amp=False):
-    """(maps, loss, parameter gradients, buffers, stored bytes) of one c training step of a copy of base."""
-    m = apply(copy.deepcopy(base), "c")
+    """(maps, loss, parameter gradients, buffers, stored bytes) of one c training step of a copy of base with
+    the kept inputs switched on (KEEP)."""
+    m = apply(copy.deepcopy(base), "c", KEEP)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
         nbytes, out = saved_bytes(m, x)
     loss, _ = make_loss(m)(out, TARGETS)
@@ -207,10 +209,7 @@ def _same(a, b):
 
 
 @pytest.mark.parametrize("cfg, amp", [("yolov9-t", False), ("yolov9-t", True), ("yolov9-c", False)])
-def test_kept_inputs_bit_identical_and_freed_per_segment(cfg, amp, monkeypatch):
-    monkeypatch.setenv("YOLOV9C_KEEP_INPUTS", "1")
-    monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
-    monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "8")
+def test_kept_inputs_bit_identical_and_freed_per_segment(cfg, amp):
     base = shared_seeded_model(cfg)
     x = torch.rand(2, 3, 64, 64)
     live = {"now": 0, "made": 0, "left": []}
@@ -258,9 +257,9 @@ def bn_inputs(base, x):
     return total[0]
 
 
-def activated(base, x):
+def activated(base, x, switches):
     """Elements of z the BN+SiLU apply kernels read in forward and in backward of one c training step."""
-    m = apply(copy.deepcopy(base), "c")
+    m = apply(copy.deepcopy(base), "c", switches)
     with extension.count_calls() as n:   # elements: z of each BN operand of bn_silu.forward
         loss, _ = make_loss(m)(m(x), TARGETS)
         fwd = n.elements["bn_silu_forward"]
@@ -268,21 +267,17 @@ def activated(base, x):
     return fwd, n.elements["bn_silu_forward"] - fwd
 
 
-def test_backward_activates_each_conv_input_once(monkeypatch):
-    monkeypatch.setenv("YOLOV9C_KEEP_INPUTS", "1")
-    monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
-    monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "8")
+def test_backward_activates_each_conv_input_once():
     base = shared_seeded_model("yolov9-t")
     x = torch.rand(2, 3, 64, 64)
     one = bn_inputs(base, x)
-    fwd, bwd = activated(base, x)
+    fwd, bwd = activated(base, x, KEEP)
     msg = f"passes over every z: forward {fwd / one:.3f}, backward {bwd / one:.3f}"
     assert bwd == fwd and bwd <= 1.38 * one, msg  # each conv input activated once in backward (1.376)
     with pytest.MonkeyPatch.context() as mp:
         _no_kept_inputs(mp)
-        fwd0, bwd0 = activated(base, x)
-    monkeypatch.setenv("YOLOV9C_KEEP_INPUTS", "0")
-    assert activated(base, x) == (fwd0, bwd0)  # the default: no kept inputs
+        fwd0, bwd0 = activated(base, x, KEEP)
+    assert activated(base, x, Switches()) == (fwd0, bwd0)  # the default: no kept inputs
     msg += f"; without kept inputs: forward {fwd0 / one:.3f}, backward {bwd0 / one:.3f}"
     assert fwd0 == fwd, msg
     assert bwd0 >= 1.4 * bwd, msg  # (2.057) the recompute's conv backwards activated their inputs again
@@ -326,10 +321,9 @@ def test_uint8_eval_mode_converts():
 
 # ------------------------------------------------------------------------------------------------ CUDA
 
-def _cuda_peak(cfg, recompute, x, monkeypatch):
-    monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1" if recompute else "0")
+def _cuda_peak(cfg, switches, x):
     torch.manual_seed(0)
-    m = apply(build_model(cfg, nc=3).cuda().to(memory_format=torch.channels_last).train(), "c")
+    m = apply(build_model(cfg, nc=3).cuda().to(memory_format=torch.channels_last).train(), "c", switches)
     loss_fn = make_loss(m, backend="c")
     tg = TARGETS.cuda()
 
@@ -353,14 +347,14 @@ def _cuda_peak(cfg, recompute, x, monkeypatch):
 
 
 @pytest.mark.cuda
-def test_recompute_peak_below_z_bound_cuda(monkeypatch):
-    monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "0")  # the auxiliary recompute alone
+def test_recompute_peak_below_z_bound_cuda():
     x = torch.randint(0, 256, (8, 3, 320, 320), dtype=torch.uint8, device="cuda")
     x = x.contiguous(memory_format=torch.channels_last)
     torch.manual_seed(0)
     z = conv_outputs(build_model("yolov9-c", nc=3), x)
-    peak_r, head = _cuda_peak("yolov9-c", True, x, monkeypatch)
-    peak_s, _ = _cuda_peak("yolov9-c", False, x, monkeypatch)
+    # the auxiliary recompute alone (main blocks: below)
+    peak_r, head = _cuda_peak("yolov9-c", Switches(aux_recompute=True, main_recompute=0), x)
+    peak_s, _ = _cuda_peak("yolov9-c", Switches(aux_recompute=False, main_recompute=0), x)
     bound = peak_s - 0.5 * 2 * z["aux"]
     msg = (f"peak above start: recompute {peak_r / 2**20:.1f} MiB, stored {peak_s / 2**20:.1f} MiB; bound "
            f"{bound / 2**20:.1f} MiB (z main {2 * z['main'] / 2**20:.1f} MiB, aux {2 * z['aux'] / 2**20:.1f} MiB, "
@@ -403,14 +397,12 @@ def inner_z(m, x, limit):
 
 
 @pytest.mark.parametrize("cfg", ["yolov9-s", "yolov9-c"])
-def test_main_recompute_same_results_and_stores_less(cfg, monkeypatch):
+def test_main_recompute_same_results_and_stores_less(cfg):
     base = shared_seeded_model(cfg)
     x = torch.rand(2, 3, 64, 64)
-    monkeypatch.setenv("YOLOV9C_AUX_RECOMPUTE", "1")
     got = {}
     for limit in ("8", "4", "0"):  # one training step each: what its forward stores, then its loss and backward
-        monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", limit)
-        m = apply(copy.deepcopy(base), "c")
+        m = apply(copy.deepcopy(base), "c", Switches(main_recompute=int(limit)))
         nbytes, out = saved_bytes(m, x)
         got[limit] = (nbytes, _backward(m, out))
         del m, out
@@ -435,7 +427,7 @@ def test_main_recompute_same_results_and_stores_less(cfg, monkeypatch):
 
 
 @pytest.mark.cuda
-def test_main_recompute_peak_below_z_bound_cuda(monkeypatch):
+def test_main_recompute_peak_below_z_bound_cuda():
     """yolov9-c, 8 × 320², fp16: recomputing the stride-4/8 backbone blocks lowers the step's peak (at the start
     of backward, everything stored is alive) by at least half of their inner z's (2 B per element)."""
     x = torch.randint(0, 256, (8, 3, 320, 320), dtype=torch.uint8, device="cuda")
@@ -444,8 +436,7 @@ def test_main_recompute_peak_below_z_bound_cuda(monkeypatch):
     z = inner_z(build_model("yolov9-c", nc=3).cuda(), x.float() / 255, 8)
     peaks = {}
     for limit in ("8", "0"):
-        monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", limit)
-        peaks[limit], _ = _cuda_peak("yolov9-c", True, x, monkeypatch)
+        peaks[limit], _ = _cuda_peak("yolov9-c", Switches(main_recompute=int(limit)), x)
     bound = peaks["0"] - 0.5 * 2 * z
     msg = (f"peak above start: main recompute {peaks['8'] / 2**20:.1f} MiB, without {peaks['0'] / 2**20:.1f} MiB; "
            f"bound {bound / 2**20:.1f} MiB (inner z of the blocks {2 * z / 2**20:.1f} MiB)")

@@ -171,9 +171,13 @@ def test_runner_variants_add_their_flag_or_environment(tmp_path):
     assert argv[argv.index("--backend") + 1] == "c" and argv[argv.index("--name") + 1] == "c+no-cuda-graph-s0"
     argv, _, env = bench_accuracy.train_command(a, "c+unfused+no-amp", 0, tmp_path, tmp_path / "d.yaml")
     assert env == {"YOLOV9C_FUSED": "0"} and "--no-amp" in argv
-    for runner, loss in (("c+loss-torch", "torch"), ("torch+loss-c", "c")):
+    for runner, loss in (("c+loss-torch", "torch"), ("torch+loss-c", "c")):  # through train_other_loss.py
         argv, _, env = bench_accuracy.train_command(a, runner, 0, tmp_path, tmp_path / "d.yaml")
-        assert env == {"YOLOV9C_LOSS_BACKEND": loss} and argv[argv.index("--backend") + 1] == runner.split("+")[0]
+        assert argv[1:3] == ["benchmarks/train_other_loss.py", loss] and env == {}
+        assert argv[argv.index("--backend") + 1] == runner.split("+")[0]
+        argv, _, _ = bench_accuracy.resume_command(a, runner, 0, tmp_path)
+        assert argv[1:4] == ["benchmarks/train_other_loss.py", loss, "--resume"]
+    assert base[1] == "train_dual.py"
     argv, _, _ = bench_accuracy.train_command(a, "torch+no-cuda-graph", 0, tmp_path, tmp_path / "d.yaml")
     assert argv[argv.index("--backend") + 1] == "torch" and "--channels-last" in argv
     for bad in ("c+fast", "cuda", "torch+"):

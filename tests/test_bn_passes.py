@@ -10,8 +10,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_bn_passes_counts_one_statistics_pass_per_z():
     r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bn_passes.py"), "--model", "yolov9-t",
-                        "--img", "64", "--sites"], capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "OMP_NUM_THREADS": "1", "YOLOV9C_KEEP_INPUTS": "1"})
+                        "--img", "64", "--sites", "--keep-inputs"], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     entry = ("stats", "_forward_impl", "_backward_impl")
     rows = {tuple(line.split()[:2]): line.split() for line in r.stdout.splitlines() if line.startswith(entry)}
@@ -22,7 +22,7 @@ def test_bn_passes_counts_one_statistics_pass_per_z():
     assert float(rows["_backward_impl", "backward"][3]) >= 1.0
     assert ("stats", "backward") not in rows   # no statistics recomputed in backward
     assert "forward: z regions by times activated" in r.stdout
-    # by call site: with YOLOV9C_KEEP_INPUTS=1 a segment's recompute hands each conv its materialised input
+    # by call site: with --keep-inputs (the switch) a segment's recompute hands each conv its materialised input
     # (conv.inputs_kept), so its conv backwards activate nothing; the other convs' backwards do
     assert "  backward  conv backward / BNAct.fill" in r.stdout
     assert "segment recompute: conv forward" in r.stdout and "segment recompute: conv backward" not in r.stdout

@@ -15,6 +15,7 @@ import re
 import pytest
 import torch
 
+from yolov9c.backends.c.switches import Switches
 from yolov9c.cli.main import main as cli_main
 from yolov9c.engine.train import memory_plan as mp
 
@@ -156,6 +157,70 @@ def test_measured_step_runs_the_trainer_step_on_cpu(backend):
     assert moved > len(before) // 2, f"{moved} of {len(before)} parameters changed"
     assert step.ema.updates == 1
     assert all(p.grad is None or not p.grad.any() for p in step.model.parameters())  # zero_grad ran
+
+
+# --- the c backend's switches (engine/train/switch_cost.py): counted on the CPU, checked against what is stored ---
+
+def test_switches_change_the_estimate():
+    """Each switch moves the c cost of yolov9-c the way it moves memory: storing the auxiliary branch or fewer
+    backbone blocks (main 4, 0) and keeping conv inputs cost more per image, recomputing stride-16/32 blocks too
+    (main 32) less; the fixed part, the torch backend and a model without recomputed parts (gelan-c) do not move;
+    a budget then plans another micro-batch."""
+    base = mp.cost_for("yolov9-c", "c")
+    assert mp.cost_for("yolov9-c", "c", Switches()) == base == mp.lookup("yolov9-c", "c")
+    per = {sw: mp.cost_for("yolov9-c", "c", sw).per_image_gib for sw in (
+        Switches(aux_recompute=False), Switches(main_recompute=0), Switches(main_recompute=4),
+        Switches(main_recompute=32), Switches(keep_inputs=True))}
+    aux0, main0, main4, main32, keep = per.values()
+    assert aux0 > main0 > main4 > base.per_image_gib > main32 and keep > base.per_image_gib, per
+    assert aux0 > 1.5 * base.per_image_gib  # the auxiliary branch is about half of yolov9-c's z (DESIGN.md)
+    assert all(mp.cost_for("yolov9-c", "c", sw).fixed_gib == base.fixed_gib for sw in per)
+    assert "for the switches (counted)" in mp.cost_for("yolov9-c", "c", Switches(keep_inputs=True)).source
+    assert mp.cost_for("yolov9-c", "torch", Switches(aux_recompute=False)) == mp.cost_for("yolov9-c", "torch")
+    assert mp.cost_for("gelan-c", "c", Switches(aux_recompute=False)) == mp.cost_for("gelan-c", "c")
+    said = []
+    p0 = mp.plan_for_training("yolov9-c", "c", "8G", nominal=64, log=said.append)
+    p1 = mp.plan_for_training("yolov9-c", "c", "8G", nominal=64, log=said.append,
+                              switches=Switches(aux_recompute=False))
+    assert (p0.batch, p0.accumulate, p1.batch, p1.accumulate) == (32, 2, 16, 4)
+    assert len(said) == 1 and said[0].startswith("memory plan: the c backend's switches change the step by +0.")
+
+
+@pytest.mark.parametrize("sw", [Switches(aux_recompute=False), Switches(main_recompute=0),
+                                Switches(main_recompute=4)], ids=["aux0", "main0", "main4"])
+def test_switch_cost_counts_what_the_c_backend_stores(sw):
+    """The counted change (fp16 per 640² image) against the bytes the c backend's forward really stores under
+    each switch (saved-tensor hooks, yolov9-t, 2 × 64², fp32): within 5 % (measured 1.002-1.016)."""
+    import copy
+
+    from saved_tensors import saved_bytes
+    from seeded_models import shared_seeded_model
+    from yolov9c.backends import apply
+    from yolov9c.engine.train import switch_cost
+
+    base, x = shared_seeded_model("yolov9-t"), torch.rand(2, 3, 64, 64)
+    stored = {}
+    for s in (Switches(), sw):
+        stored[s], _ = saved_bytes(apply(copy.deepcopy(base), "c", s), x)
+    measured = stored[sw] - stored[Switches()]
+    counted = switch_cost.per_image_gib("yolov9-t", sw) * 2 ** 30 / switch_cost.BYTES * 4 * 2 * (64 / 640) ** 2
+    assert counted > 0 and abs(measured / counted - 1) < 0.05, (measured, counted)
+
+
+def test_cli_memory_takes_the_switches(capsys):
+    assert cli_main(["memory", "--cfg", "yolov9-c", "--backend", "c", "--budget", "8G"]) == 0
+    out = capsys.readouterr().out
+    assert "c backend: --aux-recompute 1 --main-recompute 8 --keep-inputs 0\n" in out
+    assert re.search(r"^c +10\.55 GiB ", out, re.M) and "--batch-size 32 x 2" in out, out
+    assert cli_main(["memory", "--cfg", "yolov9-c", "--backend", "c", "--budget", "8G", "--aux-recompute", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "c backend: --aux-recompute 0 --main-recompute 8 --keep-inputs 0 (+0.16" in out
+    assert re.search(r"^c +20\.[0-9]+ GiB ", out, re.M) and "--batch-size 16 x 4" in out, out
+    with pytest.raises(SystemExit) as e:
+        cli_main(["memory", "--cfg", "yolov9-c", "--keep-inputs", "2"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert e.value.code == 2 and errors == ["python -m yolov9c memory: error: argument --keep-inputs: must be 0 or 1, "
+                                            "got '2'"], errors
 
 
 MEASURE_T = """

@@ -1,13 +1,17 @@
 """`train_dual.py --backend c` on the CPU (the c backend through the C implementations): a one-epoch run on the
 synthetic data writes the run folder, and its first training iteration gives the same loss as a `--backend
 torch` run from the same seed (fp32, within 1e-4 relative). Checkpoints of a c run are plain torch: the same
-state_dict keys and shapes as a torch run's. Also: `--backend c` without the built extension is one clear error.
+state_dict keys and shapes as a torch run's. Also: `--backend c` without the built extension is one clear error;
+the loss follows --backend (benchmarks/train_other_loss.py is the developer tool that swaps it).
 
 Each run is yolov9-t (dual head, auxiliary branch) at 64×64, one batch of 4 images per epoch (so the first
 iteration is the whole epoch), without the final best.pt validation, on one CPU thread: about 11 s for the
 file. The layer-by-layer equality of the backends on every model family is the backend's own tests' job
 (tests/test_backend_c.py). Run: python -m pytest -q tests/test_train_backend.py
 """
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -114,22 +118,28 @@ def test_c_backend_without_the_extension_says_how_to_build(data, tmp_path, monke
     assert not (tmp_path / "runs").exists()  # refused before a run folder is made
 
 
-def test_loss_backend_switch(data, tmp_path, monkeypatch, capsys):
-    """YOLOV9C_LOSS_BACKEND (a developer switch, issue 13) trains one backend's model with the other's loss, says
-    so in the backend line, and refuses a name that is neither backend before training starts."""
+def test_the_loss_follows_the_backend_and_the_other_loss_is_a_benchmark_tool(data, tmp_path, monkeypatch, capsys):
+    """The product trains each backend with its own loss: YOLOV9C_LOSS_BACKEND (a removed developer switch) changes
+    nothing. benchmarks/train_other_loss.py (bench_accuracy.py's loss-* runners) trains c's model with torch's
+    loss, says so, leaves the trainer's loss factory as it was, and refuses a loss that is no backend."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import train_other_loss
+
     real, used = train_state.make_loss, []
-    monkeypatch.setattr(train_state, "make_loss",
-                        lambda model, hyp=None, backend="torch": used.append(backend) or real(model, hyp, backend))
+    recording = lambda model, hyp=None, backend="torch": used.append(backend) or real(model, hyp, backend)  # noqa
+    monkeypatch.setattr(train_state, "make_loss", recording)
     monkeypatch.setenv("YOLOV9C_LOSS_BACKEND", "torch")
     argv = ["--data", data, "--cfg", "yolov9-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1",
             "--workers", "0", "--noplots", "--noval", "--device", "cpu", "--project", str(tmp_path / "a"),
             "--backend", "c"]
     assert main(argv) == 0
-    assert used and set(used) == {"torch"}
-    assert "backend: c (loss: torch, from YOLOV9C_LOSS_BACKEND)" in capsys.readouterr().out
-    assert yaml.safe_load((tmp_path / "a" / "exp" / "opt.yaml").read_text())["backend"] == "c"
-    monkeypatch.setenv("YOLOV9C_LOSS_BACKEND", "cuda")
+    assert used and set(used) == {"c"}
+    monkeypatch.delenv("YOLOV9C_LOSS_BACKEND")
+    used.clear()
     argv[argv.index("--project") + 1] = str(tmp_path / "b")
-    assert main(argv) != 0
-    assert "YOLOV9C_LOSS_BACKEND='cuda': use torch or c" in capsys.readouterr().err
-    assert not any((tmp_path / "b").glob("*/weights/*.pt"))  # nothing trained
+    assert train_other_loss.main(["torch", *argv]) == 0
+    assert used and set(used) == {"torch"} and train_state.make_loss is recording
+    assert "train_other_loss.py: the loss runs on the torch backend" in capsys.readouterr().out
+    assert yaml.safe_load((tmp_path / "b" / "exp" / "opt.yaml").read_text())["backend"] == "c"
+    assert train_other_loss.main(["cuda", *argv]) == 2
+    assert "error: the first argument is the loss's backend (torch or c)" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """Execution backends of a built model: "torch" (the plain PyTorch reference) and "c" (yolov9c/backends/c).
 
     model = apply(model, "c")      # after building and moving the model, before DDP wrapping
+    apply(model, "c", Switches(aux_recompute=False))   # c with other memory/time switches (c/switches.py)
     backend_of(model)              # "c"
     accepts_uint8(model)           # True: pass the uint8 batch itself (c reads it as x / 255 on the fly)
     apply(model, "torch")          # plain execution again
@@ -32,8 +33,9 @@ def _bare(model):
     return model
 
 
-def apply(model, name):
-    """Switch `model` (a DetectionModel, possibly wrapped) to backend `name` ("torch" or "c"); returns model."""
+def apply(model, name, switches=None):
+    """Switch `model` (a DetectionModel, possibly wrapped) to backend `name` ("torch" or "c"); returns model.
+    `switches`: the c backend's c.switches.Switches (None: the defaults); refused with "torch"."""
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {name!r}")
     bare = _bare(model)
@@ -45,7 +47,9 @@ def apply(model, name):
 
     if name == "c":
         _note_cpu(bare)
-        c.install(bare)
+        c.install(bare, c.DEFAULT if switches is None else switches)
+    elif switches is not None:
+        raise ValueError("apply: switches are the c backend's; got them with 'torch'")
     else:
         c.uninstall(bare)
     bare.__dict__[_ATTR] = name

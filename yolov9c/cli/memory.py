@@ -4,13 +4,14 @@ it fits (yolov9c/engine/train/memory_plan.py).
     python -m yolov9c memory --cfg yolov9-s.yaml --batch 64 --img 640
     python -m yolov9c memory --cfg yolov9-s.yaml --budget 7.5G [--dynamic-img --min-img 384]   # + the plan
     python -m yolov9c memory --cfg gelan-c.yaml --measure                  # on a GPU: profile two steps first
+    python -m yolov9c memory --cfg yolov9-c.yaml --aux-recompute 0         # c under other switches (as in training)
 
 Prints, per backend, the predicted peak reserved memory of one AMP training step and which common cards (CARDS,
 less the CUDA context) it fits; with --budget, the plan that keeps the nominal batch. Costs come from the
 planner's table; a model not in it gets an estimate (marked "estimate"); --measure profiles this machine's GPU
 instead. Without a GPU the output says the plan is for a GPU.
 Wiring: add_parser(subparsers) / run(args), as check_data.py; `budget_type` is the argparse type of a size such
-as 7.5G (also for `train_dual.py --mem-budget`).
+as 7.5G (also for `train_dual.py --mem-budget`); add_switch_args adds the c backend's switches to both.
 Test: python -m pytest -q tests/test_memory_plan.py
 """
 
@@ -30,6 +31,35 @@ def budget_type(text):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _switch_type(name):
+    """argparse type of c backend switch `name` (backends/c/switches.py parse_switch: 0/1, or a stride)."""
+    def parse(text):
+        from yolov9c.backends.c.switches import parse_switch
+
+        try:
+            return parse_switch(name, text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    parse.__name__ = name
+    return parse
+
+
+def add_switch_args(p):
+    """--aux-recompute, --main-recompute, --keep-inputs: the c backend's memory/time switches (RunConfig fields
+    of the same names; the YOLOV9C_* variables of docs/switches.md override them in a training run)."""
+    p.add_argument("--aux-recompute", type=_switch_type("aux_recompute"), nargs="?", const=True, default=True,
+                   metavar="0|1", help="c backend: re-run the PGI auxiliary branch in backward instead of storing "
+                                       "it (default 1; 0: stored, more memory, less time, and no backbone block "
+                                       "is re-run either)")
+    p.add_argument("--main-recompute", type=_switch_type("main_recompute"), default=8, metavar="STRIDE",
+                   help="c backend: re-run in backward the backbone blocks (RepNCSPELAN4, ELAN1) whose input is at "
+                        "this stride or finer (default 8: strides 4 and 8; 4: stride 4; 0: none, more memory)")
+    p.add_argument("--keep-inputs", type=_switch_type("keep_inputs"), nargs="?", const=True, default=False,
+                   metavar="0|1", help="c backend: a re-run block keeps the conv inputs it rebuilt for their weight "
+                                       "gradients (default 0; 1: one BN+SiLU pass less per re-run conv, a higher "
+                                       "peak)")
+
+
 def add_parser(subparsers):
     p = subparsers.add_parser("memory", help="predicted training memory per backend and the cards it fits",
                               description="Predicted peak reserved GPU memory of a training step (AMP) per "
@@ -45,6 +75,7 @@ def add_parser(subparsers):
     p.add_argument("--min-img", type=int, default=None, help="--dynamic-img floor (default img/2)")
     p.add_argument("--measure", action="store_true", help="measure the costs on this machine's GPU first")
     p.add_argument("--device", default="cuda", help="GPU for --measure (default cuda)")
+    add_switch_args(p)
     p.set_defaults(func=run)
     return p
 
@@ -56,15 +87,23 @@ def _costs(args):
 
     out, missing = {}, []
     for backend in args.backend or BACKENDS:
+        sw = _switches(args) if backend == "c" else None
         if args.measure:
-            out[backend] = mp.measure(args.cfg, backend, img=args.img, device=args.device)
+            out[backend] = mp.measure(args.cfg, backend, img=args.img, device=args.device, switches=sw)
             continue
-        cost = mp.cost_for(args.cfg, backend)
+        cost = mp.cost_for(args.cfg, backend, sw)
         if cost is None:
             missing.append(backend)
         else:
             out[backend] = cost
     return out, missing
+
+
+def _switches(args):
+    from yolov9c.backends.c.switches import Switches
+
+    return Switches(aux_recompute=args.aux_recompute, main_recompute=args.main_recompute,
+                    keep_inputs=args.keep_inputs)
 
 
 def run(args):
@@ -99,6 +138,15 @@ def run(args):
     else:
         src = "measured table (H200, benchmarks/RESULTS.md) where measured, else an estimate (marked)"
     print(f"{args.cfg}: batch {args.batch}, {args.img}x{args.img}, AMP on a GPU; costs: {src}")
+    if "c" in costs:
+        from yolov9c.engine.train import switch_cost
+
+        sw = _switches(args)
+        counted = not args.measure and sw != type(sw)()
+        print(f"c backend: --aux-recompute {int(sw.aux_recompute)} --main-recompute {sw.main_recompute} "
+              f"--keep-inputs {int(sw.keep_inputs)}" + (
+                  f" ({switch_cost.per_image_gib(args.cfg, sw):+.4f} GiB per 640² image against the defaults, "
+                  f"counted from the model graph)" if counted else ""))
     import torch
 
     if not torch.cuda.is_available():

@@ -8,9 +8,9 @@ the `--img`/`--img-size` and `--local_rank`/`--local-rank` aliases; prefix match
 that differ (the published ones name files absent here): `--data` synthetic, `--cfg` yolov9-t.yaml, `--hyp` the
 bundled hyp.scratch-high.yaml (bare names are looked up in configs/hyps/).
 Added: --backend {torch,c} (c on a CUDA GPU, torch on the CPU), --channels-last, --accumulate, --amp, --ckpt,
---val-period, --pin-memory, --gpu-augment, --mosaic, --mixup, --deterministic, --max-nonfinite, --cuda-graph,
---cudnn-benchmark, --mem-cap, --mem-budget / --dynamic-img / --min-img (the memory planner). PYTORCH_CUDA_ALLOC_CONF
-defaults to expandable_segments:True (set before CUDA starts).
+--aux-recompute / --main-recompute / --keep-inputs (c's switches, cli/memory.py), --val-period, --pin-memory,
+--gpu-augment, --mosaic, --mixup, --deterministic, --max-nonfinite, --cuda-graph, --cudnn-benchmark, --mem-cap,
+--mem-budget / --dynamic-img / --min-img (the memory planner). PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True by default.
 parse_opt(argv, prog=...) -> RunConfig (yolov9c/engine/train/config.py); the trainer never sees argparse.
 Test: python -m pytest -q tests/test_train_cli.py
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from yolov9c.cli.memory import budget_type
+from yolov9c.cli.memory import add_switch_args, budget_type
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.evolve import evolve
 from yolov9c.engine.train.run_folder import USER_ERRORS
@@ -140,6 +140,7 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                    help="activation checkpointing per model layer: less memory, more time (measured, yolov9-s, batch 64, "
                         "640, H200: 23.05 -> 7.38 GiB peak allocated, 2.6x the step time); "
                         "torch backend only (ignored with a warning under --backend c)")
+    add_switch_args(p)
     p.add_argument("--val-period", type=_int_at_least(1, "--val-period"), default=1,
                    help="validate every N epochs (the last epoch always)")
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=None,

@@ -1,9 +1,9 @@
 """The c backend: lazy activations and concat-free blocks on a built model, with the same parameters.
 
     from yolov9c.backends import c
-    c.install(model)     # every top-level layer of model.model gets the c forward (layers.layer_forward),
+    c.install(model, sw) # every top-level layer of model.model gets the c forward (layers.layer_forward),
                          # the model the c model forward (pgi.model_forward: recomputed auxiliary branch,
-                         # uint8 input; model.accepts_uint8 is True)
+                         # uint8 input; model.accepts_uint8 is True); sw: switches.Switches (default: DEFAULT)
     c.uninstall(model)   # back to the classes' own forwards
 
 Only per-instance `forward` attributes are set (no class, parameter, buffer or state_dict change), so a
@@ -11,20 +11,25 @@ checkpoint moves freely between backends, and copy.deepcopy of an installed mode
 (the bound forwards are re-bound to the copies). In eval mode every layer runs its own torch forward, so
 an EMA copy (deep-copied, always in eval mode) computes exactly as the torch backend.
 Design: ../shared/DESIGN.md "Memory design" 1-4; lazy/ (values), conv.py (the autograd Function),
-layers.py (per layer type), segment.py + pgi.py (the recomputed auxiliary branch, uint8 input). Test: python -m pytest -q tests/test_backend_c.py
+layers.py (per layer type), segment.py + pgi.py (the recomputed auxiliary branch, uint8 input), switches.py
+(what is recomputed and kept: the run's --aux-recompute, --main-recompute, --keep-inputs). Test: python -m pytest -q tests/test_backend_c.py
 """
 
 import types
 
 from yolov9c.backends.c.layers import layer_forward
 from yolov9c.backends.c.pgi import model_forward
+from yolov9c.backends.c.switches import DEFAULT, Switches
 
 
-def install(model):
+def install(model, switches=DEFAULT):
+    if not isinstance(switches, Switches):
+        raise TypeError(f"c.install: switches must be a Switches, got {type(switches).__name__}")
     for layer in model.model:
         layer.forward = types.MethodType(layer_forward, layer)
     model.forward = types.MethodType(model_forward, model)
     model.__dict__["accepts_uint8"] = True
+    model.__dict__["c_switches"] = switches
 
 
 def _uninstall_forward(module, fn):
@@ -38,4 +43,5 @@ def uninstall(model):
         _uninstall_forward(layer, layer_forward)
     _uninstall_forward(model, model_forward)
     model.__dict__.pop("accepts_uint8", None)
+    model.__dict__.pop("c_switches", None)
     model.__dict__.pop("_c_graph", None)

@@ -8,7 +8,7 @@ and the weights. Backward rebuilds the buffer from the leaves with grad enabled 
 the conv gradients with aten.convolution_backward and sends the input gradient into the leaves; a z read by
 several consumers gets each share of dz, summed by autograd (exact: BN's backward is linear in dz).
 Convs reading one input (RepConvN's 3x3/1x1, RepNCSP's cv1/cv2) share one Function: one materialisation each way.
-YOLOV9C_KEEP_INPUTS=1 (keep_inputs_enabled, default off: it raises the peak; benchmarks/RESULTS.md §16) keeps a
+inputs_kept(True) (switches.Switches.keep_inputs, default off: it raises the peak; benchmarks/RESULTS.md §16) keeps a
 recomputed segment's conv inputs for their own backward instead of activating the leaves again; same gradients.
 Autocast: convs run in the autocast dtype (z stored in it), BN arithmetic in fp32; inside the Function autocast
 is off and casts are explicit, so forward and recompute give the same values.
@@ -16,7 +16,6 @@ Test: python -m pytest -q tests/test_backend_c.py
 """
 
 import contextlib
-import os
 
 import torch
 import torch.nn.functional as F
@@ -41,21 +40,14 @@ class _Plan:
 _KEEP = [False]  # inside inputs_kept(): each forward keeps its materialised input for its own backward
 
 
-def keep_inputs_enabled():
-    """YOLOV9C_KEEP_INPUTS=1 turns inputs_kept() on (default off): it saves one BN+SiLU pass per recomputed conv
-    but raises the step's peak (benchmarks/RESULTS.md §16), so it is for runs with memory to spare.
-    """
-    return os.environ.get("YOLOV9C_KEEP_INPUTS", "0") == "1"
-
-
 @contextlib.contextmanager
-def inputs_kept():
-    """Inside (when keep_inputs_enabled()), LazyConvFunction.forward keeps the input it materialised (with the
-    Evaluator's memo: the values a Spatial backward reads) for its own backward, which then runs on it instead
-    of activating the leaves again, and frees it. For a segment's backward recompute (segment.py), whose
-    backward follows at once: the kept inputs are a transient of one segment. Elsewhere (and by default) the
-    input is a temporary, rebuilt in backward."""
-    prev, _KEEP[0] = _KEEP[0], keep_inputs_enabled()
+def inputs_kept(enabled=True):
+    """Inside, when `enabled` (the keep_inputs switch: off by default, it raises the step's peak),
+    LazyConvFunction.forward keeps the input it materialised (with the Evaluator's memo: the values a Spatial
+    backward reads) for its own backward, which then runs on it instead of activating the leaves again, and frees
+    it. For a segment's backward recompute (segment.py), whose backward follows at once: the kept inputs are a
+    transient of one segment. Elsewhere (and by default) the input is a temporary, rebuilt in backward."""
+    prev, _KEEP[0] = _KEEP[0], bool(enabled)
     try:
         yield
     finally:

@@ -1,6 +1,6 @@
 """The c backend's model forward: the PGI auxiliary branch recomputed in backward, and uint8 input.
 
-    c.install(model)          # model.forward = model_forward (and every layer's forward, layers.py)
+    c.install(model, sw)      # model.forward = model_forward (and every layer's forward, layers.py)
     model(imgs_uint8)         # a uint8 batch is read as imgs / 255 by its first convs (lazy.Image)
 
 Auxiliary layers (DESIGN.md "Memory design" item 3) are read off the layer graph: those whose outputs reach only
@@ -8,15 +8,14 @@ the DualDDetect head's auxiliary inputs. In training they run as recomputed segm
 layers each read only by the next (_chains), one segment per auxiliary head level; a segment keeps only its
 result and is re-run and back-propagated at once in backward. Each auxiliary step runs as soon as its inputs
 exist, so autograd back-propagates the main neck first and an image-only segment last, which keeps the peak low.
-Main backbone blocks (RepNCSPELAN4, ELAN1) at stride <= YOLOV9C_MAIN_RECOMPUTE (default 8; 0: off) are one-layer
-segments too. Results do not depend on the order (same inputs; each BatchNorm updates once).
-Falls back to the plain layer loop when not training / no grad, the head is not a c-runnable DualDDetect, or
-YOLOV9C_AUX_RECOMPUTE=0; a segment with a non-recomputable layer (torch fallback, non-SiLU act) runs plain.
+Main backbone blocks (RepNCSPELAN4, ELAN1) at stride <= main_recompute are one-layer segments too (the switches:
+switches.py, model.c_switches). Results do not depend on the order (same inputs; each BatchNorm updates once).
+Plain layer loop when not training / no grad, the head is not a c-runnable DualDDetect, or aux_recompute is off;
+a segment with a non-recomputable layer (torch fallback, non-SiLU act) runs plain.
 Test: python -m pytest -q tests/test_backend_pgi.py
 """
 
 import functools
-import os
 
 import torch
 import torch.nn as nn
@@ -24,6 +23,7 @@ import torch.nn as nn
 import yolov9c.backends.c.layers as L
 from yolov9c.backends.c.lazy import Image
 from yolov9c.backends.c.segment import run_segment
+from yolov9c.backends.c.switches import DEFAULT
 from yolov9c.models.common import ELAN1, Conv, RepConvN, RepNCSPELAN4
 from yolov9c.models.head import DualDDetect
 
@@ -37,23 +37,12 @@ def _observe(label, value):
         hook(label, value)
 
 
-def recompute_enabled():
-    """YOLOV9C_AUX_RECOMPUTE (read at every call): anything but "0" recomputes the auxiliary branch."""
-    return os.environ.get("YOLOV9C_AUX_RECOMPUTE", "1") != "0"
+MAIN_BLOCKS = (RepNCSPELAN4, ELAN1)  # the main layer types the main_recompute switch may recompute
 
 
-MAIN_BLOCKS = (RepNCSPELAN4, ELAN1)  # the main layer types main_recompute_stride() may recompute
-
-
-def main_recompute_stride():
-    """YOLOV9C_MAIN_RECOMPUTE (read at every call): main backbone blocks whose input is at this stride or finer
-    are recomputed segments; 0 turns it off. Default 8."""
-    raw = os.environ.get("YOLOV9C_MAIN_RECOMPUTE", "8")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"YOLOV9C_MAIN_RECOMPUTE must be a stride (an integer such as 8, or 0 for off), "
-                         f"got {raw!r}") from None
+def switches_of(model):
+    """The switches.Switches the c forward of `model` runs with (install() sets them; the defaults otherwise)."""
+    return model.__dict__.get("c_switches", DEFAULT)
 
 
 def inputs_of(m):
@@ -212,7 +201,7 @@ class _Run:
                 del self.vals[j]
 
 
-def _segment(model, chain, run, label=None):
+def _segment(model, chain, run, keep_inputs, label=None):
     label = label or (f"segment {chain[0]}-{chain[-1]}" if len(chain) > 1 else f"segment {chain[0]}")
     _observe(label, None)
     layers = model.model
@@ -220,7 +209,7 @@ def _segment(model, chain, run, label=None):
     ext = sorted({j for i in chain for j in inputs_of(layers[i])} - set(chain))
     vals = {j: run.vals[j] for j in ext}
     if all(L.supported(m) for m in mods) and recomputable(mods) and any(True for m in mods for _ in m.parameters()):
-        out = run_segment(functools.partial(_run_chain, layers, chain), vals, mods)
+        out = run_segment(functools.partial(_run_chain, layers, chain), vals, mods, keep_inputs)
     else:
         out = _run_chain_plain(layers, chain, vals)
     run.vals[chain[-1]] = out
@@ -235,31 +224,31 @@ def _run_chain_plain(layers, chain, vals):
     return vals[chain[-1]]
 
 
-def _forward_pgi(model, g, x):
+def _forward_pgi(model, g, x, sw):
     layers = model.model
     head = layers[-1]
     nl = head.nl
     hin = inputs_of(head)
     run = _Run(g, x)
     d1 = [None] * nl
-    limit, img_h = main_recompute_stride(), x.shape[2]
+    limit, img_h, keep = sw.main_recompute, x.shape[2], sw.keep_inputs
     for kind, what in g.steps:
         if kind == "layer":
             m = layers[what]
             arg = run.take(m)
             if what in g.blocks and limit > 0 and img_h <= limit * arg.shape[2]:
-                _segment(model, [what], run, f"{what} {type(m).__name__} (recomputed)")
+                _segment(model, [what], run, keep, f"{what} {type(m).__name__} (recomputed)")
             else:
                 run.vals[what] = m(arg)
                 run.done(inputs_of(m))
         elif kind == "segment":
-            _segment(model, what, run)
+            _segment(model, what, run, keep)
         else:  # an auxiliary head level
             k = what
             mods = [head.cv2[k], head.cv3[k]]
             vals = {"x": run.vals[hin[k]]}
             _observe(f"aux head {k}", None)
-            d1[k] = run_segment(functools.partial(_level, head, k), vals, mods) if recomputable(mods) \
+            d1[k] = run_segment(functools.partial(_level, head, k), vals, mods, keep) if recomputable(mods) \
                 else _level(head, k, vals)
             _observe(f"aux head {k}", d1[k])
     d2 = []
@@ -277,7 +266,8 @@ def model_forward(self, x):
         if not self.training:
             return type(self).forward(self, x.float() / 255)
         x = Image(x)
-    g = graph(self) if self.training and torch.is_grad_enabled() and recompute_enabled() else None
+    sw = switches_of(self)
+    g = graph(self) if self.training and torch.is_grad_enabled() and sw.aux_recompute else None
     if g is None or not g.aux or not L.supported(self.model[-1]):
         return type(self).forward(self, x)
-    return _forward_pgi(self, g, x)
+    return _forward_pgi(self, g, x, sw)

@@ -1,14 +1,14 @@
 """Recomputed segments: run a function of lazy values without storing its inside, re-run it in backward.
 
-    value = run_segment(fn, inputs, modules)   # fn(inputs) -> a lazy value / tensor / tuple of them
+    value = run_segment(fn, inputs, modules, keep_inputs=False)   # fn(inputs) -> a lazy value / tensor / tuple
 
 `inputs`: a dict of lazy values, tensors or tuples/lists of them; `modules`: the nn.Modules whose parameters fn
 uses. SegmentFunction runs fn without autograd, so only the tensors of its result that fn created (typically the
 last conv output z and its statistics) outlive it. Backward re-runs fn with grad enabled under the forward's
 autocast state on the detached saved inputs and sends the incoming gradients through it with
 torch.autograd.grad; input and parameter gradients are the Function's (AccumulateGrad and DDP hooks see them).
-The recompute runs under conv.inputs_kept() (YOLOV9C_KEEP_INPUTS=1: each conv keeps its input for its own
-backward; all freed before this backward returns).
+The recompute runs under conv.inputs_kept(keep_inputs) (the keep_inputs switch, switches.py: each conv keeps its
+input for its own backward; all freed before this backward returns).
 BatchNorm: the forward records every batch statistic on a layers.StatsTape and the recompute replays it, so it
 normalises with the forward's statistics and updates no running statistic twice. fn must otherwise be
 deterministic (no dropout): pgi.py hands it only recomputable() layers.
@@ -92,11 +92,12 @@ def new_tensors(value, known):
 class _Call:
     """One segment call: what SegmentFunction needs besides tensors."""
 
-    __slots__ = ("fn", "template", "n_leaves", "params", "tape", "device_type", "amp", "amp_dtype", "out",
-                 "new_ids")
+    __slots__ = ("fn", "template", "n_leaves", "params", "keep_inputs", "tape", "device_type", "amp", "amp_dtype",
+                 "out", "new_ids")
 
-    def __init__(self, fn, template, n_leaves, params, device_type):
+    def __init__(self, fn, template, n_leaves, params, device_type, keep_inputs):
         self.fn, self.template, self.n_leaves, self.params = fn, template, n_leaves, params
+        self.keep_inputs = keep_inputs
         self.tape, self.device_type = StatsTape(), device_type
         self.amp = torch.is_autocast_enabled(device_type)
         self.amp_dtype = torch.get_autocast_dtype(device_type)
@@ -134,7 +135,7 @@ class SegmentFunction(torch.autograd.Function):
         call.tape.pos = 0
         try:
             with torch.enable_grad(), torch.autocast(call.device_type, dtype=call.amp_dtype, enabled=call.amp), \
-                    inputs_kept():
+                    inputs_kept(call.keep_inputs):
                 out = call.run(_fill(call.template, leaves, {}))
         finally:
             call.tape.pos = None
@@ -157,15 +158,15 @@ class SegmentFunction(torch.autograd.Function):
         return (None, *grads_in)
 
 
-def run_segment(fn, inputs, modules):
+def run_segment(fn, inputs, modules, keep_inputs=False):
     """fn(inputs) as a recomputed segment (module docstring); returns its value, differentiable w.r.t. the
-    tensors of `inputs` and the parameters of `modules`."""
+    tensors of `inputs` and the parameters of `modules`. keep_inputs: the recompute keeps its conv inputs."""
     index = LeafIndex()
     template = _template(inputs, index.add, {})
     leaves = index.tensors
     params = [p for m in modules for p in m.parameters() if p not in index]
     device = leaves[0].device.type if leaves else params[0].device.type
-    call = _Call(fn, template, len(leaves), params, device)
+    call = _Call(fn, template, len(leaves), params, device, keep_inputs)
     outs = SegmentFunction.apply(call, *leaves, *params)
     mapping = dict(zip(call.new_ids, outs))
     value = _replace(call.out, lambda t: mapping.get(id(t), t), {})

@@ -98,11 +98,11 @@ def profile_step(model, compute_loss, batch, imgsz, nc, device, amp, labels_per_
 
 
 def autobatch(model, imgsz, hyp, device, backend="torch", amp=True, fraction=FRACTION, batch_sizes=BATCH_SIZES,
-              labels_per_image=32, log=print):
+              labels_per_image=32, log=print, switches=None):
     """The AutoBatch choice for training `model` (a DetectionModel on `device`, not yet rewritten by a backend)
-    at `imgsz` with `hyp`. Profiles a deep copy (train mode, the backend applied, the loss of make_loss) so the
-    caller's weights and BatchNorm statistics stay untouched. Without CUDA: logs the published message and
-    returns 16."""
+    at `imgsz` with `hyp`. Profiles a deep copy (train mode, the backend applied with the c backend's
+    `switches`, the loss of make_loss) so the caller's weights and BatchNorm statistics stay untouched. Without
+    CUDA: logs the published message and returns 16."""
     device = torch.device(device)
     if device.type != "cuda":
         log(f"{PREFIX}CUDA not detected, using default CPU batch-size {DEFAULT_BATCH}")
@@ -119,7 +119,7 @@ def autobatch(model, imgsz, hyp, device, backend="torch", amp=True, fraction=FRA
     nc = int(prof.model[-1].nc)
     compute_loss = make_loss(prof, hyp, backend=backend)
     if backend != "torch":
-        prof = apply_backend(prof, backend)
+        prof = apply_backend(prof, backend, switches)
     gen = torch.Generator().manual_seed(0)
     samples = []
     for b in batch_sizes:

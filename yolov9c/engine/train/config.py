@@ -3,12 +3,14 @@
     cfg = parse_opt(["--cfg", "gelan-t.yaml", "--epochs", "3"])    # yolov9c.cli.train: argv → RunConfig
     cfg = RunConfig.from_args(namespace, given=("epochs",))         # what parse_opt does with argparse's result
     cfg = read_opt_yaml("runs/train/exp/opt.yaml")                  # a run's stored options
+    cfg = switch_overrides(cfg, log=print)                          # set-up: YOLOV9C_* variables win, logged
 
-Fields: the published train_dual.py flags (argparse destinations, same defaults), yolov9c's memory knobs, then
-what the trainer resolves (save_dir, world_size, global_rank). `given` names the fields typed on the command
-line: --resume takes those in RESUME_OVERRIDES from the command line instead of opt.yaml. opt.yaml is
-`opt_dict(cfg, hyp)` (the published format: every option, the hyp dict, save_dir); reading one back ignores
-unknown keys (with a warning) and defaults missing ones, so older and newer opt.yaml files still resume.
+Fields: the published train_dual.py flags (argparse destinations, same defaults), yolov9c's memory knobs (the c
+backend's switches among them; their YOLOV9C_* variables, SWITCH_ENV, win at set-up), then what the trainer
+resolves (save_dir, world_size, global_rank). `given` names the fields typed on the command line: --resume takes
+those in RESUME_OVERRIDES from the command line instead of opt.yaml. opt.yaml is `opt_dict(cfg, hyp)` (the
+published format: every option, the hyp dict, save_dir); reading one back ignores unknown keys (with a warning)
+and defaults missing ones, so older and newer opt.yaml files still resume.
 Invariant: frozen; set-up resolves a copy once (state.resolve_config) and nothing rewrites it.
 Test: python -m pytest -q tests/test_train_cli.py -k config
 """
@@ -16,16 +18,22 @@ Test: python -m pytest -q tests/test_train_cli.py -k config
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from yolov9c.backends.c.switches import Switches, parse_switch
+
 # options that --resume takes from the command line instead of the stored opt.yaml (memory knobs and placement)
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
                     "gpu_augment", "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph",
                     "cudnn_benchmark",
-                    "mem_budget", "mem_cap")
+                    "mem_budget", "mem_cap", "aux_recompute", "main_recompute", "keep_inputs")
+# the c backend's switches (backends/c/switches.py) and the environment variables that override them
+SWITCH_ENV = {"aux_recompute": "YOLOV9C_AUX_RECOMPUTE", "main_recompute": "YOLOV9C_MAIN_RECOMPUTE",
+              "keep_inputs": "YOLOV9C_KEEP_INPUTS"}
 
 
 class ConfigError(ValueError):
@@ -83,6 +91,9 @@ class RunConfig:
     accumulate: int | None = None  # micro-batches per optimizer step; None: round(64 / batch) after warm-up ramp
     amp: bool = True  # fp16 autocast + GradScaler on CUDA
     ckpt: bool = False  # per-layer activation checkpointing (torch backend)
+    aux_recompute: bool = True  # c backend: the PGI auxiliary branch re-run in backward, not stored
+    main_recompute: int = 8  # c backend: backbone blocks whose input is at this stride or finer re-run (0: none)
+    keep_inputs: bool = False  # c backend: a re-run segment keeps its conv inputs (one BN+SiLU pass less; more memory)
     val_period: int = 1  # validate every N epochs (and always the last)
     pin_memory: bool | None = None  # None: the PIN_MEMORY environment variable (default true)
     gpu_augment: bool = False  # workers only decode; the augment op makes the batch's pixels on the training device
@@ -150,3 +161,39 @@ def opt_dict(cfg: RunConfig, hyp=None) -> dict:
     if hyp is not None:
         d["hyp"] = hyp
     return d
+
+
+def switches(cfg: RunConfig) -> Switches:
+    """The c backend's Switches of the run's options (what the trainer and the memory planner pass down)."""
+    return Switches(**{name: getattr(cfg, name) for name in SWITCH_ENV})
+
+
+def switch_overrides(cfg: RunConfig, env=None, log=print) -> RunConfig:
+    """cfg with every c backend switch whose variable (SWITCH_ENV) is set in `env` (default os.environ) taken
+    from it: a variable wins over the option, typed or stored in opt.yaml, and each one set is logged with the
+    option's value it replaces; the result is what the run uses and opt.yaml records. ConfigError for a value
+    the option would refuse (parse_switch)."""
+    env = os.environ if env is None else env
+    changed = {}
+    for name, var in SWITCH_ENV.items():
+        text = env.get(var)
+        if text is None or not text.strip():
+            continue
+        try:
+            value = parse_switch(name, text)
+        except ValueError as e:
+            raise ConfigError(f"{var}={text!r}: {e} (or unset it; the option is --{name.replace('_', '-')})") \
+                from None
+        old, flag = getattr(cfg, name), "--" + name.replace("_", "-")
+        if value != old:
+            log(f"{var}={text.strip()} overrides {flag} {_text(old)}: the run uses (and opt.yaml records) "
+                f"{flag} {_text(value)}")
+        else:
+            log(f"{var}={text.strip()} is set: the same as {flag} {_text(old)}")
+        changed[name] = value
+    return dataclasses.replace(cfg, **changed) if changed else cfg
+
+
+def _text(value):
+    """A switch value as its option writes it (booleans 0/1)."""
+    return str(int(value)) if isinstance(value, bool) else str(value)

@@ -1,14 +1,14 @@
 """Memory planner: the peak GPU memory of a training step, and the micro-batch that fits a memory budget.
 
-    cost = mp.lookup("yolov9-s", "c")                       # per-image cost from COSTS, or None
+    cost = mp.cost_for("yolov9-s", "c", switches)           # COSTS, else estimate(); c switches counted in
     mp.predict(cost, batch=64, img=640)                     # predicted peak reserved GiB of a step
     p = mp.plan(cost, mp.parse_size("7.5G"), nominal=64, img=640)   # Plan(batch=32, accumulate=2, img=640, ...)
     cost = mp.measure("yolov9-s", "c", img=640, batches=(8, 16))   # on a GPU: profile two steps, fit the line
 
-Model: peak reserved = fixed + per_image · batch · (img / 640)²; fixed is what does not grow with the batch
-(weights, grads, optimizer, EMA, allocator slack), per_image what does. Both come from two profiled steps
-(b1 < b2). COSTS holds H200 fits of the trainer's AMP step; a model without an entry gets `estimate`: the nearest
-size's Cost scaled by parameter and activation counts (Cost.source "estimate").
+Model: peak reserved = fixed + per_image · batch · (img / 640)²; fixed does not grow with the batch (weights,
+grads, optimizer, EMA, allocator slack), per_image does. Both come from two profiled steps. COSTS holds H200 fits
+of the trainer's AMP step under the default c switches; a model without an entry gets `estimate` (the nearest
+size's Cost scaled by parameter and activation counts); other switches add what switch_cost.py counts.
 plan() keeps the nominal batch (the LR and weight-decay rules read it): the largest micro-batch that divides it
 and fits, accumulated nominal / micro-batch times; dynamic_img instead shrinks the image (stride multiples,
 >= min_img; opt-in: it changes the data). A budget is what the process may reserve (CARDS: card less context).
@@ -54,8 +54,8 @@ class Plan:
 
 
 # Measured on one NVIDIA H200 (benchmarks/RESULTS.md "Memory planner"; benchmarks/bench_plan.py, steps at
-# batch 16 and 64, 640², 40 boxes/img): (fixed GiB, GiB per image at 640²). The c entries include the recomputed
-# stride-4/8 backbone blocks (YOLOV9C_MAIN_RECOMPUTE=8, the default).
+# batch 16 and 64, 640², 40 boxes/img): (fixed GiB, GiB per image at 640²). The c entries are under the default
+# switches (backends/c/switches.py: auxiliary branch and stride-4/8 backbone blocks recomputed, no kept inputs).
 COSTS = {
     ("yolov9-s", "c"): (0.120, 0.0736),   # 16: 1.297, 64: 4.828 GiB reserved
     ("yolov9-c", "c"): (0.391, 0.1588),   # 16: 2.932, 64: 10.555
@@ -133,9 +133,13 @@ def estimate(cfg, backend, ref=None):
                 source=f"estimate (scaled from measured {ref} by parameter and activation counts)")
 
 
-def cost_for(cfg, backend):
-    """The measured Cost (lookup) of `cfg` under `backend`, else its estimate, else None."""
-    return lookup(cfg, backend) or estimate(cfg, backend)
+def cost_for(cfg, backend, switches=None):
+    """The measured Cost (lookup) of `cfg` under `backend`, else its estimate, else None; with the c backend's
+    `switches` (None: the defaults) counted in (switch_cost.adjust)."""
+    from yolov9c.engine.train import switch_cost
+
+    cost = lookup(cfg, backend) or estimate(cfg, backend)
+    return None if cost is None else switch_cost.adjust(cost, cfg, switches)
 
 
 def is_estimate(cost):
@@ -204,11 +208,14 @@ def parse_size(text):
 
 
 def plan_for_training(cfg, backend, budget, nominal=64, img=REF_IMG, dynamic_img=False, min_img=None,
-                      device=None, log=print):
+                      device=None, log=print, switches=None):
     """The Plan for `train_dual.py --mem-budget BUDGET [--dynamic-img]`: budget is GiB or a size text
     ('7.5G'); the cost of (cfg, backend) comes from COSTS, else it is measured on `device` (CUDA) when
-    given, else estimated (estimate; logged as such). ValueError (a message for the user) when it can be neither
-    looked up, measured nor estimated."""
+    given, else estimated (estimate; logged as such). `switches`: the c backend's (None: the defaults), counted
+    into a table or estimated cost (switch_cost.adjust; logged when they change it), measured as they are.
+    ValueError (a message for the user) when it can be neither looked up, measured nor estimated."""
+    from yolov9c.engine.train import switch_cost
+
     budget_gib = parse_size(budget) if isinstance(budget, str) else float(budget)
     cost = lookup(cfg, backend)
     if cost is None:
@@ -220,7 +227,13 @@ def plan_for_training(cfg, backend, budget, nominal=64, img=REF_IMG, dynamic_img
             log(f"memory plan: {_stem(cfg)} ({backend}) has no measured costs: {cost.source}")
         else:
             log(f"memory plan: measuring {_stem(cfg)} ({backend}) at two batch sizes ...")
-            cost = measure(cfg, backend, img=img, device=device)
+            cost = measure(cfg, backend, img=img, device=device, switches=switches)
+            switches = None  # measured under them
+    adjusted = switch_cost.adjust(cost, cfg, switches)
+    if adjusted is not cost:
+        log(f"memory plan: the c backend's switches change the step by "
+            f"{adjusted.per_image_gib - cost.per_image_gib:+.4f} GiB per 640² image (counted from the model graph)")
+    cost = adjusted
     p = plan(cost, budget_gib, nominal=nominal, img=img, dynamic_img=dynamic_img, min_img=min_img)
     if not p.fits:
         raise ValueError(f"--mem-budget {budget_gib:.2f} GiB: {p.note} with --backend {backend}; give a larger "
@@ -262,10 +275,10 @@ class MeasuredStep:
     it and benchmarks/mem_timeline.py instruments it: an EMA copy, SGD (Nesterov, momentum 0.937), a
     GradScaler and fp16 autocast on CUDA, a random uint8 batch (batch, 3, img, img) on `device` in memory
     format `fmt`, passed as is when `uint8` and the model accepts it (else float/255), and `boxes` random host
-    targets per image. run() is one step. The fields are the parts (model, ema, loss_fn, opt, scaler, images,
-    targets, uint8, device, amp)."""
+    targets per image; `switches`: the c backend's (backends/c/switches.py; None: the defaults). run() is one
+    step. The fields are the parts (model, ema, loss_fn, opt, scaler, images, targets, uint8, device, amp)."""
 
-    def __init__(self, cfg, backend, batch, img, device, fmt, boxes=40, nc=80, uint8=True):
+    def __init__(self, cfg, backend, batch, img, device, fmt, boxes=40, nc=80, uint8=True, switches=None):
         import torch
 
         from yolov9c.backends import accepts_uint8, apply
@@ -281,7 +294,7 @@ class MeasuredStep:
         self.ema = ModelEMA(self.model)  # the trainer's float32 copy (part of what is held between steps)
         self.loss_fn = make_loss(self.model, backend=backend)  # built before the backend, as the trainer does
         if backend != "torch":
-            apply(self.model, backend)
+            apply(self.model, backend, switches)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp)
         images = torch.randint(0, 256, (batch, 3, img, img), dtype=torch.uint8, generator=gen)
@@ -304,17 +317,17 @@ class MeasuredStep:
         self.ema.update(self.model)
 
 
-def step_peak(cfg, backend, batch, img, device, boxes=40, steps=2, nc=80):
+def step_peak(cfg, backend, batch, img, device, boxes=40, steps=2, nc=80, switches=None):
     """Peak reserved GiB (and peak allocated) of the trainer's step (MeasuredStep) for a fresh model at
-    `batch` × img² on a CUDA `device`, after one warm-up step. Unreachable objects of earlier work (a
-    trainer's CUDA graphs and their pool in a reference cycle) are collected first, so that only this step is
-    counted; frees everything (empty_cache) before returning."""
+    `batch` × img² on a CUDA `device` (c backend: under `switches`), after one warm-up step. Unreachable objects
+    of earlier work (a trainer's CUDA graphs and their pool in a reference cycle) are collected first, so that
+    only this step is counted; frees everything (empty_cache) before returning."""
     import torch
 
     gc.collect()
     torch.cuda.empty_cache()
     fmt = torch.channels_last if backend == "c" else torch.contiguous_format
-    step = MeasuredStep(cfg, backend, batch, img, device, fmt, boxes=boxes, nc=nc)
+    step = MeasuredStep(cfg, backend, batch, img, device, fmt, boxes=boxes, nc=nc, switches=switches)
     device = step.device
     try:
         for k in range(steps):
@@ -330,11 +343,11 @@ def step_peak(cfg, backend, batch, img, device, boxes=40, steps=2, nc=80):
         torch.cuda.empty_cache()
 
 
-def measure(cfg, backend, img=REF_IMG, batches=(8, 16), device="cuda", boxes=40):
-    """A Cost for `cfg` under `backend` from two measured steps at `batches` (images of img², converted to
-    the 640² reference by the pixel count)."""
+def measure(cfg, backend, img=REF_IMG, batches=(8, 16), device="cuda", boxes=40, switches=None):
+    """A Cost for `cfg` under `backend` (and the c backend's `switches`) from two measured steps at `batches`
+    (images of img², converted to the 640² reference by the pixel count)."""
     samples = []
     for b in batches:
-        reserved, _ = step_peak(cfg, backend, b, img, device, boxes=boxes)
+        reserved, _ = step_peak(cfg, backend, b, img, device, boxes=boxes, switches=switches)
         samples.append((b * (img / REF_IMG) ** 2, reserved))
     return fit(_stem(cfg), backend, samples)

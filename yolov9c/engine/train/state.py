@@ -2,11 +2,12 @@
 
     state = setup(cfg, log=print)      # yolov9c/engine/train/trainer.py's train() starts here
 
-setup() order: resume (read_resume) → placement (device, DDP, backend, channels-last) → run folder claimed →
-config resolved once (resolve_config: a frozen RunConfig) → folder contents, hyp, seeds → model → optimization
-(batching.plan_batching once; optimizer, schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt,
-DDP, the Step) → restore (resume.py). A --resume whose training ended stops after the model
-(setup_finish_only). A start that fails after claiming the folder releases it and removes a folder it created.
+setup() order: resume (read_resume) → placement (device, DDP, backend, channels-last) → the YOLOV9C_* switch
+variables (config.switch_overrides) → run folder claimed → config resolved once (resolve_config: a frozen
+RunConfig) → folder contents, hyp, seeds → model → optimization (batching.plan_batching once; optimizer,
+schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt, DDP, the Step) → restore (resume.py). A
+--resume whose training ended stops after the model (setup_finish_only). A start that fails after claiming the
+folder releases it and removes a folder it created.
 Invariant: RunState is written by set-up only, then sealed (assignment raises, except REPLACEABLE fields);
 what changes while training lives in `progress` (Progress: exactly what a checkpoint saves and resume
 restores) and `window` (step.Window: the open accumulation window, never saved).
@@ -43,7 +44,7 @@ from yolov9c.engine.train import memory_plan
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.autobatch import autobatch
 from yolov9c.engine.train.batching import NBS, Batching, batch_error, plan_batching
-from yolov9c.engine.train.config import RunConfig, opt_dict
+from yolov9c.engine.train.config import SWITCH_ENV, ConfigError, RunConfig, opt_dict, switch_overrides, switches
 from yolov9c.engine.train.ema import ModelEMA
 from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.graph_step import select_step
@@ -193,6 +194,10 @@ def setup(cfg: RunConfig, log=print) -> RunState:
     resumed = read_resume(cfg, log) if cfg.resume else None
     given = resumed.cfg if resumed else cfg
     place = placement(given, log)
+    try:
+        given = switch_overrides(given, log=place["log"])  # an environment variable wins over the option, logged
+    except ConfigError as e:
+        raise TrainError(str(e)) from None
     save_dir, made_dir = claim_run_dir(given, resumed, place["main"])
     resolved = resolve_config(given, place.pop("backend"), place.pop("channels_last"), save_dir, place)
     state = RunState(cfg=resolved, resumed=resumed, save_dir=save_dir, wdir=save_dir / "weights",
@@ -517,7 +522,7 @@ def setup_optimization(state):
     batch_size = cfg.batch_size
     if batch_size == -1:  # AutoBatch (single process: batch_error): before the loaders and the weight decay
         batch_size = autobatch(state.model, state.imgsz, hyp, state.device, backend=cfg.backend, amp=state.amp,
-                               log=log)
+                               log=log, switches=switches(cfg) if cfg.backend == "c" else None)
     keep = resumed is not None and "accumulate" not in cfg.given
     b = state.batching = plan_batching(batch_size, cfg.accumulate, state.world,
                                        resumed_nominal=resumed.nominal_batch if resumed else None,
@@ -555,7 +560,7 @@ def apply_memory_plan(state):
     try:
         plan = memory_plan.plan_for_training(name, cfg.backend, cfg.mem_budget, nominal=per_rank, img=state.imgsz,
                                              dynamic_img=cfg.dynamic_img, min_img=min_img, device=state.device,
-                                             log=state.log)
+                                             log=state.log, switches=switches(cfg) if cfg.backend == "c" else None)
     except (ValueError, OSError) as e:
         raise TrainError(str(e)) from None
     state.plan = plan
@@ -673,20 +678,6 @@ def setup_finish_only(state):
 # Execution: SyncBatchNorm, loss, backend, --ckpt, DDP
 # ---------------------------------------------------------------------------------------------------------
 
-LOSS_BACKEND_ENV = "YOLOV9C_LOSS_BACKEND"  # a developer switch: the loss of the other backend
-
-
-def _loss_backend(backend):
-    """The loss's backend: --backend's, unless YOLOV9C_LOSS_BACKEND names the other one (torch or c), so that a
-    run trains one backend's model with the other's loss (benchmarks/bench_accuracy.py's loss-* variants)."""
-    name = os.environ.get(LOSS_BACKEND_ENV, "").strip()
-    if not name:
-        return backend
-    if name not in ("torch", "c"):
-        raise TrainError(f"{LOSS_BACKEND_ENV}={name!r}: use torch or c (the loss's backend), or unset it")
-    return name
-
-
 def setup_execution(state):
     """SyncBatchNorm, model attributes and the loss (on the plain head), then the backend, --ckpt and DDP, and
     the step the loop calls (graph_step.select_step: whole-step CUDA graphs or the eager train_step)."""
@@ -702,12 +693,16 @@ def setup_execution(state):
     model.nc, model.names, model.hyp = state.nc, state.names, state.hyp
     model.class_weights = torch.from_numpy(class_weights(state.dataset.labels, state.nc)).float().to(
         state.device) * state.nc
-    loss_backend = _loss_backend(cfg.backend)
-    state.loss = make_loss(model, state.hyp, backend=loss_backend)  # reads the plain head: before the backend
+    state.loss = make_loss(model, state.hyp, backend=cfg.backend)  # reads the plain head: before the backend
+    sw = switches(cfg)
     log(f"backend: {cfg.backend}{', channels-last' if cfg.channels_last else ''}"
-        + (f" (loss: {loss_backend}, from {LOSS_BACKEND_ENV})" if loss_backend != cfg.backend else ""))
+        + (f"; --aux-recompute {int(sw.aux_recompute)} --main-recompute {sw.main_recompute} --keep-inputs "
+           f"{int(sw.keep_inputs)}" if cfg.backend == "c" else ""))
     if cfg.backend != "torch":
-        model = _apply_backend(model, cfg.backend)
+        model = _apply_backend(model, cfg.backend, sw)
+    elif sw != type(sw)():
+        log(f"WARNING: {', '.join('--' + n.replace('_', '-') for n in SWITCH_ENV)} are the c backend's switches; "
+            f"ignored with --backend torch")
     ckpt_layers = cfg.ckpt and cfg.backend == "torch"
     if cfg.ckpt and not ckpt_layers:
         log(f"WARNING: --ckpt is torch-backend checkpointing; --backend {cfg.backend} already stores one tensor "
@@ -724,11 +719,11 @@ def setup_execution(state):
     state.step = select_step(state)  # once: CUDA graphs where they work (graph_step.py), else step.EagerStep
 
 
-def _apply_backend(model, backend):
-    """yolov9c.backends.apply(model, backend): the same module, parameters and state_dict, other execution.
+def _apply_backend(model, backend, sw):
+    """yolov9c.backends.apply(model, backend, sw): the same module, parameters and state_dict, other execution.
     The optimizer already holds the parameters, so a backend that replaced them would train nothing: checked."""
     before = [id(p) for p in model.parameters()]
-    out = apply_backend(model, backend)
+    out = apply_backend(model, backend, sw)
     model = model if out is None else out
     if [id(p) for p in model.parameters()] != before:
         raise RuntimeError(f"yolov9c.backends.apply(model, {backend!r}) replaced the model's parameters")
