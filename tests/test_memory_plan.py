@@ -248,3 +248,17 @@ def test_measured_prediction_within_10_percent():
           f"batch 16 predicted {want:.3f} GiB, measured {got:.3f} GiB")
     assert per_image > 0
     assert abs(want - got) <= 0.10 * got
+
+
+def test_the_memory_command_answers_from_the_table_without_importing_torch():
+    """`python -m yolov9c memory` for a measured model with the default switches reads the table only: torch is
+    never imported (it alone takes over a second to import), so the answer comes in well under a second."""
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys; sys.argv = ['yolov9c', 'memory', '--cfg', 'yolov9-s.yaml', '--budget', '7.5G']\n"
+            "try:\n    runpy.run_module('yolov9c', run_name='__main__')\nexcept SystemExit as e:\n"
+            "    assert e.code in (0, None), e.code\nprint('torch imported:', 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "c " in out.stdout and "torch imported: False" in out.stdout, out.stdout

@@ -11,6 +11,14 @@ C/CUDA backend. The Python API:
 
 __version__ = "0.1.0"
 
-from yolov9c.api import build_model, load_model, make_loss  # noqa: E402
-
 __all__ = ["build_model", "load_model", "make_loss", "__version__"]
+
+
+def __getattr__(name):
+    # the API is imported on first use: `import yolov9c.<module>` (the CLI's light commands, such as
+    # `python -m yolov9c memory`) does not pay for importing torch
+    if name in ("build_model", "load_model", "make_loss"):
+        from yolov9c import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'yolov9c' has no attribute {name!r}")

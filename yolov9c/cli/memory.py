@@ -16,6 +16,7 @@ Test: python -m pytest -q tests/test_memory_plan.py
 """
 
 import argparse
+import os
 import sys
 
 BACKENDS = ("c", "torch")
@@ -100,10 +101,21 @@ def _costs(args):
 
 
 def _switches(args):
+    """The c backend's Switches of the flags; None for the defaults (nothing to count, and no torch import)."""
+    if (args.aux_recompute, args.main_recompute, args.keep_inputs) == (True, 8, False):
+        return None
     from yolov9c.backends.c.switches import Switches
 
     return Switches(aux_recompute=args.aux_recompute, main_recompute=args.main_recompute,
                     keep_inputs=args.keep_inputs)
+
+
+def _has_cuda():
+    """Whether this machine has a CUDA GPU, without importing torch when it is not loaded yet (a table answer
+    stays under a second): the NVIDIA driver's /proc entry."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].cuda.is_available()
+    return os.path.exists("/proc/driver/nvidia/gpus") and bool(os.listdir("/proc/driver/nvidia/gpus"))
 
 
 def run(args):
@@ -142,14 +154,12 @@ def run(args):
         from yolov9c.engine.train import switch_cost
 
         sw = _switches(args)
-        counted = not args.measure and sw != type(sw)()
-        print(f"c backend: --aux-recompute {int(sw.aux_recompute)} --main-recompute {sw.main_recompute} "
-              f"--keep-inputs {int(sw.keep_inputs)}" + (
+        counted = not args.measure and sw is not None
+        print(f"c backend: --aux-recompute {int(args.aux_recompute)} --main-recompute {args.main_recompute} "
+              f"--keep-inputs {int(args.keep_inputs)}" + (
                   f" ({switch_cost.per_image_gib(args.cfg, sw):+.4f} GiB per 640² image against the defaults, "
                   f"counted from the model graph)" if counted else ""))
-    import torch
-
-    if not torch.cuda.is_available():
+    if not _has_cuda():
         print("note: this machine has no CUDA GPU: these are GPU figures (the planner plans GPU memory only); "
               "--mem-budget does not bound the memory of a CPU run")
     print(f"{'backend':<8} {'peak reserved':>14}  fits")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from yolov9c.backends.c.switches import DEFAULT
 
 GIB = 2 ** 30
 BYTES = 2  # fp16 (AMP): a stored z, a kept conv input
@@ -108,13 +107,19 @@ def _held(cfg, sw):
 
 def per_image_gib(cfg, switches):
     """GiB per 640² image that `switches` add to a step of `cfg` under the default switches (negative: less)."""
+    from yolov9c.backends.c.switches import DEFAULT
+
     return (_held(cfg, switches) - _held(cfg, DEFAULT)) * BYTES / GIB
 
 
 def adjust(cost, cfg, switches):
     """The memory_plan.Cost of `cfg` under the c backend's `switches`, from its Cost under the defaults: the same
     Cost for the defaults, another backend or no change, else per_image_gib added and the source saying so."""
-    if switches is None or switches == DEFAULT or cost.backend != "c":
+    if switches is None or cost.backend != "c":
+        return cost
+    from yolov9c.backends.c.switches import DEFAULT  # imports torch (the backends package): only when asked
+
+    if switches == DEFAULT:
         return cost
     d = per_image_gib(cfg, switches)
     if d == 0:  # nothing recomputed in this model (no DualDDetect head)
