@@ -156,6 +156,32 @@ def test_train_command_gives_every_runner_the_same_flags(tmp_path):
     assert ours[1] == "train_dual.py" and ours[ours.index("--backend") + 1] == "c" and pub_cwd == tmp_path
 
 
+def test_swap_arms_run_each_loop_on_the_other_codes_loader(tmp_path):
+    """published+ours-loader: the published loop through fidelity/swap_loader.py published-loop, in the published
+    checkout, with the published flags; BACKEND+pub-loader: our train_dual flags through swap_loader.py ours-loop.
+    Both need --published (refused with one error line otherwise); their resume goes through the same script."""
+    import argparse
+    import bench_accuracy
+    a = argparse.Namespace(img=320, batch=32, epochs=25, close_mosaic=8, device="0", workers=2, single_cls=False,
+                           cache="ram", cfg="yolov9-s", python="python3", published=tmp_path / "pub")
+    pub, _, _ = bench_accuracy.train_command(a, "published", 0, tmp_path, tmp_path / "d.yaml")
+    swap, cwd, _ = bench_accuracy.train_command(a, "published+ours-loader", 0, tmp_path, tmp_path / "d.yaml")
+    assert swap[1].endswith("swap_loader.py") and swap[2] == "published-loop" and cwd == a.published
+    tail = swap[swap.index("--") + 1:]
+    assert tail[tail.index("--name") + 1] == "published+ours-loader-s0"
+    assert tail[:tail.index("--name")] == pub[pub.index("--") + 1:][:tail.index("--name")]
+    plain, _, _ = bench_accuracy.train_command(a, "torch+deterministic", 0, tmp_path, tmp_path / "d.yaml")
+    ours, cwd, _ = bench_accuracy.train_command(a, "torch+deterministic+pub-loader", 0, tmp_path, tmp_path / "d.yaml")
+    assert ours[1].endswith("swap_loader.py") and ours[2:5] == ["ours-loop", "--published", str(a.published)]
+    rest = ours[ours.index("--") + 1:]
+    assert "--deterministic" in rest and rest[rest.index("--backend") + 1] == "torch"
+    assert [x for x in rest if "pub-loader" not in x] == [x for x in plain[2:] if "deterministic-s0" not in x]
+    back, _, _ = bench_accuracy.resume_command(a, "torch+deterministic+pub-loader", 0, tmp_path)
+    assert back[2] == "ours-loop" and back[-2] == "--resume"
+    assert bench_accuracy.main(["--data", str(tmp_path / "d.yaml"), "--backends", "torch+pub-loader",
+                                "--out", str(tmp_path / "o")]) == 2
+
+
 def test_runner_variants_add_their_flag_or_environment(tmp_path):
     """BACKEND+VARIANT runners (c+no-cuda-graph, c+unfused, ...): the same run with one thing changed, named by
     the runner; unknown backends or variants are refused before anything trains; compare() puts a c variant
