@@ -2,7 +2,7 @@
  * DFL box decode, plain C on the CPU, float64 arithmetic throughout.
  *
  * Maths (the same in kernels/det_loss.cu, in float32 there, and in yolov9c/ops/det_loss.py::det_loss_reference,
- * which is the published loss of spec §4.4-4.6 written with stock torch ops). Per image b and anchor a, with
+ * which is the published loss_tal_dual.py loss written with stock torch ops). Per image b and anchor a, with
  * x the map values of the anchor (channels 0 .. 4R−1: DFL logits z[s][k] of side s = l, t, r, b, bin k < R;
  * channels 4R .. 4R+NC−1: class logits), fg/label/norm/tbox the assigner's targets, st the level stride and
  * (px, py) = (w + 0.5, h + 0.5) the anchor point in grid units:

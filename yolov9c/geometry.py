@@ -1,6 +1,6 @@
 """Box geometry, the bottom layer that models, loss, ops, data and engine share (imports only torch/numpy/math).
 
-Conventions (spec §4): boxes in the last dimension; xyxy = (x1, y1, x2, y2), xywh = (centre-x, centre-y, w, h);
+Conventions (as published): boxes in the last dimension; xyxy = (x1, y1, x2, y2), xywh = (centre-x, centre-y, w, h);
 an "n" suffix means normalised by the image size. Anchor points are cell centres (+0.5) in grid units of their
 level; distances are (left, top, right, bottom) from an anchor point to the box sides, in grid units.
 Letterboxed images are the original scaled by one gain and padded (pad_w, pad_h) on the left/top.

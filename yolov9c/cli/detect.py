@@ -1,4 +1,4 @@
-"""The command line of detect_dual.py: the published flags (spec §8), run through yolov9c.engine.detect.predictor.
+"""The command line of detect_dual.py: the published flags, run through yolov9c.engine.detect.predictor.
 
     python detect_dual.py --weights runs/train/exp/weights/best.pt --source path/to/images --img 640
     python detect_dual.py --weights yolov9-c.pt --source video.mp4 --save-txt --save-conf --save-crop

@@ -1,4 +1,4 @@
-"""The command line of train_dual.py: every published flag (spec §1.1) plus yolov9c's memory knobs.
+"""The command line of train_dual.py: every published flag plus yolov9c's memory knobs.
 
     python train_dual.py --cfg gelan-t.yaml --img 160 --epochs 3 --batch 16      # built-in synthetic data
     python train_dual.py --data data.yaml --cfg yolov9-c.yaml --batch 16 --accumulate 4 --img 640
@@ -212,7 +212,7 @@ def main(argv=None, prog="train_dual.py") -> int:
         print(f"{prog}: error: --evolve {cfg.evolve}: the number of generations must be >= 1",
               file=sys.stderr)
         return 2
-    # before CUDA starts: variable-size temporaries (loss, multi-scale) fragment fixed segments (DESIGN.md)
+    # before CUDA starts: variable-size temporaries (loss, multi-scale) fragment fixed segments
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     dump_stacks_on_signal()
     world = len(_device_ids(cfg)) if _wants_ddp(cfg) else int(os.getenv("WORLD_SIZE", 1))

@@ -1,4 +1,4 @@
-"""`val_dual.py`: validate a checkpoint on a dataset with the published flags (spec §7) and run folders.
+"""`val_dual.py`: validate a checkpoint on a dataset with the published flags and run folders.
 
     python val_dual.py --weights runs/train/exp/weights/best.pt [--data D.yaml] [--imgsz 640] [--batch-size 32]
 

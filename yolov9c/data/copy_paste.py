@@ -1,6 +1,6 @@
 """Copy-paste of polygon-labelled objects (hyp key copy_paste), done on the mosaic canvas.
 
-Published semantics (spec §5, mosaic step): every object's horizontal mirror image (box x1, x2 -> W - x2, W - x1)
+Published semantics (copy_paste, in the mosaic): every object's horizontal mirror image (box x1, x2 -> W - x2, W - x1)
 is a candidate when its intersection with every existing box covers less than 30 % of that box's area
 (IoA < 0.3); round(p * #candidates) of them, drawn without replacement, are pasted: the pixels inside the
 object's polygon are copied from the left-right flipped image to their mirrored place, and the mirrored box

@@ -1,5 +1,5 @@
 """YoloDataset: a split of a YOLO dataset as a torch Dataset — scan, filters, rect shapes, caching and the
-per-item pipeline of the published loader (spec §5).
+per-item pipeline of the published loader (utils/dataloaders.py).
 
 Per augmenting item: with probability hyp mosaic (while `self.mosaic`; close-mosaic turns it off) a 4-image
 mosaic + copy-paste + perspective (mosaic.py), then maybe mixup (mixup.py); otherwise letterbox (up-scaling

@@ -1,6 +1,6 @@
 """Random vertical and horizontal flips (hyp keys flipud, fliplr), on normalised xywh labels.
 
-Published semantics (spec §5, per-item pipeline step 3): after the labels are turned into normalised
+Published semantics (LoadImagesAndLabels.__getitem__): after the labels are turned into normalised
 [cls, xc, yc, w, h], flip up-down with probability flipud (yc -> 1 - yc), then left-right with probability
 fliplr (xc -> 1 - xc). Two uniforms are always drawn, in that order, even when a probability is 0.
 

@@ -1,5 +1,5 @@
 """HSV colour jitter (hyp keys hsv_h, hsv_s, hsv_v), in place.
-Published semantics (spec §5 "HSV"): three gains r = 1 + U(-1, 1) * (hgain, sgain, vgain) drawn once per image;
+Published semantics (augment_hsv): three gains r = 1 + U(-1, 1) * (hgain, sgain, vgain) drawn once per image;
 in OpenCV's 8-bit HSV space (hue 0..179) hue -> (hue * r_h) mod 180, saturation and value -> clip(x * r, 0, 255),
 truncated to uint8; all three gains zero -> the image is left untouched and nothing is drawn from `rng`.
 Between the two colour conversions: split, three in-place single-channel cv2.LUT calls, merge (timings:

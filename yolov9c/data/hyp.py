@@ -7,7 +7,7 @@ Test: python -m pytest -q tests/test_data_dataset.py -k hyp
 
 from yolov9c.resources import check_hyp, load_hyp
 
-# the keys the data pipeline reads (spec §6)
+# the keys the data pipeline reads (of hyp.scratch-high.yaml's keys)
 AUGMENT_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
                 "flipud", "fliplr", "mosaic", "mixup", "copy_paste")
 

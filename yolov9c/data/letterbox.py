@@ -1,6 +1,6 @@
 """Letterbox: resize an image to fit a target shape, keeping its aspect ratio, and pad the rest with grey.
 
-Published semantics (spec §5 "letterbox"): one scale r = min(new_h / h, new_w / w) (optionally never above 1),
+Published semantics (letterbox): one scale r = min(new_h / h, new_w / w) (optionally never above 1),
 the padding split evenly between the two sides (the odd pixel goes to bottom/right), `auto` pads only up to a
 stride multiple (inference), `scale_fill` stretches to the exact shape without padding.
 

@@ -1,5 +1,5 @@
 """MixUp (hyp key mixup): blend a training sample with a second one and keep the labels of both.
-Published semantics (spec §5, per-item pipeline step 1): ratio r ~ Beta(32, 32) (concentrated around 0.5),
+Published semantics (utils/augmentations.py mixup): ratio r ~ Beta(32, 32) (concentrated around 0.5),
 image = r * img + (1 - r) * img2, labels concatenated (img's rows first). The caller decides whether to mix
 (probability hyp mixup) and builds img2 (a second mosaic).
 Difference: the blend is rounded to the nearest integer by cv2.addWeighted (much faster than float NumPy;

@@ -1,6 +1,6 @@
 """4-image mosaic (hyp key mosaic) followed by copy-paste and random perspective: one training sample.
 
-Published semantics (spec §5 step 1): a 2s x 2s canvas of grey 114; centre (xc, yc) each int(U(s/2, 3s/2));
+Published semantics (load_mosaic): a 2s x 2s canvas of grey 114; centre (xc, yc) each int(U(s/2, 3s/2));
 the requested image plus 3 drawn with replacement, shuffled, placed top-left/top-right/bottom-left/bottom-right
 with a corner at the centre (overflow cut); labels and polygons shifted and clipped to [0, 2s]; then
 `copy_paste` (p = hyp copy_paste, polygons only) and `random_perspective` with border -s/2 (back to s x s).

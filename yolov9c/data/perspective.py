@@ -1,7 +1,7 @@
 """Random perspective: rotation, scale, shear, perspective and translation of an image and its labels
 (hyp keys degrees, translate, scale, shear, perspective).
 
-Published semantics (spec §5 "random_perspective"): M = T @ S @ R @ P @ C (C centres the input, P perspective
+Published semantics (random_perspective): M = T @ S @ R @ P @ C (C centres the input, P perspective
 U(-p, p), R rotation U(±degrees) and scale U(1 ± scale), S shear U(±shear) degrees, T translation to
 U(0.5 ± translate) · output size). Output (H + 2·border[0], W + 2·border[1]) (the mosaic passes -s/2), grey 114
 outside the input. All eight draws are always taken from `rng` in the published order.

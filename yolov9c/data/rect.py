@@ -1,5 +1,5 @@
 """Rectangular batches (`--rect`, and every val loader): images sorted by aspect ratio, one padded shape per
-batch (published, spec §5 "rect").
+batch (as published).
 
 Each batch of consecutive sorted images gets the shape (h, w) = ceil(ratio · imgsz / stride + pad) · stride,
 where ratio is [max aspect h/w, 1] when every image of the batch is wider than tall, [1, 1 / min aspect]

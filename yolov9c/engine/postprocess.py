@@ -1,6 +1,6 @@
 """Detection post-processing: raw head output (B, 4+nc, A) → per-image boxes after non-maximum suppression.
 
-Published behaviour (spec §7 "NMS"): no objectness column; an anchor is a candidate when its best class score
+Published behaviour (non_max_suppression): no objectness column; an anchor is a candidate when its best class score
 is above conf_thres; with multi_label (and nc > 1) every (anchor, class) pair above conf_thres is a
 candidate; candidates are sorted by score and at most 30 000 are kept; class-aware NMS (agnostic: all boxes
 one class) through yolov9c.ops.nms; at most max_det detections per image. A time limit per call (the

@@ -1,4 +1,4 @@
-"""Test-time augmentation (`--augment` of val_dual.py and detect_dual.py), the published recipe (spec §8).
+"""Test-time augmentation (`--augment` of val_dual.py and detect_dual.py), the published recipe (_forward_augment).
 
     y = augmented_inference(model, imgs)              # (B, 4 + nc, A1 + A2 + A3), main head, xywh pixels
     y, maps = augmented_inference(model, imgs, return_maps=True)   # maps: the plain pass's raw maps (loss)

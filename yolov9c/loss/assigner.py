@@ -1,4 +1,4 @@
-"""TaskAlignedAssigner: which anchors learn which ground-truth box (spec/yolov9-reference.md §4.3).
+"""TaskAlignedAssigner: which anchors learn which ground-truth box (published utils/tal/assigner.py).
 
 Torch reference with (B, M, A) intermediates (B images, M boxes per image after padding, A anchors). It gives
 the same assignment as the published assigner but avoids its widest temporaries: the in-box test keeps a

@@ -1,4 +1,4 @@
-"""Box regression terms of the YOLOv9 loss: CIoU loss and Distribution Focal Loss (spec §4.4).
+"""Box regression terms of the YOLOv9 loss: CIoU loss and Distribution Focal Loss (published BboxLoss).
 
 Both are sums over foreground anchors weighted by the anchor's soft target score, divided by the batch's
 target_scores_sum. Inputs are in grid units (boxes ÷ stride), as the published loss does. The maths is

@@ -4,7 +4,7 @@
     loss_total, loss_items = loss_fn(preds, targets)  # (box + cls + dfl) · B, shape (1,); detached items (3,)
     loss_fn.assignments(preds, targets)           # per branch: the assigned labels, boxes, soft scores, fg
 
-The published loss_tal.py / loss_tal_dual.py (spec §4.1-4.6): per head branch, DFL box decode,
+The published loss_tal.py / loss_tal_dual.py: per head branch, DFL box decode,
 TaskAlignedAssigner targets, BCE on the soft scores, CIoU and DFL on the foreground, all ÷ target_scores_sum;
 gains box 7.5, cls 0.5, dfl 1.5; the dual loss adds the auxiliary branch's terms × 0.25. Backend "torch" is the
 reference; "c" computes the same terms through ops.tal_assign and ops.det_loss without (B, M, A) or (B, A, NC)

@@ -42,7 +42,7 @@ __all__ = ["CHECKPOINT_KEYS", "FORMAT", "VERSION", "CheckpointError", "UnsafeChe
 def _state_dict(module: nn.Module, half: bool) -> dict:
     """state_dict of `module` as CPU tensors detached from autograd; floating tensors cast to fp16 if `half`
     (finite.half_where_safe: a tensor with a finite value beyond the fp16 range stays float32).
-    Returns an OrderedDict name -> tensor (registration order, as in spec/goldens/<cfg>.keys.txt). fp32 CPU
+    Returns an OrderedDict name -> tensor (registration order, as the published state_dict). fp32 CPU
     tensors still share memory with the model: write the dict out before the model changes."""
     sd = collections.OrderedDict()
     for k, v in unwrap(module).state_dict().items():

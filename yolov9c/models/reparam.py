@@ -6,7 +6,7 @@ inference model, by copying the main branch's tensors; the auxiliary branch and 
 Which yolov9 layer feeds which gelan layer is read from the two configs: the main branch is every layer
 the main half of DualDDetect depends on (its `from` closure), in index order; a leading Silence that the
 gelan config lacks is skipped. The head's main half (cv4, cv5, dfl2) becomes DDetect's cv2, cv3, dfl.
-For the published configs this gives the published mappings (spec §3 "Re-parameterisation to GELAN"):
+For the published configs this gives the published mappings (tools/reparameterization.ipynb):
   T, S: gelan i ← yolov9 i (i < 22), head 22 ← 29;   M, C: gelan i ← yolov9 i+1 (i < 22), head 22 ← 38;
   E: gelan i ← yolov9 i (i < 29), 29-41 ← i+7, head 42 ← 49.
 Every copied row must have the same module and args, its inputs must map onto the gelan row's inputs,

@@ -7,7 +7,7 @@ and their torch references `det_loss_reference()` / `det_loss_decode_reference()
 Inputs: maps, nl tensors (B, 4·reg_max + NC, H_l, W_l) float32/16/bf16 (float64 on CPU), any strides; strides nl
 floats; targets from tal_assign: labels (B, A) int64, boxes (B, A, 4) xyxy px float32, norm (B, A) float32,
 fg_mask (B, A) bool; target_scores_sum a number or 0-dim/(1,) tensor >= 1. Returns (3,) float32 (float64 maps:
-float64): box = Σ_fg (1 − CIoU)·norm / tss, cls = Σ BCE(x, t) / tss, dfl = Σ_fg DFL·norm / tss (spec §4.4-4.6).
+float64): box = Σ_fg (1 − CIoU)·norm / tss, cls = Σ BCE(x, t) / tss, dfl = Σ_fg DFL·norm / tss (published).
 Invariants: no (B, A, NC) or (B, A, 4·reg_max) tensor; float32 arithmetic with fixed-order partial sums
 (deterministic); backward recomputes from the saved maps and (B, A) targets, gradients in the maps' dtype.
 Dispatch: CUDA f32/f16/bf16 -> kernels/det_loss.cu; CPU -> csrc/det_loss_ref.c (float64; bf16 via a float32
@@ -50,7 +50,7 @@ def dfl_loss(pred_dist, target):
 
 
 def box_terms(pred_dist, pred_boxes, points, target_boxes, target_scores, target_scores_sum, fg_mask, reg_max=16):
-    """The published CIoU and DFL terms of one branch from stock torch ops (spec §4.4), in grid units:
+    """The published CIoU and DFL terms of one branch from stock torch ops (published BboxLoss), in grid units:
     pred_dist (B, A, 4·reg_max) logits; pred_boxes (B, A, 4) decoded xyxy; points (A, 2); target_boxes (B, A, 4)
     xyxy; target_scores (B, A, NC); target_scores_sum (0-dim tensor or number, ≥ 1); fg_mask (B, A) bool.
     Returns (loss_iou, loss_dfl) 0-dim: Σ_fg (1 − CIoU)·w / tss and Σ_fg DFL·w / tss, w = Σ_classes

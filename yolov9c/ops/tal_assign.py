@@ -1,5 +1,5 @@
 """Task-aligned label assignment without (B, M, A) tensors: `tal_assign()` (C/CUDA via yolov9c._C) and
-`tal_assign_reference()` (the torch maths of yolov9c/loss/assigner.py's TaskAlignedAssigner; spec §4.3).
+`tal_assign_reference()` (the torch maths of yolov9c/loss/assigner.py's TaskAlignedAssigner).
 
     tal_assign(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_classes, params=AssignParams(),
                logits=False)     # params: (topk=10, alpha=0.5, beta=6.0, eps=1e-9)

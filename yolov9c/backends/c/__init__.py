@@ -10,7 +10,7 @@ Only per-instance `forward` attributes are set (no class, parameter, buffer or s
 checkpoint moves freely between backends, and copy.deepcopy of an installed model is an installed model
 (the bound forwards are re-bound to the copies). In eval mode every layer runs its own torch forward, so
 an EMA copy (deep-copied, always in eval mode) computes exactly as the torch backend.
-Design: ../shared/DESIGN.md "Memory design" 1-4; lazy/ (values), conv.py (the autograd Function),
+Design: docs/train.md "What `--backend c` keeps for backward"; lazy/ (values), conv.py (the autograd Function),
 layers.py (per layer type), segment.py + pgi.py (the recomputed auxiliary branch, uint8 input), switches.py
 (what is recomputed and kept: the run's --aux-recompute, --main-recompute, --keep-inputs). Test: python -m pytest -q tests/test_backend_c.py
 """

@@ -3,7 +3,7 @@
     c.install(model, sw)      # model.forward = model_forward (and every layer's forward, layers.py)
     model(imgs_uint8)         # a uint8 batch is read as imgs / 255 by its first convs (lazy.Image)
 
-Auxiliary layers (DESIGN.md "Memory design" item 3) are read off the layer graph: those whose outputs reach only
+Auxiliary layers are read off the layer graph: those whose outputs reach only
 the DualDDetect head's auxiliary inputs. In training they run as recomputed segments (segment.py): chains of
 layers each read only by the next (_chains), one segment per auxiliary head level; a segment keeps only its
 result and is re-run and back-propagated at once in backward. Each auxiliary step runs as soon as its inputs

@@ -1,7 +1,7 @@
 """The detect workflow of detect_dual.py: weights → fused model → sources → NMS → annotated files and labels.
 
 `detect(DetectConfig(weights=..., source=..., ...))` runs it and returns a summary dict (yolov9c/cli/detect.py is
-its command line). Published behaviour (spec §8): fused model; letterbox with minimal stride padding; the main
+its command line). Published behaviour (detect_dual.py): fused model; letterbox with minimal stride padding; the main
 head's output (y[1] of DualDDetect, y of DDetect); single-label NMS (conf 0.25, IoU 0.45, max_det 1000 by
 default); boxes scaled back to the original image. Outputs in `runs/detect/exp{N}`:
 - annotated images under the same name, videos as `<stem>.mp4` (mp4v), unless `nosave`;
@@ -114,7 +114,7 @@ def _sync(device):
 
 @dataclass
 class DetectConfig:
-    """Every option of one detection run: detect_dual.py's flags, same names and defaults (spec §8)."""
+    """Every option of one detection run: detect_dual.py's flags, same names and defaults."""
     weights: str | Path | None = None  # checkpoint path (unused when detect() is given a model)
     source: object = None  # what sources.resolve_sources accepts: a file, folder, glob, list or .txt list
     imgsz: int | tuple = (640, 640)  # int or (h, w); rounded up to the model's stride, with a warning

@@ -3,7 +3,7 @@
     batch = autobatch(model, imgsz, hyp, device, backend="c", amp=True)   # on the CPU: 16, with a message
     batch = select_batch([(1, 1.2), (2, 1.9), (4, 3.3), (8, None)], free_gib=20.0)   # the fit alone
 
-As published (spec §1.5): single GPU only (refused under DDP); a step is profiled at batch 1, 2, 4, 8, 16, a line
+As published: single GPU only (refused under DDP); a step is profiled at batch 1, 2, 4, 8, 16, a line
 fitted to reserved memory against batch, and the batch predicted at 80 % of the free memory chosen, clamped to
 [1, 1024]; without CUDA or when the fit fails, 16 with a warning.
 Difference: the published profile runs forward + backward of the bare model; here each profiled step also runs

@@ -42,7 +42,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class RunConfig:
-    # --- the published flags, in the published order (spec §1.1) ---
+    # --- the published flags, in the published order (train_dual.py parse_opt) ---
     weights: str = ""  # initial weights (.pt, ours or published); '' = from scratch
     cfg: str = "yolov9-t.yaml"  # model yaml (bare name: configs/models/detect/); '' with weights: the checkpoint's
     data: str = "synthetic"  # dataset yaml, or synthetic[:SEED]

@@ -1,4 +1,4 @@
-"""Exponential moving average of the model's weights (published ModelEMA, spec §1.6).
+"""Exponential moving average of the model's weights (published ModelEMA, utils/torch_utils.py).
 
 decay(updates) = 0.9999 · (1 − exp(−updates / 2000)); after each optimizer step every floating-point
 state_dict entry (parameters and BN buffers) becomes d·ema + (1 − d)·model. The EMA copy is float32, in eval

@@ -10,10 +10,9 @@ micro-step graph per box-count bucket (targets in a static (B, M, 5) buffer, M i
 graph that applies a window only when its losses and gradient norm are finite. Other shapes or more boxes than
 the largest bucket run eagerly into the same gradients. A failed capture or an out-of-memory split switches to
 eager for good (disable); end_epoch() copies the EMA update count to the host; release() drops graphs and pool;
-suspend() drops them until the next batch captures them again (validation on a tight card).
-Eager instead (one log line): CPU, DDP, --rect, --multi-scale, --ckpt, --optimizer LION, --no-cuda-graph. Pieces
-a test drives: replay_micro / eager_micro, micro_body / opt_body (what is captured), bind_grads, capturing.
-Test: python -m pytest -q tests/test_graph_step.py (the CUDA test compares N graphed steps with eager ones)
+suspend() until the next batch recaptures (validation on a tight card). Eager (logged) on CPU, DDP, --rect,
+--multi-scale, --ckpt, LION, --no-cuda-graph. Tests drive replay_micro, eager_micro, micro_body, opt_body
+(captured), bind_grads, capturing. Test: python -m pytest -q tests/test_graph_step.py (graphed = eager, CUDA)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Parameter groups and optimizers of the published smart_optimizer (spec §1.4), and LION written out.
+"""Parameter groups and optimizers of the published smart_optimizer (utils/torch_utils.py), and LION written out.
 
 Three groups, in this order (the order fixes x/lr0, x/lr1, x/lr2 in results.csv):
   group 0: every module's `bias` Parameter (no weight decay; warm-up starts its lr at warmup_bias_lr);

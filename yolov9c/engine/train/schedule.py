@@ -1,4 +1,4 @@
-"""Learning-rate lambdas (stepped once per epoch) and the per-iteration warm-up of train_dual.py (spec §1.4).
+"""Learning-rate lambdas (stepped once per epoch) and the per-iteration warm-up of train_dual.py.
 
     lf = lr_lambda("linear", epochs=100, lrf=0.01)   # factor of lr0 at an epoch
     warmup(optimizer, ni, nw, epoch, lf, hyp)        # during the first nw iterations

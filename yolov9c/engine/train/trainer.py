@@ -1,4 +1,4 @@
-"""The training loop of train_dual.py (spec §1.3-1.9). train() reads top to bottom:
+"""The training loop of train_dual.py. train() reads top to bottom:
 
     state = setup(cfg)                          # state.py: RunConfig → RunState, sealed (resume.py restores)
     for epoch in range(state.progress.start_epoch, cfg.epochs):

@@ -1,4 +1,4 @@
-"""COCO-JSON predictions and COCO's own evaluator for val_dual.py --save-json (spec §7).
+"""COCO-JSON predictions and COCO's own evaluator for val_dual.py --save-json.
 
     is_coco, anno_json, class_map, image_ids = coco_layout(cfg, split_paths)   # then json_rows, coco_evaluate
 

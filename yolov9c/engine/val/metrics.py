@@ -1,4 +1,4 @@
-"""Detection metrics as the published validator computes them (spec §7): IoU matching, AP, P/R, confusion matrix.
+"""Detection metrics as the published validator computes them: IoU matching, AP, P/R, confusion matrix.
 
 - match_predictions(det, labels, iouv): which detections are true positives at each IoU threshold
   (0.50:0.05:0.95), class-matched, one detection per label.

@@ -1,5 +1,5 @@
 """validate(model, loader, nc=, names=, cfg=ValConfig(...)): run a detection model over a validation loader and
-compute the published metrics (spec §7).
+compute the published metrics (val_dual.py).
 
 Per batch: uint8 letterboxed images → float / 255 (half if asked) → model in eval mode → main head (y[1]
 for DualDDetect, y for DDetect; the raw maps go to compute_loss when given, so the validation loss is really

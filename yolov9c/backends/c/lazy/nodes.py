@@ -4,7 +4,7 @@ A lazy value is a small expression tree whose leaves hold stored tensors; nothin
     BNAct(z, mean, invstd, γ, β, act)   act(BN(z)), a Conv–BN–act output (z the only full-size tensor stored)
     RepAct(z1, ..., z2, ...)            silu(BN1(z1) + BN2(z2)), RepConvN's training form
     Plain(t)                            an ordinary tensor (a float image, a CBLinear output, a fallback)
-    Image(t)                            a uint8 batch read as t/255 (DESIGN.md item 4: no float image stored)
+    Image(t)                            a uint8 batch read as t/255 (no float image stored)
     Sum(children) / Cat(children)       elementwise sum (shortcut, CBFuse) / channel concatenation (ELAN, ADown)
     Spatial(fn, child[, grad])          a per-channel spatial op after activation (pools, nearest upsample,
                                         pad); grad from the output gradient alone, or also the child's value
