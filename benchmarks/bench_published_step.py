@@ -6,7 +6,7 @@ run. Pass the published checkout and a Python that has what it imports (its requ
     python benchmarks/bench_published_step.py --published P --device cpu --models yolov9-t --batch 2 --img 64 \
         --steps 2 --warmup 1 --profile 0
 
-Each configuration runs in its own subprocess inside the checkout (fidelity/published_side.py's stand-ins for its
+Each configuration runs in its own subprocess inside the checkout (dev/fidelity/published_side.py's stand-ins for its
 optional imports; no yolov9c import): the published train_dual.py batch loop at accumulate 1, built as its
 train() builds it, on bench_step.py's random uint8 images and targets. One JSON line per configuration: step_ms
 (median), min_ms, peak allocated / reserved GiB, gpu_ms (profiled); an out-of-memory step is a row with status
@@ -98,7 +98,7 @@ def _bench_helpers():
 def _published_modules(root):
     """Import the published pieces from `root` (after published_side's stand-ins)."""
     os.chdir(root)
-    sys.path.insert(0, str(HERE / "fidelity"))
+    sys.path.insert(0, str(HERE.parent / "dev" / "fidelity"))
     import published_side  # noqa: F401  (its import puts the working directory first on sys.path, stand-ins)
 
     from models.yolo import Model

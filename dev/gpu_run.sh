@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_run.sh — one device-machine call: build yolov9c._C for the H200, run the CUDA tests and the named
 # benchmarks, in the order given. Run from the repo root:
-#     bash benchmarks/gpu_run.sh build tests step memory train
+#     bash dev/gpu_run.sh build tests step memory train
 # Each part writes $OUT/<part>.log (OUT defaults to ./gpu_out); every JSON line a part prints is appended to
 # $OUT/rows.jsonl; $OUT/machine.txt says which GPU, driver, torch and commit. A part is skipped when fewer
 # seconds than it needs are left of GPU_SECONDS (default 570, under the 10-minute command limit).
@@ -38,7 +38,7 @@
 #   augpub     the published train_dual.py (.dev/published) on the same 1024 images, workers 4 8 16
 #   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32
 #   ddp        (2 GPUs) the DDP tests and a torchrun run of the c backend
-# Test: tests/test_gpu_run.py checks that every part named here is handled and every script it runs exists.
+# Test: dev/tests/test_gpu_run.py checks that every part named here is handled and every script it runs exists.
 set -uo pipefail
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1 YOLOV9C_CACHE=${YOLOV9C_CACHE:-/tmp/yolov9c_cache}
@@ -129,15 +129,16 @@ for part in "$@"; do
                  tail -5 "$OUT/published.log"
                else echo "SKIP published (no .dev/published)"; fi ;;
     accuracy) pub=(); [ -d .dev/published ] && pub=(--published .dev/published --python python3)
-              stage accuracy 300 540 python3 benchmarks/bench_accuracy.py --data "$COCO" --epochs ${ACC_EPOCHS:-30} \
+              stage accuracy 300 540 python3 dev/accuracy/bench_accuracy.py --data "$COCO" --epochs ${ACC_EPOCHS:-30} \
                 --close-mosaic ${ACC_CLOSE:-10} --seeds ${ACC_SEEDS:-0,1} --jobs ${ACC_JOBS:-6} --workers 2 \
                 ${ACC_FLAGS:---single-cls} --out /tmp/acc "${pub[@]}"
               tail -6 "$OUT/accuracy.log" ;;
     realacc) name=${ACC_NAME:-raccoon}; data=.dev/data_accuracy/$name/data.yaml; acc=runs/acc-$name
              if [ ! -f "$data" ]; then echo "SKIP realacc (no $data: carry the converted dataset)"; continue; fi
              pub=(); [ -f .dev/published/train_dual.py ] && [ "${ACC_PUB:-1}" = 1 ] && pub=(--published .dev/published --python python3)
-             stage realacc 240 $(( $(left) - 10 )) python3 benchmarks/bench_accuracy.py --data "$data" --cfg yolov9-s \
-               --img 640 --batch 32 --epochs ${ACC_EPOCHS:-60} --close-mosaic 15 --seeds ${ACC_SEEDS:-0,1,2} \
+             stage realacc 240 $(( $(left) - 10 )) python3 dev/accuracy/bench_accuracy.py --data "$data" \
+               --cfg yolov9-s --img 640 --batch 32 --epochs ${ACC_EPOCHS:-60} --close-mosaic 15 \
+               --seeds ${ACC_SEEDS:-0,1,2} \
                --backends "${ACC_BACKENDS-torch,c}" --jobs ${ACC_JOBS:-9} --workers 2 --time-limit $(( $(left) - 120 )) \
                --out "$acc" "${pub[@]}"
              tail -12 "$OUT/realacc.log"
@@ -167,7 +168,7 @@ for part in "$@"; do
             done; done ;;
     grads) for mode in fp16 fp32; do
              flag=(); [ $mode = fp32 ] && flag=(--fp32)
-             stage "grads_$mode" 60 ${GRADS_LIMIT:-240} python3 benchmarks/fidelity/backend_grads.py --data "$COCO" \
+             stage "grads_$mode" 60 ${GRADS_LIMIT:-240} python3 dev/fidelity/backend_grads.py --data "$COCO" \
                --cfg ${GRADS_CFG:-yolov9-s} --img 320 --batch 16 --batches ${GRADS_BATCHES:-6} --warm-steps 30 \
                "${flag[@]}" --json "$OUT/grads_$mode.jsonl"
              grep "^| " "$OUT/grads_$mode.log" | head -8
@@ -176,7 +177,7 @@ for part in "$@"; do
          stage torchrun 90 120 torchrun --nproc_per_node 2 train_dual.py --cfg yolov9-s.yaml --img 320 --batch 32 \
            --epochs 1 --workers 4 --backend c --noplots --project /tmp/runs --name ddp_c --exist-ok
          tail -4 "$OUT/torchrun.log" ;;
-    *) echo "unknown part $part (see the list at the top of benchmarks/gpu_run.sh)" ;;
+    *) echo "unknown part $part (see the list at the top of dev/gpu_run.sh)" ;;
   esac
 done
 echo "done, $(left) s left"

@@ -39,7 +39,7 @@ from yolov9c.ops import extension
 from inprocess import run_script  # noqa: E402
 from shared_paths import COCO128  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dev" / "fidelity"))
 import augment_stats  # noqa: E402
 
 # every path of the op: mosaic and letterbox, mixup, rotation, shear, perspective, HSV, both flips

@@ -26,7 +26,7 @@
   re-activating the input there (fp32 and CPU bf16 autocast); every kept input is freed before its segment's
   backward returns; and backward applies BN+SiLU to exactly as many z elements as forward (each conv input once:
   in its conv's backward, or in its segment's recompute), where it applied 1.5x as many without the reuse
-  (yolov9-t at 64 px: 1.376 against 2.057 passes over every z; benchmarks/bn_passes.py at 128 px: 1.35 against
+  (yolov9-t at 64 px: 1.376 against 2.057 passes over every z; dev/probes/bn_passes.py at 128 px: 1.35 against
   2.01).
 - CUDA (marked cuda): the peak allocated memory of forward + loss + backward (yolov9-c, 8 × 320², fp16) with
   the recompute is below the stored path's by at least half of the auxiliary z's (2 B per auxiliary

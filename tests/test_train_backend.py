@@ -2,7 +2,7 @@
 synthetic data writes the run folder, and its first training iteration gives the same loss as a `--backend
 torch` run from the same seed (fp32, within 1e-4 relative). Checkpoints of a c run are plain torch: the same
 state_dict keys and shapes as a torch run's. Also: `--backend c` without the built extension is one clear error;
-the loss follows --backend (benchmarks/train_other_loss.py is the developer tool that swaps it).
+the loss follows --backend (dev/accuracy/train_other_loss.py is the developer tool that swaps it).
 
 Each run is yolov9-t (dual head, auxiliary branch) at 64×64, one batch of 4 images per epoch (so the first
 iteration is the whole epoch), without the final best.pt validation, on one CPU thread: about 11 s for the
@@ -120,9 +120,9 @@ def test_c_backend_without_the_extension_says_how_to_build(data, tmp_path, monke
 
 def test_the_loss_follows_the_backend_and_the_other_loss_is_a_benchmark_tool(data, tmp_path, monkeypatch, capsys):
     """The product trains each backend with its own loss: YOLOV9C_LOSS_BACKEND (a removed developer switch) changes
-    nothing. benchmarks/train_other_loss.py (bench_accuracy.py's loss-* runners) trains c's model with torch's
+    nothing. dev/accuracy/train_other_loss.py (bench_accuracy.py's loss-* runners) trains c's model with torch's
     loss, says so, leaves the trainer's loss factory as it was, and refuses a loss that is no backend."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dev" / "accuracy"))
     import train_other_loss
 
     real, used = train_state.make_loss, []

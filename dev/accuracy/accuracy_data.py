@@ -1,4 +1,4 @@
-"""Datasets that benchmarks/bench_accuracy.py derives from a small YOLO dataset (coco128) before training.
+"""Datasets that dev/accuracy/bench_accuracy.py derives from a small YOLO dataset (coco128) before training.
 
 - `class_subset`: a copy keeping only some classes, renumbered (bench_accuracy.py --classes).
 - `crop_dataset`: crops around the large objects of a few classes, so the objects fill much of each image
@@ -6,7 +6,7 @@
 
 Both read `train:` and `val:` image folders (labels beside them in labels/), write a new dataset under OUT and
 return its data.yaml (absolute `path`, so the published code resolves it too). Tested by
-tests/test_bench_accuracy.py.
+dev/tests/test_bench_accuracy.py.
 """
 
 import csv

@@ -1,6 +1,6 @@
-"""Public real detection datasets for benchmarks/bench_accuracy.py, converted to the published YOLO layout.
+"""Public real detection datasets for dev/accuracy/bench_accuracy.py, converted to the published YOLO layout.
 
-    python benchmarks/accuracy_datasets.py --preset raccoon --src SRC --out /work/data_accuracy/raccoon
+    python dev/accuracy/accuracy_datasets.py --preset raccoon --src SRC --out /work/data_accuracy/raccoon
 
 SRC is an export of the dataset's public repository; PRESETS names each one's images, annotations and class order
 (raccoon, kangaroo, bccd). Other sets: --images, --annotations (VOC XML folder or CSV
@@ -11,7 +11,7 @@ image; zero-size and <difficult> objects are dropped and counted; an inverted bo
 an unknown class, a missing image or an unreadable annotation stops with one `error:` line before anything is
 written. Images are copied byte for byte, except JPEGs not ending in FF D9, re-encoded at quality 100 so that
 the published loader (which re-saves such files in place) and ours read the same pixels. Returns the counts.
-Test: python -m pytest -q tests/test_accuracy_datasets.py
+Test: python -m pytest -q dev/tests/test_accuracy_datasets.py
 """
 
 import argparse
@@ -186,7 +186,7 @@ def convert(images, annotations, names, out):
             counts[split]["boxes"][names[int(k)]] += 1
     for split, files in lists.items():
         (out / f"{split}.txt").write_text("".join(f + "\n" for f in files))
-    (out / "data.yaml").write_text("# converted by benchmarks/accuracy_datasets.py; path . = this folder\n" +
+    (out / "data.yaml").write_text("# converted by dev/accuracy/accuracy_datasets.py; path . = this folder\n" +
                                    yaml.safe_dump({"path": ".", "train": "images/train", "val": "images/val",
                                                    "nc": len(names), "names": dict(enumerate(names))},
                                                   sort_keys=False))

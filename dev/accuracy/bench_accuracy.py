@@ -1,10 +1,10 @@
 r"""Real-data accuracy benchmark: ours (--backend torch, c) and, given --published, the published train_dual.py,
 trained from scratch with one recipe and several seeds; best.pt mAP@0.5 and mAP@0.5:0.95 per run and compared.
 
-    python benchmarks/bench_accuracy.py --data DIR/data.yaml --cfg yolov9-s --img 640 --batch 32 --epochs 60 \
+    python dev/accuracy/bench_accuracy.py --data DIR/data.yaml --cfg yolov9-s --img 640 --batch 32 --epochs 60 \
         --close-mosaic 15 --seeds 0,1,2 --backends torch,c --jobs 9 [--published CHECKOUT --python PY] --out OUT
 
-Runs: one train_dual.py process each (the published one through benchmarks/fidelity/published_side.py), the same
+Runs: one train_dual.py process each (the published one through dev/fidelity/published_side.py), the same
 flags, --jobs at once; every best.pt validated by our val_dual.py. Data: a YOLO data.yaml (accuracy_datasets.py),
 or coco128 with --single-cls, --classes or --derive. --backends takes variants BACKEND+VARIANT (VARIANTS,
 LOSS_VARIANTS).
@@ -13,7 +13,7 @@ Output (stdout and OUT/results.jsonl): {"kind": "run"} per run, {"kind": "summar
 FILES` only summarizes earlier run lines. A second call with the same --out keeps finished runs; --time-limit S
 stops runs at a quiet moment ({"kind": "unfinished"}) and the next call resumes them. A published run resumed
 after epoch − close_mosaic keeps mosaic (its own rule) and is marked "published_mosaic_not_closed".
-Tests: tests/test_bench_accuracy.py. Results: benchmarks/RESULTS.md.
+Tests: dev/tests/test_bench_accuracy.py. Results: benchmarks/RESULTS.md.
 """
 
 import argparse
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-SWAP_LOADER = ROOT / "benchmarks" / "fidelity" / "swap_loader.py"  # the arms that exchange the two codes' loaders
+SWAP_LOADER = ROOT / "dev" / "fidelity" / "swap_loader.py"  # the arms that exchange the two codes' loaders
 
 from accuracy_data import class_subset, crop_dataset, dataset_counts  # noqa: E402
 
@@ -45,7 +45,7 @@ def _emit(line, out):
 
 
 # runner variants: BACKEND+VARIANT... (e.g. c+no-cuda-graph): what each adds to our train_dual.py run. In
-# benchmarks/results/accuracy_person_crops.jsonl the runner "c" rows (and torch+loss-c) predate 5f87da9: their
+# dev/results/accuracy_person_crops.jsonl the runner "c" rows (and torch+loss-c) predate 5f87da9: their
 # assigner read the float32 decode (a variant since removed); today's c default is recorded there as c+pub-decode.
 VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isolates the CUDA-graph step)
             "deterministic": (["--deterministic"], {}),  # deterministic algorithms, as the published code always
@@ -53,7 +53,7 @@ VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isola
             "no-cudnn-benchmark": (["--no-cudnn-benchmark"], {}),
             "no-amp": (["--no-amp"], {}),  # float32 training (isolates fp16)
             "unfused": ([], {"YOLOV9C_FUSED": "0"})}  # the c structure on torch ops (isolates the kernels)
-# variants that train through benchmarks/train_other_loss.py: one backend's model with the other's loss
+# variants that train through dev/accuracy/train_other_loss.py: one backend's model with the other's loss
 LOSS_VARIANTS = {"loss-torch": "torch",  # c's model, torch's loss (isolates the loss)
                  "loss-c": "c"}  # torch's model, c's loss
 TRAIN = ["train_dual.py"]
@@ -84,7 +84,7 @@ def runner_spec(runner):
             entry = PUB_LOADER
             continue
         if v in LOSS_VARIANTS:
-            entry = [str(Path("benchmarks") / "train_other_loss.py"), LOSS_VARIANTS[v]]
+            entry = [str(Path("dev") / "accuracy" / "train_other_loss.py"), LOSS_VARIANTS[v]]
             continue
         if v not in VARIANTS:
             raise ValueError(f"runner {runner!r}: unknown variant {v!r} (known: "
@@ -108,7 +108,7 @@ def train_command(a, runner, seed, project, data):
     if runner == "published":
         # through the harness's published side: its stand-ins for the optional imports the published code needs
         # (IPython, pkg_resources, tensorboard, a font it would download) and its checkpoint-reading setting
-        side = ROOT / "benchmarks" / "fidelity" / "published_side.py"
+        side = ROOT / "dev" / "fidelity" / "published_side.py"
         return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--"] + pub_flags,
                 a.published, {})
     if runner == "published+ours-loader":
@@ -281,7 +281,7 @@ def resume_command(a, runner, seed, project):
     name = f"{runner}-s{seed}"
     last = str(project / name / "weights" / "last.pt")
     if runner == "published":
-        side = ROOT / "benchmarks" / "fidelity" / "published_side.py"
+        side = ROOT / "dev" / "fidelity" / "published_side.py"
         return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--",
                  "--resume", last], a.published, {})
     if runner == "published+ours-loader":

@@ -2,8 +2,8 @@
 half of the c backend (model or loss) an accuracy gap comes from. A developer tool: the product trains each
 backend with its own loss.
 
-    python benchmarks/train_other_loss.py torch --backend c --data D.yaml --img 640 ...   # c's model, torch's loss
-    python benchmarks/train_other_loss.py c --backend torch --resume RUN/weights/last.pt  # torch's model, c's loss
+    python dev/accuracy/train_other_loss.py torch --backend c --data D.yaml --img 640 ...   # c's model, torch's loss
+    python dev/accuracy/train_other_loss.py c --backend torch --resume RUN/weights/last.pt  # torch's model, c's loss
 
 The first argument is the loss's backend, the rest train_dual.py's command line. The loss factory the trainer's
 set-up calls (yolov9c.engine.train.state.make_loss) is replaced, for this process only, by one that builds the
@@ -14,7 +14,7 @@ workers without the replacement: refused). Test: python -m pytest -q tests/test_
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # runs from a checkout without installing
 
 PROG = "train_other_loss.py"
 

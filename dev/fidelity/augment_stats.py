@@ -4,8 +4,8 @@ reference on the CPU), measured with the fidelity harness's statistics (stats.py
 aspect, class histogram, pixel mean/std, grey share, sharpness) plus the mosaic rate (the mixup draws are the
 same by construction: the labels of mixed items, both halves, come out identical).
 
-    python benchmarks/fidelity/augment_stats.py                          # coco128 and synthetic, 320 px
-    python benchmarks/fidelity/augment_stats.py --data coco128 --imgsz 640 --batches 8
+    python dev/fidelity/augment_stats.py                          # coco128 and synthetic, 320 px
+    python dev/fidelity/augment_stats.py --data coco128 --imgsz 640 --batches 8
 
 `compare(source, imgsz, batches)` gives the rows; tests/test_augment_plan.py asserts them (boxes identical,
 every pixel statistic |z| < 0.5). Not a speed measure (benchmarks/bench_train.py is).

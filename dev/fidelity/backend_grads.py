@@ -7,7 +7,7 @@ with the loss multiplied by --scale as GradScaler does and divided out again. Pe
 the relative error of each fp16 way against the reference (|g − g32| / |g32|) and their cosine, then per
 parameter kind (conv weights, BN weights, BN biases, the heads' conv biases) the median error of each way; and the tensors where c's error most exceeds torch's. The loss items of each way come first.
 
-    python benchmarks/fidelity/backend_grads.py --data ../shared/data/coco128/data.yaml --cfg yolov9-s \\
+    python dev/fidelity/backend_grads.py --data ../shared/data/coco128/data.yaml --cfg yolov9-s \\
         --img 320 --batch 16 --batches 3 --warm-steps 20 [--device 0] [--json out.jsonl]
 
 --warm-steps N first trains the reference model N float32 SGD steps (lr 0.01, the same batches' augmentation

@@ -6,7 +6,7 @@ Python that can run it (torch + torchvision):
     git clone https://github.com/WongKinYiu/yolov9 /work/published-yolov9      # or any copy of it
     python -m venv /work/venv-pub && /work/venv-pub/bin/pip install torch torchvision numpy \\
         opencv-python-headless pyyaml tqdm matplotlib pandas seaborn scipy requests psutil
-    python benchmarks/fidelity/compare_published.py --published /work/published-yolov9 \\
+    python dev/fidelity/compare_published.py --published /work/published-yolov9 \\
         --python /work/venv-pub/bin/python --data ../shared/data/coco128/data.yaml --out /tmp/fidelity
 
 Without --published (or with a path that is not the published checkout) it prints these lines and exits 0.
@@ -59,7 +59,7 @@ HOW_TO = """the published YOLOv9 code is needed (it is never committed here). Ge
     git clone https://github.com/WongKinYiu/yolov9 /work/published-yolov9
     python -m venv /work/venv-pub && /work/venv-pub/bin/pip install torch torchvision numpy \\
         opencv-python-headless pyyaml tqdm matplotlib pandas seaborn scipy requests psutil
-then: python benchmarks/fidelity/compare_published.py --published /work/published-yolov9 \\
+then: python dev/fidelity/compare_published.py --published /work/published-yolov9 \\
           --python /work/venv-pub/bin/python"""
 
 Z_FLAG = 4.0

@@ -10,7 +10,7 @@ stats.py): no yolov9c and no published import, so that either side can load it.
     result.update(data_phases(sample, n, nc, counts))        # the data mode: mosaic on, then off
     loss_step(model, loss_fn, a, make_optimizer)             # the loss mode after the model and loss are built
 
-Not a test: a developer tool (see benchmarks/fidelity/compare_published.py).
+Not a test: a developer tool (see dev/fidelity/compare_published.py).
 """
 
 import argparse

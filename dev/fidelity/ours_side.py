@@ -2,9 +2,9 @@
 
 Run by compare_published.py as a separate process from the repository root (so `yolov9c` is this checkout):
 
-    python benchmarks/fidelity/ours_side.py data  --data D.yaml --img 640 --n 400 --seed 0 --out data.json
-    python benchmarks/fidelity/ours_side.py train --record train.json -- <train_dual.py arguments>
-    python benchmarks/fidelity/ours_side.py loss  --cfg yolov9-t --nc 80 --batch b.npz --seed 0 \\
+    python dev/fidelity/ours_side.py data  --data D.yaml --img 640 --n 400 --seed 0 --out data.json
+    python dev/fidelity/ours_side.py train --record train.json -- <train_dual.py arguments>
+    python dev/fidelity/ours_side.py loss  --cfg yolov9-t --nc 80 --batch b.npz --seed 0 \\
         --save-weights w.npz --out loss.npz
 The loss mode also writes the initial weights (--save-weights) that published_side.py's loss mode loads, and,
 with --save-batch, a batch of augmented training samples of ours (uint8 images, targets) for both to use.

@@ -8,7 +8,7 @@ same code.
     summary = summarize([s, ...])                    # aggregates, histograms (plain JSON)
     rows = compare_summaries(ours, published)        # [(metric, ours, published, z)] for the report
 
-Not a test: a developer tool (see benchmarks/fidelity/compare_published.py).
+Not a test: a developer tool (see dev/fidelity/compare_published.py).
 """
 
 import math

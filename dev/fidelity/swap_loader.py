@@ -11,7 +11,7 @@ Only the training loader is exchanged: each loop keeps its own validation loader
 Both loaders yield the same batch format (uint8 (B, 3, H, W) RGB, (N, 6) [image, class, x, y, w, h], paths,
 shapes) and their datasets have the attributes each loop reads (labels, mosaic, augment, rect). The published
 loader is seeded by its own constant (its generator), ours by --seed. bench_accuracy.py runs these as the runners
-`published+ours-loader` and `torch+pub-loader` / `c+pub-loader`. Test: tests/test_bench_accuracy.py (the
+`published+ours-loader` and `torch+pub-loader` / `c+pub-loader`. Test: dev/tests/test_bench_accuracy.py (the
 commands); the arms themselves need the published checkout and a GPU.
 """
 

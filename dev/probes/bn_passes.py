@@ -2,9 +2,9 @@
 BN/SiLU passes beyond torch's come from. CPU only; the counts depend only on the model graph, not on the
 device, the batch or the image size.
 
-    python benchmarks/bn_passes.py --model yolov9-s            # one step at batch 2, 128 px, on the CPU
-    python benchmarks/bn_passes.py --model yolov9-s --sites    # and the activation passes by call site
-    python benchmarks/bn_passes.py --model yolov9-s --keep-inputs   # with the keep_inputs switch (--keep-inputs 1)
+    python dev/probes/bn_passes.py --model yolov9-s            # one step at batch 2, 128 px, on the CPU
+    python dev/probes/bn_passes.py --model yolov9-s --sites    # and the activation passes by call site
+    python dev/probes/bn_passes.py --model yolov9-s --keep-inputs   # with the keep_inputs switch (--keep-inputs 1)
 
 Wraps the three entry points of yolov9c.ops.bn_silu (statistics, the forward and the backward implementation,
 each counting the z of its one or two BN operands), runs forward + loss + backward of `--backend c`, and prints per entry point its calls and the
@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # runs from a checkout without installing
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
@@ -40,7 +40,7 @@ ENTRY_POINTS = {"stats": lambda a: (a[0],),
                 "_forward_impl": lambda a: (a[0][0],) + (() if a[1] is None else (a[1][0],)),
                 "_backward_impl": lambda a: (a[0][0],) + (() if a[2] is None else (a[2][0],))}
 APPLIES = ("_forward_impl",)
-BACKEND = str(Path(__file__).resolve().parents[1] / "yolov9c" / "backends" / "c")
+BACKEND = str(Path(__file__).resolve().parents[2] / "yolov9c" / "backends" / "c")
 CALLERS = {"LazyConvFunction.forward": "conv forward", "LazyConvFunction.backward": "conv backward",
            "materialise": "materialise"}
 

@@ -1,9 +1,9 @@
 """Memory timeline of one training step per layer: what is alive when, and what is alive at the peak.
 
-    python benchmarks/mem_timeline.py --model yolov9-s                       # c backend, batch 64, 640, AMP
-    python benchmarks/mem_timeline.py --model yolov9-s --stored --float      # aux z's kept, float input
-    python benchmarks/mem_timeline.py --model yolov9-t --batch 2 --img 128 --device cpu   # CPU: stored bytes only
-    python benchmarks/mem_timeline.py --model yolov9-s --markdown            # + markdown tables
+    python dev/probes/mem_timeline.py --model yolov9-s                       # c backend, batch 64, 640, AMP
+    python dev/probes/mem_timeline.py --model yolov9-s --stored --float      # aux z's kept, float input
+    python dev/probes/mem_timeline.py --model yolov9-t --batch 2 --img 128 --device cpu   # CPU: stored bytes only
+    python dev/probes/mem_timeline.py --model yolov9-s --markdown            # + markdown tables
 
 The step is the trainer's (memory_plan.MeasuredStep; uint8 batch when the model accepts it, --float forces
 float/255; --stored: the c backend's aux_recompute switch off): --warmup plain steps, then one instrumented step.
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 MIB, GIB = 2 ** 20, 2 ** 30
 
 

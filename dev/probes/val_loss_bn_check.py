@@ -3,7 +3,7 @@ what training's validation uses) against BatchNorm with each batch's own statist
 background anchors. A large val/cls_loss that comes back to the training level with batch statistics means the
 running statistics lag the weights (docs/train.md, "FAQ: val/cls_loss far above train/cls_loss").
 
-    python benchmarks/val_loss_bn_check.py --weights runs/train/exp/weights/epoch17.pt --data synthetic --img 640
+    python dev/probes/val_loss_bn_check.py --weights runs/train/exp/weights/epoch17.pt --data synthetic --img 640
 
 Prints one JSON line per BN mode: box/cls/dfl loss (means over the batches, as results.csv), and the mean and
 the 99th percentile of the class logits of every anchor (nearly all are background). CPU or --device 0.

@@ -1,8 +1,8 @@
-"""benchmarks/accuracy_datasets.py, the converter of public VOC/CSV detection sets to the published YOLO layout,
+"""dev/accuracy/accuracy_datasets.py, the converter of public VOC/CSV detection sets to the published YOLO layout,
 on small synthetic sources written here: boxes converted exactly (VOC XML and CSV alike), the split a fixed
 rule of each file name, zero-size boxes dropped and counted, truncated JPEGs re-encoded, and every bad
 annotation refused with one `error:` line before anything is written.
-Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_accuracy_datasets.py
+Run: OMP_NUM_THREADS=1 python -m pytest -q dev/tests/test_accuracy_datasets.py
 """
 
 import hashlib
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "dev" / "accuracy"))
 import accuracy_datasets as ad  # noqa: E402
 
 # image name: (width, height, [(class, xmin, ymin, xmax, ymax)])

@@ -1,4 +1,4 @@
-"""benchmarks/fidelity/backend_grads.py on the CPU: on real coco128 batches, the c backend's gradients (model
+"""dev/fidelity/backend_grads.py on the CPU: on real coco128 batches, the c backend's gradients (model
 and loss) are as close to the float64 reference as the torch backend's — no parameter kind, and no single
 tensor, far off — and the tool's JSON summary carries every way and kind."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from shared_paths import COCO128
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks" / "fidelity"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "dev" / "fidelity"))
 import backend_grads  # noqa: E402
 
 WAYS = ("float32 torch", "model torch, loss torch", "model torch, loss c", "model c, loss torch", "model c, loss c")

@@ -1,8 +1,8 @@
-"""benchmarks/accuracy_data.py, the datasets bench_accuracy.py derives from coco128 (no training here): the crops
+"""dev/accuracy/accuracy_data.py, the datasets bench_accuracy.py derives from coco128 (no training here): the crops
 of --derive crops are valid YOLO labels of large boxes, held out by source image and deterministic; the class
 subset of --classes keeps and renumbers only the chosen classes; a SIGTERM to the benchmark stops the training
 processes it started (real processes, no training).
-Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_bench_accuracy.py
+Run: OMP_NUM_THREADS=1 python -m pytest -q dev/tests/test_bench_accuracy.py
 """
 
 import csv
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "dev" / "accuracy"))
 import accuracy_data  # noqa: E402
 from shared_paths import COCO128 as COCO128_DIR  # noqa: E402
 
@@ -199,10 +199,10 @@ def test_runner_variants_add_their_flag_or_environment(tmp_path):
     assert env == {"YOLOV9C_FUSED": "0"} and "--no-amp" in argv
     for runner, loss in (("c+loss-torch", "torch"), ("torch+loss-c", "c")):  # through train_other_loss.py
         argv, _, env = bench_accuracy.train_command(a, runner, 0, tmp_path, tmp_path / "d.yaml")
-        assert argv[1:3] == ["benchmarks/train_other_loss.py", loss] and env == {}
+        assert argv[1:3] == ["dev/accuracy/train_other_loss.py", loss] and env == {}
         assert argv[argv.index("--backend") + 1] == runner.split("+")[0]
         argv, _, _ = bench_accuracy.resume_command(a, runner, 0, tmp_path)
-        assert argv[1:4] == ["benchmarks/train_other_loss.py", loss, "--resume"]
+        assert argv[1:4] == ["dev/accuracy/train_other_loss.py", loss, "--resume"]
     assert base[1] == "train_dual.py"
     argv, _, _ = bench_accuracy.train_command(a, "torch+no-cuda-graph", 0, tmp_path, tmp_path / "d.yaml")
     assert argv[argv.index("--backend") + 1] == "torch" and "--channels-last" in argv
@@ -322,7 +322,7 @@ def test_sigterm_stops_the_training_processes_with_the_benchmark(tmp_path):
     driver.write_text(textwrap.dedent(f"""
         import signal, sys
         from concurrent.futures import ThreadPoolExecutor
-        sys.path.insert(0, {str(REPO / "benchmarks")!r})
+        sys.path.insert(0, {str(REPO / "dev" / "accuracy")!r})
         import bench_accuracy as b
         signal.signal(signal.SIGTERM, b.on_sigterm)
         child = [sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(120)"]

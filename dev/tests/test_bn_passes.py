@@ -1,15 +1,15 @@
-"""benchmarks/bn_passes.py: the counts of the c backend's BN/SiLU passes in one CPU training step."""
+"""dev/probes/bn_passes.py: the counts of the c backend's BN/SiLU passes in one CPU training step."""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_bn_passes_counts_one_statistics_pass_per_z():
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bn_passes.py"), "--model", "yolov9-t",
+    r = subprocess.run([sys.executable, str(REPO / "dev" / "probes" / "bn_passes.py"), "--model", "yolov9-t",
                         "--img", "64", "--sites", "--keep-inputs"], capture_output=True, text=True,
                        timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""The fidelity harness's box-edge measure (benchmarks/fidelity/stats.py edge_offsets) and its synthetic
+"""The fidelity harness's box-edge measure (dev/fidelity/stats.py edge_offsets) and its synthetic
 rectangles dataset (compare_published.py --rects): edges found where the pixels put them, to a small fraction
 of a pixel, and a shifted label measured as shifted."""
 
@@ -9,8 +9,8 @@ import cv2
 import numpy as np
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks" / "fidelity"))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "dev" / "fidelity"))
 import compare_published  # noqa: E402
 import stats  # noqa: E402
 

@@ -1,7 +1,7 @@
-"""benchmarks/gpu_run.sh, the one device-machine script: every part its header lists is a case of the script,
+"""dev/gpu_run.sh, the one device-machine script: every part its header lists is a case of the script,
 every case is listed, every benchmark it runs exists and takes the flags the script passes (checked against
 the benchmark's own argparse source, so a renamed flag fails here rather than on the GPU machine), and the
-script parses (`bash -n`). Run: python -m pytest -q tests/test_gpu_run.py
+script parses (`bash -n`). Run: python -m pytest -q dev/tests/test_gpu_run.py
 """
 
 import ast
@@ -9,8 +9,8 @@ import re
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "gpu_run.sh"
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "dev" / "gpu_run.sh"
 
 
 def _text():
@@ -32,7 +32,7 @@ def test_listed_parts_are_the_cases():
 
 def test_every_benchmark_exists_and_takes_its_flags():
     commands = re.sub(r"\\\n\s*", " ", _text())
-    runs = re.findall(r"python3 (benchmarks/\S+\.py)([^\n;|]*)", commands)
+    runs = re.findall(r"python3 ((?:benchmarks|dev)/\S+\.py)([^\n;|]*)", commands)
     assert len(runs) >= 9
     for path, args in runs:
         source = (REPO / path).read_text()
@@ -54,7 +54,7 @@ def test_every_gpu_only_test_carries_the_cuda_marker():
     """The GPU run selects tests with `pytest -m cuda`: a test that skips without a GPU by a skipif alone would
     never run there (test_nms.py's CUDA cases were missed that way)."""
     missing = []
-    for f in sorted((REPO / "tests").glob("test_*.py")):
+    for f in sorted([*(REPO / "tests").rglob("test_*.py"), *(REPO / "dev" / "tests").glob("test_*.py")]):
         tree = ast.parse(f.read_text())
         names = {t.id for n in tree.body if isinstance(n, ast.Assign) and _needs_cuda(n.value, ()) for t in n.targets
                  if isinstance(t, ast.Name)}

@@ -1,7 +1,7 @@
-"""benchmarks/val_loss_bn_check.py (docs/train.md FAQ on val/cls_loss): its eval-mode line is the validation loss
+"""dev/probes/val_loss_bn_check.py (docs/train.md FAQ on val/cls_loss): its eval-mode line is the validation loss
 that training records (validate() with the training loss on the same checkpoint and loader settings), and the
 batch-statistics line leaves the checkpoint's BatchNorm running statistics alone.
-Run: python -m pytest -q tests/test_val_loss_bn_check.py
+Run: python -m pytest -q dev/tests/test_val_loss_bn_check.py
 """
 
 import json
@@ -21,7 +21,7 @@ from yolov9c.loss.detection import make_loss
 from yolov9c.models.checkpoint import save_checkpoint
 from yolov9c.models.weights import load_model
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "val_loss_bn_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "dev" / "probes" / "val_loss_bn_check.py"
 
 
 @pytest.mark.parametrize("cfg_name", ["gelan-t", "yolov9-t"])

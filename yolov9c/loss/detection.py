@@ -279,7 +279,7 @@ class DetectionLoss:
         a list (one per branch, [aux, main] when dual) of dicts with labels (B, A) int64 (the class), boxes
         (B, A, 4) float32 pixels, norm (B, A) float32 (the soft score of the assigned class, 0 off the
         foreground) and fg (B, A) bool. Developer use: comparing the two backends' assignments on identical
-        predictions (benchmarks/fidelity/backend_grads.py --assign)."""
+        predictions (dev/fidelity/backend_grads.py --assign)."""
         branches = self._branches(preds)
         feats = branches[-1]
         gt_labels, gt_boxes, gt_mask = self._gt_parts(self._packed(feats, targets))

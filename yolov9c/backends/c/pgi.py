@@ -29,7 +29,7 @@ from yolov9c.models.head import DualDDetect
 
 
 STEP_HOOKS = []  # callables (label, value) run before (value None) and after each auxiliary segment and head
-# level (memory timelines: benchmarks/mem_timeline.py); plain layer steps are module calls (module hooks)
+# level (memory timelines: dev/probes/mem_timeline.py); plain layer steps are module calls (module hooks)
 
 
 def _observe(label, value):

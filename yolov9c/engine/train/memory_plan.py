@@ -272,7 +272,7 @@ def random_targets(batch, boxes, nc, gen):
 
 class MeasuredStep:
     """The trainer's step (module docstring) on a fresh model of `cfg` under `backend`, as step_peak measures
-    it and benchmarks/mem_timeline.py instruments it: an EMA copy, SGD (Nesterov, momentum 0.937), a
+    it and dev/probes/mem_timeline.py instruments it: an EMA copy, SGD (Nesterov, momentum 0.937), a
     GradScaler and fp16 autocast on CUDA, a random uint8 batch (batch, 3, img, img) on `device` in memory
     format `fmt`, passed as is when `uint8` and the model accepts it (else float/255), and `boxes` random host
     targets per image; `switches`: the c backend's (backends/c/switches.py; None: the defaults). run() is one
