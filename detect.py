@@ -4,7 +4,7 @@ weights; the same flags and run folders as detect_dual.py (both use the main hea
 
 Thin wrapper around yolov9c/cli/detect.py (flags, defaults and refusals documented there and in
 docs/detect.md). Run: python detect.py --weights yolov9-c-converted.pt --source path/to/images
-Test: python -m pytest -q tests/test_entry_points.py tests/test_docs_commands.py
+Test: python -m pytest -q tests/cli/test_entry_points.py tests/docs/test_docs_commands.py
 """
 
 import sys

@@ -3,7 +3,7 @@
 
 Thin wrapper around yolov9c/cli/detect.py (flags, defaults and refusals documented there and in
 docs/detect.md). Run: python detect_dual.py --weights best.pt --source path/to/images
-Test: python -m pytest -q tests/test_detect_cli.py
+Test: python -m pytest -q tests/cli/test_detect_cli.py
 """
 
 import sys

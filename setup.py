@@ -18,7 +18,7 @@ Switches (environment):
     YOLOV9C_JOBS=N           parallel nvcc processes (default: CPU count)
 
 Test: `pip install -e . --no-build-isolation --no-deps` (or `python setup.py build_ext --inplace`), then
-`python -m pytest -q tests/test_build.py`.
+`python -m pytest -q tests/ops/test_build.py`.
 """
 
 import os

@@ -6,7 +6,7 @@ Same command line and run folders as train_dual.py (yolov9c.cli.train): the loss
 so a gelan-* (DDetect) model trains with the single-head loss and a yolov9-* (DualDDetect) model with the
 dual loss, whichever script starts it; usage and error lines name train.py. How it differs from the published train.py: docs/train.md.
 Run: python train.py --cfg models/detect/gelan-t.yaml --img 160 --epochs 3 --batch 16   (built-in synthetic data)
-Test: python -m pytest -q tests/test_entry_points.py tests/test_docs_commands.py
+Test: python -m pytest -q tests/cli/test_entry_points.py tests/docs/test_docs_commands.py
 """
 
 import sys

@@ -3,7 +3,7 @@
 
 Thin wrapper around yolov9c.cli.train (argparse → RunConfig, main) and yolov9c.engine.train.trainer (the loop).
 Run: python train_dual.py --cfg gelan-t.yaml --img 160 --epochs 3 --batch 16   (built-in synthetic data)
-Test: python -m pytest -q tests/test_train_cli.py tests/test_train_e2e.py
+Test: python -m pytest -q tests/cli/test_train_cli.py tests/engine/train/test_train_e2e.py
 """
 
 import sys

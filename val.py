@@ -4,7 +4,7 @@ and run folders runs/val/exp* as val_dual.py, which scores the main head of any 
 
 Thin wrapper around yolov9c/cli/val.py (flags, defaults and refusals documented there and in docs/val.md).
 Run: python val.py --weights runs/train/exp/weights/best.pt --data path/to/data.yaml
-Test: python -m pytest -q tests/test_entry_points.py tests/test_docs_commands.py
+Test: python -m pytest -q tests/cli/test_entry_points.py tests/docs/test_docs_commands.py
 """
 
 import sys

@@ -3,7 +3,7 @@
 
 Thin wrapper around yolov9c/cli/val.py (flags, defaults and refusals documented there and in docs/val.md).
 Run: python val_dual.py --weights runs/train/exp/weights/best.pt --data path/to/data.yaml
-Test: python -m pytest -q tests/test_val_cli.py
+Test: python -m pytest -q tests/cli/test_val_cli.py
 """
 
 import sys

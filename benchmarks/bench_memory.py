@@ -12,7 +12,8 @@ image. Configurations (--configs), each in a fresh subprocess (an out-of-memory 
 c-cl, c-nchw, and c-cl-graph / torch-cl-graph (the trainer's own step replayed as CUDA graphs, bench_step.py's
 code; CUDA only). Measured after --warmup steps: peak allocated and reserved GiB, the memory held between
 steps, the median of --steps step times. PYTORCH_CUDA_ALLOC_CONF defaults to expandable_segments:True.
-One JSON line per configuration; --markdown adds the table. Test: python -m pytest -q tests/test_bench_memory.py
+One JSON line per configuration; --markdown adds the table.
+Test: python -m pytest -q tests/benchmarks/test_bench_memory.py
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ optional imports; no yolov9c import): the published train_dual.py batch loop at 
 train() builds it, on bench_step.py's random uint8 images and targets. One JSON line per configuration: step_ms
 (median), min_ms, peak allocated / reserved GiB, gpu_ms (profiled); an out-of-memory step is a row with status
 "oom". Exit 2 when the checkout is missing, 1 when a row failed, else 0.
-Test (what runs without the published code): python -m pytest -q tests/test_bench_published_step.py
+Test (what runs without the published code): python -m pytest -q tests/benchmarks/test_bench_published_step.py
 """
 
 from __future__ import annotations

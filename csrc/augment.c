@@ -5,7 +5,7 @@
  * fits its row) or
  * kernels/augment.cu (CUDA, on the caller's stream; a bad tile reads grey there, never out of bounds).
  * The Python entry point is yolov9c/ops/augment.py; the maths is at the top of kernels/augment_pixel.h.
- * Test: python -m pytest -q tests/test_augment.py
+ * Test: python -m pytest -q tests/ops/test_augment.py
  */
 #include "augment_pixel.h"
 #include "module.h"

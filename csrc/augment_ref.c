@@ -6,7 +6,7 @@
  * out (B, 3, H, W) uint8 RGB planes, written (=). The plan's layout is stated in csrc/yv_refs.h.
  * Returns -1 when a tile points outside src or outside its image, or a paste list does not fit its row (the
  * binding raises ValueError).
- * Test: python -m pytest -q tests/test_augment.py
+ * Test: python -m pytest -q tests/ops/test_augment.py
  */
 #include "augment_pixel.h"
 #include "yv_refs.h"

@@ -8,7 +8,7 @@
  * on the caller's stream). 4-D operands may have any strides; outputs must not map two elements to one
  * address through a zero stride. The Python entry point is yolov9c/ops/bn_silu.py (it checks nothing this
  * file checks); the maths is stated at the top of csrc/bn_silu_ref.c and kernels/bn_silu.cuh.
- * Test: python -m pytest -q tests/test_bn_silu.py tests/test_bindings.py
+ * Test: python -m pytest -q tests/ops/test_bn_silu.py tests/ops/test_bindings.py
  */
 #include <math.h>
 #include <string.h>

@@ -10,7 +10,7 @@
  *             dz = γ·invstd·(g - Σg/n - x̂·Σ(g·x̂)/n) with batch statistics, γ·invstd·g without
  * Per-element arithmetic is float32 like the kernels; every sum over B·H·W is float64. Loops run channel by
  * channel so no workspace is needed. dz is written (=) or accumulated (+=); dγ, dβ are written.
- * Test: python -m pytest -q tests/test_bn_silu.py
+ * Test: python -m pytest -q tests/ops/test_bn_silu.py
  */
 #include <math.h>
 #include <stddef.h>

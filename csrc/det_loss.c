@@ -5,7 +5,7 @@
  * GIL and runs csrc/det_loss_ref.c (CPU, float64 arithmetic) or kernels/det_loss.cu (CUDA, on the caller's
  * stream). The Python entry point is yolov9c/ops/det_loss.py; the maths is stated at the top of
  * csrc/det_loss_ref.c.
- * Test: python -m pytest -q tests/test_det_loss.py
+ * Test: python -m pytest -q tests/ops/test_det_loss.py
  */
 #include <math.h>
 #include <string.h>

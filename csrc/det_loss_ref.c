@@ -21,7 +21,7 @@
  * Float16 gradients are rounded double -> float -> half (round to nearest even at each step).
  * The per-anchor functions (softmax statistics, CIoU and its gradient, BCE, DFL bins) are kernels/det_loss.h,
  * which kernels/det_loss.cu compiles in float32; this file holds the loops over images and anchors.
- * Test: python -m pytest -q tests/test_det_loss.py
+ * Test: python -m pytest -q tests/ops/test_det_loss.py
  */
 #include <math.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* half.h — float16 and bfloat16 to and from float32 in plain C. Widening is exact (every half and bfloat16 is
  * a float); narrowing rounds to nearest, ties to even, as torch's .half() / .bfloat16() and CUDA's
  * __float2half_rn / __float2bfloat16_rn do (overflow to inf, NaN stays NaN).
- * Test: tests/test_nms.py runs float16 inputs through the C path against the torch reference.
+ * Test: tests/ops/test_nms.py runs float16 inputs through the C path against the torch reference.
  */
 #ifndef YV_HALF_H
 #define YV_HALF_H

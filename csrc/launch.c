@@ -1,7 +1,8 @@
 /* launch.c — the one path from a checked binding to its computation (yv_launch: GIL, CUDA device guard,
  * YOLOV9C_SYNC=1 synchronisation, error mapping), and the small argument helpers every binding shares.
  * See module.h for the pattern.
- * Test: tests/test_bindings.py, tests/test_nms.py (arity and error cases), tests/test_build.py (KernelError).
+ * Test: tests/ops/test_bindings.py, tests/ops/test_nms.py (arity and error cases),
+ *       tests/ops/test_build.py (KernelError).
  */
 #include "module.h"
 

@@ -2,7 +2,7 @@
  *
  * The ops themselves live one per file (csrc/<op>.c binding, csrc/<op>_ref.c CPU implementation,
  * kernels/<op>.cu CUDA kernels). Python reaches them through yolov9c/ops/<op>.py.
- * Test: python -m pytest -q tests/test_build.py
+ * Test: python -m pytest -q tests/ops/test_build.py
  */
 #include <string.h>
 
@@ -83,7 +83,7 @@ fail:
 }
 
 /* Every doc starts with the text signature ("name($module, a, b, /)\n--\n\n"), so inspect.signature and
- * help() show the positional parameters; tests/test_bindings.py checks that no binding takes more than 12. */
+ * help() show the positional parameters; tests/ops/test_bindings.py checks that no binding takes more than 12. */
 PyDoc_STRVAR(augment_forward_doc,
 "augment_forward($module, out, src, tiles, warp, mix, flags, luts, paste, stream, /)\n--\n\n"
 "One training batch's pixels from decoded images and a host-drawn plan (mosaic tiles, copy-paste, warp,\n"

@@ -8,7 +8,7 @@
  *                                                               and maps errors to yolov9c._C.KernelError
  * Groups of related arguments cross as one tuple (a BN operand (z, mean, invstd, weight, bias), a loss's
  * targets), so no binding takes more than 12 arguments; every method's doc starts with its text signature.
- * Test: tests/test_build.py, tests/test_bindings.py, tests/test_nms.py.
+ * Test: tests/ops/test_build.py, tests/ops/test_bindings.py, tests/ops/test_nms.py.
  */
 #ifndef YV_MODULE_H
 #define YV_MODULE_H

@@ -3,7 +3,7 @@
  * Checks every argument (raising ValueError/TypeError that name "nms_forward" and the argument), then
  * releases the GIL and runs csrc/nms_ref.c (CPU) or kernels/nms.cu (CUDA, on the caller's stream).
  * The Python entry point is yolov9c/ops/nms.py; the maths is stated at the top of csrc/nms_ref.c.
- * Test: python -m pytest -q tests/test_nms.py
+ * Test: python -m pytest -q tests/ops/test_nms.py
  */
 #include <math.h>
 

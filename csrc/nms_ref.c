@@ -12,7 +12,7 @@
  *   (compiled with -ffp-contract=off, so no fused multiply-add changes a rounding.)
  * Cost: sort O(n log n); suppression O(sum over classes of n_class * kept_class): boxes are grouped by
  * class first, and the kept boxes are put back in global score order at the end.
- * Test: python -m pytest -q tests/test_nms.py
+ * Test: python -m pytest -q tests/ops/test_nms.py
  */
 #include <stdlib.h>
 #include <string.h>

@@ -11,7 +11,7 @@
  * channel slice of a bigger buffer); an output must not have a zero stride, and its memory span must not meet
  * the input's (conservative: two interleaved channel slices of one buffer are refused too).
  * The Python entry point is yolov9c/ops/pool.py; the maths is stated at the top of kernels/pool.cu.
- * Test: python -m pytest -q tests/test_pool.py tests/test_bindings.py
+ * Test: python -m pytest -q tests/ops/test_pool.py tests/ops/test_bindings.py
  */
 #include <string.h>
 

@@ -10,7 +10,7 @@
  * one rounding to the storage dtype at the end. Float32 rather than the float64 of the other references: the
  * float32 order is the op's definition (four adds; the kernel follows it exactly), so this is the exact twin.
  * Loops run channels innermost when the channel stride is 1 (channels-last), else x innermost.
- * Test: python -m pytest -q tests/test_pool.py
+ * Test: python -m pytest -q tests/ops/test_pool.py
  */
 #include <stddef.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
  * releases the GIL and runs csrc/tal_assign_ref.c (CPU) or kernels/tal_assign.cu (CUDA, on the caller's
  * stream). The Python entry point is yolov9c/ops/tal_assign.py; the maths is stated at the top of
  * csrc/tal_assign_ref.c.
- * Test: python -m pytest -q tests/test_tal_assign.py
+ * Test: python -m pytest -q tests/ops/test_tal_assign.py
  */
 #include <math.h>
 

@@ -32,7 +32,7 @@
  * Compiled with -ffp-contract=off, so no fused multiply-add changes a rounding.
  * Cost per image: O(M·A) inside tests, CIoU only for anchors inside a box, plus O(M) CIoUs for each anchor
  * positive for several boxes.
- * Test: python -m pytest -q tests/test_tal_assign.py
+ * Test: python -m pytest -q tests/ops/test_tal_assign.py
  */
 #include <math.h>
 #include <stdint.h>

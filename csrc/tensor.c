@@ -2,7 +2,7 @@
  *
  * This is the only file that touches the NumPy C API (its function table is private to this file and is
  * loaded by yv_numpy_import(), called from the module's exec slot).
- * Test: tests/test_nms.py::test_raw_binding_* drive every check through nms_forward.
+ * Test: tests/ops/test_nms.py::test_raw_binding_* drive every check through nms_forward.
  */
 #include "tensor.h"
 

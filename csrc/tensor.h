@@ -9,7 +9,7 @@
  * Both are parsed into a yv_tensor. Every check below sets a Python exception whose message names the op
  * and the argument ("nms_forward: boxes must have 2 dimensions, got 3") and returns -1; 0 means OK.
  *
- * Test: tests/test_nms.py (the raw-binding cases feed bad descriptors and arrays through nms_forward).
+ * Test: tests/ops/test_nms.py (the raw-binding cases feed bad descriptors and arrays through nms_forward).
  */
 #ifndef YV_TENSOR_H
 #define YV_TENSOR_H

@@ -2,7 +2,7 @@
  *
  * No Python here: callable with the GIL released. Pointers are to contiguous host memory; the binding has
  * checked shapes and dtypes. Return 0 on success, a negative code otherwise (see each op).
- * Test: tests/test_<op>.py compares each against its torch reference.
+ * Test: tests/ops/test_<op>.py compares each against its torch reference.
  */
 #ifndef YV_REFS_H
 #define YV_REFS_H

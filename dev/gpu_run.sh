@@ -7,7 +7,7 @@
 # seconds than it needs are left of GPU_SECONDS (default 570, under the 10-minute command limit).
 # Parts:
 #   build      YOLOV9C_CUDA_ARCHS=90 python setup.py build_ext --inplace (warnings are errors, as in CI)
-#   tests      every CUDA test case of the suite (pytest -m cuda tests; TESTS="tests/test_x.py ..." narrows it)
+#   tests      every CUDA test case of the suite (pytest -m cuda tests; TESTS="tests/ops/test_x.py ..." narrows it)
 #   kernels    the CUDA tests of the ops (bn_silu, det_loss, tal_assign, nms, pool, bindings)
 #   guards     the CUDA-graph step and training-guard tests, long tracebacks
 #   step       bench_step.py: yolov9-s and yolov9-c (STEP_MODELS), both backends, batch 64 (STEP_BATCH), 640
@@ -81,11 +81,11 @@ for part in "$@"; do
            tail -2 "$OUT/build.log"
            python3 -c "import yolov9c._C as C; print(C.build_info())" || { echo "no CUDA module: stop"; exit 1; } ;;
     tests) stage tests 120 ${TEST_LIMIT:-300} "${PYT[@]}" --tb=short ${TESTS:-tests}; tail -12 "$OUT/tests.log" ;;
-    kernels) stage kernels 60 200 "${PYT[@]}" --tb=short tests/test_bn_silu.py tests/test_det_loss.py \
-               tests/test_tal_assign.py tests/test_nms.py tests/test_pool.py tests/test_bindings.py
+    kernels) stage kernels 60 200 "${PYT[@]}" --tb=short tests/ops/test_bn_silu.py tests/ops/test_det_loss.py \
+               tests/ops/test_tal_assign.py tests/ops/test_nms.py tests/ops/test_pool.py tests/ops/test_bindings.py
              tail -6 "$OUT/kernels.log" ;;
-    guards) stage guards 120 150 "${PYT[@]}" --tb=long -k "not test_guards or cuda" tests/test_guards.py \
-              tests/test_graph_step.py   # the CUDA cases of test_guards.py, all of test_graph_step.py
+    guards) stage guards 120 150 "${PYT[@]}" --tb=long -k "not test_guards or cuda" tests/engine/train/test_guards.py \
+              tests/engine/train/test_graph_step.py   # the CUDA cases of test_guards.py, all of test_graph_step.py
             tail -20 "$OUT/guards.log" ;;
     step) stage step 150 ${STEP_LIMIT:-300} python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} \
             --backends c torch --steps 10 --warmup 5 --batch ${STEP_BATCH:-64} --profile 0 --timeout 110 \
@@ -145,7 +145,7 @@ for part in "$@"; do
              cp "$acc/curves.png" "$OUT/" 2>/dev/null; cp "$acc/results.jsonl" "$OUT/acc-$name.results.jsonl" 2>/dev/null
              # every run's results.csv and console in one file (a call brings back at most 8 files)
              (cd "$acc" && tar czf "$OUT/acc-$name.tgz" ./*.log train/*/results.csv 2>/dev/null) ;;
-    augtests) stage augtests 60 150 "${PYT[@]}" --tb=short tests/test_augment.py tests/test_augment_plan.py
+    augtests) stage augtests 60 150 "${PYT[@]}" --tb=short tests/ops/test_augment.py tests/data/test_augment_plan.py
               tail -3 "$OUT/augtests.log" ;;
     augloader) for cache in "" "--cache ram"; do for w in ${AUG_WORKERS:-4 8 16}; do for a in cpu-pipeline op-cuda; do
                  stage "augloader_${a}_w${w}${cache:+_ram}" 60 90 python3 benchmarks/bench_dataloader.py --workers "$w" \
@@ -173,7 +173,7 @@ for part in "$@"; do
                "${flag[@]}" --json "$OUT/grads_$mode.jsonl"
              grep "^| " "$OUT/grads_$mode.log" | head -8
            done ;;
-    ddp) stage ddp 120 150 "${PYT[@]}" tests/test_train_ddp.py; tail -3 "$OUT/ddp.log"
+    ddp) stage ddp 120 150 "${PYT[@]}" tests/engine/train/test_train_ddp.py; tail -3 "$OUT/ddp.log"
          stage torchrun 90 120 torchrun --nproc_per_node 2 train_dual.py --cfg yolov9-s.yaml --img 320 --batch 32 \
            --epochs 1 --workers 4 --backend c --noplots --project /tmp/runs --name ddp_c --exist-ok
          tail -4 "$OUT/torchrun.log" ;;

@@ -10,7 +10,7 @@
  * per neighbour the rectangles of the layer's pasted polygons (the polygon's edges only when inside one).
  * No saved tensors, no gradient (forward only); out is written (=). src is read-only; a tile that points
  * outside src reads grey, a paste list that overruns L pastes no further (the CPU path raises instead).
- * Test: python -m pytest -q tests/test_augment.py (CUDA cases); speed: benchmarks/bench_train.py.
+ * Test: python -m pytest -q tests/ops/test_augment.py (CUDA cases); speed: benchmarks/bench_train.py.
  */
 #include <stdint.h>
 

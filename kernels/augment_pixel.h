@@ -21,7 +21,7 @@
  * (Bresenham from the edge's left end): cv2.drawContours' fill, pixel for pixel on polygons inside the canvas
  * (OpenCV clips an edge that leaves it, which can shift that edge's pixels).
  * Every read is checked against src_n and L (a bad plan reads grey or pastes nothing, never out of bounds).
- * Test: python -m pytest -q tests/test_augment.py
+ * Test: python -m pytest -q tests/ops/test_augment.py
  */
 #ifndef YV_AUGMENT_PIXEL_H
 #define YV_AUGMENT_PIXEL_H

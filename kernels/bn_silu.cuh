@@ -73,7 +73,7 @@
  *   planar    everything else (odd H·W, 'hw'-permuted layouts): (b, c) planes, tiles of contiguous elements.
  * Other strides work through a general (slower) index decomposition. All offsets are 64-bit: tensors over
  * 2^31 elements are fine.
- * Test: python -m pytest -q tests/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
+ * Test: python -m pytest -q tests/ops/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
  */
 #ifndef YV_BN_SILU_CUH
 #define YV_BN_SILU_CUH

@@ -5,7 +5,7 @@
  * Every 4-D operand (z, residual, out, grad_out, dz) is a yv_view4 over one logical shape (B, C, H, W):
  * any strides in elements (NCHW, channels-last, a channel slice of a bigger buffer), so nothing is copied
  * to make it contiguous. A view with data == NULL is an absent optional operand.
- * Test: python -m pytest -q tests/test_bn_silu.py
+ * Test: python -m pytest -q tests/ops/test_bn_silu.py
  */
 #ifndef YV_BN_SILU_H
 #define YV_BN_SILU_H

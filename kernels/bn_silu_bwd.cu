@@ -7,7 +7,7 @@
  * (=) and the coefficients [5][C], then one elementwise pass reading z (z2), dy [and dz for +=] and writing
  * dz1 (dz2): written (=) or accumulated (+=, `accumulate`). Reads only what the forward saved: z, mean,
  * invstd, γ, β.
- * Test: python -m pytest -q tests/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
+ * Test: python -m pytest -q tests/ops/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
  */
 #include "bn_silu.cuh"
 

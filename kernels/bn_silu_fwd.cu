@@ -5,7 +5,7 @@
  * Bytes per element: reads z (z2, residual), writes out (=): one sweep. Nothing is saved (the backward
  * recomputes u from z). Families: fast (channels-last rows, bn_fwd_fast_kernel), planar vector (NCHW,
  * bn_fwd_planar_vec_kernel), generic rows and planar.
- * Test: python -m pytest -q tests/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
+ * Test: python -m pytest -q tests/ops/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
  */
 #include "bn_silu.cuh"
 

@@ -8,7 +8,7 @@
  * Also here, so that each reduction kernel lives in one file: the generic (rows, planar) and planar-vector
  * reductions in both modes (statistics, and the backward's Σg, Σg·x̂ that bn_silu_bwd.cu launches through
  * bn_launch_reduce and bn_planar_red_launch).
- * Test: python -m pytest -q tests/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
+ * Test: python -m pytest -q tests/ops/test_bn_silu.py (CUDA cases); speed: python benchmarks/bench_bn_silu.py
  */
 #include "bn_silu.cuh"
 

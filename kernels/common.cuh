@@ -1,6 +1,6 @@
 /* common.cuh — small helpers shared by the kernels/<op>.cu files: element loads that upcast to float32,
  * ceil division, workspace carving. CUDA C++ used as C (no classes, no templates beyond loads).
- * Test: through each op's tests (tests/test_<op>.py, CUDA cases).
+ * Test: through each op's tests (tests/ops/test_<op>.py, CUDA cases).
  */
 #ifndef YV_COMMON_CUH
 #define YV_COMMON_CUH

@@ -18,7 +18,7 @@
  * Saved for backward (by yolov9c/ops/det_loss.py): nothing new per map element — the maps are the head's own
  * outputs (alive anyway) — and 29 bytes per anchor of targets (int64 label, 4 float32 box, float32 norm, bool).
  * Workspace: 12 bytes per block of 256 anchors + an int error flag (yv_det_loss_workspace_size).
- * Test: python -m pytest -q tests/test_det_loss.py (CUDA cases); speed: python benchmarks/bench_loss.py
+ * Test: python -m pytest -q tests/ops/test_det_loss.py (CUDA cases); speed: python benchmarks/bench_loss.py
  */
 #include <math.h>
 #include <stdint.h>

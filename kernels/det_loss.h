@@ -5,7 +5,7 @@
  * so the float32 code never widens to double.
  *
  * The includer first defines DL_LOAD(p, dtype, i): element i of a map of `dtype` as dl_real.
- * Test: python -m pytest -q tests/test_det_loss.py (the C CPU cases here; the CUDA cases on a GPU).
+ * Test: python -m pytest -q tests/ops/test_det_loss.py (the C CPU cases here; the CUDA cases on a GPU).
  */
 #ifndef YV_DET_LOSS_H
 #define YV_DET_LOSS_H

@@ -17,7 +17,7 @@
  * Workspace (yv_nms_workspace_size): sorted boxes float4[n] | sorted classes i64[n] | order i32[n] |
  *   removed u64[W] (used when W*8 exceeds the shared-memory budget) | mask u64[64*W*(W+1)/2].
  * Nothing is saved for backward. Outputs are written (=), never accumulated.
- * Test: python -m pytest -q tests/test_nms.py (CUDA cases); speed: python benchmarks/bench_nms.py
+ * Test: python -m pytest -q tests/ops/test_nms.py (CUDA cases); speed: python benchmarks/bench_nms.py
  */
 #include <stdint.h>
 

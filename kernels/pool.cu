@@ -25,7 +25,7 @@
  * Registers (sm_90, ptxas): <= 80 per thread in the cl kernels with POOL_GROUP 2 (4 loaded rows of 16 bytes
  * in flight per thread, >= 3 blocks of 256 per SM); POOL_GROUP 4 took 102-124.
  * All offsets are 64-bit. float32, float16, bfloat16 storage (src and dst one dtype).
- * Test: python -m pytest -q tests/test_pool.py (CUDA cases); speed: python benchmarks/bench_pool.py
+ * Test: python -m pytest -q tests/ops/test_pool.py (CUDA cases); speed: python benchmarks/bench_pool.py
  */
 #include <stdint.h>
 #include <string.h>

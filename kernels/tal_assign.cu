@@ -23,7 +23,7 @@
  * Workspace (yv_tal_assign_workspace_size), O(B·A + B·M·topk): p_atan f32[B·A] | count i32[B·A] |
  *   first i32[B·A] | g_atan f32[B·M] | box max metric u32[B·M] | box max CIoU u32[B·M] | cand i32[B·M·k].
  * Nothing is saved for backward. Outputs are written (=), never accumulated.
- * Test: python -m pytest -q tests/test_tal_assign.py (CUDA cases)
+ * Test: python -m pytest -q tests/ops/test_tal_assign.py (CUDA cases)
  */
 #include <stdint.h>
 

@@ -2,7 +2,7 @@
  *
  * Python reads the same codes from the module (yolov9c._C.DTYPE_FLOAT32, ...), so they are defined once,
  * here. Plain C with no includes: it compiles as C11 and as CUDA C++.
- * Test: tests/test_build.py checks the exported codes; tests/test_nms.py exercises them.
+ * Test: tests/ops/test_build.py checks the exported codes; tests/ops/test_nms.py exercises them.
  */
 #ifndef YV_DTYPE_H
 #define YV_DTYPE_H

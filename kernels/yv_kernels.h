@@ -5,7 +5,7 @@
  * devices and sizes. Launchers enqueue work on `stream` only (never the default stream implicitly), never
  * allocate device memory (the caller passes the workspace, sized by the op's *_workspace_size), never
  * synchronise, and return the launch's cudaError_t.
- * Test: tests/test_<op>.py (CUDA cases).
+ * Test: tests/ops/test_<op>.py (CUDA cases).
  */
 #ifndef YV_KERNELS_H
 #define YV_KERNELS_H

@@ -6,7 +6,7 @@
  *
  * Anchor a of level l sits at h = (a − offset[l]) / W[l], w = (a − offset[l]) % W[l]; its point is
  * (w + 0.5, h + 0.5) in grid units and its stride is stride[l] pixels (make_anchors with offset 0.5).
- * Test: tests/test_det_loss.py (strided and channels-last maps, odd H and W, one and three levels).
+ * Test: tests/ops/test_det_loss.py (strided and channels-last maps, odd H and W, one and three levels).
  */
 #ifndef YV_LEVELS_H
 #define YV_LEVELS_H

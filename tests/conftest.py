@@ -1,8 +1,8 @@
 """Shared pytest set-up: where ../shared lives, the `cuda` marker for tests that need a GPU, one CPU thread, the
 `one_thread` fixture (a module opts in with `pytestmark = pytest.mark.usefixtures("one_thread")`: it also keeps
 torch at one thread where a caller chose more), `gelan_t`: a fresh seeded gelan-t checkpoint (3 classes)
-for the detect tests, and `golden_model`: the golden recipe's model of each config for tests/test_goldens.py and
-tests/test_goldens_loss.py together (one float64 build per config: ~14 s of CPU for the ten, once instead of
+for the detect tests, and `golden_model`: the golden recipe's model of each config for tests/models/test_goldens.py and
+tests/models/test_goldens_loss.py together (one float64 build per config: ~14 s of CPU for the ten, once instead of
 twice; session scope makes pytest run the two files' tests of one config one after another, so one model is
 alive at a time).
 

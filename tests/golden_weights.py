@@ -1,6 +1,6 @@
 """The deterministic weights, input and targets of the golden recipe (spec/goldens/README.md).
 
-Shared by the golden tests (tests/test_goldens.py for maps and decoded outputs, tests/test_loss*.py for
+Shared by the golden tests (tests/models/test_goldens.py for maps and decoded outputs, tests/loss/test_loss.py for
 the loss and gradients):
 
     model = yolov9c.build_model("yolov9-s").double()

@@ -1,7 +1,7 @@
 """Run a command-line entry point inside the test process: what `python SCRIPT ARGS` or `python -m yolov9c ARGS`
 does, without starting another Python. A start costs ~2-3 s of CPU (importing torch and the package) on the
 2-core CI machine; each entry point keeps at least one test that really starts it as a subprocess
-(tests/test_entry_points.py says which), the other cases of its command line run here.
+(tests/cli/test_entry_points.py says which), the other cases of its command line run here.
 
 An exception that escapes the entry point fails the calling test, as a traceback would in a subprocess.
 """

@@ -1,5 +1,5 @@
 """What autograd saves for backward in a forward pass, counted through saved-tensor hooks: the helper of the
-memory tests (tests/test_memory_contract.py, tests/test_backend_pgi.py)."""
+memory tests (tests/backends/test_memory_contract.py, tests/backends/test_backend_pgi.py)."""
 
 import torch
 

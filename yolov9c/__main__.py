@@ -1,6 +1,6 @@
 """`python -m yolov9c ...`: the package's command line (info, convert); see yolov9c/cli/main.py.
 
-Test: python -m pytest -q tests/test_cli.py
+Test: python -m pytest -q tests/cli/test_cli.py
 """
 
 import sys

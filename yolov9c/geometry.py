@@ -9,8 +9,8 @@ Letterboxed images are the original scaled by one gain and padded (pad_w, pad_h)
     anchors     make_anchors, level_anchor_counts, anchors_in_boxes
     DFL         dfl_decode (bin logits -> xyxy), dist2bbox, bbox2dist
     letterbox   scale_boxes (letterboxed pixels -> original pixels), clip_boxes
-Numerics are those of the published code (the goldens in tests/test_goldens*.py depend on them bit for bit).
-Test: python -m pytest -q tests/test_geometry.py
+Numerics are those of the published code (the goldens in tests/models/test_goldens*.py depend on them bit for bit).
+Test: python -m pytest -q tests/package/test_geometry.py
 """
 
 import math

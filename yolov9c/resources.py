@@ -10,7 +10,7 @@ Names that find a bundled file when no such file exists on disk: a bare name (`g
 commands carry over. Any other missing path is an error: it never silently turns into a bundled file.
 A hyp file is checked as it is read (check_hyp): plain yaml only (a `!!python/...` tag is refused, never run), and
 every known key a number in its range (HYP_RANGES); each problem is one ValueError naming the file, line and key.
-Test: python -m pytest -q tests/test_resources.py tests/test_cli_errors.py -k hyp
+Test: python -m pytest -q tests/package/test_resources.py tests/cli/test_cli_errors.py -k hyp
 """
 
 import math

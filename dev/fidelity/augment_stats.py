@@ -7,7 +7,7 @@ same by construction: the labels of mixed items, both halves, come out identical
     python dev/fidelity/augment_stats.py                          # coco128 and synthetic, 320 px
     python dev/fidelity/augment_stats.py --data coco128 --imgsz 640 --batches 8
 
-`compare(source, imgsz, batches)` gives the rows; tests/test_augment_plan.py asserts them (boxes identical,
+`compare(source, imgsz, batches)` gives the rows; tests/data/test_augment_plan.py asserts them (boxes identical,
 every pixel statistic |z| < 0.5). Not a speed measure (benchmarks/bench_train.py is).
 """
 

@@ -20,9 +20,10 @@ Tolerances (err(a, ref) = max|a − ref| / max|ref| per tensor, "norm-relative")
     are max-norms over many elements and keep the plain NCHW yardstick.)
   - CUDA (marked `cuda`): the same, plus fp16 autocast against the float32 torch model within 2e-2.
 The whole models run the backend's defaults, so yolov9-t / yolov9-c recompute their PGI auxiliary branch (and
-the stride-4/8 backbone blocks): these cases are that path's accuracy check (tests/test_backend_pgi.py checks it
-equals the stored path).
-Run: python -m pytest -q tests/test_backend_c.py   (GPU: python -m pytest -q -m cuda tests/test_backend_c.py)
+the stride-4/8 backbone blocks): these cases are that path's accuracy check (tests/backends/test_backend_pgi.py
+checks it equals the stored path).
+Run: python -m pytest -q tests/backends/test_backend_c.py
+(GPU: python -m pytest -q -m cuda tests/backends/test_backend_c.py)
 """
 
 import copy

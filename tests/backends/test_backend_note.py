@@ -1,7 +1,7 @@
 """`--backend c` on the CPU says once per process that it is slower there (yolov9c/backends/__init__.py): in a
 fresh Python process (the note is said once per process), three c applies log it once, a torch apply never.
 
-Run: python -m pytest -q tests/test_backend_note.py
+Run: python -m pytest -q tests/backends/test_backend_note.py
 """
 
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from yolov9c import backends
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHILD = """
 import logging
 import yolov9c

@@ -7,7 +7,7 @@
   norm-relative (measured on the CPU: bit-identical for yolov9-t, 1.8e-6 for the gradients of yolov9-c, whose
   second stem runs first and so sums some gradients in another order), num_batches_tracked counts one update per step (the
   recompute takes the forward's statistics back from the tape and updates nothing). That the recompute's
-  gradients and BN buffers are as close to a float64 copy as the torch backend's is tests/test_backend_c.py's
+  gradients and BN buffers are as close to a float64 copy as the torch backend's is tests/backends/test_backend_c.py's
   test_model_matches_torch / test_yolov9c_matches_torch: the recompute is the default there, on the same seeded
   yolov9-t / yolov9-c, input and targets as here.
 - Memory (CPU, saved-tensor hooks; float32): what forward stores with the recompute is at most the main
@@ -31,7 +31,7 @@
 - CUDA (marked cuda): the peak allocated memory of forward + loss + backward (yolov9-c, 8 × 320², fp16) with
   the recompute is below the stored path's by at least half of the auxiliary z's (2 B per auxiliary
   conv-output element): the main and auxiliary z's are never all alive together.
-Run: python -m pytest -q tests/test_backend_pgi.py
+Run: python -m pytest -q tests/backends/test_backend_pgi.py
 """
 
 import contextlib

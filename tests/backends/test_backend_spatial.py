@@ -2,7 +2,7 @@
 gradient alone (yolov9c/backends/c/layers.py `nearest_backward`: aten.upsample_nearest2d_backward, what
 autograd runs): the same gradients bit for bit as re-running the upsampling under autograd, and one
 upsampling fewer per Spatial node in backward. The exact 2× ones run yolov9c.ops.pool.upsample_nearest2x
-(tests/test_pool.py); here they are routed back to torch's F.interpolate (_torch_up2) to test this path."""
+(tests/ops/test_pool.py); here they are routed back to torch's F.interpolate (_torch_up2) to test this path."""
 
 import collections
 import functools
@@ -69,7 +69,7 @@ def test_direct_upsample_gradient_equals_autograd_path(name, channels_last, monk
 def test_nearest_backward_scales():
     """scale_factor modules pass their scales to the backward as the forward passes them; size-based resizes
     pass none; other modes keep the autograd path (the gradient of the node layers.spatial builds; an exact 2×
-    takes the pool op instead, tests/test_pool.py)."""
+    takes the pool op instead, tests/ops/test_pool.py)."""
     from yolov9c.backends.c.lazy import Plain
 
     child = Plain(torch.zeros(1, 2, 3, 5))

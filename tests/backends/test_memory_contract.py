@@ -20,7 +20,7 @@ Cases:
   (32/416·2 = 0.154 B/elt), so the bound 2.1 also shows that no concat (cv4's 128-channel input, RepNCSP's
   32-channel ones) and no residual sum is stored. torch stores them all: ≈ 5.85 B/elt.
 
-Run: python -m pytest -q tests/test_memory_contract.py   (the cuda cases on a GPU machine)
+Run: python -m pytest -q tests/backends/test_memory_contract.py   (the cuda cases on a GPU machine)
 """
 
 import pytest

@@ -1,7 +1,8 @@
 """CPU smoke run of benchmarks/bench_memory.py: each configuration runs in its own process and prints one JSON
 line with the documented fields; ratios refer to the torch-nchw row; --markdown and --table print the table; a
 configuration that fails becomes an error row instead of stopping the run. A tiny dual-head yaml keeps it fast
-(the GPU figures come from `bash dev/gpu_run.sh build memory`). Run: python -m pytest -q tests/test_bench_memory.py
+(the GPU figures come from `bash dev/gpu_run.sh build memory`).
+Run: python -m pytest -q tests/benchmarks/test_bench_memory.py
 """
 
 import json
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_memory  # noqa: E402
 from inprocess import call, run_script  # noqa: E402

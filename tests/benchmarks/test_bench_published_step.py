@@ -2,7 +2,7 @@
 `error:` line that says how to get the checkout; the tool and the two helpers it borrows import no yolov9c module
 (it runs in the published code's interpreter); the markdown table's ratios refer to the nchw row.
 The timed run itself needs the published checkout (CPU smoke command in the tool's docstring).
-Run: python -m pytest -q tests/test_bench_published_step.py
+Run: python -m pytest -q tests/benchmarks/test_bench_published_step.py
 """
 
 import ast
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "benchmarks" / "bench_published_step.py"
 sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_published_step  # noqa: E402

@@ -5,9 +5,9 @@ escapes fails the test, as a traceback would), which saves a Python start (~2-3 
 info: the layer table and the summary line for a config, a fused config and a checkpoint; convert: a yolov9-t
 checkpoint becomes a gelan-t checkpoint whose outputs equal the yolov9-t main head's; bad input exits with
 code 2, one `error:` line, no traceback and no output file. (Converting a published-layout .pt through the CLI
-is tested in tests/test_checkpoint.py, next to the published-layout fixture.)
+is tested in tests/models/test_checkpoint.py, next to the published-layout fixture.)
 
-Run: python -m pytest -q tests/test_cli.py
+Run: python -m pytest -q tests/cli/test_cli.py
 """
 
 import json
@@ -24,7 +24,7 @@ from yolov9c.models import checkpoint as ck
 from yolov9c.models.weights import load_model
 from yolov9c.models.model import DetectionModel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 from shared_paths import SHARED  # noqa: E402
 
 
@@ -173,7 +173,7 @@ def test_convert_bad_input_writes_nothing(yolov9t_checkpoint, tmp_path, case):
 def test_check_data_subcommand_scans_the_synthetic_default(tmp_path, monkeypatch):
     """`python -m yolov9c check-data` is wired into the package CLI; with no --data it scans the built-in
     synthetic dataset (generated into YOLOV9C_CACHE) and exits 0; a missing yaml exits 2.
-    (`python -m yolov9c check-data` as a subprocess: tests/test_data_check.py.)"""
+    (`python -m yolov9c check-data` as a subprocess: tests/data/test_data_check.py.)"""
     monkeypatch.setenv("YOLOV9C_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     r = cli("check-data")

@@ -14,7 +14,7 @@ run trains.
 Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64; every case runs `main(argv)` of the real CLI
 in this process (tests/inprocess.py), most stop in set-up within a second.
 
-Run: python -m pytest -q tests/test_cli_errors.py
+Run: python -m pytest -q tests/cli/test_cli_errors.py
 """
 
 import errno
@@ -35,7 +35,7 @@ from yolov9c.cli.train import main as train_main
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.resources import DEFAULT_HYP
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ defaults, a run through the root script (a real subprocess) writes the run folde
 missing weights file, missing source, webcam, refused flags, bad values) exits with code 2 and one clear `error:`
 line.
 
-Run: python -m pytest -q tests/test_detect_cli.py
+Run: python -m pytest -q tests/cli/test_detect_cli.py
 """
 
 import os
@@ -17,7 +17,7 @@ import torch
 from inprocess import run_script
 from yolov9c.cli.detect import build_parser, main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 PUBLISHED_FLAGS = [  # spec §8, with a value where the flag takes one
     "--weights w.pt", "--source s", "--data d.yaml", "--imgsz 320", "--img 320 256", "--img-size 320",

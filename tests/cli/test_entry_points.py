@@ -2,13 +2,13 @@
 gives one clear `error:` line naming the script, exit code 2 and no traceback.
 
 Each script is started as a real subprocess at least once in the suite: train.py, val.py and detect.py here
-(`--help`), train_dual.py in tests/test_train_e2e.py and tests/test_train_ddp.py (training runs), val_dual.py in
-tests/test_val_cli.py, detect_dual.py in tests/test_detect_cli.py and tests/test_detect_bad_inputs.py,
-`python -m yolov9c` in tests/test_cli.py and tests/test_data_check.py. The other cases
-run the script in this process (tests/inprocess.py: the same `__main__`, sys.argv and exit code, without a
-Python start).
+(`--help`), train_dual.py in tests/engine/train/test_train_e2e.py and tests/engine/train/test_train_ddp.py
+(training runs), val_dual.py in tests/cli/test_val_cli.py, detect_dual.py in tests/cli/test_detect_cli.py and
+tests/engine/detect/test_detect_bad_inputs.py, `python -m yolov9c` in tests/cli/test_cli.py and
+tests/data/test_data_check.py. The other cases run the script in this process (tests/inprocess.py: the same
+`__main__`, sys.argv and exit code, without a Python start).
 
-Run: python -m pytest -q tests/test_entry_points.py
+Run: python -m pytest -q tests/cli/test_entry_points.py
 """
 
 import subprocess
@@ -19,7 +19,7 @@ import pytest
 
 from inprocess import run_script
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(*args):

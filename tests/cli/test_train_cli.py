@@ -2,7 +2,7 @@
 published default and bare-flag value, the aliases and prefixes work, the additions parse, and bad values are
 argparse errors (exit 2) that say what is allowed.
 
-Run: python -m pytest -q tests/test_train_cli.py
+Run: python -m pytest -q tests/cli/test_train_cli.py
 """
 
 import os

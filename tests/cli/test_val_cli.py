@@ -3,7 +3,7 @@ runs/val/exp then exp2, labels with --save-txt, predictions.json with --save-jso
 (exit 2, one error line, no traceback). The first validation starts val_dual.py as a real subprocess; the
 other script runs are the same script in this process (tests/inprocess.py), which saves a Python start each.
 
-Run: python -m pytest -q tests/test_val_cli.py
+Run: python -m pytest -q tests/cli/test_val_cli.py
 """
 
 import json
@@ -18,7 +18,7 @@ from inprocess import run_script
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.models.checkpoint import save_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ items as the CPU pipeline (yolov9c/data/dataset.py), copy-paste included, batche
 and reproducible by epoch, the paste cap, the loader's checks, a corrupt image, the OOM fallback, and the
 distribution check.
 
-Tolerances (pixels of whole items against the CPU pipeline; the op's own against OpenCV: tests/test_augment.py):
+Tolerances (pixels of whole items against the CPU pipeline; the op's own against OpenCV: tests/ops/test_augment.py):
     labels, shapes, paths          identical (the same draws and the same box code), with copy-paste too
     pixels                         >= 99.9 % of values equal and >= 99.9 % within 1 grey level (bilinear rounding
                                    of OpenCV's warp, amplified by HSV on a few near-grey pixels)
@@ -13,8 +13,8 @@ Tolerances (pixels of whole items against the CPU pipeline; the op's own against
                                    (a 600-value cap: simplified outlines)
     distribution (stats.py)        box statistics identical; every pixel statistic |z| < 0.5
 Image sizes are multiples of 64 (192, 320): OpenCV's HSV->BGR rounds a row's last width % 64 pixels
-differently (tests/test_augment.py), which the op does not copy; 640 training images have none.
-Run: python -m pytest -q tests/test_augment_plan.py
+differently (tests/ops/test_augment.py), which the op does not copy; 640 training images have none.
+Run: python -m pytest -q tests/data/test_augment_plan.py
 """
 
 import sys
@@ -39,7 +39,7 @@ from yolov9c.ops import extension
 from inprocess import run_script  # noqa: E402
 from shared_paths import COCO128  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dev" / "fidelity"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "fidelity"))
 import augment_stats  # noqa: E402
 
 # every path of the op: mosaic and letterbox, mixup, rotation, shear, perspective, HSV, both flips
@@ -343,7 +343,7 @@ def test_train_dual_with_gpu_augment_trains_like_the_cpu_pipeline(syn, tmp_path,
     data = str(Path(syn["train"][0]).parents[1] / "data.yaml")
     losses = []
     for name, extra in (("cpu", []), ("op", ["--gpu-augment"])):
-        r = run_script(Path(__file__).resolve().parents[1] / "train_dual.py", "--data", data, "--cfg", "gelan-t.yaml",
+        r = run_script(Path(__file__).resolve().parents[2] / "train_dual.py", "--data", data, "--cfg", "gelan-t.yaml",
                        "--img", "64", "--batch", "8", "--epochs", "2", "--close-mosaic", "1", "--workers", "0",
                        "--noval", "--nosave", "--noplots", "--project", str(tmp_path / "runs"), "--name", name,
                        *extra)

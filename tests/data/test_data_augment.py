@@ -12,7 +12,7 @@ mosaic's draws, mixup ratio and labels, copy-paste only where IoA < 0.3, HSV ide
 wrap-around, rotation sign, the published box filter, polygon clipping, and the hyp keys (zero range -> no
 change).
 
-Run: python -m pytest -q tests/test_data_augment.py   (CPU only, about 10 s)
+Run: python -m pytest -q tests/data/test_data_augment.py   (CPU only, about 10 s)
 """
 
 import copy

@@ -2,7 +2,7 @@
 files change, unwritable folders, RAM check and disk `.npy` files; a damaged `.npy` (truncated, padded, a pickled
 object, another shape or dtype, not an npy at all) is found at start and rebuilt with one line each.
 
-Run: python -m pytest -q tests/test_data_cache.py
+Run: python -m pytest -q tests/data/test_data_cache.py
 """
 
 import os

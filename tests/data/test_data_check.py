@@ -2,7 +2,7 @@
 a label file ("missing") and label files without an image ("orphan") reported by check-data and by the
 training dataset's scan alike, apart from empty label files.
 
-Run: python -m pytest -q tests/test_data_check.py
+Run: python -m pytest -q tests/data/test_data_check.py
 """
 
 import os
@@ -19,7 +19,7 @@ from yolov9c.cli.main import main as package_main
 from yolov9c.data.check import check_data
 from yolov9c.data.dataset import DatasetConfig, YoloDataset
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _ds(root, train_ok=True, val_ok=True):

@@ -1,7 +1,7 @@
 """YoloDataset (yolov9c/data/dataset.py): boxes follow pixels through the whole per-item pipeline, rect
 batch shapes, min-items, single-cls, close-mosaic, hyp overrides, item format, and coco128's counts.
 
-Run: python -m pytest -q tests/test_data_dataset.py
+Run: python -m pytest -q tests/data/test_data_dataset.py
 """
 
 

@@ -1,7 +1,7 @@
 """Label files and the split scan (yolov9c/data/labels.py, scan.py): every bad-file class of issue 3 built
 here, its `path: reason` line, the summary counts, and that valid labels are never dropped silently.
 
-Run: python -m pytest -q tests/test_data_labels.py
+Run: python -m pytest -q tests/data/test_data_labels.py
 """
 
 import cv2

@@ -1,6 +1,6 @@
 """Dataset yaml resolution (yolov9c/data/dataset_yaml.py) and split file lists (image_list.py).
 
-Run: python -m pytest -q tests/test_data_yaml.py
+Run: python -m pytest -q tests/data/test_data_yaml.py
 """
 
 from pathlib import Path

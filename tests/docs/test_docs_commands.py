@@ -13,7 +13,7 @@ yolov9-c-converted.pt -> a gelan-t one, path/to/images, clips/*.mp4 and list.txt
 3-frame video, data/images/horses.jpg (the published repository's sample) -> one of those images; ../shared/data/coco128 -> the real one (tests/shared_paths.py). Each command runs in its own
 folder, in this process (runpy of the script or `-m yolov9c`, as `python` would), and must exit 0 and
 leave its output (run folder, weights, .onnx).
-Run: python -m pytest -q tests/test_docs_commands.py
+Run: python -m pytest -q tests/docs/test_docs_commands.py
 """
 
 import re
@@ -31,7 +31,7 @@ from shared_paths import COCO128
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.models.checkpoint import save_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOC_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SCRIPTS = ("train_dual.py", "val_dual.py", "detect_dual.py", "train.py", "val.py", "detect.py")
 
@@ -58,13 +58,13 @@ def why_not_run(cmd):
     if " -m pytest" in cmd:
         return "the test suite itself"
     if "--nnodes" in cmd.split():
-        return "needs two machines (tests/test_train_multinode.py runs two nodes on 127.0.0.1)"
+        return "needs two machines (tests/engine/train/test_train_multinode.py runs two nodes on 127.0.0.1)"
     if cmd.startswith("torchrun") or "--device 0,1" in cmd:
-        return "needs two GPUs (tests/test_train_ddp.py)"
+        return "needs two GPUs (tests/engine/train/test_train_ddp.py)"
     if "--measure" in cmd.split():
-        return "measures on a CUDA GPU (tests/test_memory_plan.py, cuda)"
+        return "measures on a CUDA GPU (tests/engine/train/test_memory_plan.py, cuda)"
     if re.search(r"--resume(\s|$)", cmd):
-        return "needs an interrupted run (tests/test_train_resume.py)"
+        return "needs an interrupted run (tests/engine/train/test_train_resume.py)"
     return None
 
 
@@ -151,7 +151,7 @@ def shrink(cmd, files):
     given = set(out)
     extra = {}
     if script in ("train_dual.py", "train.py"):
-        # --noplots: the plots cost most of a 1-epoch run; tests/test_train_e2e.py checks them
+        # --noplots: the plots cost most of a 1-epoch run; tests/engine/train/test_train_e2e.py checks them
         extra = {"--epochs": "1", "--batch": "4", "--data": str(files["data"]), "--workers": "0", "--noplots": None}
     elif script in ("val_dual.py", "val.py"):
         extra = {"--workers": "0"}

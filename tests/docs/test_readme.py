@@ -2,7 +2,7 @@
 640 x 640 images shrunk to 320 x 320: a quarter of the work, the same calls and shapes but the anchor count), and
 the README's set-up commands are the ones .ci/run executes.
 
-Run: python -m pytest -q tests/test_readme.py
+Run: python -m pytest -q tests/docs/test_readme.py
 """
 
 import re
@@ -15,7 +15,7 @@ import yolov9c
 from yolov9c.models.checkpoint import save_checkpoint
 from yolov9c.resources import MODEL_CONFIG_DIR
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
 def test_python_api_example_runs(tmp_path, monkeypatch):
@@ -37,5 +37,5 @@ def test_python_api_example_runs(tmp_path, monkeypatch):
 def test_ci_runs_the_readme_test_command():
     block = re.search(r"<!-- ci:test -->\n```bash\n(.*?)\n```\n<!-- /ci:test -->", README, re.S)
     assert block and "pytest" in block.group(1)
-    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
     assert "ci:test" in ci

@@ -3,7 +3,7 @@ left, every epoch ends with a line giving its measured time and the run's time l
 training and in val_dual.py) shows a bar whose description is the table's header; progress=False is quiet.
 Real runs on tiny synthetic data (gelan-t, 64 px, CPU), a few seconds each.
 
-Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_progress.py
+Run: OMP_NUM_THREADS=1 python -m pytest -q tests/engine/test_progress.py
 """
 
 import math

@@ -7,7 +7,7 @@
   flipped pass alone would not (x un-flip is really exercised); after NMS the top box has IoU > 0.5;
 - val_dual.py and detect_dual.py run end to end with --augment.
 
-Run: python -m pytest -q tests/test_tta.py   (CPU, a few seconds)
+Run: python -m pytest -q tests/engine/test_tta.py   (CPU, a few seconds)
 """
 
 import math

@@ -1,7 +1,7 @@
 """non_max_suppression (yolov9c/engine/postprocess.py): conf filter, multi-label, agnostic, classes filter,
 max_det, ordering, box conversion, published input forms, time limit, hybrid labels.
 
-Run: python -m pytest -q tests/test_val_postprocess.py
+Run: python -m pytest -q tests/engine/test_val_postprocess.py
 """
 
 import pytest

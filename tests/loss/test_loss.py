@@ -2,9 +2,9 @@
 assigner against a literal (B, M, topk, A) one-hot transcription of spec §4.3, assigner properties, edge cases;
 and (last section) the c loss path, make_loss(model, backend="c") = DetectionLoss(..., backend="c")
 (det_loss_decode + tal_assign + det_loss per branch), against the torch reference loss. The model-level goldens
-through both loss paths are in tests/test_goldens_loss.py.
+through both loss paths are in tests/models/test_goldens_loss.py.
 
-Run: python -m pytest -q tests/test_loss.py        (CPU, about 15 s; CUDA cases skip without a GPU)
+Run: python -m pytest -q tests/loss/test_loss.py        (CPU, about 15 s; CUDA cases skip without a GPU)
 
 Tolerances:
   * golden loss from stored maps: 2.5e-7 relative (measured worst 1.3e-7). The published loss keeps its

@@ -11,7 +11,7 @@ yolov9c/models/info.py.
   models.common) are refused and never run (a marker file they would write must not exist);
 - GFLOPs/parameters/layers against figures printed by the published code.
 
-Run: python -m pytest -q tests/test_checkpoint.py
+Run: python -m pytest -q tests/models/test_checkpoint.py
 """
 
 import argparse
@@ -455,7 +455,7 @@ def test_convert_published_file_via_cli(layout, tmp_path):
     model, ema = fresh_model("yolov9-t", seed=14), fresh_model("yolov9-t", seed=15)
     layout.save(tmp_path / "yolov9-t.pt", model, ema=ema)
     out = tmp_path / "yolov9-t-converted.pt"
-    # `python -m yolov9c convert ...` in this process (tests/inprocess.py; tests/test_cli.py starts it for real)
+    # `python -m yolov9c convert ...` in this process (tests/inprocess.py; tests/cli/test_cli.py starts it for real)
     r = call(cli_main, ["convert", "--weights", str(tmp_path / "yolov9-t.pt"), "--cfg", "gelan-t", "--out", str(out)])
     assert r.returncode == 0, r.stderr
     assert "published checkpoint" in r.stdout and "EMA weights" in r.stdout
@@ -518,7 +518,7 @@ def test_hostile_pickle_is_refused_and_not_run(hostile, target, legacy):
 
 def test_cli_refuses_hostile_file(hostile, tmp_path):
     files, marker = hostile
-    # `python -m yolov9c info` in this process (tests/inprocess.py; tests/test_cli.py starts it for real): an
+    # `python -m yolov9c info` in this process (tests/inprocess.py; tests/cli/test_cli.py starts it for real): an
     # exception escaping main() fails the test, as a traceback would
     r = call(cli_main, ["info", "--weights", str(files[("os.system", False)])])
     assert r.returncode == 2 and "not a known YOLOv9 checkpoint" in r.stderr and "Traceback" not in r.stderr

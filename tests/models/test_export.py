@@ -4,7 +4,7 @@ and without onnx the error names the pip command.
 
 The export cases need onnx and onnxruntime (the [test] and [export] extras) and skip without them; the
 missing-dependency cases always run.
-Run: python -m pytest -q tests/test_export.py
+Run: python -m pytest -q tests/models/test_export.py
 """
 
 import os

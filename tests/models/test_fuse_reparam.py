@@ -3,8 +3,8 @@
 Outputs are compared in float64 on the golden recipe's weights (non-trivial BN running statistics), eval
 mode, on the recipe's input pattern at 64×64 (P5 2×2): fused vs unfused and gelan vs the yolov9 main head.
 Fused parameter counts are the published ones (spec §11). Re-parameterisation end to end: t, c and e, one of
-each layer mapping (s has t's, m has c's: tests/test_layer_mapping_is_the_published_one checks all five).
-Run: pytest tests/test_fuse_reparam.py (≈15-30 s on 2 cores).
+each layer mapping (s has t's, m has c's: test_layer_mapping_is_the_published_one checks all five).
+Run: pytest tests/models/test_fuse_reparam.py (≈15-30 s on 2 cores).
 """
 
 import pytest

@@ -11,7 +11,7 @@ cannot be matched more closely than that; its tolerance becomes SLACK × sensiti
 ill-conditioned that this exceeds MAX_TOL is not compared (reported in the test output). With the recipe
 weights that concerns the deeper levels of gelan-c, gelan-e and the main branch of yolov9-c / yolov9-e
 (see tests/golden_weights.py); all eval outputs and all other maps are held to 1e-6.
-Run: pytest tests/test_goldens.py (about 2-3 s per config on 2 cores).
+Run: pytest tests/models/test_goldens.py (about 2-3 s per config on 2 cores).
 """
 
 import numpy as np

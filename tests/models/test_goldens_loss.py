@@ -5,7 +5,7 @@ train mode, input b = 2 at 160×160, the hyp.scratch-high loss on GOLDEN_TARGETS
 Compared with <cfg>.npz: loss_total, loss_items and the L2 norm of every parameter's gradient (in
 named_parameters() order, parameters that received a gradient only; the names must equal <cfg>.grad_names.txt).
 
-Run: python -m pytest -q tests/test_goldens_loss.py        (CPU, float64; about 2-3 minutes on 2 cores,
+Run: python -m pytest -q tests/models/test_goldens_loss.py        (CPU, float64; about 2-3 minutes on 2 cores,
      most of it the four c/e models)
 
 Both loss backends are checked: "torch" (the reference) on every config, "c" (make_loss(backend="c"): the
@@ -45,7 +45,7 @@ import pytest
 
 import yolov9c
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from golden_weights import GOLDEN_DIR, GOLDEN_TARGETS, golden_init_, golden_input  # noqa: E402
 
 ZERO_RATIO = 1e-12  # bias/weight gradient-norm ratio below which a bias gradient is float64 round-off
@@ -79,14 +79,14 @@ def drop_numerical_zeros(cfg, names, norms, want):
 
 # The c loss (tal_assign + det_loss ops, their C CPU implementations here) is checked on small models with
 # strict goldens, dual (yolov9-t) and single-head (gelan-t, gelan-s): the loss code is the same for every model,
-# and the larger models would add minutes of CPU time to CI. tests/test_loss.py (the c path) checks all ten configs'
-# stored maps through the c loss.
+# and the larger models would add minutes of CPU time to CI. tests/loss/test_loss.py (the c path) checks all ten
+# configs' stored maps through the c loss.
 C_CONFIGS = ["yolov9-t", "gelan-t", "gelan-s"]
 
 
 def test_golden_loss_and_gradients(golden_model):
     """The torch loss on every config. golden_model: tests/conftest.py (the recipe's float64 model, one build per
-    config for this file and tests/test_goldens.py)."""
+    config for this file and tests/models/test_goldens.py)."""
     check_loss_and_gradients(*golden_model, "torch")
 
 

@@ -2,7 +2,7 @@
 user yamls (nc / width / depth / activation overrides, dicts, bad rows).
 
 Layout and counts are checked against spec/goldens/<cfg>.keys.txt and summary.json for all ten configs;
-forward tests use small float32 inputs. Run: pytest tests/test_models.py (≈10-20 s on 2 cores).
+forward tests use small float32 inputs. Run: pytest tests/models/test_models.py (≈10-20 s on 2 cores).
 """
 
 import json
@@ -131,7 +131,7 @@ def test_forward_dual_head_eval_and_dtype_moves():
 
 
 def test_dfl_module_is_the_expected_bin():
-    """(make_anchors and dist2bbox: tests/test_geometry.py)"""
+    """(make_anchors and dist2bbox: tests/package/test_geometry.py)"""
     logits = torch.full((1, 64, 1), -1e4)
     for side, bin_ in enumerate((0, 3, 7, 15)):
         logits[0, side * 16 + bin_, 0] = 0.0

@@ -13,7 +13,7 @@ Tolerances (OpenCV 5.1 as the reference; the maths and its rounding: kernels/aug
     CUDA kernel vs C reference     every byte equal (with and without pastes)
 Widths are multiples of 64: OpenCV's HSV->BGR rounds the columns its SIMD loop leaves over (a row's last
 width % 64 pixels) differently from the rest; training images (640, 320...) have none.
-Run: python -m pytest -q tests/test_augment.py
+Run: python -m pytest -q tests/ops/test_augment.py
 """
 
 import cv2

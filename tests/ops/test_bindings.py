@@ -2,7 +2,7 @@
 yolov9c._C has a text signature with positional-only parameters and at most 12 of them; errors come from the one
 place that checks (C), named by the C op and the argument; the CUDA device guard lives in C only.
 
-Run: python -m pytest -q tests/test_bindings.py
+Run: python -m pytest -q tests/ops/test_bindings.py
 """
 
 import inspect
@@ -17,7 +17,7 @@ from yolov9c.ops import extension
 
 C = extension.load()
 MAX_PARAMS = 12
-OPS_DIR = Path(__file__).resolve().parents[1] / "yolov9c" / "ops"
+OPS_DIR = Path(__file__).resolve().parents[2] / "yolov9c" / "ops"
 
 
 def bindings():

@@ -11,7 +11,7 @@ the share of the tolerance used):
   * statistics (mean, invstd, running buffers): 1e-5 relative per channel, float32 storage, also for means
     ~10 with n = 64·160·160 on the GPU.
 CPU cases always run (a few seconds); CUDA cases are marked `cuda` and skip without a GPU.
-Run: python -m pytest -q tests/test_bn_silu.py
+Run: python -m pytest -q tests/ops/test_bn_silu.py
 """
 
 

@@ -7,7 +7,7 @@ where nvcc is installed. When nvcc is present and the kernels were asked for (YO
 sets it, YOLOV9C_CUDA_ARCHS, or a visible GPU), the installed module must have been built with CUDA (a
 silent CPU fallback is a failure). Which architectures setup.py picks (the GPUs present; without a GPU CPU
 only unless asked) is checked with a stand-in nvidia-smi and `setup.py --version`, which only plans.
-Run: python -m pytest -q tests/test_build.py
+Run: python -m pytest -q tests/ops/test_build.py
 """
 
 import os
@@ -23,7 +23,7 @@ import torch
 import yolov9c
 from yolov9c.ops import extension, pool
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def find_nvcc():

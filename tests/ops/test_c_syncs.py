@@ -8,7 +8,7 @@ function that called it. The c step needs none: the loss packs the targets on th
 to the device), target_scores_sum stays a device tensor, and the backend's layers and autograd Functions
 never read a device value. Reads inside pack_targets_host read host memory and are therefore allowed.
 On a GPU the same step runs under torch.cuda.set_sync_debug_mode("error").
-Test: python -m pytest -q tests/test_c_syncs.py
+Test: python -m pytest -q tests/ops/test_c_syncs.py
 """
 
 import traceback

@@ -10,7 +10,7 @@ Inputs: random logits, about a third of the anchors foreground with random soft 
 the anchors, some far enough that the DFL clamp (reg_max − 1.01) and the 0 floor act; odd grids, B = 1,
 NC not a multiple of 8, reg_max 16 and 7, one and three levels, channels-last and channel-sliced maps.
 CPU cases always run (a few seconds); CUDA cases skip without a GPU.
-Run: python -m pytest -q tests/test_det_loss.py
+Run: python -m pytest -q tests/ops/test_det_loss.py
 """
 
 import pytest

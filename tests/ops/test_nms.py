@@ -13,7 +13,7 @@ Tolerances and conventions:
   * Bad arguments must raise ValueError/TypeError naming the argument, both in the Python wrapper and in
     the raw binding yolov9c._C.nms_forward (so the C checks themselves run).
 CPU cases always run (about 10 s on 2 cores); CUDA cases skip without a GPU.
-Run: python -m pytest -q tests/test_nms.py
+Run: python -m pytest -q tests/ops/test_nms.py
 """
 
 import math

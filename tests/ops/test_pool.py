@@ -17,11 +17,11 @@ Tolerances (ground truth: torch's own op and autograd backward, and float64 from
     bit for bit in float32, float16 and bfloat16 (2×2 block sums in float32, row-major, one rounding).
   * CUDA equals the C CPU implementation bit for bit (avg: torch's CUDA float32 within 4e-7·max|x|).
   * c backend blocks (ADown, AConv, SPPELAN, channels-last): 1e-5 norm-relative to the torch block, as
-    tests/test_backend_c.py; whole yolov9-t / yolov9-c training steps: parameter gradients bit for bit those of
+    tests/backends/test_backend_c.py; whole yolov9-t / yolov9-c training steps: parameter gradients bit for bit those of
     the path that re-runs torch's op under autograd, and the op's forward not re-run in backward.
 CPU cases always run; CUDA cases are marked `cuda` and skip without a GPU. Every test name starts with its op:
 -k test_avg_ / -k test_max_ / -k test_upsample_ selects one op's tests.
-Run: python -m pytest -q tests/test_pool.py   (GPU: python -m pytest -q -m cuda tests/test_pool.py)
+Run: python -m pytest -q tests/ops/test_pool.py   (GPU: python -m pytest -q -m cuda tests/ops/test_pool.py)
 """
 
 import copy

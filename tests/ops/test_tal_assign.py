@@ -15,7 +15,7 @@ Tolerances and conventions:
   * Ties: the reference ranks equal metrics by lower anchor index (assigner.topk_mask); the zero-metric
     case, where anchors inside a box with score 0 fill a short candidate list, is tested on purpose.
 CPU cases always run (a few seconds); CUDA cases (marked cuda) skip without a GPU.
-Run: python -m pytest -q tests/test_tal_assign.py
+Run: python -m pytest -q tests/ops/test_tal_assign.py
 """
 
 import numpy as np

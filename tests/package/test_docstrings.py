@@ -5,7 +5,7 @@ longer than MAX_LINES (after ast's cleaning: leading/trailing blank lines and co
 fails, naming file, line and object; so does one that holds a date or an issue number (history: it belongs in
 a commit message; measurements belong in benchmarks/RESULTS.md). EXCEPTIONS may name a docstring that mirrors
 a published signature, each with its reason; it is empty today.
-Test: python -m pytest -q tests/test_docstrings.py
+Test: python -m pytest -q tests/package/test_docstrings.py
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ast
 import re
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parent.parent / "yolov9c"
+PKG = Path(__file__).resolve().parents[2] / "yolov9c"
 MAX_LINES = 15
 
 # "path/relative/to/yolov9c.py:qualname" -> why it may be longer than MAX_LINES

@@ -2,7 +2,7 @@
 and numpy), IoU / CIoU values and the CIoU gradient, the anchor grid, DFL decode and distances, the letterbox
 rescale (both forms: the loader's ratio_pad and the one recomputed from the shapes).
 
-Run: python -m pytest -q tests/test_geometry.py
+Run: python -m pytest -q tests/package/test_geometry.py
 """
 
 import ast

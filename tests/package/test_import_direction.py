@@ -8,7 +8,7 @@ new folder is placed on purpose. KNOWN lists the folder pairs still allowed agai
 The op layer at the bottom (last section): every yolov9c/ops module imports only yolov9c._C, yolov9c.geometry,
 other ops modules and torch/numpy (and a few stdlib modules), and importing all of them (after `import yolov9c`,
 whose api imports lazily) loads no other yolov9c package (no loss, models, data, engine).
-Test: python -m pytest -q tests/test_import_direction.py
+Test: python -m pytest -q tests/package/test_import_direction.py
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parent.parent / "yolov9c"
+PKG = Path(__file__).resolve().parents[2] / "yolov9c"
 
 # rank of each top-level part of the package: a module may import only ranks <= its own
 LAYERS = {
@@ -175,7 +175,7 @@ def test_known_exceptions_are_still_needed():
 # the op layer at the bottom
 # ---------------------------------------------------------------------------------------------------------
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OPS = sorted((REPO / "yolov9c" / "ops").glob("*.py"))
 ALLOWED = ("yolov9c._C", "yolov9c.geometry", "yolov9c.ops")
 

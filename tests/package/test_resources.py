@@ -1,7 +1,7 @@
 """Bundled configs: found from the package in a checkout/editable install and inside a regular (non-editable)
 wheel install; load_hyp errors name the file.
 
-Run: python -m pytest -q tests/test_resources.py
+Run: python -m pytest -q tests/package/test_resources.py
 """
 
 import os
@@ -13,7 +13,7 @@ import pytest
 
 from yolov9c.resources import CONFIGS_DIR, DEFAULT_HYP, MODEL_CONFIG_DIR, load_hyp
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_bundled_configs_are_found():

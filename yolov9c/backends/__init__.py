@@ -11,7 +11,7 @@ a checkpoint saved under one backend loads under the other; idempotent; returns 
 wrapper is unwrapped first. The c backend runs in training mode only (eval runs every layer's torch forward);
 YOLOV9C_FUSED=0 keeps its structure but sends every op to the torch reference. On the CPU it works but is slower
 than torch (it exists to save GPU memory): the first apply(model, "c") of a CPU model logs that once.
-Test: python -m pytest -q tests/test_backend_c.py
+Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
 import logging

@@ -12,7 +12,7 @@ Every user error prints `detect_dual.py: error: …` and returns exit code 2, as
 Exit codes: 0 every file was processed; 1 the run finished but some files could not be read (each named on
 a `WARNING:` line, counted on the last line; the outputs of the others are written); 2 usage or input error.
 
-Test: python -m pytest -q tests/test_detect_cli.py
+Test: python -m pytest -q tests/cli/test_detect_cli.py
 """
 
 import argparse

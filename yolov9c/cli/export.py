@@ -12,7 +12,7 @@ differ beyond float32 rounding (boxes in pixels, class scores absolutely: models
 wrote (0: no check, the file is kept unchecked). `--include onnx` is accepted as in the published script. onnx
 missing: one error line naming the pip command (`pip install "yolov9c[export]"`); exit code 2 for every user error,
 as the other subcommands.
-Test: python -m pytest -q tests/test_export.py
+Test: python -m pytest -q tests/models/test_export.py
 """
 
 from __future__ import annotations

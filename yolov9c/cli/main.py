@@ -11,7 +11,7 @@
 `convert` re-parameterises a trained yolov9-X (ours or a published .pt) into the gelan-X inference model and
 writes it in our checkpoint format (atomic; loadable by yolov9c.load_model).
 Errors (missing file, unknown config, weights that do not fit) print one `error:` line to stderr and exit with
-code 2, writing nothing. Test: python -m pytest -q tests/test_cli.py
+code 2, writing nothing. Test: python -m pytest -q tests/cli/test_cli.py
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ planner's table; a model not in it gets an estimate (marked "estimate"); --measu
 instead. Without a GPU the output says the plan is for a GPU.
 Wiring: add_parser(subparsers) / run(args), as check_data.py; `budget_type` is the argparse type of a size such
 as 7.5G (also for `train_dual.py --mem-budget`); add_switch_args adds the c backend's switches to both.
-Test: python -m pytest -q tests/test_memory_plan.py
+Test: python -m pytest -q tests/engine/train/test_memory_plan.py
 """
 
 import argparse

@@ -12,7 +12,7 @@ Added: --backend {torch,c} (c on a CUDA GPU, torch on the CPU), --channels-last,
 --gpu-augment, --mosaic, --mixup, --deterministic, --max-nonfinite, --cuda-graph, --cudnn-benchmark, --mem-cap,
 --mem-budget / --dynamic-img / --min-img (the memory planner). PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True by default.
 parse_opt(argv, prog=...) -> RunConfig (yolov9c/engine/train/config.py); the trainer never sees argparse.
-Test: python -m pytest -q tests/test_train_cli.py
+Test: python -m pytest -q tests/cli/test_train_cli.py
 """
 
 from __future__ import annotations
@@ -269,7 +269,7 @@ def refuse_before_ddp(prog, why) -> int:
 def dump_stacks_on_signal():
     """`kill -USR1 <pid>` of a run that seems stuck prints every thread's Python stack to stderr; the run goes on
     (the process's own stderr, fd 2; docs/train.md). No-op without SIGUSR1 (Windows) or without a real stderr.
-    Test: tests/test_train_cli.py."""
+    Test: tests/cli/test_train_cli.py."""
     if hasattr(signal, "SIGUSR1"):
         try:
             faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True, chain=False)

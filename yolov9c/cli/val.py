@@ -10,7 +10,7 @@ speed runs at conf 0.25 / iou 0.45 without plots and json; study sweeps --imgsz 
 dataset recorded in the checkpoint is used (and said), else the built-in synthetic one. --augment runs
 test-time augmentation (yolov9c/engine/tta.py). Refused with an argparse-style error: --dnn (ONNX only).
 Bad input (missing weights, bad data yaml) gives one error line and exit code 2.
-Test: python -m pytest -q tests/test_val_cli.py
+Test: python -m pytest -q tests/cli/test_val_cli.py
 """
 
 import argparse

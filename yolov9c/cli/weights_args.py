@@ -1,7 +1,7 @@
 """Checks shared by the val_dual.py and detect_dual.py command lines: refused flags, the one --weights file,
 the NMS settings.
 
-Test: python -m pytest -q tests/test_val_cli.py tests/test_detect_cli.py
+Test: python -m pytest -q tests/cli/test_val_cli.py tests/cli/test_detect_cli.py
 """
 
 

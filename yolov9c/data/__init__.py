@@ -4,5 +4,5 @@ built-in synthetic dataset. Entry points: `load_data_config` (dataset_yaml.py), 
 (synthetic.py), `check_data` (check.py).
 Imports are kept out of this file so that importing one part does not load the others.
 
-Test: python -m pytest -q tests/test_data_*.py
+Test: python -m pytest -q tests/data/test_data_*.py
 """

@@ -11,7 +11,7 @@ draws every random choice on the host; the op (yolov9c/ops/augment.py) does a ba
   arrays (paste: (B, 2, L) with L the batch's longest list), labels (N, 6) [image index, cls, xc, yc, w, h].
 - `BatchAssembler(device)`: PlannedBatch -> (imgs uint8 (B, 3, H, W) on `device`, labels, paths, shapes), as the
   CPU pipeline's collate gives. On CUDA out of memory it falls back to the C reference on the CPU (one log line).
-Test: python -m pytest -q tests/test_augment_plan.py
+Test: python -m pytest -q tests/data/test_augment_plan.py
 """
 
 from dataclasses import dataclass, replace

@@ -6,9 +6,9 @@ is a candidate when its intersection with every existing box covers less than 30
 object's polygon are copied from the left-right flipped image to their mirrored place, and the mirrored box
 and polygon are appended to the labels. Needs polygons; without them nothing happens and nothing is drawn.
 The draws and labels (`paste_draws`) and the source polygons (`paste_sources`) are shared with --gpu-augment's
-plan (augment_plan.py), whose op pastes the same pixels (tests/test_augment_plan.py).
+plan (augment_plan.py), whose op pastes the same pixels (tests/data/test_augment_plan.py).
 
-Test: python -m pytest -q tests/test_data_augment.py -k copy_paste
+Test: python -m pytest -q tests/data/test_data_augment.py -k copy_paste
 """
 
 import cv2

@@ -9,7 +9,7 @@ dataset (yolov9c/data/synthetic.py), generated on first use into the cache folde
 
 Every problem raises DataConfigError naming the key (e.g. "data.yaml: 'val': path not found: …").
 
-Test: python -m pytest -q tests/test_data_yaml.py
+Test: python -m pytest -q tests/data/test_data_yaml.py
 """
 
 from pathlib import Path

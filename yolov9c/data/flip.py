@@ -4,7 +4,7 @@ Published semantics (LoadImagesAndLabels.__getitem__): after the labels are turn
 [cls, xc, yc, w, h], flip up-down with probability flipud (yc -> 1 - yc), then left-right with probability
 fliplr (xc -> 1 - xc). Two uniforms are always drawn, in that order, even when a probability is 0.
 
-Test: python -m pytest -q tests/test_data_augment.py -k flip
+Test: python -m pytest -q tests/data/test_data_augment.py -k flip
 """
 
 import numpy as np

@@ -4,7 +4,7 @@ in OpenCV's 8-bit HSV space (hue 0..179) hue -> (hue * r_h) mod 180, saturation 
 truncated to uint8; all three gains zero -> the image is left untouched and nothing is drawn from `rng`.
 Between the two colour conversions: split, three in-place single-channel cv2.LUT calls, merge (timings:
 benchmarks/RESULTS.md §10).
-Test: python -m pytest -q tests/test_data_augment.py -k hsv
+Test: python -m pytest -q tests/data/test_data_augment.py -k hsv
 """
 
 import cv2

@@ -11,7 +11,7 @@
   file size; no pickle): a damaged one is rebuilt with one line, so no epoch stops on a bad cache file.
 - any other non-empty value (e.g. `val`, as train_dual passes for the val set): RAM without the check.
 
-Test: python -m pytest -q tests/test_data_cache.py
+Test: python -m pytest -q tests/data/test_data_cache.py
 """
 
 import os

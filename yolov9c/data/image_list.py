@@ -10,7 +10,7 @@
   reported by the scan as an unsupported format rather than dropped silently;
 - a single image file.
 
-Test: python -m pytest -q tests/test_data_yaml.py
+Test: python -m pytest -q tests/data/test_data_yaml.py
 """
 
 import os
@@ -36,7 +36,7 @@ def ignored_images_line(ignored, examples=3):
 def collect_image_files(sources, ignored=None):
     """Sorted unique list of str paths from `sources` (a path or a list of paths). Raises FileNotFoundError
     naming the source for one that does not exist. `ignored` (a list): receives the folders' image files in
-    OTHER_IMAGE_FORMATS (str paths). Test: tests/test_data_yaml.py::test_gif_in_a_folder_is_named_once."""
+    OTHER_IMAGE_FORMATS (str paths). Test: tests/data/test_data_yaml.py::test_gif_in_a_folder_is_named_once."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
     files = []

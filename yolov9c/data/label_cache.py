@@ -8,7 +8,7 @@ backgrounds, corrupt, warnings], `version`, `key`.
 Invalidated when CACHE_VERSION changes or `key` differs (a hash of nc and of path, size and mtime of every image
 and label file: any edit, addition or removal rescans). An unwritable folder gives a warning (returned), never
 an error. Written to `<cache>.<pid>.tmp` and renamed; a stale temp is removed by the next save.
-Test: python -m pytest -q tests/test_data_cache.py
+Test: python -m pytest -q tests/data/test_data_cache.py
 """
 
 import hashlib

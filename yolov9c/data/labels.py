@@ -9,7 +9,7 @@ Checks (a failing file is skipped with `path: reason`, line number and quoted li
 values, coordinates outside [0, 1] (within 1e-6 accepted and clipped: float printing), class not an integer in
 [0, nc). Exact duplicate rows are removed with a warning. Zero-size boxes are kept with a note, as published
 (augmentation drops them; validation keeps them as unmatchable ground truth).
-Test: python -m pytest -q tests/test_data_labels.py
+Test: python -m pytest -q tests/data/test_data_labels.py
 """
 
 import os

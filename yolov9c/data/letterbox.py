@@ -4,7 +4,7 @@ Published semantics (letterbox): one scale r = min(new_h / h, new_w / w) (option
 the padding split evenly between the two sides (the odd pixel goes to bottom/right), `auto` pads only up to a
 stride multiple (inference), `scale_fill` stretches to the exact shape without padding.
 
-Test: python -m pytest -q tests/test_data_augment.py -k letterbox
+Test: python -m pytest -q tests/data/test_data_augment.py -k letterbox
 """
 
 import cv2

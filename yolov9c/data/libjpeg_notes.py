@@ -5,7 +5,7 @@ before marker 0xd9") straight to file descriptor 2, without a file name, at ever
 scan decodes every image once with fd 2 captured (captured_stderr); when a capture holds such lines, the scan
 decodes its JPEGs again one at a time (attribute) to say which file each line belongs to, as a warning
 `path: libjpeg: Corrupt JPEG data: ...` kept in the label cache. Whatever else the capture holds is written back
-to stderr. Test: python -m pytest -q tests/test_data_labels.py -k libjpeg
+to stderr. Test: python -m pytest -q tests/data/test_data_labels.py -k libjpeg
 """
 
 import contextlib

@@ -7,12 +7,12 @@ create_dataloader(path, imgsz, batch_size, cfg=LoaderConfig(...)) -> (RepeatingL
   so the batches are exactly those of a cold start.
 - ItemSampler yields item keys (index, seed words, mosaic flag); order from (seed, epoch), draws from (seed,
   epoch, position): same seed -> same batches with any worker count; DDP ranks' k-th batches together equal
-  the single-process k-th batch (tests/test_train_ddp.py).
+  the single-process k-th batch (tests/engine/train/test_train_ddp.py).
 - item_threads per worker (YOLOV9C_LOADER_THREADS overrides); results do not depend on it.
 - collate: images uint8 (B, 3, H, W) RGB; labels float32 (N, 6) [batch index, cls, xc, yc, w, h] normalised;
   paths, shapes. Unequal sizes (padded end of a DDP rect epoch) are padded with 114 bottom/right.
 - --gpu-augment: workers hand decoded images + plans (augment_plan.py); the augment op assembles each batch.
-Test: python -m pytest -q tests/test_data_loader.py
+Test: python -m pytest -q tests/data/test_data_loader.py
 """
 
 import os

@@ -4,7 +4,7 @@ image = r * img + (1 - r) * img2, labels concatenated (img's rows first). The ca
 (probability hyp mixup) and builds img2 (a second mosaic).
 Difference: the blend is rounded to the nearest integer by cv2.addWeighted (much faster than float NumPy;
 benchmarks/RESULTS.md §10), where the published code truncates; pixels differ by at most 1.
-Test: python -m pytest -q tests/test_data_augment.py -k mixup
+Test: python -m pytest -q tests/data/test_data_augment.py -k mixup
 """
 
 import cv2

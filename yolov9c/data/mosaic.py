@@ -10,7 +10,7 @@ Deliberate differences (visible only with polygons or degrees/shear/perspective 
 - polygons are clipped as polygons (Sutherland-Hodgman), not by clamping points, so the box later taken from a
   polygon does not overshoot the visible part.
 Polygons stay aligned with label rows: box-only rows of a mosaic that has polygons get empty polygons.
-Test: python -m pytest -q tests/test_data_augment.py -k mosaic
+Test: python -m pytest -q tests/data/test_data_augment.py -k mosaic
 """
 
 import cv2

@@ -9,7 +9,7 @@ Boxes: the bounds of the 4 warped corners or, when every label has a polygon, of
 the output (Sutherland-Hodgman: the exact bound of the visible part, where the published code bounds 1000
 resampled points); then clipped and filtered by `box_candidates` (area ratio 0.01 with polygons).
 Assumes perspective small enough that no input point maps behind the camera (published range 0-0.001 at 640).
-Test: python -m pytest -q tests/test_data_augment.py -k "perspective or polygon or warp or candidates"
+Test: python -m pytest -q tests/data/test_data_augment.py -k "perspective or polygon or warp or candidates"
 """
 
 import math

@@ -10,7 +10,7 @@ O label files in the split's label folders belong to no image ("orphan", not use
 only when not 0 (a clean dataset prints the published line), each after a line with up to EXAMPLES paths.
 They are found on every scan, cache or not (an orphan is no file of the cache key).
 
-Test: python -m pytest -q tests/test_data_labels.py tests/test_data_cache.py
+Test: python -m pytest -q tests/data/test_data_labels.py tests/data/test_data_cache.py
 """
 
 import os

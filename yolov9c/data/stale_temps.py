@@ -7,7 +7,7 @@ file. A run killed between the two leaves the temporary behind; the next run tha
 removes every such file whose process is no longer alive on this machine (one alive, e.g. a concurrent run,
 keeps its file). On a folder shared between machines a process id of another machine can look dead here: the
 writer there then loses only that one cache write (a warning; the next run writes it).
-Test: python -m pytest -q tests/test_data_cache.py -k stale
+Test: python -m pytest -q tests/data/test_data_cache.py -k stale
 """
 
 import os

@@ -8,7 +8,7 @@ published one is 2.5 s + 0.05 s × batch) stops processing the remaining images 
 opt-in (time_limit=None, the default, means no limit) because a limit makes results depend on machine
 speed. `published_time_limit(batch)` gives the published figure for callers that want it.
 
-Test: python -m pytest -q tests/test_val_postprocess.py
+Test: python -m pytest -q tests/engine/test_val_postprocess.py
 """
 
 import time

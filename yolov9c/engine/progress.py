@@ -9,7 +9,7 @@ the mean wall time of the epochs this process ran (training, validation and savi
     for batch in bar(loader, desc=HEADER): ...
     clock = EpochClock(epochs=100); clock.start(); ...; log(clock.lap(epoch, train_seconds))
 
-Test: python -m pytest -q tests/test_progress.py
+Test: python -m pytest -q tests/engine/test_progress.py
 """
 
 import time

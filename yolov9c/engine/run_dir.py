@@ -1,6 +1,6 @@
 """Run folders: runs/train/exp, exp2, exp3 … (published increment_path), and finding the checkpoint to resume.
 
-Test: python -m pytest -q tests/test_train_parts.py -k run_dir; tests/test_run_folder.py
+Test: python -m pytest -q tests/engine/train/test_train_parts.py -k run_dir; tests/engine/train/test_run_folder.py
 """
 
 from pathlib import Path

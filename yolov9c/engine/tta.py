@@ -11,7 +11,7 @@ finest level's; 0.83 is kept whole. Anchor counts come from each pass's input si
 (ceil(h/s)·ceil(w/s)): the published Σ 4^k for stride-aligned inputs, and right for any level layout.
 The three sets are concatenated along the anchor dimension (the published code uses dim 1, the channel
 dimension of (B, 4 + nc, A), and fails).
-Test: python -m pytest -q tests/test_tta.py
+Test: python -m pytest -q tests/engine/test_tta.py
 """
 
 import math

@@ -5,7 +5,7 @@
 
 Files: assigner.py (TaskAlignedAssigner), bbox_loss.py (CIoU + DFL), detection.py (DetectionLoss: single
 and dual heads, torch or c branch chosen at construction; make_loss). Box geometry: yolov9c/geometry.py.
-Test: python -m pytest -q tests/test_loss.py tests/test_goldens_loss.py
+Test: python -m pytest -q tests/loss/test_loss.py tests/models/test_goldens_loss.py
 """
 
 from yolov9c.loss.detection import DetectionLoss, make_loss

@@ -8,7 +8,7 @@ top-k resolve by lower anchor index (see topk_mask). The maths lives in yolov9c/
 the reference of the C/CUDA assigner without (B, M, A) tensors): this class holds the parameters and adds the
 (B, A, NC) target scores.
 
-Test: python -m pytest -q tests/test_loss.py -k assign
+Test: python -m pytest -q tests/loss/test_loss.py -k assign
 """
 
 import torch

@@ -4,7 +4,7 @@ Both are sums over foreground anchors weighted by the anchor's soft target score
 target_scores_sum. Inputs are in grid units (boxes ÷ stride), as the published loss does. The maths is
 yolov9c/ops/det_loss.py's (box_terms, dfl_loss: the reference of the fused loss); BboxLoss holds reg_max.
 
-Test: python -m pytest -q tests/test_loss.py -k "bbox or dfl"
+Test: python -m pytest -q tests/loss/test_loss.py -k "bbox or dfl"
 """
 
 from yolov9c.ops.det_loss import box_terms, dfl_loss, dfl_max_dist  # noqa: F401 (dfl_loss re-exported)

@@ -11,7 +11,7 @@ reference; "c" computes the same terms through ops.tal_assign and ops.det_loss w
 tensors, its assigner reading the published fp16 decode for fp16/bf16 maps so both backends assign the same
 targets (fl_gamma > 0 takes the reference). Deliberate differences: hyp label_smoothing = eps acts (targets
 t·(1 − eps) + eps/2; eps = 0 is bit-identical); fp16/bf16 predictions get float32 BCE and box terms.
-Test: python -m pytest -q tests/test_loss.py tests/test_goldens_loss.py
+Test: python -m pytest -q tests/loss/test_loss.py tests/models/test_goldens_loss.py
 """
 
 import os

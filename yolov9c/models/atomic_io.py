@@ -5,7 +5,7 @@ atomic_write (bytes/str), atomic_copy (hard link or copy), atomic_torch_save (to
 writer), flush + fsync, os.replace, fsync of the directory. A full disk raises DiskFullError (an OSError whose str
 is one `error:` line: the file, its estimated size, the free space); the old file stays and no temp file is left.
 
-Test: python -m pytest -q tests/test_checkpoint.py -k "atomic or disk or temp"
+Test: python -m pytest -q tests/models/test_checkpoint.py -k "atomic or disk or temp"
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Our format is a dict of plain data only, so it loads with `torch.load(path, weig
 
 Published files go through the restricted unpickler (models/published.py); writes through models/atomic_io.py;
 weights into a model: models/weights.py; overflow-free fp16 casts and the inf/NaN warning: models/finite.py.
-Test: python -m pytest -q tests/test_checkpoint.py
+Test: python -m pytest -q tests/models/test_checkpoint.py
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def strip_checkpoint(path: str | os.PathLike, out: str | os.PathLike | None = No
 def _unreadable(path: Path, e: Exception) -> str:
     """read_checkpoint's one-line message for a file torch.load refused with `e`: what the file is when that is
     plain (a TorchScript archive, a text file), in our words (torch's own advice for TorchScript, to load it
-    with weights_only=False, would run the file's code). Test: tests/test_checkpoint.py."""
+    with weights_only=False, would run the file's code). Test: tests/models/test_checkpoint.py."""
     import zipfile
 
     if zipfile.is_zipfile(path):

@@ -4,7 +4,7 @@ A checkpoint in our format is a dict of plain data only (to_plain), so it loads 
 `torch.load(path, weights_only=True)`. CheckpointError: a file cannot be read or does not fit the model;
 UnsafeCheckpointError: a published file names a global outside the allowed list (nothing from it was run).
 
-Test: python -m pytest -q tests/test_checkpoint.py
+Test: python -m pytest -q tests/models/test_checkpoint.py
 """
 
 from __future__ import annotations

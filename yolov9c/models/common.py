@@ -1,14 +1,14 @@
 """The YOLOv9 / GELAN building blocks (torch reference), with the published attribute names.
 
 Every class here has the name and the sub-module names of its published counterpart, so that the
-state_dict keys equal the published ones (tests/test_goldens.py) and a restricted unpickler can
+state_dict keys equal the published ones (tests/models/test_goldens.py) and a restricted unpickler can
 map a published `models.common.X` object onto `yolov9c.models.common.X`. Such an object is restored
 from its `__dict__` without running `__init__`, so `forward` only reads attributes that the published
 objects also carry; anything new gets a class-level default.
 
 Shapes: feature maps are (B, C, H, W); "c1" is the input and "c2" the output channel count.
-Published counterpart: models/common.py. Tests: tests/test_models.py, tests/test_goldens.py,
-tests/test_fuse_reparam.py (`pytest tests/test_models.py`).
+Published counterpart: models/common.py. Tests: tests/models/test_models.py, tests/models/test_goldens.py,
+tests/models/test_fuse_reparam.py (`pytest tests/models/test_models.py`).
 """
 
 import torch

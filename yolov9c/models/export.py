@@ -10,7 +10,7 @@ The auxiliary PGI head has no path to it and is dropped. H and W are fixed (anch
 `dynamic=True` frees the batch. Metadata `stride` and `names`, as published.
 Optional dependencies (`pip install "yolov9c[export]"`): onnx (the TorchScript-based torch.onnx exporter needs
 nothing else) and onnxruntime (check_onnx); a missing one raises ExportDependencyError naming the pip command.
-Test: python -m pytest -q tests/test_export.py
+Test: python -m pytest -q tests/models/test_export.py
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def check_onnx(model: nn.Module, path, images: torch.Tensor) -> dict:
     Returns {"images": N, "box_px": max |diff| of the boxes in pixels, "score": max |diff| of the class
     scores, "box_bound_px": the largest allowed box difference}. Raises ExportError when a box element
     differs by more than BOX_ATOL_PX + BOX_RTOL·|torch| pixels or a score by more than SCORE_ATOL,
-    ExportDependencyError without onnxruntime. Test: tests/test_export.py::test_check_tolerance_is_per_part."""
+    ExportDependencyError without onnxruntime. Test: tests/models/test_export.py::test_check_tolerance_is_per_part."""
     ort = require("onnxruntime")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     batch_dim = session.get_inputs()[0].shape[0]

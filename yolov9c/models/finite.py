@@ -8,7 +8,7 @@
 Invariant: half_where_safe never turns a finite value into inf (a BatchNorm running_var of 81177 stays float32);
 values already inf/NaN are cast as they are. A state_dict of mixed fp16/float32 tensors loads into any model
 (load_state_dict copies into the model's dtype).
-Test: python -m pytest -q tests/test_checkpoint.py -k "finite or fp16"
+Test: python -m pytest -q tests/models/test_checkpoint.py -k "finite or fp16"
 """
 
 from __future__ import annotations

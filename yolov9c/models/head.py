@@ -5,7 +5,7 @@ Train mode returns raw per-level maps (B, 4·reg_max + nc, H, W); eval mode also
 Published attribute names are kept (DDetect: nc, nl, reg_max, no, inplace, stride, cv2, cv3, dfl;
 DualDDetect adds cv4, cv5, dfl2) so that published pickles map onto these classes; the anchor cache
 (shape, anchors, strides) has class-level defaults as in the published code.
-Published counterpart: models/yolo.py. Tests: tests/test_models.py, tests/test_goldens.py.
+Published counterpart: models/yolo.py. Tests: tests/models/test_models.py, tests/models/test_goldens.py.
 """
 
 import math

@@ -9,7 +9,7 @@ published ones: forward hooks record each layer's output size in one pass; an nn
 concatenation and functional ops cost nothing; GFLOPs = 2·sum/1e9. As published, the pass runs on a small
 probe image and is scaled to `imgsz` by area (exact for sides that are multiples of the largest stride).
 The published printouts it reproduces are the test's expected values.
-Test: python -m pytest -q tests/test_checkpoint.py -k "flops or summary or table"
+Test: python -m pytest -q tests/models/test_checkpoint.py -k "flops or summary or table"
 """
 
 from __future__ import annotations

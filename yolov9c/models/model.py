@@ -9,7 +9,7 @@ State-dict keys and shapes are the published ones. Construction follows the publ
 given torch seed gives the published initial weights): build the layers, run a 1×3×256×256 zero probe
 in train mode to learn the head strides, initialise the head biases, then set every BatchNorm to
 eps 1e-3 / momentum 0.03.
-Tests: tests/test_models.py, tests/test_goldens.py, tests/test_fuse_reparam.py.
+Tests: tests/models/test_models.py, tests/models/test_goldens.py, tests/models/test_fuse_reparam.py.
 """
 
 import torch

@@ -10,7 +10,7 @@ Channel rule (published parse_model): for the conv-like modules the output chann
 ceil(args[0]·width_multiple/8)·8; no other argument is scaled; `number` n > 1 becomes
 max(round(n·depth_multiple), 1). A row that cannot work raises ValueError naming it, e.g.
 `yolov9-x.yaml row 12 ([-1, 1, Foo, [64]]): unknown module 'Foo'`.
-Tests: tests/test_models.py (`pytest tests/test_models.py -k yaml`).
+Tests: tests/models/test_models.py (`pytest tests/models/test_models.py -k yaml`).
 """
 
 import ast

@@ -11,8 +11,8 @@ runs. from_published keeps only `.yaml`, `.names`, `.hyp` and the state_dicts of
     ckpt = from_published(raw, path)          # a dict in our format, 'source': 'published'
     msg = weights_not_found(path)             # the one message for a missing --weights (train, val, detect, ...)
 
-Test: python -m pytest -q tests/test_checkpoint.py -k "published or unsafe or restricted"
-      python -m pytest -q tests/test_cli_errors.py -k published
+Test: python -m pytest -q tests/models/test_checkpoint.py -k "published or unsafe or restricted"
+      python -m pytest -q tests/cli/test_cli_errors.py -k published
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ For the published configs this gives the published mappings (tools/reparameteriz
   E: gelan i ← yolov9 i (i < 29), 29-41 ← i+7, head 42 ← 49.
 Every copied row must have the same module and args, its inputs must map onto the gelan row's inputs,
 and every tensor must have the same shape, else ValueError.
-Tests: tests/test_fuse_reparam.py (`pytest tests/test_fuse_reparam.py -k reparam`).
+Tests: tests/models/test_fuse_reparam.py (`pytest tests/models/test_fuse_reparam.py -k reparam`).
 """
 
 from yolov9c.models.model import DetectionModel

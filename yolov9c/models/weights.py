@@ -4,7 +4,7 @@
     model, (n, total) = model_from_checkpoint(read_checkpoint(path), cfg=None, strict=True)
     transfer_weights(model, sd)               # train_dual.py --weights: same name and shape, 'anchor' excluded
 
-Test: python -m pytest -q tests/test_checkpoint.py -k "load or transfer"
+Test: python -m pytest -q tests/models/test_checkpoint.py -k "load or transfer"
 """
 
 from __future__ import annotations

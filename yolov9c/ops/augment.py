@@ -12,7 +12,7 @@
     out (B, 3, H, W) uint8 written: RGB planes, the loader's batch layout
 Maths: kernels/augment_pixel.h. C and CUDA write the same bytes; OpenCV within 1 grey level on >= 99.9 %.
 Dispatch: CUDA -> kernels/augment.cu, CPU -> csrc/augment_ref.c; YOLOV9C_FUSED=0 -> augment_reference. No grad.
-Test: python -m pytest -q tests/test_augment.py
+Test: python -m pytest -q tests/ops/test_augment.py
 """
 
 import cv2

@@ -12,7 +12,7 @@ dz = γ·invstd·(g − Σg/n − x̂·Σ(g·x̂)/n) (batch_stats=True) or γ·i
 autograd saves only the operands.
 Dispatch (every call): YOLOV9C_FUSED=0 -> reference; CPU -> csrc/bn_silu_ref.c (bfloat16 and empty tensors:
 reference); CUDA -> kernels/bn_silu_*.cu on the current stream. Checks: csrc/bn_silu.c or the reference's own.
-Test: python -m pytest -q tests/test_bn_silu.py
+Test: python -m pytest -q tests/ops/test_bn_silu.py
 """
 
 from typing import NamedTuple

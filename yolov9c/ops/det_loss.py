@@ -12,7 +12,7 @@ Invariants: no (B, A, NC) or (B, A, 4·reg_max) tensor; float32 arithmetic with 
 (deterministic); backward recomputes from the saved maps and (B, A) targets, gradients in the maps' dtype.
 Dispatch: CUDA f32/f16/bf16 -> kernels/det_loss.cu; CPU -> csrc/det_loss_ref.c (float64; bf16 via a float32
 copy); CUDA float64 and YOLOV9C_FUSED=0 -> reference.
-Test: python -m pytest -q tests/test_det_loss.py; speed and memory: python benchmarks/bench_loss.py
+Test: python -m pytest -q tests/ops/test_det_loss.py; speed and memory: python benchmarks/bench_loss.py
 """
 
 

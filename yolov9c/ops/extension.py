@@ -7,7 +7,7 @@ Validation and the CUDA device guard live in C (csrc/launch.c, csrc/tensor.c), n
 Switches read at call time: YOLOV9C_FUSED=0 sends every op to its torch reference; YOLOV9C_SYNC=1 makes the
 C side synchronise after every CUDA op.
 
-Test: python -m pytest -q tests/test_build.py tests/test_nms.py
+Test: python -m pytest -q tests/ops/test_build.py tests/ops/test_nms.py
 """
 
 import collections
@@ -118,7 +118,7 @@ def count_calls():
     that run inside the block:
     `with extension.count_calls() as n: ...; n.calls["avg_pool2x2_backward"]`. Nested blocks each count.
     YOLOV9C_FUSED=0 sends some ops' functions straight to their references (not counted). Outside a block
-    counting costs one list check per op call. Test: tests/test_build.py -k count_calls."""
+    counting costs one list check per op call. Test: tests/ops/test_build.py -k count_calls."""
     counts = CallCounts()
     _counters.append(counts)
     try:

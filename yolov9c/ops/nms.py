@@ -10,7 +10,7 @@ A box is suppressed by a higher-ranked kept box of its class when IoU > iou_thre
 in one fixed operation order (csrc/nms_ref.c) in the reference, C and CUDA, so all three keep the same indices.
 Dispatch: CUDA -> kernels/nms.cu, CPU -> csrc/nms_ref.c; YOLOV9C_FUSED=0 (read at call time) -> nms_reference.
 No gradient (inputs are detached). Argument checks: csrc/nms.c on the fused path, _check on the reference path.
-Test: python -m pytest -q tests/test_nms.py; speed: python benchmarks/bench_nms.py
+Test: python -m pytest -q tests/ops/test_nms.py; speed: python benchmarks/bench_nms.py
 """
 
 import math

@@ -11,7 +11,7 @@ anyway) — the backward recomputes the argmaxes into a transient uint8 scratch 
 Maths: kernels/pool.cu, csrc/pool_ref.c; argument checks in csrc/pool.c.
 Dispatch (read at every call): YOLOV9C_FUSED=0 or a non-CPU/CUDA device (meta shape probe) -> *_reference;
 CPU -> csrc/pool_ref.c (bfloat16 via float32, same bits); CUDA -> kernels/pool.cu on the current stream.
-Test: python -m pytest -q tests/test_pool.py; speed: python benchmarks/bench_pool.py
+Test: python -m pytest -q tests/ops/test_pool.py; speed: python benchmarks/bench_pool.py
 """
 
 import torch

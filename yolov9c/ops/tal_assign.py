@@ -12,7 +12,7 @@ Invariants: top-k ties go to the lower anchor index; the C/CUDA maths equals the
 evaluates atan/pow/exp in float64 and rounds (torch's are off by an ulp at times): differences only at near-ties.
 Dispatch: YOLOV9C_FUSED=0, non-float32 gt_boxes, float64 pred_boxes, float64 scores on CUDA, topk > 32 ->
 reference; CPU -> csrc/tal_assign_ref.c; CUDA -> kernels/tal_assign.cu.
-Test: python -m pytest -q tests/test_tal_assign.py
+Test: python -m pytest -q tests/ops/test_tal_assign.py
 """
 
 

@@ -2,7 +2,7 @@
 asked thickness, the label tag appears only when there is text, label text follows --hide-labels/--hide-conf,
 crops are the enlarged (gain 1.02, pad 10) box clipped to the image.
 
-Run: python -m pytest -q tests/test_detect_annotate.py
+Run: python -m pytest -q tests/engine/detect/test_detect_annotate.py
 """
 
 import numpy as np

@@ -4,7 +4,7 @@ between and last among good images. Each gives one `WARNING: … path: reason, s
 the good files' outputs (annotated images, label files, crops) are all written, a last line counts the
 skipped files, and the exit code is 1 (0 when every file was read; 2 stays the usage/input error).
 
-Run: python -m pytest -q tests/test_detect_bad_inputs.py
+Run: python -m pytest -q tests/engine/detect/test_detect_bad_inputs.py
 """
 
 import os
@@ -21,7 +21,7 @@ from test_detect_predictor import FixedBoxes
 from yolov9c.cli.detect import main
 from yolov9c.engine.detect.predictor import DetectConfig, detect
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 BAD = ("a_empty.jpg", "c_garbage.jpg", "e_half.png", "f_broken.mp4")
 GOOD = ("b_good.png", "d_good.jpg", "g_good.png")

@@ -9,8 +9,11 @@
   suffixes, the output video, yolov9-t (main head) giving the same labels as its converted gelan-t, and a
   published-layout .pt of the same weights giving the same labels as our checkpoint.
 
-Run: python -m pytest -q tests/test_detect_predictor.py
+Run: python -m pytest -q tests/engine/detect/test_detect_predictor.py
 """
+
+import sys
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -166,6 +169,7 @@ def checkpoints(tmp_path_factory):
     save_checkpoint(d / "yolov9-t.pt", y9, half=False)
     save_checkpoint(d / "gelan-t.pt", gelan, half=False)
     # the same weights as a published YOLOv9 file (pickled model objects, fp16) and as ours in fp16
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "models"))  # tests/models/test_checkpoint.py
     from test_checkpoint import PublishedLayout
 
     PublishedLayout(d / "published").save(d / "published-yolov9-t.pt", y9, ema=y9, half=True)

@@ -2,7 +2,7 @@
 model input of images (shape, stride padding, RGB order), video frames with --vid-stride, and the errors for
 webcams, streams, screens and missing or empty sources.
 
-Run: python -m pytest -q tests/test_detect_sources.py
+Run: python -m pytest -q tests/engine/detect/test_detect_sources.py
 """
 
 import cv2

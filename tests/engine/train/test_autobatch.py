@@ -6,7 +6,7 @@
 - refused under DDP;
 - cuda: the real profile on a small model, the chosen batch's measured memory <= 0.8 x free memory.
 
-Run: python -m pytest -q tests/test_autobatch.py   (CPU part about 10 s)
+Run: python -m pytest -q tests/engine/train/test_autobatch.py   (CPU part about 10 s)
 """
 
 import numpy as np

@@ -17,7 +17,8 @@ On a CUDA GPU (marked `cuda`, skipped without one; last section): a real out-of-
 memory limit below what the full batch needs) halves the micro-batch and the step completes; an allocation the GPU
 cannot hold inside a real training run is survived by both backends; an injected NaN gradient is skipped on CUDA
 with AMP on and off, both backends; the guard counts device flags without a host synchronisation.
-Run: python -m pytest -q tests/test_guards.py   (GPU cases: python -m pytest -q -m cuda tests/test_guards.py)
+Run: python -m pytest -q tests/engine/train/test_guards.py
+(GPU cases: python -m pytest -q -m cuda tests/engine/train/test_guards.py)
 """
 
 import math

@@ -4,7 +4,7 @@ pool given back before validation (GraphStep.suspend) and captured again.
 CPU cases: the option's parsing and recording, what the cap does off the GPU. CUDA cases (skip without a GPU): the
 allocator refuses beyond the cap; a run whose graphs are suspended before each validation ends with the same
 weights as one that keeps them.
-Run: python -m pytest -q tests/test_memory_cap.py
+Run: python -m pytest -q tests/engine/train/test_memory_cap.py
 """
 
 import pytest

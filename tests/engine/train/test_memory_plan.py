@@ -7,7 +7,7 @@ inside the image, one MeasuredStep.run() of yolov9-t on the CPU moves the weight
 CUDA (marked cuda): measure() fits the line from two measured steps (batch 4 and 8 of yolov9-t at 640²)
 and the prediction for batch 16 is within 10 % of the measured peak reserved memory of that step. (At 320²
 and batches 2/4 → 8, peaks of 0.1-0.2 GiB, the line missed by 13 %: allocator granularity dominates there.)
-Run: python -m pytest -q tests/test_memory_plan.py
+Run: python -m pytest -q tests/engine/train/test_memory_plan.py
 """
 
 import re

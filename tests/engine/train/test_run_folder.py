@@ -19,7 +19,7 @@
   killed while finishing is finished by --resume, a done run has nothing to resume and a bare --resume
   skips it.
 
-Run: python -m pytest -q tests/test_run_folder.py
+Run: python -m pytest -q tests/engine/train/test_run_folder.py
 """
 
 import errno
@@ -48,7 +48,7 @@ from yolov9c.engine.train.trainer import Interrupted, TrainError, train
 from yolov9c.models.atomic_io import DiskFullError, atomic_torch_save
 from yolov9c.models.checkpoint import read_checkpoint
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = str(Path(__file__).resolve().parents[3])
 NCOL = len(R.COLUMNS)
 
 
@@ -623,7 +623,7 @@ def test_increment_path_claims_a_folder_atomically(tmp_path):
 # the trainer on its run folder (real tiny CPU trainings)
 # ---------------------------------------------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ the loss follows --backend (dev/accuracy/train_other_loss.py is the developer to
 Each run is yolov9-t (dual head, auxiliary branch) at 64×64, one batch of 4 images per epoch (so the first
 iteration is the whole epoch), without the final best.pt validation, on one CPU thread: about 11 s for the
 file. The layer-by-layer equality of the backends on every model family is the backend's own tests' job
-(tests/test_backend_c.py). Run: python -m pytest -q tests/test_train_backend.py
+(tests/backends/test_backend_c.py). Run: python -m pytest -q tests/engine/train/test_train_backend.py
 """
 
 import sys
@@ -122,7 +122,7 @@ def test_the_loss_follows_the_backend_and_the_other_loss_is_a_benchmark_tool(dat
     """The product trains each backend with its own loss: YOLOV9C_LOSS_BACKEND (a removed developer switch) changes
     nothing. dev/accuracy/train_other_loss.py (bench_accuracy.py's loss-* runners) trains c's model with torch's
     loss, says so, leaves the trainer's loss factory as it was, and refuses a loss that is no backend."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dev" / "accuracy"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "dev" / "accuracy"))
     import train_other_loss
 
     real, used = train_state.make_loss, []

@@ -43,7 +43,7 @@ Not covered: the gradient norm at these steps is ~2e3, far above the clip norm 1
 gradient of norm 10; a wrong constant factor in the loss scaling (e.g. no × WORLD_SIZE) would change the
 norm before clipping only and is not detected here (the factor follows from DDP averaging the gradients).
 
-Run: python -m pytest -q tests/test_train_ddp.py   (CPU; the 2-GPU test needs a machine with ≥ 2 GPUs)
+Run: python -m pytest -q tests/engine/train/test_train_ddp.py   (CPU; the 2-GPU test needs a machine with ≥ 2 GPUs)
 """
 
 import os
@@ -60,7 +60,7 @@ from inprocess import run_script
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train.results import read_results
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 SEED = 5
 N_DISTINCT = 8  # 16 training images (each twice), total batch 4: 4 steps of 2 images per rank
 NO_AUGMENT = dict(hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, degrees=0.0, translate=0.0, scale=0.0, shear=0.0, perspective=0.0,
@@ -126,7 +126,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path, monkeypatch):
     single = _base_args(data, hyp_file, init, tmp_path / "one")
     # one thread per process in both (torchrun's default for its workers): other thread counts sum in other orders.
     # The single process is train_dual.py in this process (tests/inprocess.py; it is started as a real
-    # subprocess in tests/test_train_e2e.py), which saves a Python start.
+    # subprocess in tests/engine/train/test_train_e2e.py), which saves a Python start.
     monkeypatch.chdir(tmp_path)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -26,7 +26,7 @@ images x 30 epochs (mAP 0.002 / 0.032 / 0.000), 64 x 15 epochs of the old 1-4 sh
 Runtime: 102-118 s per run under a load average of ~6-10 (the three seeds above); pytest of this test at a load
 average of 2.7: 69 s.
 
-Run: python -m pytest -q tests/test_train_e2e.py
+Run: python -m pytest -q tests/engine/train/test_train_e2e.py
 """
 
 import subprocess
@@ -41,7 +41,7 @@ from inprocess import run_script
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train.results import COLUMNS, read_results
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ and no checkpoints; with a stand-in training function (fast): 25 generations sta
 --seed repeats the same mutations and another seed does not, the fittest row becomes hyp_evolve.yaml, and an
 evolution continues an existing evolve.csv (--resume).
 
-Run: python -m pytest -q tests/test_train_evolve.py
+Run: python -m pytest -q tests/engine/train/test_train_evolve.py
 """
 
 import numpy as np

@@ -10,7 +10,7 @@
 Each rank's parameters come from a wrapper of the training CLI (written below) that saves them after each
 end_epoch; it also holds one rank after epoch 0 so that the kill lands mid-run at a known point.
 Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64, batch 4 (2 per rank), --noval.
-Run: python -m pytest -q tests/test_train_multinode.py
+Run: python -m pytest -q tests/engine/train/test_train_multinode.py
 """
 
 import os
@@ -28,7 +28,7 @@ import yaml
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train.results import read_results
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 HANG_S = 300  # a rank still running this long after its peer died is a hang
 
 WRAPPER = '''

@@ -1,7 +1,7 @@
 """The pieces of the training loop: parameter groups and optimizers (LION against its formula), LR lambdas and
 warm-up (spec §1.4 values), the accumulation ramp, EMA decay and update, run-folder increments, results.csv.
 
-Run: python -m pytest -q tests/test_train_parts.py
+Run: python -m pytest -q tests/engine/train/test_train_parts.py
 """
 
 import dataclasses

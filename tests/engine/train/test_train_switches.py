@@ -8,7 +8,7 @@
   replaces, and the resumed opt.yaml records the value used; a bad value of one is one `error:` line, exit 2.
 - switch_overrides alone: unset or empty variables change nothing; each set one is logged.
 yolov9-t (dual head: the switches matter) at 64 px, 4 images, batch 4, one CPU thread.
-Run: python -m pytest -q tests/test_train_switches.py
+Run: python -m pytest -q tests/engine/train/test_train_switches.py
 """
 
 import pytest

@@ -1,9 +1,9 @@
 """The trainer's set-up wiring: uint8 input for the c backend, --mem-budget / --dynamic-img (the memory planner),
 the validation batch (twice the training batch, as published), the DFL convolutions staying frozen, the CPU
 thread choice and the model summary line (train.py's own name in its usage and error lines:
-tests/test_entry_points.py).
+tests/cli/test_entry_points.py).
 
-Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_train_wiring.py
+Run: OMP_NUM_THREADS=1 python -m pytest -q tests/engine/train/test_train_wiring.py
 """
 
 import numpy as np

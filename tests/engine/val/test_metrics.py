@@ -1,7 +1,7 @@
 """Validation metrics on hand-computed cases: IoU, 101-point AP, P/R at best F1, greedy matching, confusion
 matrix, fitness. Expected numbers are derived in the comments (trapezoids over the 101 recall points).
 
-Run: python -m pytest -q tests/test_metrics.py
+Run: python -m pytest -q tests/engine/val/test_metrics.py
 """
 
 import numpy as np

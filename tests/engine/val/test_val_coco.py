@@ -9,7 +9,7 @@ mAP@0.5:0.95 = 0.5 (ours within TOL). Also: the rows (image_id from the file nam
 xywh bbox in original pixels rounded to 3 decimals, score to 5), a missing annotations file (message, no crash),
 val_dual.py --data .../coco.yaml end to end, and training on it writing the final _predictions.json. Needs pycocotools (the [test] extra); skips without it.
 
-Run: python -m pytest -q tests/test_val_coco.py
+Run: python -m pytest -q tests/engine/val/test_val_coco.py
 """
 
 import json
@@ -30,7 +30,7 @@ from yolov9c.engine.val.coco import coco80_to_coco91, coco_layout, image_id, is_
 from yolov9c.engine.val.validator import ValConfig, validate
 
 pytest.importorskip("pycocotools")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 TOL = 0.01  # ours vs pycocotools on mAP@0.5:0.95 (the end-point convention costs 0.005 on a perfect curve)
 IMGSZ = 64
 

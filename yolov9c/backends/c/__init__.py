@@ -12,7 +12,7 @@ checkpoint moves freely between backends, and copy.deepcopy of an installed mode
 an EMA copy (deep-copied, always in eval mode) computes exactly as the torch backend.
 Design: docs/train.md "What `--backend c` keeps for backward"; lazy/ (values), conv.py (the autograd Function),
 layers.py (per layer type), segment.py + pgi.py (the recomputed auxiliary branch, uint8 input), switches.py
-(what is recomputed and kept: the run's --aux-recompute, --main-recompute, --keep-inputs). Test: python -m pytest -q tests/test_backend_c.py
+(what is recomputed and kept: the run's --aux-recompute, --main-recompute, --keep-inputs). Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
 import types

@@ -12,7 +12,7 @@ inputs_kept(True) (switches.Switches.keep_inputs, default off: it raises the pea
 recomputed segment's conv inputs for their own backward instead of activating the leaves again; same gradients.
 Autocast: convs run in the autocast dtype (z stored in it), BN arithmetic in fp32; inside the Function autocast
 is off and casts are explicit, so forward and recompute give the same values.
-Test: python -m pytest -q tests/test_backend_c.py
+Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
 import contextlib

@@ -11,7 +11,7 @@ zero-padded nn.Conv2d; parameters are not float32; the type is unknown (users' m
 A Conv whose activation is neither SiLU nor identity keeps its lazy conv but applies BN and activation with torch
 (correct, without the memory saving for that Conv). The node builders up2, max_pool and nearest_backward are
 read at call time: tests swap them for the path before the ops.
-Test: python -m pytest -q tests/test_backend_c.py
+Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
 import functools

@@ -12,7 +12,7 @@ Main backbone blocks (RepNCSPELAN4, ELAN1) at stride <= main_recompute are one-l
 switches.py, model.c_switches). Results do not depend on the order (same inputs; each BatchNorm updates once).
 Plain layer loop when not training / no grad, the head is not a c-runnable DualDDetect, or aux_recompute is off;
 a segment with a non-recomputable layer (torch fallback, non-SiLU act) runs plain.
-Test: python -m pytest -q tests/test_backend_pgi.py
+Test: python -m pytest -q tests/backends/test_backend_pgi.py
 """
 
 import functools

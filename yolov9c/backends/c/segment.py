@@ -12,7 +12,7 @@ input for its own backward; all freed before this backward returns).
 BatchNorm: the forward records every batch statistic on a layers.StatsTape and the recompute replays it, so it
 normalises with the forward's statistics and updates no running statistic twice. fn must otherwise be
 deterministic (no dropout): pgi.py hands it only recomputable() layers.
-Test: python -m pytest -q tests/test_backend_pgi.py
+Test: python -m pytest -q tests/backends/test_backend_pgi.py
 """
 
 import torch

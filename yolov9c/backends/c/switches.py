@@ -12,7 +12,7 @@
 - keep_inputs: a segment's backward recompute keeps each conv input it rebuilt for that conv's own backward
   (conv.inputs_kept): one BN+SiLU pass less per recomputed conv, a higher peak (benchmarks/RESULTS.md §16).
 The trainer reads them from the run's options (RunConfig: --aux-recompute, --main-recompute, --keep-inputs) and
-passes them down; nothing below reads the environment. Test: python -m pytest -q tests/test_backend_pgi.py
+passes them down; nothing below reads the environment. Test: python -m pytest -q tests/backends/test_backend_pgi.py
 """
 
 from __future__ import annotations

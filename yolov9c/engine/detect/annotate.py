@@ -6,7 +6,7 @@ when the box touches the top edge). `crop_box(img, xyxy, gain, pad)`: the box en
 pixels, clipped to the image (the published --save-crop uses gain 1.02, pad 10). `detection_label(name,
 conf, hide_labels, hide_conf)`: the tag text ('person 0.87', 'person', or '').
 
-Test: python -m pytest -q tests/test_detect_annotate.py
+Test: python -m pytest -q tests/engine/detect/test_detect_annotate.py
 """
 
 import cv2

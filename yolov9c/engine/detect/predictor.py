@@ -11,7 +11,7 @@ default); boxes scaled back to the original image. Outputs in `runs/detect/exp{N
 One log line per image/frame (`image 1/3 path: 128x160 2 ellipses, <t>ms`), then the speed summary. An
 unreadable file gives one `WARNING: image 2/5 path: reason, skipped` line and the run goes on; the last line
 counts the skipped files and the result's `failed` lists them.
-Test: python -m pytest -q tests/test_detect_predictor.py
+Test: python -m pytest -q tests/engine/detect/test_detect_predictor.py
 """
 
 from __future__ import annotations

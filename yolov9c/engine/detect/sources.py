@@ -9,7 +9,7 @@ A file unusable once the run has started (an empty, corrupt or unreadable image,
 or gives no frame) never stops the run: MediaSource skips it, hands one line `WARNING: image 2/5 path: reason,
 skipped` to its `warn` callback and records (path, reason) in `failed`; the native decoders' own messages are
 silenced while a file is opened, so that line is the only one.
-Test: python -m pytest -q tests/test_detect_sources.py
+Test: python -m pytest -q tests/engine/detect/test_detect_sources.py
 """
 
 import glob

@@ -11,7 +11,7 @@ the loss with the task-aligned assigner (memory grows with batch × labels × an
 and AMP, on a model copy, so the assigner's memory is in the fit (the published choice can run out of it).
 Each profiled image carries `labels_per_image` random boxes (default 32; the 20 % margin absorbs more). An
 out-of-memory batch size ends the profile; the choice stays below it.
-Test: python -m pytest -q tests/test_autobatch.py
+Test: python -m pytest -q tests/engine/train/test_autobatch.py
 """
 
 import copy

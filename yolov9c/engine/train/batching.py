@@ -10,7 +10,7 @@ nominal: images per optimizer step (NBS = 64 unless --accumulate N fixes batch_s
 run's nominal batch). Without --accumulate the count ramps from 1 to round(nominal / batch_size) over the
 warm-up iterations (schedule.warmup_accumulate), as published. The micro-batch (images per forward/backward,
 --mem-budget or the out-of-memory back-off) splits a loader batch and never changes these numbers.
-Test: python -m pytest -q tests/test_train_parts.py -k batching tests/test_train_wiring.py
+Test: python -m pytest -q tests/engine/train/test_train_parts.py -k batching tests/engine/train/test_train_wiring.py
 """
 
 from __future__ import annotations

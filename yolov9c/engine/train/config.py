@@ -12,7 +12,7 @@ those in RESUME_OVERRIDES from the command line instead of opt.yaml. opt.yaml is
 published format: every option, the hyp dict, save_dir); reading one back ignores unknown keys (with a warning)
 and defaults missing ones, so older and newer opt.yaml files still resume.
 Invariant: frozen; set-up resolves a copy once (state.resolve_config) and nothing rewrites it.
-Test: python -m pytest -q tests/test_train_cli.py -k config
+Test: python -m pytest -q tests/cli/test_train_cli.py -k config
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ decay(updates) = 0.9999 · (1 − exp(−updates / 2000)); after each optimizer 
 state_dict entry (parameters and BN buffers) becomes d·ema + (1 − d)·model. The EMA copy is float32, in eval
 mode, without gradients; it is what validation sees and what the stripped checkpoint keeps.
 
-Test: python -m pytest -q tests/test_train_parts.py -k ema
+Test: python -m pytest -q tests/engine/train/test_train_parts.py -k ema
 """
 
 import copy

@@ -11,7 +11,7 @@ later eager step see the same values); missing state is created as torch's first
 found_inf = 1 (gradients already zeroed by graph_step) momentum factors become 1 and lr/decay 0, so every buffer
 and parameter keeps its bits. Otherwise equal to torch.optim within rounding (its fused a + α·b are two
 roundings here). Groups that are not SGD/Adam/AdamW: kind() is None and the trainer runs the eager step.
-Test: python -m pytest -q tests/test_graph_step.py -k fused
+Test: python -m pytest -q tests/engine/train/test_graph_step.py -k fused
 """
 
 import torch

@@ -12,7 +12,7 @@
   finite epoch; DDP ranks get the verdict through end_epoch's broadcast.
 - OOM in a step: the window's gradients and BN statistics are restored, the micro-batch halved (nominal batch
   unchanged) and the batch re-run; at one image, OutOfMemory. last.pt stores the micro-batch.
-Test: python -m pytest -q tests/test_guards.py
+Test: python -m pytest -q tests/engine/train/test_guards.py
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     buffers = bn_buffers(model)   # saved before and restored after backward: the recomputed forward updates BN twice
 
 Used by the trainer (yolov9c/engine/train/state.py, step.py) and benchmarks/bench_memory.py (torch-ckpt row).
-Test: python -m pytest -q tests/test_train_e2e.py -k rare
+Test: python -m pytest -q tests/engine/train/test_train_e2e.py -k rare
 """
 
 import torch

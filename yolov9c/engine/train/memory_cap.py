@@ -10,7 +10,7 @@ The cap is torch.cuda.set_per_process_memory_fraction(cap / total): PyTorch's ca
 beyond it (torch.cuda.OutOfMemoryError), exactly as the smaller card would; memory outside the allocator (the
 CUDA context, cuDNN and cuBLAS handles) is not counted, so a card of N GB leaves about N − 1 GiB to cap with.
 A cap of the card's size or more caps nothing (one log line). On the CPU it is recorded and does nothing.
-Test: python -m pytest -q tests/test_memory_cap.py
+Test: python -m pytest -q tests/engine/train/test_memory_cap.py
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ size's Cost scaled by parameter and activation counts); other switches add what 
 plan() keeps the nominal batch (the LR and weight-decay rules read it): the largest micro-batch that divides it
 and fits, accumulated nominal / micro-batch times; dynamic_img instead shrinks the image (stride multiples,
 >= min_img; opt-in: it changes the data). A budget is what the process may reserve (CARDS: card less context).
-Test: python -m pytest -q tests/test_memory_plan.py   (measure: the cuda case)
+Test: python -m pytest -q tests/engine/train/test_memory_plan.py   (measure: the cuda case)
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def estimate(cfg, backend, ref=None):
     nearest size: _SIZE_REF) scaled by the ratio of parameter counts (fixed) and of activation counts (per image)
     of the two built models (counts); `ref` forces the measured model. source says "estimate" and names the
     model it was scaled from. None when nothing is measured for `backend`. ValueError when `cfg` cannot be
-    built. Test: tests/test_memory_plan.py::test_estimate_scales_a_measured_model."""
+    built. Test: tests/engine/train/test_memory_plan.py::test_estimate_scales_a_measured_model."""
     refs = sorted(m for (m, b) in COSTS if b == backend)
     if not refs:
         return None

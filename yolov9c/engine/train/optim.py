@@ -7,7 +7,7 @@ Three groups, in this order (the order fixes x/lr0, x/lr1, x/lr2 in results.csv)
 SGD: momentum hyp['momentum'], Nesterov. Adam: betas (momentum, 0.999). AdamW: betas (momentum, 0.999),
 amsgrad. LION: betas (momentum, 0.99).
 
-Test: python -m pytest -q tests/test_train_parts.py -k optim
+Test: python -m pytest -q tests/engine/train/test_train_parts.py -k optim
 """
 
 import torch

@@ -9,7 +9,7 @@ The file survives any crash: every change writes the whole new file and renames 
 (append_row, drop_epochs_from), so a reader or a kill sees the old rows or the new ones, never a torn line.
 A line that is torn or malformed anyway (an older version appended in place) is dropped by the next change.
 
-Test: python -m pytest -q tests/test_train_parts.py -k results; tests/test_run_folder.py
+Test: python -m pytest -q tests/engine/train/test_train_parts.py -k results; tests/engine/train/test_run_folder.py
 """
 
 import csv

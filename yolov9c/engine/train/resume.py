@@ -12,7 +12,7 @@ never overwritten. Action (run_folder.resume_action): "train", "finish" (only st
 micro-batch (guards.py) and the main process's RNG states; opt.yaml is rewritten. Another --batch-size keeps
 the run's nominal batch unless --accumulate is given.
 Invariant: an interrupted then resumed CPU run ends with the same weights as an uninterrupted one.
-Test: python -m pytest -q tests/test_train_resume.py
+Test: python -m pytest -q tests/engine/train/test_train_resume.py
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Invariants:
   last.pt is on disk and is stored in last.pt too, so a resumed run has each epoch exactly once.
 - run_state.yaml phase "training" / "finishing" / "done" gives resume_action "train" / "finish" / "done".
 User errors: RunFolderError (RunFolderBusy), DiskFullError — one `error:` line each.
-Test: python -m pytest -q tests/test_run_folder.py
+Test: python -m pytest -q tests/engine/train/test_run_folder.py
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     lf = lr_lambda("linear", epochs=100, lrf=0.01)   # factor of lr0 at an epoch
     warmup(optimizer, ni, nw, epoch, lf, hyp)        # during the first nw iterations
 
-Test: python -m pytest -q tests/test_train_parts.py -k schedule
+Test: python -m pytest -q tests/engine/train/test_train_parts.py -k schedule
 """
 
 import math

@@ -11,7 +11,8 @@ folder releases it and removes a folder it created.
 Invariant: RunState is written by set-up only, then sealed (assignment raises, except REPLACEABLE fields);
 what changes while training lives in `progress` (Progress: exactly what a checkpoint saves and resume
 restores) and `window` (step.Window: the open accumulation window, never saved).
-Test: python -m pytest -q tests/test_train_e2e.py tests/test_train_resume.py tests/test_train_wiring.py
+Test: python -m pytest -q tests/engine/train/test_train_e2e.py tests/engine/train/test_train_resume.py
+    tests/engine/train/test_train_wiring.py
 """
 
 from __future__ import annotations
@@ -372,7 +373,7 @@ def abandon_run_folder(state, also=()) -> bool:
     """A start failed (or, with `also`, a run was interrupted before its first checkpoint): release the run
     folder; if this start created it and it holds only START_FILES, files matching a glob of `also` and an
     empty weights/, remove it (so the same command gets the same name, not NAME2). Anything else in it is
-    kept. Returns whether the folder was removed. Test: tests/test_run_folder.py."""
+    kept. Returns whether the folder was removed. Test: tests/engine/train/test_run_folder.py."""
     folder, state.folder = state.folder, None
     if folder is not None:
         folder.close()
@@ -618,7 +619,7 @@ def cpu_threads(workers, ranks=1, cores=None, env=None, cuda=False):
     on, os.sched_getaffinity) with `ranks` training processes of this host and `workers` loader workers each:
     max(1, cores / ranks − workers), all of its share with workers = 0, at most CUDA_MAIN_THREADS when it trains
     on a GPU (`cuda`). None when the user chose (OMP_NUM_THREADS or MKL_NUM_THREADS in `env`, default
-    os.environ): torch's setting is then left alone. Test: tests/test_train_wiring.py."""
+    os.environ): torch's setting is then left alone. Test: tests/engine/train/test_train_wiring.py."""
     env = os.environ if env is None else env
     if env.get("OMP_NUM_THREADS") or env.get("MKL_NUM_THREADS"):
         return None

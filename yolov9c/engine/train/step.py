@@ -11,8 +11,8 @@ each (autocast; loss × WORLD_SIZE under DDP, × 4 with --quad; scaled backward;
 When step_due(state, ni) (the one optimizer-step rule: batching.Batching.step_due), optimizer_step: unscale,
 clip to 10, then — only when the window's losses and the gradient norm are finite — optimizer step and EMA
 update; a skipped window puts the BN statistics back. Either way: scaler update, zero_grad, last_opt_step = ni.
-Host reads: forward_backward reads none (tests/test_c_syncs.py); optimizer_step reads state.window.ok once.
-Test: python -m pytest -q tests/test_train_parts.py -k step tests/test_guards.py
+Host reads: forward_backward reads none (tests/ops/test_c_syncs.py); optimizer_step reads state.window.ok once.
+Test: python -m pytest -q tests/engine/train/test_train_parts.py -k step tests/engine/train/test_guards.py
 """
 
 from __future__ import annotations

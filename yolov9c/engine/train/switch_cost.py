@@ -10,7 +10,7 @@ main blocks at stride <= main_recompute. A recomputed unit stores only its outpu
 (z); aux_recompute off stores every unit, main blocks included (one mechanism). keep_inputs holds the conv inputs
 of one unit's backward at once: the largest unit's is added, an upper bound (that backward may not be at the
 step's peak). Without a DualDDetect head nothing is recomputed: the switches change nothing.
-Test: python -m pytest -q tests/test_memory_plan.py -k switch
+Test: python -m pytest -q tests/engine/train/test_memory_plan.py -k switch
 """
 
 from __future__ import annotations

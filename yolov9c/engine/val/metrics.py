@@ -8,7 +8,7 @@
 - ConfusionMatrix: (nc+1) × (nc+1) counts [predicted, true], last row/column = background.
 - fitness(mp, mr, map50, map) = 0.1·mAP50 + 0.9·mAP50-95.
 
-Test: python -m pytest -q tests/test_metrics.py
+Test: python -m pytest -q tests/engine/val/test_metrics.py
 """
 
 import numpy as np

@@ -3,7 +3,7 @@
     evaluator.py  computing a node's value (Evaluator, materialise)
     grads.py      accumulating the leaves' gradients (Grads, SharedGrad)
 The names below are the package's interface for backends/c (layers, conv, pgi, segment).
-Test: python -m pytest -q tests/test_backend_c.py
+Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
 from yolov9c.backends.c.lazy.evaluator import (Evaluator, backward_reads, materialise, materialise_any,

@@ -7,7 +7,7 @@ recompute in conv.py and by layers that fall back to plain torch). `Evaluator.ke
 the memo to what node's backward reads (backward_reads: node's value and the inputs of Spatial ops without a
 gradient function or whose gradient reads them): what a conv input kept from forward for its backward holds
 (conv.inputs_kept). materialise() gives a real tensor where a consumer needs one.
-Test: python -m pytest -q tests/test_backend_c.py
+Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
 import torch

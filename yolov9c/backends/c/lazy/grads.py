@@ -1,7 +1,7 @@
 """Gradients of lazy values without autograd: Grads accumulates each leaf tensor's gradient by channel range
 (the first write of a range is a store, later ones add), and SharedGrad sums the dL/dy of a conv output that
 several lazy convs read so that its BN backward runs once, in its producer.
-Test: python -m pytest -q tests/test_backend_c.py dev/tests/test_backend_grads.py
+Test: python -m pytest -q tests/backends/test_backend_c.py dev/tests/test_backend_grads.py
 """
 
 import torch

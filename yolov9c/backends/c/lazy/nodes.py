@@ -12,7 +12,7 @@ A lazy value is a small expression tree whose leaves hold stored tensors; nothin
 Invariant: every leaf carries a channel range [c0, c1), so a channel slice is pushed down to the leaves and
 copies nothing (slicing commutes with every node type). Values are computed by evaluator.py, gradients sent to
 leaves through grads.py's Grads; LeafIndex numbers a value's tensors (conv.py's templates). Shapes (B, C, H, W).
-Test: python -m pytest -q tests/test_backend_c.py
+Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
 import functools
