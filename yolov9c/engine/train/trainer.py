@@ -261,7 +261,7 @@ def end_epoch(state: RunState, epoch, stats: EpochStats) -> bool:
         row = _epoch_row(state, epoch, stats)
         save_epoch(state, epoch, row, best=progress.best_fitness == fi, ckpt=not state.cfg.nosave or final)
         state.peaks.mark("saving")
-        if epoch == progress.start_epoch or final:
+        if (epoch == progress.start_epoch or final) and state.peaks.peaks:  # GPU runs only
             state.log(state.peaks.line())
         if state.tb is not None:
             for k, v in zip(R.COLUMNS[1:], row[1:]):
