@@ -40,6 +40,7 @@ def test_the_cap_does_nothing_off_the_gpu():
     lines = []
     assert M.apply_cap(parse_opt(["--mem-cap", "7G"]), torch.device("cpu"), lines.append) is None
     assert lines == [] and M.limit_bytes(torch.device("cpu")) == 0 and not M.tight(torch.device("cpu"))
+    M.release_cap(torch.device("cpu"))  # nothing to lift
     peaks = M.PhasePeaks(torch.device("cpu"))
     peaks.mark("train")
     assert peaks.peaks == {} and peaks.line() == ""
@@ -70,7 +71,10 @@ def test_the_allocator_refuses_beyond_the_cap():
         assert M.tight(dev)
         with pytest.raises(torch.cuda.OutOfMemoryError):
             torch.empty(M.GIB // 2, dtype=torch.uint8, device=dev)
-        del keep
+        M.release_cap(dev)  # the run's end: the cap is lifted
+        assert M.limit_bytes(dev) == torch.cuda.get_device_properties(0).total_memory
+        more = torch.empty(M.GIB // 2, dtype=torch.uint8, device=dev)
+        del keep, more
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, dev)
         M._CAPS.clear()

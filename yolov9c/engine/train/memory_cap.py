@@ -1,6 +1,7 @@
 """The whole-process CUDA memory cap: a card's budget applied to the run, to rehearse a smaller card on a bigger one.
 
     cap = apply_cap(cfg, device, log)      # set-up, before the model reaches the device: --mem-cap, else --mem-budget
+    release_cap(device)                    # the run's end (trainer.train's finally)
     limit = limit_bytes(device)            # the cap in bytes, else the card's total memory
     tight(device)                          # reserved memory above half the limit: give the graphs' pool back to
                                            # validation (trainer._validate, GraphStep.suspend)
@@ -46,6 +47,16 @@ def apply_cap(cfg, device, log=print) -> float | None:
     log(f"memory cap: this process may reserve at most {gib:.2f} GiB of the card's {total / GIB:.2f} GiB "
         f"(a smaller card rehearsed; set_per_process_memory_fraction)")
     return gib
+
+
+def release_cap(device):
+    """The end of a run: the cap apply_cap set on `device` is lifted (a later run in this process, or the API
+    user's own work, is not capped by this one)."""
+    if device.type != "cuda":
+        return
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if _CAPS.pop(index, None) is not None:
+        torch.cuda.set_per_process_memory_fraction(1.0, index)
 
 
 def limit_bytes(device) -> int:

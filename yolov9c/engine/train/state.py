@@ -51,7 +51,7 @@ from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.graph_step import select_step
 from yolov9c.engine.train.guards import StepGuard
 from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
-from yolov9c.engine.train.memory_cap import PhasePeaks, apply_cap
+from yolov9c.engine.train.memory_cap import PhasePeaks, apply_cap, release_cap
 from yolov9c.engine.train.optim import build_optimizer
 from yolov9c.engine.train.resume import Resumed, read_resume, restore
 from yolov9c.engine.train.run_folder import STATE_NAME as RUN_STATE_NAME
@@ -224,6 +224,7 @@ def setup(cfg: RunConfig, log=print) -> RunState:
             state.resumed = None
     except BaseException:
         abandon_run_folder(state)
+        release_cap(state.device)
         raise
     state.seal()
     return state

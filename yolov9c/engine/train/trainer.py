@@ -32,7 +32,7 @@ from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.guards import raise_diverged, raise_if_peer_lost, stop_if_diverged, validate_with_backoff
-from yolov9c.engine.train.memory_cap import tight
+from yolov9c.engine.train.memory_cap import release_cap, tight
 from yolov9c.engine.train.resume import rng_state
 from yolov9c.engine.train.run_folder import USER_ERRORS
 from yolov9c.engine.train.schedule import warmup
@@ -103,6 +103,7 @@ def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
         for loader in (state.train_loader, state.val_loader):  # workers stopped here, not at interpreter exit
             close_loader(loader)
         state.step.release()  # a graph step's memory pool given back here (evolve trains again)
+        release_cap(state.device)  # --mem-cap / --mem-budget: this process is not capped after the run
         if state.folder is not None:
             state.folder.close()
 
