@@ -3,10 +3,12 @@
     python dev/accuracy/accuracy_datasets.py --preset raccoon --src SRC --out /work/data_accuracy/raccoon
 
 SRC is an export of the dataset's public repository; PRESETS names each one's images, annotations and class order
-(raccoon, kangaroo, bccd). Other sets: --images, --annotations (VOC XML folder or CSV
+(raccoon, kangaroo, bccd, fruit). Other sets: --images, --annotations (VOC XML folder or CSV
 filename,width,height,class,xmin,ymin,xmax,ymax) and --names. Output: OUT/images/{train,val}/,
 OUT/labels/{train,val}/*.txt (class x y w h normalized), OUT/{train,val}.txt and OUT/data.yaml.
-Split (per file): val when int(sha1(stem)[:8], 16) % 5 == 0, else train (~20 % val). Boxes are clipped to the
+Split (per file): val when int(sha1(stem)[:8], 16) % 5 == 0, else train (~20 % val); a preset whose set ships its
+own split (fruit: train_zip/train and test_zip/test) names one folder per split instead, and every file of a
+folder goes to that folder's split (the hash rule is not used for it). Boxes are clipped to the
 image; zero-size and <difficult> objects are dropped and counted; an inverted box, one more than 1 px outside,
 an unknown class, a missing image or an unreadable annotation stops with one `error:` line before anything is
 written. Images are copied byte for byte, except JPEGs not ending in FF D9, re-encoded at quality 100 so that
@@ -27,10 +29,14 @@ import cv2
 import numpy as np
 import yaml
 
-PRESETS = {  # name: (images folder, annotations: VOC XML folder, class names in id order)
+# the Kaggle set "Fruit Images for Object Detection": its own 240 train / 60 test photos, images and VOC XML together
+FRUIT_SPLIT = {"train": "train_zip/train", "val": "test_zip/test"}
+PRESETS = {  # name: (images folder, annotations: VOC XML folder, class names in id order); a set that ships its own
+    # split gives {"train": folder, "val": folder} for both (its files keep that split; no hash rule)
     "raccoon": ("images", "annotations", ["raccoon"]),
     "kangaroo": ("images", "annots", ["kangaroo"]),
     "bccd": ("BCCD/JPEGImages", "BCCD/Annotations", ["RBC", "WBC", "Platelets"]),
+    "fruit": (FRUIT_SPLIT, FRUIT_SPLIT, ["apple", "banana", "orange"]),
 }
 CSV_LABELS = {"raccoon": "data/raccoon_labels.csv"}  # --labels csv: the repository's own CSV export
 VAL_MODULUS = 5          # val when the hash of the stem is 0 modulo this: ~20 %
@@ -159,17 +165,37 @@ def collect(images, annotations, names):
     return out, {"dropped_zero_size": dropped, "skipped_difficult": skipped}
 
 
+def split_items(images, annotations, names):
+    """[(split, image path, YOLO rows)] and the left-out counts of collect(). images/annotations: one folder (and
+    a VOC folder or CSV file) split per file by split_of, or {"train": ..., "val": ...} of a set that ships its
+    own split: each folder's files keep its split; a file name in both is an AnnotationError."""
+    if not isinstance(images, dict):
+        items, left_out = collect(Path(images), Path(annotations), names)
+        return [(split_of(im.stem), im, rows) for im, rows in items], left_out
+    out, left_out, seen = [], {"dropped_zero_size": 0, "skipped_difficult": 0}, {}
+    for split in ("train", "val"):
+        items, counts = collect(Path(images[split]), Path(annotations[split]), names)
+        for im, rows in items:
+            if im.name in seen:
+                raise AnnotationError(f"{im}: {im.name} is also in {seen[im.name]}: a file name may be in one split "
+                                      f"only (rename or remove one)")
+            seen[im.name] = im.parent
+            out.append((split, im, rows))
+        left_out = {k: left_out[k] + counts[k] for k in left_out}
+    return out, left_out
+
+
 def convert(images, annotations, names, out):
     """Write the YOLO dataset (see the module docstring) to `out` (replaced) and return its counts:
-    {"train"/"val": {"images", "boxes": {name: n}}, "dropped_zero_size", "skipped_difficult", "reencoded"}."""
-    items, left_out = collect(Path(images), Path(annotations), list(names))
+    {"train"/"val": {"images", "boxes": {name: n}}, "dropped_zero_size", "skipped_difficult", "reencoded"}.
+    images/annotations: as split_items() takes them."""
+    items, left_out = split_items(images, annotations, list(names))
     out = Path(out)
     if out.exists():
         shutil.rmtree(out)
     counts = {s: {"images": 0, "boxes": {n: 0 for n in names}} for s in ("train", "val")}
     lists, reencoded = {"train": [], "val": []}, []
-    for im, rows in items:
-        split = split_of(im.stem)
+    for split, im, rows in items:
         for d in ("images", "labels"):
             (out / d / split).mkdir(parents=True, exist_ok=True)
         dst = out / "images" / split / im.name
@@ -216,12 +242,20 @@ def main(argv=None):
     if not (images and annotations and names):
         print("error: give --preset, or --images, --annotations and --names", file=sys.stderr)
         return 2
-    for what, path in (("images", src / images), ("annotations", src / annotations)):
-        if not path.exists():
-            print(f"error: {what}: {path} not found: --src must be the dataset repository's files", file=sys.stderr)
-            return 2
+    if isinstance(images, dict) != isinstance(annotations, dict):   # a preset's own split: both or neither
+        print(f"error: --preset {a.preset} ships its own split (folders {', '.join(PRESETS[a.preset][0].values())}): "
+              f"give both --images and --annotations, or neither", file=sys.stderr)
+        return 2
+    images, annotations = (({k: src / v for k, v in x.items()} if isinstance(x, dict) else src / x)
+                           for x in (images, annotations))
+    for what, x in (("images", images), ("annotations", annotations)):
+        for path in x.values() if isinstance(x, dict) else [x]:
+            if not path.exists():
+                print(f"error: {what}: {path} not found: --src must be the dataset repository's files",
+                      file=sys.stderr)
+                return 2
     try:
-        counts = convert(src / images, src / annotations, names, a.out)
+        counts = convert(images, annotations, names, a.out)
     except AnnotationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,12 +1,15 @@
 """dev/accuracy/accuracy_datasets.py, the converter of public VOC/CSV detection sets to the published YOLO layout,
 on small synthetic sources written here: boxes converted exactly (VOC XML and CSV alike), the split a fixed
-rule of each file name, zero-size boxes dropped and counted, truncated JPEGs re-encoded, and every bad
-annotation refused with one `error:` line before anything is written.
+rule of each file name (or, for a set that ships its own split, each file's folder), zero-size boxes dropped and
+counted, truncated JPEGs re-encoded, and every bad annotation refused with one `error:` line before anything is
+written.
 Run: OMP_NUM_THREADS=1 python -m pytest -q dev/tests/test_accuracy_datasets.py
 """
 
 import hashlib
+import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -146,3 +149,57 @@ def test_bad_sources_are_refused(tmp_path, capsys):
         assert rc == 2 and err.startswith("error: ") and re.search(want, err), err
     assert ad.main(["--src", str(src), "--out", str(tmp_path / "o")]) == 2
     assert "give --preset" in capsys.readouterr().err
+
+
+def _folder(root, source):
+    """One split folder of a set that ships its own split: NAME.jpg and NAME.xml side by side."""
+    root.mkdir(parents=True)
+    for name, (w, h, boxes) in source.items():
+        cv2.imwrite(str(root / f"{name}.jpg"), np.full((h, w, 3), 90, np.uint8))
+        _voc(root / f"{name}.xml", w, h, boxes)
+    return root
+
+
+def test_a_shipped_split_keeps_each_folders_files_in_its_split(tmp_path, capsys, monkeypatch):
+    # names the hash rule would put in the other split: the folder decides, not the rule
+    to_val = [n for n in (f"f{i}" for i in range(40)) if ad.split_of(n) == "val"][:2]
+    to_train = [n for n in (f"g{i}" for i in range(40)) if ad.split_of(n) == "train"][:3]
+    _folder(tmp_path / "src" / "train_zip" / "train", {n: (60, 40, [("apple", 1, 2, 30, 40)]) for n in to_val})
+    _folder(tmp_path / "src" / "test_zip" / "test", {n: (50, 50, [("orange", 0, 0, 50, 25)]) for n in to_train})
+    monkeypatch.setitem(ad.PRESETS, "own", (ad.FRUIT_SPLIT, ad.FRUIT_SPLIT, ["apple", "orange"]))
+    out = tmp_path / "out"
+    assert ad.main(["--preset", "own", "--src", str(tmp_path / "src"), "--out", str(out)]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["train"] == {"images": 2, "boxes": {"apple": 2, "orange": 0}}
+    assert counts["val"] == {"images": 3, "boxes": {"apple": 0, "orange": 3}}
+    assert (out / "train.txt").read_text().split() == [f"{n}.jpg" for n in to_val]
+    assert (out / "val.txt").read_text().split() == [f"{n}.jpg" for n in to_train]
+    got = _labels(out)
+    np.testing.assert_allclose(got[to_train[0]], [[1, 0.5, 0.25, 1.0, 0.5]], atol=1e-6)
+    assert sorted(p.name for p in (out / "labels" / "val").iterdir()) == sorted(f"{n}.txt" for n in to_train)
+    # the split's own folders are required, both of them; --images alone cannot replace half of them
+    assert ad.main(["--preset", "own", "--src", str(tmp_path / "src"), "--images", "x", "--out", str(out)]) == 2
+    assert "ships its own split" in capsys.readouterr().err
+    shutil.rmtree(tmp_path / "src" / "test_zip")
+    assert ad.main(["--preset", "own", "--src", str(tmp_path / "src"), "--out", str(tmp_path / "o2")]) == 2
+    assert re.search(r"error: images: .*test_zip/test not found", capsys.readouterr().err)
+
+
+def test_a_file_name_in_both_shipped_splits_is_refused(tmp_path, capsys):
+    train = _folder(tmp_path / "train", {"a1": (40, 40, [("apple", 1, 1, 9, 9)]), "a2": (40, 40, [])})
+    test = _folder(tmp_path / "test", {"a2": (40, 40, [("apple", 2, 2, 8, 8)])})
+    split = {"train": train, "val": test}
+    with pytest.raises(ad.AnnotationError, match=r"a2\.jpg is also in .*train: a file name may be in one split"):
+        ad.convert(split, split, ["apple"], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_presets_split_rules():
+    # raccoon, kangaroo and bccd keep the hash rule (recorded results depend on it); fruit ships its own split
+    for name in ("raccoon", "kangaroo", "bccd"):
+        images, annotations, _ = ad.PRESETS[name]
+        assert isinstance(images, str) and isinstance(annotations, str)
+    assert ad.VAL_MODULUS == 5
+    images, annotations, names = ad.PRESETS["fruit"]
+    assert images == annotations == {"train": "train_zip/train", "val": "test_zip/test"}
+    assert names == ["apple", "banana", "orange"]
