@@ -180,7 +180,7 @@ def _run_graph(model_name, config, args):
            "device": args.device, "batch": args.batch, "img": args.img, "boxes": args.boxes}
     if torch.device(args.device).type != "cuda":
         return {**row, "status": "error", "error": f"{config} needs a CUDA device (whole-step CUDA graphs)"}
-    r = bench_step.run_one(model_name, backend, "graph", args)
+    r = bench_step.run_one(model_name, backend, "graph", "fixed", args)
     row.update({k: r[k] for k in ("status", "error", "step_ms", "peak_alloc_gib", "peak_reserved_gib", "gpu_ms")
                 if k in r})
     if r.get("status") == "ok":

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_step.py                                # yolov9-s and yolov9-c, batch 64, 640, AMP
     python benchmarks/bench_step.py --models yolov9-s --backends c --steps 10 --markdown
+    python benchmarks/bench_step.py --models yolov9-s --paths fixed micro rect multiscale partial ckpt --graph-shapes
 
 The step is the trainer's own (yolov9c.engine.train.step.EagerStep and graph_step.GraphStep) on a RunState
 built here as setup() builds it for a fresh run: DetectionModel → channels-last on CUDA → the optimizer of
@@ -11,8 +12,13 @@ optimizer step, scaler update, EMA update. Inputs: random uint8 images (on the d
 the memory format as prepare_batch does) and --boxes random boxes per image (host targets, as the loader
 gives them). After --warmup steps (the graph step captures after its own 3 eager ones), --steps timed steps
 with torch.cuda.synchronize() around each: the median ms; GPU time per step = the sum of kernel times of
---profile steps under torch.profiler (also split by op group and the longest kernels); peak allocated / reserved GiB over the timed steps. Each configuration
-runs in its own subprocess. One JSON line per configuration; --markdown adds the table.
+--profile steps under torch.profiler (also split by op group and the longest kernels); peak allocated / reserved GiB over the timed steps;
+host ms = the median time until the step returns, before the synchronize (≈ step ms: the step is host-bound).
+--paths (PATHS): the trainer's paths besides the fixed shape — the micro-batch the out-of-memory guard picks
+(batch / 2, two forward/backward passes a batch), a --rect shape (batch × 3/4 img × img), --multi-scale sizes (each
+step the next of 0.5, 1.0 and 1.5 × img), the epoch's last partial batch (2/3 of the batch every step) and
+--ckpt (torch only: the c backend ignores it); --graph-shapes turns the trainer's option on in the graph rows.
+Each configuration runs in its own subprocess. One JSON line per configuration; --markdown adds the table.
 """
 
 from __future__ import annotations
@@ -23,12 +29,28 @@ import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 REPO = Path(__file__).resolve().parents[1]
 GIB = 2 ** 30
+
+
+def _round(x, stride=32):
+    return max(stride, int(round(x / stride)) * stride)
+
+
+# path: (batch, img) -> the (images, height, width) of each step, cycling; plus what it sets on the run
+PATHS = {
+    "fixed": lambda b, img: [(b, img, img)],
+    "micro": lambda b, img: [(b, img, img)],  # state.progress.micro_batch = b // 2, as the guard sets it
+    "rect": lambda b, img: [(b, _round(img * 3 / 4), img)],
+    "multiscale": lambda b, img: [(b, _round(img * f), _round(img * f)) for f in (0.5, 1.0, 1.5)],
+    "partial": lambda b, img: [(max(1, b * 2 // 3), img, img)],
+    "ckpt": lambda b, img: [(b, img, img)],  # cfg.ckpt: torch's layer checkpointing
+}
 
 
 def build_parser():
@@ -49,11 +71,15 @@ def build_parser():
                    help="torch.backends.cudnn.benchmark = True in every configuration (cuDNN times its algorithms per "
                         "shape in the warm-up): the eager steps run with it throughout, the graph step as the "
                         "trainer runs it by default (--cudnn-benchmark: warm-up and captures); off: neither")
-    p.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "MODE"), help=argparse.SUPPRESS)
+    p.add_argument("--paths", nargs="+", default=["fixed"], choices=sorted(PATHS),
+                   help="the training paths measured (module docstring); default: the fixed shape only")
+    p.add_argument("--graph-shapes", action="store_true",
+                   help="the trainer's --graph-shapes in the graph rows (one graph per input shape)")
+    p.add_argument("--one", nargs=4, metavar=("MODEL", "BACKEND", "MODE", "PATH"), help=argparse.SUPPRESS)
     return p
 
 
-def _state(model_name, backend, args):
+def _state(model_name, backend, args, path="fixed", mode="eager"):
     import torch
 
     from yolov9c.api import build_model, make_loss
@@ -61,7 +87,7 @@ def _state(model_name, backend, args):
     from yolov9c.engine.train.batching import Batching
     from yolov9c.engine.train.config import RunConfig
     from yolov9c.engine.train.ema import ModelEMA
-    from yolov9c.engine.train.layer_ckpt import bn_buffers
+    from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
     from yolov9c.engine.train.optim import build_optimizer
     from yolov9c.engine.train.state import RunState
     from yolov9c.resources import load_hyp
@@ -76,14 +102,24 @@ def _state(model_name, backend, args):
     if backend != "torch":
         out = apply(model, backend)
         model = model if out is None else out
-    cfg = RunConfig(backend=backend, channels_last=True, cudnn_benchmark=bool(args.cudnn_benchmark))
-    return RunState(cfg=cfg, device=device, amp=True,
-                    memory_format=torch.channels_last, hyp=hyp, model=model, ema=ema, loss=loss,
-                    optimizer=optimizer, scaler=torch.amp.GradScaler("cuda"),
-                    batching=Batching(args.batch, 1, nominal=args.batch, fixed_accumulate=1), bn_stats=bn_buffers(model), log=lambda *a: None)
+    ckpt = path == "ckpt" and backend == "torch"
+    if ckpt:
+        model.forward = types.MethodType(checkpointed_forward, model)
+    cfg = RunConfig(backend=backend, channels_last=True, cudnn_benchmark=bool(args.cudnn_benchmark), ckpt=ckpt,
+                    rect=path == "rect", multi_scale=path == "multiscale")
+    if mode == "graph" and getattr(args, "graph_shapes", False):
+        cfg.graph_shapes = True
+    state = RunState(cfg=cfg, device=device, amp=True,
+                     memory_format=torch.channels_last, hyp=hyp, model=model, ema=ema, loss=loss,
+                     optimizer=optimizer, scaler=torch.amp.GradScaler("cuda"),
+                     batching=Batching(args.batch, 1, nominal=args.batch, fixed_accumulate=1),
+                     bn_stats=bn_buffers(model), bn_buffers=bn_buffers(model) if ckpt else [], log=lambda *a: None)
+    if path == "micro":
+        state.progress.micro_batch = max(1, args.batch // 2)
+    return state
 
 
-def run_one(model_name, backend, mode, args):
+def run_one(model_name, backend, mode, path, args):
     import torch
 
     from yolov9c.engine.train.graph_step import GraphStep
@@ -91,40 +127,47 @@ def run_one(model_name, backend, mode, args):
     from yolov9c.engine.train.step import EagerStep
 
     torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
-    state = _state(model_name, backend, args)
+    state = _state(model_name, backend, args, path, mode)
     step = GraphStep(state) if mode == "graph" else EagerStep()
     gen = torch.Generator().manual_seed(0)
-    images = torch.randint(0, 256, (args.batch, 3, args.img, args.img), dtype=torch.uint8, generator=gen)
-    images = images.cuda().contiguous(memory_format=torch.channels_last)
-    targets = random_targets(args.batch, args.boxes, args.nc, gen)
+    inputs = []
+    for b, h, w in PATHS[path](args.batch, args.img):
+        images = torch.randint(0, 256, (b, 3, h, w), dtype=torch.uint8, generator=gen)
+        inputs.append((images.cuda().contiguous(memory_format=torch.channels_last),
+                       random_targets(b, args.boxes, args.nc, gen)))
     ni = [0]
 
     def one():
+        images, targets = inputs[ni[0] % len(inputs)]
         imgs = images.contiguous(memory_format=state.memory_format).float() / 255
         r = step(state, imgs, targets, ni[0])
         ni[0] += 1
         return r
 
-    row = {"model": model_name, "backend": backend, "mode": mode, "batch": args.batch, "img": args.img,
-           "boxes": args.boxes, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "cudnn_benchmark": bool(args.cudnn_benchmark)}
+    row = {"model": model_name, "backend": backend, "mode": mode, "path": path, "batch": args.batch,
+           "img": args.img, "shapes": [list(s) for s in PATHS[path](args.batch, args.img)], "boxes": args.boxes,
+           "graph_shapes": bool(state.cfg.graph_shapes), "gpu": torch.cuda.get_device_name(0),
+           "torch": torch.__version__, "cudnn_benchmark": bool(args.cudnn_benchmark)}
     try:
-        for _ in range(args.warmup):
+        for _ in range(args.warmup + 3 * (len(inputs) - 1)):  # every shape reaches its capture
             one()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        times, losses = [], []
+        times, hosts, losses = [], [], []
         for _ in range(args.steps):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             r = one()
+            hosts.append(time.perf_counter() - t0)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
             losses.append(float(r.loss_items.sum()))
     except torch.cuda.OutOfMemoryError as e:
         return {**row, "status": "oom", "error": str(e).splitlines()[0][:200]}
     times.sort()
+    hosts.sort()
     row.update(status="ok", step_ms=round(1000 * times[len(times) // 2], 2), min_ms=round(1000 * times[0], 2),
+               host_ms=round(1000 * hosts[len(hosts) // 2], 2),
                peak_alloc_gib=round(torch.cuda.max_memory_allocated() / GIB, 3),
                peak_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3), last_loss=losses[-1],
                graphed=mode == "graph" and bool(step.micro))
@@ -169,15 +212,17 @@ def _gpu_ms(one, steps):
             [[name[:90], round(ms, 2)] for name, ms in top])
 
 
-def run_config(args, model_name, backend, mode):
-    argv = [sys.executable, str(Path(__file__).resolve()), "--one", model_name, backend, mode]
+def run_config(args, model_name, backend, mode, path="fixed"):
+    argv = [sys.executable, str(Path(__file__).resolve()), "--one", model_name, backend, mode, path]
     for k in ("batch", "img", "boxes", "nc", "steps", "warmup", "profile"):
         argv += [f"--{k}", str(getattr(args, k))]
     if args.cudnn_benchmark:
         argv.append("--cudnn-benchmark")
+    if getattr(args, "graph_shapes", False):
+        argv.append("--graph-shapes")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    base = {"model": model_name, "backend": backend, "mode": mode}
+    base = {"model": model_name, "backend": backend, "mode": mode, "path": path}
     try:
         r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -190,15 +235,16 @@ def run_config(args, model_name, backend, mode):
 
 
 def markdown(rows):
-    out = ["| model | backend | step | status | step ms (median) | × eager | GPU ms/step | peak allocated GiB | "
-           "peak reserved GiB |", "|---|---|---|---|---|---|---|---|---|"]
-    eager = {(r["model"], r["backend"]): r.get("step_ms") for r in rows if r["mode"] == "eager"}
+    out = ["| model | backend | path | step | status | step ms (median) | host ms | × eager | GPU ms/step | "
+           "peak allocated GiB | peak reserved GiB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    key = lambda r: (r["model"], r["backend"], r.get("path", "fixed"))  # noqa: E731
+    eager = {key(r): r.get("step_ms") for r in rows if r["mode"] == "eager"}
     for r in rows:
-        base = eager.get((r["model"], r["backend"]))
+        base = eager.get(key(r))
         ratio = f"{r['step_ms'] / base:.2f}" if r.get("step_ms") and base else "—"
-        out.append(f"| {r['model']} | {r['backend']} | {r['mode']} | {r['status']} | {r.get('step_ms', '—')} | "
-                   f"{ratio} | {r.get('gpu_ms', '—')} | {r.get('peak_alloc_gib', '—')} | "
-                   f"{r.get('peak_reserved_gib', '—')} |")
+        out.append(f"| {r['model']} | {r['backend']} | {r.get('path', 'fixed')} | {r['mode']} | {r['status']} | "
+                   f"{r.get('step_ms', '—')} | {r.get('host_ms', '—')} | {ratio} | {r.get('gpu_ms', '—')} | "
+                   f"{r.get('peak_alloc_gib', '—')} | {r.get('peak_reserved_gib', '—')} |")
     return "\n".join(out)
 
 
@@ -210,9 +256,12 @@ def main(argv=None):
     rows = []
     for m in args.models:
         for b in args.backends:
-            for mode in args.modes:
-                rows.append(run_config(args, m, b, mode))
-                print(json.dumps(rows[-1]), flush=True)
+            for path in args.paths:
+                if path == "ckpt" and b != "torch":
+                    continue  # the c backend ignores --ckpt (it stores one tensor per layer already)
+                for mode in args.modes:
+                    rows.append(run_config(args, m, b, mode, path))
+                    print(json.dumps(rows[-1]), flush=True)
     if args.markdown:
         print(markdown(rows))
 

@@ -1,0 +1,56 @@
+"""bench_step.py's training paths: the shapes each path feeds the step and which rows a call makes (the
+measurements themselves need a CUDA GPU: dev/gpu_run.sh part `step`).
+Test: python -m pytest -q tests/benchmarks/test_bench_step.py"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_step  # noqa: E402
+
+
+@pytest.mark.parametrize("batch,img", [(64, 640), (16, 320), (5, 96)])
+def test_each_path_feeds_the_shapes_of_its_trainer_path(batch, img):
+    paths = {name: make(batch, img) for name, make in bench_step.PATHS.items()}
+    for name in ("fixed", "micro", "ckpt"):
+        assert paths[name] == [(batch, img, img)]
+    (b, h, w), = paths["rect"]
+    assert b == batch and w == img and h < img and h % 32 == 0 and abs(h - img * 3 / 4) <= 16
+    sizes = paths["multiscale"]
+    assert len(sizes) == 3 and len(set(sizes)) == 3 and (batch, img, img) in sizes
+    assert all(b == batch and h == w and h % 32 == 0 for b, h, w in sizes)
+    (b, h, w), = paths["partial"]
+    assert 1 <= b < batch or batch == 1
+    assert (h, w) == (img, img)
+
+
+def test_a_call_makes_a_row_per_path_and_mode_and_skips_ckpt_for_c(monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(bench_step, "run_config",
+                        lambda args, m, b, mode, path: calls.append((m, b, mode, path)) or
+                        {"model": m, "backend": b, "mode": mode, "path": path, "status": "ok", "step_ms": 1.0})
+    bench_step.main(["--models", "yolov9-t", "--backends", "c", "torch", "--paths", "fixed", "ckpt",
+                     "--modes", "eager", "graph", "--markdown"])
+    assert ("yolov9-t", "torch", "graph", "ckpt") in calls and ("yolov9-t", "c", "eager", "fixed") in calls
+    assert not [c for c in calls if c[1] == "c" and c[3] == "ckpt"]
+    assert len(calls) == 6
+    table = capsys.readouterr().out
+    assert "| yolov9-t | torch | ckpt | graph | ok | 1.0 |" in table
+
+
+def test_graph_shapes_and_the_path_reach_the_child_process(monkeypatch):
+    args = bench_step.build_parser().parse_args(["--graph-shapes", "--paths", "rect"])
+    seen = []
+
+    def fake_run(argv, **kw):
+        seen.append(argv)
+        raise bench_step.subprocess.TimeoutExpired(argv, 1)
+
+    monkeypatch.setattr(bench_step.subprocess, "run", fake_run)
+    row = bench_step.run_config(args, "yolov9-t", "c", "graph", "rect")
+    assert row["status"] == "timeout" and row["path"] == "rect"
+    argv = seen[0]
+    i = argv.index("--one")
+    assert argv[i + 1:i + 5] == ["yolov9-t", "c", "graph", "rect"] and "--graph-shapes" in argv
