@@ -46,15 +46,16 @@ class _Micro:
 def unsupported(state) -> str | None:
     """Why the graph step cannot run for this run (None when it can): the eager step runs instead."""
     cfg = state.cfg
+    shapes = getattr(cfg, "graph_shapes", False)  # graph_shapes.py: a graph per shape
     if not getattr(cfg, "cuda_graph", True):
         return "--no-cuda-graph"
     if state.device.type != "cuda":
         return "not on a CUDA device"
     if state.world > 1:
         return "DDP: NCCL collectives inside a captured graph are not supported here"
-    if cfg.rect:
+    if cfg.rect and not shapes:
         return "--rect: every batch has its own shape"
-    if cfg.multi_scale:
+    if cfg.multi_scale and not shapes:
         return "--multi-scale: every batch has its own shape"
     if state.bn_buffers:
         return "--ckpt: the recomputed forward is not captured"
@@ -72,6 +73,15 @@ def select_step(state):
     if why is not None:
         state.log(f"step: eager ({why})")
         return EagerStep()
+    if getattr(state.cfg, "graph_shapes", False):
+        from yolov9c.engine.train.graph_shapes import ShapeGraphStep  # it builds on this module
+        step = ShapeGraphStep(state)
+        state.log(f"step: CUDA graphs keyed by shape (--graph-shapes, experimental): one graph per micro-batch shape "
+                  f"and box bucket ({'/'.join(map(str, BUCKETS))} per image), captured on first use after {WARMUP} "
+                  f"eager micro-batches" + (" and one eager micro-batch of each new shape (cuDNN timing)"
+                                            if step.benchmark else "")
+                  + f", at most {step.cap} in one memory pool; micro-batches beyond run eagerly")
+        return step
     state.log(f"step: CUDA graphs (captured after {WARMUP} eager batches; targets padded to "
               f"{'/'.join(map(str, BUCKETS))} boxes per image; batches of another shape or more boxes run eagerly)")
     return GraphStep(state)
