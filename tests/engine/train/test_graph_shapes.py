@@ -1,4 +1,5 @@
-"""CUDA graphs keyed by shape (yolov9c/engine/train/graph_shapes.py, --graph-shapes).
+"""CUDA graphs keyed by shape (yolov9c/engine/train/graph_shapes.py, --graph-shapes) and what the planner counts
+for them (memory_plan.graphs_gib).
 
 CPU: the option (off by default, recorded in opt.yaml, restored by --resume, overridable there); which step a run
 gets; which key a micro-batch maps to (layout and box bucket); the warm-up, cap and first-use decisions; the static
@@ -6,7 +7,8 @@ images as views of one buffer that grows; and the whole keyed step driven on the
 boundary replaced (GraphStep.capture: a stand-in graph whose replay runs the captured body; the capture stream):
 every key captured once on first use, eager micro-batches exactly where the contract says, the out-of-memory
 guard's halving captured at the new micro-batch, the cap logged once, and every optimizer step reading the eager
-step's gradients (the two runs in lock-step: the same weights at each window's start).
+step's gradients (the two runs in lock-step: the same weights at each window's start). The planner: graphs_gib,
+and a --mem-budget run with --graph-shapes getting a smaller micro-batch.
 Run: python -m pytest -q tests/engine/train/test_graph_shapes.py
 """
 
@@ -20,6 +22,7 @@ from yolov9c.cli.train import parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train import graph_shapes as GS
 from yolov9c.engine.train import graph_step as G
+from yolov9c.engine.train import memory_plan as mp
 from yolov9c.engine.train import step as S
 from yolov9c.engine.train.config import RESUME_OVERRIDES, RunConfig
 from yolov9c.engine.train.optim import build_optimizer
@@ -365,3 +368,42 @@ def test_out_of_memory_halving_captures_at_the_new_micro_batch(tmp_path, cpu, mo
     assert seen[:3] == [("eager", "warm-up"), ("eager", "warm-up"), ("replay", _key(half, 32))]
     assert seen[3:] == [("replay", _key(half, 32))] * 8 and list(state.step.micro) == [_key(half, 32)]
     _assert_same_windows(cpu, eager, state, items)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The planner
+# ---------------------------------------------------------------------------------------------------------
+
+def test_planner_counts_the_graphs():
+    cost = mp.Cost("toy", "c", fixed_gib=1.0, per_image_gib=0.1)
+    assert mp.graphs_gib(cost, 64, graphs=1) == 0 and mp.predict(cost, 64, graphs=1) == mp.predict(cost, 64)
+    extra = 11 * mp.GRAPH_SHARE * 0.1 * 64
+    assert mp.graphs_gib(cost, 64, graphs=12) == pytest.approx(extra)
+    assert mp.predict(cost, 64, graphs=12) == pytest.approx(1.0 + 6.4 + extra)
+    assert mp.graphs_gib(cost, 64, img=320, graphs=12) == pytest.approx(extra / 4)  # a quarter of the pixels
+    budget = mp.predict(cost, 64) + extra / 2  # the step fits, the step with its graphs does not
+    assert mp.plan(cost, budget, nominal=64).batch == 64
+    p = mp.plan(cost, budget, nominal=64, graphs=12)
+    assert (p.batch, p.accumulate, p.fits) == (32, 2, True) and p.predicted_gib == pytest.approx(
+        mp.predict(cost, 32, graphs=12))
+
+
+def test_mem_budget_with_graph_shapes_counts_the_cap(tmp_path):
+    """A budget between the predicted peaks of 4 images without and with MAX_GRAPHS graphs: --graph-shapes makes
+    the plan split the loader batch of 4 into micro-batches of 2 and says why in the log."""
+    cost = mp.lookup("yolov9-s", "torch")
+    budget = (mp.predict(cost, 4, 64) + mp.predict(cost, 4, 64, graphs=GS.MAX_GRAPHS)) / 2
+    assert mp.predict(cost, 2, 64, graphs=GS.MAX_GRAPHS) < budget
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=64)
+    micro = {}
+    for flag in ("--no-graph-shapes", "--graph-shapes"):
+        lines = []
+        cfg = parse_opt(["--data", str(data), "--cfg", "yolov9-s.yaml", "--img", "64", "--batch", "4", "--workers",
+                         "0", "--noplots", "--device", "cpu", "--backend", "torch", "--project",
+                         str(tmp_path / flag), "--mem-budget", f"{budget * 1024:.3f}M", flag])
+        state = setup(cfg, log=lines.append)
+        micro[flag] = state.progress.micro_batch
+        said = [s for s in lines if s.startswith("memory plan: --graph-shapes:")]
+        assert len(said) == (flag == "--graph-shapes")
+    assert micro == {"--no-graph-shapes": None, "--graph-shapes": 2}
+    assert said[0].startswith(f"memory plan: --graph-shapes: {GS.MAX_GRAPHS} CUDA graphs counted")
