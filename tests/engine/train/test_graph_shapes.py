@@ -9,6 +9,9 @@ every key captured once on first use, eager micro-batches exactly where the cont
 guard's halving captured at the new micro-batch, the cap logged once, and every optimizer step reading the eager
 step's gradients (the two runs in lock-step: the same weights at each window's start). The planner: graphs_gib,
 and a --mem-budget run with --graph-shapes getting a smaller micro-batch.
+CUDA (marked cuda; per shape: fixed, micro-batch 2 after the guard halved 4, a --rect shape, a --multi-scale size,
+a partial last batch): one replay of the shape's graph = the eager forward_backward's gradients (as
+test_graph_step.py's fixed-shape test), and a run graphed by shape = an eager run (weights, EMA, loss items).
 Run: python -m pytest -q tests/engine/train/test_graph_shapes.py
 """
 
@@ -17,7 +20,7 @@ import torch
 import yaml
 from torch import nn
 
-from test_graph_step import _rel, _targets
+from test_graph_step import _first_flip, _rel, _targets
 from yolov9c.cli.train import parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train import graph_shapes as GS
@@ -27,8 +30,9 @@ from yolov9c.engine.train import step as S
 from yolov9c.engine.train.config import RESUME_OVERRIDES, RunConfig
 from yolov9c.engine.train.optim import build_optimizer
 from yolov9c.engine.train.resume import read_resume
+from yolov9c.engine.train.schedule import warmup
 from yolov9c.engine.train.state import RunState, setup
-from yolov9c.engine.train.step import prepare_batch, split_batch
+from yolov9c.engine.train.step import forward_backward, prepare_batch, split_batch
 from yolov9c.engine.train.trainer import train
 
 
@@ -407,3 +411,182 @@ def test_mem_budget_with_graph_shapes_counts_the_cap(tmp_path):
         assert len(said) == (flag == "--graph-shapes")
     assert micro == {"--no-graph-shapes": None, "--graph-shapes": 2}
     assert said[0].startswith(f"memory plan: --graph-shapes: {GS.MAX_GRAPHS} CUDA graphs counted")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CUDA: per shape, the graphed micro-step and a graphed run against the eager ones
+# ---------------------------------------------------------------------------------------------------------
+
+class _FixedSize:
+    """A numpy Generator's stand-in for prepare_batch's --multi-scale draw: always `size` (a multiple of 32)."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def integers(self, lo, hi):
+        return self.size
+
+
+# case → (flags, images per batch of the case, (H, W) of its images, --multi-scale long side or None, halved)
+CASES = {
+    "fixed": ([], 4, (128, 128), None, False),
+    "halved": ([], 4, (128, 128), None, True),  # micro-batches of 2 after the guard's halving of 4
+    "rect": (["--rect"], 4, (96, 128), None, False),
+    "multi-scale": (["--multi-scale"], 4, (128, 128), 160, False),
+    "partial": ([], 3, (128, 128), None, False),  # an epoch's last batch of 3
+}
+
+
+def _cuda_state(root, backend, data, flags, init_scale=2.0 ** 14):
+    cfg = parse_opt(["--data", str(data), "--cfg", "yolov9-t.yaml", "--img", "128", "--batch", "4", "--accumulate",
+                     "2", "--workers", "0", "--noplots", "--device", "0", "--backend", backend, "--project",
+                     str(root), *flags])
+    lines = []
+    state = setup(cfg, log=lines.append)
+    state.swap_part("scaler", torch.amp.GradScaler("cuda", init_scale=init_scale, growth_interval=2))
+    state.model.train()
+    return state, lines
+
+
+def _case_batches(case, n_case):
+    """WARMUP batches of 4 images of 128² (the run's warm-up), then n_case batches of the case's shape; every
+    image with 1-4 boxes (bucket 32). Returns [(uint8 images, targets, multi-scale side or None)]."""
+    _, n, hw, side, _ = CASES[case]
+    gen = torch.Generator().manual_seed(7)
+    out = []
+    for k in range(G.WARMUP + n_case):
+        b, shape, s = (4, (128, 128), None) if k < G.WARMUP else (n, hw, side)
+        boxes = tuple(1 + (k + i) % 4 for i in range(b))
+        imgs = torch.randint(0, 256, (b, 3, *shape), dtype=torch.uint8, generator=gen)
+        out.append((imgs, _targets(boxes, gen), s))
+    return out
+
+
+def _prepare(state, imgs, side):
+    return prepare_batch(state, imgs, _FixedSize(side if side is not None else state.imgsz))
+
+
+def _out_of_memory_once(monkeypatch):
+    """The first forward_backward of the graph step raises CUDA's out-of-memory error before doing anything (the
+    guard then halves the micro-batch of 4 to 2 and retries the batch)."""
+    real, calls = G.forward_backward, []
+
+    def fb(*a):
+        calls.append(1)
+        if len(calls) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (raised by the test)")
+        return real(*a)
+
+    monkeypatch.setattr(G, "forward_backward", fb)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("backend", ["torch", "c"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_cuda_keyed_micro_step_gradients_equal_eager(tmp_path, monkeypatch, backend, case):
+    """Per shape, as test_graph_step.py's fixed-shape test: after the run's warm-up and the shape's first
+    micro-batches (its eager warm-up under --cudnn-benchmark, then its capture), one replay of the shape's graph
+    against the eager forward_backward on the same weights, micro-batch and loss scale: every parameter's gradient
+    agrees to rounding. "halved" reaches micro-batches of 2 through the guard (an out-of-memory error raised in
+    the first warm-up micro-batch) and its graph is of 2 images."""
+    flags, n, hw, side, halved = CASES[case]
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
+    state, lines = _cuda_state(tmp_path / "runs", backend, data, ["--graph-shapes", *flags])
+    step = state.step
+    assert isinstance(step, GS.ShapeGraphStep) and step.benchmark, "\n".join(lines)
+    if halved:
+        _out_of_memory_once(monkeypatch)
+    batches = _case_batches(case, 3)  # the case's shape: its warm-up, its capture, then the compared batch
+    for ni, (imgs, targets, s) in enumerate(batches[:-1]):
+        state.guard.step(state, _prepare(state, imgs, s), targets, ni)
+    assert state.step is step and step.name == "cuda-graph", "\n".join(s for s in lines if s.startswith("step:"))
+    imgs, targets = _prepare(state, batches[-1][0], batches[-1][2]), batches[-1][1]
+    if halved:
+        assert state.progress.micro_batch == 2
+        imgs, targets = split_batch(imgs, targets, 2)[0]
+    want = (2 if halved else n, 3, *((side, side) if side else hw))
+    assert tuple(imgs.shape) == want
+    key, why = step.plan(imgs, targets)
+    assert why is None and key in step.micro and key[0][0] == want  # a replay of the shape's own graph
+    if halved:
+        assert all(k[0][0][0] == 2 for k in step.micro)  # no graph of the size the guard gave up
+    state.scaler._scale.fill_(64.0)  # finite fp16 gradients on random images (the graph reads this tensor)
+    step.flat.zero_()
+    step.replay_micro(state, imgs, targets, key)
+    graphed = [g.clone() for g in step.grads]
+    step.flat.zero_()
+    step.bind_grads()
+    forward_backward(state, imgs, targets)
+    eager = [p.grad.clone() for p in step.params]
+    assert all(bool(torch.isfinite(t).all()) for t in eager) and sum(float(t.norm()) for t in eager) > 0
+    zero = [torch.zeros_like(t) for t in eager]
+    assert _rel(graphed, eager, zero) < 1e-4
+    floor = 1e-6 * sum(float(t.norm()) for t in eager)  # a gradient of ~0 is compared to rounding of the rest
+    worst = max(float((a - b).norm()) / max(float(b.norm()), floor) for a, b in zip(graphed, eager))
+    assert worst < 1e-2, worst
+
+
+def _cuda_run(state, batches, replayed=None):
+    """Train `batches` through the guard (warm-up LR and momentum as the trainer sets them): loss items, scales,
+    finite flags, weights and EMA after each step; `replayed`: the step's keys replayed in each batch."""
+    items, scales, finite, ws, emas = [], [], [], [], []
+    w0 = [p.detach().clone() for p in state.model.parameters()]
+    for ni, (imgs, targets, s) in enumerate(batches):
+        warmup(state.optimizer, ni, state.nw, 0, state.lf, state.hyp)
+        if replayed is not None:
+            replayed.append([])
+        r = state.guard.step(state, _prepare(state, imgs, s), targets, ni)
+        items.append(r.loss_items.float().cpu())
+        scales.append(float(state.scaler.get_scale()))
+        finite.append(r.finite)
+        ws.append([p.detach().clone() for p in state.model.parameters()])
+        emas.append([v.detach().clone() for v in state.ema.ema.state_dict().values() if v.dtype.is_floating_point])
+    torch.cuda.synchronize()
+    state.step.end_epoch(state)
+    return dict(items=torch.stack(items), scales=scales, finite=finite, w0=w0, ws=ws, emas=emas,
+                updates=state.ema.updates)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", list(CASES))
+def test_cuda_keyed_run_equals_eager(tmp_path, monkeypatch, case):
+    """Per shape, as test_graph_step.py's test_cuda_graph_step_equals_eager: a c-backend run whose windows replay
+    the shape's graph (and the optimizer graph) against an eager run on the same weights and batches (the eager
+    one at micro-batches of 2 from the start for "halved": the graphed run's failed first attempt changed nothing):
+    the same applied steps and loss scales, loss items to rounding, and weights and EMA to rounding after every
+    step before the first assigner flip, which comes after an applied window that replayed the shape's graph."""
+    flags, _, _, _, halved = CASES[case]
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
+    batches = _case_batches(case, 8)
+    eager, _ = _cuda_state(tmp_path / "e", "c", data, ["--no-cuda-graph", *flags], init_scale=64.0)
+    if halved:
+        eager.progress.micro_batch = 2
+    e = _cuda_run(eager, batches)
+    state, lines = _cuda_state(tmp_path / "g", "c", data, ["--graph-shapes", *flags], init_scale=64.0)
+    assert isinstance(state.step, GS.ShapeGraphStep)
+    if halved:
+        _out_of_memory_once(monkeypatch)
+    per_batch, real = [], GS.ShapeGraphStep.replay_micro  # the keys replayed in each batch
+    monkeypatch.setattr(GS.ShapeGraphStep, "replay_micro", lambda self, st, imgs, targets, key: per_batch[-1].append(
+        key) or real(self, st, imgs, targets, key))
+    g = _cuda_run(state, batches, per_batch)
+    assert state.step.name == "cuda-graph", "\n".join(s for s in lines if s.startswith("step:"))
+    case_key = {k for ks in per_batch[G.WARMUP:] for k in ks}
+    assert len(case_key) == 1, case_key  # the case's one shape and bucket
+    (key,) = case_key
+    assert [bool(f) for f in g["finite"] if f is not None] == [bool(f) for f in e["finite"] if f is not None]
+    assert e["scales"] == g["scales"] and e["updates"] == g["updates"] > 0
+    close = torch.isclose(g["items"], e["items"], rtol=2e-3, atol=1e-4).all(1)
+    assert int((~close).sum()) <= 2, (g["items"] - e["items"]).abs().max()
+    assert torch.allclose(g["items"], e["items"], rtol=2e-2, atol=1e-3), (g["items"] - e["items"]).abs().max()
+    flip = _first_flip(g["items"], e["items"])
+    last = len(batches) - 1 if flip is None else flip - 1
+    # an applied window with a replay of the shape's graph before `last`: a wrong graphed step shows in ws[last]
+    stepped = [ni for ni, f in enumerate(g["finite"]) if f is not None and bool(f)]
+    opened = [-1] + [ni for ni, f in enumerate(g["finite"]) if f is not None]
+    windows = [(lo + 1, hi) for lo, hi in zip(opened, opened[1:]) if hi in stepped]
+    graphed = [hi for lo, hi in windows if any(key in per_batch[k] for k in range(lo, hi + 1))]
+    assert graphed and graphed[0] <= last, (flip, graphed)
+    assert _rel(g["ws"][last], e["ws"][last], e["w0"]) < 2e-3
+    ema0 = [torch.zeros_like(v) for v in e["emas"][last]]
+    assert _rel(g["emas"][last], e["emas"][last], ema0) < 1e-4
