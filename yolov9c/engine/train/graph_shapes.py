@@ -121,7 +121,7 @@ class ShapeGraphStep(GraphStep):
             return super().eager_micro(state, imgs, targets, why)
         if self.grads is not None:
             self.bind_grads()
-        with cudnn_benchmark(True):
+        with cudnn_benchmark(self.benchmark):  # plan asks for this warm-up only when benchmarking
             out = forward_backward(state, imgs, targets)
         if self.pool is not None:
             free_cuda(self.device)
