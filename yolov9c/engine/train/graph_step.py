@@ -10,9 +10,9 @@ micro-step graph per box-count bucket (targets in a static (B, M, 5) buffer, M i
 graph that applies a window only when its losses and gradient norm are finite. Other shapes or more boxes than
 the largest bucket run eagerly into the same gradients. A failed capture or an out-of-memory split switches to
 eager for good (disable); end_epoch() copies the EMA update count to the host; release() drops graphs and pool;
-suspend() until the next batch recaptures (validation on a tight card). Eager (logged) on CPU, DDP, --rect,
---multi-scale, --ckpt, LION, --no-cuda-graph. Tests drive replay_micro, eager_micro, micro_body, opt_body (captured),
-bind_grads, capturing. Test: python -m pytest -q tests/engine/train/test_graph_step.py (graphed = eager, CUDA)
+suspend() until the next batch recaptures (validation on a tight card). Eager (logged) on CPU, DDP, --rect and
+--multi-scale (graph_shapes.py graphs them: --graph-shapes), --ckpt, LION, --no-cuda-graph. Tests drive the methods.
+Test: python -m pytest -q tests/engine/train/test_graph_step.py (graphed = eager, CUDA)
 """
 
 from __future__ import annotations
