@@ -9,8 +9,8 @@ that differ (the published ones name files absent here): `--data` synthetic, `--
 bundled hyp.scratch-high.yaml (bare names are looked up in configs/hyps/).
 Added: --backend {torch,c} (c on a CUDA GPU, torch on the CPU), --channels-last, --accumulate, --amp, --ckpt,
 --aux-recompute / --main-recompute / --keep-inputs (c's switches, cli/memory.py), --val-period, --pin-memory,
---gpu-augment, --mosaic, --mixup, --deterministic, --max-nonfinite, --cuda-graph, --cudnn-benchmark, --mem-cap,
---mem-budget / --dynamic-img / --min-img (the memory planner). PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True by default.
+--gpu-augment, --mosaic, --mixup, --deterministic, --max-nonfinite, --cuda-graph, --graph-shapes, --cudnn-benchmark,
+--mem-cap, --mem-budget / --dynamic-img / --min-img (planner). PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True by default.
 parse_opt(argv, prog=...) -> RunConfig (yolov9c/engine/train/config.py); the trainer never sees argparse.
 Test: python -m pytest -q tests/cli/test_train_cli.py
 """
@@ -155,6 +155,10 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
                    help="capture the training step in CUDA graphs and replay it (default on; runs only on CUDA "
                         "with fixed shapes and no DDP, the log says which step runs and why)")
+    p.add_argument("--graph-shapes", action=argparse.BooleanOptionalAction, default=False,
+                   help="experimental, default off until measured on a GPU: with the CUDA-graph step, one graph per "
+                        "micro-batch shape and box bucket (the --mem-budget or out-of-memory micro-batch, --rect, "
+                        "--multi-scale, the last partial batch), captured on first use, at most 12, one memory pool")
     p.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=True,
                    help="with the CUDA-graph step: cuDNN times its convolution algorithms for the fixed training "
                         "shape in the eager warm-up batches and the graphs replay the fastest (default on; not "

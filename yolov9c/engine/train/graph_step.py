@@ -10,9 +10,9 @@ micro-step graph per box-count bucket (targets in a static (B, M, 5) buffer, M i
 graph that applies a window only when its losses and gradient norm are finite. Other shapes or more boxes than
 the largest bucket run eagerly into the same gradients. A failed capture or an out-of-memory split switches to
 eager for good (disable); end_epoch() copies the EMA update count to the host; release() drops graphs and pool;
-suspend() until the next batch recaptures (validation on a tight card). Eager (logged) on CPU, DDP, --rect,
---multi-scale, --ckpt, LION, --no-cuda-graph. Tests drive replay_micro, eager_micro, micro_body, opt_body (captured),
-bind_grads, capturing. Test: python -m pytest -q tests/engine/train/test_graph_step.py (graphed = eager, CUDA)
+suspend() until the next batch recaptures (validation on a tight card). Eager (logged) on CPU, DDP, --rect and
+--multi-scale (graph_shapes.py graphs them: --graph-shapes), --ckpt, LION, --no-cuda-graph. Tests drive the methods.
+Test: python -m pytest -q tests/engine/train/test_graph_step.py (graphed = eager, CUDA)
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ BUCKETS = (32, 64, 128, 256)  # padded boxes per image of the micro-step graphs
 @dataclass
 class _Micro:
     graph: torch.cuda.CUDAGraph
+    imgs: torch.Tensor  # the static image batch the graph reads
     gt: torch.Tensor  # static (B, bucket, 5) packed targets
     items: torch.Tensor  # the graph's loss items (3,)
     finite: torch.Tensor  # the graph's 0-dim finiteness of the loss items
@@ -45,15 +46,16 @@ class _Micro:
 def unsupported(state) -> str | None:
     """Why the graph step cannot run for this run (None when it can): the eager step runs instead."""
     cfg = state.cfg
+    shapes = getattr(cfg, "graph_shapes", False)  # graph_shapes.py: a graph per shape
     if not getattr(cfg, "cuda_graph", True):
         return "--no-cuda-graph"
     if state.device.type != "cuda":
         return "not on a CUDA device"
     if state.world > 1:
         return "DDP: NCCL collectives inside a captured graph are not supported here"
-    if cfg.rect:
+    if cfg.rect and not shapes:
         return "--rect: every batch has its own shape"
-    if cfg.multi_scale:
+    if cfg.multi_scale and not shapes:
         return "--multi-scale: every batch has its own shape"
     if state.bn_buffers:
         return "--ckpt: the recomputed forward is not captured"
@@ -71,6 +73,15 @@ def select_step(state):
     if why is not None:
         state.log(f"step: eager ({why})")
         return EagerStep()
+    if getattr(state.cfg, "graph_shapes", False):
+        from yolov9c.engine.train.graph_shapes import ShapeGraphStep  # it builds on this module
+        step = ShapeGraphStep(state)
+        state.log(f"step: CUDA graphs keyed by shape (--graph-shapes, experimental): one graph per micro-batch shape "
+                  f"and box bucket ({'/'.join(map(str, BUCKETS))} per image), captured on first use after {WARMUP} "
+                  f"eager micro-batches" + (" and one eager micro-batch of each new shape (cuDNN timing)"
+                                            if step.benchmark else "")
+                  + f", at most {step.cap} in one memory pool; micro-batches beyond run eagerly")
+        return step
     state.log(f"step: CUDA graphs (captured after {WARMUP} eager batches; targets padded to "
               f"{'/'.join(map(str, BUCKETS))} boxes per image; batches of another shape or more boxes run eagerly)")
     return GraphStep(state)
@@ -125,7 +136,8 @@ def max_boxes(targets, batch):
     return int(torch.bincount(img, minlength=batch).max())
 
 
-def _layout(t):
+def layout_of(t):
+    """(shape, strides, dtype, device) of an image batch: what a graph's static batch must match."""
     return tuple(t.shape), t.stride(), t.dtype, t.device
 
 
@@ -137,10 +149,12 @@ class GraphStep:
         self.warmup_left = int(warmup)
         self.buckets = tuple(buckets)
         self.layout = None  # (shape, stride, dtype, device) of the graphed image batch: the first batch's
+        self.imgs = None  # the static image batch of that layout (made at the first capture)
         self.device = state.device
         self._stream = None  # the capture stream (the last warm-up batch runs on it too); made on first use
         self.pool = None
         self.micro = {}  # bucket → _Micro
+        self.captures = 0  # micro-step graphs captured (again after a release: counted again)
         self.opt = None  # the optimizer graph
         self.grads = None  # static gradient views (model.parameters() order) of self.flat
         self.suspends = 0  # times suspend() gave the graphs' memory back (validation on a tight card)
@@ -152,8 +166,8 @@ class GraphStep:
     def plan(self, imgs, targets):
         """(bucket, None) to replay, or (None, reason) to run this batch eagerly."""
         if self.layout is None:
-            self.layout = _layout(imgs)
-        if _layout(imgs) != self.layout:
+            self.layout = layout_of(imgs)
+        if layout_of(imgs) != self.layout:
             return None, "shape"
         bucket = bucket_for(max_boxes(targets, imgs.shape[0]), self.buckets)
         if bucket is None:
@@ -188,16 +202,20 @@ class GraphStep:
         state.window.ok &= finite
         ok = None
         if stepped:
-            if self.grads is None:  # no graph yet: the eager optimizer step (zero_grad, EMA included)
-                ok = optimizer_step(state)
-            else:
-                try:
-                    ok = self._replay_opt(state)
-                except CaptureFailed as e:  # the window's gradients are in place: the eager optimizer step
-                    self._give_up(state, e)
-                    ok = optimizer_step(state)
+            ok = self.optimizer_step(state)
             state.progress.last_opt_step = ni
         return StepResult(loss_items=items, images=imgs.shape[0], stepped=stepped, finite=ok)
+
+    def optimizer_step(self, state):
+        """The window's optimizer step: the optimizer graph once the static gradients exist, else (before the
+        first capture, after disable) step.optimizer_step (zero_grad, EMA included)."""
+        if self.eager or self.grads is None:
+            return optimizer_step(state)
+        try:
+            return self._replay_opt(state)
+        except CaptureFailed as e:  # the window's gradients are in place: the eager optimizer step
+            self._give_up(state, e)
+            return optimizer_step(state)
 
     def _give_up(self, state, err):
         """A capture failed (a CUDA error recorded nothing that ran): the eager step for the rest of the run,
@@ -283,7 +301,6 @@ class GraphStep:
         """Static images, the flat gradient buffer and its views, the fused optimizer, the EMA pairs."""
         model = state.model
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.imgs = torch.empty_like(imgs)
         numel = sum(p.numel() for p in self.params)
         self.flat = torch.zeros(numel, dtype=torch.float32, device=imgs.device)
         self.grads, o = [], 0
@@ -301,6 +318,13 @@ class GraphStep:
         self.window_ok = torch.ones((), dtype=torch.bool, device=imgs.device)  # state.window.ok copied in
         if state.amp and state.scaler._scale is None:
             state.scaler._lazy_init_scale_growth_tracker(imgs.device)
+
+    def static_images(self, imgs):
+        """The static batch a new micro-step graph of `imgs`' layout reads: here the one batch of this step's one
+        layout (graph_shapes.ShapeGraphStep: views of one buffer for every layout)."""
+        if self.imgs is None:
+            self.imgs = torch.empty_like(imgs)
+        return self.imgs
 
     def bind_grads(self):
         """Make every parameter's .grad its static view, carrying over what an eager backward left there
@@ -321,33 +345,51 @@ class GraphStep:
 
     # -- the micro-step graph ----------------------------------------------------------------------------------
 
-    def replay_micro(self, state, imgs, targets, bucket):
+    def bucket_of(self, key):
+        """The box bucket of a key of self.micro (here the key is the bucket)."""
+        return key
+
+    def replay_micro(self, state, imgs, targets, key):
+        """Replay the micro-step graph of `key` (plan's; captured first when new) on this micro-batch: its images
+        and padded targets copied into the graph's static buffers. Returns (loss items, finite) of the graph."""
         if self.grads is None:
             self._build(state, imgs)
         self.bind_grads()
-        m = self.micro.get(bucket) or self._capture_micro(state, bucket)
-        self.imgs.copy_(imgs)
+        m = self.micro.get(key) or self._capture_micro(state, key, self.bucket_of(key), self.static_images(imgs))
+        m.imgs.copy_(imgs)
         h, w = imgs.shape[-2:]
         pack_targets_host(targets, imgs.shape[0], (w, h), torch.float32, imgs.device, nc=state.loss.nc, out=m.gt)
         m.graph.replay()
         return m.items.clone(), m.finite.clone()
 
-    def _capture_micro(self, state, bucket):
-        if not self.micro:  # the first capture: give the last warm-up batch's cached blocks back before the
-            free_cuda(self.device)  # graph pool takes its own (after bind_grads' copies on the main stream)
-        gt = torch.zeros((self.imgs.shape[0], bucket, 5), dtype=torch.float32, device=self.imgs.device)
-        if self.pool is None:  # one pool for every graph of this step (made anew after suspend / release)
+    def capture(self, what, body):
+        """(graph, body()'s outputs): body captured into a CUDA graph in the step's one pool (every graph of this
+        step shares it: they never run at once), on the capture stream, without a timed cuDNN search (a cache
+        miss takes the heuristic choice; a search synchronises). Nothing runs until graph.replay(). The torch.cuda
+        boundary of the step (CPU tests of graph_shapes.py replace it)."""
+        if self.pool is None:  # made anew after suspend / release
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with capturing("the micro-step"), cudnn_benchmark(False, force=True), \
+        with capturing(what), cudnn_benchmark(False, force=True), \
                 torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
-            items, finite = self.micro_body(state, gt)  # cache hits: the warm-up's timed algorithms
-        self.micro[bucket] = m = _Micro(graph, gt, items, finite)
+            out = body()
+        return graph, out
+
+    def _capture_micro(self, state, key, bucket, imgs):
+        """Capture the micro-step graph that reads the static batch `imgs` and targets padded to `bucket` boxes
+        per image; kept as self.micro[key]."""
+        if not self.micro:  # the first capture: give the last warm-up batch's cached blocks back before the
+            free_cuda(self.device)  # graph pool takes its own (after bind_grads' copies on the main stream)
+        gt = torch.zeros((imgs.shape[0], bucket, 5), dtype=torch.float32, device=imgs.device)
+        # cache hits inside: the warm-up's timed algorithms
+        graph, (items, finite) = self.capture("the micro-step", lambda: self.micro_body(state, imgs, gt))
+        self.micro[key] = m = _Micro(graph, imgs, gt, items, finite)
+        self.captures += 1
         return m
 
-    def micro_body(self, state, gt):
+    def micro_body(self, state, imgs, gt):
         with torch.autocast("cuda", enabled=state.amp):
-            pred = state.model(self.imgs)
+            pred = state.model(imgs)
             loss, items = state.loss.padded(pred, gt)
             if state.cfg.quad:
                 loss = loss * 4.0
@@ -368,13 +410,7 @@ class GraphStep:
         return self.opt_ok.clone()
 
     def _capture_opt(self, state):
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with capturing("the optimizer step"), torch.cuda.graph(graph, pool=self.pool, stream=self.stream,
-                                                                capture_error_mode="thread_local"):
-            self.opt_ok = self.opt_body(state)
-        self.opt = graph
+        self.opt, self.opt_ok = self.capture("the optimizer step", lambda: self.opt_body(state))
 
     @torch.no_grad()
     def opt_body(self, state):

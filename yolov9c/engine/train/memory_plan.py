@@ -146,11 +146,28 @@ def is_estimate(cost):
     return cost.source.startswith("estimate")
 
 
-def predict(cost, batch, img=REF_IMG):
-    """Predicted peak reserved GiB of one step at `batch` images of img × img."""
+# --graph-shapes (graph_shapes.py): the micro-step graphs share one capture pool. Assumed until measured on a GPU:
+# the pool holds the largest graph's step (the per-image term, as one graph's pool does), and every further graph
+# keeps GRAPH_SHARE of its own step's per-image memory there: the allocator serves a capture of the same or a
+# smaller step from the blocks the earlier captures freed (splitting them), so what a graph adds is fragmentation
+# and its outputs. Each graph is counted at the planned micro-batch and image size, and plan_for_training counts
+# graph_shapes.MAX_GRAPHS of them (the cap: the most a run holds). Not counted: a new shape's eager warm-up batch
+# beside the pool (as the eager partial batch of a fixed-shape run is not) and --multi-scale sizes above --img.
+GRAPH_SHARE = 0.02
+
+
+def graphs_gib(cost, batch, img=REF_IMG, graphs=1):
+    """GiB that `graphs` CUDA graphs keyed by shape add to a step of `batch` images of img² (the first adds nothing:
+    its pool is the step): (graphs − 1) · GRAPH_SHARE · per_image_gib · batch · (img / 640)²."""
+    return max(int(graphs) - 1, 0) * GRAPH_SHARE * cost.per_image_gib * batch * (img / REF_IMG) ** 2
+
+
+def predict(cost, batch, img=REF_IMG, graphs=1):
+    """Predicted peak reserved GiB of one step at `batch` images of img × img, with `graphs` CUDA graphs keyed by
+    shape held (graphs_gib; 1: one shape, the step itself)."""
     if batch < 1 or img < 1:
         raise ValueError(f"predict: batch and img must be positive, got {batch}, {img}")
-    return cost.fixed_gib + cost.per_image_gib * batch * (img / REF_IMG) ** 2
+    return cost.fixed_gib + cost.per_image_gib * batch * (img / REF_IMG) ** 2 + graphs_gib(cost, batch, img, graphs)
 
 
 def fits_cards(cost, batch, img=REF_IMG, cards=None):
@@ -163,9 +180,10 @@ def _divisors_desc(n):
     return [d for d in range(n, 0, -1) if n % d == 0]
 
 
-def plan(cost, budget_gib, nominal=64, img=REF_IMG, dynamic_img=False, min_img=None, stride=32):
-    """The micro-batch / accumulation (and with dynamic_img the image size) that fit budget_gib; see the module
-    docstring. When nothing fits (batch 1 at img, or at min_img), returns batch 1 with fits=False."""
+def plan(cost, budget_gib, nominal=64, img=REF_IMG, dynamic_img=False, min_img=None, stride=32, graphs=1):
+    """The micro-batch / accumulation (and with dynamic_img the image size) that fit budget_gib with `graphs` CUDA
+    graphs keyed by shape (predict); see the module docstring. When nothing fits (batch 1 at img, or at min_img),
+    returns batch 1 with fits=False."""
     if nominal < 1:
         raise ValueError(f"plan: nominal batch must be positive, got {nominal}")
     if budget_gib <= 0:
@@ -174,19 +192,19 @@ def plan(cost, budget_gib, nominal=64, img=REF_IMG, dynamic_img=False, min_img=N
         floor = min_img if min_img is not None else max(stride * 2, img // 2)
         size = img
         while size >= floor:
-            need = predict(cost, nominal, size)
+            need = predict(cost, nominal, size, graphs)
             if need <= budget_gib:
                 note = "" if size == img else f"images shrunk from {img} to {size} (--dynamic-img)"
                 return Plan(nominal, 1, size, need, budget_gib, True, note)
             size -= stride
     for b in _divisors_desc(nominal):
-        need = predict(cost, b, img)
+        need = predict(cost, b, img, graphs)
         if need <= budget_gib:
             acc = nominal // b
             note = "" if acc == 1 else f"{acc} micro-batches of {b} per optimizer step (nominal batch {nominal})"
             return Plan(b, acc, img, need, budget_gib, True, note)
-    return Plan(1, nominal, img, predict(cost, 1, img), budget_gib, False,
-                f"even one image of {img}² is predicted to need {predict(cost, 1, img):.2f} GiB")
+    one = predict(cost, 1, img, graphs)
+    return Plan(1, nominal, img, one, budget_gib, False, f"even one image of {img}² is predicted to need {one:.2f} GiB")
 
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
@@ -208,12 +226,13 @@ def parse_size(text):
 
 
 def plan_for_training(cfg, backend, budget, nominal=64, img=REF_IMG, dynamic_img=False, min_img=None,
-                      device=None, log=print, switches=None):
+                      device=None, log=print, switches=None, graphs=1):
     """The Plan for `train_dual.py --mem-budget BUDGET [--dynamic-img]`: budget is GiB or a size text
     ('7.5G'); the cost of (cfg, backend) comes from COSTS, else it is measured on `device` (CUDA) when
     given, else estimated (estimate; logged as such). `switches`: the c backend's (None: the defaults), counted
     into a table or estimated cost (switch_cost.adjust; logged when they change it), measured as they are.
-    ValueError (a message for the user) when it can be neither looked up, measured nor estimated."""
+    `graphs`: CUDA graphs keyed by shape counted (--graph-shapes; logged). ValueError (a message for the user)
+    when it can be neither looked up, measured nor estimated."""
     from yolov9c.engine.train import switch_cost
 
     budget_gib = parse_size(budget) if isinstance(budget, str) else float(budget)
@@ -234,7 +253,11 @@ def plan_for_training(cfg, backend, budget, nominal=64, img=REF_IMG, dynamic_img
         log(f"memory plan: the c backend's switches change the step by "
             f"{adjusted.per_image_gib - cost.per_image_gib:+.4f} GiB per 640² image (counted from the model graph)")
     cost = adjusted
-    p = plan(cost, budget_gib, nominal=nominal, img=img, dynamic_img=dynamic_img, min_img=min_img)
+    p = plan(cost, budget_gib, nominal=nominal, img=img, dynamic_img=dynamic_img, min_img=min_img, graphs=graphs)
+    if graphs > 1:
+        log(f"memory plan: --graph-shapes: {graphs} CUDA graphs counted, each beyond the first "
+            f"{GRAPH_SHARE:.0%} of its step's per-image memory ({graphs_gib(cost, p.batch, p.img, graphs):.2f} GiB "
+            f"at the plan's micro-batch; assumed until measured)")
     if not p.fits:
         raise ValueError(f"--mem-budget {budget_gib:.2f} GiB: {p.note} with --backend {backend}; give a larger "
                          f"budget, a smaller --img, or --backend c")

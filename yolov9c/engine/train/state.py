@@ -48,6 +48,7 @@ from yolov9c.engine.train.batching import NBS, Batching, batch_error, plan_batch
 from yolov9c.engine.train.config import SWITCH_ENV, ConfigError, RunConfig, opt_dict, switch_overrides, switches
 from yolov9c.engine.train.ema import ModelEMA
 from yolov9c.engine.train.errors import TrainError
+from yolov9c.engine.train.graph_shapes import MAX_GRAPHS
 from yolov9c.engine.train.graph_step import select_step
 from yolov9c.engine.train.guards import StepGuard
 from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
@@ -553,7 +554,8 @@ def apply_memory_plan(state):
     """--mem-budget (--dynamic-img, --min-img): memory_plan.plan_for_training on this rank's loader batch. The
     plan's micro-batch becomes state.progress.micro_batch (each loader batch runs as plan.accumulate forward/backward
     passes before the usual accumulation), so the loader batch, the accumulation rule, the nominal batch and
-    the weight decay are those of --batch-size; with --dynamic-img the plan's image size replaces --img."""
+    the weight decay are those of --batch-size; with --dynamic-img the plan's image size replaces --img. With
+    --graph-shapes the plan counts the memory of graph_shapes.MAX_GRAPHS graphs (memory_plan.graphs_gib)."""
     cfg, gs = state.cfg, state.gs  # batch_error refused --batch-size -1 with --mem-budget
     per_rank = cfg.batch_size // state.world
     min_img = max(math.ceil(cfg.min_img / gs) * gs, gs * 2)
@@ -562,7 +564,8 @@ def apply_memory_plan(state):
     try:
         plan = memory_plan.plan_for_training(name, cfg.backend, cfg.mem_budget, nominal=per_rank, img=state.imgsz,
                                              dynamic_img=cfg.dynamic_img, min_img=min_img, device=state.device,
-                                             log=state.log, switches=switches(cfg) if cfg.backend == "c" else None)
+                                             log=state.log, switches=switches(cfg) if cfg.backend == "c" else None,
+                                             graphs=MAX_GRAPHS if cfg.graph_shapes and cfg.cuda_graph else 1)
     except (ValueError, OSError) as e:
         raise TrainError(str(e)) from None
     state.plan = plan
