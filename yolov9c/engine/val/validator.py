@@ -1,17 +1,18 @@
 """validate(model, loader, nc=, names=, cfg=ValConfig(...)): run a detection model over a validation loader and
 compute the published metrics (val_dual.py).
 
-Per batch: uint8 letterboxed images → float / 255 (half if asked) → model in eval mode → main head (y[1]
-for DualDDetect, y for DDetect; the raw maps go to compute_loss when given, so the validation loss is really
-computed) → multi-label NMS (agnostic when single_cls) → boxes mapped back to each original image with the
-loader's shapes ((h0, w0), ((gain_h, gain_w), (pad_w, pad_h))) → matching at IoU 0.50:0.05:0.95 → metrics.
+Per batch: uint8 letterboxed images → float / 255 (half if asked) → model in eval mode (cfg.chunk images per
+forward: _chunked_forward) → main head (y[1] for DualDDetect, y for DDetect; the raw maps go to compute_loss
+when given, so the validation loss is really computed) → multi-label NMS (agnostic when single_cls) → boxes
+mapped back to each original image with the loader's shapes ((h0, w0), ((gain_h, gain_w), (pad_w, pad_h))) →
+matching at IoU 0.50:0.05:0.95 → metrics.
 Prints the published table (`Class Images Instances P R mAP50 mAP50-95`, the `all` line, per class when
 verbose) and a speed line; while it runs, a progress bar whose description is that header (progress=False:
 none). Optional outputs in save_dir (ValConfig): labels/*.txt (save_txt), the COCO-JSON predictions (save_json,
 file json_name; COCO's evaluator then replaces mAP50 and mAP50-95 when it is installed and anno_json exists:
 yolov9c/engine/val/coco.py), plots. Each image's matching and outputs: _Run.add_image.
-
-Test: python -m pytest -q tests/engine/val/test_val_validator.py tests/engine/val/test_val_coco.py
+Test: python -m pytest -q tests/engine/val/test_val_validator.py tests/engine/val/test_val_coco.py \
+    tests/engine/val/test_val_chunks.py
 """
 
 from __future__ import annotations
@@ -50,6 +51,54 @@ def split_outputs(out):
     if isinstance(y, (list, tuple)):
         y = y[-1] if len(y) == 2 else y[0]
     return y, raw
+
+
+def to_float(imgs, half):
+    """uint8 (B, 3, H, W) images → float in [0, 1]: fp16 when `half`, else fp32."""
+    return (imgs.half() if half else imgs.float()) / 255
+
+
+def _forward(model, imgs, augment):
+    """(main-head predictions, raw maps or None) of float images `imgs` (test-time augmentation when `augment`)."""
+    if augment:
+        from yolov9c.engine.tta import augmented_inference
+
+        return augmented_inference(model, imgs, return_maps=True)
+    return split_outputs(model(imgs))
+
+
+def _chunked_forward(model, imgs, chunk, half, augment):
+    """_forward over uint8 `imgs` (B, 3, H, W) `chunk` images at a time (the last chunk smaller), each chunk made
+    float on its own: the same (predictions, raw maps) as one pass over the whole batch, since an eval-mode
+    model treats every image on its own (BatchNorm uses its running statistics). The outputs of the whole batch
+    are written into buffers allocated at the first chunk, so only one chunk's activations are alive at a time.
+    Test: tests/engine/val/test_val_chunks.py."""
+    out = None
+    for start in range(0, imgs.shape[0], chunk):
+        part = _forward(model, to_float(imgs[start:start + chunk], half), augment)
+        if out is None:
+            out = _batch_buffers(part, imgs.shape[0])
+        _copy_rows(out, part, start)
+        del part  # the chunk's outputs, before the next chunk's activations
+    return out
+
+
+def _batch_buffers(part, n):
+    """Empty tensors like each tensor of the nested lists/tuples `part`, with n rows (dim 0); None stays None."""
+    if isinstance(part, torch.Tensor):
+        return part.new_empty((n, *part.shape[1:]))
+    if isinstance(part, (list, tuple)):
+        return type(part)(_batch_buffers(p, n) for p in part)
+    return part
+
+
+def _copy_rows(out, part, start):
+    """out[start:start + rows] = part, leaf by leaf over the same nesting as _batch_buffers made."""
+    if isinstance(part, torch.Tensor):
+        out[start:start + part.shape[0]].copy_(part)
+    elif isinstance(part, (list, tuple)):
+        for o, p in zip(out, part):
+            _copy_rows(o, p, start)
 
 
 def _device_of(model):
@@ -112,6 +161,7 @@ class ValConfig:
     # the caller
     training: bool = False
     progress: bool = True  # a tqdm bar over the batches, its description the table's header
+    chunk: int | None = None  # images per forward (None: the whole batch); the batch of record is the loader's
 
 
 @torch.no_grad()
@@ -149,19 +199,19 @@ def validate(model, dataloader, *, nc, names, cfg=None, compute_loss=None, log=p
     batches = bar(dataloader, desc=HEADER, leave=False) if cfg.progress else dataloader
     for batch_i, (imgs, targets, paths, shapes) in enumerate(batches):
         nb += 1
+        bs, _, height, width = imgs.shape
+        chunked = cfg.chunk is not None and cfg.chunk < bs
         with dt[0]:
             imgs = imgs.to(device, non_blocking=True)
-            imgs = (imgs.half() if half else imgs.float()) / 255
+            if not chunked:  # chunked: each chunk is made float in _chunked_forward (one chunk's float copy)
+                imgs = to_float(imgs, half)
             targets = targets.to(device)
-        bs, _, height, width = imgs.shape
         shape = (height, width)
         with dt[1]:
-            if cfg.augment:
-                from yolov9c.engine.tta import augmented_inference
-
-                preds, raw = augmented_inference(model, imgs, return_maps=True)
+            if chunked:
+                preds, raw = _chunked_forward(model, imgs, cfg.chunk, half, cfg.augment)
             else:
-                preds, raw = split_outputs(model(imgs))
+                preds, raw = _forward(model, imgs, cfg.augment)
         if compute_loss is not None:
             if raw is None:
                 raise ValueError("compute_loss needs the raw maps: the model's eval output has none")
