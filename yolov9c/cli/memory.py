@@ -1,18 +1,18 @@
 """`python -m yolov9c memory`: the predicted peak GPU memory of training a model, per backend, and the cards
-it fits (yolov9c/engine/train/memory_plan.py).
-
+it fits (yolov9c/engine/train/memory_plan.py, memory_phases.py).
     python -m yolov9c memory --cfg yolov9-s.yaml --batch 64 --img 640
     python -m yolov9c memory --cfg yolov9-s.yaml --budget 7.5G [--dynamic-img --min-img 384]   # + the plan
     python -m yolov9c memory --cfg gelan-c.yaml --measure                  # on a GPU: profile two steps first
     python -m yolov9c memory --cfg yolov9-c.yaml --aux-recompute 0         # c under other switches (as in training)
+    python -m yolov9c memory --cfg yolov9-e.yaml --budget 22G --val-chunks auto   # the run's phases, chunked
 
 Prints, per backend, the predicted peak reserved memory of one AMP training step and which common cards (CARDS,
-less the CUDA context) it fits; with --budget, the plan that keeps the nominal batch. Costs come from the
-planner's table; a model not in it gets an estimate (marked "estimate"); --measure profiles this machine's GPU
-instead. Without a GPU the output says the plan is for a GPU.
+less the CUDA context) it fits; with --budget, the plan that keeps the nominal batch; then the whole run's phases
+(train, capture pool, validation at --val-batch, saving, final validation; the budget as the cap). Costs come
+from the planner's tables, else an estimate (marked); --measure profiles this GPU; no GPU: a note says so.
 Wiring: add_parser(subparsers) / run(args), as check_data.py; `budget_type` is the argparse type of a size such
 as 7.5G (also for `train_dual.py --mem-budget`); add_switch_args adds the c backend's switches to both.
-Test: python -m pytest -q tests/engine/train/test_memory_plan.py
+Test: python -m pytest -q tests/engine/train/test_memory_plan.py tests/engine/train/test_memory_phases.py
 """
 
 import argparse
@@ -30,6 +30,19 @@ def budget_type(text):
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def val_chunks_type(text):
+    """argparse type of --val-chunks: 'off', 'auto', or a number of images (memory CLI only) ≥ 1."""
+    if text in ("off", "auto"):
+        return text
+    try:
+        k = int(text)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise argparse.ArgumentTypeError(f"give off, auto or a number of images >= 1, got {text!r}")
+    return k
 
 
 def _switch_type(name):
@@ -76,6 +89,11 @@ def add_parser(subparsers):
     p.add_argument("--min-img", type=int, default=None, help="--dynamic-img floor (default img/2)")
     p.add_argument("--measure", action="store_true", help="measure the costs on this machine's GPU first")
     p.add_argument("--device", default="cuda", help="GPU for --measure (default cuda)")
+    p.add_argument("--val-batch", type=int, default=None,
+                   help="validation batch of the run's phases (default 2 x --batch, as train_dual.py)")
+    p.add_argument("--val-chunks", type=val_chunks_type, default="off", metavar="off|auto|N",
+                   help="validation forward of the run's phases: off (whole batch), auto (train_dual.py "
+                        "--val-chunks auto: chunks beside the CUDA-graph pool) or N images (default off)")
     add_switch_args(p)
     p.set_defaults(func=run)
     return p
@@ -125,8 +143,9 @@ def run(args):
     def err(msg):
         print(f"python -m yolov9c memory: error: {msg}", file=sys.stderr)
 
-    if args.batch < 1 or args.img < 32:
-        err(f"--batch must be ≥ 1 and --img ≥ 32, got {args.batch} and {args.img}")
+    if args.batch < 1 or args.img < 32 or (args.val_batch is not None and args.val_batch < 1):
+        err(f"--batch and --val-batch must be ≥ 1 and --img ≥ 32, got {args.batch}, {args.val_batch} and "
+            f"{args.img}")
         return 2
     if args.measure:
         import torch
@@ -180,7 +199,41 @@ def run(args):
                     ) if p.fits else f"does not fit: {p.note}"
             shrunk = p.fits and p.img != args.img
             print(f"{backend:<8} {what}" + (f" ({p.note})" if shrunk else ""))
+    _print_phases(args, costs)
     return 0
+
+
+def _print_phases(args, costs):
+    """The whole run's phases per backend (memory_phases.phases): one line each, after a header with the
+    assumptions (validation batch and chunks, the budget as the cap)."""
+    from yolov9c.engine.train import memory_phases as mph
+    from yolov9c.engine.train import memory_plan as mp
+
+    try:
+        vc = mph.val_cost_for(args.cfg)
+    except ValueError as e:  # step costs from the table, but no model to count the validation forward of
+        print(f"whole run by phase: not predicted ({e})")
+        return
+    val_batch = args.val_batch or 2 * args.batch
+    limit = f"under --budget {args.budget:.2f} GiB as the cap" if args.budget is not None else "no cap"
+    print(f"whole run by phase, GiB allocated/reserved (a model: memory_phases.py; validation batch {val_batch}, "
+          f"--val-chunks {args.val_chunks}, {limit}" + (f"; validation {vc.source}" if vc.source != "table"
+                                                        else "") + "):")
+    for backend, cost in costs.items():
+        batch = args.batch
+        if args.budget is not None:
+            p = mp.plan(cost, args.budget, nominal=args.batch, img=args.img)
+            batch = p.batch if p.fits else 1
+        run = mph.phases(cost, vc, batch, val_batch, img=args.img, limit_gib=args.budget, chunks=args.val_chunks,
+                         graphs=batch == args.batch)  # a micro-batch that splits the batch runs eagerly
+        (ta, tr), (va, vr) = run.peaks["train"], run.peaks["validation"]
+        (sa, sr), (fa, fr) = run.peaks["saving"], run.peaks["final validation"]
+        how = (f"{run.val_batch} in chunks of {run.chunk}" if run.chunk < run.val_batch else f"{run.val_batch} "
+               f"whole") + ("" if not run.pool_gib else ", beside the pool" if run.graphs_kept else
+                            ", pool given back")
+        print(f"{backend:<8} train {ta:.2f}/{tr:.2f}, capture pool {run.pool_gib:.2f}, validation {va:.2f}/{vr:.2f} "
+              f"({how}), saving {sa:.2f}/{sr:.2f}, final validation {fa:.2f}/{fr:.2f}; whole run "
+              f"{run.whole_gib:.2f} reserved, {run.card_gib:.2f} on the card")
 
 
 def main(argv=None):

@@ -94,6 +94,7 @@ def test_cli_memory(monkeypatch, capsys):
     assert re.search(r"^torch +34\.00 GiB +40 GB, 80 GB$", out, re.M), out
     assert re.search(r"^c +--batch-size 32 x 2 accumulated at 640, predicted 4\.20 GiB$", out, re.M), out
     assert re.search(r"^torch +--batch-size 4 x 16 accumulated at 640, predicted 4\.00 GiB$", out, re.M), out
+    assert re.search(r"^whole run by phase: not predicted \(toy.yaml: cannot build the model", out, re.M), out
 
 
 def test_cli_memory_covers_every_shipped_model(capsys):
@@ -262,3 +263,4 @@ def test_the_memory_command_answers_from_the_table_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "c " in out.stdout and "torch imported: False" in out.stdout, out.stdout
+    assert "whole run by phase" in out.stdout  # the phases too (memory_phases.py) from the tables alone
