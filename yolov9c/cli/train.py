@@ -10,8 +10,8 @@ bundled hyp.scratch-high.yaml (bare names are looked up in configs/hyps/).
 Added: --backend {torch,c} (c on a CUDA GPU, torch on the CPU), --channels-last, --accumulate, --amp, --ckpt,
 --aux-recompute / --main-recompute / --keep-inputs (c's switches, cli/memory.py), --val-period, --pin-memory,
 --gpu-augment, --mosaic, --mixup, --deterministic, --max-nonfinite, --cuda-graph, --graph-shapes, --cudnn-benchmark,
---mem-cap, --mem-budget / --dynamic-img / --min-img (planner). PYTORCH_CUDA_ALLOC_CONF: expandable_segments:True by default.
-parse_opt(argv, prog=...) -> RunConfig (yolov9c/engine/train/config.py); the trainer never sees argparse.
+--mem-cap, --val-chunks, --mem-budget / --dynamic-img / --min-img (planner). PYTORCH_CUDA_ALLOC_CONF:
+expandable_segments:True by default. parse_opt(argv, prog=...) -> RunConfig (engine/train/config.py).
 Test: python -m pytest -q tests/cli/test_train_cli.py
 """
 
@@ -177,6 +177,11 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                    help="cap the GPU memory this whole run may reserve, e.g. 7G: the training runs as on a card "
                         "of that size (rehearse an 8 GB card on a bigger one: 7G, about what it leaves after the "
                         "CUDA context); --mem-budget caps at its budget unless --mem-cap is given")
+    p.add_argument("--val-chunks", choices=("auto", "off"), default="off",
+                   help="auto: validation during training runs its forward in chunks sized to the GPU memory left "
+                        "beside the CUDA-graph pool, so the graphs are kept (the validation batch, detections and "
+                        "mAP stay those of one pass); off (default): one forward per validation batch, the graphs' "
+                        "memory given back first when over half of the card is reserved")
     p.add_argument("--dynamic-img", action="store_true",
                    help="with --mem-budget: shrink the image size (down to --min-img) instead of splitting the "
                         "batch; changes the data distribution (smaller objects)")

@@ -30,7 +30,7 @@ from yolov9c.backends.c.switches import Switches, parse_switch
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
                     "gpu_augment", "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph",
                     "graph_shapes", "cudnn_benchmark",
-                    "mem_budget", "mem_cap", "aux_recompute", "main_recompute", "keep_inputs")
+                    "mem_budget", "mem_cap", "val_chunks", "aux_recompute", "main_recompute", "keep_inputs")
 # the c backend's switches (backends/c/switches.py) and the environment variables that override them
 SWITCH_ENV = {"aux_recompute": "YOLOV9C_AUX_RECOMPUTE", "main_recompute": "YOLOV9C_MAIN_RECOMPUTE",
               "keep_inputs": "YOLOV9C_KEEP_INPUTS"}
@@ -109,6 +109,8 @@ class RunConfig:
     #                                      the micro-batch (state.apply_memory_plan); None: off
     mem_cap: float | None = None  # GiB this process may reserve on the GPU (a smaller card rehearsed: memory_cap.py);
     #                               None: --mem-budget's value when given, else no cap
+    val_chunks: str = "off"  # auto: training-time validation's forward in chunks that fit beside the CUDA-graph
+    #                          pool (val_chunks.py), the graphs kept; off: one forward per validation batch
     dynamic_img: bool = False  # with mem_budget: shrink the image size instead of splitting the batch
     min_img: int = 320  # dynamic_img's smallest image size (rounded up to the grid)
     # --- resolved and recorded by the trainer (opt.yaml keys of the published code) ---

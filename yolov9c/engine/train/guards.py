@@ -188,8 +188,9 @@ def back_off(state, batch, ni):
                  if dropped > 0 else ""))
 
 
-def validate_with_backoff(state, run, make_loader):
-    """run(loader) → a validation result; on a CUDA OOM the pass is repeated with half the batch (a new
+def validate_with_backoff(state, run, make_loader, shrink=None):
+    """run(loader) → a validation result; on a CUDA OOM the pass is repeated: smaller chunks first when
+    shrink() says it made them (val_chunks.ValChunks.shrink; same loader), else with half the batch (a new
     validation loader from make_loader(batch), kept for later epochs), down to one image (then OutOfMemory).
     One log line says which batch did not fit and which one validated."""
     tried = state.val_loader.batch_size
@@ -201,6 +202,8 @@ def validate_with_backoff(state, run, make_loader):
             if not is_oom(e):
                 raise
         free_cuda(state.device)
+        if shrink is not None and shrink():
+            continue
         batch = state.val_loader.batch_size
         if batch <= 1:
             raise OutOfMemory("CUDA out of memory in validation at a batch of 1 image; try a smaller --img, "

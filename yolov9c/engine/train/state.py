@@ -59,6 +59,7 @@ from yolov9c.engine.train.run_folder import STATE_NAME as RUN_STATE_NAME
 from yolov9c.engine.train.run_folder import RunFolder
 from yolov9c.engine.train.schedule import lr_lambda, warmup_iterations
 from yolov9c.engine.train.step import EagerStep, Step, Window
+from yolov9c.engine.train.val_chunks import ValChunks
 from yolov9c.loss.detection import make_loss
 from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain
 from yolov9c.models.finite import nonfinite_names, nonfinite_text
@@ -148,6 +149,7 @@ class RunState:
     scaler: torch.amp.GradScaler | None = None
     plan: Any = None  # --mem-budget: the memory_plan.Plan applied (None without)
     peaks: PhasePeaks | None = None  # memory_cap.py: peak GPU memory per phase of the run (set-up on)
+    val_chunks: ValChunks | None = None  # --val-chunks auto: validation's chunk per pass (val_chunks.py)
     # --- loaders ---
     train_loader: Any = None
     val_loader: Any = None  # main process only (the validation OOM retry replaces it with a smaller batch)
@@ -215,11 +217,13 @@ def setup(cfg: RunConfig, log=print) -> RunState:
         setup_model(state)
         if state.finish_only:
             setup_finish_only(state)
+            state.val_chunks = ValChunks.for_run(state)
             state.seal()
             return state
         setup_optimization(state)
         setup_loaders(state)
         setup_execution(state)
+        state.val_chunks = ValChunks.for_run(state)
         if resumed is not None:
             restore(state, resumed)
             state.resumed = None

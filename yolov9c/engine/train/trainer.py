@@ -31,7 +31,8 @@ from yolov9c.engine.progress import EpochClock, bar
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.errors import TrainError
-from yolov9c.engine.train.guards import raise_diverged, raise_if_peer_lost, stop_if_diverged, validate_with_backoff
+from yolov9c.engine.train.guards import (free_cuda, raise_diverged, raise_if_peer_lost, stop_if_diverged,
+                                         validate_with_backoff)
 from yolov9c.engine.train.memory_cap import release_cap, tight
 from yolov9c.engine.train.resume import rng_state
 from yolov9c.engine.train.run_folder import USER_ERRORS
@@ -324,7 +325,10 @@ def finish(state: RunState):
         is_coco, anno, class_map, ids = coco_layout(state.data, state.data["val"], state.val_loader.dataset.im_files)
         coco = dict(save_json=True, anno_json=anno, class_map=class_map, image_ids=ids,
                     json_name="_predictions.json") if is_coco else {}  # COCO data only, as published
-        out["final"] = _validate(state, load_model(best).to(state.device), plots=state.plots, verbose=True, **coco)
+        final = load_model(best).to(state.device)
+        gib = sum(p.numel() * p.element_size() for p in final.parameters()) / GIB
+        out["final"] = _validate(state, final, plots=state.plots, verbose=True, model_gib=gib, **coco)
+        del final
         state.peaks.mark("final validation")
         if state.peaks.peaks:
             state.log(state.peaks.line())
@@ -340,19 +344,29 @@ def finish(state: RunState):
     return out
 
 
-def _validate(state, model, plots=False, verbose=False, **coco):
-    """Validate `model` on the validation loader; a CUDA OOM repeats it with half the batch (guards.py). On a
-    card where the reserved memory is over half of what the run may use (memory_cap.tight: --mem-cap, or the
-    card itself), the CUDA-graph step's pool is given back first (captured again by the next batch)."""
-    if tight(state.device) and state.step.suspend(state) and state.step.suspends == 1:
+def _validate(state, model, plots=False, verbose=False, model_gib=0.0, **coco):
+    """Validate `model` on the validation loader; a CUDA OOM repeats it with smaller chunks (--val-chunks auto),
+    else half the batch (guards.py). --val-chunks auto: each pass's forward in the chunk that fits beside the
+    CUDA-graph pool (state.val_chunks, which gives the pool back only when too little fits; model_gib: a model
+    loaded for this validation), the pass's cached blocks given back after. Off: on a card where the reserved
+    memory is over half of what the run may use (memory_cap.tight: --mem-cap, or the card itself), the pool is
+    given back first. Either way the next batch captures the graphs again, without eager warm-up batches."""
+    chunks = state.val_chunks
+    if chunks is None and tight(state.device) and state.step.suspend(state) and state.step.suspends == 1:
         state.log("validation: the CUDA-graph memory is given back while validating (over half of this card's "
                   "memory was reserved); the next training batch captures the graphs again")
+
     def run(loader):
+        chunk = chunks.before_pass(state, loader.batch_size, model_gib) if chunks is not None else None
         cfg = ValConfig(half=state.amp, single_cls=state.cfg.single_cls, save_dir=state.save_dir, plots=plots,
-                        verbose=verbose, training=True, **coco)
+                        verbose=verbose, training=True, chunk=chunk, **coco)
         return validate(model, loader, nc=state.nc, names=state.names, cfg=cfg, compute_loss=state.loss,
                         log=state.log)
-    return validate_with_backoff(state, run, lambda batch: make_val_loader(state, batch))
+    res = validate_with_backoff(state, run, lambda batch: make_val_loader(state, batch),
+                                shrink=chunks.shrink if chunks is not None else None)
+    if chunks is not None:
+        free_cuda(state.device)  # the next phases start from the pool, not from validation's cache
+    return res
 
 
 def _tensorboard(state):
