@@ -251,6 +251,20 @@ def test_batches_that_run_eagerly():
     assert step.plan(imgs.contiguous(memory_format=torch.channels_last), few) == (None, "shape")
 
 
+def test_a_suspended_step_captures_again_without_warm_up():
+    """After the first capture the warm-up is spent for the run: a step whose graphs were given back before a
+    validation (suspend) plans the next batch of its shape as a capture, not as an eager warm-up batch."""
+    state = _fake_state()
+    step = G.GraphStep(state, warmup=3)
+    imgs, few = torch.zeros(4, 3, 64, 64), _targets((3, 1, 0, 2), torch.Generator().manual_seed(6))
+    assert step.plan(imgs, few) == (None, "warm-up")
+    step.warmup_left = 0  # as eager_micro leaves it after the last warm-up batch
+    step.micro[32] = object()  # a captured graph held (CPU: no real capture)
+    assert step.suspend(state) and step.suspends == 1 and not step.micro
+    assert step.plan(imgs, few) == (32, None)  # replay_micro captures at once
+    assert not step.suspend(state)  # nothing held any more
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_capturing_pauses_automatic_garbage_collection(enabled):
     """Inside capturing no automatic collection runs (it could destroy an unreachable CUDA graph mid-capture);

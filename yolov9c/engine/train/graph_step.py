@@ -254,7 +254,10 @@ class GraphStep:
     def suspend(self, state):
         """Give the graphs' memory back until the next batch, which captures them again (validation runs in
         that memory on a card that cannot hold both: trainer._validate). The static buffers (images, gradients,
-        optimizer and EMA views) stay, so the run goes on as one."""
+        optimizer and EMA views) stay, so the run goes on as one. The capture again runs no eager warm-up batch
+        (warmup_left stays spent): what the warm-up prepares outlives the pool (cuDNN's timed algorithms in its
+        cache, the capture stream's lazily made handles and workspaces, the AMP scale), and eager batches
+        before it would only reserve their own blocks again beside the new pool."""
         if self.eager or not (self.micro or self.opt is not None):
             return False
         self.end_epoch(state)
