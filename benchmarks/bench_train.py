@@ -13,7 +13,9 @@ ROOT/logs/MODEL-BACKEND-bB-I.log). One JSON line per configuration: peak allocat
 epoch (read before its validation), epoch seconds and img/s from results.csv (cuDNN tuning included). With
 --mem-cap the run's own --mem-cap (the whole process capped as that card would be) and --epochs N (validation after
 each): the cap, the validation batch the run ended with, img/s of the last epoch and the peaks of every phase
-(start-up, first epoch with the warm-up and capture, train, validation, saving, final validation).
+(start-up, first epoch with the warm-up and capture, train, validation, saving, final validation), and the
+planner's prediction of them (memory_phases.py). --val-chunks auto: the run's validation in chunks beside the
+CUDA-graph pool.
 PYTORCH_CUDA_ALLOC_CONF is the trainer's default (expandable_segments:True) unless set.
 """
 
@@ -54,6 +56,8 @@ def build_parser():
     p.add_argument("--epochs", type=int, default=1, help="epochs per run (each validated)")
     p.add_argument("--mem-cap", default=None, metavar="SPEC",
                    help="the run's --mem-cap in GiB: one number, or MODEL=GIB,... per model (others uncapped)")
+    p.add_argument("--val-chunks", choices=("off", "auto"), default="off",
+                   help="the run's --val-chunks (auto: validation in chunks beside the CUDA-graph pool)")
     p.add_argument("--data-only", action="store_true", help="only write the dataset")
     p.add_argument("--table", metavar="JSONL", help="only print the markdown table of saved JSON lines")
     p.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "DATA"), help=argparse.SUPPRESS)
@@ -132,13 +136,14 @@ def run_one(model, backend, data, args):
 
     trainer._validate = first_validate
     cap = cap_for(args.mem_cap, model)
-    name = f"{model}-{backend}" + (f"-cap{cap:g}" if cap else "")
+    name = f"{model}-{backend}" + (f"-cap{cap:g}" if cap else "") + ("-chunks" if args.val_chunks == "auto" else "")
     sys.argv = ["train_dual.py", "--data", data, "--cfg", f"{model}.yaml", "--batch-size", str(args.batch),
                 "--img", str(args.img), "--epochs", "1", "--workers", str(args.workers), "--backend", backend,
                 "--noplots", "--exist-ok", "--project", str(Path(args.root) / "runs"), "--name", name]
     sys.argv += ["--gpu-augment"] if args.gpu_augment else []
     sys.argv[sys.argv.index("--epochs") + 1] = str(args.epochs)
     sys.argv += ["--mem-cap", str(cap)] if cap else []
+    sys.argv += ["--val-chunks", args.val_chunks]
     t0 = time.time()
     try:
         runpy.run_path(str(REPO / "train_dual.py"), run_name="__main__")
@@ -156,7 +161,8 @@ def run_one(model, backend, data, args):
            "status": "ok", "run_s": round(time.time() - t0, 1), **peaks,
            "run_peak_reserved_gib": round(max((r for _, r in phases.values()), default=0.0), 3) if phases else None,
            "epochs": args.epochs, "mem_cap_gib": cap, "val_batch": result.get("val_batch"),
-           "phase_peaks_gib": {k: [round(a, 3), round(r, 3)] for k, (a, r) in result.get("memory_peaks", {}).items()}}
+           "phase_peaks_gib": {k: [round(a, 3), round(r, 3)] for k, (a, r) in result.get("memory_peaks", {}).items()},
+           "val_chunks": args.val_chunks, "predicted": predicted(model, backend, args, cap)}
     res = Path(args.root) / "runs" / name / "results.csv"
     if res.is_file():
         lines = [s for s in res.read_text().splitlines() if s.strip()]
@@ -165,6 +171,23 @@ def run_one(model, backend, data, args):
         row.update(epoch_s=round(vals["epoch_seconds"], 2), img_per_s=round(vals["images_per_s"], 1),
                    train_box_loss=vals["train/box_loss"])
     return row
+
+
+def predicted(model, backend, args, cap):
+    """The planner's figures for this run (engine/train/memory_phases.py): each phase as the run's phase-peak
+    line logs it [allocated, reserved] GiB, the card with the CUDA context, the validation batch and chunk,
+    whether the graphs stayed beside validation. None when the model has no costs."""
+    from yolov9c.engine.train import memory_phases as mph
+    from yolov9c.engine.train import memory_plan as mp
+
+    cost = mp.cost_for(model, backend)
+    if cost is None:
+        return None
+    run = mph.phases(cost, mph.val_cost_for(model), args.batch, min(2 * args.batch, args.val_images), img=args.img,
+                     limit_gib=cap, chunks=args.val_chunks)
+    return {"phases_gib": {k: [round(a, 3), round(r, 3)] for k, (a, r) in run.logged.items()},
+            "card_gib": round(run.card_gib, 3), "val_batch": run.val_batch, "chunk": run.chunk,
+            "graphs_kept": run.graphs_kept}
 
 
 def _copy_timed(pipe, f, t0):
@@ -197,10 +220,13 @@ def run_config(args, model, backend, data):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", model, backend, data, "--batch",
             str(args.batch), "--img", str(args.img), "--images", str(args.images), "--workers", str(args.workers),
-            "--root", args.root, "--epochs", str(args.epochs)] + (["--gpu-augment"] if args.gpu_augment else []) \
-        + (["--mem-cap", args.mem_cap] if args.mem_cap else [])
+            "--root", args.root, "--epochs", str(args.epochs), "--val-chunks", args.val_chunks,
+            "--val-images", str(args.val_images)] \
+        + (["--gpu-augment"] if args.gpu_augment else []) + (["--mem-cap", args.mem_cap] if args.mem_cap else [])
+    cap = cap_for(args.mem_cap, model)
     log = Path(args.root) / "logs" / f"{model}-{backend}-b{args.batch}-{args.img}-w{args.workers}" \
-        f"{'-gpuaug' if args.gpu_augment else ''}{'-cap%g' % cap_for(args.mem_cap, model) if cap_for(args.mem_cap, model) else ''}.log"
+        f"{'-gpuaug' if args.gpu_augment else ''}{'-cap%g' % cap if cap else ''}" \
+        f"{'-chunks' if args.val_chunks == 'auto' else ''}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with open(log, "w") as f:  # the child's console, each line with its time (s since the start), kept

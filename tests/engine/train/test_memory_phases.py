@@ -73,6 +73,9 @@ def test_the_chunk_contract():
             last = k
         assert last == batch  # with room enough, the whole batch
     assert mph.chunk_for(0.0, vc, 128) == 1 and not mph.fits(0.0, vc, 128, 1)
+    assert mph.chunk_for(float("inf"), vc, 128) == 128  # no limit
+    free = _run("yolov9-e", None, "auto")  # uncapped: the whole batch beside the pool
+    assert free.chunk == free.val_batch == 128 and free.graphs_kept
 
 
 def test_validation_grows_with_its_batch_and_shrinks_with_chunks():

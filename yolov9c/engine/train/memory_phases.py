@@ -124,7 +124,8 @@ def chunk_for(left_gib, vc, batch, img=REF_IMG, half=True, model_gib=0.0):
     left_gib."""
     per = (img / REF_IMG) ** 2 * (1 if half else 2) * vc.fwd_gib
     fixed = val_need_gib(vc, batch, 0, img, half, model_gib)
-    k = math.floor((HEADROOM * left_gib / RESERVED_SLACK - fixed) / per) if per > 0 else batch
+    room = (HEADROOM * left_gib / RESERVED_SLACK - fixed) / per if per > 0 else math.inf
+    k = batch if room >= batch else math.floor(room)  # no limit (inf): the whole batch
     k = min(max(k, 1), batch)
     while k > 1 and not fits(left_gib, vc, batch, k, img, half, model_gib):  # floating-point edge of the floor
         k -= 1
@@ -161,7 +162,7 @@ def phases(cost, vc, batch, val_batch, img=REF_IMG, limit_gib=None, chunks="off"
     to the host). Final validation: as validation, with best.pt (4 B a parameter) loaded."""
     limit = math.inf if limit_gib is None else float(limit_gib)
     held = held_gib(vc.params, batch, img)
-    train_a = mp.predict(cost, batch, img)
+    train_a = max(mp.predict(cost, batch, img), held)  # a tiny step's fitted line can fall below what is held
     train_r = train_a * RESERVED_SLACK
     run = RunMemory(pool_gib=max(train_r - held, 0.0) if graphs else 0.0)
     run.peaks["train"] = (train_a, train_r)
