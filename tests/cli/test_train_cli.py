@@ -117,6 +117,22 @@ def test_additions():
     assert parse_opt(["--pin-memory"]).pin_memory is True
 
 
+def test_divergence_stop_parses_and_round_trips_through_opt_yaml(tmp_path):
+    """--no-divergence-stop (guards.py: weights or training losses that diverged only warn) is an option of the
+    run: recorded in opt.yaml and read back from it (--resume restores it; given again, the typed one wins)."""
+    import yaml
+
+    from yolov9c.engine.train.config import RESUME_OVERRIDES, opt_dict, read_opt_yaml
+
+    assert parse_opt([]).divergence_stop is True and parse_opt(["--divergence-stop"]).divergence_stop is True
+    cfg = parse_opt(["--no-divergence-stop"])
+    assert cfg.divergence_stop is False and "divergence_stop" in RESUME_OVERRIDES
+    path = tmp_path / "opt.yaml"
+    path.write_text(yaml.safe_dump(opt_dict(cfg), sort_keys=False))
+    assert "divergence_stop: false\n" in path.read_text()
+    assert read_opt_yaml(path).divergence_stop is False
+
+
 @pytest.mark.parametrize("argv,says", [
     (["--optimizer", "RMSprop"], "choose from"),
     (["--cache", "gpu"], "choose from"),

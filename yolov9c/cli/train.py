@@ -156,6 +156,9 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--max-nonfinite", type=_checked("max_nonfinite"), default=10,
                    help="stop after N optimizer steps in a row skipped for a non-finite loss or gradient "
                         "(default 10; 0 = never stop)")
+    p.add_argument("--divergence-stop", action=argparse.BooleanOptionalAction, default=True,
+                   help="stop at an epoch's end when the weights are not finite or the training losses are not "
+                        "finite or beyond 1e6 (default on; a validation loss alone only warns)")
     p.add_argument("--mem-budget", type=budget_type, default=None, metavar="SIZE",
                    help="GPU memory a training step may reserve, e.g. 7.5G (binary) or 8GB (decimal): the memory "
                         "planner picks the micro-batch that fits and accumulates the rest of each batch (same "

@@ -364,3 +364,20 @@ def test_a_bad_stored_value_the_command_line_replaces_is_no_error(interrupted, i
     assert r.returncode == 2 and f"error: {opt_yaml}: val_period: must be an integer >= 1, got 0" in r.stderr, \
         r.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == [run.name]  # no exp-from-epoch0
+
+
+def test_resume_restores_no_divergence_stop_and_the_command_line_overrides_it(interrupted, interrupted_read,
+                                                                               tmp_path, monkeypatch):
+    """A run started with --no-divergence-stop resumes with it (opt.yaml); --divergence-stop given on the
+    --resume command line turns the check back on."""
+    import yolov9c.engine.train.resume as R
+
+    run = _linked_run(interrupted, tmp_path)
+    opt_yaml, last = run / "opt.yaml", run / "weights" / "last.pt"
+    monkeypatch.setattr(R, "_read", lambda path: interrupted_read[0])
+    text = opt_yaml.read_text()
+    assert "divergence_stop: true\n" in text
+    opt_yaml.write_text(text.replace("divergence_stop: true\n", "divergence_stop: false\n"))
+    quiet = dict(log=lambda *a: None)
+    assert R.read_resume(parse_opt(["--resume", str(last)]), **quiet).cfg.divergence_stop is False
+    assert R.read_resume(parse_opt(["--resume", str(last), "--divergence-stop"]), **quiet).cfg.divergence_stop is True

@@ -30,7 +30,7 @@ from yolov9c.engine.train.options import OptionError, checked, combination_error
 # options that --resume takes from the command line instead of the stored opt.yaml (memory knobs and placement)
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
                     "gpu_augment", "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph",
-                    "cudnn_benchmark",
+                    "cudnn_benchmark", "divergence_stop",
                     "mem_budget", "mem_cap", "aux_recompute", "main_recompute", "keep_inputs")
 # the c backend's switches (backends/c/switches.py) and the environment variables that override them
 SWITCH_ENV = {"aux_recompute": "YOLOV9C_AUX_RECOMPUTE", "main_recompute": "YOLOV9C_MAIN_RECOMPUTE",
@@ -102,6 +102,7 @@ class RunConfig:
     mixup: float | None = None  # mixup probability (overrides the hyp file)
     deterministic: bool = False  # torch.use_deterministic_algorithms
     max_nonfinite: int = 10  # stop after N skipped (non-finite) optimizer steps in a row; 0 = never (guards.py)
+    divergence_stop: bool = True  # stop at an epoch's end when the weights or training losses diverged (guards.py)
     cuda_graph: bool = True  # whole-step CUDA graphs where they work (CUDA, fixed shapes, no DDP): graph_step.py
     cudnn_benchmark: bool = True  # cuDNN times its algorithms for the graphed shape (graph_step.py; not with
     #                               --deterministic, never for validation or eager batches of other shapes)
