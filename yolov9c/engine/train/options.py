@@ -19,6 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from yolov9c.backends.c.switches import parse_switch
+from yolov9c.engine.train.memory_plan import parse_size
+from yolov9c.resources import check_hyp
+
 OPTIMIZERS = ("SGD", "Adam", "AdamW", "LION")
 CACHE_CHOICES = ("ram", "disk", "val")
 BACKENDS = ("torch", "c")
@@ -116,8 +120,6 @@ def _optional(check, means):
 
 
 def _switch(name):
-    from yolov9c.backends.c.switches import parse_switch
-
     def value(v):
         if isinstance(v, bool) and name != "main_recompute":
             return v  # opt.yaml writes the on/off switches as true/false
@@ -128,8 +130,6 @@ def _switch(name):
 def _size(gib):
     """A memory size: a number of GiB or a text such as 7.5G (memory_plan.parse_size); `gib`: stored as GiB."""
     def value(v):
-        from yolov9c.engine.train.memory_plan import parse_size
-
         if isinstance(v, bool) or not isinstance(v, (int, float, str)):
             raise ValueError(f"must be a memory size such as 7.5 (GiB) or '8GB', got {shown(v)}")
         size = parse_size(str(v))  # ValueError: not a size, or not positive
@@ -138,23 +138,16 @@ def _size(gib):
 
 
 def _freeze():
-    index = _integer(lambda v: v >= 0, "layer indices must be integers >= 0")
-
     def value(v):
         items = v if isinstance(v, list) else [v]  # older files: a bare number
-        try:
-            if not items:
-                raise ValueError("empty")
-            return [index.value(i) for i in items]
-        except ValueError:
-            raise ValueError(f"must be a list of layer indices (integers >= 0), got {shown(v)}") from None
-    return Check(value, index.text)
+        if not items or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in items):
+            raise ValueError(f"must be a list of layer indices (integers >= 0), got {shown(v)}")
+        return items
+    return Check(value, _integer(lambda v: v >= 0, "layer indices must be integers >= 0").text)
 
 
 def _hyp():
     def value(v):
-        from yolov9c.resources import check_hyp
-
         if isinstance(v, str):
             return v
         if not isinstance(v, dict):
