@@ -117,17 +117,33 @@ def test_additions():
     assert parse_opt(["--pin-memory"]).pin_memory is True
 
 
+def test_divergence_stop_parses_and_round_trips_through_opt_yaml(tmp_path):
+    """--no-divergence-stop (guards.py: weights or training losses that diverged only warn) is an option of the
+    run: recorded in opt.yaml and read back from it (--resume restores it; given again, the typed one wins)."""
+    import yaml
+
+    from yolov9c.engine.train.config import RESUME_OVERRIDES, opt_dict, read_opt_yaml
+
+    assert parse_opt([]).divergence_stop is True and parse_opt(["--divergence-stop"]).divergence_stop is True
+    cfg = parse_opt(["--no-divergence-stop"])
+    assert cfg.divergence_stop is False and "divergence_stop" in RESUME_OVERRIDES
+    path = tmp_path / "opt.yaml"
+    path.write_text(yaml.safe_dump(opt_dict(cfg), sort_keys=False))
+    assert "divergence_stop: false\n" in path.read_text()
+    assert read_opt_yaml(path).divergence_stop is False
+
+
 @pytest.mark.parametrize("argv,says", [
     (["--optimizer", "RMSprop"], "choose from"),
     (["--cache", "gpu"], "choose from"),
     (["--backend", "cuda"], "choose from"),
     (["--batch-size", "0"], "positive integer (or -1 for AutoBatch)"),
     (["--batch-size", "x"], "positive integer"),
-    (["--epochs", "0"], "--epochs must be an integer >= 1"),
-    (["--img", "16"], "--imgsz must be an integer >= 32"),
-    (["--accumulate", "0"], "--accumulate must be an integer >= 1"),
-    (["--val-period", "0"], "--val-period must be an integer >= 1"),
-    (["--workers", "-1"], "--workers must be an integer >= 0"),
+    (["--epochs", "0"], "argument --epochs: must be an integer >= 1, got 0"),
+    (["--img", "16"], "must be an integer >= 32, got 16"),
+    (["--accumulate", "0"], "argument --accumulate: must be an integer >= 1, got 0"),
+    (["--val-period", "0"], "argument --val-period: must be an integer >= 1, got 0"),
+    (["--workers", "-1"], "argument --workers: must be an integer >= 0, got -1"),
     (["--mosaic", "1.5"], "probability in [0, 1]"),
     (["--mixup", "abc"], "probability in [0, 1]"),
     (["--freeze", "-2"], "integers >= 0"),

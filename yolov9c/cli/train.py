@@ -9,9 +9,9 @@ that differ (the published ones name files absent here): `--data` synthetic, `--
 bundled hyp.scratch-high.yaml (bare names are looked up in configs/hyps/).
 Added: --backend {torch,c} (c on a CUDA GPU, torch on the CPU), --channels-last, --accumulate, --amp, --ckpt,
 --aux-recompute / --main-recompute / --keep-inputs (c's switches, cli/memory.py), --val-period, --pin-memory,
---gpu-augment, --mosaic, --mixup, --deterministic, --max-nonfinite, --cuda-graph, --graph-shapes, --cudnn-benchmark,
---mem-cap, --val-chunks, --mem-budget / --dynamic-img / --min-img (planner). PYTORCH_CUDA_ALLOC_CONF:
-expandable_segments:True by default. parse_opt(argv, prog=...) -> RunConfig (engine/train/config.py).
+--gpu-augment, --mosaic, --mixup, --deterministic, --max-nonfinite, --divergence-stop, --cuda-graph, --graph-shapes,
+--cudnn-benchmark, --mem-cap, --val-chunks, --mem-budget / --dynamic-img / --min-img (planner). parse_opt(argv,
+prog=...) -> RunConfig (engine/train/config.py; value checks: options.py); the trainer never sees argparse.
 Test: python -m pytest -q tests/cli/test_train_cli.py
 """
 
@@ -31,36 +31,24 @@ import torch
 from yolov9c.cli.memory import add_switch_args, budget_type
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.evolve import evolve
+from yolov9c.engine.train.options import BACKENDS, CACHE_CHOICES, CHECKS, OPTIMIZERS, VAL_CHUNKS, combination_error
 from yolov9c.engine.train.run_folder import USER_ERRORS
 from yolov9c.engine.train.batching import batch_error
 from yolov9c.engine.train.trainer import Interrupted, TrainError, train
 
-OPTIMIZERS = ("SGD", "Adam", "AdamW", "LION")
-CACHE_CHOICES = ("ram", "disk", "val")
 
+def _checked(name):
+    """The argparse type of option `name`: its check (engine/train/options.py, also --resume's), its ValueError
+    as argparse's error."""
+    check = CHECKS[name].text
 
-def _number(cast, ok, must):
-    """An argparse type: cast(text) (int or float) when ok(value), else the error "<must>, got <text>"."""
     def parse(text):
         try:
-            v = cast(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{must}, got {text!r}") from None
-        if not ok(v):
-            raise argparse.ArgumentTypeError(f"{must}, got {v}")
-        return v
-    parse.__name__ = cast.__name__
+            return check(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    parse.__name__ = name
     return parse
-
-
-def _int_at_least(lo, what):
-    return _number(int, lambda v: v >= lo, f"{what} must be an integer >= {lo}")
-
-
-_probability = _number(float, lambda v: 0.0 <= v <= 1.0, "must be a probability in [0, 1]")
-_batch_size = _number(int, lambda v: v >= 1 or v == -1, "must be a positive integer (or -1 for AutoBatch)")
-_freeze_index = _number(int, lambda v: v >= 0, "layer indices must be integers >= 0")
-_smoothing = _number(float, lambda v: 0.0 <= v < 1.0, "must be a number in [0, 1)")
 
 
 def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
@@ -75,10 +63,10 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                    help="dataset yaml, or synthetic[:SEED] for the built-in dataset (default)")
     p.add_argument("--hyp", type=str, default="hyp.scratch-high.yaml",
                    help="hyperparameter yaml; a bare file name is looked up in configs/hyps/")
-    p.add_argument("--epochs", type=_int_at_least(1, "--epochs"), default=100, help="total training epochs")
-    p.add_argument("--batch-size", type=_batch_size, default=16,
+    p.add_argument("--epochs", type=_checked("epochs"), default=100, help="total training epochs")
+    p.add_argument("--batch-size", type=_checked("batch_size"), default=16,
                    help="total batch size for all GPUs, -1 for AutoBatch")
-    p.add_argument("--imgsz", "--img", "--img-size", type=_int_at_least(32, "--imgsz"), default=640,
+    p.add_argument("--imgsz", "--img", "--img-size", type=_checked("imgsz"), default=640,
                    help="train, val image size (pixels)")
     p.add_argument("--rect", action="store_true", help="rectangular training")
     p.add_argument("--resume", nargs="?", const=True, default=False,
@@ -98,7 +86,7 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--single-cls", action="store_true", help="train multi-class data as single-class")
     p.add_argument("--optimizer", type=str, choices=OPTIMIZERS, default="SGD", help="optimizer")
     p.add_argument("--sync-bn", action="store_true", help="use SyncBatchNorm, only available in DDP mode")
-    p.add_argument("--workers", type=_int_at_least(0, "--workers"), default=8,
+    p.add_argument("--workers", type=_checked("workers"), default=8,
                    help="max dataloader workers (per RANK in DDP mode)")
     p.add_argument("--project", default="runs/train", help="save to project/name")
     p.add_argument("--name", default="exp", help="save to project/name ('cfg': the model yaml's stem)")
@@ -107,18 +95,19 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--cos-lr", action="store_true", help="cosine LR scheduler")
     p.add_argument("--flat-cos-lr", action="store_true", help="flat cosine LR scheduler")
     p.add_argument("--fixed-lr", action="store_true", help="fixed LR scheduler")
-    p.add_argument("--label-smoothing", type=_smoothing, default=0.0, help="label smoothing epsilon")
-    p.add_argument("--patience", type=_int_at_least(0, "--patience"), default=100,
+    p.add_argument("--label-smoothing", type=_checked("label_smoothing"), default=0.0,
+                   help="label smoothing epsilon")
+    p.add_argument("--patience", type=_checked("patience"), default=100,
                    help="EarlyStopping patience (epochs without improvement; 0 = never stop)")
-    p.add_argument("--freeze", nargs="+", type=_freeze_index, default=[0],
+    p.add_argument("--freeze", nargs="+", type=_checked("freeze"), default=[0],
                    help="freeze layers: backbone=10, first3=0 1 2")
     p.add_argument("--save-period", type=int, default=-1, help="save checkpoint every x epochs (disabled if < 1)")
     p.add_argument("--seed", type=int, default=0, help="global training seed")
     p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int, default=-1,
                    help="automatic DDP multi-GPU argument, do not modify")
-    p.add_argument("--min-items", type=_int_at_least(0, "--min-items"), default=0,
+    p.add_argument("--min-items", type=_checked("min_items"), default=0,
                    help="drop training images with fewer labels (experimental)")
-    p.add_argument("--close-mosaic", type=_int_at_least(0, "--close-mosaic"), default=0,
+    p.add_argument("--close-mosaic", type=_checked("close_mosaic"), default=0,
                    help="turn mosaic off for the last N epochs (experimental)")
     # W&B arguments: accepted for compatibility, not used
     p.add_argument("--entity", default=None, help="W&B entity (unused)")
@@ -126,13 +115,13 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--bbox_interval", type=int, default=-1, help="W&B bbox interval (unused)")
     p.add_argument("--artifact_alias", type=str, default="latest", help="W&B artifact version (unused)")
     # --- yolov9c additions ---
-    p.add_argument("--backend", choices=("torch", "c"), default=None,
+    p.add_argument("--backend", choices=BACKENDS, default=None,
                    help="execution backend: c (C/CUDA kernels, lazy activations: about a third of the activation "
                         "memory) or torch (plain PyTorch, the reference); default: c when training on a CUDA GPU, "
                         "torch on the CPU (c also runs on the CPU, through the C implementations)")
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="channels-last model and batches on CUDA (default: on with --backend c, off with torch)")
-    p.add_argument("--accumulate", type=_int_at_least(1, "--accumulate"), default=None,
+    p.add_argument("--accumulate", type=_checked("accumulate"), default=None,
                    help="micro-batches per optimizer step (default: round(64 / batch), the nominal-64 rule)")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
                    help="mixed precision on CUDA (default on; no effect on the CPU)")
@@ -141,7 +130,7 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                         "640, H200: 23.05 -> 7.38 GiB peak allocated, 2.6x the step time); "
                         "torch backend only (ignored with a warning under --backend c)")
     add_switch_args(p)
-    p.add_argument("--val-period", type=_int_at_least(1, "--val-period"), default=1,
+    p.add_argument("--val-period", type=_checked("val_period"), default=1,
                    help="validate every N epochs (the last epoch always)")
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=None,
                    help="pinned host memory for batches (default: PIN_MEMORY env, true; CUDA only)")
@@ -150,8 +139,10 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                         "copy-paste, warp, mixup, HSV and flips on the training device (the C reference on the CPU); "
                         "same draws and boxes as the CPU pipeline. Default off: on for CUDA only once its GPU "
                         "benchmark and distribution check pass (benchmarks/RESULTS.md); no --rect")
-    p.add_argument("--mosaic", type=_probability, default=None, help="mosaic probability (overrides the hyp file)")
-    p.add_argument("--mixup", type=_probability, default=None, help="mixup probability (overrides the hyp file)")
+    p.add_argument("--mosaic", type=_checked("mosaic"), default=None,
+                   help="mosaic probability (overrides the hyp file)")
+    p.add_argument("--mixup", type=_checked("mixup"), default=None,
+                   help="mixup probability (overrides the hyp file)")
     p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
                    help="capture the training step in CUDA graphs and replay it (default on; runs only on CUDA "
                         "with fixed shapes and no DDP, the log says which step runs and why)")
@@ -166,9 +157,12 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                         "choice)")
     p.add_argument("--deterministic", action="store_true",
                    help="deterministic algorithms (torch.use_deterministic_algorithms; slower; off by default)")
-    p.add_argument("--max-nonfinite", type=_int_at_least(0, "--max-nonfinite"), default=10,
+    p.add_argument("--max-nonfinite", type=_checked("max_nonfinite"), default=10,
                    help="stop after N optimizer steps in a row skipped for a non-finite loss or gradient "
                         "(default 10; 0 = never stop)")
+    p.add_argument("--divergence-stop", action=argparse.BooleanOptionalAction, default=True,
+                   help="stop at an epoch's end when the weights are not finite or the training losses are not "
+                        "finite or beyond 1e6 (default on; a validation loss alone only warns)")
     p.add_argument("--mem-budget", type=budget_type, default=None, metavar="SIZE",
                    help="GPU memory a training step may reserve, e.g. 7.5G (binary) or 8GB (decimal): the memory "
                         "planner picks the micro-batch that fits and accumulates the rest of each batch (same "
@@ -177,7 +171,7 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                    help="cap the GPU memory this whole run may reserve, e.g. 7G: the training runs as on a card "
                         "of that size (rehearse an 8 GB card on a bigger one: 7G, about what it leaves after the "
                         "CUDA context); --mem-budget caps at its budget unless --mem-cap is given")
-    p.add_argument("--val-chunks", choices=("auto", "off"), default="off",
+    p.add_argument("--val-chunks", choices=VAL_CHUNKS, default="off",
                    help="auto: validation during training runs its forward in chunks sized to the GPU memory left "
                         "beside the CUDA-graph pool, so the graphs are kept (the validation batch, detections and "
                         "mAP stay those of one pass); off (default): one forward per validation batch, the graphs' "
@@ -185,7 +179,7 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--dynamic-img", action="store_true",
                    help="with --mem-budget: shrink the image size (down to --min-img) instead of splitting the "
                         "batch; changes the data distribution (smaller objects)")
-    p.add_argument("--min-img", type=_int_at_least(32, "--min-img"), default=320,
+    p.add_argument("--min-img", type=_checked("min_img"), default=320,
                    help="smallest image size of --dynamic-img (default 320; rounded up to the max stride)")
     return p
 
@@ -202,14 +196,12 @@ def parse_opt(argv=None, prog="train_dual.py") -> RunConfig:
     for a in probe._actions:
         a.default = argparse.SUPPRESS
     given = vars(probe.parse_args(argv))
-    if sum((ns.cos_lr, ns.flat_cos_lr, ns.fixed_lr)) > 1:
-        parser.error("--cos-lr, --flat-cos-lr and --fixed-lr are alternatives: give at most one")
-    why = batch_error(ns.batch_size, 1, ns.mem_budget)  # the process count is checked in main()
+    cfg = RunConfig.from_args(ns, given=given)
+    why = combination_error(cfg, name=lambda k: "--" + k.replace("_", "-")) or \
+        batch_error(ns.batch_size, 1, ns.mem_budget)  # the process count is checked in main()
     if why:
         parser.error(why)
-    if ns.dynamic_img and ns.mem_budget is None:
-        parser.error("--dynamic-img needs --mem-budget SIZE (it picks the image size that fits the budget)")
-    return RunConfig.from_args(ns, given=given)
+    return cfg
 
 
 def main(argv=None, prog="train_dual.py") -> int:

@@ -5,6 +5,9 @@
   skipped_steps; a run on all-black images with lr0: 100 (every step non-finite) stops after --max-nonfinite
   skipped steps in a row with one `error:` line naming lr0 and exit code 2, and never writes a non-finite
   last.pt / best.pt; weights that are not finite at a checkpoint are never saved; the counter's rules;
+- divergence at an epoch's end (guards.divergence): non-finite weights or exploding training losses stop the run
+  naming them, a validation loss alone (the BatchNorm lag) only warns and a run once stopped for it resumes;
+  --no-divergence-stop trains on with a warning;
 - out of memory (an injected torch.cuda.OutOfMemoryError, raised after the micro-batch's backward so that its
   partial gradients are there to be dropped): the same batch runs again as two micro-batches, the nominal batch
   stays 8 images per optimizer step, the run ends bit-identical to one that used micro-batches of 4 from the
@@ -33,7 +36,7 @@ import yolov9c.engine.train.step as S
 import yolov9c.engine.train.trainer as T
 from yolov9c.cli.train import main, parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
-from yolov9c.engine.train.guards import NonFiniteCounter, NonFiniteError, OutOfMemory
+from yolov9c.engine.train.guards import NonFiniteCounter, NonFiniteError, OutOfMemory, divergence
 from yolov9c.engine.train.results import read_results
 from yolov9c.engine.train.state import setup
 from yolov9c.engine.train.step import prepare_batch
@@ -320,31 +323,76 @@ def test_oom_in_validation_validates_again_with_a_smaller_batch(data, tmp_path, 
 # divergence at an epoch's end (guards.stop_if_diverged)
 # ---------------------------------------------------------------------------------------------------------
 
-def test_lr0_100_diverges_and_stops_with_one_error_line(data, tmp_path, capsys):
-    """A real divergence: lr0 100 on finite images. The float32 weights stay finite, but the validation losses of
-    the EMA are not (NaN): the run stops at that epoch with exit code 2 and one `error:` line naming the epoch,
-    the losses and lr0, and writes no checkpoint or results row of it (before: exit 0, 'done', and a stripped
-    fp16 best.pt with inf BatchNorm variances)."""
-    hyp = load_hyp(None)
-    hyp.update(lr0=100.0)
-    f = tmp_path / "hyp.lr100.yaml"
-    f.write_text(yaml.safe_dump(hyp))
-    args = ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--epochs", "3", "--workers",
-            "0", "--noplots", "--device", "cpu", "--backend", "torch", "--project", str(tmp_path), "--name", "lr100",
-            "--hyp", str(f)]
-    rc = main(args)
+NORMAL = {"box_loss": 1.2, "cls_loss": 0.8, "dfl_loss": 1.1}  # an epoch's mean training losses, healthy
+
+
+@pytest.mark.parametrize("val", [{"box_loss": 2.0, "cls_loss": 1.48e6, "dfl_loss": 1.5},
+                                 {"box_loss": math.nan, "cls_loss": math.inf, "dfl_loss": 0.0}])
+def test_a_validation_loss_alone_is_no_divergence(val):
+    """The reported case: --fixed-lr at lr0 0.01, epoch 58, val cls_loss 1.48e6 with normal training losses and
+    finite weights (the validation BatchNorm lag of docs/train.md's FAQ): training goes on, with one warning
+    that names the loss, says the training losses and weights are fine and explains the lag."""
+    stop, warning = divergence(NORMAL, "", val)
+    assert stop is None
+    assert "not a divergence, training goes on" in warning and "BatchNorm running statistics" in warning
+    assert "cls_loss 0.8" in warning and ("cls_loss 1.48e+06" in warning or "box_loss nan, cls_loss inf" in warning)
+    assert divergence(NORMAL, "", {"box_loss": 2.0, "cls_loss": 9e5, "dfl_loss": 1.5}) == (None, None)
+    assert divergence(NORMAL, "", None) == (None, None)  # not validated this epoch
+
+
+@pytest.mark.parametrize("train_losses,bad_weights,says", [
+    (NORMAL, "EMA model.1.bn.running_var", "the weights are not finite (EMA model.1.bn.running_var)"),
+    (None, "", "no training batch of the epoch had a finite loss"),
+    ({**NORMAL, "cls_loss": 2.5e6}, "", "training losses not finite or beyond 1e+06 (cls_loss 2.5e+06)"),
+    ({**NORMAL, "box_loss": math.inf}, "", "training losses not finite or beyond 1e+06 (box_loss inf)"),
+])
+def test_diverged_training_losses_or_weights_stop_naming_what_diverged(train_losses, bad_weights, says):
+    stop, warning = divergence(train_losses, bad_weights, {"box_loss": 2.0, "cls_loss": 1.48e6, "dfl_loss": 1.5})
+    assert stop == says and warning is None  # what diverged is named, not the validation loss
+
+
+def test_exploding_training_losses_stop_the_run_and_keep_the_last_epoch(data, tmp_path, capsys, monkeypatch):
+    """Training losses 1e7 times their value from epoch 1 on (the steps still finite, so the step guard lets them
+    through): epoch 1 ends the run with exit code 2 and one `error:` line naming the training losses, lr0 and the
+    option that would train on; last.pt and results.csv stay those of epoch 0."""
+    fb, calls = S.forward_backward, [0]
+
+    def exploding(state, imgs, targets):
+        items, finite = fb(state, imgs, targets)
+        calls[0] += 1
+        return (items * 1e7 if calls[0] > 2 else items), finite  # 2 batches of 8 per epoch
+    monkeypatch.setattr(S, "forward_backward", exploding)
+    rc = main(_args(data, tmp_path, "torch", "--epochs", "3", "--name", "boom"))
     err = capsys.readouterr().err
     errors = [s for s in err.splitlines() if "error:" in s]
     assert rc == 2 and len(errors) == 1, err[-2000:]
-    assert "training diverged" in errors[0] and "lr0=100.0" in errors[0] and "validation losses" in errors[0]
-    run = tmp_path / "lr100"
-    epoch = int(errors[0].split("error: epoch ")[1].split(":")[0])
-    if epoch == 0:  # nothing saved: the folder is removed (trainer.drop_unsaved_run)
-        assert not run.exists()
-    else:  # the epochs before it were saved, finite
-        assert (run / "run_state.yaml").exists() and "done" not in (run / "run_state.yaml").read_text()
-        assert read_results(run / "results.csv")["epoch"].tolist() == [float(e) for e in range(epoch)]
-        assert _finite_weights(run / "weights" / "last.pt")
+    assert "error: epoch 1: training diverged: training losses not finite or beyond 1e+06 (box_loss " in errors[0]
+    assert "lr0=0.01" in errors[0] and errors[0].endswith("--no-divergence-stop trains on regardless"), errors[0]
+    run = tmp_path / "boom"
+    assert torch.load(run / "weights" / "last.pt", map_location="cpu", weights_only=True)["epoch"] == 0
+    assert read_results(run / "results.csv")["epoch"].tolist() == [0.0]
+
+
+def test_a_huge_validation_loss_warns_and_a_run_stopped_by_it_resumes(data, tmp_path, monkeypatch, capsys):
+    """A run the old rule stopped at epoch 1 for a validation loss beyond 1e6 kept epoch 0 (as an interruption
+    after epoch 0 does). --resume of it, validating to val cls_loss 1.48e6 with normal training: one WARNING
+    line for epoch 1, the run finishes (exit code 0) and results.csv records the loss."""
+    run = train(parse_opt(_args(data, tmp_path, "torch")), stop_after_epoch=0, log=lambda *a, **k: None)["save_dir"]
+    validate = T.validate
+
+    def lagging(model, loader, **kw):
+        res = validate(model, loader, **kw)
+        return {**res, "cls_loss": 1.48e6}
+    monkeypatch.setattr(T, "validate", lagging)
+    rc = main(["--resume", str(run / "weights" / "last.pt")])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "error:" not in err, err[-2000:]
+    warned = [s for s in out.splitlines() if s.startswith("WARNING: epoch ")]
+    assert len(warned) == 1 and warned[0].startswith("WARNING: epoch 1: validation losses not finite or beyond "
+                                                     "1e+06 (cls_loss 1.48e+06) with finite weights"), warned
+    res = read_results(run / "results.csv")
+    assert res["epoch"].tolist() == [0.0, 1.0] and res["val/cls_loss"].tolist()[1] == 1.48e6
+    assert "done" in (run / "run_state.yaml").read_text()
 
 
 def test_non_finite_bn_statistics_stop_the_run_and_keep_the_last_finite_epoch(data, tmp_path, capsys, monkeypatch):
@@ -369,6 +417,25 @@ def test_non_finite_bn_statistics_stop_the_run_and_keep_the_last_finite_epoch(da
         ck = torch.load(run / "weights" / f, map_location="cpu", weights_only=True)
         assert ck["epoch"] == 0 and _finite_weights(run / "weights" / f), f
     assert read_results(run / "results.csv")["epoch"].tolist() == [0.0]
+
+
+def test_no_divergence_stop_trains_on_with_one_warning_line(data, tmp_path, capsys, monkeypatch):
+    """The same NaN running variance under --no-divergence-stop: one WARNING line naming epoch 1 and the tensor
+    instead of the error, and the run trains to its end (exit code 0, a results.csv row per epoch)."""
+    def poison(state, epoch, stats):
+        if epoch == 1:
+            state.ema.ema.state_dict()["model.1.bn.running_var"].view(-1)[0] = math.nan
+        return end_epoch(state, epoch, stats)
+
+    end_epoch = T.end_epoch
+    monkeypatch.setattr(T, "end_epoch", poison)
+    rc = main(_args(data, tmp_path, "torch", "--name", "on", "--no-divergence-stop"))
+    out, err = capsys.readouterr()
+    assert rc == 0 and "error:" not in err, err[-2000:]
+    warned = [s for s in out.splitlines() if s.startswith("WARNING: epoch ")]
+    assert warned == ["WARNING: epoch 1: training diverged: the weights are not finite (EMA model.1.bn.running_var); "
+                      "training goes on (--no-divergence-stop)"], warned
+    assert read_results(tmp_path / "on" / "results.csv")["epoch"].tolist() == [0.0, 1.0]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ Tiny on purpose: 16 synthetic training images of 96 px, gelan-t at --img 64, bat
 Run: python -m pytest -q tests/engine/train/test_train_resume.py
 """
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,176 @@ def test_resume_survives_a_damaged_or_old_opt_yaml(interrupted, tmp_path, damage
     else:
         assert f"WARNING: {opt_yaml} is {damage}; using the options stored in the checkpoint" in text
     assert "Resuming with --batch-size 8 (was 8) x accumulate 1 = nominal batch 8" in text
+
+
+# --- a tampered opt.yaml: one `error:` line naming the file and key, before anything is written ---
+
+# (change to opt.yaml, the error's words after "<run>/opt.yaml: "): wrong types, values out of range, unknown
+# choices, options that exclude each other, and epochs that leave nothing to train (the run has trained 1 of 2)
+TAMPERED = [
+    ("epochs: -1", "epochs: must be an integer >= 1, got -1"),
+    ("epochs: 0", "epochs: must be an integer >= 1, got 0"),
+    ("epochs: 1", "epochs: must be more than the 1 epochs"),
+    ("epochs: x", "epochs: must be an integer >= 1, got 'x'"),
+    ("epochs: 3.0", "epochs: must be an integer >= 1, got 3.0"),
+    ("batch_size: '8'", "batch_size: must be a positive integer (or -1 for AutoBatch), got '8'"),
+    ("batch_size: 0", "batch_size: must be a positive integer (or -1 for AutoBatch), got 0"),
+    ("imgsz: true", "imgsz: must be an integer >= 32, got true"),
+    ("val_period: 0", "val_period: must be an integer >= 1, got 0"),
+    ("val_period: x", "val_period: must be an integer >= 1, got 'x'"),
+    ("workers: 1.5", "workers: must be an integer >= 0, got 1.5"),
+    ("label_smoothing: 5", "label_smoothing: must be a number in [0, 1), got 5"),
+    ("patience: -3", "patience: must be an integer >= 0, got -3"),
+    ("freeze: [a]", "freeze: must be a list of layer indices (integers >= 0), got ['a']"),
+    ("close_mosaic: x", "close_mosaic: must be an integer >= 0, got 'x'"),
+    ("accumulate: 0", "accumulate: must be an integer >= 1, got 0 (or null: the nominal-64 rule)"),
+    ("max_nonfinite: -1", "max_nonfinite: must be an integer >= 0, got -1"),
+    ("mosaic: 1.5", "mosaic: must be a probability in [0, 1], got 1.5"),
+    ("optimizer: RMSprop", "optimizer: must be one of SGD, Adam, AdamW, LION, got 'RMSprop'"),
+    ("cache: gpu", "cache: must be one of ram, disk, val, got 'gpu'"),
+    ("backend: cuda", "backend: must be one of torch, c, got 'cuda'"),
+    ("main_recompute: x", "main_recompute: must be a stride"),
+    ("keep_inputs: 7", "keep_inputs: must be 0 or 1, got '7'"),
+    ("aux_recompute: 2", "aux_recompute: must be 0 or 1, got '2'"),
+    ("mem_cap: 0", "mem_cap: the memory size must be positive"),
+    ("mem_budget: lots", "mem_budget: cannot read the memory size 'lots'"),
+    ("amp: 'no'", "amp: must be true or false, got 'no'"),
+    ("noval: null", "noval: must be true or false, got null"),
+    ("channels_last: 3", "channels_last: must be true or false, got 3"),
+    ("hyp: 5", "hyp: must be a hyp file name or a mapping of hyperparameters, got 5"),
+    ("hyp: {lr0: abc}", "hyp: lr0: 'abc' is not a number"),
+    ("data: 7", "data: must be a text, got 7"),
+    ("device: [0]", "device: must be a device text"),
+    ("seed: x", "seed: must be an integer, got 'x'"),
+    ("evolve: 3", "evolve: must be null in a training run's options, got 3"),
+    ("{cos_lr: true, fixed_lr: true}", "cos_lr, flat_cos_lr and fixed_lr are alternatives: at most one may be on"),
+    ("dynamic_img: true", "dynamic_img needs mem_budget SIZE"),
+]
+
+
+def _linked_run(run, tmp_path):
+    """A copy of `run` whose checkpoints are hard links (no 30 MB copies) and whose small files are real copies
+    (a tampered opt.yaml must not reach the fixture's)."""
+    import os
+    import shutil
+
+    def copy(src, dst):
+        return os.link(src, dst) if src.endswith(".pt") else shutil.copy2(src, dst)
+    return Path(shutil.copytree(run, tmp_path / run.name, copy_function=copy))
+
+
+def _files(run):
+    """What a refused resume must leave as it was: every small file's bytes, and each checkpoint's inode, size
+    and mtime (a rewrite, atomic or in place, changes one of them)."""
+    def state(p):
+        if p.suffix == ".pt":
+            st = p.stat()
+            return st.st_ino, st.st_size, st.st_mtime_ns
+        return p.read_bytes()
+    return {p.relative_to(run).as_posix(): state(p) for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def interrupted_read(interrupted):
+    """(checkpoint, Resumed) of the untouched `interrupted` run: last.pt as read once (torch.load of it takes
+    about a second; the parametrized cases below check the file itself by its inode, size and mtime), and what a
+    corrected copy must read again."""
+    from yolov9c.engine.train.resume import read_resume
+    from yolov9c.models.checkpoint import read_checkpoint
+
+    last = interrupted / "weights" / "last.pt"
+    return read_checkpoint(last), read_resume(parse_opt(["--resume", str(last)]), log=lambda *a: None)
+
+
+@pytest.mark.parametrize("change,says", TAMPERED, ids=[c for c, _ in TAMPERED])
+def test_a_tampered_opt_yaml_is_one_error_line_and_the_run_stays_resumable(interrupted, interrupted_read, tmp_path,
+                                                                            monkeypatch, change, says):
+    """A value the command line would refuse, in opt.yaml: exit code 2, one `error:` line naming opt.yaml and the
+    key, nothing trained or written (every file of the run, last.pt and the tampered opt.yaml included, byte for
+    byte as before); with opt.yaml put back, the same --resume reads the run as before the tampering."""
+    import yaml
+
+    import yolov9c.engine.train.resume as R
+    from inprocess import call
+    from yolov9c.cli.train import main
+
+    run = _linked_run(interrupted, tmp_path)
+    opt_yaml, last = run / "opt.yaml", run / "weights" / "last.pt"
+    ckpt, before = interrupted_read
+    monkeypatch.setattr(R, "_read", lambda path: ckpt if Path(path) == last else pytest.fail(f"read {path}"))
+    argv = ["--resume", str(last)]
+    good = opt_yaml.read_bytes()
+    opt = yaml.safe_load(good)
+    opt.update(yaml.safe_load(change if change.startswith("{") else "{" + change + "}"))
+    opt_yaml.write_text(yaml.safe_dump(opt, sort_keys=False))
+    files = _files(run)
+    r = call(main, argv)
+    errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert errors[0].startswith(f"train_dual.py: error: {opt_yaml}: {says}"), errors[0]
+    assert errors[0].endswith("nothing was trained or written"), errors[0]
+    assert _files(run) == files and sorted(p.name for p in tmp_path.iterdir()) == [run.name]
+    opt_yaml.write_bytes(good)
+    after = R.read_resume(parse_opt(argv), log=lambda *a: None)
+    assert after.action == "train" and after.ckpt["epoch"] == 0
+    assert after.cfg == dataclasses.replace(before.cfg, resume=str(last), weights=str(last))
+
+
+def test_a_refused_resume_then_resumes_to_the_end_once_corrected(interrupted, tmp_path):
+    """`epochs: -1` once finished a 2-epoch run after 1 epoch and stripped last.pt: now refused, last.pt kept as
+    it was, and with the value put back the same command trains epoch 1 and finishes the run."""
+    import yaml
+
+    from inprocess import call
+    from yolov9c.cli.train import main
+
+    run = _linked_run(interrupted, tmp_path)
+    opt_yaml, last = run / "opt.yaml", run / "weights" / "last.pt"
+    good = opt_yaml.read_text()
+    opt_yaml.write_text(yaml.safe_dump({**yaml.safe_load(good), "epochs": -1}, sort_keys=False))
+    r = call(main, ["--resume", str(last)])
+    assert r.returncode == 2 and f"error: {opt_yaml}: epochs: must be an integer >= 1, got -1" in r.stderr
+    assert _load(last)["epoch"] == 0 and _load(last)["optimizer"] is not None  # not stripped
+    opt_yaml.write_text(good)
+    r = call(main, ["--resume", str(last)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = (run / "results.csv").read_text().splitlines()
+    assert [row.split(",")[0].strip() for row in rows[1:]] == ["0", "1"]
+    assert _load(last)["epoch"] == -1 and "done" in (run / "run_state.yaml").read_text()
+
+
+def test_a_bad_stored_value_the_command_line_replaces_is_no_error(interrupted, interrupted_read, tmp_path,
+                                                                   monkeypatch):
+    """`val_period: 0` in opt.yaml with --val-period 2 given (a RESUME_OVERRIDES knob): the typed value is used;
+    without it, a branch from weights/epoch0.pt is refused before its folder (exp-from-epoch0) is made."""
+    import yolov9c.engine.train.resume as R
+    from inprocess import call
+    from yolov9c.cli.train import main
+
+    run = _linked_run(interrupted, tmp_path)
+    opt_yaml, last = run / "opt.yaml", run / "weights" / "last.pt"
+    monkeypatch.setattr(R, "_read", lambda path: interrupted_read[0])  # last.pt and epoch0.pt: the same epoch 0
+    opt_yaml.write_text(opt_yaml.read_text().replace("val_period: 1\n", "val_period: 0\n"))
+    resumed = R.read_resume(parse_opt(["--resume", str(last), "--val-period", "2"]), log=lambda *a: None)
+    assert resumed.cfg.val_period == 2 and resumed.action == "train"
+    r = call(main, ["--resume", str(run / "weights" / "epoch0.pt")])
+    assert r.returncode == 2 and f"error: {opt_yaml}: val_period: must be an integer >= 1, got 0" in r.stderr, \
+        r.stderr[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [run.name]  # no exp-from-epoch0
+
+
+def test_resume_restores_no_divergence_stop_and_the_command_line_overrides_it(interrupted, interrupted_read,
+                                                                               tmp_path, monkeypatch):
+    """A run started with --no-divergence-stop resumes with it (opt.yaml); --divergence-stop given on the
+    --resume command line turns the check back on."""
+    import yolov9c.engine.train.resume as R
+
+    run = _linked_run(interrupted, tmp_path)
+    opt_yaml, last = run / "opt.yaml", run / "weights" / "last.pt"
+    monkeypatch.setattr(R, "_read", lambda path: interrupted_read[0])
+    text = opt_yaml.read_text()
+    assert "divergence_stop: true\n" in text
+    opt_yaml.write_text(text.replace("divergence_stop: true\n", "divergence_stop: false\n"))
+    quiet = dict(log=lambda *a: None)
+    assert R.read_resume(parse_opt(["--resume", str(last)]), **quiet).cfg.divergence_stop is False
+    assert R.read_resume(parse_opt(["--resume", str(last), "--divergence-stop"]), **quiet).cfg.divergence_stop is True

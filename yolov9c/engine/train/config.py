@@ -9,8 +9,8 @@ Fields: the published train_dual.py flags (argparse destinations, same defaults)
 backend's switches among them; their YOLOV9C_* variables, SWITCH_ENV, win at set-up), then what the trainer
 resolves (save_dir, world_size, global_rank). `given` names the fields typed on the command line: --resume takes
 those in RESUME_OVERRIDES from the command line instead of opt.yaml. opt.yaml is `opt_dict(cfg, hyp)` (the
-published format: every option, the hyp dict, save_dir); reading one back ignores unknown keys (with a warning)
-and defaults missing ones, so older and newer opt.yaml files still resume.
+published format: every option, the hyp dict, save_dir); reading one back checks each value by the command
+line's rule (options.py), ignores unknown keys (with a warning) and defaults missing ones.
 Invariant: frozen; set-up resolves a copy once (state.resolve_config) and nothing rewrites it.
 Test: python -m pytest -q tests/cli/test_train_cli.py -k config
 """
@@ -25,11 +25,12 @@ from pathlib import Path
 import yaml
 
 from yolov9c.backends.c.switches import Switches, parse_switch
+from yolov9c.engine.train.options import OptionError, checked, combination_error
 
 # options that --resume takes from the command line instead of the stored opt.yaml (memory knobs and placement)
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
                     "gpu_augment", "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph",
-                    "graph_shapes", "cudnn_benchmark",
+                    "graph_shapes", "cudnn_benchmark", "divergence_stop",
                     "mem_budget", "mem_cap", "val_chunks", "aux_recompute", "main_recompute", "keep_inputs")
 # the c backend's switches (backends/c/switches.py) and the environment variables that override them
 SWITCH_ENV = {"aux_recompute": "YOLOV9C_AUX_RECOMPUTE", "main_recompute": "YOLOV9C_MAIN_RECOMPUTE",
@@ -101,6 +102,7 @@ class RunConfig:
     mixup: float | None = None  # mixup probability (overrides the hyp file)
     deterministic: bool = False  # torch.use_deterministic_algorithms
     max_nonfinite: int = 10  # stop after N skipped (non-finite) optimizer steps in a row; 0 = never (guards.py)
+    divergence_stop: bool = True  # stop at an epoch's end when the weights or training losses diverged (guards.py)
     cuda_graph: bool = True  # whole-step CUDA graphs where they work (CUDA, fixed shapes, no DDP): graph_step.py
     graph_shapes: bool = False  # with cuda_graph: a graph per micro-batch shape (graph_shapes.py; experimental)
     cudnn_benchmark: bool = True  # cuDNN times its algorithms for the graphed shape (graph_step.py; not with
@@ -129,23 +131,26 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, stored, log=print, source="opt.yaml") -> RunConfig:
-        """A RunConfig from a stored mapping (opt.yaml, a checkpoint's 'opt'): unknown keys are ignored with a
-        warning naming them, missing keys keep their defaults. 'hyp' is kept when it is a dict or a str."""
+        """A RunConfig from a stored mapping (opt.yaml, a checkpoint's 'opt'): each known value through its
+        check (options.CHECKS, the command line's rules) and the options together through combination_error;
+        OptionError "<source>: <key>: <what is wrong, what is allowed>" for the first refused. Unknown keys are
+        ignored with a warning naming them, missing keys keep their defaults."""
         if not isinstance(stored, dict):
             raise ConfigError(f"{source} does not hold a mapping of options (got {type(stored).__name__})")
         names = {f.name for f in dataclasses.fields(cls)} - {"given"}
         unknown = sorted(set(stored) - names - {"given"}, key=str)  # 'given': in older checkpoints' options
         if unknown:
             log(f"WARNING: {source}: unknown options ignored: {', '.join(map(str, unknown))}")
-        kw = {k: v for k, v in stored.items() if k in names}
-        if "freeze" in kw and not isinstance(kw["freeze"], list):
-            kw["freeze"] = [kw["freeze"]]
-        return cls(**kw)
+        cfg = cls(**checked({k: v for k, v in stored.items() if k in names}, source))
+        why = combination_error(cfg)
+        if why:
+            raise OptionError(source, None, why)
+        return cfg
 
 
 def read_opt_yaml(path, log=print) -> RunConfig:
     """The RunConfig stored in a run's opt.yaml (see RunConfig.from_dict for unknown and missing keys).
-    Raises FileNotFoundError, ConfigError (empty, not yaml, not a mapping)."""
+    Raises FileNotFoundError, ConfigError (empty, not yaml, not a mapping), OptionError (a refused value)."""
     path = Path(path)
     try:
         stored = yaml.safe_load(path.read_text())

@@ -7,9 +7,9 @@
   BN-statistics change) and reports StepResult.finite (bool or 0-dim device bool read without a sync). After
   --max-nonfinite N skips in a row (0: never) -> NonFiniteError. AMP skips while the GradScaler scale is above
   AMP_CALIBRATED count in skipped_steps but not toward N (the scaler's calibration, not divergence).
-- Divergence: stop_if_diverged(state, epoch, val) at each epoch end, before anything is written: non-finite
-  weights/EMA/BN statistics or val losses inf/NaN or > DIVERGED_LOSS -> NonFiniteError; files keep the last
-  finite epoch; DDP ranks get the verdict through end_epoch's broadcast.
+- Divergence: stop_if_diverged at each epoch end, before anything is written: non-finite weights/EMA/BN
+  statistics or training losses inf/NaN or > DIVERGED_LOSS -> NonFiniteError (a validation loss alone, or
+  --no-divergence-stop: a warning); files keep the last finite epoch; DDP ranks learn it by broadcast.
 - OOM in a step: the window's gradients and BN statistics are restored, the micro-batch halved (nominal batch
   unchanged) and the batch re-run; at one image, OutOfMemory. last.pt stores the micro-batch.
 Test: python -m pytest -q tests/engine/train/test_guards.py
@@ -227,44 +227,66 @@ def checkpoint_is_finite(state):
     return True, ""
 
 
-# A validation loss beyond this, or inf/NaN, means the run diverged (a converging detector's are below ~20).
+# A mean training loss term beyond this, or inf/NaN, means the run diverged (a converging detector's are below
+# ~20); a validation loss beyond it only warns (the EMA's BatchNorm statistics can lag: docs/train.md FAQ).
 DIVERGED_LOSS = 1e6
-VAL_LOSSES = ("box_loss", "cls_loss", "dfl_loss")
+LOSSES = ("box_loss", "cls_loss", "dfl_loss")
 
 
-def divergence(state, epoch, val=None):
-    """Why the run diverged at the end of `epoch` (one line), or None. Checked on the main process once per epoch,
-    before anything of the epoch is written: the validation losses of `val` (a validate() result, None when
-    the epoch was not validated) and the model's and EMA's weights and BatchNorm statistics. No step is
-    synchronised for it: the step guard (above) sees only losses and gradients."""
-    if val is not None:
-        bad = [f"{k} {val[k]:.3g}" for k in VAL_LOSSES
-               if k in val and not (abs(float(val[k])) <= DIVERGED_LOSS)]
-        if bad:
-            return f"validation losses not finite or beyond {DIVERGED_LOSS:g} ({', '.join(bad)})"
-    ok, where = checkpoint_is_finite(state)
-    if not ok:
-        return f"the weights are not finite ({where})"
-    return None
+def _beyond(losses):
+    return [f"{k} {float(v):.3g}" for k, v in losses.items() if not abs(float(v)) <= DIVERGED_LOSS]
+
+
+def divergence(train_losses, bad_weights="", val=None):
+    """(stop, warning) at an epoch's end, each one line or None. stop says what diverged: the weights (model or
+    EMA, BatchNorm statistics included; `bad_weights` names the first non-finite tensor, "" when all are
+    finite) or the training losses (`train_losses`: {name: the epoch's mean over its batches with a finite
+    loss}, None when no batch had one) non-finite or beyond DIVERGED_LOSS. warning: only when nothing diverged,
+    validation losses (`val`, a validate() result, None when not validated) non-finite or beyond DIVERGED_LOSS
+    and why that alone does not stop the run."""
+    if bad_weights:
+        return f"the weights are not finite ({bad_weights})", None
+    if train_losses is None:
+        return "no training batch of the epoch had a finite loss", None
+    bad = _beyond(train_losses)
+    if bad:
+        return f"training losses not finite or beyond {DIVERGED_LOSS:g} ({', '.join(bad)})", None
+    bad = _beyond({k: val[k] for k in LOSSES if k in val}) if val is not None else []
+    if not bad:
+        return None, None
+    normal = ", ".join(f"{k} {float(v):.3g}" for k, v in train_losses.items())
+    return None, (f"validation losses not finite or beyond {DIVERGED_LOSS:g} ({', '.join(bad)}) with finite "
+                  f"weights and training losses ({normal}): not a divergence, training goes on; validation runs "
+                  f"the EMA model on BatchNorm running statistics, which lag fast-moving weights (docs/train.md, "
+                  f"FAQ: val/cls_loss far above train/cls_loss)")
 
 
 DIVERGED = 2  # end_epoch's stop flag value broadcast by rank 0 when the run diverged
 
 
-def stop_if_diverged(state, epoch, val=None):
-    """Main process, end of `epoch`: raise NonFiniteError (one `error:` line: the epoch, what is not finite, the
-    likely causes) when divergence() finds something. last.pt, best.pt and results.csv keep the previous epoch
-    (the last finite state). Under DDP rank 0 first sends DIVERGED and the message to the other ranks, which
-    wait in end_epoch's stop broadcast and raise the same error (raise_diverged)."""
+def stop_if_diverged(state, epoch, train_losses, val=None):
+    """Main process, end of `epoch`, before anything of it is written: divergence() of the epoch's training
+    losses (see there), the model's and EMA's weights and `val`. A warning, or a divergence under
+    --no-divergence-stop, is one logged line; a divergence raises NonFiniteError (one `error:` line: the epoch,
+    what diverged, the likely causes), and last.pt, best.pt and results.csv keep the previous epoch. Under DDP
+    rank 0 first sends DIVERGED and the message to the other ranks, which wait in end_epoch's stop broadcast
+    and raise the same error (raise_diverged)."""
     if state.folder is None:  # an --evolve generation: no checkpoints to protect; its fitness judges it
         return
-    why = divergence(state, epoch, val)
+    ok, where = checkpoint_is_finite(state)
+    why, warning = divergence(train_losses, "" if ok else where, val)
+    if warning is not None:
+        state.log(f"WARNING: epoch {epoch}: {warning}; if it persists while mAP stays near 0, try a smaller lr0 "
+                  f"(hyp lr0={state.hyp.get('lr0')})")
     if why is None:
+        return
+    if not state.cfg.divergence_stop:
+        state.log(f"WARNING: epoch {epoch}: training diverged: {why}; training goes on (--no-divergence-stop)")
         return
     kept = ("last.pt, best.pt and results.csv were not written and keep the last finite epoch"
             if (state.wdir / "last.pt").exists() else "last.pt and best.pt were not written")
     msg = f"epoch {epoch}: training diverged: {why}; stopped before saving epoch {epoch}: {kept}; " \
-          f"{nonfinite_causes(state)}"
+          f"{nonfinite_causes(state)}; --no-divergence-stop trains on regardless"
     if state.world > 1:
         import torch.distributed as dist
         dist.broadcast(torch.tensor([DIVERGED], device=state.device), 0)

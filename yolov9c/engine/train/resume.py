@@ -5,12 +5,12 @@
 
 `Resumed` is made before anything is built and applied once at the end of set-up; nothing else reads a
 checkpoint. read_resume picks the given last.pt or (bare --resume) the newest not-done last*.pt under --project;
-options come from opt.yaml (or last.pt when it is missing/broken) plus the typed RESUME_OVERRIDES. A checkpoint
-other than the run's last.pt (weights/epochN.pt) continues in a new folder <run>-from-epochN; the run itself is
-never overwritten. Action (run_folder.resume_action): "train", "finish" (only strip and validate), or "done"
-(TrainError). restore: optimizer, EMA (+ updates), GradScaler, epoch, best fitness, last metrics, the OOM
-micro-batch (guards.py) and the main process's RNG states; opt.yaml is rewritten. Another --batch-size keeps
-the run's nominal batch unless --accumulate is given.
+options: opt.yaml (or last.pt's when it is missing/broken) and the typed RESUME_OVERRIDES, checked by the
+command line's rules (options.py) before anything is written. A checkpoint other than the run's last.pt
+(weights/epochN.pt) continues in a new folder <run>-from-epochN; the run itself is never overwritten. Action
+(run_folder.resume_action): "train", "finish" (only strip and validate), or "done" (TrainError). restore:
+optimizer, EMA (+ updates), GradScaler, epoch, best fitness, last metrics, the OOM micro-batch and the RNG
+states; opt.yaml is rewritten. Another --batch-size keeps the nominal batch unless --accumulate is given.
 Invariant: an interrupted then resumed CPU run ends with the same weights as an uninterrupted one.
 Test: python -m pytest -q tests/engine/train/test_train_resume.py
 """
@@ -28,9 +28,10 @@ import torch
 import yaml
 
 from yolov9c.engine.run_dir import increment_path
-from yolov9c.engine.train.config import RESUME_OVERRIDES, ConfigError, RunConfig, opt_dict
+from yolov9c.engine.train.config import RESUME_OVERRIDES, RunConfig, opt_dict
 from yolov9c.engine.train.errors import TrainError
-from yolov9c.engine.train.run_folder import read_opt, read_state, resume_action
+from yolov9c.engine.train.options import OptionError
+from yolov9c.engine.train.run_folder import RunFolderError, read_opt, read_state, resume_action
 from yolov9c.models.atomic_io import atomic_copy, atomic_write
 from yolov9c.models.checkpoint import CheckpointError, read_checkpoint
 
@@ -66,7 +67,9 @@ class Resumed:
 def read_resume(cfg: RunConfig, log=print) -> Resumed:
     """The Resumed record of `cfg.resume` (True: the newest resumable last*.pt under cfg.project, else that
     path). Its `action` (run_folder.resume_action): "train" or "finish"; a run with nothing left ("done": it
-    finished) is a TrainError. The run folder's lock confirms the action when set-up opens the folder."""
+    finished) is a TrainError. The run folder's lock confirms the action when set-up opens the folder. Before
+    anything is written (a branch folder included), the stored options are checked (_stored_options) and a
+    run that trains must be set to more epochs than last.pt has trained: a TrainError leaves the run as it was."""
     if cfg.resume is True:
         last, ckpt = pick_latest(cfg.project, log)
     else:
@@ -75,18 +78,24 @@ def read_resume(cfg: RunConfig, log=print) -> Resumed:
             raise TrainError(f"--resume: no last.pt found ({cfg.resume})")
         ckpt = _read(last)
     run = last.parent.parent  # the run whose options (opt.yaml) are resumed
-    if last.name != "last.pt" and resumable(ckpt):  # weights/epochN.pt, an unstripped best.pt
-        last = branch(last, ckpt, log)
-    save_dir = last.parent.parent
-    action = resume_action(save_dir, ckpt)
+    branching = last.name != "last.pt" and resumable(ckpt)  # weights/epochN.pt, an unstripped best.pt
+    action = resume_action(None if branching else run, ckpt)  # a branch's folder is new: the checkpoint decides
     if action == "done":
         raise TrainError(f"--resume {last}: nothing to resume: this run finished (stripped weights, final "
                          f"validation done); resume from one of its weights/epochN.pt (--save-period; it continues "
                          f"in a new run folder) or start a new run with --weights {last} to train it further")
-    stored = _stored_options(run, ckpt, last, log)
-    stored = dataclasses.replace(stored, **{k: getattr(cfg, k) for k in RESUME_OVERRIDES if k in cfg.given},
-                                 given=cfg.given, resume=str(last), weights=str(last), cfg="")
-    return Resumed(cfg=stored, ckpt=ckpt, last=last, save_dir=save_dir, action=action)
+    stored, source = _stored_options(run, ckpt, last, cfg, log)
+    reached = int(ckpt.get("epoch", -1)) + 1  # epochs trained (0 to reached - 1)
+    if action == "train" and stored.epochs <= reached:  # the loop would train nothing, then strip last.pt
+        raise TrainError(f"{source}: epochs: must be more than the {reached} epochs {last} has trained, got "
+                         f"{stored.epochs}; {UNCHANGED}")
+    if stored.evolve is not None:  # set-up would run it as an --evolve generation: no checkpoints
+        raise TrainError(f"{source}: evolve: must be null in a training run's options, got {stored.evolve} (an "
+                         f"--evolve search resumes with --evolve --resume); {UNCHANGED}")
+    if branching:
+        last = branch(last, ckpt, log)
+    stored = dataclasses.replace(stored, given=cfg.given, resume=str(last), weights=str(last), cfg="")
+    return Resumed(cfg=stored, ckpt=ckpt, last=last, save_dir=last.parent.parent, action=action)
 
 
 def resumable(ckpt):
@@ -156,13 +165,22 @@ def _read(last):
         raise TrainError(str(e)) from None
 
 
-def _stored_options(save_dir, ckpt, last, log):
-    """The run's RunConfig: its opt.yaml, else (missing, empty, broken) the options stored in last.pt."""
-    opt = read_opt(save_dir, fallback=ckpt.get("opt"), log=log)
+UNCHANGED = "nothing was trained or written"  # a refused resume: the run is as it was
+
+
+def _stored_options(run, ckpt, last, cfg, log):
+    """(RunConfig, source): the run's opt.yaml (else, missing, empty or broken, the options stored in last.pt,
+    the source then) with the command line's RESUME_OVERRIDES, every value checked as the command line checks
+    it (RunConfig.from_dict, options.py). A refused value is a TrainError "<source>: <key>: <why>"."""
     try:
-        return RunConfig.from_dict(opt, log=log, source=str(save_dir / "opt.yaml"))
-    except ConfigError as e:
-        raise TrainError(f"--resume: {e}; {last} stores no usable options") from None
+        opt, source = read_opt(run), run / "opt.yaml"
+    except RunFolderError:  # read again with the fallback: it says so, or raises its own error
+        opt, source = read_opt(run, fallback=ckpt.get("opt"), log=log), last
+    typed = {k: getattr(cfg, k) for k in RESUME_OVERRIDES if k in cfg.given}  # checked by the command line
+    try:
+        return RunConfig.from_dict({**opt, **typed}, log=log, source=str(source)), source
+    except OptionError as e:
+        raise TrainError(f"{e}; {UNCHANGED}") from None
 
 
 def restore(state, resumed: Resumed):

@@ -134,8 +134,9 @@ def resume_action(save_dir, ckpt: dict) -> str:
     """What a --resume from checkpoint `ckpt` (read from save_dir/weights/last.pt) has left to do:
     "train" (continue at epoch ckpt['epoch'] + 1), "finish" (training ended; strip and final validation were cut
     off) or "done" (nothing left). run_state.yaml decides; folders without one (older versions) are judged from
-    the checkpoint: stripped is done, the last planned epoch saved is finish."""
-    phase = read_state(save_dir).get("phase")
+    the checkpoint: stripped is done, the last planned epoch saved is finish. save_dir None: a folder not made
+    yet (a --resume branch), judged from the checkpoint."""
+    phase = read_state(save_dir).get("phase") if save_dir is not None else None
     if phase == "done":
         return "done"
     if phase == "finishing":

@@ -31,7 +31,7 @@ from yolov9c.engine.progress import EpochClock, bar
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.errors import TrainError
-from yolov9c.engine.train.guards import (free_cuda, raise_diverged, raise_if_peer_lost, stop_if_diverged,
+from yolov9c.engine.train.guards import (LOSSES, free_cuda, raise_diverged, raise_if_peer_lost, stop_if_diverged,
                                          validate_with_backoff)
 from yolov9c.engine.train.memory_cap import release_cap, tight
 from yolov9c.engine.train.resume import rng_state
@@ -60,6 +60,11 @@ class EpochStats:
     lr: list  # the param groups' learning rates at the end of the pass
     skipped: int = 0  # optimizer steps skipped for a non-finite loss or gradient (guards.py)
     peak_gib: float = 0.0  # peak GPU memory allocated in the pass (0 on the CPU)
+    finite_batches: int = 0  # batches whose losses were finite (the main process's; mloss averages those)
+
+    def losses(self):
+        """{box_loss, cls_loss, dfl_loss: the epoch's mean}, or None when no batch had finite losses."""
+        return dict(zip(LOSSES, self.mloss.tolist())) if self.finite_batches else None
 
 
 def fitness(mp, mr, map50, map5095):
@@ -217,7 +222,8 @@ def train_one_epoch(state: RunState, epoch):
     with warnings.catch_warnings():  # an epoch whose every step was skipped (non-finite) never called optimizer.step
         warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
         state.scheduler.step()
-    return EpochStats(mloss=mloss, seconds=seconds, images=images, lr=lr, skipped=skipped, peak_gib=peak)
+    return EpochStats(mloss=mloss, seconds=seconds, images=images, lr=lr, skipped=skipped, peak_gib=peak,
+                      finite_batches=int(n_finite))
 
 
 def _epoch_sampling(state, epoch):
@@ -253,7 +259,7 @@ def end_epoch(state: RunState, epoch, stats: EpochStats) -> bool:
             state.peaks.mark("validation")
             progress.metrics = [res[k] for k in METRIC_KEYS]
             progress.maps = np.asarray(res["maps"], np.float64)
-        stop_if_diverged(state, epoch, res)  # guards.py: non-finite weights or validation losses end the run
+        stop_if_diverged(state, epoch, stats.losses(), res)  # guards.py: weights or training losses diverged
         fi = fitness(*progress.metrics[:4])
         if fi >= progress.best_fitness:
             progress.best_epoch = epoch
