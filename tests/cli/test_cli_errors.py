@@ -74,6 +74,10 @@ BAD_HYPS = {  # name: (file text, what the error line must say)
                                                             "number > 0"]),
     "probability": (BASE_HYP.replace("mixup: 0.15", "mixup: 1.5"), ["line 31: mixup: 1.5 is out of range"]),
     "missing": (BASE_HYP.replace("lr0: 0.01", ""), ["hyp lacks training keys: lr0"]),
+    "misspelt": (BASE_HYP.replace("mosaic: 1.0", "mosiac: 1.0"),
+                 ["line 30: unknown key 'mosiac': did you mean 'mosaic'? (the file has no mosaic)"]),
+    "not-utf8": (BASE_HYP.replace("# YOLOv9 hyperparameters", "# YOLOv9 param\u00e8tres").encode("latin-1"),
+                 ["not a UTF-8 text file (byte 14: b'\\xe8tre'); save it as UTF-8"]),
 }
 
 
@@ -81,12 +85,26 @@ BAD_HYPS = {  # name: (file text, what the error line must say)
 def test_bad_hyp_file_is_one_error_line_naming_file_and_line(data, tmp_path, case):
     text, says = BAD_HYPS[case]
     hyp = tmp_path / f"hyp.{case}.yaml"
-    hyp.write_text(text)
+    hyp.write_bytes(text) if isinstance(text, bytes) else hyp.write_text(text)
     line = refused(train_main, _train_args(data, tmp_path / "runs", "--hyp", hyp), tmp_path / "runs")
     assert line.startswith("train_dual.py: error: --hyp") and str(hyp) in line, line
     for s in says:
         assert s in line, line
     assert yaml.safe_load(BASE_HYP)["lr0"] == 0.01  # the cases edit the bundled file's own lines
+
+
+def test_hyp_key_no_one_reads_is_one_warning_and_1e3_is_a_number(data, tmp_path):
+    """`lrO: 0.02` beside `lr0` (read by no one; before: silently ignored) is one warning naming lr0; `lr0: 1e-3`
+    (PyYAML reads a string; before: "'1e-3' is not a number" without a hint) trains with lr0 0.001."""
+    hyp = tmp_path / "hyp.yaml"
+    hyp.write_text(BASE_HYP.replace("lr0: 0.01", "lr0: 1e-3\nlrO: 0.02"))
+    r = call(train_main, [str(a) for a in _train_args(data, tmp_path / "runs", "--hyp", hyp)])
+    assert r.returncode == 0 and "error:" not in r.stderr, r.stderr[-3000:]
+    warned = [ln for ln in r.stdout.splitlines() if "lrO" in ln and "hyperparameters:" not in ln]
+    assert warned == [f"WARNING: {hyp}: line 4: 'lrO' is not a hyperparameter training reads: ignored (did you "
+                      f"mean 'lr0'? it is set on line 3)"], warned
+    stored = yaml.safe_load((tmp_path / "runs" / "exp" / "hyp.yaml").read_text())
+    assert stored["lr0"] == 0.001, stored
 
 
 # ---------------------------------------------------------------------------------------------------------

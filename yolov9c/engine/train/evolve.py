@@ -176,7 +176,7 @@ def evolve(cfg: RunConfig, *, train_fn=None, log=print):
         log(f"WARNING: --bucket {cfg.bucket}: gsutil upload/download is not supported; evolve.csv stays local")
     try:
         hyp = augment_hyp(resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else cfg.hyp,
-                          mosaic=cfg.mosaic, mixup=cfg.mixup)
+                          mosaic=cfg.mosaic, mixup=cfg.mixup, log=log)
     except (FileNotFoundError, KeyError, ValueError) as e:
         raise TrainError(f"--hyp: {e}") from None
     hyp.setdefault("anchors", 3)  # commented out in the hyp files; evolved as published

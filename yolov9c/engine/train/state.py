@@ -340,7 +340,7 @@ def setup_run_folder(state):
         state.finish_only = action == "finish"
     try:
         hyp_file = resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else None
-        hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup)
+        hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup, log=log)
         missing = [k for k in TRAIN_HYP_KEYS if k not in hyp]
         if missing:
             raise KeyError(f"hyp lacks training keys: {', '.join(missing)}")
