@@ -228,9 +228,9 @@ def main(argv=None, prog="train_dual.py") -> int:
         return _launch_ddp(cfg, sys.argv[1:] if argv is None else list(argv), prog)
     try:
         if cfg.evolve is not None:
-            evolve(cfg)
+            evolve(cfg, prog=prog)
         else:
-            train(cfg)
+            train(cfg, prog=prog)
     except (TrainError, *USER_ERRORS) as e:  # before any OSError handling: DiskFullError is an OSError
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2

@@ -161,12 +161,12 @@ def plot_evolve(csv, log=print):
         log(f"WARNING: hyp_evolve.png not written: {e}")
 
 
-def evolve(cfg: RunConfig, *, train_fn=None, log=print):
+def evolve(cfg: RunConfig, *, train_fn=None, log=print, prog="train_dual.py"):
     """Run cfg.evolve generations; returns the run folder (Path). cfg: a RunConfig with .evolve set; each
     generation trains dataclasses.replace(cfg, hyp=child, ...). train_fn(cfg) → dict with "metrics" (mp, mr,
     map50, map, box_loss, cls_loss, dfl_loss), default yolov9c.engine.train.trainer.train (tests pass a
-    stand-in)."""
-    train_fn = train_fn or (lambda c: train(c, log=log))
+    stand-in). prog: the script, for the options line (trainer.train)."""
+    train_fn = train_fn or (lambda c: train(c, log=log, prog=prog))
     if int(os.getenv("WORLD_SIZE", "1")) > 1:
         raise TrainError("--evolve is not compatible with DDP (as published): run it in one process")
     generations = int(cfg.evolve)

@@ -188,10 +188,10 @@ class RunState:
         return opt_dict(cfg, hyp)
 
 
-def setup(cfg: RunConfig, log=print) -> RunState:
+def setup(cfg: RunConfig, log=print, prog="train_dual.py") -> RunState:
     """Build every object of the run from `cfg` (see the module docstring for the order). A start that fails
     after the run folder was claimed releases it (and removes a folder it created and only filled with its own
-    start-up files), then re-raises."""
+    start-up files), then re-raises. prog: the script, whose stem prefixes the options line (`train: ...`)."""
     resumed = read_resume(cfg, log) if cfg.resume else None
     given = resumed.cfg if resumed else cfg
     place = placement(given, log)
@@ -210,7 +210,7 @@ def setup(cfg: RunConfig, log=print) -> RunState:
     if early:  # already for the model build (CUDA_MAIN_THREADS); setup_loaders logs the final count
         torch.set_num_threads(early)
     try:
-        setup_run_folder(state)
+        setup_run_folder(state, prog)
         setup_model(state)
         if state.finish_only:
             setup_finish_only(state)
@@ -325,7 +325,7 @@ def resolve_backend(cfg, device, world, log):
 TRAIN_HYP_KEYS = ("lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum", "warmup_bias_lr")
 
 
-def setup_run_folder(state):
+def setup_run_folder(state, prog="train_dual.py"):
     """The claimed run folder (claim_run_dir) held through a RunFolder by the main process (not by --evolve
     generations, which write only results.csv rows), the hyperparameters, hyp.yaml and opt.yaml of a fresh run
     (atomic), and the seeds. A resume whose training ended (resume_action "finish") sets state.finish_only."""
@@ -357,7 +357,7 @@ def setup_run_folder(state):
         elif resumed is None:
             state.folder.write_yaml("hyp.yaml", hyp)
             state.folder.write_yaml("opt.yaml", opt_dict(cfg, hyp))
-        log("train_dual: " + ", ".join(f"{k}={v}" for k, v in opt_dict(cfg).items()))
+        log(f"{Path(prog).stem}: " + ", ".join(f"{k}={v}" for k, v in opt_dict(cfg).items()))
         log("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in hyp.items()))
     hyp["label_smoothing"] = float(cfg.label_smoothing)
     state.hyp = hyp

@@ -75,13 +75,14 @@ class Interrupted(KeyboardInterrupt):
         self.save_dir, self.last, self.removed = save_dir, last, removed  # removed: no checkpoint, folder gone
 
 
-def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
+def train(cfg: RunConfig, *, stop_after_epoch=None, log=print, prog="train_dual.py"):
     """Run a training as train_dual.py does. cfg: a RunConfig (yolov9c.cli.train.parse_opt builds one).
     stop_after_epoch: stop (as if interrupted) after saving that epoch's last.pt (tests of --resume).
+    prog: the script that started the run (train.py or train_dual.py), the options line's prefix as published.
     Returns a dict: save_dir (Path), epochs_done, best_fitness, metrics (the last validation's), and final (the
     validation of best.pt) when the run finished with validation. Ctrl-C raises Interrupted (a
     KeyboardInterrupt naming the checkpoint to resume)."""
-    state = setup(cfg, log)
+    state = setup(cfg, log, prog)
     try:
         return _train(state, stop_after_epoch)
     except KeyboardInterrupt as e:
