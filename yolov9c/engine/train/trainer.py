@@ -227,7 +227,8 @@ def _epoch_sampling(state, epoch):
     # as published (mosaic closes at epoch == epochs - close_mosaic): never when --close-mosaic > --epochs
     closed = bool(cfg.close_mosaic) and 0 <= cfg.epochs - cfg.close_mosaic <= epoch
     first = state.progress.start_epoch
-    if cfg.close_mosaic > cfg.epochs and epoch == first and ds.augment and not ds.rect:
+    mosaic_used = ds.augment and not ds.rect and state.hyp["mosaic"] > 0  # --mosaic 0: nothing stays on
+    if cfg.close_mosaic > cfg.epochs and epoch == first and mosaic_used:
         state.log(f"--close-mosaic {cfg.close_mosaic} is more than --epochs {cfg.epochs}: mosaic stays on for the "
                   f"whole run (as in the published loop, which closes it at epoch {cfg.epochs - cfg.close_mosaic})")
     if closed and ds.augment and not ds.rect and epoch in (cfg.epochs - cfg.close_mosaic, first):
