@@ -250,6 +250,27 @@ def test_missing_published_weights_say_where_to_get_them_in_one_wording(data, tm
                     f"(yolov9c downloads nothing)"), line
 
 
+@pytest.mark.parametrize("case", ["folder", "missing-pth", "pth"])
+def test_weights_that_are_no_pt_file_are_refused_not_ignored(data, tmp_path, monkeypatch, case):
+    """--weights naming a folder, a missing yolov9-s.pth or an existing .pth (before: trained from scratch with
+    exit code 0; the published train stops on any suffix but .pt)."""
+    from yolov9c import build_model
+    from yolov9c.models.checkpoint import save_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w").mkdir()
+    save_checkpoint(tmp_path / "w" / "best.pt", build_model("gelan-t", nc=8))
+    if case == "pth":
+        (tmp_path / "w" / "best.pt").rename(tmp_path / "yolov9-s.pth")
+    weights = {"folder": "w", "missing-pth": "yolov9-s.pth", "pth": "yolov9-s.pth"}[case]
+    line = refused(train_main, _train_args(data, tmp_path / "runs", "--weights", weights), tmp_path / "runs")
+    assert line == "train_dual.py: error: " + {
+        "folder": "--weights w: a folder, not a checkpoint file: give a .pt file, e.g. w/best.pt",
+        "missing-pth": "--weights yolov9-s.pth: file not found",
+        "pth": "--weights yolov9-s.pth: not a .pt file; training starts from a .pt checkpoint (ours, or a published "
+               "YOLOv9 .pt), as published"}[case], line
+
+
 def test_missing_sample_image_says_where_to_get_it(gelan_t, tmp_path, monkeypatch):
     """detect_dual.py --source data/images/horses.jpg (the published guides' image) without the file."""
     from yolov9c.cli.detect import main as detect_main

@@ -61,7 +61,7 @@ from yolov9c.engine.train.step import EagerStep, Step, Window
 from yolov9c.loss.detection import make_loss
 from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain
 from yolov9c.models.finite import nonfinite_names, nonfinite_text
-from yolov9c.models.published import weights_not_found
+from yolov9c.models.published import weights_file_error
 from yolov9c.models.weights import transfer_weights
 from yolov9c.models.info import model_summary
 from yolov9c.models.model import DetectionModel
@@ -428,9 +428,10 @@ def setup_model(state):
     if state.resumed is not None:
         model = _build(state.resumed.ckpt.get("yaml"), state.nc)
         model.load_state_dict(state.resumed.model_state)
-    elif str(cfg.weights).endswith(".pt"):
-        if not Path(cfg.weights).is_file():
-            raise TrainError(weights_not_found(cfg.weights))
+    elif cfg.weights:
+        why = weights_file_error(cfg.weights)  # a folder or a .pth: an error, never a silent start from scratch
+        if why:
+            raise TrainError(why)
         try:
             wck = read_checkpoint(cfg.weights, warn=False)  # non-finite weights: refused below
         except (FileNotFoundError, CheckpointError) as e:
