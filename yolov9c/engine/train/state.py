@@ -204,7 +204,7 @@ def setup(cfg: RunConfig, log=print, prog="train_dual.py") -> RunState:
     state = RunState(cfg=resolved, resumed=resumed, save_dir=save_dir, wdir=save_dir / "weights",
                      made_dir=made_dir, evolving=given.evolve is not None, **place)
     state.memory_format = torch.channels_last if state.cfg.channels_last else torch.contiguous_format
-    apply_cap(state.cfg, state.device, log)  # --mem-cap / --mem-budget: before anything reaches the GPU
+    apply_cap(state.cfg, state.device, state.log)  # --mem-cap / --mem-budget: before anything reaches the GPU
     state.peaks = PhasePeaks(state.device)
     early = cpu_threads(0, cuda=True) if state.device.type == "cuda" else None
     if early:  # already for the model build (CUDA_MAIN_THREADS); setup_loaders logs the final count
