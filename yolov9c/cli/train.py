@@ -31,6 +31,7 @@ import torch
 from yolov9c.cli.memory import add_switch_args, budget_type
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.evolve import evolve
+from yolov9c.engine.train.memory_plan import MIN_IMG, dynamic_img_error
 from yolov9c.engine.train.run_folder import USER_ERRORS
 from yolov9c.engine.train.batching import batch_error
 from yolov9c.engine.train.trainer import Interrupted, TrainError, train
@@ -176,8 +177,8 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--dynamic-img", action="store_true",
                    help="with --mem-budget: shrink the image size (down to --min-img) instead of splitting the "
                         "batch; changes the data distribution (smaller objects)")
-    p.add_argument("--min-img", type=_int_at_least(32, "--min-img"), default=320,
-                   help="smallest image size of --dynamic-img (default 320; rounded up to the max stride)")
+    p.add_argument("--min-img", type=_int_at_least(32, "--min-img"), default=MIN_IMG,
+                   help=f"smallest image size of --dynamic-img (default {MIN_IMG}; rounded up to the max stride)")
     return p
 
 
@@ -198,8 +199,9 @@ def parse_opt(argv=None, prog="train_dual.py") -> RunConfig:
     why = batch_error(ns.batch_size, 1, ns.mem_budget)  # the process count is checked in main()
     if why:
         parser.error(why)
-    if ns.dynamic_img and ns.mem_budget is None:
-        parser.error("--dynamic-img needs --mem-budget SIZE (it picks the image size that fits the budget)")
+    why = dynamic_img_error(ns.dynamic_img, ns.mem_budget, "min_img" in given)  # as `python -m yolov9c memory`
+    if why:
+        parser.error(why)
     return RunConfig.from_args(ns, given=given)
 
 

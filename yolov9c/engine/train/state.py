@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import math
 import os
 import random
 import types
@@ -456,10 +455,7 @@ def setup_model(state):
     if n_frozen:
         log(f"freezing {n_frozen} parameter tensors of {frozen_layers_text(cfg.freeze)}")
     state.gs = max(int(model.stride.max()), 32)
-    state.imgsz = max(math.ceil(cfg.imgsz / state.gs) * state.gs, state.gs * 2)
-    if state.imgsz != cfg.imgsz:
-        log(f"WARNING: --img-size {cfg.imgsz} must be a multiple of max stride {state.gs}, updating to "
-            f"{state.imgsz}")
+    state.imgsz = memory_plan.train_img_size(cfg.imgsz, state.gs, log=log)
     state.model = model
 
 
@@ -557,7 +553,7 @@ def apply_memory_plan(state):
     the weight decay are those of --batch-size; with --dynamic-img the plan's image size replaces --img."""
     cfg, gs = state.cfg, state.gs  # batch_error refused --batch-size -1 with --mem-budget
     per_rank = cfg.batch_size // state.world
-    min_img = max(math.ceil(cfg.min_img / gs) * gs, gs * 2)
+    min_img = memory_plan.train_img_size(cfg.min_img, gs)
     resumed_file = str(state.resumed.ckpt.get("yaml_file") or "") if state.resumed is not None else ""
     name = cfg.cfg or getattr(state.model, "yaml_file", "") or resumed_file  # a resume builds from the stored dict
     try:
