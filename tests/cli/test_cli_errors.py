@@ -130,6 +130,41 @@ def test_damaged_disk_cache_is_rebuilt_and_the_run_trains(tmp_path):
         assert np.load(npy, allow_pickle=False).shape == (64, 64, 3)
 
 
+@pytest.mark.parametrize("case", ["no-room", "fills-while-writing"])
+def test_disk_cache_on_a_full_disk_is_one_line_and_leaves_no_npy(tmp_path, monkeypatch, case):
+    """--cache disk with too little free space: checked against the exact need before writing, one line, nothing
+    written; a disk that fills while writing: one line for the folder and the partial temporaries removed (before:
+    a line per image and a zero-byte .npy per image left in the dataset folder). The run trains either way."""
+    import shutil
+
+    from yolov9c.data import image_cache
+
+    data = synthetic_dataset(seed=5, root=tmp_path / "syn", n_train=8, n_val=4, imgsz=64)
+    train = data.parent / "images" / "train"
+    if case == "no-room":
+        usage = shutil.disk_usage(train)
+        monkeypatch.setattr(image_cache.shutil, "disk_usage", lambda p: usage._replace(free=4 * 64 * 64 * 3))
+    else:
+        save = np.save
+
+        def fill(file, arr, *a, **k):
+            if str(file).endswith(".tmp.npy"):
+                Path(file).write_bytes(b"\x93NUMPY")  # a few bytes in, the disk is full
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return save(file, arr, *a, **k)
+        monkeypatch.setattr(np, "save", fill)
+    r = call(train_main, _train_args(str(data), tmp_path / "runs", "--cache", "disk", "--batch", "8"))
+    assert r.returncode == 0 and "error:" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
+    said = [ln for ln in r.stdout.splitlines() if "--cache disk needs" in ln or "No space left" in ln]
+    assert said == {"no-room": [f"train: --cache disk needs 0.09 MiB (+10 % margin) for 8 .npy files on the disk of "
+                                f"{train} but 0.05 MiB is free: none written (those images are read from their "
+                                f"files)"],
+                    "fills-while-writing": [f"train: {train}: No space left on device: disk cache not written for "
+                                            f"some of its images"]}[case], said
+    assert list(data.parent.rglob("*.npy")) == [], list(data.parent.rglob("*.npy"))
+    assert (tmp_path / "runs" / "exp" / "weights" / "last.pt").is_file()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # --freeze
 # ---------------------------------------------------------------------------------------------------------
