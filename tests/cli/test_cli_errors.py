@@ -166,6 +166,65 @@ def test_disk_cache_on_a_full_disk_is_one_line_and_leaves_no_npy(tmp_path, monke
 
 
 # ---------------------------------------------------------------------------------------------------------
+# run folders: refused before the work, and a failed start leaves an existing folder as it was
+# ---------------------------------------------------------------------------------------------------------
+
+def _tree(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+def _earlier_run(folder):
+    """An earlier run's folder, as --exist-ok finds it."""
+    (folder / "weights").mkdir(parents=True)
+    for name, text in (("hyp.yaml", "lr0: 0.02\n"), ("opt.yaml", "epochs: 7\n"), ("run_state.yaml", "phase: done\n"),
+                       ("results.csv", "epoch,x\n0,1\n"), ("weights/last.pt", "old weights")):
+        (folder / name).write_text(text)
+
+
+@pytest.mark.parametrize("read_only", ["project", "run folder", "weights"])
+def test_unwritable_run_folder_is_one_error_line_before_training(data, tmp_path, read_only):
+    """A read-only --project, or an --exist-ok run folder or its weights/ that cannot be written (no write bit;
+    for root too): one line at set-up naming the folder (before, for a user: tracebacks, the weights/ one after a
+    whole epoch). Nothing made or changed."""
+    project = tmp_path / "runs"
+    if read_only != "project":
+        _earlier_run(project / "exp")
+    else:
+        project.mkdir()
+    ro = {"project": project, "run folder": project / "exp", "weights": project / "exp" / "weights"}[read_only]
+    before = _tree(tmp_path)
+    os.chmod(ro, 0o555)
+    try:
+        target = project / "sub" if read_only == "project" else project
+        r = call(train_main, [str(a) for a in _train_args(data, target, "--exist-ok")])
+    finally:
+        os.chmod(ro, 0o755)
+    errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert errors[0] == "train_dual.py: error: " + {
+        "project": f"cannot make {project / 'sub' / 'exp'}: {project} is not writable (read-only): give a --project "
+                   f"you can write to",
+        "run folder": f"{project / 'exp'} is not writable (read-only): make it writable, or train into another folder "
+                      f"(another --project or --name)",
+        "weights": f"{project / 'exp' / 'weights'} is not writable (read-only): make it writable, or train into "
+                   f"another folder (another --project or --name)"}[read_only], errors
+    assert _tree(tmp_path) == before
+
+
+def test_a_failed_start_into_an_exist_ok_folder_leaves_it_as_it_was(data, tmp_path):
+    """--exist-ok into an earlier run's folder, then a start that fails in set-up (here --freeze beyond the model):
+    the folder keeps its results.csv, weights/, hyp.yaml, opt.yaml and run_state.yaml as they were (before: moved
+    aside and replaced by this start's run_state.yaml, yaml files and an empty weights/)."""
+    project = tmp_path / "runs"
+    _earlier_run(project / "exp")
+    before = _tree(project)
+    r = call(train_main, [str(a) for a in _train_args(data, project, "--exist-ok", "--freeze", "100")])
+    errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert r.returncode == 2 and len(errors) == 1 and "--freeze 100: " in errors[0], r.stderr[-3000:]
+    assert _tree(project) == before
+
+
+# ---------------------------------------------------------------------------------------------------------
 # --freeze
 # ---------------------------------------------------------------------------------------------------------
 

@@ -5,9 +5,10 @@
 setup() order: resume (read_resume) → placement (device, DDP, backend, channels-last) → the YOLOV9C_* switch
 variables (config.switch_overrides) → run folder claimed → config resolved once (resolve_config: a frozen
 RunConfig) → folder contents, hyp, seeds → model → optimization (batching.plan_batching once; optimizer,
-schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt, DDP, the Step) → restore (resume.py). A
---resume whose training ended stops after the model (setup_finish_only). A start that fails after claiming the
-folder releases it and removes a folder it created.
+schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt, DDP, the Step) → restore (resume.py) → the
+run folder begun (begin_run: its files written only now). A --resume whose training ended stops after the model
+(setup_finish_only). A start that fails after claiming the folder releases it and removes a folder it created;
+one it did not create is left as it was (nothing was written in it).
 Invariant: RunState is written by set-up only, then sealed (assignment raises, except REPLACEABLE fields);
 what changes while training lives in `progress` (Progress: exactly what a checkpoint saves and resume
 restores) and `window` (step.Window: the open accumulation window, never saved).
@@ -54,7 +55,7 @@ from yolov9c.engine.train.memory_cap import PhasePeaks, apply_cap, release_cap
 from yolov9c.engine.train.optim import build_optimizer
 from yolov9c.engine.train.resume import Resumed, read_resume, restore
 from yolov9c.engine.train.run_folder import STATE_NAME as RUN_STATE_NAME
-from yolov9c.engine.train.run_folder import RunFolder
+from yolov9c.engine.train.run_folder import RunFolder, check_writable
 from yolov9c.engine.train.schedule import lr_lambda, warmup_iterations
 from yolov9c.engine.train.step import EagerStep, Step, Window
 from yolov9c.loss.detection import make_loss
@@ -213,6 +214,7 @@ def setup(cfg: RunConfig, log=print, prog="train_dual.py") -> RunState:
         setup_model(state)
         if state.finish_only:
             setup_finish_only(state)
+            begin_run(state)
             state.seal()
             return state
         setup_optimization(state)
@@ -220,7 +222,8 @@ def setup(cfg: RunConfig, log=print, prog="train_dual.py") -> RunState:
         setup_execution(state)
         if resumed is not None:
             restore(state, resumed)
-            state.resumed = None
+        begin_run(state)
+        state.resumed = None
     except BaseException:
         abandon_run_folder(state)
         release_cap(state.device)
@@ -277,6 +280,7 @@ def claim_run_dir(cfg, resumed, main):
     target = Path(cfg.project) / name
     if not main:
         return increment_path(target, exist_ok=cfg.exist_ok), False
+    check_writable(increment_path(target, exist_ok=cfg.exist_ok))  # before a folder is made or anything trained
     existed = target.exists()
     return increment_path(target, exist_ok=cfg.exist_ok, mkdir=True), not (cfg.exist_ok and existed)
 
@@ -329,8 +333,9 @@ def setup_run_folder(state, prog="train_dual.py"):
     generations, which write only results.csv rows), the hyperparameters, hyp.yaml and opt.yaml of a fresh run
     (atomic), and the seeds. A resume whose training ended (resume_action "finish") sets state.finish_only."""
     cfg, log, resumed = state.cfg, state.log, state.resumed
-    if state.main and not state.evolving:
-        state.folder = RunFolder.open(state.save_dir, resume=resumed.ckpt if resumed else None, log=log)
+    if state.main and not state.evolving:  # held; changed only by begin_run, once set-up has succeeded
+        state.folder = RunFolder.open(state.save_dir, resume=resumed.ckpt if resumed else None, log=log,
+                                      begin=False)
     if resumed is not None:
         action = state.folder.resume_action if state.folder is not None else resumed.action
         if action == "done":
@@ -353,7 +358,7 @@ def setup_run_folder(state, prog="train_dual.py"):
     if state.main:
         if state.evolving:
             state.save_dir.mkdir(parents=True, exist_ok=True)
-        elif resumed is None:
+        elif resumed is None:  # written by begin_run
             state.folder.write_yaml("hyp.yaml", hyp)
             state.folder.write_yaml("opt.yaml", opt_dict(cfg, hyp))
         log(f"{Path(prog).stem}: " + ", ".join(f"{k}={v}" for k, v in opt_dict(cfg).items()))
@@ -361,6 +366,19 @@ def setup_run_folder(state, prog="train_dual.py"):
     hyp["label_smoothing"] = float(cfg.label_smoothing)
     state.hyp = hyp
     init_seeds(cfg.seed + 1 + state.rank, cfg.deterministic)
+
+
+def begin_run(state):
+    """The end of a set-up that succeeded: the run folder made this run's (RunFolder.begin: temps removed, an
+    earlier run's results.csv and weights/ moved aside or a resume's rows prepared, run_state.yaml, hyp.yaml and
+    opt.yaml), and labels.jpg of a fresh run. Nothing of it is written before, so a start that fails (a bad
+    --weights, data or option found while building) leaves an existing --exist-ok or --resume folder as it was."""
+    if state.folder is None:
+        return
+    state.folder.begin()
+    if state.plots and state.resumed is None and state.dataset is not None:
+        state.log(f"Plotting labels to {state.save_dir / 'labels.jpg'}... ")
+        R.plot_labels(state.dataset.labels, state.names, state.save_dir / "labels.jpg")
 
 
 START_FILES = ("hyp.yaml", "opt.yaml", RUN_STATE_NAME, "labels.jpg",  # what a start writes before epoch 0
@@ -601,9 +619,6 @@ def setup_loaders(state):
     state.nb = len(state.train_loader)
     state.nw = warmup_iterations(hyp["warmup_epochs"], state.nb)
     state.plots = state.main and not cfg.noplots and not state.evolving
-    if state.plots and state.resumed is None:
-        state.log(f"Plotting labels to {state.save_dir / 'labels.jpg'}... ")
-        R.plot_labels(state.dataset.labels, state.names, state.save_dir / "labels.jpg")
 
 
 # A CUDA run's main process does little CPU tensor work (a model build, checkpoint copies, metrics); more intra-op
