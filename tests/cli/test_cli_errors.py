@@ -263,6 +263,43 @@ def test_torchrun_batch_error_is_printed_once_and_every_rank_exits_2(data, tmp_p
     assert not (tmp_path / "runs").exists()
 
 
+def test_ddp_launch_of_train_dual_ends_without_torchruns_traceback(data, tmp_path):
+    """The torchrun that `train_dual.py --device 0,1` starts runs through yolov9c.cli.ddp_launch: the same 2 gloo
+    processes and --batch 3 end with our one line, torch's one `failed (exitcode: 2)` log line and exit code 2,
+    and no traceback (a direct torchrun adds its 35-line ChildFailedError traceback, above: a worker cannot avoid
+    it, cli/ddp_launch.py says why)."""
+    cmd = [sys.executable, "-m", "yolov9c.cli.ddp_launch", "--standalone", "--nproc_per_node", "2",
+           str(REPO / "train_dual.py"), *_train_args(data, tmp_path / "runs", "--batch", "3")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
+    text = r.stdout + r.stderr
+    errors = [ln for ln in text.splitlines() if "error:" in ln]
+    assert r.returncode == 2 and errors == ["train_dual.py: error: --batch-size 3 must be a multiple of WORLD_SIZE 2 "
+                                            "(the number of processes): each one trains on batch-size / 2 images"], text
+    assert "Traceback" not in text and "ChildFailedError" not in text, text[-4000:]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("exitcode, says, code", [
+    (2, None, 2),
+    (1, "train_dual.py: rank 1 (pid 123) exited with code 1 (its output above says why)", 1),
+    (-9, "train_dual.py: rank 1 (pid 123) was killed by SIGKILL", 137)])
+def test_ddp_launch_says_how_a_rank_ended_in_one_line(monkeypatch, capsys, exitcode, says, code):
+    """A rank stopped by our error (exit code 2) printed its line: nothing added; another exit code or a signal:
+    one line naming the rank, and that exit code (128 + N for signal N)."""
+    import torch.distributed.run as torchrun
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from yolov9c.cli import ddp_launch
+
+    def fail(argv):
+        raise ChildFailedError("train_dual.py", {1: ProcessFailure(1, 123, exitcode, "/nonexistent")})
+
+    monkeypatch.setattr(torchrun, "main", fail)
+    assert ddp_launch.main(["--nproc_per_node", "2", "train_dual.py"]) == code
+    assert capsys.readouterr().err.splitlines() == ([says] if says else [])
+
+
 # ---------------------------------------------------------------------------------------------------------
 # messages that name the right thing
 # ---------------------------------------------------------------------------------------------------------

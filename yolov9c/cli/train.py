@@ -310,12 +310,13 @@ def _wants_ddp(cfg):
 
 def _launch_ddp(cfg, argv, prog="train_dual.py"):
     """Start one process per listed GPU through torch.distributed.run (DDP, NCCL) instead of DataParallel;
-    returns its exit code. CUDA_VISIBLE_DEVICES restricts the processes to the listed GPUs."""
+    returns its exit code. CUDA_VISIBLE_DEVICES restricts the processes to the listed GPUs. torchrun runs
+    through cli/ddp_launch.py: a rank's `error:` line is not followed by torchrun's traceback."""
     ids = _device_ids(cfg)  # main() checked the batch against len(ids) (batching.batch_error)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(ids))
     script = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == prog else None
     target = [str(script)] if script else ["-m", "yolov9c.cli.train"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={len(ids)}", *target,
+    cmd = [sys.executable, "-m", "yolov9c.cli.ddp_launch", "--standalone", f"--nproc_per_node={len(ids)}", *target,
            *argv]
     print(f"{prog}: starting DDP: " + " ".join(cmd), file=sys.stderr)
     return subprocess.call(cmd, env=env)
