@@ -29,6 +29,7 @@ from yolov9c.data.hyp import augment_hyp
 from yolov9c.engine.run_dir import increment_path
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.errors import TrainError
+from yolov9c.engine.train.run_folder import check_writable
 from yolov9c.engine.train.trainer import train
 from yolov9c.resources import resolve_hyp
 
@@ -189,7 +190,9 @@ def evolve(cfg: RunConfig, *, train_fn=None, log=print, prog="train_dual.py"):
         log(f"evolve: keys without META bounds are kept fixed: {', '.join(unknown)}")
     project = "runs/evolve" if str(cfg.project) == "runs/train" else cfg.project
     name = Path(cfg.cfg).stem if cfg.name == "cfg" else cfg.name
-    save_dir = increment_path(Path(project) / name, exist_ok=bool(cfg.resume) or cfg.exist_ok, mkdir=True)
+    exist_ok = bool(cfg.resume) or cfg.exist_ok
+    check_writable(increment_path(Path(project) / name, exist_ok=exist_ok))  # one error line, before generation 0
+    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok, mkdir=True)
     csv = save_dir / "evolve.csv"
     done = 0
     if csv.exists():
