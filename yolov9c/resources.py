@@ -1,19 +1,22 @@
 """Where the bundled configs live, finding a bundled file from the names users type, and loading a hyp file.
 
-In a source checkout or an editable install the configs are the repo's `configs/` beside the package; an
-installed wheel carries a copy as `yolov9c/configs/` (setup.py's build_py puts it there). Everything that
-needs a bundled yaml (model configs, hyp.scratch-high.yaml) asks here.
+The configs: the repo's `configs/` in a checkout, `yolov9c/configs/` in a wheel (setup.py's build_py copies them).
 
 Names that find a bundled file when no such file exists on disk: a bare name (`gelan-t`, `gelan-t.yaml`,
 `hyp.scratch-high.yaml`) and the path of the same file in the published repository, relative to its root
 (`models/detect/gelan-t.yaml`, `data/hyps/hyp.scratch-high.yaml`, also with a leading `./`), so the published
 commands carry over. Any other missing path is an error: it never silently turns into a bundled file.
-A hyp file is checked as it is read (check_hyp): plain yaml only (a `!!python/...` tag is refused, never run), and
+A hyp file is checked as it is read (check_hyp): UTF-8, plain yaml only (a `!!python/...` tag is refused, never run),
 every known key a number in its range (HYP_RANGES); each problem is one ValueError naming the file, line and key.
+Numbers written as YAML 1.2 reads them (`1e-3`, which PyYAML's YAML 1.1 rules leave a string) are numbers. A key
+training does not read is one warning line naming the key it resembles (`lrO` beside `lr0`: did you mean lr0?); a
+misspelling of a key the file lacks (`mosiac`, no `mosaic`) is an error naming both.
 Test: python -m pytest -q tests/package/test_resources.py tests/cli/test_cli_errors.py -k hyp
 """
 
+import difflib
 import math
+import re
 from pathlib import Path
 
 import yaml
@@ -78,6 +81,24 @@ HYP_RANGES = {
 }
 
 
+# keys a hyp file may hold besides HYP_RANGES': `anchors` (commented out in the published files; evolve.META has it)
+HYP_KEYS = (*HYP_RANGES, "anchors")
+# a plain scalar that YAML 1.2 reads as a float and PyYAML (YAML 1.1) as a string: 1e-3, 5E4, 1.0e3
+_YAML12_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
+_LOOKALIKE = str.maketrans("ol-", "01_")  # O/0, l/1 and -/_ look alike in a key typed by hand
+
+
+def likely_key(key):
+    """The hyp key (HYP_KEYS) that `key`, which is none of them, was probably meant to be: the same but for case
+    and look-alike characters (lrO: lr0), else difflib's closest at a ratio >= 0.75 (mosiac: mosaic); or None."""
+    folded = {k.lower().translate(_LOOKALIKE): k for k in HYP_KEYS}
+    mine = str(key).lower().translate(_LOOKALIKE)
+    if mine in folded:
+        return folded[mine]
+    close = difflib.get_close_matches(mine, list(folded), n=1, cutoff=0.75)
+    return folded[close[0]] if close else None
+
+
 def check_hyp(hyp: dict, where="hyp", lines=None) -> dict:
     """Raise ValueError "<where>: line N: <key>: <why>" for the first value of a HYP_RANGES key that is not a
     number (true/false count as not) or lies outside its range; `lines` maps keys to their line in the file.
@@ -94,12 +115,23 @@ def check_hyp(hyp: dict, where="hyp", lines=None) -> dict:
     return hyp
 
 
-def _read_hyp_file(path: Path) -> dict:
-    """The mapping of hyp file `path`, checked (check_hyp): ValueError naming the file and line of plain-yaml
-    errors, of a tag that would build a Python object (never run), of a file that is not a mapping."""
-    loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+def _read_hyp_file(path: Path, log=print) -> dict:
+    """The mapping of hyp file `path`, checked (check_hyp): ValueError naming the file and line of a file that is
+    not UTF-8, of plain-yaml errors, of a tag that would build a Python object (never run), of a file that is not
+    a mapping, of a misspelt key whose intended key is missing. A key no one reads: one warning through `log`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not a UTF-8 text file (byte {e.start}: {e.object[e.start:e.start + 4]!r}); "
+                         f"save it as UTF-8") from None
+    loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
+        if isinstance(node, yaml.MappingNode):  # YAML 1.2 floats PyYAML leaves strings: 1e-3 is a number
+            for _, v in node.value:
+                if (isinstance(v, yaml.ScalarNode) and v.style is None and v.tag == "tag:yaml.org,2002:str"
+                        and _YAML12_FLOAT.fullmatch(v.value)):
+                    v.tag = "tag:yaml.org,2002:float"
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
         # the line where the broken construct starts (a flow list opened on line 3 and never closed: line 3)
@@ -115,17 +147,26 @@ def _read_hyp_file(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"hyp file {path} must hold a mapping of hyperparameter: value")
     lines = {k.value: k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+    for key in data:
+        if key in HYP_KEYS:
+            continue
+        meant, at = likely_key(key), f"{path}: line {lines.get(key, '?')}"
+        if meant is not None and meant not in data:
+            raise ValueError(f"{at}: unknown key {key!r}: did you mean {meant!r}? (the file has no {meant})")
+        also = f" (did you mean {meant!r}? it is set on line {lines.get(meant, '?')})" if meant else ""
+        log(f"WARNING: {at}: {key!r} is not a hyperparameter training reads: ignored{also}")
     return check_hyp(data, str(path), lines)
 
 
-def load_hyp(hyp=None):
+def load_hyp(hyp=None, log=print):
     """None -> the bundled hyp.scratch-high.yaml; a str/Path -> that yaml file (a mapping; resolve_hyp finds
     it; check_hyp checks its values); a dict -> a shallow copy. Raises FileNotFoundError naming a missing file,
-    ValueError naming the file and line of invalid yaml, a refused tag, a value that is not a number in its
-    range (check_hyp), or a file that is not a mapping."""
+    ValueError naming the file (and line) of a file that is not UTF-8, invalid yaml, a refused tag, a value that
+    is not a number in its range (check_hyp), a file that is not a mapping, a misspelt key whose intended key is
+    missing. A file's key that training does not read is one warning line through `log`."""
     if hyp is None:
         hyp = DEFAULT_HYP
     if isinstance(hyp, (str, Path)):
-        return _read_hyp_file(resolve_hyp(hyp))
+        return _read_hyp_file(resolve_hyp(hyp), log)
     return dict(hyp)
 

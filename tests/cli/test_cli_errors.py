@@ -74,6 +74,10 @@ BAD_HYPS = {  # name: (file text, what the error line must say)
                                                             "number > 0"]),
     "probability": (BASE_HYP.replace("mixup: 0.15", "mixup: 1.5"), ["line 31: mixup: 1.5 is out of range"]),
     "missing": (BASE_HYP.replace("lr0: 0.01", ""), ["hyp lacks training keys: lr0"]),
+    "misspelt": (BASE_HYP.replace("mosaic: 1.0", "mosiac: 1.0"),
+                 ["line 30: unknown key 'mosiac': did you mean 'mosaic'? (the file has no mosaic)"]),
+    "not-utf8": (BASE_HYP.replace("# YOLOv9 hyperparameters", "# YOLOv9 param\u00e8tres").encode("latin-1"),
+                 ["not a UTF-8 text file (byte 14: b'\\xe8tre'); save it as UTF-8"]),
 }
 
 
@@ -81,12 +85,26 @@ BAD_HYPS = {  # name: (file text, what the error line must say)
 def test_bad_hyp_file_is_one_error_line_naming_file_and_line(data, tmp_path, case):
     text, says = BAD_HYPS[case]
     hyp = tmp_path / f"hyp.{case}.yaml"
-    hyp.write_text(text)
+    hyp.write_bytes(text) if isinstance(text, bytes) else hyp.write_text(text)
     line = refused(train_main, _train_args(data, tmp_path / "runs", "--hyp", hyp), tmp_path / "runs")
     assert line.startswith("train_dual.py: error: --hyp") and str(hyp) in line, line
     for s in says:
         assert s in line, line
     assert yaml.safe_load(BASE_HYP)["lr0"] == 0.01  # the cases edit the bundled file's own lines
+
+
+def test_hyp_key_no_one_reads_is_one_warning_and_1e3_is_a_number(data, tmp_path):
+    """`lrO: 0.02` beside `lr0` (read by no one; before: silently ignored) is one warning naming lr0; `lr0: 1e-3`
+    (PyYAML reads a string; before: "'1e-3' is not a number" without a hint) trains with lr0 0.001."""
+    hyp = tmp_path / "hyp.yaml"
+    hyp.write_text(BASE_HYP.replace("lr0: 0.01", "lr0: 1e-3\nlrO: 0.02"))
+    r = call(train_main, [str(a) for a in _train_args(data, tmp_path / "runs", "--hyp", hyp)])
+    assert r.returncode == 0 and "error:" not in r.stderr, r.stderr[-3000:]
+    warned = [ln for ln in r.stdout.splitlines() if "lrO" in ln and "hyperparameters:" not in ln]
+    assert warned == [f"WARNING: {hyp}: line 4: 'lrO' is not a hyperparameter training reads: ignored (did you "
+                      f"mean 'lr0'? it is set on line 3)"], warned
+    stored = yaml.safe_load((tmp_path / "runs" / "exp" / "hyp.yaml").read_text())
+    assert stored["lr0"] == 0.001, stored
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -110,6 +128,100 @@ def test_damaged_disk_cache_is_rebuilt_and_the_run_trains(tmp_path):
     assert (tmp_path / "runs" / "exp" / "weights" / "last.pt").is_file()
     for npy in (truncated, pickled):
         assert np.load(npy, allow_pickle=False).shape == (64, 64, 3)
+
+
+@pytest.mark.parametrize("case", ["no-room", "fills-while-writing"])
+def test_disk_cache_on_a_full_disk_is_one_line_and_leaves_no_npy(tmp_path, monkeypatch, case):
+    """--cache disk with too little free space: checked against the exact need before writing, one line, nothing
+    written; a disk that fills while writing: one line for the folder and the partial temporaries removed (before:
+    a line per image and a zero-byte .npy per image left in the dataset folder). The run trains either way."""
+    import shutil
+
+    from yolov9c.data import image_cache
+
+    data = synthetic_dataset(seed=5, root=tmp_path / "syn", n_train=8, n_val=4, imgsz=64)
+    train = data.parent / "images" / "train"
+    if case == "no-room":
+        usage = shutil.disk_usage(train)
+        monkeypatch.setattr(image_cache.shutil, "disk_usage", lambda p: usage._replace(free=4 * 64 * 64 * 3))
+    else:
+        save = np.save
+
+        def fill(file, arr, *a, **k):
+            if str(file).endswith(".tmp.npy"):
+                Path(file).write_bytes(b"\x93NUMPY")  # a few bytes in, the disk is full
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return save(file, arr, *a, **k)
+        monkeypatch.setattr(np, "save", fill)
+    r = call(train_main, _train_args(str(data), tmp_path / "runs", "--cache", "disk", "--batch", "8"))
+    assert r.returncode == 0 and "error:" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
+    said = [ln for ln in r.stdout.splitlines() if "--cache disk needs" in ln or "No space left" in ln]
+    assert said == {"no-room": [f"train: --cache disk needs 0.09 MiB (+10 % margin) for 8 .npy files on the disk of "
+                                f"{train} but 0.05 MiB is free: none written (those images are read from their "
+                                f"files)"],
+                    "fills-while-writing": [f"train: {train}: No space left on device: disk cache not written for "
+                                            f"some of its images"]}[case], said
+    assert list(data.parent.rglob("*.npy")) == [], list(data.parent.rglob("*.npy"))
+    assert (tmp_path / "runs" / "exp" / "weights" / "last.pt").is_file()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# run folders: refused before the work, and a failed start leaves an existing folder as it was
+# ---------------------------------------------------------------------------------------------------------
+
+def _tree(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+def _earlier_run(folder):
+    """An earlier run's folder, as --exist-ok finds it."""
+    (folder / "weights").mkdir(parents=True)
+    for name, text in (("hyp.yaml", "lr0: 0.02\n"), ("opt.yaml", "epochs: 7\n"), ("run_state.yaml", "phase: done\n"),
+                       ("results.csv", "epoch,x\n0,1\n"), ("weights/last.pt", "old weights")):
+        (folder / name).write_text(text)
+
+
+@pytest.mark.parametrize("read_only", ["project", "run folder", "weights"])
+def test_unwritable_run_folder_is_one_error_line_before_training(data, tmp_path, read_only):
+    """A read-only --project, or an --exist-ok run folder or its weights/ that cannot be written (no write bit;
+    for root too): one line at set-up naming the folder (before, for a user: tracebacks, the weights/ one after a
+    whole epoch). Nothing made or changed."""
+    project = tmp_path / "runs"
+    if read_only != "project":
+        _earlier_run(project / "exp")
+    else:
+        project.mkdir()
+    ro = {"project": project, "run folder": project / "exp", "weights": project / "exp" / "weights"}[read_only]
+    before = _tree(tmp_path)
+    os.chmod(ro, 0o555)
+    try:
+        target = project / "sub" if read_only == "project" else project
+        r = call(train_main, [str(a) for a in _train_args(data, target, "--exist-ok")])
+    finally:
+        os.chmod(ro, 0o755)
+    errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert r.returncode == 2 and len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert errors[0] == "train_dual.py: error: " + {
+        "project": f"cannot make {project / 'sub' / 'exp'}: {project} is not writable (read-only): give a --project "
+                   f"you can write to",
+        "run folder": f"{project / 'exp'} is not writable (read-only): make it writable, or train into another folder "
+                      f"(another --project or --name)",
+        "weights": f"{project / 'exp' / 'weights'} is not writable (read-only): make it writable, or train into "
+                   f"another folder (another --project or --name)"}[read_only], errors
+    assert _tree(tmp_path) == before
+
+
+def test_a_failed_start_into_an_exist_ok_folder_leaves_it_as_it_was(data, tmp_path):
+    """--exist-ok into an earlier run's folder, then a start that fails in set-up (here --freeze beyond the model):
+    the folder keeps its results.csv, weights/, hyp.yaml, opt.yaml and run_state.yaml as they were (before: moved
+    aside and replaced by this start's run_state.yaml, yaml files and an empty weights/)."""
+    project = tmp_path / "runs"
+    _earlier_run(project / "exp")
+    before = _tree(project)
+    r = call(train_main, [str(a) for a in _train_args(data, project, "--exist-ok", "--freeze", "100")])
+    errors = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert r.returncode == 2 and len(errors) == 1 and "--freeze 100: " in errors[0], r.stderr[-3000:]
+    assert _tree(project) == before
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -149,6 +261,43 @@ def test_torchrun_batch_error_is_printed_once_and_every_rank_exits_2(data, tmp_p
     assert "Traceback" not in text.split("failed (exitcode")[0], text[-4000:]  # torchrun's own report follows
     assert text.count("exitcode  : 2 ") == 2, text[-4000:]  # both ranks, none killed by torchrun's SIGTERM
     assert not (tmp_path / "runs").exists()
+
+
+def test_ddp_launch_of_train_dual_ends_without_torchruns_traceback(data, tmp_path):
+    """The torchrun that `train_dual.py --device 0,1` starts runs through yolov9c.cli.ddp_launch: the same 2 gloo
+    processes and --batch 3 end with our one line, torch's one `failed (exitcode: 2)` log line and exit code 2,
+    and no traceback (a direct torchrun adds its 35-line ChildFailedError traceback, above: a worker cannot avoid
+    it, cli/ddp_launch.py says why)."""
+    cmd = [sys.executable, "-m", "yolov9c.cli.ddp_launch", "--standalone", "--nproc_per_node", "2",
+           str(REPO / "train_dual.py"), *_train_args(data, tmp_path / "runs", "--batch", "3")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=300, env=env)
+    text = r.stdout + r.stderr
+    errors = [ln for ln in text.splitlines() if "error:" in ln]
+    assert r.returncode == 2 and errors == ["train_dual.py: error: --batch-size 3 must be a multiple of WORLD_SIZE 2 "
+                                            "(the number of processes): each one trains on batch-size / 2 images"], text
+    assert "Traceback" not in text and "ChildFailedError" not in text, text[-4000:]
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("exitcode, says, code", [
+    (2, None, 2),
+    (1, "train_dual.py: rank 1 (pid 123) exited with code 1 (its output above says why)", 1),
+    (-9, "train_dual.py: rank 1 (pid 123) was killed by SIGKILL", 137)])
+def test_ddp_launch_says_how_a_rank_ended_in_one_line(monkeypatch, capsys, exitcode, says, code):
+    """A rank stopped by our error (exit code 2) printed its line: nothing added; another exit code or a signal:
+    one line naming the rank, and that exit code (128 + N for signal N)."""
+    import torch.distributed.run as torchrun
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from yolov9c.cli import ddp_launch
+
+    def fail(argv):
+        raise ChildFailedError("train_dual.py", {1: ProcessFailure(1, 123, exitcode, "/nonexistent")})
+
+    monkeypatch.setattr(torchrun, "main", fail)
+    assert ddp_launch.main(["--nproc_per_node", "2", "train_dual.py"]) == code
+    assert capsys.readouterr().err.splitlines() == ([says] if says else [])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -230,6 +379,27 @@ def test_missing_published_weights_say_where_to_get_them_in_one_wording(data, tm
     assert line == (f"{prog}: error: --weights yolov9-s.pt: file not found; yolov9-s.pt is a release asset of the "
                     f"published YOLOv9 repository: download it from https://github.com/WongKinYiu/yolov9/releases "
                     f"(yolov9c downloads nothing)"), line
+
+
+@pytest.mark.parametrize("case", ["folder", "missing-pth", "pth"])
+def test_weights_that_are_no_pt_file_are_refused_not_ignored(data, tmp_path, monkeypatch, case):
+    """--weights naming a folder, a missing yolov9-s.pth or an existing .pth (before: trained from scratch with
+    exit code 0; the published train stops on any suffix but .pt)."""
+    from yolov9c import build_model
+    from yolov9c.models.checkpoint import save_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w").mkdir()
+    save_checkpoint(tmp_path / "w" / "best.pt", build_model("gelan-t", nc=8))
+    if case == "pth":
+        (tmp_path / "w" / "best.pt").rename(tmp_path / "yolov9-s.pth")
+    weights = {"folder": "w", "missing-pth": "yolov9-s.pth", "pth": "yolov9-s.pth"}[case]
+    line = refused(train_main, _train_args(data, tmp_path / "runs", "--weights", weights), tmp_path / "runs")
+    assert line == "train_dual.py: error: " + {
+        "folder": "--weights w: a folder, not a checkpoint file: give a .pt file, e.g. w/best.pt",
+        "missing-pth": "--weights yolov9-s.pth: file not found",
+        "pth": "--weights yolov9-s.pth: not a .pt file; training starts from a .pt checkpoint (ours, or a published "
+               "YOLOv9 .pt), as published"}[case], line
 
 
 def test_missing_sample_image_says_where_to_get_it(gelan_t, tmp_path, monkeypatch):

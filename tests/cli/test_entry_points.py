@@ -53,6 +53,20 @@ def test_refused_option_is_a_clear_error_naming_the_script(script):
 
 
 @pytest.mark.parametrize("script", ["train_dual.py", "train.py"])
+def test_options_line_names_the_script(script, tmp_path):
+    """The published options echo (`train: weights=..., cfg=...`) carries the invoked script's stem (before:
+    train.py printed `train_dual: ...`). A one-epoch run of 8 images of 64 px."""
+    from yolov9c.data.synthetic import synthetic_dataset
+
+    data = synthetic_dataset(seed=5, root=tmp_path / "syn", n_train=8, n_val=4, imgsz=64)
+    r = run_script(REPO / script, "--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8", "--epochs",
+                   "1", "--workers", "0", "--noval", "--noplots", "--device", "cpu", "--project", tmp_path / "runs")
+    assert r.returncode == 0, r.stderr[-3000:]
+    echo = [ln for ln in r.stdout.splitlines() if ": weights=" in ln]
+    assert len(echo) == 1 and echo[0].startswith(f"{script[:-3]}: weights=, cfg=gelan-t.yaml, "), echo
+
+
+@pytest.mark.parametrize("script", ["train_dual.py", "train.py"])
 def test_bad_value_is_an_argparse_error(script):
     r = run_script(REPO / script, "--optimizer", "RMSprop")
     assert r.returncode == 2

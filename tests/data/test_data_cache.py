@@ -16,7 +16,7 @@ import pytest
 
 from yolov9c.data import label_cache
 from yolov9c.data.dataset import DatasetConfig, YoloDataset
-from yolov9c.data.image_cache import ram_needed
+from yolov9c.data.image_cache import npy_bytes, ram_needed
 from yolov9c.data.image_list import collect_image_files
 from yolov9c.data.scan import scan_split
 
@@ -137,6 +137,8 @@ def test_disk_cache_npy_and_refresh(tmp_path):
     ds = YoloDataset(str(im), DatasetConfig(img_size=64, cache="disk", nc=3), log=lambda s: None)
     npys = sorted(im.glob("*.npy"))
     assert ds.cache == "disk" and len(npys) == 4
+    # the free-space check's estimate is each file's size (image_cache.disk_space_problem)
+    assert [p.stat().st_size for p in npys] == [npy_bytes(hw) for hw in ds.shapes]
     arr = np.load(npys[0], allow_pickle=False)
     assert arr.dtype == np.uint8 and arr.shape == (40, 64, 3) and (arr == 60).all()
     # a rewritten image is newer than its .npy: the .npy is rewritten

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 import yaml
 
 from yolov9c.cli.check_data import main
@@ -80,6 +81,52 @@ def test_module_entry_and_synthetic_default(tmp_path):
     assert "train: 128 images, 0 backgrounds, 0 corrupt" in r.stdout
     assert "val: 32 images, 0 backgrounds, 0 corrupt" in r.stdout
     assert (tmp_path / "synthetic-v1-s0" / "data.yaml").is_file()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_paths_that_are_no_regular_file_are_reported_not_read(tmp_path):
+    """A FIFO, a link to /dev/zero, a dangling link and a folder named `*.jpg` among the images of a folder, a FIFO
+    and a /dev/zero link among the label files, a FIFO in a `.txt` list: each one `path: reason (skipped)` line,
+    never read (before: check-data hung on the FIFO, a /dev/zero label filled the memory, the dangling link and
+    the folder were dropped silently). A subprocess, capped at 4 GiB of address space should a read start."""
+    import resource
+
+    y = _ds(tmp_path)
+    im, lb = tmp_path / "images" / "train", tmp_path / "labels" / "train"
+    cv2.imwrite(str(im / "3.jpg"), np.full((40, 50, 3), 80, np.uint8))
+    (lb / "0.txt").unlink()
+    os.mkfifo(lb / "0.txt")
+    (lb / "3.txt").symlink_to("/dev/zero")
+    os.mkfifo(im / "fifo.jpg")
+    (im / "zero.jpg").symlink_to("/dev/zero")
+    (im / "gone.jpg").symlink_to("moved.jpg")
+    (im / "folder.jpg").mkdir()
+    val = tmp_path / "images" / "val"
+    os.mkfifo(val / "pipe.png")
+    (tmp_path / "val.txt").write_text("".join(f"./images/val/{n}\n" for n in ("0.jpg", "1.jpg", "2.jpg", "pipe.png")))
+    y.write_text(yaml.safe_dump({"path": ".", "train": "images/train", "val": "val.txt", "names": ["a", "b"]}))
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    r = subprocess.run([sys.executable, "-m", "yolov9c", "check-data", "--data", str(y), "--no-label-cache"],
+                       capture_output=True, text=True, env=env, timeout=300, preexec_fn=cap)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    expect = [f"train: {lb / '0.txt'}: not a regular file: a FIFO (named pipe) (image {im / '0.jpg'} skipped)",
+              f"train: {lb / '3.txt'}: not a regular file: a character device (a link to /dev/zero) (image "
+              f"{im / '3.jpg'} skipped)",
+              f"train: {im / 'fifo.jpg'}: not a regular file: a FIFO (named pipe) (skipped)",
+              f"train: {im / 'folder.jpg'}: not a regular file: a folder (skipped)",
+              f"train: {im / 'gone.jpg'}: a dangling symbolic link (to moved.jpg) (skipped)",
+              f"train: {im / 'zero.jpg'}: not a regular file: a character device (a link to /dev/zero) (skipped)",
+              "train: 1 images, 0 backgrounds, 7 corrupt",
+              f"val: {val / 'pipe.png'}: not a regular file: a FIFO (named pipe) (skipped)",
+              "val: 3 images, 0 backgrounds, 1 corrupt"]
+    assert [ln for ln in lines if ln.startswith(("train: /", "val: /")) or " corrupt" in ln] == [
+        *expect[:1], f"train: {lb / '1.txt'}: line 1: class 5 >= nc (2) in '5 0.5 0.5 0.2 0.2' (image {im / '1.jpg'} "
+                     f"skipped)", *expect[1:]], lines
 
 
 def _pairing_ds(root):

@@ -5,6 +5,7 @@ Run: python -m pytest -q tests/package/test_resources.py
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,34 @@ def test_load_hyp_errors_name_the_file(tmp_path):
     with pytest.raises(ValueError, match="list.yaml"):
         load_hyp(bad)
     assert load_hyp({"lr0": 0.1}) == {"lr0": 0.1}
+
+
+def test_hyp_file_numbers_keys_and_encoding(tmp_path):
+    """YAML 1.2 floats are numbers (PyYAML leaves `1e-3` a string), a quoted one stays a string (an error); a key no
+    one reads is one warning naming the key it resembles; a misspelling of a missing key and a file that is not
+    UTF-8 are ValueErrors naming the file."""
+    base = DEFAULT_HYP.read_text()
+    f = tmp_path / "hyp.yaml"
+    f.write_text(base.replace("lr0: 0.01", "lr0: 1e-3").replace("mixup: 0.15", "mixup: 15E-2"))
+    hyp = load_hyp(f, log=pytest.fail)
+    assert hyp["lr0"] == 0.001 and hyp["mixup"] == 0.15
+    f.write_text(base.replace("lr0: 0.01", "lr0: '1e-3'"))
+    with pytest.raises(ValueError, match="line 3: lr0: '1e-3' is not a number"):
+        load_hyp(f)
+    lines = []
+    f.write_text(base + "weight_decy: 0.1\nmy_note: 3\n")
+    assert load_hyp(f, log=lines.append)["weight_decay"] == 0.0005
+    n = len(base.splitlines())
+    assert lines == [f"WARNING: {f}: line {n + 1}: 'weight_decy' is not a hyperparameter training reads: ignored "
+                     f"(did you mean 'weight_decay'? it is set on line 6)",
+                     f"WARNING: {f}: line {n + 2}: 'my_note' is not a hyperparameter training reads: ignored"], lines
+    f.write_text(base.replace("fliplr:", "flip-lr:"))
+    with pytest.raises(ValueError, match=r"line 29: unknown key 'flip-lr': did you mean 'fliplr'\? \(the file has no "
+                                         r"fliplr\)"):
+        load_hyp(f)
+    f.write_bytes(base.replace("lr0: 0.01", "lr0: 0.01  # \u00b5").encode("latin-1"))
+    with pytest.raises(ValueError, match=re.escape(f"{f}: not a UTF-8 text file")):
+        load_hyp(f)
 
 
 def test_wheel_carries_the_configs(tmp_path):

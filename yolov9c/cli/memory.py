@@ -9,9 +9,9 @@ it fits (yolov9c/engine/train/memory_plan.py, memory_phases.py).
 Prints, per backend, the predicted peak reserved memory of one AMP training step and which common cards (CARDS,
 less the CUDA context) it fits; with --budget, the plan that keeps the nominal batch; then the whole run's phases
 (train, capture pool, validation at --val-batch, saving, final validation; the budget as the cap). Costs come
-from the planner's tables, else an estimate (marked); --measure profiles this GPU; no GPU: a note says so.
-Wiring: add_parser(subparsers) / run(args), as check_data.py; `budget_type` is the argparse type of a size such
-as 7.5G (also for `train_dual.py --mem-budget`); add_switch_args adds the c backend's switches to both.
+from the planner's tables, else an estimate (marked); --measure profiles this GPU; no GPU: a note says so. --img
+and --min-img are taken as training takes them (memory_plan.train_img_size, MIN_IMG, dynamic_img_error).
+Wiring: add_parser(subparsers) / run(args); `budget_type` (a size such as 7.5G) and add_switch_args serve train too.
 Test: python -m pytest -q tests/engine/train/test_memory_plan.py tests/engine/train/test_memory_phases.py
 """
 
@@ -86,7 +86,8 @@ def add_parser(subparsers):
     p.add_argument("--budget", type=budget_type, help="memory budget, e.g. 7.5G (binary) or 8GB (decimal)")
     p.add_argument("--dynamic-img", action="store_true",
                    help="with --budget: shrink the images instead of accumulating (changes the data distribution)")
-    p.add_argument("--min-img", type=int, default=None, help="--dynamic-img floor (default img/2)")
+    p.add_argument("--min-img", type=int, default=None,
+                   help="--dynamic-img floor (default 320, as train_dual.py --min-img; rounded up to the stride)")
     p.add_argument("--measure", action="store_true", help="measure the costs on this machine's GPU first")
     p.add_argument("--device", default="cuda", help="GPU for --measure (default cuda)")
     p.add_argument("--val-batch", type=int, default=None,
@@ -147,6 +148,15 @@ def run(args):
         err(f"--batch and --val-batch must be ≥ 1 and --img ≥ 32, got {args.batch}, {args.val_batch} and "
             f"{args.img}")
         return 2
+    if args.min_img is not None and args.min_img < 32:
+        err(f"--min-img must be ≥ 32, got {args.min_img}")
+        return 2
+    why = mp.dynamic_img_error(args.dynamic_img, args.budget, args.min_img is not None, budget_flag="--budget")
+    if why:
+        err(why)
+        return 2
+    args.img = mp.train_img_size(args.img, log=print)  # training's size, and its warning when it changes
+    min_img = mp.train_img_size(mp.MIN_IMG if args.min_img is None else args.min_img)
     if args.measure:
         import torch
 
@@ -193,7 +203,7 @@ def run(args):
         print(f"budget {args.budget:.2f} GiB, nominal batch {args.batch}:")
         for backend, cost in costs.items():
             p = mp.plan(cost, args.budget, nominal=args.batch, img=args.img, dynamic_img=args.dynamic_img,
-                        min_img=args.min_img)
+                        min_img=min_img)
             what = (f"--batch-size {p.batch} x {p.accumulate} accumulated at {p.img}, predicted "
                     f"{p.predicted_gib:.2f} GiB" + (" (estimate)" if mp.is_estimate(cost) else "")
                     ) if p.fits else f"does not fit: {p.note}"

@@ -32,6 +32,7 @@ from yolov9c.cli.memory import add_switch_args, budget_type
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.evolve import evolve
 from yolov9c.engine.train.options import BACKENDS, CACHE_CHOICES, CHECKS, OPTIMIZERS, VAL_CHUNKS, combination_error
+from yolov9c.engine.train.memory_plan import MIN_IMG, dynamic_img_error
 from yolov9c.engine.train.run_folder import USER_ERRORS
 from yolov9c.engine.train.batching import batch_error
 from yolov9c.engine.train.trainer import Interrupted, TrainError, train
@@ -179,8 +180,8 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--dynamic-img", action="store_true",
                    help="with --mem-budget: shrink the image size (down to --min-img) instead of splitting the "
                         "batch; changes the data distribution (smaller objects)")
-    p.add_argument("--min-img", type=_checked("min_img"), default=320,
-                   help="smallest image size of --dynamic-img (default 320; rounded up to the max stride)")
+    p.add_argument("--min-img", type=_checked("min_img"), default=MIN_IMG,
+                   help=f"smallest image size of --dynamic-img (default {MIN_IMG}; rounded up to the max stride)")
     return p
 
 
@@ -199,6 +200,9 @@ def parse_opt(argv=None, prog="train_dual.py") -> RunConfig:
     cfg = RunConfig.from_args(ns, given=given)
     why = combination_error(cfg, name=lambda k: "--" + k.replace("_", "-")) or \
         batch_error(ns.batch_size, 1, ns.mem_budget)  # the process count is checked in main()
+    if why:
+        parser.error(why)
+    why = dynamic_img_error(ns.dynamic_img, ns.mem_budget, "min_img" in given)  # as `python -m yolov9c memory`
     if why:
         parser.error(why)
     return cfg
@@ -229,9 +233,9 @@ def main(argv=None, prog="train_dual.py") -> int:
         return _launch_ddp(cfg, sys.argv[1:] if argv is None else list(argv), prog)
     try:
         if cfg.evolve is not None:
-            evolve(cfg)
+            evolve(cfg, prog=prog)
         else:
-            train(cfg)
+            train(cfg, prog=prog)
     except (TrainError, *USER_ERRORS) as e:  # before any OSError handling: DiskFullError is an OSError
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
@@ -309,12 +313,13 @@ def _wants_ddp(cfg):
 
 def _launch_ddp(cfg, argv, prog="train_dual.py"):
     """Start one process per listed GPU through torch.distributed.run (DDP, NCCL) instead of DataParallel;
-    returns its exit code. CUDA_VISIBLE_DEVICES restricts the processes to the listed GPUs."""
+    returns its exit code. CUDA_VISIBLE_DEVICES restricts the processes to the listed GPUs. torchrun runs
+    through cli/ddp_launch.py: a rank's `error:` line is not followed by torchrun's traceback."""
     ids = _device_ids(cfg)  # main() checked the batch against len(ids) (batching.batch_error)
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=",".join(ids))
     script = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == prog else None
     target = [str(script)] if script else ["-m", "yolov9c.cli.train"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={len(ids)}", *target,
+    cmd = [sys.executable, "-m", "yolov9c.cli.ddp_launch", "--standalone", f"--nproc_per_node={len(ids)}", *target,
            *argv]
     print(f"{prog}: starting DDP: " + " ".join(cmd), file=sys.stderr)
     return subprocess.call(cmd, env=env)

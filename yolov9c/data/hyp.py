@@ -12,12 +12,13 @@ AUGMENT_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "she
                 "flipud", "fliplr", "mosaic", "mixup", "copy_paste")
 
 
-def augment_hyp(hyp=None, mosaic=None, mixup=None):
+def augment_hyp(hyp=None, mosaic=None, mixup=None, log=print):
     """hyp: None (configs/hyps/hyp.scratch-high.yaml), a yaml path or a dict. mosaic/mixup: CLI values
     (None = not given). Returns a new dict; raises KeyError naming the keys the pipeline needs that are
     missing, ValueError for a value that is not a number in its range (resources.check_hyp: a probability
-    outside [0, 1], ...; a file's values name the file and line)."""
-    hyp = load_hyp(hyp)
+    outside [0, 1], ...; a file's values name the file and line). A file's key no one reads: a warning
+    through `log` (resources.load_hyp)."""
+    hyp = load_hyp(hyp, log)
     if mosaic is not None:
         hyp["mosaic"] = float(mosaic)
     if mixup is not None:

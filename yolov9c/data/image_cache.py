@@ -5,16 +5,19 @@
   need × 1.1 exceeds the available memory, caching is turned off with a message and training goes on.
 - `disk`: writes each image, decoded and upright, at full resolution to a `.npy` next to it (rewritten
   when the image is newer than its `.npy`); loading a `.npy` skips JPEG decoding. A folder that is not
-  writable gives a warning and those images are read from their files. Each `.npy` is written to
-  `<name>.npy.<pid>.tmp.npy` and renamed; such files left by a killed run are removed on the next disk run.
+  writable gives a warning and those images are read from their files. The exact bytes to write are checked
+  against each file system's free space (need × 1.1, as `ram`): too little, one line and nothing written. Each
+  `.npy` is written to `<name>.npy.<pid>.tmp.npy` and renamed; a failed write removes its temporary at once (a
+  killed run's are removed on the next disk run).
   Every existing `.npy` is checked at start (npy_problem: header, uint8 (h, w, 3) of the image's size, exact
   file size; no pickle): a damaged one is rebuilt with one line, so no epoch stops on a bad cache file.
 - any other non-empty value (e.g. `val`, as train_dual passes for the val set): RAM without the check.
-
 Test: python -m pytest -q tests/data/test_data_cache.py
 """
 
+import errno
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -96,25 +99,73 @@ def npy_problem(npy, hw=None):
     return None
 
 
-def _write_npy(im_file, hw=None):
-    """Write (or keep) the disk cache of `im_file`, an image of `hw` (h, w) → (its .npy, or None when the
-    image is to be read from its file; None or one line to log)."""
+def _npy_to_write(im_file, hw=None):
+    """Whether `im_file`, an image of `hw` (h, w), needs its .npy written → None (its .npy is up to date), or ''
+    (missing or older than the image) or the line saying why the existing one is damaged."""
     npy = npy_path_for(im_file)
-    rebuilt = ""
     try:
         if npy.is_file() and npy.stat().st_mtime_ns >= Path(im_file).stat().st_mtime_ns:
             why = npy_problem(npy, hw)
-            if why is None:
-                return npy, None
-            rebuilt = f"{npy}: damaged disk cache ({why})"
-        if not folder_writable(npy.parent):
-            return None, (f"{rebuilt}: not rebuilt ({npy.parent} is not writable), the image is read from its file"
-                          if rebuilt else f"{npy.parent}: not writable, disk cache off for its images")
+            return None if why is None else f"{npy}: damaged disk cache ({why})"
+    except OSError:
+        pass
+    return ""
+
+
+def npy_bytes(hw):
+    """Bytes of the .npy of an image of `hw` (h, w): its uint8 pixels and at most a 128-byte header."""
+    return 128 + 3 * int(hw[0]) * int(hw[1])
+
+
+def disk_space_problem(im_files, shapes, margin=1.1):
+    """The line saying that the .npy files of `im_files` (images of `shapes` (h, w) each) do not fit the free space
+    of their file system with `margin` (None when they do, or when it cannot be told)."""
+    need = {}  # st_dev → [bytes, a folder on it]
+    for im, hw in zip(im_files, shapes):
+        folder = Path(im).parent
+        try:
+            dev = os.stat(folder).st_dev
+        except OSError:
+            continue
+        need.setdefault(dev, [0, folder])[0] += npy_bytes(hw)
+    for total, folder in need.values():
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError:
+            continue
+        if total * margin > free:
+            return (f"--cache disk needs {_size(total)} (+{round(100 * (margin - 1))} % margin) for {len(im_files)} "
+                    f".npy files on the disk of {folder} but {_size(free)} is free: none written (those images "
+                    f"are read from their files)")
+    return None
+
+
+def _size(n):
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def _write_npy(im_file, rebuilt=""):
+    """Write the disk cache of `im_file` (`rebuilt`: why its old .npy was damaged, '' when missing or stale) →
+    (its .npy, or None when the image is to be read from its file; None or one line to log). A failed write
+    removes its temporary: no empty or partial .npy is left."""
+    npy = npy_path_for(im_file)
+    if not folder_writable(npy.parent):
+        return None, (f"{rebuilt}: not rebuilt ({npy.parent} is not writable), the image is read from its file"
+                      if rebuilt else f"{npy.parent}: not writable, disk cache off for its images")
+    tmp = npy.with_name(f"{npy.name}.{os.getpid()}.tmp.npy")
+    try:
         img = read_image(im_file)
-        tmp = npy.with_name(f"{npy.name}.{os.getpid()}.tmp.npy")
-        np.save(tmp, img, allow_pickle=False)
-        os.replace(tmp, npy)
-    except (OSError, BadImage) as e:
+        try:
+            np.save(tmp, img, allow_pickle=False)
+            os.replace(tmp, npy)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):  # one line for the folder, not one per image
+            return None, f"{npy.parent}: {os.strerror(e.errno)}: disk cache not written for some of its images"
+        return None, f"{im_file}: disk cache not written ({e})"
+    except BadImage as e:
         return None, f"{im_file}: disk cache not written ({e})"
     return npy, rebuilt and f"{rebuilt}: rebuilt from {Path(im_file).name}"
 
@@ -128,9 +179,22 @@ def cache_images(dataset, mode, log=print, prefix=""):
     if mode == "disk":
         for folder in {Path(f).parent for f in dataset.im_files}:  # temporaries of a killed run
             remove_stale_temps(folder, r".+\.npy\.(?P<pid>\d+)\.tmp\.npy")
+        known = len(dataset.shapes) == n
+        shapes = dataset.shapes if known else [None] * n
         with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
-            shapes = dataset.shapes if len(dataset.shapes) == n else [None] * n
-            done = list(pool.map(_write_npy, dataset.im_files, shapes))
+            todo = list(pool.map(_npy_to_write, dataset.im_files, shapes))  # None: its .npy is up to date
+            stale = [i for i, why in enumerate(todo) if why is not None]
+            full = disk_space_problem([dataset.im_files[i] for i in stale], [shapes[i] for i in stale]) \
+                if stale and known else None
+            if full:  # as --cache ram: one line, and nothing written
+                log(f"{prefix}{full}")
+                if len(stale) == n:
+                    return None
+                stale = []
+            written = dict(zip(stale, pool.map(_write_npy, [dataset.im_files[i] for i in stale],
+                                               [todo[i] for i in stale])))
+        done = [written.get(i, (None, None) if why is not None else (npy_path_for(f), None))
+                for i, (f, why) in enumerate(zip(dataset.im_files, todo))]
         for w in sorted({w for _, w in done if w}):
             log(f"{prefix}{w}")
         dataset.npy_files = [npy for npy, _ in done]

@@ -1,6 +1,8 @@
 """The image files of a split: folders, `.txt` lists of image paths, or lists of both (published rules).
 
-- a folder: every file under it (recursively) whose extension is an image format; other files
+- a folder: every entry under it (recursively) whose extension is an image format, whatever it is: a dangling
+  link, a folder named `x.jpg` or a FIFO is kept for the scan to report as a bad image (data/regular_file.py),
+  not dropped silently; other files
   (label caches, `.npy` disk caches, notes) are ignored; images in a format training does not read
   (.gif, .heic, .avif, ...: OTHER_IMAGE_FORMATS) are ignored too, and returned in `ignored` so that the
   caller warns once, naming them (the published formats list has no gif either);
@@ -44,7 +46,7 @@ def collect_image_files(sources, ignored=None):
         p = Path(src).expanduser()
         if p.is_dir():
             for f in p.rglob("*"):
-                if is_image_path(f) and f.is_file():
+                if is_image_path(f):  # a file or not: the scan reads regular files only and reports the rest
                     files.append(str(f))
                 elif ignored is not None and f.suffix[1:].lower() in OTHER_IMAGE_FORMATS:
                     ignored.append(str(f))

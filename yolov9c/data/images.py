@@ -5,7 +5,8 @@ some platforms, still work) and returned as HWC BGR uint8 arrays.
 EXIF orientation: decoded with IMREAD_IGNORE_ORIENTATION, the tag read by the small parser below and applied
 here, so the result does not depend on the OpenCV version (which applies it itself by default) and the scan can
 report which files were turned; tests/data/test_data_images.py checks all eight orientations against OpenCV's own.
-Truncated JPEG (no FFD9 end marker): the file is never written (the published code re-saves it in place); the
+Only regular files are read (data/regular_file.py): a FIFO, a device, a folder named x.jpg or a dangling link is a
+bad image like any other, never read. Truncated JPEG (no FFD9 end marker): the file is never written (the published code re-saves it in place); the
 bytes are decoded with an end marker appended in memory (libjpeg fills the missing rows with grey) and a
 warning reported; image and labels are kept. A file that still does not decode is corrupt and skipped.
 Test: python -m pytest -q tests/data/test_data_images.py
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+
+from yolov9c.data.regular_file import NotRegularFile, read_regular
 
 # the published whitelist (dataloaders.py:35)
 IMG_FORMATS = ("bmp", "dng", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", "pfm")
@@ -178,14 +181,21 @@ def decode_image(data, is_jpeg, reduce=1):
     return np.ascontiguousarray(img), notes
 
 
+def _read(path):
+    """The bytes of image file `path`; BadImage for a path that is no regular file or cannot be read."""
+    try:
+        return read_regular(path)
+    except NotRegularFile as e:
+        raise BadImage(str(e)) from None
+    except OSError as e:
+        raise BadImage(f"cannot read file ({e.strerror or e})") from None
+
+
 def read_image(path, reduce=1):
     """Read image file `path` → HWC BGR uint8 array, upright (EXIF applied). Raises BadImage.
     reduce: see decode_image (JPEG only)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise BadImage(f"cannot read file ({e.strerror or e})") from None
+    data = _read(path)
     img, _ = decode_image(data, path.suffix[1:].lower() in _JPEG_EXT, reduce)
     return img
 
@@ -197,10 +207,7 @@ def check_image(path):
     ext = path.suffix[1:].lower()
     if ext not in IMG_FORMATS:
         raise BadImage(f"unsupported image format '{path.suffix or '(none)'}' (accepted: {', '.join(IMG_FORMATS)})")
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise BadImage(f"cannot read file ({e.strerror or e})") from None
+    data = _read(path)
     is_jpeg = ext in _JPEG_EXT
     size = jpeg_size(data) if is_jpeg else None
     # A JPEG's size is in its header: the check then decodes at 1/8 scale (every byte is still

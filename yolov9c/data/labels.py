@@ -4,6 +4,7 @@ Format (published): one object per line, `class xc yc w h` normalised to [0, 1],
 `class x1 y1 … xk yk` (k >= 3; its bounds give the box; kept for copy-paste). A missing or empty file is a
 background image; label files no image uses are reported as orphans. Unlike the published code, box and
 polygon rows may be mixed in one file (a box row gets its rectangle as polygon, keeping rows aligned).
+Only a regular file is read (data/regular_file.py): a FIFO, a device or a dangling link is a bad label file.
 Encoding: UTF-8 with or without BOM, or UTF-16 with BOM; CRLF and CR read like LF.
 Checks (a failing file is skipped with `path: reason`, line number and quoted line): column count, non-numeric
 values, coordinates outside [0, 1] (within 1e-6 accepted and clipped: float printing), class not an integer in
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from yolov9c.data.images import is_image_path
+from yolov9c.data.regular_file import NotRegularFile, read_regular
 
 _EPS = 1e-6
 
@@ -67,11 +69,14 @@ def orphan_label_files(im_files, exclude=()):
 
 def read_label_text(path):
     """The text of label file `path`: UTF-8 without or with a BOM ('utf-8-sig' drops it), or UTF-16 when the
-    file starts with a UTF-16 BOM. Raises FileNotFoundError; BadLabels for an unreadable or undecodable file."""
+    file starts with a UTF-16 BOM. Raises FileNotFoundError; BadLabels for a path that is no regular file (a
+    FIFO, /dev/zero, a dangling link: never read) and for an unreadable or undecodable file."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(path)
     except FileNotFoundError:
         raise
+    except NotRegularFile as e:
+        raise BadLabels(str(e)) from None
     except OSError as e:
         raise BadLabels(f"cannot read label file ({e.strerror or e})") from None
     try:

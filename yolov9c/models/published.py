@@ -10,9 +10,9 @@ runs. from_published keeps only `.yaml`, `.names`, `.hyp` and the state_dicts of
     raw = torch.load(path, map_location="cpu", pickle_module=restricted_pickle, weights_only=False)
     ckpt = from_published(raw, path)          # a dict in our format, 'source': 'published'
     msg = weights_not_found(path)             # the one message for a missing --weights (train, val, detect, ...)
+    msg = weights_file_error(path)            # train's --weights: missing, a folder, not a .pt (None: a .pt file)
 
 Test: python -m pytest -q tests/models/test_checkpoint.py -k "published or unsafe or restricted"
-      python -m pytest -q tests/cli/test_cli_errors.py -k published
 """
 
 from __future__ import annotations
@@ -43,6 +43,23 @@ def weights_not_found(path) -> str:
     where = (f"; {name} is a release asset of the published YOLOv9 repository: download it from {RELEASES} "
              f"(yolov9c downloads nothing)" if _RELEASE_ASSET.fullmatch(name) else "")
     return f"--weights {path}: file not found{where}"
+
+
+def weights_file_error(path) -> str | None:
+    """Why train's --weights `path` cannot be trained from, before it is read, or None for a .pt file: missing
+    (weights_not_found), a folder, or another suffix (the published train stops on any suffix but .pt; training
+    from scratch instead would hide the mistake)."""
+    p = pathlib.Path(str(path))
+    if p.is_dir():
+        found = sorted(p.glob("*.pt")) or sorted(p.glob("weights/*.pt"))
+        return f"--weights {path}: a folder, not a checkpoint file: give a .pt file" + (
+            f", e.g. {found[0]}" if found else "")
+    if not p.is_file():
+        return weights_not_found(path)
+    if p.suffix.lower() != ".pt":
+        return (f"--weights {path}: not a .pt file; training starts from a .pt checkpoint (ours, or a published "
+                f"YOLOv9 .pt), as published")
+    return None
 
 
 # Protocol-2 pickles (torch.save's default) name Python 2 modules; the C unpickler's own find_class maps them,

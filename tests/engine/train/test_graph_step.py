@@ -343,8 +343,8 @@ def test_train_releases_the_graph_step_also_on_an_error(tmp_path, monkeypatch):
         def __call__(self, *args, **kwargs):
             raise RuntimeError("boom")
 
-    def setup_with_graphs(cfg, log):
-        state = setup(cfg, log)
+    def setup_with_graphs(cfg, log, prog):
+        state = setup(cfg, log, prog)
         state.swap_part("step", Failing(_fake_state(), warmup=2))
         state.step.micro[32], state.step.opt, state.step.pool = object(), object(), object()
         steps.append(state.step)

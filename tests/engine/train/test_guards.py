@@ -264,8 +264,8 @@ def test_oom_halves_the_micro_batch_and_retries_the_same_batch(data, tmp_path, b
     monkeypatch.undo()
     setup = T.setup
 
-    def setup_micro4(cfg, log):
-        state = setup(cfg, log)
+    def setup_micro4(cfg, log, prog):
+        state = setup(cfg, log, prog)
         state.progress.micro_batch = 4
         return state
     monkeypatch.setattr(T, "setup", setup_micro4)

@@ -37,9 +37,13 @@ def test_mem_cap_is_recorded_in_opt_yaml_and_bad_values_are_refused(capsys):
 
 
 def test_the_cap_does_nothing_off_the_gpu():
+    """On the CPU: nothing capped; --mem-cap says so in one warning (before: silent), a --mem-budget alone is left to
+    the memory plan's own warning."""
     lines = []
     assert M.apply_cap(parse_opt(["--mem-cap", "7G"]), torch.device("cpu"), lines.append) is None
-    assert lines == [] and M.limit_bytes(torch.device("cpu")) == 0 and not M.tight(torch.device("cpu"))
+    assert lines == ["memory cap: WARNING: --mem-cap caps GPU memory; this run is on the cpu, where it caps nothing"]
+    assert M.apply_cap(parse_opt(["--mem-budget", "6G"]), torch.device("cpu"), lines.append) is None
+    assert len(lines) == 1 and M.limit_bytes(torch.device("cpu")) == 0 and not M.tight(torch.device("cpu"))
     M.release_cap(torch.device("cpu"))  # nothing to lift
     peaks = M.PhasePeaks(torch.device("cpu"))
     peaks.mark("train")

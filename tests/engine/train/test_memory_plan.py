@@ -97,6 +97,40 @@ def test_cli_memory(monkeypatch, capsys):
     assert re.search(r"^whole run by phase: not predicted \(toy.yaml: cannot build the model", out, re.M), out
 
 
+def test_cli_memory_plans_what_training_runs(monkeypatch, capsys):
+    """`python -m yolov9c memory` and train_dual.py share --dynamic-img / --min-img's rule, --min-img's default
+    and --img's rounding (before: --dynamic-img without --budget was ignored, --min-img defaulted to img / 2 and
+    --img 100 was planned at 100 while training runs 128)."""
+    from yolov9c.cli.train import parse_opt
+    from yolov9c.engine.train.config import RunConfig
+
+    for argv, train_argv, says in [
+        (["--dynamic-img"], ["--dynamic-img"], "--dynamic-img needs {} SIZE (it picks the image size that fits the "
+                                               "budget)"),
+        (["--budget", "4G", "--min-img", "256"], ["--mem-budget", "4G", "--min-img", "256"],
+         "--min-img is the smallest image size of --dynamic-img: add --dynamic-img, or drop --min-img")]:
+        assert cli_main(["memory", "--cfg", "yolov9-s", *argv]) == 2
+        assert capsys.readouterr().err == f"python -m yolov9c memory: error: {says.format('--budget')}\n"
+        with pytest.raises(SystemExit):
+            parse_opt(train_argv)
+        assert capsys.readouterr().err.splitlines()[-1] == f"train_dual.py: error: {says.format('--mem-budget')}"
+    # toy: 1 + 6.4 (s / 640)² GiB for 64 images fits 2.3 GiB at s <= 288: under training's floor of 320, so the
+    # plan accumulates at 512 instead (img / 2 = 256 would have shrunk the images to 288)
+    monkeypatch.setitem(mp.COSTS, ("toy", "c"), (1.0, 0.1))
+    trained = mp.plan_for_training("toy", "c", 2.3, nominal=64, img=512, dynamic_img=True,
+                                   min_img=mp.train_img_size(RunConfig().min_img))
+    assert (trained.img, trained.batch, trained.accumulate) == (512, 16, 4), trained
+    assert cli_main(["memory", "--cfg", "toy.yaml", "--backend", "c", "--img", "512", "--budget", "2.3G",
+                     "--dynamic-img"]) == 0
+    assert re.search(r"^c +--batch-size 16 x 4 accumulated at 512, predicted", capsys.readouterr().out, re.M)
+    assert cli_main(["memory", "--cfg", "toy.yaml", "--backend", "c", "--img", "100"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    lines = []
+    assert mp.train_img_size(100, log=lines.append) == 128  # set-up's call, with its log
+    assert out[0] == lines[0] == "WARNING: --img-size 100 must be a multiple of max stride 32, updating to 128"
+    assert out[1].startswith("toy.yaml: batch 64, 128x128, "), out
+
+
 def test_cli_memory_covers_every_shipped_model(capsys):
     # every model yaml in configs/models gets figures for both backends: measured where measured, else an
     # estimate marked as one; on a machine without a GPU the output says that these are GPU figures

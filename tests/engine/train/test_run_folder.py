@@ -246,6 +246,97 @@ def test_one_of_four_simultaneous_starters_takes_a_stale_lock(tmp_path, spawn):
     assert all(s.startswith("BUSY") and f"pid {owner} " in s for s in said if s != "HELD"), said
 
 
+@pytest.mark.parametrize("empty", [False, True], ids=["pid-of-a-dead-taker", "older-empty-file"])
+def test_takeover_mutex_of_a_taker_killed_midway_is_removed(tmp_path, spawn, empty):
+    """A start killed inside its takeover left `run.lock.takeover` beside the stale lock: the next start removes it
+    at once, with one line, and takes the lock (before: it spun for 25 s, then blamed other processes)."""
+    dead = spawn("pass")
+    dead.wait()
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    stale = json.dumps({"pid": dead.pid, "host": socket.gethostname(), "since": "then", "token": "old"})
+    (folder / LOCK_NAME).write_text(stale)
+    mutex = folder / (LOCK_NAME + ".takeover")
+    mutex.write_text("" if empty else stale)
+    if empty:  # an older version's empty mutex: stale once it is older than a start takes to write it
+        old = time.time() - 60
+        os.utime(mutex, (old, old))
+    log = Log()
+    with RunFolder.open(folder, log=log) as f:
+        assert f.held and json.loads(f.lock_path.read_text())["pid"] == os.getpid()
+    who = "unreadable" if empty else f"pid {dead.pid} on {socket.gethostname()}"
+    assert log == [f"{folder}: removed {mutex.name} of a lock takeover killed midway ({who})",
+                   f"{folder}: taking over the lock of a run that no longer runs (pid {dead.pid} on "
+                   f"{socket.gethostname()}, since then)"], log
+    assert not mutex.exists()
+
+
+def test_a_live_takers_mutex_is_kept(tmp_path, spawn):
+    """A mutex whose taker still runs is not removed: the start waits for it, and ends refused when it never goes."""
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    dead = spawn("pass")
+    dead.wait()
+    (folder / LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "since": "then",
+                                                "token": "old"}))
+    taker = spawn("import sys; sys.stdin.readline()")
+    mutex = folder / (LOCK_NAME + ".takeover")
+    mutex.write_text(json.dumps({"pid": taker.pid, "host": socket.gethostname(), "since": "now",
+                                 "start": (proc_stat(taker.pid) or (None, None))[1], "token": "t"}))
+    f = RunFolder(folder, Log())
+    f._remove_stale_mutex(mutex)
+    assert mutex.exists() and not f.log
+
+
+def test_unwritable_folders_are_refused_before_anything_is_taken(tmp_path):
+    """A read-only run folder, its read-only weights/, or a read-only folder a new one would be made in: one
+    RunFolderError naming it, and no lock or file made (no write bit counts for root too)."""
+    folder = tmp_path / "exp"
+    (folder / "weights").mkdir(parents=True)
+    project = tmp_path / "ro"
+    project.mkdir()
+    cases = [(folder, folder, f"{folder} is not writable (read-only): make it writable, or train into another "
+                              f"folder (another --project or --name)"),
+             (folder / "weights", folder, f"{folder / 'weights'} is not writable (read-only)"),
+             (project, project / "train" / "exp", f"cannot make {project / 'train' / 'exp'}: {project} is not "
+                                                  f"writable (read-only): give a --project you can write to")]
+    for ro, target, says in cases:
+        os.chmod(ro, 0o555)
+        try:
+            with pytest.raises(RunFolderError) as e:
+                RunFolder.open(target)
+        finally:
+            os.chmod(ro, 0o755)
+        assert str(e.value).startswith(says), str(e.value)
+        assert isinstance(e.value, USER_ERRORS)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["exp", "exp/weights", "ro"]
+
+
+def test_an_open_that_has_not_begun_changes_nothing(tmp_path):
+    """open(begin=False) (set-up, until the run is built): an earlier run's files, its temps and the yaml files
+    written meanwhile stay as they were when the folder is closed without begin(); begin() does it all."""
+    folder = tmp_path / "exp"
+    with RunFolder.open(folder) as f:
+        f.save_epoch(0, row(0), ckpt(0))
+        f.write_yaml("opt.yaml", {"epochs": 1})
+    (folder / ".opt.yaml.x1.tmp").write_text("junk")
+
+    def tree():
+        return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+    before = tree()
+    with RunFolder.open(folder, begin=False) as f:
+        f.write_yaml("opt.yaml", {"epochs": 2})
+        assert tree() == {**before, LOCK_NAME: (folder / LOCK_NAME).read_bytes()}
+    assert tree() == before
+    with RunFolder.open(folder, begin=False) as f:
+        f.write_yaml("opt.yaml", {"epochs": 3})
+        f.begin()
+    after = tree()
+    assert yaml.safe_load(after["opt.yaml"]) == {"epochs": 3} and after["results.1.csv"] == before["results.csv"]
+    assert "weights.1/last.pt" in after and ".opt.yaml.x1.tmp" not in after and "results.csv" not in after
+
+
 def test_second_open_in_the_same_process_is_refused(tmp_path):
     with RunFolder.open(tmp_path / "exp"):
         with pytest.raises(RunFolderBusy, match="already open in this process"):

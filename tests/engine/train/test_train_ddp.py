@@ -215,8 +215,9 @@ def test_rank_batches_together_are_the_single_process_batches(tmp_path):
 
 
 def test_launcher_command_line(monkeypatch):
-    """`python train_dual.py --device 0,1 ...` on a CUDA machine re-runs itself through torch.distributed.run with
-    one process per listed GPU, CUDA_VISIBLE_DEVICES set to the list, and the user's arguments unchanged."""
+    """`python train_dual.py --device 0,1 ...` on a CUDA machine re-runs itself through torch.distributed.run (its
+    main, run by yolov9c.cli.ddp_launch: no torchrun traceback after a rank's error line) with one process per
+    listed GPU, CUDA_VISIBLE_DEVICES set to the list, and the user's arguments unchanged."""
     from yolov9c.cli import train as cli
 
     calls = []
@@ -227,7 +228,7 @@ def test_launcher_command_line(monkeypatch):
     argv = ["--device", "2,3", "--batch", "8", "--epochs", "1"]
     assert cli.main(argv) == 0
     (cmd, env), = calls
-    assert cmd[:5] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    assert cmd[:5] == [sys.executable, "-m", "yolov9c.cli.ddp_launch", "--standalone", "--nproc_per_node=2"]
     assert cmd[5] == str(REPO / "train_dual.py") and cmd[6:] == argv
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     # started by the module entry point (not train_dual.py): the child runs the module too
@@ -240,7 +241,7 @@ def test_launcher_command_line(monkeypatch):
     assert cli.main(["--device", "0,1,2", "--batch", "8"]) == 2 and not calls
     # no self-launch: one device, --device cpu, or already inside torchrun: main trains in this process
     trained = []
-    monkeypatch.setattr(cli, "train", lambda cfg: trained.append(cfg.device))
+    monkeypatch.setattr(cli, "train", lambda cfg, **kw: trained.append(cfg.device))
     assert cli.main(["--device", "0"]) == 0 and cli.main(["--device", "cpu"]) == 0
     monkeypatch.setenv("RANK", "0")
     assert cli.main(["--device", "0,1"]) == 0

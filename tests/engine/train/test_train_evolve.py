@@ -7,6 +7,8 @@ evolution continues an existing evolve.csv (--resume).
 Run: python -m pytest -q tests/engine/train/test_train_evolve.py
 """
 
+import os
+
 import numpy as np
 import pytest
 import yaml
@@ -50,6 +52,24 @@ def _fake_train(calls):
         return {"metrics": dict(mp=0.5, mr=0.5, map50=score, map=score * 0.6, box_loss=1.0, cls_loss=1.0,
                                 dfl_loss=1.0)}
     return fit
+
+
+def test_unwritable_project_is_refused_before_generation_0(tmp_path):
+    """--evolve into a read-only --project (no write bit: for root too): the run-folder error the CLI prints as
+    one line, before any generation (before, for a user: a PermissionError traceback)."""
+    from yolov9c.engine.train.run_folder import USER_ERRORS
+
+    calls = []
+    os.chmod(tmp_path, 0o555)
+    try:
+        with pytest.raises(USER_ERRORS) as e:
+            evolve(parse_opt(["--evolve", "3", "--project", str(tmp_path / "evo")]), train_fn=_fake_train(calls),
+                   **QUIET)
+    finally:
+        os.chmod(tmp_path, 0o755)
+    assert str(e.value) == (f"cannot make {tmp_path / 'evo' / 'exp'}: {tmp_path} is not writable (read-only): give "
+                            f"a --project you can write to")
+    assert list(tmp_path.iterdir()) == [] and calls == []
 
 
 def _evolve(tmp_path, name, *extra):

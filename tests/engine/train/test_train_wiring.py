@@ -107,15 +107,22 @@ def test_close_mosaic_says_when_mosaic_closes(tmp_path):
         "Closing dataloader mosaic (--close-mosaic 1: no mosaic or mixup from epoch 1)"]
 
 
-def test_close_mosaic_beyond_the_epochs_keeps_mosaic_as_published(tmp_path):
-    """The published loop closes mosaic at epoch == epochs - close_mosaic: with --close-mosaic > --epochs never."""
+@pytest.mark.parametrize("mosaic", ["hyp", "--mosaic 0", "hyp mosaic 0"])
+def test_close_mosaic_beyond_the_epochs_keeps_mosaic_as_published(tmp_path, mosaic):
+    """The published loop closes mosaic at epoch == epochs - close_mosaic: with --close-mosaic > --epochs never, said
+    once; with mosaic probability 0 (--mosaic 0 or the hyp file's) there is no mosaic to stay on: not said."""
+    from yolov9c.resources import DEFAULT_HYP
+
+    hyp = tmp_path / "hyp.yaml"
+    hyp.write_text(DEFAULT_HYP.read_text().replace("mosaic: 1.0", "mosaic: 0.0"))
+    extra = {"hyp": [], "--mosaic 0": ["--mosaic", "0"], "hyp mosaic 0": ["--hyp", str(hyp)]}[mosaic]
     logs = []
-    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--epochs", "2", "--close-mosaic", "5",
+    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--epochs", "2", "--close-mosaic", "5", *extra,
                    logs=logs)
     train_one_epoch(state, 0)
     train_one_epoch(state, 1)
     assert state.dataset.mosaic and not [s for s in logs if "Closing dataloader mosaic" in s]
-    assert sum("mosaic stays on for the whole run" in s for s in logs) == 1
+    assert sum("mosaic stays on for the whole run" in s for s in logs) == (mosaic == "hyp"), logs
 
 
 def test_mem_budget_sets_the_micro_batch_and_keeps_the_nominal_batch(tmp_path):

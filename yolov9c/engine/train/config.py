@@ -26,6 +26,7 @@ import yaml
 
 from yolov9c.backends.c.switches import Switches, parse_switch
 from yolov9c.engine.train.options import OptionError, checked, combination_error
+from yolov9c.engine.train.memory_plan import MIN_IMG
 
 # options that --resume takes from the command line instead of the stored opt.yaml (memory knobs and placement)
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
@@ -114,7 +115,7 @@ class RunConfig:
     val_chunks: str = "off"  # auto: training-time validation's forward in chunks that fit beside the CUDA-graph
     #                          pool (val_chunks.py), the graphs kept; off: one forward per validation batch
     dynamic_img: bool = False  # with mem_budget: shrink the image size instead of splitting the batch
-    min_img: int = 320  # dynamic_img's smallest image size (rounded up to the grid)
+    min_img: int = MIN_IMG  # dynamic_img's smallest image size (rounded up to the grid; memory_plan.MIN_IMG)
     # --- resolved and recorded by the trainer (opt.yaml keys of the published code) ---
     save_dir: str = ""
     world_size: int = 1

@@ -29,6 +29,7 @@ from yolov9c.data.hyp import augment_hyp
 from yolov9c.engine.run_dir import increment_path
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.errors import TrainError
+from yolov9c.engine.train.run_folder import check_writable
 from yolov9c.engine.train.trainer import train
 from yolov9c.resources import resolve_hyp
 
@@ -161,12 +162,12 @@ def plot_evolve(csv, log=print):
         log(f"WARNING: hyp_evolve.png not written: {e}")
 
 
-def evolve(cfg: RunConfig, *, train_fn=None, log=print):
+def evolve(cfg: RunConfig, *, train_fn=None, log=print, prog="train_dual.py"):
     """Run cfg.evolve generations; returns the run folder (Path). cfg: a RunConfig with .evolve set; each
     generation trains dataclasses.replace(cfg, hyp=child, ...). train_fn(cfg) → dict with "metrics" (mp, mr,
     map50, map, box_loss, cls_loss, dfl_loss), default yolov9c.engine.train.trainer.train (tests pass a
-    stand-in)."""
-    train_fn = train_fn or (lambda c: train(c, log=log))
+    stand-in). prog: the script, for the options line (trainer.train)."""
+    train_fn = train_fn or (lambda c: train(c, log=log, prog=prog))
     if int(os.getenv("WORLD_SIZE", "1")) > 1:
         raise TrainError("--evolve is not compatible with DDP (as published): run it in one process")
     generations = int(cfg.evolve)
@@ -176,7 +177,7 @@ def evolve(cfg: RunConfig, *, train_fn=None, log=print):
         log(f"WARNING: --bucket {cfg.bucket}: gsutil upload/download is not supported; evolve.csv stays local")
     try:
         hyp = augment_hyp(resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else cfg.hyp,
-                          mosaic=cfg.mosaic, mixup=cfg.mixup)
+                          mosaic=cfg.mosaic, mixup=cfg.mixup, log=log)
     except (FileNotFoundError, KeyError, ValueError) as e:
         raise TrainError(f"--hyp: {e}") from None
     hyp.setdefault("anchors", 3)  # commented out in the hyp files; evolved as published
@@ -189,7 +190,9 @@ def evolve(cfg: RunConfig, *, train_fn=None, log=print):
         log(f"evolve: keys without META bounds are kept fixed: {', '.join(unknown)}")
     project = "runs/evolve" if str(cfg.project) == "runs/train" else cfg.project
     name = Path(cfg.cfg).stem if cfg.name == "cfg" else cfg.name
-    save_dir = increment_path(Path(project) / name, exist_ok=bool(cfg.resume) or cfg.exist_ok, mkdir=True)
+    exist_ok = bool(cfg.resume) or cfg.exist_ok
+    check_writable(increment_path(Path(project) / name, exist_ok=exist_ok))  # one error line, before generation 0
+    save_dir = increment_path(Path(project) / name, exist_ok=exist_ok, mkdir=True)
     csv = save_dir / "evolve.csv"
     done = 0
     if csv.exists():

@@ -10,7 +10,8 @@
 The cap is torch.cuda.set_per_process_memory_fraction(cap / total): PyTorch's caching allocator refuses to reserve
 beyond it (torch.cuda.OutOfMemoryError), exactly as the smaller card would; memory outside the allocator (the
 CUDA context, cuDNN and cuBLAS handles) is not counted, so a card of N GB leaves about N − 1 GiB to cap with.
-A cap of the card's size or more caps nothing (one log line). On the CPU it is recorded and does nothing.
+A cap of the card's size or more caps nothing (one log line). On the CPU it is recorded and does nothing: --mem-cap
+says so in one warning line (--mem-budget's own warning comes from the memory plan, state.apply_memory_plan).
 Test: python -m pytest -q tests/engine/train/test_memory_cap.py
 """
 
@@ -34,7 +35,12 @@ def apply_cap(cfg, device, log=print) -> float | None:
     """Cap this process's CUDA allocator on `device` at cap_gib(cfg) GiB. Returns the cap applied in GiB (None:
     no cap: none asked, a CPU run, or a card no larger than the cap)."""
     gib = cap_gib(cfg)
-    if gib is None or device.type != "cuda":
+    if gib is None:
+        return None
+    if device.type != "cuda":
+        if cfg.mem_cap is not None:  # as --mem-budget's warning: the option does nothing here, say so
+            log(f"memory cap: WARNING: --mem-cap caps GPU memory; this run is on the {device.type}, where it caps "
+                f"nothing")
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
     total = torch.cuda.get_device_properties(index).total_memory

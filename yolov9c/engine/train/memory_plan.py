@@ -3,7 +3,6 @@
     cost = mp.cost_for("yolov9-s", "c", switches)           # COSTS, else estimate(); c switches counted in
     mp.predict(cost, batch=64, img=640)                     # predicted peak reserved GiB of a step
     p = mp.plan(cost, mp.parse_size("7.5G"), nominal=64, img=640)   # Plan(batch=32, accumulate=2, img=640, ...)
-    cost = mp.measure("yolov9-s", "c", img=640, batches=(8, 16))   # on a GPU: profile two steps, fit the line
 
 Model: peak reserved = fixed + per_image · batch · (img / 640)²; fixed does not grow with the batch (weights,
 grads, optimizer, EMA, allocator slack), per_image does. Both come from two profiled steps. COSTS holds H200 fits
@@ -12,6 +11,7 @@ size's Cost scaled by parameter and activation counts); other switches add what 
 plan() keeps the nominal batch (the LR and weight-decay rules read it): the largest micro-batch that divides it
 and fits, accumulated nominal / micro-batch times; dynamic_img instead shrinks the image (stride multiples,
 >= min_img; opt-in: it changes the data). A budget is what the process may reserve (CARDS: card less context).
+Shared with `python -m yolov9c memory`, so it plans what training runs: train_img_size, MIN_IMG, dynamic_img_error.
 Test: python -m pytest -q tests/engine/train/test_memory_plan.py   (measure: the cuda case)
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import math
 import re
 from dataclasses import dataclass
 
@@ -38,6 +39,29 @@ class Cost:
     fixed_gib: float
     per_image_gib: float
     source: str = "measured"
+
+
+MIN_IMG = 320  # --dynamic-img's smallest image size unless --min-img says (training and the memory CLI)
+GRID = 32  # training's grid: the model's max stride, at least 32 (32 for every bundled model)
+
+
+def train_img_size(img, gs=GRID, log=None):
+    """An image size as training uses it (--img, --min-img): rounded up to a multiple of the grid `gs` and at
+    least 2 * gs (--img 100 trains at 128); a change is logged through `log` when given (--img's warning)."""
+    size = max(math.ceil(img / gs) * gs, gs * 2)
+    if log is not None and size != img:
+        log(f"WARNING: --img-size {img} must be a multiple of max stride {gs}, updating to {size}")
+    return size
+
+
+def dynamic_img_error(dynamic_img, budget, min_img_given, budget_flag="--mem-budget"):
+    """The rule of --dynamic-img and --min-img, the same in train_dual.py and `python -m yolov9c memory`
+    (budget_flag: --budget there): the message for a combination that cannot apply, else None."""
+    if dynamic_img and budget is None:
+        return f"--dynamic-img needs {budget_flag} SIZE (it picks the image size that fits the budget)"
+    if min_img_given and not dynamic_img:
+        return "--min-img is the smallest image size of --dynamic-img: add --dynamic-img, or drop --min-img"
+    return None
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,17 @@
 """The run folder of one training (runs/train/NAME): one writer at a time, and files that survive any crash.
 
-    with RunFolder.open(save_dir, log=log) as folder:      # resume=read_checkpoint(last_pt) for --resume
-        folder.save_epoch(epoch, row, ckpt, also=("best.pt",)); folder.begin_finish(); folder.mark_done()
-Invariants:
+    folder = RunFolder.open(save_dir, begin=False, log=log)   # resume=read_checkpoint(last_pt); folder.begin()
+    folder.save_epoch(epoch, row, ckpt, also=("best.pt",)); folder.begin_finish(); folder.mark_done()
+- Writable or refused: open() and check_writable raise RunFolderError for a folder, its weights/ or its parent
+  that cannot be written (no write bit counts even for root), before the lock is taken or anything is trained.
+- A failed start changes nothing: with begin=False the folder is only locked; what a start changes (temps, an
+  earlier run moved aside, run_state.yaml, yaml files) happens in begin(), once set-up has built everything.
 - One writer: `run.lock` (pid, host, process start time, token) is created with O_EXCL; a live holder raises
-  RunFolderBusy; a lock of a dead (or reused) pid on this host is taken over under `run.lock.takeover`; a lock
-  from another host is always respected. Released by close(), atexit, and on any exception in open().
-- Atomic files: yaml, results.csv and checkpoints go through atomic_io.atomic_write (temp, fsync, rename);
-  open() removes stale temps. A full disk raises DiskFullError and leaves the previous file intact.
-- results.csv: a fresh run moves an old results.csv / weights/ aside (.1, .2, ...); a row is appended only after
-  last.pt is on disk and is stored in last.pt too, so a resumed run has each epoch exactly once.
-- run_state.yaml phase "training" / "finishing" / "done" gives resume_action "train" / "finish" / "done".
-User errors: RunFolderError (RunFolderBusy), DiskFullError — one `error:` line each.
+  RunFolderBusy; a lock of a dead (or reused) pid on this host is taken over under `run.lock.takeover` (holding
+  the taker's pid: one left by a taker killed midway is removed once its pid is dead); a lock from another host
+  is always respected. Released by close(), atexit, and on any exception in open().
+- Atomic files (atomic_io.atomic_write: temp, fsync, rename); a full disk raises DiskFullError, the old file kept.
+- results.csv: a row is appended only after last.pt is on disk and is stored in it too: each epoch exactly once.
 Test: python -m pytest -q tests/engine/train/test_run_folder.py
 """
 
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from yolov9c.data.label_cache import folder_writable
 from yolov9c.engine.train import results as R
 from yolov9c.models.atomic_io import DiskFullError, atomic_copy, atomic_torch_save, atomic_write, is_temp_name
 from yolov9c.models.checkpoint import strip_checkpoint, to_plain
@@ -149,6 +150,25 @@ def resume_action(save_dir, ckpt: dict) -> str:
     return "train"
 
 
+def check_writable(folder) -> None:
+    """Raise RunFolderError when a run could not write its files in run folder `folder`: the folder and its
+    weights/ where they exist, else the nearest existing folder above it, where it would be made. A folder with
+    no write bit at all counts as read-only even for root (label_cache.folder_writable)."""
+    folder = Path(folder)
+    if folder.exists():
+        for d in (folder, folder / "weights"):
+            if d.is_dir() and not folder_writable(d):
+                raise RunFolderError(f"{d} is not writable (read-only): make it writable, or train into another "
+                                     f"folder (another --project or --name)")
+        return
+    above = folder.absolute().parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not folder_writable(above):
+        raise RunFolderError(f"cannot make {folder}: {above} is not writable (read-only): give a --project you can "
+                             f"write to")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The run folder
 # ---------------------------------------------------------------------------------------------------------
@@ -168,29 +188,49 @@ class RunFolder:
         self._token = os.urandom(8).hex()
         self._pid = os.getpid()
         self._held = False
+        self._resume = None  # the checkpoint dict of a resume (begin() prepares results.csv from it)
+        self._pending = None  # [(name, text)]: write_yaml before begin(), written by begin(); None once begun
 
     # --- opening and closing ---
 
     @classmethod
-    def open(cls, path, *, resume: dict | None = None, log=print) -> "RunFolder":
-        """Take the folder (RunFolderBusy if a live run holds it), remove temp files of interrupted saves, and
-        prepare results.csv: a fresh run (resume None) moves an old one aside; a resume from checkpoint dict
-        `resume` (read_checkpoint of its last.pt) sets resume_action and, for "train", keeps only the rows of
-        epochs <= resume['epoch'] (restoring that epoch's row from the checkpoint if it is missing)."""
+    def open(cls, path, *, resume: dict | None = None, log=print, begin=True) -> "RunFolder":
+        """Take the folder (RunFolderError if it cannot be written, RunFolderBusy if a live run holds it); a
+        resume from checkpoint dict `resume` (read_checkpoint of its last.pt) sets resume_action. begin=True also
+        calls begin(); with begin=False nothing in the folder changes until the caller does (set-up, once the
+        whole run is built: a start that fails leaves the folder as it was)."""
+        check_writable(path)
         folder = cls(path, log)
         folder.dir.mkdir(parents=True, exist_ok=True)
         folder._acquire()
         try:
-            folder.weights.mkdir(exist_ok=True)
-            folder._remove_temps()
-            if resume is None:
-                folder._start_fresh()
-            else:
-                folder._start_resume(resume)
+            folder._resume = resume
+            folder._pending = []
+            if resume is not None:
+                folder.resume_action = resume_action(folder.dir, resume)
+            if begin:
+                folder.begin()
         except BaseException:
             folder.close()
             raise
         return folder
+
+    def begin(self) -> None:
+        """Make the folder this run's: remove temp files of interrupted saves, prepare results.csv (a fresh run
+        moves an old one and an earlier run's weights/ aside; a resume that trains keeps only the rows of epochs
+        <= resume['epoch'], restoring that epoch's row from the checkpoint if it is missing), run_state.yaml, then
+        the yaml files written since open(). Once."""
+        if self._pending is None:
+            return
+        self.weights.mkdir(exist_ok=True)
+        self._remove_temps()
+        if self._resume is None:
+            self._start_fresh()
+        else:
+            self._start_resume(self._resume)
+        pending, self._pending = self._pending, None
+        for name, text in pending:
+            atomic_write(self.dir / name, text, what=name)
 
     def close(self) -> None:
         """Release the lock (only if it is still ours, and only in the process that took it). Idempotent."""
@@ -218,8 +258,12 @@ class RunFolder:
     # --- writing ---
 
     def write_yaml(self, name: str, data) -> Path:
-        """Write `data` (plain data after to_plain) as YAML to the folder's file `name`, atomically."""
+        """Write `data` (plain data after to_plain, as it is now) as YAML to the folder's file `name`, atomically;
+        before begin(), begin() writes it."""
         text = yaml.safe_dump(to_plain(data, name), sort_keys=False)
+        if self._pending is not None:
+            self._pending.append((name, text))
+            return self.dir / name
         return atomic_write(self.dir / name, text, what=name)
 
     def save_epoch(self, epoch: int, row, ckpt: dict | None = None, also=()) -> None:
@@ -290,7 +334,6 @@ class RunFolder:
         return dest
 
     def _start_resume(self, ckpt: dict) -> None:
-        self.resume_action = resume_action(self.dir, ckpt)
         if self.resume_action != "train":
             R.drop_epochs_from(self.results, float("inf"))  # keeps every complete row, drops a torn one
             return
@@ -404,13 +447,15 @@ class RunFolder:
         """Replace the stale lock whose content is `seen` by ours, unless someone else got there first."""
         mutex = self.lock_path.with_name(LOCK_NAME + ".takeover")
         try:
-            os.close(os.open(mutex, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            fd = os.open(mutex, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            try:
-                if time.time() - mutex.stat().st_mtime > TAKEOVER_STALE_S:
-                    mutex.unlink()
-            except FileNotFoundError:
-                pass
+            self._remove_stale_mutex(mutex)
+            return False
+        try:
+            with os.fdopen(fd, "w") as f:  # who takes over: a taker killed midway is recognised by its pid
+                f.write(self._lock_text())
+        except OSError:
+            mutex.unlink(missing_ok=True)
             return False
         try:
             try:
@@ -423,3 +468,31 @@ class RunFolder:
             return True
         finally:
             mutex.unlink(missing_ok=True)
+
+    def _remove_stale_mutex(self, mutex: Path) -> None:
+        """Remove the takeover mutex `mutex` when its taker no longer runs: a pid of this host that is dead (or
+        reused), no readable content after STARTING_S (an older version's empty file), or any mutex older than
+        TAKEOVER_STALE_S. A live taker's (or another host's young one) stays: the caller tries again."""
+        try:
+            seen = mutex.read_text()
+            age = time.time() - mutex.stat().st_mtime
+        except FileNotFoundError:
+            return
+        try:
+            info = json.loads(seen)
+        except ValueError:
+            info = None
+        if isinstance(info, dict) and isinstance(info.get("pid"), int) and info.get("host") == socket.gethostname():
+            stale = not pid_alive(info["pid"], info.get("start"))
+        else:
+            stale = age > (STARTING_S if info is None else TAKEOVER_STALE_S)
+        if not (stale or age > TAKEOVER_STALE_S):
+            return
+        try:
+            if mutex.read_text() != seen:  # another starter's new mutex: not the one judged
+                return
+            mutex.unlink()
+        except FileNotFoundError:
+            return
+        who = f"pid {info.get('pid')} on {info.get('host')}" if isinstance(info, dict) else "unreadable"
+        self.log(f"{self.dir}: removed {mutex.name} of a lock takeover killed midway ({who})")

@@ -5,21 +5,20 @@
 setup() order: resume (read_resume) → placement (device, DDP, backend, channels-last) → the YOLOV9C_* switch
 variables (config.switch_overrides) → run folder claimed → config resolved once (resolve_config: a frozen
 RunConfig) → folder contents, hyp, seeds → model → optimization (batching.plan_batching once; optimizer,
-schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt, DDP, the Step) → restore (resume.py). A
---resume whose training ended stops after the model (setup_finish_only). A start that fails after claiming the
-folder releases it and removes a folder it created.
+schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt, DDP, the Step) → restore (resume.py) → the
+run folder begun (begin_run: its files written only now). A --resume whose training ended stops after the model
+(setup_finish_only). A start that fails after claiming the folder releases it and removes a folder it created;
+one it did not create is left as it was (nothing was written in it).
 Invariant: RunState is written by set-up only, then sealed (assignment raises, except REPLACEABLE fields);
 what changes while training lives in `progress` (Progress: exactly what a checkpoint saves and resume
 restores) and `window` (step.Window: the open accumulation window, never saved).
 Test: python -m pytest -q tests/engine/train/test_train_e2e.py tests/engine/train/test_train_resume.py
-    tests/engine/train/test_train_wiring.py
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import math
 import os
 import random
 import types
@@ -56,14 +55,14 @@ from yolov9c.engine.train.memory_cap import PhasePeaks, apply_cap, release_cap
 from yolov9c.engine.train.optim import build_optimizer
 from yolov9c.engine.train.resume import Resumed, read_resume, restore
 from yolov9c.engine.train.run_folder import STATE_NAME as RUN_STATE_NAME
-from yolov9c.engine.train.run_folder import RunFolder
+from yolov9c.engine.train.run_folder import RunFolder, check_writable
 from yolov9c.engine.train.schedule import lr_lambda, warmup_iterations
 from yolov9c.engine.train.step import EagerStep, Step, Window
 from yolov9c.engine.train.val_chunks import ValChunks
 from yolov9c.loss.detection import make_loss
 from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, to_plain
 from yolov9c.models.finite import nonfinite_names, nonfinite_text
-from yolov9c.models.published import weights_not_found
+from yolov9c.models.published import weights_file_error
 from yolov9c.models.weights import transfer_weights
 from yolov9c.models.info import model_summary
 from yolov9c.models.model import DetectionModel
@@ -191,10 +190,10 @@ class RunState:
         return opt_dict(cfg, hyp)
 
 
-def setup(cfg: RunConfig, log=print) -> RunState:
+def setup(cfg: RunConfig, log=print, prog="train_dual.py") -> RunState:
     """Build every object of the run from `cfg` (see the module docstring for the order). A start that fails
     after the run folder was claimed releases it (and removes a folder it created and only filled with its own
-    start-up files), then re-raises."""
+    start-up files), then re-raises. prog: the script, whose stem prefixes the options line (`train: ...`)."""
     resumed = read_resume(cfg, log) if cfg.resume else None
     given = resumed.cfg if resumed else cfg
     place = placement(given, log)
@@ -207,17 +206,18 @@ def setup(cfg: RunConfig, log=print) -> RunState:
     state = RunState(cfg=resolved, resumed=resumed, save_dir=save_dir, wdir=save_dir / "weights",
                      made_dir=made_dir, evolving=given.evolve is not None, **place)
     state.memory_format = torch.channels_last if state.cfg.channels_last else torch.contiguous_format
-    apply_cap(state.cfg, state.device, log)  # --mem-cap / --mem-budget: before anything reaches the GPU
+    apply_cap(state.cfg, state.device, state.log)  # --mem-cap / --mem-budget: before anything reaches the GPU
     state.peaks = PhasePeaks(state.device)
     early = cpu_threads(0, cuda=True) if state.device.type == "cuda" else None
     if early:  # already for the model build (CUDA_MAIN_THREADS); setup_loaders logs the final count
         torch.set_num_threads(early)
     try:
-        setup_run_folder(state)
+        setup_run_folder(state, prog)
         setup_model(state)
         if state.finish_only:
             setup_finish_only(state)
             state.val_chunks = ValChunks.for_run(state)
+            begin_run(state)
             state.seal()
             return state
         setup_optimization(state)
@@ -226,7 +226,8 @@ def setup(cfg: RunConfig, log=print) -> RunState:
         state.val_chunks = ValChunks.for_run(state)
         if resumed is not None:
             restore(state, resumed)
-            state.resumed = None
+        begin_run(state)
+        state.resumed = None
     except BaseException:
         abandon_run_folder(state)
         release_cap(state.device)
@@ -283,6 +284,7 @@ def claim_run_dir(cfg, resumed, main):
     target = Path(cfg.project) / name
     if not main:
         return increment_path(target, exist_ok=cfg.exist_ok), False
+    check_writable(increment_path(target, exist_ok=cfg.exist_ok))  # before a folder is made or anything trained
     existed = target.exists()
     return increment_path(target, exist_ok=cfg.exist_ok, mkdir=True), not (cfg.exist_ok and existed)
 
@@ -330,13 +332,14 @@ def resolve_backend(cfg, device, world, log):
 TRAIN_HYP_KEYS = ("lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum", "warmup_bias_lr")
 
 
-def setup_run_folder(state):
+def setup_run_folder(state, prog="train_dual.py"):
     """The claimed run folder (claim_run_dir) held through a RunFolder by the main process (not by --evolve
     generations, which write only results.csv rows), the hyperparameters, hyp.yaml and opt.yaml of a fresh run
     (atomic), and the seeds. A resume whose training ended (resume_action "finish") sets state.finish_only."""
     cfg, log, resumed = state.cfg, state.log, state.resumed
-    if state.main and not state.evolving:
-        state.folder = RunFolder.open(state.save_dir, resume=resumed.ckpt if resumed else None, log=log)
+    if state.main and not state.evolving:  # held; changed only by begin_run, once set-up has succeeded
+        state.folder = RunFolder.open(state.save_dir, resume=resumed.ckpt if resumed else None, log=log,
+                                      begin=False)
     if resumed is not None:
         action = state.folder.resume_action if state.folder is not None else resumed.action
         if action == "done":
@@ -345,7 +348,7 @@ def setup_run_folder(state):
         state.finish_only = action == "finish"
     try:
         hyp_file = resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else None
-        hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup)
+        hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup, log=log)
         missing = [k for k in TRAIN_HYP_KEYS if k not in hyp]
         if missing:
             raise KeyError(f"hyp lacks training keys: {', '.join(missing)}")
@@ -359,14 +362,27 @@ def setup_run_folder(state):
     if state.main:
         if state.evolving:
             state.save_dir.mkdir(parents=True, exist_ok=True)
-        elif resumed is None:
+        elif resumed is None:  # written by begin_run
             state.folder.write_yaml("hyp.yaml", hyp)
             state.folder.write_yaml("opt.yaml", opt_dict(cfg, hyp))
-        log("train_dual: " + ", ".join(f"{k}={v}" for k, v in opt_dict(cfg).items()))
+        log(f"{Path(prog).stem}: " + ", ".join(f"{k}={v}" for k, v in opt_dict(cfg).items()))
         log("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in hyp.items()))
     hyp["label_smoothing"] = float(cfg.label_smoothing)
     state.hyp = hyp
     init_seeds(cfg.seed + 1 + state.rank, cfg.deterministic)
+
+
+def begin_run(state):
+    """The end of a set-up that succeeded: the run folder made this run's (RunFolder.begin: temps removed, an
+    earlier run's results.csv and weights/ moved aside or a resume's rows prepared, run_state.yaml, hyp.yaml and
+    opt.yaml), and labels.jpg of a fresh run. Nothing of it is written before, so a start that fails (a bad
+    --weights, data or option found while building) leaves an existing --exist-ok or --resume folder as it was."""
+    if state.folder is None:
+        return
+    state.folder.begin()
+    if state.plots and state.resumed is None and state.dataset is not None:
+        state.log(f"Plotting labels to {state.save_dir / 'labels.jpg'}... ")
+        R.plot_labels(state.dataset.labels, state.names, state.save_dir / "labels.jpg")
 
 
 START_FILES = ("hyp.yaml", "opt.yaml", RUN_STATE_NAME, "labels.jpg",  # what a start writes before epoch 0
@@ -433,9 +449,10 @@ def setup_model(state):
     if state.resumed is not None:
         model = _build(state.resumed.ckpt.get("yaml"), state.nc)
         model.load_state_dict(state.resumed.model_state)
-    elif str(cfg.weights).endswith(".pt"):
-        if not Path(cfg.weights).is_file():
-            raise TrainError(weights_not_found(cfg.weights))
+    elif cfg.weights:
+        why = weights_file_error(cfg.weights)  # a folder or a .pth: an error, never a silent start from scratch
+        if why:
+            raise TrainError(why)
         try:
             wck = read_checkpoint(cfg.weights, warn=False)  # non-finite weights: refused below
         except (FileNotFoundError, CheckpointError) as e:
@@ -460,10 +477,7 @@ def setup_model(state):
     if n_frozen:
         log(f"freezing {n_frozen} parameter tensors of {frozen_layers_text(cfg.freeze)}")
     state.gs = max(int(model.stride.max()), 32)
-    state.imgsz = max(math.ceil(cfg.imgsz / state.gs) * state.gs, state.gs * 2)
-    if state.imgsz != cfg.imgsz:
-        log(f"WARNING: --img-size {cfg.imgsz} must be a multiple of max stride {state.gs}, updating to "
-            f"{state.imgsz}")
+    state.imgsz = memory_plan.train_img_size(cfg.imgsz, state.gs, log=log)
     state.model = model
 
 
@@ -562,7 +576,7 @@ def apply_memory_plan(state):
     --graph-shapes the plan counts the memory of graph_shapes.MAX_GRAPHS graphs (memory_plan.graphs_gib)."""
     cfg, gs = state.cfg, state.gs  # batch_error refused --batch-size -1 with --mem-budget
     per_rank = cfg.batch_size // state.world
-    min_img = max(math.ceil(cfg.min_img / gs) * gs, gs * 2)
+    min_img = memory_plan.train_img_size(cfg.min_img, gs)
     resumed_file = str(state.resumed.ckpt.get("yaml_file") or "") if state.resumed is not None else ""
     name = cfg.cfg or getattr(state.model, "yaml_file", "") or resumed_file  # a resume builds from the stored dict
     try:
@@ -611,9 +625,6 @@ def setup_loaders(state):
     state.nb = len(state.train_loader)
     state.nw = warmup_iterations(hyp["warmup_epochs"], state.nb)
     state.plots = state.main and not cfg.noplots and not state.evolving
-    if state.plots and state.resumed is None:
-        state.log(f"Plotting labels to {state.save_dir / 'labels.jpg'}... ")
-        R.plot_labels(state.dataset.labels, state.names, state.save_dir / "labels.jpg")
 
 
 # A CUDA run's main process does little CPU tensor work (a model build, checkpoint copies, metrics); more intra-op

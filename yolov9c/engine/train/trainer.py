@@ -81,13 +81,14 @@ class Interrupted(KeyboardInterrupt):
         self.save_dir, self.last, self.removed = save_dir, last, removed  # removed: no checkpoint, folder gone
 
 
-def train(cfg: RunConfig, *, stop_after_epoch=None, log=print):
+def train(cfg: RunConfig, *, stop_after_epoch=None, log=print, prog="train_dual.py"):
     """Run a training as train_dual.py does. cfg: a RunConfig (yolov9c.cli.train.parse_opt builds one).
     stop_after_epoch: stop (as if interrupted) after saving that epoch's last.pt (tests of --resume).
+    prog: the script that started the run (train.py or train_dual.py), the options line's prefix as published.
     Returns a dict: save_dir (Path), epochs_done, best_fitness, metrics (the last validation's), and final (the
     validation of best.pt) when the run finished with validation. Ctrl-C raises Interrupted (a
     KeyboardInterrupt naming the checkpoint to resume)."""
-    state = setup(cfg, log)
+    state = setup(cfg, log, prog)
     try:
         return _train(state, stop_after_epoch)
     except KeyboardInterrupt as e:
@@ -233,7 +234,8 @@ def _epoch_sampling(state, epoch):
     # as published (mosaic closes at epoch == epochs - close_mosaic): never when --close-mosaic > --epochs
     closed = bool(cfg.close_mosaic) and 0 <= cfg.epochs - cfg.close_mosaic <= epoch
     first = state.progress.start_epoch
-    if cfg.close_mosaic > cfg.epochs and epoch == first and ds.augment and not ds.rect:
+    mosaic_used = ds.augment and not ds.rect and state.hyp["mosaic"] > 0  # --mosaic 0: nothing stays on
+    if cfg.close_mosaic > cfg.epochs and epoch == first and mosaic_used:
         state.log(f"--close-mosaic {cfg.close_mosaic} is more than --epochs {cfg.epochs}: mosaic stays on for the "
                   f"whole run (as in the published loop, which closes it at epoch {cfg.epochs - cfg.close_mosaic})")
     if closed and ds.augment and not ds.rect and epoch in (cfg.epochs - cfg.close_mosaic, first):
