@@ -47,7 +47,6 @@ OUT=${OUT:-gpu_out}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1 YOLOV9C_CACHE=${YOLOV9C_CACHE:-/tmp/yolov9c_cache}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
-[ -d .dev/shared ] && export YOLOV9C_SHARED=${YOLOV9C_SHARED:-$PWD/.dev/shared}   # goldens the tests read
 END=$(( $(date +%s) + ${GPU_SECONDS:-570} ))
 left() { echo $(( END - $(date +%s) )); }
 
@@ -74,7 +73,7 @@ if [[ " $* " == *" train "* || " $* " == *" capped "* || " $* " == *" augtrain "
   DATA=$!
 fi
 PYT=(python3 -m pytest -q -p no:cacheprovider -m cuda -rfs)
-COCO=${COCO:-shared/data/coco128/data.yaml}
+COCO=${COCO:-shared/data/coco128/data.yaml}   # accuracy and grads only: the tests read tests/assets
 [ -f "$COCO" ] || COCO=.dev/shared/data/coco128/data.yaml
 
 for part in "$@"; do

@@ -1,4 +1,4 @@
-"""Shared pytest set-up: where ../shared lives, the `cuda` marker for tests that need a GPU, one CPU thread, the
+"""Shared pytest set-up: the `cuda` marker for tests that need a GPU, one CPU thread, the
 `one_thread` fixture (a module opts in with `pytestmark = pytest.mark.usefixtures("one_thread")`: it also keeps
 torch at one thread where a caller chose more), `gelan_t`: a fresh seeded gelan-t checkpoint (3 classes)
 for the detect tests, and `golden_model`: the golden recipe's model of each config for tests/models/test_goldens.py and
@@ -26,7 +26,6 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 from golden_weights import CONFIGS, golden_init_  # noqa: E402
-from shared_paths import SHARED  # noqa: E402,F401
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
-"""The deterministic weights, input and targets of the golden recipe (spec/goldens/README.md).
+"""The deterministic weights, input and targets of the golden recipe (tests/assets/goldens/README.md).
 
 Shared by the golden tests (tests/models/test_goldens.py for maps and decoded outputs, tests/loss/test_loss.py for
 the loss and gradients):
 
     model = yolov9c.build_model("yolov9-s").double()
     golden_init_(model)
-    maps = model.train()(golden_input(2))          # compare with GOLDEN_DIR / "yolov9-s.npz"
+    maps = model.train()(golden_input(2))          # compare with repo_assets.golden("yolov9-s")
 
 Conditioning: with these weights, the train-mode (batch-statistics) outputs of the deeper levels of gelan-c,
 gelan-e and the main branch of yolov9-c and yolov9-e are extremely sensitive to float64 rounding: moving
@@ -18,7 +18,7 @@ with `ulp_perturbed` and widen (or skip) only those comparisons.
 
 import torch
 
-from shared_paths import GOLDEN_DIR  # noqa: F401  (re-exported to the golden tests)
+from repo_assets import GOLDEN_DIR, golden, golden_lines  # noqa: F401  (re-exported to the golden tests)
 
 CONFIGS = ["yolov9-t", "yolov9-s", "yolov9-m", "yolov9-c", "yolov9-e",
            "gelan-t", "gelan-s", "gelan-m", "gelan-c", "gelan-e"]

@@ -4,8 +4,8 @@ reference on the CPU), measured with the fidelity harness's statistics (stats.py
 aspect, class histogram, pixel mean/std, grey share, sharpness) plus the mosaic rate (the mixup draws are the
 same by construction: the labels of mixed items, both halves, come out identical).
 
-    python dev/fidelity/augment_stats.py                          # coco128 and synthetic, 320 px
-    python dev/fidelity/augment_stats.py --data coco128 --imgsz 640 --batches 8
+    python dev/fidelity/augment_stats.py                          # tests/assets/coco24 and synthetic, 320 px
+    python dev/fidelity/augment_stats.py --data ../shared/data/coco128/images/train --imgsz 640 --batches 8
 
 `compare(source, imgsz, batches)` gives the rows; tests/data/test_augment_plan.py asserts them (boxes identical,
 every pixel statistic |z| < 0.5). Not a speed measure (benchmarks/bench_train.py is).
@@ -59,17 +59,17 @@ def compare(source, imgsz=320, batches=4, batch_size=16, seed=0, workers=0):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", nargs="*", default=["coco128", "synthetic"])
+    p.add_argument("--data", nargs="*", default=["coco24", "synthetic"])
     p.add_argument("--imgsz", type=int, default=320)
     p.add_argument("--batches", type=int, default=4)
     p.add_argument("--batch-size", type=int, default=16)
     args = p.parse_args(argv)
     for name in args.data:
-        if name == "coco128":
+        if name == "coco24":
             sys.path.insert(0, str(REPO / "tests"))
-            from shared_paths import COCO128
+            from repo_assets import COCO24
 
-            source = str(Path(COCO128) / "images" / "train")
+            source = str(COCO24 / "images" / "train")
         elif name == "synthetic":
             from yolov9c.data.synthetic import synthetic_dataset
 

@@ -1,5 +1,5 @@
 """pytest set-up of the dev/ tools' tests: the suite's own, reused. tests/ goes on sys.path (its helpers:
-shared_paths, inprocess, ...) and tests/conftest.py is loaded under another module name, so that its hooks (the
+repo_assets, inprocess, ...) and tests/conftest.py is loaded under another module name, so that its hooks (the
 `cuda` marker, one CPU thread) and fixtures apply here too; nothing is copied.
 
 Run: python -m pytest -q dev/tests   (not part of the README's test command: `pytest tests` never collects dev/)

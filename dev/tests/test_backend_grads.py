@@ -1,12 +1,12 @@
-"""dev/fidelity/backend_grads.py on the CPU: on real coco128 batches, the c backend's gradients (model
-and loss) are as close to the float64 reference as the torch backend's — no parameter kind, and no single
+"""dev/fidelity/backend_grads.py on the CPU: on real COCO batches (tests/assets/coco24), the c backend's gradients
+(model and loss) are as close to the float64 reference as the torch backend's — no parameter kind, and no single
 tensor, far off — and the tool's JSON summary carries every way and kind."""
 
 import json
 import sys
 from pathlib import Path
 
-from shared_paths import COCO128
+from repo_assets import COCO24
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev" / "fidelity"))
@@ -17,7 +17,7 @@ WAYS = ("float32 torch", "model torch, loss torch", "model torch, loss c", "mode
 
 def test_c_gradients_as_close_to_float64_as_torch(tmp_path, capsys):
     out = tmp_path / "grads.jsonl"
-    assert backend_grads.main(["--data", str(COCO128 / "data.yaml"), "--cfg", "yolov9-t", "--img", "96",
+    assert backend_grads.main(["--data", str(COCO24 / "data.yaml"), "--cfg", "yolov9-t", "--img", "96",
                                "--batch", "2", "--batches", "2", "--warm-steps", "1", "--device", "cpu",
                                "--top", "40", "--json", str(out)]) == 0
     rows = [json.loads(x) for x in out.read_text().splitlines()]
@@ -54,7 +54,7 @@ def test_trained_weights_replace_the_warm_steps(tmp_path, capsys):
                 mod.weight.uniform_(0.2, 2.0)
     w = save_checkpoint(tmp_path / "last.pt", m, half=False)
     out = tmp_path / "g.jsonl"
-    args = ["--data", str(COCO128 / "data.yaml"), "--img", "96", "--batch", "2", "--batches", "1",
+    args = ["--data", str(COCO24 / "data.yaml"), "--img", "96", "--batch", "2", "--batches", "1",
             "--device", "cpu", "--json", str(out)]
     assert backend_grads.main(args + ["--weights", str(w)]) == 0
     text = capsys.readouterr().out
@@ -71,7 +71,7 @@ def test_assign_compares_the_two_losses_assignments(tmp_path):
     foreground (Jaccard 1), no anchor on another box, soft scores equal to rounding — for both models and both
     branches; the float32 cast of float32 maps changes nothing."""
     out = tmp_path / "assign.jsonl"
-    assert backend_grads.main(["--data", str(COCO128 / "data.yaml"), "--cfg", "yolov9-t", "--img", "96",
+    assert backend_grads.main(["--data", str(COCO24 / "data.yaml"), "--cfg", "yolov9-t", "--img", "96",
                                "--batch", "2", "--batches", "1", "--warm-steps", "1", "--device", "cpu", "--assign",
                                "--json", str(out)]) == 0
     rows = [json.loads(x) for x in out.read_text().splitlines()]

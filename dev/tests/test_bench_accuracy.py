@@ -1,4 +1,5 @@
-"""dev/accuracy/accuracy_data.py, the datasets bench_accuracy.py derives from coco128 (no training here): the crops
+"""dev/accuracy/accuracy_data.py, the datasets bench_accuracy.py derives from coco128 (no training here; the tests
+derive them from tests/assets/coco24, the same kind of dataset): the crops
 of --derive crops are valid YOLO labels of large boxes, held out by source image and deterministic; the class
 subset of --classes keeps and renumbers only the chosen classes; a SIGTERM to the benchmark stops the training
 processes it started (real processes, no training).
@@ -18,14 +19,14 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev" / "accuracy"))
 import accuracy_data  # noqa: E402
-from shared_paths import COCO128 as COCO128_DIR  # noqa: E402
+from repo_assets import COCO24  # noqa: E402
 
-COCO128 = COCO128_DIR / "data.yaml"
+COCO = COCO24 / "data.yaml"
 
 
 @pytest.fixture(scope="module")
 def crops(tmp_path_factory):
-    return accuracy_data.crop_dataset(COCO128, tmp_path_factory.mktemp("a"), seed=0)
+    return accuracy_data.crop_dataset(COCO, tmp_path_factory.mktemp("a"), seed=0)
 
 
 def _labels(data_yaml, split):
@@ -40,13 +41,27 @@ def _digest(root):
     return h.hexdigest()
 
 
+def _anchor_count(split, classes):
+    """Boxes of `classes` in the source split with a longer side >= 96 px and a shorter one >= 32 px."""
+    n = 0
+    for f in (COCO.parent / "labels" / split).glob("*.txt"):
+        h, w = cv2.imread(str(COCO.parent / "images" / split / f"{f.stem}.jpg")).shape[:2]
+        for c, _, _, bw, bh in (map(float, r.split()) for r in f.read_text().splitlines() if r.strip()):
+            n += int(c) in classes and max(bw * w, bh * h) >= 96 and min(bw * w, bh * h) >= 32
+    return n
+
+
 def test_crops_have_images_and_valid_labels(crops):
     cfg = yaml.safe_load(crops.read_text())
     assert Path(cfg["path"]).is_absolute() and cfg["nc"] == 3 and cfg["names"][0] == "person"
+    coco_names = yaml.safe_load(COCO.read_text())["names"]
+    classes = {k for k, v in coco_names.items() if v in cfg["names"].values()}
     for split in ("train", "val"):
         images = sorted((crops.parent / "images" / split).glob("*.jpg"))
         labels = _labels(crops, split)
-        assert len(images) >= 100 and sorted(p.stem for p in images) == sorted(labels)
+        per_anchor = accuracy_data.CROPS_PER_ANCHOR[split]  # 3 training crops of an anchor box, 1 held-out
+        assert len(images) == per_anchor * _anchor_count(split, classes) > 0
+        assert sorted(p.stem for p in images) == sorted(labels)
         for im in images[::7]:
             h, w = cv2.imread(str(im)).shape[:2]
             assert min(h, w) >= 32
@@ -73,7 +88,7 @@ def test_crop_boxes_are_large(crops):
 def test_val_crops_come_only_from_val_images(crops):
     rows = list(csv.DictReader(open(crops.parent / "sources.csv")))
     src = {s: {r["source"] for r in rows if r["split"] == s} for s in ("train", "val")}
-    coco = COCO128.parent / "images"
+    coco = COCO.parent / "images"
     assert src["train"] <= {p.name for p in (coco / "train").iterdir()}
     assert src["val"] <= {p.name for p in (coco / "val").iterdir()}
     assert not src["train"] & src["val"]
@@ -84,14 +99,14 @@ def test_val_crops_come_only_from_val_images(crops):
 
 
 def test_crops_are_deterministic(crops, tmp_path):
-    again = accuracy_data.crop_dataset(COCO128, tmp_path / "same", seed=0)
+    again = accuracy_data.crop_dataset(COCO, tmp_path / "same", seed=0)
     assert _digest(again.parent) == _digest(crops.parent)
-    other = accuracy_data.crop_dataset(COCO128, tmp_path / "other", classes=[0, 60, 45], seed=1)
+    other = accuracy_data.crop_dataset(COCO, tmp_path / "other", classes=[0, 60, 45], seed=1)
     assert _digest(other.parent) != _digest(crops.parent)
 
 
 def test_crops_per_anchor_multiplies_train_only(crops, tmp_path):
-    more = accuracy_data.crop_dataset(COCO128, tmp_path / "more", seed=0, train_per_anchor=5)
+    more = accuracy_data.crop_dataset(COCO, tmp_path / "more", seed=0, train_per_anchor=5)
     n = {d.parent: {s: len(list((d.parent / "images" / s).glob("*.jpg"))) for s in ("train", "val")}
          for d in (crops, more)}
     assert n[more.parent]["train"] == 5 * n[crops.parent]["train"] // 3
@@ -120,10 +135,10 @@ def test_crop_labels_drop_boxes_mostly_outside():
 
 
 def test_class_subset_keeps_and_renumbers(tmp_path):
-    f = accuracy_data.class_subset(COCO128, [60, 0], tmp_path)
+    f = accuracy_data.class_subset(COCO, [60, 0], tmp_path)
     cfg = yaml.safe_load(f.read_text())
     assert cfg["names"] == {0: "dining table", 1: "person"}
-    coco_val = COCO128.parent / "labels" / "val"
+    coco_val = COCO.parent / "labels" / "val"
     n_person = sum(int((accuracy_data.read_labels(p)[:, 0] == 0).sum()) for p in coco_val.glob("*.txt"))
     rows = np.concatenate([r for r in _labels(f, "val").values() if len(r)])
     assert set(rows[:, 0].astype(int)) == {0, 1} and int((rows[:, 0] == 1).sum()) == n_person

@@ -25,7 +25,7 @@ from yolov9c.models.weights import load_model
 from yolov9c.models.model import DetectionModel
 
 REPO = Path(__file__).resolve().parents[2]
-from shared_paths import SHARED  # noqa: E402
+from repo_assets import GOLDEN_DIR  # noqa: E402
 
 
 def cli_process(*args):
@@ -64,7 +64,7 @@ def test_info_prints_table_and_published_parameter_count():
     rows = lines[1:24]
     assert [int(x.split()[0]) for x in rows[:10]] == list(range(10)) and "DDetect" in rows[22]
     summary = next(x for x in lines if " summary: " in x)
-    params = json.loads((SHARED / "spec/goldens/summary.json").read_text())["gelan-t"]["params"]
+    params = json.loads((GOLDEN_DIR / "summary.json").read_text())["gelan-t"]["params"]
     assert summary.startswith("gelan-t summary: ") and f" {params} parameters, {params - 16} gradients" in summary
     assert summary.endswith(" GFLOPs")
 

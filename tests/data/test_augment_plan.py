@@ -8,7 +8,7 @@ Tolerances (pixels of whole items against the CPU pipeline; the op's own against
     pixels                         >= 99.9 % of values equal and >= 99.9 % within 1 grey level (bilinear rounding
                                    of OpenCV's warp, amplified by HSV on a few near-grey pixels)
     pixels with copy-paste         the same, and a mean difference <= 0.01 grey level per item (polygon copy of
-                                   coco128; the paste is drawContours' fill: only edges leaving the canvas differ)
+                                   coco24; the paste is drawContours' fill: only edges leaving the canvas differ)
     over the paste cap             labels identical; pixels >= 99.5 % within 1 level, mean difference <= 0.1
                                    (a 600-value cap: simplified outlines)
     distribution (stats.py)        box statistics identical; every pixel statistic |z| < 0.5
@@ -37,7 +37,7 @@ from yolov9c.engine.train.results import read_results
 from yolov9c.ops import extension
 
 from inprocess import run_script  # noqa: E402
-from shared_paths import COCO128  # noqa: E402
+from repo_assets import COCO24  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "fidelity"))
 import augment_stats  # noqa: E402
@@ -71,21 +71,27 @@ def syn_poly(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def coco_poly(tmp_path_factory):
-    """A polygon copy of the first 24 coco128 training images (coco128 labels are boxes): each box becomes a
+    """A polygon copy of the coco24 training images (their labels are boxes): each box becomes a
     16-vertex star inside it (radii 0.6-1 of the half sides at sorted random angles); the images are linked."""
     root = tmp_path_factory.mktemp("coco_poly")
     rng = np.random.default_rng(0)
     (root / "images").mkdir()
     (root / "labels").mkdir()
-    for f in sorted((COCO128 / "images" / "train").glob("*.jpg"))[:24]:
+    for f in sorted((COCO24 / "images" / "train").glob("*.jpg")):
         (root / "images" / f.name).symlink_to(f)
         rows = []
-        for c, xc, yc, w, h in np.loadtxt(COCO128 / "labels" / "train" / f"{f.stem}.txt", ndmin=2):
+        text = (COCO24 / "labels" / "train" / f"{f.stem}.txt").read_text()  # empty for a background image
+        for c, xc, yc, w, h in np.array([r.split() for r in text.splitlines() if r.strip()], float).reshape(-1, 5):
             a, r = np.sort(rng.uniform(0, 2 * np.pi, 16)), rng.uniform(0.6, 1.0, 16)
             q = np.clip(np.stack((xc + w / 2 * r * np.cos(a), yc + h / 2 * r * np.sin(a)), 1), 0, 1)
             rows.append(" ".join([str(int(c))] + [f"{v:.6f}" for v in q.ravel()]))
         (root / "labels" / f"{f.stem}.txt").write_text("\n".join(rows) + "\n")
     return str(root / "images")
+
+
+def _count(images):
+    """The number of images in a folder (item keys index them)."""
+    return len(list(Path(images).glob("*.jpg")))
 
 
 def _items(source, imgsz, keys, hyp, cache=None):
@@ -114,9 +120,9 @@ def _compare_items(source, imgsz, keys, hyp, cache=None):
     return _compare(*_items(source, imgsz, keys, hyp, cache))
 
 
-def test_items_match_the_cpu_pipeline_coco128():
+def test_items_match_the_cpu_pipeline_coco24():
     keys = [(i, (0, 1, 0, i), True) for i in range(10)]
-    shapes = _compare_items(str(COCO128 / "images" / "train"), 320, keys, _hyp())
+    shapes = _compare_items(str(COCO24 / "images" / "train"), 320, keys, _hyp())
     assert any(s is None for s in shapes) and any(s is not None for s in shapes)  # mosaic and letterbox both seen
 
 
@@ -135,7 +141,7 @@ def test_polygon_boxes_match_without_copy_paste(syn_poly):
 def test_copy_paste_items_match_the_cpu_pipeline(coco_poly, p):
     """Copy-paste with probability p (mosaic and mixup layers): the same labels as the CPU pipeline, and
     pixels within the bounds, which a plan without its pastes misses by far."""
-    keys = [(i, (0, 1, 0, i), True) for i in range(16)]
+    keys = [(i % _count(coco_poly), (0, 1, 0, i), True) for i in range(16)]
     ref, batch = _items(coco_poly, 320, keys, _hyp(copy_paste=p))
     assert batch.paste[:, :, 0].sum() >= 10 and (batch.paste[:, 1, 0] > 0).any()  # pasted, mixup layers too
     _compare(ref, batch, mean_max=0.01)
@@ -154,7 +160,7 @@ def test_synthetic_polygons_copy_paste_match(syn_poly):
 def test_more_polygons_than_the_cap(coco_poly, monkeypatch):
     """A 600-value cap (PASTE_CAP is 8192): the longest lists get simplified outlines, every list fits,
     labels stay identical and pixels stay close."""
-    keys = [(i, (0, 1, 0, i), True) for i in range(16)]
+    keys = [(i % _count(coco_poly), (0, 1, 0, i), True) for i in range(16)]
     full = _items(coco_poly, 320, keys, _hyp(copy_paste=1.0))[1].paste
     monkeypatch.setattr(augment_plan, "PASTE_CAP", 600)
     ref, batch = _items(coco_poly, 320, keys, _hyp(copy_paste=1.0))
@@ -181,13 +187,13 @@ def test_paste_list_simplifies_then_cuts_beyond_the_cap():
     assert len(tiny) <= 40 and tiny[0] == 3  # still over at 64 px: the polygons past the cap are cut
 
 
-@pytest.mark.parametrize("which", ["coco128", "polygons"])
+@pytest.mark.parametrize("which", ["coco24", "polygons"])
 def test_cut_sources_give_the_same_bytes_as_whole_ones(which, coco_poly, monkeypatch):
     """ItemPlan.add_layer sends only the canvas region the output can sample (augment_plan.reach), widened to
     the sources of the pastes landing in it: the batch equals, byte for byte, the one built from the whole
     tiles and every paste, with far fewer source bytes."""
     hyp = _hyp(scale=0.9, degrees=30.0, perspective=0.001, copy_paste=1.0)
-    source = str(COCO128 / "images" / "train") if which == "coco128" else coco_poly
+    source = str(COCO24 / "images" / "train") if which == "coco24" else coco_poly
     ds = YoloDataset(source, DatasetConfig(img_size=320, augment=True, hyp=hyp, label_cache=False), log=_quiet)
     ds.plan_items = True
     keys = [(i, (2, 0, 0, i), True) for i in range(8)]
@@ -195,7 +201,7 @@ def test_cut_sources_give_the_same_bytes_as_whole_ones(which, coco_poly, monkeyp
     monkeypatch.setattr(augment_plan, "reach", lambda inv, hw: (-(1 << 40), -(1 << 40), 1 << 40, 1 << 40))
     whole = plan_collate([ds[k] for k in keys])
     assert len(cut.src) < 0.8 * len(whole.src)
-    assert (which == "coco128") == (whole.paste[:, :, 0].sum() == 0)
+    assert (which == "coco24") == (whole.paste[:, :, 0].sum() == 0)
     assert torch.equal(BatchAssembler("cpu")(cut)[0], BatchAssembler("cpu")(whole)[0])
 
 
@@ -313,15 +319,15 @@ def test_pinned_batch_keeps_its_contents():
 @pytest.mark.skipif(not (torch.cuda.is_available() and extension.load().build_info()["cuda"]),
                     reason="needs a CUDA GPU and a CUDA build of yolov9c._C")
 def test_cuda_assembles_copy_paste_batches_as_the_c_reference(coco_poly):
-    keys = [(i, (0, 2, 0, i), True) for i in range(12)]
+    keys = [(i % _count(coco_poly), (0, 2, 0, i), True) for i in range(12)]
     _, batch = _items(coco_poly, 320, keys, _hyp(copy_paste=1.0))
     assert batch.paste[:, :, 0].sum() >= 10
     assert torch.equal(BatchAssembler("cuda:0")(batch.pin_memory())[0].cpu(), BatchAssembler("cpu")(batch)[0])
 
 
-@pytest.mark.parametrize("which", ["coco128", "synthetic"])
+@pytest.mark.parametrize("which", ["coco24", "synthetic"])
 def test_distribution_matches_the_cpu_pipeline(which, syn):
-    source = str(COCO128 / "images" / "train") if which == "coco128" else syn["train"]
+    source = str(COCO24 / "images" / "train") if which == "coco24" else syn["train"]
     rows = augment_stats.compare(source, imgsz=192 if which == "synthetic" else 320, batches=2, batch_size=8)
     names = {r[0] for r in rows}
     assert {"boxes_per_image", "box_side_px", "pixel_mean_R", "pixel_std_B", "grey_share", "sharpness",

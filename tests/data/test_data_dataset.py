@@ -1,5 +1,6 @@
 """YoloDataset (yolov9c/data/dataset.py): boxes follow pixels through the whole per-item pipeline, rect
-batch shapes, min-items, single-cls, close-mosaic, hyp overrides, item format, and coco128's counts.
+batch shapes, min-items, single-cls, close-mosaic, hyp overrides, item format, and the counts of the committed
+COCO subset (tests/assets/coco24).
 
 Run: python -m pytest -q tests/data/test_data_dataset.py
 """
@@ -14,7 +15,7 @@ from yolov9c.data.dataset import DataError, DatasetConfig, YoloDataset
 from yolov9c.data.hyp import augment_hyp
 from yolov9c.data.rect import rect_batch_shapes
 
-from shared_paths import COCO128  # noqa: E402
+from repo_assets import COCO24  # noqa: E402
 HUES = (0, 30, 60, 90, 120, 150)  # OpenCV hue of class c = HUES[c]
 
 
@@ -210,25 +211,27 @@ def test_same_key_same_item(tmp_path):
     assert not torch.equal(a[0], c[0])
 
 
-@pytest.mark.skipif(not COCO128.is_dir(), reason="../shared/data/coco128 not present")
-def test_coco128_counts():
-    # SOURCE.md says 941 train boxes, but the label files hold 929 rows (wc -l and this loader agree);
-    # the issue's 941 likely counted the two orphan label files removed from the copy
+def test_coco24_counts():
+    """The loader's image, background and box counts of the committed COCO subset equal those of its files."""
     from yolov9c.data.dataset_yaml import load_data_config
 
-    cfg = load_data_config(COCO128 / "data.yaml")
+    cfg = load_data_config(COCO24 / "data.yaml")
     lines = []
     tr = YoloDataset(cfg["train"], DatasetConfig(img_size=640, augment=True, nc=80, label_cache=False),
                      log=lines.append)
     va = YoloDataset(cfg["val"],
                      DatasetConfig(img_size=640, batch_size=32, rect=True, pad=0.5, nc=80, label_cache=False),
                      log=lines.append)
-    assert len(tr) == 128 and len(va) == 128
-    assert lines == ["128 images, 2 backgrounds, 0 corrupt", "128 images, 0 backgrounds, 0 corrupt"]
-    rows = {s: sum(len(p.read_text().split("\n")) - (p.read_text().endswith("\n") or not p.read_text())
-                   for p in (COCO128 / "labels" / s).glob("*.txt")) for s in ("train", "val")}
-    assert tr.n_boxes == rows["train"] == 929
-    assert va.n_boxes == rows["val"] == 898
-    assert va.batch_shapes.max() == 672  # val rect pad 0.5: a 640 long side becomes 672
+    rows, backgrounds, images = {}, {}, {}
+    for s in ("train", "val"):
+        per_file = [[r for r in p.read_text().splitlines() if r.strip()]
+                    for p in (COCO24 / "labels" / s).glob("*.txt")]
+        rows[s], backgrounds[s] = sum(map(len, per_file)), sum(not r for r in per_file)
+        images[s] = len(list((COCO24 / "images" / s).glob("*.jpg")))
+    assert backgrounds["train"] >= 1 and min(rows.values()) > 0  # the subset has a background image and boxes
+    assert len(tr) == images["train"] and len(va) == images["val"]
+    assert lines == [f"{images[s]} images, {backgrounds[s]} backgrounds, 0 corrupt" for s in ("train", "val")]
+    assert tr.n_boxes == rows["train"] and va.n_boxes == rows["val"]
+    assert va.batch_shapes.max() == 672  # val rect pad 0.5: a 640 long side (the val images') becomes 672
     img, labels, _, _ = va[len(va) - 1]
     assert img.shape[0] == 3 and max(img.shape[1:]) == 672

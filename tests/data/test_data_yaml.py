@@ -13,7 +13,7 @@ import yaml
 from yolov9c.data.dataset_yaml import DataConfigError, load_data_config
 from yolov9c.data.image_list import collect_image_files
 from yolov9c.data.labels import label_path_for
-from shared_paths import COCO128  # noqa: E402
+from repo_assets import COCO24  # noqa: E402
 
 
 def _img(path, h=32, w=48):
@@ -137,10 +137,9 @@ def test_label_pairing():
     assert label_path_for("/d/pics/c.jpeg") == "/d/pics/c.txt"
 
 
-def test_coco128_yaml():
-    data = COCO128 / "data.yaml"
-    if not data.is_file():
-        pytest.skip("../shared/data/coco128 not present")
-    cfg = load_data_config(data)
+def test_coco24_yaml():
+    cfg = load_data_config(COCO24 / "data.yaml")
     assert cfg["nc"] == 80 and cfg["names"][0] == "person" and cfg["names"][79] == "toothbrush"
-    assert len(collect_image_files(cfg["train"])) == 128
+    assert cfg["train"] == [str((COCO24 / "images" / "train").resolve())]  # `path: .` is the yaml's own folder
+    jpgs = sorted(str(p) for p in Path(cfg["train"][0]).glob("*.jpg"))
+    assert len(jpgs) >= 10 and collect_image_files(cfg["train"]) == jpgs

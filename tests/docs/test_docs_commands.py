@@ -10,9 +10,9 @@ gelan-t; in training also yolov9-s.yaml), a training command without --data give
 its placeholders point at files made here: data.yaml / path/to/data.yaml / `...` -> 4 + 2 synthetic images
 with 80 class names, best.pt / yolov9-c.pt / runs/train/exp/weights/best.pt -> a yolov9-t checkpoint (nc 80),
 yolov9-c-converted.pt -> a gelan-t one, path/to/images, clips/*.mp4 and list.txt -> two images and a
-3-frame video, data/images/horses.jpg (the published repository's sample) -> one of those images; ../shared/data/coco128 -> the real one (tests/shared_paths.py). Each command runs in its own
-folder, in this process (runpy of the script or `-m yolov9c`, as `python` would), and must exit 0 and
-leave its output (run folder, weights, .onnx).
+3-frame video, data/images/horses.jpg (the published repository's sample) -> one of those images. Each
+command runs in its own folder, in this process (runpy of the script or `-m yolov9c`, as `python` would), and
+must exit 0 and leave its output (run folder, weights, .onnx).
 Run: python -m pytest -q tests/docs/test_docs_commands.py
 """
 
@@ -27,7 +27,6 @@ import numpy as np
 import pytest
 
 import yolov9c
-from shared_paths import COCO128
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.models.checkpoint import save_checkpoint
 
@@ -137,8 +136,6 @@ def shrink(cmd, files):
             tok = SIZE_FLAGS[prev]
         elif prev == "--data" and tok in DATA:
             tok = str(files["data"])
-        elif tok.startswith("../shared/"):
-            tok = str(COCO128.parent.parent / tok[len("../shared/"):])
         elif prev == "--source" and tok == "path/to/images":
             tok = str(files["images"])
         elif prev == "--cfg":

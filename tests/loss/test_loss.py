@@ -37,16 +37,16 @@ from yolov9c.loss.bbox_loss import BboxLoss, dfl_loss
 from yolov9c.loss.detection import DetectionLoss, pack_targets
 from yolov9c.ops import tal_assign as tal_assign_op
 
-from golden_weights import CONFIGS, GOLDEN_DIR, GOLDEN_TARGETS as TARGETS  # noqa: E402
+from golden_weights import CONFIGS, GOLDEN_TARGETS as TARGETS, golden  # noqa: E402
 from yolov9c.resources import DEFAULT_HYP as HYP  # noqa: E402
 
 GOLDEN_RTOL = 2.5e-7
 
 
 def golden_maps(cfg, dtype=torch.float64):
-    """The stored train-mode maps of `cfg` as preds for the loss, plus the npz."""
-    z = np.load(GOLDEN_DIR / f"{cfg}.npz")
-    maps = [torch.from_numpy(z[f"train_map{i}"]).to(dtype) for i in range(6) if f"train_map{i}" in z.files]
+    """The stored train-mode maps of `cfg` as preds for the loss, plus all its stored tensors {name: array}."""
+    z = golden(cfg)
+    maps = [torch.from_numpy(z[f"train_map{i}"]).to(dtype) for i in range(6) if f"train_map{i}" in z]
     preds = [maps[:3], maps[3:]] if len(maps) == 6 else maps
     return preds, z
 

@@ -14,10 +14,9 @@ weights that concerns the deeper levels of gelan-c, gelan-e and the main branch 
 Run: pytest tests/models/test_goldens.py (about 2-3 s per config on 2 cores).
 """
 
-import numpy as np
 import torch
 
-from golden_weights import GOLDEN_DIR, golden_input, ulp_perturbed
+from golden_weights import golden, golden_input, ulp_perturbed
 
 TOL = 1e-6
 SLACK = 30.0  # observed |golden − ours| / sensitivity ≤ 3 on every ill-conditioned map: 10× margin
@@ -35,7 +34,7 @@ def _check(out, ref, tol, what):
 
 def test_eval_decoded(golden_model):  # golden_model: tests/conftest.py (every config, the recipe's weights)
     cfg, model = golden_model
-    ref = np.load(GOLDEN_DIR / f"{cfg}.npz")
+    ref = golden(cfg)
     with torch.no_grad():
         y, _ = model.eval()(golden_input(1))
     if isinstance(y, list):  # DualDDetect: [aux, main]; the main head is the one kept for inference
@@ -51,14 +50,14 @@ def test_eval_decoded(golden_model):  # golden_model: tests/conftest.py (every c
 
 def test_train_maps(golden_model):
     cfg, model = golden_model
-    ref = np.load(GOLDEN_DIR / f"{cfg}.npz")
+    ref = golden(cfg)
     model.train()
     x = golden_input(2)
     with torch.no_grad():
         maps, maps_ulp = model(x), model(ulp_perturbed(x))
     if isinstance(maps[0], list):  # DualDDetect: aux P3-P5 then main P3-P5
         maps, maps_ulp = maps[0] + maps[1], maps_ulp[0] + maps_ulp[1]
-    assert len(maps) == sum(k.startswith("train_map") for k in ref.files)
+    assert len(maps) == sum(k.startswith("train_map") for k in ref)
     skipped = []
     for i, (m, mu) in enumerate(zip(maps, maps_ulp)):
         r = torch.from_numpy(ref[f"train_map{i}"]).double()

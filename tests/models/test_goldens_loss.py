@@ -1,9 +1,10 @@
 """Golden loss and gradients: model + loss + backward against the published code's tensors, for all ten configs.
 
-Recipe (spec/goldens/README.md): float64 model with the deterministic weights (tests/golden_weights.py),
+Recipe (tests/assets/goldens/README.md): float64 model with the deterministic weights (tests/golden_weights.py),
 train mode, input b = 2 at 160×160, the hyp.scratch-high loss on GOLDEN_TARGETS, loss_total.backward().
-Compared with <cfg>.npz: loss_total, loss_items and the L2 norm of every parameter's gradient (in
-named_parameters() order, parameters that received a gradient only; the names must equal <cfg>.grad_names.txt).
+Compared with <cfg>'s recording (tests/repo_assets.py): loss_total, loss_items and the L2 norm of every parameter's
+gradient (in named_parameters() order, parameters that received a gradient only; the names must equal its
+grad_names.txt).
 
 Run: python -m pytest -q tests/models/test_goldens_loss.py        (CPU, float64; about 2-3 minutes on 2 cores,
      most of it the four c/e models)
@@ -46,7 +47,7 @@ import pytest
 import yolov9c
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from golden_weights import GOLDEN_DIR, GOLDEN_TARGETS, golden_init_, golden_input  # noqa: E402
+from golden_weights import GOLDEN_TARGETS, golden, golden_init_, golden_input, golden_lines  # noqa: E402
 
 ZERO_RATIO = 1e-12  # bias/weight gradient-norm ratio below which a bias gradient is float64 round-off
 # cfg -> (loss rtol, gradient check: "all" = every norm within 1e-6, "bulk" = median/90th percentile, None)
@@ -98,8 +99,8 @@ def test_golden_c_loss_and_gradients(cfg):
 def check_loss_and_gradients(cfg, model, backend):
     """Loss, loss items and gradient norms of model (the recipe's weights, no gradients yet) against the goldens."""
     loss_rtol, grad_check = TOLERANCE[cfg]
-    z = np.load(GOLDEN_DIR / f"{cfg}.npz")
-    want_names = (GOLDEN_DIR / f"{cfg}.grad_names.txt").read_text().split()
+    z = golden(cfg)
+    want_names = golden_lines(cfg, "grad_names")
 
     model.train()
     preds = model(golden_input(2))

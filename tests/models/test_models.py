@@ -1,8 +1,8 @@
 """Model construction tests: published layout, parameter counts, head set-up, forward contract, and
 user yamls (nc / width / depth / activation overrides, dicts, bad rows).
 
-Layout and counts are checked against spec/goldens/<cfg>.keys.txt and summary.json for all ten configs;
-forward tests use small float32 inputs. Run: pytest tests/models/test_models.py (≈10-20 s on 2 cores).
+Layout and counts are checked against the recorded keys.txt and summary.json (tests/assets/goldens/) for all ten
+configs; forward tests use small float32 inputs. Run: pytest tests/models/test_models.py (≈10-20 s on 2 cores).
 """
 
 import json
@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import yaml
 
-from golden_weights import CONFIGS, GOLDEN_DIR
+from golden_weights import CONFIGS, GOLDEN_DIR, golden_lines
 from yolov9c.models.common import Conv, RepConvN
 from yolov9c.models.head import DDetect, DFL, DualDDetect
 from yolov9c.models.model import DetectionModel
@@ -25,7 +25,7 @@ SUMMARY = json.loads((GOLDEN_DIR / "summary.json").read_text())
 def _keys_file(cfg):
     """[(name, shape tuple, is_integer)] from a golden keys file: `name (d0, d1) dtype` per line."""
     out = []
-    for line in (GOLDEN_DIR / f"{cfg}.keys.txt").read_text().splitlines():
+    for line in golden_lines(cfg, "keys"):
         name, rest = line.split(" ", 1)
         shape, dtype = rest.rsplit(" ", 1)
         out.append((name, tuple(int(s) for s in shape.strip("()").split(",") if s.strip()), dtype == "int64"))

@@ -65,7 +65,8 @@ def test_hyp_file_numbers_keys_and_encoding(tmp_path):
 
 def test_wheel_carries_the_configs(tmp_path):
     """setup.py's build_py copies configs/ into the package: a wheel built from this checkout holds
-    yolov9c/configs/models/detect/yolov9-s.yaml and the hyp file (CPU-only build to keep it quick)."""
+    yolov9c/configs/models/detect/yolov9-s.yaml and the hyp file, and none of tests/assets (CPU-only build to
+    keep it quick)."""
     import zipfile
 
     env = {**os.environ, "YOLOV9C_CUDA": "0"}
@@ -77,6 +78,7 @@ def test_wheel_carries_the_configs(tmp_path):
     assert "yolov9c/configs/models/detect/yolov9-s.yaml" in names
     assert "yolov9c/configs/hyps/hyp.scratch-high.yaml" in names
     assert any(n.startswith("yolov9c/_C") for n in names)
+    assert not [n for n in names if "assets" in n or n.startswith("tests/")]  # the test data stays out
 
 
 def test_published_paths_find_the_bundled_files(tmp_path, monkeypatch):
