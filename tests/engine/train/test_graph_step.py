@@ -12,6 +12,7 @@ forward-backward on the same weights and batch: every parameter's gradient.
 import copy
 import dataclasses
 import gc
+import types
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train import graph_step as G
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
+from yolov9c.engine.train.layer_ckpt import checkpointed_forward, draws_random
 from yolov9c.engine.train.optim import build_optimizer
 from yolov9c.engine.train.schedule import warmup
 from yolov9c.engine.train.state import RunState, setup
@@ -341,6 +343,60 @@ def test_train_releases_the_graph_step_also_on_an_error(tmp_path, monkeypatch):
         trainer.train(cfg, log=lambda *a, **k: None)
     (step,) = steps
     assert not step.micro and step.opt is None and step.pool is None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --ckpt's layer checkpointing (layer_ckpt.py)
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg", ["gelan-t", "yolov9-t"])
+def test_ckpt_training_step_draws_no_random_numbers(cfg):
+    """What lets --ckpt skip the generator's save and restore, which a capture cannot hold
+    (layer_ckpt.checkpointed_forward): a checkpointed training forward, loss and backward of the bundled layers
+    leave the generator as they found it, with the plain forward's gradients."""
+    model = seeded_model(cfg).train()
+    assert not draws_random(model)
+    loss_fn = make_loss(model)
+    x = torch.rand(2, 3, 64, 64)
+    targets = _targets((3, 1), torch.Generator().manual_seed(3))
+    params = [p for p in model.parameters() if p.requires_grad]
+    plain = torch.autograd.grad(loss_fn(model(x), targets)[0].sum(), params, allow_unused=True)
+    model.forward = types.MethodType(checkpointed_forward, model)
+    before = torch.get_rng_state()
+    got = torch.autograd.grad(loss_fn(model(x), targets)[0].sum(), params, allow_unused=True)
+    assert torch.equal(torch.get_rng_state(), before)
+    for a, b in zip(got, plain):
+        assert (a is None) == (b is None)
+        assert a is None or torch.allclose(a, b, rtol=1e-5, atol=1e-7 * float(b.abs().max()) + 1e-12)
+
+
+class _Rows(nn.Module):
+    """The shape checkpointed_forward reads from a DetectionModel: rows with .f (-1: the previous row) and .i,
+    `save`, the head last (not checkpointed)."""
+
+    def __init__(self, *rows):
+        super().__init__()
+        self.model = nn.Sequential(*rows)
+        for i, m in enumerate(self.model):
+            m.f, m.i = -1, i
+        self.save = set()
+
+
+def test_ckpt_dropout_layer_recomputes_its_mask():
+    """A row that draws random numbers (dropout) is recomputed under its forward's generator state: the same mask,
+    so the gradients are the plain forward's (without the state restored the first conv's would not be)."""
+    torch.manual_seed(0)
+    rows = _Rows(nn.Conv2d(3, 8, 3), nn.Dropout(0.5), nn.Conv2d(8, 4, 1)).train()
+    assert draws_random(rows.model[1]) and not draws_random(rows.model[0]) and not draws_random(nn.Dropout(0.0))
+    x = torch.rand(2, 3, 16, 16)
+    grads = []
+    for forward in (rows.model, types.MethodType(checkpointed_forward, rows)):
+        torch.manual_seed(1)
+        before = torch.get_rng_state()
+        grads.append(torch.autograd.grad(forward(x).square().sum(), list(rows.parameters())))
+        assert not torch.equal(torch.get_rng_state(), before)  # the mask was drawn
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), (a - b).abs().max()
 
 
 # ---------------------------------------------------------------------------------------------------------
