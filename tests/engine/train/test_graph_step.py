@@ -2,16 +2,23 @@
 
 CPU: the capturable optimizer update (fused_optim.py) against torch.optim's SGD / Adam / AdamW step, and its
 skip on found_inf; the loss of padded targets (DetectionLoss.padded) against the loss of the unpadded ones for
-both loss backends; the bucket choice; which runs get the graph step and which batches run eagerly.
-CUDA: N training steps graphed and eager from the same weights and batches (both backends, AMP, accumulation,
-warm-up LR and momentum changes, a bucket change, an eager fallback by box count and by shape, a GradScaler
-scale change): weights, EMA, scale, loss items; one replay of the captured micro-step against the eager
-forward-backward on the same weights and batch: every parameter's gradient.
+both loss backends; the bucket choice; which runs get the graph step and which batches run eagerly. --ckpt: the
+bundled layers draw no random numbers (checkpointing skips the generator state), a dropout row recomputes its
+mask; a --ckpt run driven through GraphStep with the capture stood in (what a capture refuses refused: the
+generator state, host reads) equals an eager --ckpt run: loss items, updates, BatchNorm statistics.
+CUDA: N training steps graphed and eager from the same weights and batches (both backends and torch --ckpt, AMP,
+accumulation, warm-up LR and momentum changes, a bucket change, an eager fallback by box count and by shape, a
+GradScaler scale change): weights, EMA, scale, loss items; one replay of the captured micro-step against the eager
+forward-backward on the same weights and batch: every parameter's gradient (with --ckpt also the BatchNorm
+statistics).
 """
 
 import copy
 import dataclasses
 import gc
+import traceback
+import types
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -25,6 +32,7 @@ from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train import graph_step as G
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
+from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward, draws_random
 from yolov9c.engine.train.optim import build_optimizer
 from yolov9c.engine.train.schedule import warmup
 from yolov9c.engine.train.state import RunState, setup
@@ -190,7 +198,10 @@ def _fake_state(**cfg):
     (dict(world=2), "DDP"),
     (dict(cfg=dict(rect=True)), "--rect"),
     (dict(cfg=dict(multi_scale=True)), "--multi-scale"),
-    (dict(bn_buffers=[torch.zeros(1)]), "--ckpt"),
+    (dict(bn_buffers=[torch.zeros(1)]), "--ckpt: graphed only with --graph-shapes"),
+    (dict(cfg=dict(graph_shapes=True), bn_buffers=[torch.zeros(1)],
+          model=nn.Sequential(nn.Conv2d(3, 8, 3), nn.Dropout(0.1))),
+     "--ckpt with a layer that draws random numbers"),
     (dict(cfg=dict(optimizer="LION")), "LION"),
 ])
 def test_runs_that_keep_the_eager_step(change, reason):
@@ -358,14 +369,193 @@ def test_train_releases_the_graph_step_also_on_an_error(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# --ckpt (layer_ckpt.py): its checkpointing, and the graph step with it on the CPU (the capture stood in)
+# ---------------------------------------------------------------------------------------------------------
+
+def test_ckpt_run_gets_the_graph_step():
+    """A --ckpt run (state.bn_buffers set, the torch backend's) with --graph-shapes gets the graph step, also with a
+    dropout of p = 0 (it draws nothing); without --graph-shapes, or with a layer that draws random numbers, it keeps
+    the eager step (test_runs_that_keep_the_eager_step)."""
+    for net in (_net(), nn.Sequential(_net(), nn.Dropout(0.0))):
+        state = _fake_state(graph_shapes=True)
+        state.model, state.bn_buffers = net, bn_buffers(net)
+        lines = []
+        state.log = lines.append
+        assert state.bn_buffers and not draws_random(net) and G.unsupported(state) is None
+        assert isinstance(G.select_step(state), G.GraphStep) and lines[0].startswith("step: CUDA graphs")
+
+
+@pytest.mark.parametrize("cfg", ["gelan-t", "yolov9-t"])
+def test_ckpt_training_step_draws_no_random_numbers(cfg):
+    """What lets --ckpt skip the generator's save and restore, which a capture cannot hold
+    (layer_ckpt.checkpointed_forward): a checkpointed training forward, loss and backward of the bundled layers
+    leave the generator as they found it, with the plain forward's gradients."""
+    model = seeded_model(cfg).train()
+    assert not draws_random(model)
+    loss_fn = make_loss(model)
+    x = torch.rand(2, 3, 64, 64)
+    targets = _targets((3, 1), torch.Generator().manual_seed(3))
+    params = [p for p in model.parameters() if p.requires_grad]
+    plain = torch.autograd.grad(loss_fn(model(x), targets)[0].sum(), params, allow_unused=True)
+    model.forward = types.MethodType(checkpointed_forward, model)
+    before = torch.get_rng_state()
+    got = torch.autograd.grad(loss_fn(model(x), targets)[0].sum(), params, allow_unused=True)
+    assert torch.equal(torch.get_rng_state(), before)
+    for a, b in zip(got, plain):
+        assert (a is None) == (b is None)
+        assert a is None or torch.allclose(a, b, rtol=1e-5, atol=1e-7 * float(b.abs().max()) + 1e-12)
+
+
+class _Rows(nn.Module):
+    """The shape checkpointed_forward reads from a DetectionModel: rows with .f (-1: the previous row) and .i,
+    `save`, the head last (not checkpointed)."""
+
+    def __init__(self, *rows):
+        super().__init__()
+        self.model = nn.Sequential(*rows)
+        for i, m in enumerate(self.model):
+            m.f, m.i = -1, i
+        self.save = set()
+
+
+def test_ckpt_dropout_layer_recomputes_its_mask():
+    """A row that draws random numbers (dropout) is recomputed under its forward's generator state: the same mask,
+    so the gradients are the plain forward's (without the state restored the first conv's would not be)."""
+    torch.manual_seed(0)
+    rows = _Rows(nn.Conv2d(3, 8, 3), nn.Dropout(0.5), nn.Conv2d(8, 4, 1)).train()
+    assert draws_random(rows.model[1]) and not draws_random(rows.model[0]) and not draws_random(nn.Dropout(0.0))
+    x = torch.rand(2, 3, 16, 16)
+    grads = []
+    for forward in (rows.model, types.MethodType(checkpointed_forward, rows)):
+        torch.manual_seed(1)
+        before = torch.get_rng_state()
+        grads.append(torch.autograd.grad(forward(x).square().sum(), list(rows.parameters())))
+        assert not torch.equal(torch.get_rng_state(), before)  # the mask was drawn
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), (a - b).abs().max()
+
+
+_READS = ("item", "__bool__", "__int__", "__float__", "__index__", "tolist", "cpu", "nonzero")  # test_c_syncs.py's
+
+
+@contextmanager
+def _refused_as_in_a_capture(reads):
+    """While a stood-in graph's body runs, what a CUDA graph capture does not allow: reading or setting the
+    generator state raises (CUDAGeneratorImpl::get_state and set_state assert that no capture is under way), and a
+    read of a tensor's value on the host (a device synchronisation) is recorded in `reads` (as
+    tests/ops/test_c_syncs.py counts them)."""
+    def refused(name):
+        def f(*a, **k):
+            raise RuntimeError(f"{name} inside a capture (CUDA: Cannot call CUDAGeneratorImpl::current_seed during "
+                               f"CUDA graph capture)")
+        return f
+
+    def counted(name, f):
+        def g(self, *a, **k):
+            reads.append(f"{name} from {traceback.extract_stack()[-2].name}")
+            return f(self, *a, **k)
+        return g
+
+    with pytest.MonkeyPatch.context() as mp:
+        for mod in (torch, torch.cuda):
+            for name in ("get_rng_state", "set_rng_state"):
+                mp.setattr(mod, name, refused(f"{mod.__name__}.{name}"))
+        for name in _READS:
+            mp.setattr(torch.Tensor, name, counted(name, getattr(torch.Tensor, name)))
+        yield
+
+
+class _StoodInGraph:
+    """A CUDA graph's stand-in (GraphStep.capture replaced, as tests/engine/train/test_graph_shapes.py does):
+    capturing runs nothing; replay() runs the captured body under _refused_as_in_a_capture and writes its
+    outputs into the tensors the capture returned, as a replay writes a graph's static outputs."""
+
+    def __init__(self, body, out, reads):
+        self.body, self.out, self.reads = body, out, reads
+
+    def replay(self):
+        with _refused_as_in_a_capture(self.reads):
+            got = self.body()
+        for o, g in zip(self.out if isinstance(self.out, tuple) else (self.out,),
+                        got if isinstance(got, tuple) else (got,)):
+            o.copy_(g)
+
+
+def _ckpt_cpu_state(root, data):
+    cfg = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--accumulate",
+                     "2", "--workers", "0", "--noplots", "--device", "cpu", "--backend", "torch", "--ckpt",
+                     "--project", str(root)])
+    state = setup(cfg, log=_quiet)
+    state.model.train()
+    return state
+
+
+def test_ckpt_graph_step_on_the_cpu_equals_eager(tmp_path, monkeypatch):
+    """A --ckpt run through GraphStep with only the torch.cuda boundary stood in (the capture, the capture stream)
+    against an eager --ckpt run, in lock-step (the graphed run given the eager weights after every batch): after
+    one eager warm-up batch every micro-batch replays the captured micro-step, whose body runs the checkpointed
+    forward and its recompute in backward (each BatchNorm twice) and reads neither a tensor on the host nor the
+    generator state; after every batch the loss items, the weights (the windows' updates) and every BatchNorm
+    running statistic equal the eager run's to rounding, num_batches_tracked exactly: one update per micro-batch."""
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=64)
+    eager, state = _ckpt_cpu_state(tmp_path / "e", data), _ckpt_cpu_state(tmp_path / "g", data)
+    assert state.bn_buffers and state.model.forward.__func__ is checkpointed_forward
+    reads, captured = [], []
+
+    def capture(self, what, body):
+        self.pool = self.pool or object()
+        captured.append(what)
+        out = (torch.zeros(3), torch.zeros((), dtype=torch.bool)) if what == "the micro-step" else \
+            torch.zeros((), dtype=torch.bool)
+        return _StoodInGraph(body, out, reads), out
+
+    monkeypatch.setattr(G.GraphStep, "capture", capture)
+    monkeypatch.setattr(G.GraphStep, "_on_stream", lambda self, fn: fn())
+    state.swap_part("step", G.GraphStep(state, warmup=1))
+    bn = next(m for m in state.model.modules() if isinstance(m, nn.BatchNorm2d))
+    bn_calls = []
+    bn.register_forward_pre_hook(lambda *a: bn_calls.append(1))
+    gen = torch.Generator().manual_seed(7)
+    nbt = [b for b in state.bn_stats if b.dtype == torch.int64]
+    n0 = [int(b) for b in nbt]
+    stepped = []
+    for ni in range(6):
+        imgs = prepare_batch(state, torch.randint(0, 256, (4, 3, 64, 64), dtype=torch.uint8, generator=gen), None)
+        targets = _targets((3, 2, 1, 4), gen)
+        w0 = [p.detach().clone() for p in eager.model.parameters()]
+        re = eager.step(eager, imgs, targets, ni)
+        del bn_calls[:]
+        rg = state.step(state, imgs, targets, ni)
+        assert len(bn_calls) == 2  # the forward and its recompute (in the eager warm-up batch too)
+        assert torch.allclose(rg.loss_items, re.loss_items, rtol=1e-4, atol=1e-6), (rg.loss_items, re.loss_items)
+        assert rg.stepped == re.stepped and (not re.stepped or (bool(rg.finite) and bool(re.finite)))  # applied
+        stepped.append(re.stepped)
+        we, wg = [p.detach() for p in eager.model.parameters()], [p.detach() for p in state.model.parameters()]
+        if re.stepped:
+            assert _rel(wg, we, w0) < 1e-4
+        for a, b in zip(state.bn_stats, eager.bn_stats):
+            if a.dtype == torch.int64:
+                assert torch.equal(a, b), (ni, a, b)
+            else:
+                assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), (a - b).abs().max()
+        with torch.no_grad():
+            for a, b in zip(wg, we):
+                a.copy_(b)
+    assert [int(b) - n for b, n in zip(nbt, n0)] == [6] * len(nbt)
+    assert captured == ["the micro-step", "the optimizer step"] and list(state.step.micro) == [32]
+    assert state.step.captures == 1 and stepped == [False, True] * 3  # three applied windows, two of them graphed
+    assert reads == []
+
+
+# ---------------------------------------------------------------------------------------------------------
 # CUDA: graphed == eager
 # ---------------------------------------------------------------------------------------------------------
 
-def _cuda_state(root, backend, graph, data, init_scale=2.0 ** 14):
+def _cuda_state(root, backend, graph, data, init_scale=2.0 ** 14, extra=()):
     flag = "--cuda-graph" if graph else "--no-cuda-graph"
     cfg = parse_opt(["--data", str(data), "--cfg", "yolov9-t.yaml", "--img", "128", "--batch", "4", "--accumulate",
                      "2", "--workers", "0", "--noplots", "--device", "0", "--backend", backend, flag,
-                     "--project", str(root)])
+                     "--project", str(root), *extra])
     lines = []
     state = setup(cfg, log=lines.append)
     state.swap_part("scaler", torch.amp.GradScaler("cuda", init_scale=init_scale, growth_interval=2))  # moves in N steps
@@ -426,19 +616,22 @@ def _rel(a, b, base):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("backend", ["torch", "c"])
-def test_cuda_graph_step_equals_eager(tmp_path, backend):
+@pytest.mark.parametrize("backend, extra", [("torch", ()), ("c", ()), ("torch", ("--ckpt", "--graph-shapes"))],
+                         ids=["torch", "c", "torch-ckpt"])
+def test_cuda_graph_step_equals_eager(tmp_path, backend, extra):
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
     batches = _batches()
     runs, steps = {}, {}
     for graph in (False, True):
-        state, lines = _cuda_state(tmp_path / f"runs{graph}", backend, graph, data)
+        state, lines = _cuda_state(tmp_path / f"runs{graph}", backend, graph, data, extra=extra)
+        assert bool(state.bn_buffers) == ("--ckpt" in extra)
         steps[graph] = state.step
         assert any(s.startswith("step: " + ("CUDA graphs" if graph else "eager")) for s in lines), lines
         runs[graph] = _train(state, batches)
     e, g = runs[False], runs[True]
     step = steps[True]
-    assert isinstance(step, G.GraphStep) and sorted(step.micro) == [32, 64] and step.opt is not None
+    assert isinstance(step, G.GraphStep) and sorted(map(step.bucket_of, step.micro)) == [32, 64]
+    assert step.opt is not None
     graphed = [f for f in g["finite"][3:] if f is not None]  # the optimizer steps from the capture on
     assert len(graphed) == 6 and all(f.dtype == torch.bool and f.shape == () and f.is_cuda for f in graphed)
     assert [bool(f) for f in g["finite"] if f is not None] == [bool(f) for f in e["finite"] if f is not None]
@@ -522,6 +715,52 @@ def test_cuda_graph_micro_step_gradients_equal_eager(tmp_path, backend):
     floor = 1e-6 * sum(float(t.norm()) for t in eager)  # a gradient of ~0 is compared to rounding of the rest
     worst = max(float((a - b).norm()) / max(float(b.norm()), floor) for a, b in zip(graphed, eager))
     assert worst < 1e-2, worst
+
+
+@pytest.mark.cuda
+def test_cuda_ckpt_micro_step_gradients_and_bn_statistics_equal_eager(tmp_path):
+    """--ckpt (torch backend) graphed: the captured micro-step holds the checkpointed forward, its recompute in
+    backward and the device copies that undo the recompute's BatchNorm update. One replay against the eager --ckpt
+    forward_backward on the same weights, BatchNorm statistics, batch and loss scale: every parameter's gradient
+    and every BatchNorm running mean and variance update agree to rounding (the fixed-shape test's tolerances), and
+    num_batches_tracked moved by exactly one in both (the recompute's update undone)."""
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
+    state, lines = _cuda_state(tmp_path / "runs", "torch", True, data, extra=("--ckpt", "--graph-shapes"))
+    assert state.bn_buffers and state.model.forward.__func__ is checkpointed_forward
+    assert any(s.startswith("step: CUDA graphs (") for s in lines), _step_lines(lines)
+    batches = _batches()[:G.WARMUP + 2]  # bucket 32: warm-up, the capture, then the compared batch
+    rng = np.random.default_rng(0)
+    for ni, (imgs, targets) in enumerate(batches[:-1]):
+        state.step(state, prepare_batch(state, imgs, rng), targets, ni)
+    step = state.step
+    assert isinstance(step, G.GraphStep) and step.name == "cuda-graph" and step.micro, _step_lines(lines)
+    imgs, targets = prepare_batch(state, batches[-1][0], rng), batches[-1][1]
+    bucket, why = step.plan(imgs, targets)
+    assert why is None and bucket in step.micro
+    state.scaler._scale.fill_(64.0)  # finite fp16 gradients on random images (the graph reads this tensor)
+    bn0 = [b.clone() for b in state.bn_stats]
+    step.flat.zero_()
+    step.replay_micro(state, imgs, targets, bucket)
+    graphed, bn_graphed = [g.clone() for g in step.grads], [b.clone() for b in state.bn_stats]
+    torch._foreach_copy_(state.bn_stats, bn0)
+    step.flat.zero_()
+    step.bind_grads()
+    forward_backward(state, imgs, targets)
+    eager, bn_eager = [p.grad.clone() for p in step.params], [b.clone() for b in state.bn_stats]
+    assert all(bool(torch.isfinite(t).all()) for t in eager) and sum(float(t.norm()) for t in eager) > 0
+    counts = [(g, e, b) for g, e, b in zip(bn_graphed, bn_eager, bn0) if not g.is_floating_point()]
+    assert counts and all(torch.equal(g, b + 1) and torch.equal(e, b + 1) for g, e, b in counts)
+    def floats(ts):
+        return [t for t in ts if t.is_floating_point()]
+
+    for got, want, base in ((graphed, eager, [torch.zeros_like(t) for t in eager]),  # the gradients
+                            (floats(bn_graphed), floats(bn_eager), floats(bn0))):  # the statistics' updates
+        assert _rel(got, want, base) < 1e-4
+        moved = [w - b for w, b in zip(want, base)]
+        assert sum(float(m.norm()) for m in moved) > 0
+        floor = 1e-6 * sum(float(m.norm()) for m in moved)  # a change of ~0 is compared to rounding of the rest
+        worst = max(float((g - w).norm()) / max(float(m.norm()), floor) for g, w, m in zip(got, want, moved))
+        assert worst < 1e-2, worst
 
 
 def _eager_window(state, step, pair):

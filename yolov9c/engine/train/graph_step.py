@@ -9,9 +9,9 @@ place), so checkpoints, resume and a switch to eager see one run. The first WARM
 micro-step graph per box-count bucket (targets in a static (B, M, 5) buffer, M in BUCKETS) and one optimizer
 graph that applies a window only when its losses and gradient norm are finite. Other shapes or more boxes than
 the largest bucket run eagerly into the same gradients. A failed capture or an out-of-memory split switches to
-eager for good (disable); end_epoch() copies the EMA update count to the host; release() drops graphs and pool;
-suspend() until the next batch recaptures (validation on a tight card). Eager (logged) on CPU, DDP, --rect and
---multi-scale (graph_shapes.py graphs them: --graph-shapes), --ckpt, LION, --no-cuda-graph. Tests drive the methods.
+eager for good; end_epoch() copies the EMA count to the host; release() drops graphs and pool; suspend() until the
+next batch recaptures. --ckpt is captured whole (recompute and BN undo inside) with --graph-shapes. Eager (logged)
+on CPU, DDP, --rect, --multi-scale and --ckpt without --graph-shapes, --ckpt with dropout, LION, --no-cuda-graph.
 Test: python -m pytest -q tests/engine/train/test_graph_step.py (graphed = eager, CUDA)
 """
 
@@ -26,6 +26,7 @@ import torch
 from yolov9c.engine.train.ema import _bare
 from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
 from yolov9c.engine.train.guards import free_cuda
+from yolov9c.engine.train.layer_ckpt import bn_update_once, draws_random
 from yolov9c.engine.train.step import (MAX_GRAD_NORM, EagerStep, StepResult, begin_window, forward_backward,
                                        optimizer_step, step_due, train_step)
 from yolov9c.loss.detection import pack_targets_host
@@ -57,8 +58,11 @@ def unsupported(state) -> str | None:
         return "--rect: every batch has its own shape"
     if cfg.multi_scale and not shapes:
         return "--multi-scale: every batch has its own shape"
-    if state.bn_buffers:
-        return "--ckpt: the recomputed forward is not captured"
+    if state.bn_buffers and not shapes:  # --ckpt (torch backend): graphed only on the experimental path
+        return "--ckpt: graphed only with --graph-shapes (experimental until its CUDA test has run)"
+    if state.bn_buffers and draws_random(state.model):  # --ckpt with a dropout layer
+        return ("--ckpt with a layer that draws random numbers (nn.Dropout p > 0): torch.utils.checkpoint saves and "
+                "restores the CUDA generator state around its recompute, which a capture refuses")
     if kind(state.optimizer) is None:
         return f"--optimizer {cfg.optimizer}: no capturable update (SGD, Adam and AdamW have one)"
     if state.ema is None:
@@ -397,7 +401,8 @@ class GraphStep:
             if state.cfg.quad:
                 loss = loss * 4.0
         loss = loss.sum()
-        state.scaler.scale(loss).backward()
+        with bn_update_once(state.bn_buffers):  # --ckpt: the recompute's BN update undone inside the graph
+            state.scaler.scale(loss).backward()
         return items.detach(), torch.isfinite(loss.detach())
 
     # -- the optimizer graph -----------------------------------------------------------------------------------

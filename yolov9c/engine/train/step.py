@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import torch
 
 from yolov9c.data.multi_scale import multi_scale
+from yolov9c.engine.train.layer_ckpt import bn_update_once
 
 MAX_GRAD_NORM = 10.0  # gradient norm clip before every optimizer step (published)
 
@@ -100,11 +101,9 @@ def forward_backward(state, imgs, targets):
             loss = loss * state.world  # DDP averages gradients over ranks; the loss is a per-rank sum
         if state.cfg.quad:
             loss = loss * 4.0
-    saved = [b.clone() for b in state.bn_buffers]
     loss = loss.sum()
-    state.scaler.scale(loss).backward()
-    for b, s in zip(state.bn_buffers, saved):  # --ckpt re-ran the forward: undo its second BN update
-        b.copy_(s)
+    with bn_update_once(state.bn_buffers):  # --ckpt re-runs the forward in backward: its BN update undone
+        state.scaler.scale(loss).backward()
     return loss_items.detach(), torch.isfinite(loss.detach())
 
 
