@@ -11,7 +11,8 @@ less the CUDA context) it fits; with --budget, the plan that keeps the nominal b
 (train, capture pool, validation at --val-batch, saving, final validation; the budget as the cap). Costs come
 from the planner's tables, else an estimate (marked); --measure profiles this GPU; no GPU: a note says so.
 Wiring: add_parser(subparsers) / run(args), as check_data.py; `budget_type` is the argparse type of a size such
-as 7.5G (also for `train_dual.py --mem-budget`); add_switch_args adds the c backend's switches to both.
+as 7.5G (`train_dual.py --mem-cap`, --budget), `budget_or_auto_type` also takes auto (`train_dual.py
+--mem-budget`); add_switch_args adds the c backend's switches to both.
 Test: python -m pytest -q tests/engine/train/test_memory_plan.py tests/engine/train/test_memory_phases.py
 """
 
@@ -30,6 +31,19 @@ def budget_type(text):
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def budget_or_auto_type(text):
+    """argparse type of train_dual.py --mem-budget and this command's --budget: 'auto' (the card's free memory:
+    engine/train/memory_auto.py), else budget_type's GiB."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    from yolov9c.engine.train.memory_plan import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e}, or auto (the card's free memory)") from None
 
 
 def val_chunks_type(text):

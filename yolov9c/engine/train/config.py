@@ -7,11 +7,12 @@
 
 Fields: the published train_dual.py flags (argparse destinations, same defaults), yolov9c's memory knobs (the c
 backend's switches among them; their YOLOV9C_* variables, SWITCH_ENV, win at set-up unless the option is typed),
-then what the trainer resolves (save_dir, world_size, global_rank). `given` names the fields typed on
+then what the trainer resolves (save_dir, world_size, global_rank, mem_plan). `given` names the fields typed on
 the command line: --resume takes those in RESUME_OVERRIDES from the command line instead of opt.yaml. opt.yaml is
 `opt_dict(cfg, hyp)` (the published format: every option, the hyp dict, save_dir); reading one back ignores
 unknown keys (with a warning) and defaults missing ones, so older and newer opt.yaml files still resume.
-Invariant: frozen; set-up resolves a copy once (state.resolve_config) and nothing rewrites it.
+Invariant: frozen; set-up resolves a copy once (state.resolve_config; --mem-budget auto's choices are part of
+that resolution: memory_auto.apply, before anything reads them) and nothing rewrites it.
 Test: python -m pytest -q tests/cli/test_train_cli.py -k config
 """
 
@@ -106,7 +107,8 @@ class RunConfig:
     cudnn_benchmark: bool = True  # cuDNN times its algorithms for the graphed shape (graph_step.py; not with
     #                               --deterministic, never for validation or eager batches of other shapes)
     mem_budget: float | str | None = None  # GiB (or a size text, '7.5G') a step may reserve: memory_plan picks
-    #                                      the micro-batch (state.apply_memory_plan); None: off
+    #                                      the micro-batch (state.apply_memory_plan); 'auto': the card's free memory
+    #                                      plans the whole run (memory_auto.py); None: memory_auto.DEFAULT_MEM_BUDGET
     mem_cap: float | None = None  # GiB this process may reserve on the GPU (a smaller card rehearsed: memory_cap.py);
     #                               None: --mem-budget's value when given, else no cap
     val_chunks: str = "off"  # auto: training-time validation's forward in chunks that fit beside the CUDA-graph
@@ -117,6 +119,7 @@ class RunConfig:
     save_dir: str = ""
     world_size: int = 1
     global_rank: int = -1
+    mem_plan: dict | None = None  # --mem-budget auto: what the card gave and the plan chose (memory_auto.record)
     # --- not stored: the fields the user typed on the command line (resume overrides) ---
     given: tuple = ()
 
