@@ -12,11 +12,13 @@
   the cap; a resume re-plans what the earlier plan set and keeps what the user set; nothing fits: TrainError.
 - On the CPU: typed auto says in one line that nothing is planned; the default flipped to auto says nothing.
 - resume.restore_micro_batch tells the plan's micro-batch from the out-of-memory back-off's.
-- The CLI: --mem-budget auto parses (bad text and --dynamic-img with it: one error line).
+- The CLIs: --mem-budget auto parses (bad text and --dynamic-img with it: one error line); `python -m yolov9c
+  memory --budget auto` prints one choice per card, the same as choose().
 Run: python -m pytest -q tests/engine/train/test_memory_auto.py
 """
 
 import dataclasses
+import re
 import types
 
 import pytest
@@ -24,6 +26,7 @@ import torch
 import yaml
 
 from yolov9c.backends.c.switches import Switches
+from yolov9c.cli.main import main as cli_main
 from yolov9c.cli.train import parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train import memory_auto as ma
@@ -313,3 +316,22 @@ def test_train_cli_takes_auto(capsys):
             parse_opt(argv)
         errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
         assert e.value.code == 2 and len(errors) == 1 and says in errors[0], errors
+
+
+def test_memory_cli_shows_what_auto_chooses_per_card(capsys):
+    assert cli_main(["memory", "--cfg", "yolov9-s", "--backend", "c", "--budget", "auto"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^(\d+ GB) \(([0-9.]+) GiB\) +c +(.*)$", out, re.M)
+    assert [(card, float(gib)) for card, gib, _ in rows] == list(ma.CARD_SIZES)
+    for card, gib, what in rows:
+        c = ma.choose(lambda sw: mp.cost_for("yolov9-s", "c", sw), mph.val_cost_for("yolov9-s"),
+                      ma.budget_from_card(float(gib)), 64, switches=Switches())
+        assert what == c.describe(), (card, what)
+    got = {card: what for card, _, what in rows}
+    assert got["6 GB"].startswith("--main-recompute 16, micro-batch 32 of 64")  # switches and a micro-batch
+    assert got["8 GB"].startswith("--main-recompute 16, micro-batch 64,")  # switches only
+    assert got["12 GB"].startswith("--main-recompute 8, micro-batch 64,")  # as is
+    assert "whole run by phase" not in out and not re.search(r"^budget ", out, re.M)
+    assert cli_main(["memory", "--cfg", "yolov9-s", "--backend", "c", "--budget", "auto", "--main-recompute", "4"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^6 GB \(5\.0 GiB\) +c +--main-recompute 4 \(kept\), micro-batch 16 of 64", out, re.M), out
