@@ -161,11 +161,13 @@ class Folder:
 
 
 def fake_state(cfg, device="cuda", resumed=None):
+    """What memory_auto.apply and state.plan_memory read of a set-up run (the model built), on a stood-in device;
+    and the list its log lines go to."""
     lines = []
     where = torch.device(device, 0) if device == "cuda" else torch.device(device)
-    state = types.SimpleNamespace(cfg=cfg, device=where, log=lines.append, world=1, amp=True, imgsz=640, model=None, resumed=resumed,
-                                  progress=train_state.Progress(), folder=Folder(), main=True, hyp={"lr0": 0.01},
-                                  plan=None)
+    state = types.SimpleNamespace(cfg=cfg, device=where, log=lines.append, world=1, amp=True, imgsz=640, model=None,
+                                  resumed=resumed, progress=train_state.Progress(), folder=Folder(), main=True,
+                                  hyp={"lr0": 0.01}, plan=None)
     return state, lines
 
 
