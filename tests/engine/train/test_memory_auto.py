@@ -124,6 +124,14 @@ def test_a_typed_no_graph_shapes_leaves_the_split_batch_eager():
     assert "(x2 accumulated, eager step)" in c.describe()
 
 
+def test_without_the_graph_step_the_largest_micro_batch_and_cheapest_switches_win():
+    # DDP, --no-cuda-graph, --rect: everything eager; --graph-shapes is not switched on for nothing
+    c = pick(6.0, graphable=False)
+    assert (c.micro_batch, c.switches.main_recompute, c.graphed, c.graph_shapes) == (32, 8, False, False)
+    assert c.describe().startswith("--main-recompute 8, micro-batch 32 of 64 (x2 accumulated, eager step), "
+                                   "validation ")
+
+
 def test_one_halving_of_the_micro_batch_is_worth_one_tier():
     # 2.4 GiB: graphed with the pool kept only at 4 images, with the pool given back at 16: 16 wins (two halvings
     # against one tier); 2.35 GiB: nothing at 16, so 4 with the pool kept beats 8 with it given back (a tie)

@@ -183,8 +183,8 @@ def choose(cost_of: Callable, vc, budget_gib, batch, img=mp.REF_IMG, val_batch=N
     (default 2 × batch); free: the options of PLANNED the plan may set (else the given `switches`, `graph_shapes`,
     `val_chunks` stay); graphable: the CUDA-graph step can run at all (CUDA, one process, --cuda-graph, fixed
     shapes); half: fp16 validation. Nothing fits: the smallest micro-batch with the strongest switches, fits False.
-    A split batch is graphed only with --graph-shapes (set when free); with it graph_shapes.MAX_GRAPHS graphs
-    are counted (memory_plan.graphs_gib)."""
+    A split batch is graphed only with --graph-shapes (set when free and graphable); with it graph_shapes.MAX_GRAPHS
+    graphs are counted (memory_plan.graphs_gib)."""
     from yolov9c.engine.train.graph_shapes import MAX_GRAPHS
 
     val_batch = val_batch or 2 * batch
@@ -198,7 +198,7 @@ def choose(cost_of: Callable, vc, budget_gib, batch, img=mp.REF_IMG, val_batch=N
         return costs[sw]
 
     def candidate(m, sw):
-        shapes = m < batch if "graph_shapes" in free else graph_shapes
+        shapes = (m < batch and graphable) if "graph_shapes" in free else graph_shapes
         graphed = graphable and (m == batch or shapes)
         count = MAX_GRAPHS if graphable and shapes else 1
         run = mph.phases(cost(sw), vc, m, val_batch, img=img, limit_gib=budget_gib, chunks=chunks, half=half,
