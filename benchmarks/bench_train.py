@@ -5,6 +5,8 @@
     python benchmarks/bench_train.py --table rows.jsonl                # the markdown table of saved lines
     python benchmarks/bench_train.py --models yolov9-s yolov9-c yolov9-e --backends c --epochs 2 \
         --mem-cap yolov9-s=7.0,yolov9-c=14.5,yolov9-e=22.0               # the whole run under 8/16/24 GB cards
+    python benchmarks/bench_train.py --models yolov9-s yolov9-c yolov9-e --backends c --epochs 2 \
+        --mem-cap yolov9-s=5.0,yolov9-c=10.5,yolov9-e=14.5 --mem-budget auto   # 6/12/16 GB, the plan's choices
 
 Data: the built-in synthetic generator at --img, --images train and 16 val images, written into --root (reused
 when present). Each configuration runs `train_dual.py --data D --cfg M.yaml --batch-size B --img I --epochs 1
@@ -15,7 +17,8 @@ epoch (read before its validation), epoch seconds and img/s from results.csv (cu
 each): the cap, the validation batch the run ended with, img/s of the last epoch and the peaks of every phase
 (start-up, first epoch with the warm-up and capture, train, validation, saving, final validation), and the
 planner's prediction of them (memory_phases.py). --val-chunks auto: the run's validation in chunks beside the
-CUDA-graph pool.
+CUDA-graph pool. --mem-budget auto: the run plans from the card (under --mem-cap: the cap); the row adds what
+it chose (its opt.yaml) and the prediction is the plan's.
 PYTORCH_CUDA_ALLOC_CONF is the trainer's default (expandable_segments:True) unless set.
 """
 
@@ -56,8 +59,11 @@ def build_parser():
     p.add_argument("--epochs", type=int, default=1, help="epochs per run (each validated)")
     p.add_argument("--mem-cap", default=None, metavar="SPEC",
                    help="the run's --mem-cap in GiB: one number, or MODEL=GIB,... per model (others uncapped)")
-    p.add_argument("--val-chunks", choices=("off", "auto"), default="off",
-                   help="the run's --val-chunks (auto: validation in chunks beside the CUDA-graph pool)")
+    p.add_argument("--val-chunks", choices=("off", "auto"), default=None,
+                   help="the run's --val-chunks (auto: validation in chunks beside the CUDA-graph pool); not given: "
+                        "the run's default (off), or what --mem-budget auto chooses")
+    p.add_argument("--mem-budget", default=None, metavar="SIZE|auto",
+                   help="the run's --mem-budget (auto: the plan from the card, or from --mem-cap's cap)")
     p.add_argument("--data-only", action="store_true", help="only write the dataset")
     p.add_argument("--table", metavar="JSONL", help="only print the markdown table of saved JSON lines")
     p.add_argument("--one", nargs=3, metavar=("MODEL", "BACKEND", "DATA"), help=argparse.SUPPRESS)
@@ -111,6 +117,7 @@ def make_dataset(root, n_train, imgsz, max_boxes, procs, n_val=16):
 
 def run_one(model, backend, data, args):
     import torch
+    import yaml
 
     from yolov9c.engine.train import trainer
 
@@ -136,14 +143,16 @@ def run_one(model, backend, data, args):
 
     trainer._validate = first_validate
     cap = cap_for(args.mem_cap, model)
-    name = f"{model}-{backend}" + (f"-cap{cap:g}" if cap else "") + ("-chunks" if args.val_chunks == "auto" else "")
+    name = f"{model}-{backend}" + (f"-cap{cap:g}" if cap else "") + ("-chunks" if args.val_chunks == "auto" else "") \
+        + (f"-budget{args.mem_budget}" if args.mem_budget else "")
     sys.argv = ["train_dual.py", "--data", data, "--cfg", f"{model}.yaml", "--batch-size", str(args.batch),
                 "--img", str(args.img), "--epochs", "1", "--workers", str(args.workers), "--backend", backend,
                 "--noplots", "--exist-ok", "--project", str(Path(args.root) / "runs"), "--name", name]
     sys.argv += ["--gpu-augment"] if args.gpu_augment else []
     sys.argv[sys.argv.index("--epochs") + 1] = str(args.epochs)
     sys.argv += ["--mem-cap", str(cap)] if cap else []
-    sys.argv += ["--val-chunks", args.val_chunks]
+    sys.argv += ["--val-chunks", args.val_chunks] if args.val_chunks else []
+    sys.argv += ["--mem-budget", args.mem_budget] if args.mem_budget else []
     t0 = time.time()
     try:
         runpy.run_path(str(REPO / "train_dual.py"), run_name="__main__")
@@ -162,7 +171,12 @@ def run_one(model, backend, data, args):
            "run_peak_reserved_gib": round(max((r for _, r in phases.values()), default=0.0), 3) if phases else None,
            "epochs": args.epochs, "mem_cap_gib": cap, "val_batch": result.get("val_batch"),
            "phase_peaks_gib": {k: [round(a, 3), round(r, 3)] for k, (a, r) in result.get("memory_peaks", {}).items()},
-           "val_chunks": args.val_chunks, "predicted": predicted(model, backend, args, cap)}
+           "val_chunks": args.val_chunks, "mem_budget": args.mem_budget}
+    opt = Path(args.root) / "runs" / name / "opt.yaml"
+    chosen = yaml.safe_load(opt.read_text()) if opt.is_file() else {}
+    if args.mem_budget == "auto":  # what the plan chose (opt.yaml), and the micro-batch it ran
+        row["chosen"] = {k: chosen.get(k) for k in ("main_recompute", "graph_shapes", "val_chunks", "mem_plan")}
+    row["predicted"] = predicted(model, backend, args, cap, chosen.get("mem_plan"))
     res = Path(args.root) / "runs" / name / "results.csv"
     if res.is_file():
         lines = [s for s in res.read_text().splitlines() if s.strip()]
@@ -173,21 +187,32 @@ def run_one(model, backend, data, args):
     return row
 
 
-def predicted(model, backend, args, cap):
+def predicted(model, backend, args, cap, mem_plan=None):
     """The planner's figures for this run (engine/train/memory_phases.py): each phase as the run's phase-peak
     line logs it [allocated, reserved] GiB, the card with the CUDA context, the validation batch and chunk,
-    whether the graphs stayed beside validation. None when the model has no costs."""
+    whether the graphs stayed beside validation; with --mem-budget auto, those of memory_auto.choose in the
+    budget the run planned in (`mem_plan`, its opt.yaml's) and the choice in words. None when the model has no
+    costs."""
+    from yolov9c.backends.c.switches import Switches
+    from yolov9c.engine.train import memory_auto as ma
     from yolov9c.engine.train import memory_phases as mph
     from yolov9c.engine.train import memory_plan as mp
 
     cost = mp.cost_for(model, backend)
     if cost is None:
         return None
-    run = mph.phases(cost, mph.val_cost_for(model), args.batch, min(2 * args.batch, args.val_images), img=args.img,
-                     limit_gib=cap, chunks=args.val_chunks)
+    vc, val_batch, choice = mph.val_cost_for(model), min(2 * args.batch, args.val_images), None
+    if args.mem_budget == "auto" and mem_plan:
+        free = tuple(n for n in ma.PLANNED if n != "val_chunks" or not args.val_chunks)
+        choice = ma.choose(lambda sw: mp.cost_for(model, backend, sw), vc, mem_plan["budget_gib"], args.batch,
+                           img=args.img, switches=Switches() if backend == "c" else None, free=free,
+                           val_chunks=args.val_chunks or "off")  # the run's plan: validation at 2 × the batch
+        run = choice.run
+    else:
+        run = mph.phases(cost, vc, args.batch, val_batch, img=args.img, limit_gib=cap, chunks=args.val_chunks or "off")
     return {"phases_gib": {k: [round(a, 3), round(r, 3)] for k, (a, r) in run.logged.items()},
             "card_gib": round(run.card_gib, 3), "val_batch": run.val_batch, "chunk": run.chunk,
-            "graphs_kept": run.graphs_kept}
+            "graphs_kept": run.graphs_kept, **({"choice": choice.describe()} if choice else {})}
 
 
 def _copy_timed(pipe, f, t0):
@@ -220,13 +245,15 @@ def run_config(args, model, backend, data):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", model, backend, data, "--batch",
             str(args.batch), "--img", str(args.img), "--images", str(args.images), "--workers", str(args.workers),
-            "--root", args.root, "--epochs", str(args.epochs), "--val-chunks", args.val_chunks,
-            "--val-images", str(args.val_images)] \
-        + (["--gpu-augment"] if args.gpu_augment else []) + (["--mem-cap", args.mem_cap] if args.mem_cap else [])
+            "--root", args.root, "--epochs", str(args.epochs), "--val-images", str(args.val_images)] \
+        + (["--gpu-augment"] if args.gpu_augment else []) + (["--mem-cap", args.mem_cap] if args.mem_cap else []) \
+        + (["--val-chunks", args.val_chunks] if args.val_chunks else []) \
+        + (["--mem-budget", args.mem_budget] if args.mem_budget else [])
     cap = cap_for(args.mem_cap, model)
     log = Path(args.root) / "logs" / f"{model}-{backend}-b{args.batch}-{args.img}-w{args.workers}" \
         f"{'-gpuaug' if args.gpu_augment else ''}{'-cap%g' % cap if cap else ''}" \
-        f"{'-chunks' if args.val_chunks == 'auto' else ''}.log"
+        f"{'-chunks' if args.val_chunks == 'auto' else ''}" \
+        f"{'-budget' + args.mem_budget if args.mem_budget else ''}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with open(log, "w") as f:  # the child's console, each line with its time (s since the start), kept

@@ -17,7 +17,8 @@
 #   capped     bench_train.py, the whole real run under a card's cap (--mem-cap): yolov9-s/c/e (CAP_MODELS), c
 #              backend, batch 64, 640, 2 epochs with validation, capped at CAP_SPEC (default 7.0 / 14.5 / 22.0 GiB:
 #              8 / 16 / 24 GB cards), then uncapped (CAP_BASE=0 skips): img/s, validation batch, peaks by phase
-#              and the planner's prediction of them; CAP_VAL_CHUNKS=auto: train_dual.py --val-chunks auto
+#              and the planner's prediction of them; CAP_VAL_CHUNKS=auto|off: train_dual.py --val-chunks (unset:
+#              not passed); CAP_MEM_BUDGET=auto: the capped runs plan from the cap with --mem-budget auto
 #   loss       bench_loss.py: the detection loss at 20, 160, 1000 boxes per image
 #   bn         bench_bn_silu.py (BN_FLAGS, e.g. "--kernels --shapes 64,512,40,40")
 #   pool       bench_pool.py
@@ -109,7 +110,8 @@ for part in "$@"; do
                 tag=$([ "$spec" = none ] && echo uncapped || echo capped)
                 stage "${tag}_$m" 90 ${CAP_LIMIT:-200} python3 benchmarks/bench_train.py --models "$m" --backends c \
                   --images 1024 --val-images 128 --epochs 2 --timeout $(( ${CAP_LIMIT:-200} - 10 )) --root /tmp/yolov9c_bench_train \
-                  --val-chunks ${CAP_VAL_CHUNKS:-off} $([ "$spec" = none ] || echo --mem-cap "$spec")
+                  ${CAP_VAL_CHUNKS:+--val-chunks $CAP_VAL_CHUNKS} \
+                  $([ "$spec" = none ] || echo --mem-cap "$spec" ${CAP_MEM_BUDGET:+--mem-budget $CAP_MEM_BUDGET})
                 tail -1 "$OUT/${tag}_$m.log"
               done
             done

@@ -184,7 +184,7 @@ def test_config_defaults_are_the_parser_defaults():
     dests = {a.dest for a in build_parser()._actions if a.dest != "help"}
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     assert dests <= fields, sorted(dests - fields)
-    assert fields - dests == {"save_dir", "world_size", "global_rank", "given"}
+    assert fields - dests == {"save_dir", "world_size", "global_rank", "mem_plan", "given"}
     assert parse_opt([]) == RunConfig()
     assert isinstance(parse_opt([]), RunConfig)
 

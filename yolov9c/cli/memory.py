@@ -1,18 +1,18 @@
 """`python -m yolov9c memory`: the predicted peak GPU memory of training a model, per backend, and the cards
-it fits (yolov9c/engine/train/memory_plan.py, memory_phases.py).
+it fits (yolov9c/engine/train/memory_plan.py, memory_phases.py, memory_auto.py).
     python -m yolov9c memory --cfg yolov9-s.yaml --batch 64 --img 640
     python -m yolov9c memory --cfg yolov9-s.yaml --budget 7.5G [--dynamic-img --min-img 384]   # + the plan
-    python -m yolov9c memory --cfg gelan-c.yaml --measure                  # on a GPU: profile two steps first
     python -m yolov9c memory --cfg yolov9-c.yaml --aux-recompute 0         # c under other switches (as in training)
     python -m yolov9c memory --cfg yolov9-e.yaml --budget 22G --val-chunks auto   # the run's phases, chunked
+    python -m yolov9c memory --cfg yolov9-c.yaml --budget auto            # what --mem-budget auto picks per card
 
 Prints, per backend, the predicted peak reserved memory of one AMP training step and which common cards (CARDS,
 less the CUDA context) it fits; with --budget, the plan that keeps the nominal batch; then the whole run's phases
-(train, capture pool, validation at --val-batch, saving, final validation; the budget as the cap). Costs come
-from the planner's tables, else an estimate (marked); --measure profiles this GPU; no GPU: a note says so. --img
-and --min-img are taken as training takes them (memory_plan.train_img_size, MIN_IMG, dynamic_img_error).
-Wiring: add_parser(subparsers) / run(args); `budget_type` (a size such as 7.5G) and add_switch_args serve train too.
-Test: python -m pytest -q tests/engine/train/test_memory_plan.py tests/engine/train/test_memory_phases.py
+(train, capture pool, validation at --val-batch, saving, final validation; the budget as the cap). --budget
+auto: instead, what train_dual.py --mem-budget auto chooses on each card of memory_auto.CARD_SIZES. Costs: the
+planner's tables, else an estimate (marked); --measure profiles this GPU. --img and --min-img as training takes them.
+Wiring: add_parser / run(args); budget_type (7.5G), budget_or_auto_type (also auto), add_switch_args serve train too.
+Test: python -m pytest -q tests/engine/train/test_memory_plan.py tests/engine/train/test_memory_auto.py
 """
 
 import argparse
@@ -30,6 +30,19 @@ def budget_type(text):
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def budget_or_auto_type(text):
+    """argparse type of train_dual.py --mem-budget and this command's --budget: 'auto' (the card's free memory:
+    engine/train/memory_auto.py), else budget_type's GiB."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    from yolov9c.engine.train.memory_plan import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e}, or auto (the card's free memory)") from None
 
 
 def val_chunks_type(text):
@@ -83,7 +96,9 @@ def add_parser(subparsers):
     p.add_argument("--batch", "--batch-size", type=int, default=64, help="nominal batch (default 64)")
     p.add_argument("--img", "--imgsz", "--img-size", type=int, default=640, help="train image size (default 640)")
     p.add_argument("--backend", choices=BACKENDS, action="append", help="only this backend (repeatable)")
-    p.add_argument("--budget", type=budget_type, help="memory budget, e.g. 7.5G (binary) or 8GB (decimal)")
+    p.add_argument("--budget", type=budget_or_auto_type,
+                   help="memory budget, e.g. 7.5G (binary) or 8GB (decimal); auto: what train_dual.py --mem-budget "
+                        "auto chooses on each common card size (6/8/12/16/24 GB)")
     p.add_argument("--dynamic-img", action="store_true",
                    help="with --budget: shrink the images instead of accumulating (changes the data distribution)")
     p.add_argument("--min-img", type=int, default=None,
@@ -92,9 +107,10 @@ def add_parser(subparsers):
     p.add_argument("--device", default="cuda", help="GPU for --measure (default cuda)")
     p.add_argument("--val-batch", type=int, default=None,
                    help="validation batch of the run's phases (default 2 x --batch, as train_dual.py)")
-    p.add_argument("--val-chunks", type=val_chunks_type, default="off", metavar="off|auto|N",
+    p.add_argument("--val-chunks", type=val_chunks_type, default=None, metavar="off|auto|N",
                    help="validation forward of the run's phases: off (whole batch), auto (train_dual.py "
-                        "--val-chunks auto: chunks beside the CUDA-graph pool) or N images (default off)")
+                        "--val-chunks auto: chunks beside the CUDA-graph pool) or N images (default off; with "
+                        "--budget auto: the plan's, auto)")
     add_switch_args(p)
     p.set_defaults(func=run)
     return p
@@ -199,6 +215,9 @@ def run(args):
               + (f"  [{cost.source}]" if mp.is_estimate(cost) else ""))
     for backend in missing:
         print(f"{backend:<8} {'not measured':>14}  (--measure on a GPU measures it)")
+    if args.budget == "auto":
+        _print_auto(args, costs)
+        return 0
     if args.budget is not None:
         print(f"budget {args.budget:.2f} GiB, nominal batch {args.batch}:")
         for backend, cost in costs.items():
@@ -225,16 +244,17 @@ def _print_phases(args, costs):
         print(f"whole run by phase: not predicted ({e})")
         return
     val_batch = args.val_batch or 2 * args.batch
+    chunks = args.val_chunks or "off"
     limit = f"under --budget {args.budget:.2f} GiB as the cap" if args.budget is not None else "no cap"
     print(f"whole run by phase, GiB allocated/reserved (a model: memory_phases.py; validation batch {val_batch}, "
-          f"--val-chunks {args.val_chunks}, {limit}" + (f"; validation {vc.source}" if vc.source != "table"
-                                                        else "") + "):")
+          f"--val-chunks {chunks}, {limit}" + (f"; validation {vc.source}" if vc.source != "table"
+                                               else "") + "):")
     for backend, cost in costs.items():
         batch = args.batch
         if args.budget is not None:
             p = mp.plan(cost, args.budget, nominal=args.batch, img=args.img)
             batch = p.batch if p.fits else 1
-        run = mph.phases(cost, vc, batch, val_batch, img=args.img, limit_gib=args.budget, chunks=args.val_chunks,
+        run = mph.phases(cost, vc, batch, val_batch, img=args.img, limit_gib=args.budget, chunks=chunks,
                          graphs=batch == args.batch)  # a micro-batch that splits the batch runs eagerly
         (ta, tr), (va, vr) = run.peaks["train"], run.peaks["validation"]
         (sa, sr), (fa, fr) = run.peaks["saving"], run.peaks["final validation"]
@@ -244,6 +264,57 @@ def _print_phases(args, costs):
         print(f"{backend:<8} train {ta:.2f}/{tr:.2f}, capture pool {run.pool_gib:.2f}, validation {va:.2f}/{vr:.2f} "
               f"({how}), saving {sa:.2f}/{sr:.2f}, final validation {fa:.2f}/{fr:.2f}; whole run "
               f"{run.whole_gib:.2f} reserved, {run.card_gib:.2f} on the card")
+
+
+def _print_auto(args, costs):
+    """What train_dual.py --mem-budget auto chooses on each card of memory_auto.CARD_SIZES, per backend: one line
+    each (memory_auto.choose on the whole run, the card's size less MARGIN_GIB as the budget, as a run on that
+    card or under --mem-cap SIZE plans). A --main-recompute other than 8 and a --val-chunks given are kept, as
+    typed options are in a run; the other planned options are free."""
+    from yolov9c.engine.train import memory_auto as ma
+    from yolov9c.engine.train import memory_phases as mph
+
+    try:
+        vc = mph.val_cost_for(args.cfg)
+    except ValueError as e:
+        print(f"--mem-budget auto: not predicted ({e})")
+        return
+    val_batch = args.val_batch or 2 * args.batch
+    free = tuple(n for n in ma.PLANNED if not (n == "main_recompute" and args.main_recompute != 8)
+                 and not (n == "val_chunks" and args.val_chunks is not None))
+    print(f"--mem-budget auto on each card (train_dual.py; the whole run planned in what the process may reserve "
+          f"less the {ma.MARGIN_GIB:.2f} GiB margin, one CUDA-graph-capable GPU, validation batch {val_batch}; "
+          f"engine/train/memory_auto.py):")
+    for card, gib in ma.CARD_SIZES:
+        for backend, cost in costs.items():
+            sw = _run_switches(args) if backend == "c" else None
+            c = ma.choose(_cost_of(args, cost, sw), vc, ma.budget_from_card(gib), args.batch, img=args.img,
+                          val_batch=val_batch, switches=sw, free=free, val_chunks=args.val_chunks or "off")
+            what = c.describe() if c.fits else f"nothing fits (even {c.describe()})"
+            print(f"{card + f' ({gib:.1f} GiB)':<16} {backend:<6} {what}")
+
+
+def _run_switches(args):
+    """The c backend's Switches of the flags (the defaults included)."""
+    from yolov9c.backends.c.switches import Switches
+
+    return Switches(aux_recompute=args.aux_recompute, main_recompute=args.main_recompute,
+                    keep_inputs=args.keep_inputs)
+
+
+def _cost_of(args, cost, base):
+    """memory_auto.choose's cost_of: `cost` (under the flags' c switches `base`, measured or from the table) under
+    other switches: plus the per-image difference switch_cost counts between the two."""
+    def of(sw):
+        if sw is None or sw == base:
+            return cost
+        from dataclasses import replace
+
+        from yolov9c.engine.train import switch_cost
+
+        d = switch_cost.per_image_gib(args.cfg, sw) - switch_cost.per_image_gib(args.cfg, base)
+        return replace(cost, per_image_gib=cost.per_image_gib + d)
+    return of
 
 
 def main(argv=None):

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from yolov9c.cli.memory import add_switch_args, budget_type
+from yolov9c.cli.memory import add_switch_args, budget_or_auto_type, budget_type
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.evolve import evolve
 from yolov9c.engine.train.options import BACKENDS, CACHE_CHOICES, CHECKS, OPTIMIZERS, VAL_CHUNKS, combination_error
@@ -164,10 +164,13 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--divergence-stop", action=argparse.BooleanOptionalAction, default=True,
                    help="stop at an epoch's end when the weights are not finite or the training losses are not "
                         "finite or beyond 1e6 (default on; a validation loss alone only warns)")
-    p.add_argument("--mem-budget", type=budget_type, default=None, metavar="SIZE",
+    p.add_argument("--mem-budget", type=budget_or_auto_type, default=None, metavar="SIZE|auto",
                    help="GPU memory a training step may reserve, e.g. 7.5G (binary) or 8GB (decimal): the memory "
                         "planner picks the micro-batch that fits and accumulates the rest of each batch (same "
-                        "images per optimizer step and weight decay); not with --batch-size -1")
+                        "images per optimizer step and weight decay); auto (experimental, off by default until "
+                        "measured on a GPU): the card's free memory at set-up, the whole run planned in it (c "
+                        "recompute switches, then micro-batch graphed with --graph-shapes, validation with "
+                        "--val-chunks auto; options typed stay); not with --batch-size -1")
     p.add_argument("--mem-cap", type=budget_type, default=None, metavar="SIZE",
                    help="cap the GPU memory this whole run may reserve, e.g. 7G: the training runs as on a card "
                         "of that size (rehearse an 8 GB card on a bigger one: 7G, about what it leaves after the "

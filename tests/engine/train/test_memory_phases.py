@@ -11,7 +11,8 @@
   phase, the card that plus the context;
 - estimates: scaled from another calibrated model by the eval forward's live tensors, within 15 % of the
   calibrated figure (s and e from c);
-- the CLI prints one phase line per backend with phases()'s figures.
+- the CLI prints one phase line per backend with phases()'s figures;
+- --graph-shapes' graphs counted in the train phase (graph_count), the final validation's own batch.
 Run: python -m pytest -q tests/engine/train/test_memory_phases.py
 """
 
@@ -50,6 +51,21 @@ def test_the_model_predicts_the_logged_phase_peaks_within_10_percent(model):
             assert r == pytest.approx(reserved, rel=0.10), (phase, r, reserved)
     assert run.card_gib == pytest.approx(card_mib * MIB, rel=0.10), (run.card_gib, card_mib * MIB)
     assert run.val_batch == val_batch and not run.graphs_kept  # tight: the pool was given back (the logs' line)
+
+
+def test_graphs_keyed_by_shape_and_the_final_validation_batch():
+    """graph_count: the train phase counts memory_plan.graphs_gib of that many graphs (--graph-shapes);
+    final_val_batch: the final validation's batch after its own halving (best.pt loaded beside the run)."""
+    cost, vc = mp.cost_for("yolov9-c", "c"), mph.val_cost_for("yolov9-c")
+    one, twelve = (mph.phases(cost, vc, 32, 128, limit_gib=14.5, chunks="auto", graph_count=n) for n in (1, 12))
+    assert one.peaks["train"][0] == pytest.approx(mp.predict(cost, 32))
+    assert twelve.peaks["train"][0] == pytest.approx(mp.predict(cost, 32, graphs=12))
+    assert twelve.peaks["train"][0] > one.peaks["train"][0]
+    assert twelve.pool_gib > one.pool_gib
+    run = _run("yolov9-e", 36.0)  # validation halves to 64; the final validation, with best.pt loaded, to 32
+    assert (run.val_batch, run.final_val_batch) == (64, 32)
+    run = _run("yolov9-e", None)
+    assert (run.val_batch, run.final_val_batch) == (128, 128)
 
 
 def test_the_uncapped_yolov9_e_run():

@@ -106,7 +106,7 @@ def test_cli_memory_plans_what_training_runs(monkeypatch, capsys):
 
     for argv, train_argv, says in [
         (["--dynamic-img"], ["--dynamic-img"], "--dynamic-img needs {} SIZE (it picks the image size that fits the "
-                                               "budget)"),
+                                               "budget; auto keeps the images and splits the batch)"),
         (["--budget", "4G", "--min-img", "256"], ["--mem-budget", "4G", "--min-img", "256"],
          "--min-img is the smallest image size of --dynamic-img: add --dynamic-img, or drop --min-img")]:
         assert cli_main(["memory", "--cfg", "yolov9-s", *argv]) == 2

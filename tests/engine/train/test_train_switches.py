@@ -6,7 +6,8 @@
 - --resume restores them from opt.yaml (not the defaults); a flag typed with --resume replaces one (a memory
   knob, as --batch-size). A YOLOV9C_* variable set at resume wins, says so in one log line naming the option it
   replaces, and the resumed opt.yaml records the value used; a bad value of one is one `error:` line, exit 2.
-- switch_overrides alone: unset or empty variables change nothing; each set one is logged.
+- switch_overrides alone: unset or empty variables change nothing; each set one is logged; an option typed on
+  the command line wins over its variable (one line says the variable went unused), in a run too.
 yolov9-t (dual head: the switches matter) at 64 px, 4 images, batch 4, one CPU thread.
 Run: python -m pytest -q tests/engine/train/test_train_switches.py
 """
@@ -105,6 +106,31 @@ def test_switch_overrides():
                     "--main-recompute 0"]
     with pytest.raises(ConfigError, match=r"YOLOV9C_KEEP_INPUTS='true': must be 0 or 1"):
         switch_overrides(cfg, env={"YOLOV9C_KEEP_INPUTS": "true"})
+
+
+def test_a_typed_option_wins_over_its_variable():
+    """A YOLOV9C_* variable never silently beats an option typed on this command line: the typed value stays and
+    one line says the variable went unused; an untyped switch is still taken from its variable."""
+    cfg = parse_opt(["--main-recompute", "4"])
+    said = []
+    got = switch_overrides(cfg, env={"YOLOV9C_MAIN_RECOMPUTE": "0", "YOLOV9C_KEEP_INPUTS": "1"}, log=said.append)
+    assert (got.main_recompute, got.keep_inputs) == (4, True)
+    assert said == ["YOLOV9C_MAIN_RECOMPUTE=0 is set, but --main-recompute 4 was typed: the typed value is used",
+                    "YOLOV9C_KEEP_INPUTS=1 overrides --keep-inputs 0: the run uses (and opt.yaml records) "
+                    "--keep-inputs 1"]
+    said.clear()
+    assert switch_overrides(cfg, env={"YOLOV9C_MAIN_RECOMPUTE": "4"}, log=said.append) == cfg and said == []
+    with pytest.raises(ConfigError, match=r"YOLOV9C_MAIN_RECOMPUTE='x': must be a stride"):  # still checked
+        switch_overrides(cfg, env={"YOLOV9C_MAIN_RECOMPUTE": "x"})
+
+
+def test_a_typed_option_wins_over_its_variable_in_a_run(data, tmp_path, installed, monkeypatch):
+    monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "0")
+    lines = []
+    with pytest.raises(_Stop):
+        train(parse_opt(_argv(data, tmp_path / "runs", *FLAGS)), log=_until_step_line(lines))
+    assert installed == [GIVEN]
+    assert "YOLOV9C_MAIN_RECOMPUTE=0 is set, but --main-recompute 4 was typed: the typed value is used" in lines
 
 
 @pytest.fixture(scope="module")

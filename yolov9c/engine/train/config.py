@@ -3,15 +3,15 @@
     cfg = parse_opt(["--cfg", "gelan-t.yaml", "--epochs", "3"])    # yolov9c.cli.train: argv → RunConfig
     cfg = RunConfig.from_args(namespace, given=("epochs",))         # what parse_opt does with argparse's result
     cfg = read_opt_yaml("runs/train/exp/opt.yaml")                  # a run's stored options
-    cfg = switch_overrides(cfg, log=print)                          # set-up: YOLOV9C_* variables win, logged
+    cfg = switch_overrides(cfg, log=print)                          # set-up: YOLOV9C_* variables, logged
 
 Fields: the published train_dual.py flags (argparse destinations, same defaults), yolov9c's memory knobs (the c
-backend's switches among them; their YOLOV9C_* variables, SWITCH_ENV, win at set-up), then what the trainer
-resolves (save_dir, world_size, global_rank). `given` names the fields typed on the command line: --resume takes
-those in RESUME_OVERRIDES from the command line instead of opt.yaml. opt.yaml is `opt_dict(cfg, hyp)` (the
-published format: every option, the hyp dict, save_dir); reading one back checks each value by the command
-line's rule (options.py), ignores unknown keys (with a warning) and defaults missing ones.
-Invariant: frozen; set-up resolves a copy once (state.resolve_config) and nothing rewrites it.
+backend's switches among them; their YOLOV9C_* variables, SWITCH_ENV, win at set-up unless the option is typed),
+then what the trainer resolves (save_dir, world_size, global_rank, mem_plan). `given` names the fields typed on
+the command line: --resume takes those in RESUME_OVERRIDES from the command line instead of opt.yaml. opt.yaml is
+`opt_dict(cfg, hyp)` (the published format: every option, the hyp dict, save_dir); reading one back checks each
+value by the command line's rule (options.py), ignores unknown keys (with a warning) and defaults missing ones.
+Invariant: frozen; set-up resolves a copy once (state.resolve_config, memory_auto.apply) and nothing rewrites it.
 Test: python -m pytest -q tests/cli/test_train_cli.py -k config
 """
 
@@ -109,7 +109,8 @@ class RunConfig:
     cudnn_benchmark: bool = True  # cuDNN times its algorithms for the graphed shape (graph_step.py; not with
     #                               --deterministic, never for validation or eager batches of other shapes)
     mem_budget: float | str | None = None  # GiB (or a size text, '7.5G') a step may reserve: memory_plan picks
-    #                                      the micro-batch (state.apply_memory_plan); None: off
+    #                                      the micro-batch (state.apply_memory_plan); 'auto': the card's free memory
+    #                                      plans the whole run (memory_auto.py); None: memory_auto.DEFAULT_MEM_BUDGET
     mem_cap: float | None = None  # GiB this process may reserve on the GPU (a smaller card rehearsed: memory_cap.py);
     #                               None: --mem-budget's value when given, else no cap
     val_chunks: str = "off"  # auto: training-time validation's forward in chunks that fit beside the CUDA-graph
@@ -120,6 +121,7 @@ class RunConfig:
     save_dir: str = ""
     world_size: int = 1
     global_rank: int = -1
+    mem_plan: dict | None = None  # --mem-budget auto: what the card gave and the plan chose (memory_auto.record)
     # --- not stored: the fields the user typed on the command line (resume overrides) ---
     given: tuple = ()
 
@@ -179,9 +181,10 @@ def switches(cfg: RunConfig) -> Switches:
 
 def switch_overrides(cfg: RunConfig, env=None, log=print) -> RunConfig:
     """cfg with every c backend switch whose variable (SWITCH_ENV) is set in `env` (default os.environ) taken
-    from it: a variable wins over the option, typed or stored in opt.yaml, and each one set is logged with the
-    option's value it replaces; the result is what the run uses and opt.yaml records. ConfigError for a value
-    the option would refuse (parse_switch)."""
+    from it: a variable wins over the option's default and over a value stored in opt.yaml, never over an option
+    typed on this command line (cfg.given): that one is kept and the variable's value is logged as unused. Each
+    variable set is logged with the option's value it replaces; the result is what the run uses and opt.yaml
+    records. ConfigError for a value the option would refuse (parse_switch), typed option or not."""
     env = os.environ if env is None else env
     changed = {}
     for name, var in SWITCH_ENV.items():
@@ -194,6 +197,10 @@ def switch_overrides(cfg: RunConfig, env=None, log=print) -> RunConfig:
             raise ConfigError(f"{var}={text!r}: {e} (or unset it; the option is --{name.replace('_', '-')})") \
                 from None
         old, flag = getattr(cfg, name), "--" + name.replace("_", "-")
+        if name in cfg.given:
+            if value != old:
+                log(f"{var}={text.strip()} is set, but {flag} {_text(old)} was typed: the typed value is used")
+            continue
         if value != old:
             log(f"{var}={text.strip()} overrides {flag} {_text(old)}: the run uses (and opt.yaml records) "
                 f"{flag} {_text(value)}")

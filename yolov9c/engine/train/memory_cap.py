@@ -23,9 +23,10 @@ GIB = 2 ** 30
 
 
 def cap_gib(cfg) -> float | None:
-    """The run's cap in GiB: --mem-cap, else --mem-budget (a budget is a card: the whole process stays in it)."""
+    """The run's cap in GiB: --mem-cap, else a numeric --mem-budget (a budget is a card: the whole process stays
+    in it); --mem-budget auto caps nothing (it reads the card, which is its own limit)."""
     cap = cfg.mem_cap if cfg.mem_cap is not None else cfg.mem_budget
-    return None if cap is None else float(cap)
+    return None if cap is None or cap == "auto" else float(cap)
 
 
 _CAPS: dict = {}  # device index → the cap in bytes applied to this process (limit_bytes reads it)

@@ -138,7 +138,8 @@ class RunMemory:
     "validation", "saving", "final validation"; logged: the same as the run's phase-peak line shows them (a
     phase's reserved peak starts from what the phase before left reserved); pool_gib: the capture pool
     (reserved beside the held memory); how validation runs (val_batch after any out-of-memory halving, chunk,
-    graphs_kept); whole_gib: the largest reserved figure; card_gib: with the CUDA context."""
+    graphs_kept; final_val_batch: the final validation's batch after any halving); whole_gib: the largest
+    reserved figure; card_gib: with the CUDA context."""
 
     peaks: dict = field(default_factory=dict)
     logged: dict = field(default_factory=dict)
@@ -146,14 +147,17 @@ class RunMemory:
     val_batch: int = 0
     chunk: int = 0
     graphs_kept: bool = True
+    final_val_batch: int = 0
     whole_gib: float = 0.0
     card_gib: float = 0.0
 
 
-def phases(cost, vc, batch, val_batch, img=REF_IMG, limit_gib=None, chunks="off", half=True, graphs=True):
+def phases(cost, vc, batch, val_batch, img=REF_IMG, limit_gib=None, chunks="off", half=True, graphs=True,
+           graph_count=1):
     """The run's phases under `limit_gib` (a cap or card; None: none) as the trainer runs them. train: the step
-    (cost: memory_plan.Cost; allocated = predict, reserved × RESERVED_SLACK); with `graphs` (the CUDA-graph
-    step; not when a micro-batch splits the batch) the pool is what it reserves beyond the held memory, else
+    (cost: memory_plan.Cost; allocated = predict with `graph_count` graphs keyed by shape, reserved ×
+    RESERVED_SLACK); with `graphs` (the CUDA-graph step; a micro-batch that splits the batch only with
+    --graph-shapes) the pool is what it reserves beyond the held memory, else
     the eager step's blocks stay cached for validation to reuse. Validation, chunks "off": one forward per
     batch, the pool given back when over half the limit is reserved (memory_cap.tight); "auto": the largest
     chunk beside the pool (its cache given back after), the pool given back only when fewer than MIN_CHUNK
@@ -162,7 +166,8 @@ def phases(cost, vc, batch, val_batch, img=REF_IMG, limit_gib=None, chunks="off"
     to the host). Final validation: as validation, with best.pt (4 B a parameter) loaded."""
     limit = math.inf if limit_gib is None else float(limit_gib)
     held = held_gib(vc.params, batch, img)
-    train_a = max(mp.predict(cost, batch, img), held)  # a tiny step's fitted line can fall below what is held
+    # a tiny step's fitted line can fall below what is held
+    train_a = max(mp.predict(cost, batch, img, graph_count), held)
     train_r = train_a * RESERVED_SLACK
     run = RunMemory(pool_gib=max(train_r - held, 0.0) if graphs else 0.0)
     run.peaks["train"] = (train_a, train_r)
@@ -171,8 +176,10 @@ def phases(cost, vc, batch, val_batch, img=REF_IMG, limit_gib=None, chunks="off"
     run.peaks["validation"] = _validation(run, vc, val_batch, img, limit, chunks, half, held, start, 0.0, cached)
     base = held + run.pool_gib if run.graphs_kept else held  # what validation leaves reserved, cache given back
     run.peaks["saving"] = (held, base)
-    run.peaks["final validation"] = _validation(RunMemory(), vc, run.val_batch, img, limit, chunks, half, held,
-                                                base, 4 * vc.params / GIB)
+    final = RunMemory()
+    run.peaks["final validation"] = _validation(final, vc, run.val_batch, img, limit, chunks, half, held, base,
+                                                4 * vc.params / GIB)
+    run.final_val_batch = final.val_batch
     run.whole_gib = max(r for _, r in run.peaks.values())
     run.card_gib = run.whole_gib + mp.CONTEXT_GIB
     left = base if chunks == "auto" else run.peaks["validation"][1]  # "off" keeps validation's cache

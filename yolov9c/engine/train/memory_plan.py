@@ -57,8 +57,9 @@ def train_img_size(img, gs=GRID, log=None):
 def dynamic_img_error(dynamic_img, budget, min_img_given, budget_flag="--mem-budget"):
     """The rule of --dynamic-img and --min-img, the same in train_dual.py and `python -m yolov9c memory`
     (budget_flag: --budget there): the message for a combination that cannot apply, else None."""
-    if dynamic_img and budget is None:
-        return f"--dynamic-img needs {budget_flag} SIZE (it picks the image size that fits the budget)"
+    if dynamic_img and (budget is None or budget == "auto"):
+        return (f"--dynamic-img needs {budget_flag} SIZE (it picks the image size that fits the budget; auto keeps "
+                f"the images and splits the batch)")
     if min_img_given and not dynamic_img:
         return "--min-img is the smallest image size of --dynamic-img: add --dynamic-img, or drop --min-img"
     return None

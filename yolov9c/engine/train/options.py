@@ -128,11 +128,15 @@ def _switch(name):
     return Check(value, lambda t: parse_switch(name, t))
 
 
-def _size(gib):
-    """A memory size: a number of GiB or a text such as 7.5G (memory_plan.parse_size); `gib`: stored as GiB."""
+def _size(gib, auto=False):
+    """A memory size: a number of GiB or a text such as 7.5G (memory_plan.parse_size); `gib`: stored as GiB;
+    `auto`: the word auto too (--mem-budget auto: memory_auto.py)."""
     def value(v):
+        if auto and isinstance(v, str) and v.strip().lower() == "auto":
+            return "auto"
         if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-            raise ValueError(f"must be a memory size such as 7.5 (GiB) or '8GB', got {shown(v)}")
+            raise ValueError(f"must be a memory size such as 7.5 (GiB) or '8GB'{' or auto' if auto else ''}, "
+                             f"got {shown(v)}")
         size = parse_size(str(v))  # ValueError: not a size, or not positive
         return size if gib else v
     return Check(value)
@@ -202,8 +206,9 @@ CHECKS = {
     "mosaic": _optional(_PROBABILITY, "the hyp file's"), "mixup": _optional(_PROBABILITY, "the hyp file's"),
     "deterministic": _FLAG, "max_nonfinite": _at_least(0), "divergence_stop": _FLAG, "cuda_graph": _FLAG,
     "graph_shapes": _FLAG, "cudnn_benchmark": _FLAG, "val_chunks": _choice(VAL_CHUNKS),
-    "mem_budget": _optional(_size(gib=False), "no budget"), "mem_cap": _optional(_size(gib=True), "no cap"),
+    "mem_budget": _optional(_size(gib=False, auto=True), "no budget"), "mem_cap": _optional(_size(gib=True), "no cap"),
     "dynamic_img": _FLAG, "min_img": _at_least(32),
+    "mem_plan": _optional(_typed((dict,), "must be a mapping (what --mem-budget auto chose)"), "no plan"),
     "save_dir": _TEXT, "world_size": _at_least(1), "global_rank": _integer(lambda v: v >= -1,
                                                                           "must be an integer >= -1"),
 }
@@ -232,7 +237,7 @@ def combination_error(cfg, name=str):
     if len(on) > 1:
         return (f"{', '.join(map(name, SCHEDULES[:-1]))} and {name(SCHEDULES[-1])} are alternatives: at most one "
                 f"may be on, got {' and '.join(map(name, on))}")
-    if cfg.dynamic_img and cfg.mem_budget is None:
+    if cfg.dynamic_img and (cfg.mem_budget is None or cfg.mem_budget == "auto"):
         return (f"{name('dynamic_img')} needs {name('mem_budget')} SIZE (it picks the image size that fits the "
-                f"budget)")
+                f"budget; auto keeps the images and splits the batch)")
     return None

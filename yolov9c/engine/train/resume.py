@@ -201,7 +201,7 @@ def restore(state, resumed: Resumed):
         # iteration numbers ni count batches of the new size now; gradients are zeroed at every epoch start, so
         # the first step of the resumed epoch comes after `accumulate` micro-batches
         progress.last_opt_step = state.nb * progress.start_epoch - 1
-    restore_micro_batch(state, ck.get("micro_batch"))
+    restore_micro_batch(state, ck.get("micro_batch"), planned=(resumed.cfg.mem_plan or {}).get("micro_batch"))
     if state.main and ck.get("rng"):  # the other ranks keep their own seeds (only rank 0's states are saved)
         set_rng_state(ck["rng"])
     if state.main:
@@ -221,11 +221,14 @@ def rewrite_opt_yaml(state):
     state.folder.write_yaml("opt.yaml", state.recorded_opt(hyp))
 
 
-def restore_micro_batch(state, stored):
+def restore_micro_batch(state, stored, planned=None):
     """Keep the micro-batch an out-of-memory back-off chose (last.pt's 'micro_batch', images per forward on a
-    rank), unless the resumed loader batch is no larger."""
+    rank) when it is smaller than this start's (the loader batch, or the micro-batch set-up planned). `planned`:
+    the micro-batch the run's earlier --mem-budget auto plan chose (opt.yaml's mem_plan): a stored one equal to
+    it was that plan's, not the back-off's, and this start's plan (from the card it reads now) stands."""
     per_rank = state.batching.per_rank
-    if stored and int(stored) < per_rank:
+    current = min(state.progress.micro_batch or per_rank, per_rank)
+    if stored and int(stored) < current and int(stored) != planned:
         micro = state.progress.micro_batch = int(stored)
         state.log(f"Resuming with a micro-batch of {micro} images (lowered after a CUDA out-of-memory "
                   f"error): {-(-per_rank // micro)} forward/backward passes per batch of {per_rank}")

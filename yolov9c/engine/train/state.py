@@ -4,11 +4,11 @@
 
 setup() order: resume (read_resume) → placement (device, DDP, backend, channels-last) → the YOLOV9C_* switch
 variables (config.switch_overrides) → run folder claimed → config resolved once (resolve_config: a frozen
-RunConfig) → folder contents, hyp, seeds → model → optimization (batching.plan_batching once; optimizer,
-schedule, EMA, scaler) → loaders → execution (loss, backend, --ckpt, DDP, the Step) → restore (resume.py) → the
-run folder begun (begin_run: its files written only now). A --resume whose training ended stops after the model
-(setup_finish_only). A start that fails after claiming the folder releases it and removes a folder it created;
-one it did not create is left as it was (nothing was written in it).
+RunConfig) → folder contents, hyp, seeds → model → memory plan (plan_memory: --mem-budget; auto resolves its
+choices into the config) → optimization (batching.plan_batching once; optimizer, schedule, EMA, scaler) →
+loaders → execution (loss, backend, --ckpt, DDP, the Step) → restore (resume.py) → the run folder begun
+(begin_run: its files written only now). A --resume whose training ended stops after the model
+(setup_finish_only). A failed start releases the folder, removes one it created and leaves another as it was.
 Invariant: RunState is written by set-up only, then sealed (assignment raises, except REPLACEABLE fields);
 what changes while training lives in `progress` (Progress: exactly what a checkpoint saves and resume
 restores) and `window` (step.Window: the open accumulation window, never saved).
@@ -40,7 +40,7 @@ from yolov9c.data.hyp import augment_hyp
 from yolov9c.data.image_weights import class_weights
 from yolov9c.data.loader import LoaderConfig, create_dataloader
 from yolov9c.engine.run_dir import increment_path
-from yolov9c.engine.train import memory_plan
+from yolov9c.engine.train import memory_auto, memory_plan
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.autobatch import autobatch
 from yolov9c.engine.train.batching import NBS, Batching, batch_error, plan_batching
@@ -146,7 +146,7 @@ class RunState:
     scheduler: Any = None  # LambdaLR over lf, stepped once per epoch
     lf: Callable | None = None  # epoch → LR factor
     scaler: torch.amp.GradScaler | None = None
-    plan: Any = None  # --mem-budget: the memory_plan.Plan applied (None without)
+    plan: Any = None  # --mem-budget (numeric or auto): the memory_plan.Plan applied (None without)
     peaks: PhasePeaks | None = None  # memory_cap.py: peak GPU memory per phase of the run (set-up on)
     val_chunks: ValChunks | None = None  # --val-chunks auto: validation's chunk per pass (val_chunks.py)
     # --- loaders ---
@@ -198,7 +198,7 @@ def setup(cfg: RunConfig, log=print, prog="train_dual.py") -> RunState:
     given = resumed.cfg if resumed else cfg
     place = placement(given, log)
     try:
-        given = switch_overrides(given, log=place["log"])  # an environment variable wins over the option, logged
+        given = switch_overrides(given, log=place["log"])  # a variable wins over an untyped option, logged
     except ConfigError as e:
         raise TrainError(str(e)) from None
     save_dir, made_dir = claim_run_dir(given, resumed, place["main"])
@@ -220,6 +220,7 @@ def setup(cfg: RunConfig, log=print, prog="train_dual.py") -> RunState:
             begin_run(state)
             state.seal()
             return state
+        plan_memory(state)
         setup_optimization(state)
         setup_loaders(state)
         setup_execution(state)
@@ -533,13 +534,28 @@ def freeze(model, layers):
 # Batch, accumulation, optimizer, schedule, EMA, scaler
 # ---------------------------------------------------------------------------------------------------------
 
+def plan_memory(state):
+    """--mem-budget (without it memory_auto.DEFAULT_MEM_BUDGET, except for AutoBatch's --batch-size -1): a size
+    plans the step's micro-batch (apply_memory_plan); 'auto' reads the card and resolves the c switches,
+    micro-batch, graph shapes and validation chunks of the whole run into state.cfg (memory_auto.apply); a resumed
+    auto run planned otherwise now loses what its plan set (memory_auto.forget). After the model is built, before
+    the optimizer, the loaders, the backend and the step read them."""
+    budget = state.cfg.mem_budget
+    if budget is None and state.cfg.batch_size != -1:
+        budget = memory_auto.DEFAULT_MEM_BUDGET
+    if budget != "auto":  # a resumed auto run planned otherwise now: what its plan set goes back to the defaults
+        state.cfg = memory_auto.forget(state.cfg)
+    if budget == "auto":
+        memory_auto.apply(state)
+    elif budget is not None:
+        apply_memory_plan(state)
+
+
 def setup_optimization(state):
     """The batch (batching.plan_batching, once: AutoBatch for -1, --accumulate or the nominal-64 rule; a resume
-    keeps the run's nominal batch unless --accumulate is given; --mem-budget's micro-batch), weight decay
+    keeps the run's nominal batch unless --accumulate is given; plan_memory's micro-batch), weight decay
     scaled to the nominal batch (hyp not changed), optimizer, LR schedule, EMA and GradScaler."""
     cfg, log, resumed, hyp = state.cfg, state.log, state.resumed, state.hyp
-    if cfg.mem_budget is not None:
-        apply_memory_plan(state)
     batch_size = cfg.batch_size
     if batch_size == -1:  # AutoBatch (single process: batch_error): before the loaders and the weight decay
         batch_size = autobatch(state.model, state.imgsz, hyp, state.device, backend=cfg.backend, amp=state.amp,
