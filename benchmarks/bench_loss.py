@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
 from yolov9c.loss.detection import DetectionLoss
 
-GIB = 1024 ** 3
+from yolov9c.units import GIB  # noqa: E402
 
 
 def head_outputs(batch, imgsz, nc, dtype, device, seed=0):

@@ -29,7 +29,8 @@ from pathlib import Path
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # before torch starts CUDA
 
 REPO = Path(__file__).resolve().parents[1]
-GIB = 2 ** 30
+sys.path.insert(0, str(REPO))  # runs from a checkout without installing
+from yolov9c.units import GIB  # noqa: E402
 CONFIGS = {  # name: (backend, channels_last, per-layer checkpointing, whole-step CUDA graph); the default run
     # order (c rows early, so that a run cut short by a time limit still has them)
     "torch-nchw": ("torch", False, False, False),

@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # runs from a checkout without installing
 from yolov9c.ops.nms import nms, nms_reference  # noqa: E402
+from yolov9c.units import MIB  # noqa: E402
 
 try:
     from torchvision.ops import batched_nms as tv_batched_nms   # optional comparison, not a dependency
@@ -71,7 +72,7 @@ def peak_mib(fn, device):
     torch.cuda.reset_peak_memory_stats(device)
     fn()
     sync(device)
-    return round((torch.cuda.max_memory_allocated(device) - base) / 2**20, 2)
+    return round((torch.cuda.max_memory_allocated(device) - base) / MIB, 2)
 
 
 def main():

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-GIB = 2 ** 30
+GIB = 2 ** 30  # yolov9c.units.GIB spelled out: this file runs in the published code's interpreter too
 MODES = ("nchw", "channels_last")
 CLONE = "git clone https://github.com/WongKinYiu/yolov9"
 HYP = "data/hyps/hyp.scratch-high.yaml"

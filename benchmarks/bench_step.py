@@ -35,7 +35,7 @@ from pathlib import Path
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 REPO = Path(__file__).resolve().parents[1]
-GIB = 2 ** 30
+GIB = 2 ** 30  # yolov9c.units.GIB spelled out: this file runs in the published code's interpreter too
 
 
 def _round(x, stride=32):

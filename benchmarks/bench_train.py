@@ -38,7 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the dataset writer imports yolov9c in this process too
-GIB = 2 ** 30
+from yolov9c.units import GIB  # noqa: E402
 
 
 def build_parser():

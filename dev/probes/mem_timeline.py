@@ -26,7 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-MIB, GIB = 2 ** 20, 2 ** 30
+from yolov9c.units import GIB, MIB  # noqa: E402
 
 
 def build_parser():

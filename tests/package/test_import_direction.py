@@ -30,7 +30,7 @@ LAYERS = {
     "models": 3, "loss": 3, "data": 3,
     "ops": 2,
     "_C": 1,
-    "geometry": 0, "resources": 0,
+    "geometry": 0, "resources": 0, "units": 0,
 }
 
 # (importing folder, imported folder) still allowed against the rule

@@ -27,6 +27,7 @@ import numpy as np
 from yolov9c.data.images import BadImage, read_image
 from yolov9c.data.label_cache import folder_writable
 from yolov9c.data.stale_temps import remove_stale_temps
+from yolov9c.units import GIB, MIB
 
 
 def resize_long_side(img, img_size, augment, hw0=None):
@@ -141,7 +142,7 @@ def disk_space_problem(im_files, shapes, margin=1.1):
 
 
 def _size(n):
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.2f} MiB"
 
 
 def _write_npy(im_file, rebuilt=""):
@@ -204,7 +205,7 @@ def cache_images(dataset, mode, log=print, prefix=""):
     if mode == "ram":
         have = available_ram()
         if need * 1.1 > have:
-            log(f"{prefix}--cache ram needs {need / 2**30:.1f} GiB (+10 % margin) but {have / 2**30:.1f} GiB is "
+            log(f"{prefix}--cache ram needs {need / GIB:.1f} GiB (+10 % margin) but {have / GIB:.1f} GiB is "
                 f"available: not caching images")
             return None
     ims = [None] * n
@@ -217,5 +218,5 @@ def cache_images(dataset, mode, log=print, prefix=""):
     with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
         list(pool.map(load, range(n)))
     dataset.ims, dataset.im_hw0, dataset.im_hw = ims, hw0, hw
-    log(f"{prefix}RAM cache: {n} images, {need / 2**30:.2f} GiB")
+    log(f"{prefix}RAM cache: {n} images, {need / GIB:.2f} GiB")
     return mode

@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import torch
 
+from yolov9c.units import MIB
+
 def _default_file_mode() -> int:
     """Permission bits a plain open(path, 'w') would give (0o666 minus the umask); mkstemp would use 0o600."""
     try:
@@ -182,7 +184,7 @@ def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike, what: str = "fil
 
     def copy(f):
         with open(src, "rb") as s:
-            shutil.copyfileobj(s, f, 1 << 20)
+            shutil.copyfileobj(s, f, MIB)
 
     return _atomic(dst, copy, what, src.stat().st_size)
 

@@ -22,6 +22,7 @@ import torch
 
 from yolov9c.backends import apply as apply_backend
 from yolov9c.loss.detection import make_loss
+from yolov9c.units import GIB
 
 PREFIX = "AutoBatch: "
 BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -87,7 +88,7 @@ def profile_step(model, compute_loss, batch, imgsz, nc, device, amp, labels_per_
             loss, _ = compute_loss(model(imgs), targets)
         loss.sum().backward()
         torch.cuda.synchronize(device)
-        mem = torch.cuda.max_memory_reserved(device) / 2 ** 30
+        mem = torch.cuda.max_memory_reserved(device) / GIB
     except torch.cuda.OutOfMemoryError:
         mem = None
     finally:
@@ -109,9 +110,9 @@ def autobatch(model, imgsz, hyp, device, backend="torch", amp=True, fraction=FRA
         return DEFAULT_BATCH
     log(f"{PREFIX}Computing optimal batch size for --imgsz {imgsz} (forward + loss + backward, backend "
         f"{backend}, {'AMP' if amp else 'FP32'})")
-    total = torch.cuda.get_device_properties(device).total_memory / 2 ** 30
-    reserved = torch.cuda.memory_reserved(device) / 2 ** 30
-    allocated = torch.cuda.memory_allocated(device) / 2 ** 30
+    total = torch.cuda.get_device_properties(device).total_memory / GIB
+    reserved = torch.cuda.memory_reserved(device) / GIB
+    allocated = torch.cuda.memory_allocated(device) / GIB
     free = total - (reserved + allocated)
     log(f"{PREFIX}{torch.cuda.get_device_name(device)} {total:.2f}G total, {reserved:.2f}G reserved, "
         f"{allocated:.2f}G allocated, {free:.2f}G free")

@@ -28,7 +28,7 @@ from yolov9c.engine.train import memory_plan as mp
 from yolov9c.engine.train.config import SWITCH_ENV, RunConfig, opt_dict
 from yolov9c.engine.train.config import switches as switches_of
 
-GIB = 2 ** 30
+from yolov9c.units import GIB
 # The budget of a run without --mem-budget. None: no plan (the out-of-memory guard alone). It becomes "auto" once
 # the GPU run proves it: dev/gpu_run.sh capped with CAP_SPEC=yolov9-s=5.0,yolov9-c=10.5,yolov9-e=14.5 and
 # CAP_MEM_BUDGET=auto (6 / 12 / 16 GB cards) finishing all three models at >= 80 % of their uncapped images/s.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-GIB = 2 ** 30
+from yolov9c.units import GIB
 
 
 def cap_gib(cfg) -> float | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from yolov9c.engine.train import memory_plan as mp
 
-GIB = 2 ** 30
+from yolov9c.units import GIB
 REF_IMG = mp.REF_IMG
 # What a run holds on the device between steps, besides the step's own memory: float32 weights, gradients, the
 # optimizer's momentum and the EMA copy (16 bytes a parameter), the graphs' static uint8 image batch, and one

@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 
-GIB = 2 ** 30
+GIB = 2 ** 30  # yolov9c.units.GIB spelled out: this file runs in the published code's interpreter too
 REF_IMG = 640
 CONTEXT_GIB = 0.5  # the CUDA context and cuDNN/cuBLAS handles: outside PyTorch's reserved memory
 # common cards: nominal GB (10⁹ bytes, as sold) -> usable GiB for the process (less the context)

@@ -19,7 +19,7 @@ import dataclasses
 import functools
 
 
-GIB = 2 ** 30
+from yolov9c.units import GIB
 BYTES = 2  # fp16 (AMP): a stored z, a kept conv input
 COUNT_IMG, REF_IMG = 128, 640
 

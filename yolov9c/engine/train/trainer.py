@@ -46,7 +46,7 @@ from yolov9c.models.weights import load_model
 
 __all__ = ["Interrupted", "TrainError", "train"]  # TrainError: raised by set-up and the loop, caught by the CLI
 
-GIB = 2 ** 30
+from yolov9c.units import GIB
 METRIC_KEYS = ("mp", "mr", "map50", "map", "box_loss", "cls_loss", "dfl_loss")
 HEADER = ("%11s" * 8) % ("Epoch", "GPU_mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size", "peak_mem")
 

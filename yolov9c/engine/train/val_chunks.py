@@ -21,7 +21,7 @@ from yolov9c.engine.train import memory_phases as mph
 from yolov9c.engine.train.guards import free_cuda
 from yolov9c.engine.train.memory_cap import limit_bytes
 
-GIB = 2 ** 30
+from yolov9c.units import GIB
 
 
 def left_gib(device) -> float:
