@@ -65,22 +65,39 @@ def resolve_hyp(hyp):
     return found
 
 
-# key -> (test, rule): the values a training can run with (evolve.META is narrower: the range it searches).
-# Keys not listed (a published file's extras) are not checked.
+# The hyp keys: the one list of them in the package (the others below and in data/, engine/ derive from it;
+# tests/package/test_resources.py). key -> (reader, test, rule), in the published file's order. The reader: "train"
+# (optimizer, LR schedule, warm-up: a run's set-up requires them), "augment" and "warp" (the data pipeline requires
+# them; "warp": the random perspective, mosaics' too), "loss" (read when present; label_smoothing is set from
+# --label-smoothing), "unread" (published keys nothing here reads). test/rule: the values a training can run with
+# (evolve.META is narrower: the range it searches). Keys not listed (a published file's extras) are not checked.
 _POSITIVE = (lambda v: v > 0, "a number > 0")
 _ANY = (lambda v: v >= 0, "a number >= 0")
 _FRACTION = (lambda v: 0 <= v <= 1, "a fraction in [0, 1]")
 _BELOW_1 = (lambda v: 0 <= v < 1, "a number in [0, 1)")
 HYP_RANGES = {
-    "lr0": _POSITIVE, "lrf": _ANY, "momentum": _BELOW_1, "weight_decay": _ANY, "warmup_epochs": _ANY,
-    "warmup_momentum": _FRACTION, "warmup_bias_lr": _ANY, "box": _ANY, "cls": _ANY, "cls_pw": _ANY, "obj": _ANY,
-    "obj_pw": _ANY, "dfl": _ANY, "iou_t": _FRACTION, "anchor_t": _ANY, "fl_gamma": _ANY, "label_smoothing": _BELOW_1,
-    "hsv_h": _FRACTION, "hsv_s": _FRACTION, "hsv_v": _FRACTION, "degrees": _ANY, "translate": _FRACTION,
-    "scale": _ANY, "shear": _ANY, "perspective": _ANY,
-    "flipud": _FRACTION, "fliplr": _FRACTION, "mosaic": _FRACTION, "mixup": _FRACTION, "copy_paste": _FRACTION,
+    "lr0": ("train", *_POSITIVE), "lrf": ("train", *_ANY), "momentum": ("train", *_BELOW_1),
+    "weight_decay": ("train", *_ANY), "warmup_epochs": ("train", *_ANY), "warmup_momentum": ("train", *_FRACTION),
+    "warmup_bias_lr": ("train", *_ANY),
+    "box": ("unread", *_ANY), "cls": ("unread", *_ANY), "cls_pw": ("loss", *_ANY), "obj": ("unread", *_ANY),
+    "obj_pw": ("unread", *_ANY), "dfl": ("unread", *_ANY), "iou_t": ("unread", *_FRACTION),
+    "anchor_t": ("unread", *_ANY), "fl_gamma": ("loss", *_ANY), "label_smoothing": ("loss", *_BELOW_1),
+    "hsv_h": ("augment", *_FRACTION), "hsv_s": ("augment", *_FRACTION), "hsv_v": ("augment", *_FRACTION),
+    "degrees": ("warp", *_ANY), "translate": ("warp", *_FRACTION), "scale": ("warp", *_ANY),
+    "shear": ("warp", *_ANY), "perspective": ("warp", *_ANY),
+    "flipud": ("augment", *_FRACTION), "fliplr": ("augment", *_FRACTION), "mosaic": ("augment", *_FRACTION),
+    "mixup": ("augment", *_FRACTION), "copy_paste": ("augment", *_FRACTION),
 }
 
 
+def hyp_keys(*readers):
+    """The HYP_RANGES keys read by any of `readers`, in the table's order."""
+    return tuple(k for k, (reader, _, _) in HYP_RANGES.items() if reader in readers)
+
+
+TRAIN_KEYS = hyp_keys("train")
+AUGMENT_KEYS = hyp_keys("augment", "warp")
+WARP_KEYS = hyp_keys("warp")
 # keys a hyp file may hold besides HYP_RANGES': `anchors` (commented out in the published files; evolve.META has it)
 HYP_KEYS = (*HYP_RANGES, "anchors")
 # a plain scalar that YAML 1.2 reads as a float and PyYAML (YAML 1.1) as a string: 1e-3, 5E4, 1.0e3
@@ -103,7 +120,7 @@ def check_hyp(hyp: dict, where="hyp", lines=None) -> dict:
     """Raise ValueError "<where>: line N: <key>: <why>" for the first value of a HYP_RANGES key that is not a
     number (true/false count as not) or lies outside its range; `lines` maps keys to their line in the file.
     Returns `hyp`."""
-    for k, (ok, rule) in HYP_RANGES.items():
+    for k, (_, ok, rule) in HYP_RANGES.items():
         if k not in hyp:
             continue
         v = hyp[k]

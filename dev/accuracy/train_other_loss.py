@@ -9,7 +9,7 @@ The first argument is the loss's backend, the rest train_dual.py's command line.
 set-up calls (yolov9c.engine.train.state.make_loss) is replaced, for this process only, by one that builds the
 loss on that backend; then train_dual.py's main runs. One process only (a --device 0,1 run would start DDP
 workers without the replacement: refused).
-Test: python -m pytest -q tests/engine/train/test_train_backend.py -k other_loss
+Test: python -m pytest -q dev/tests/test_train_other_loss.py
 """
 
 import sys

@@ -7,7 +7,7 @@ same by construction: the labels of mixed items, both halves, come out identical
     python dev/fidelity/augment_stats.py                          # tests/assets/coco24 and synthetic, 320 px
     python dev/fidelity/augment_stats.py --data ../shared/data/coco128/images/train --imgsz 640 --batches 8
 
-`compare(source, imgsz, batches)` gives the rows; tests/data/test_augment_plan.py asserts them (boxes identical,
+`compare(source, imgsz, batches)` gives the rows; dev/tests/test_augment_stats.py asserts them (boxes identical,
 every pixel statistic |z| < 0.5). Not a speed measure (benchmarks/bench_train.py is).
 """
 
@@ -43,7 +43,7 @@ def _summary(loader, batches):
 
 
 def compare(source, imgsz=320, batches=4, batch_size=16, seed=0, workers=0):
-    """Rows (metric, cpu pipeline, augment op, z or distance, kind) for `batches` batches of `source`."""
+    """Rows (metric, augment op, cpu pipeline, z or distance, kind) for `batches` batches of `source`."""
     hyp = augment_hyp()
     hyp.update(HYP_OVERRIDES)
     summaries = []

@@ -1,7 +1,7 @@
 """--gpu-augment's data path (yolov9c/data/augment_plan.py + the augment op's C reference): the same training
 items as the CPU pipeline (yolov9c/data/dataset.py), copy-paste included, batches independent of the worker count
-and reproducible by epoch, the paste cap, the loader's checks, a corrupt image, the OOM fallback, and the
-distribution check.
+and reproducible by epoch, the paste cap, the loader's checks, a corrupt image, the OOM fallback. (The distribution
+check over whole batches is a developer tool's: dev/tests/test_augment_stats.py.)
 
 Tolerances (pixels of whole items against the CPU pipeline; the op's own against OpenCV: tests/ops/test_augment.py):
     labels, shapes, paths          identical (the same draws and the same box code), with copy-paste too
@@ -11,13 +11,11 @@ Tolerances (pixels of whole items against the CPU pipeline; the op's own against
                                    coco24; the paste is drawContours' fill: only edges leaving the canvas differ)
     over the paste cap             labels identical; pixels >= 99.5 % within 1 level, mean difference <= 0.1
                                    (a 600-value cap: simplified outlines)
-    distribution (stats.py)        box statistics identical; every pixel statistic |z| < 0.5
 Image sizes are multiples of 64 (192, 320): OpenCV's HSV->BGR rounds a row's last width % 64 pixels
 differently (tests/ops/test_augment.py), which the op does not copy; 640 training images have none.
 Run: python -m pytest -q tests/data/test_augment_plan.py
 """
 
-import sys
 from pathlib import Path
 
 import cv2
@@ -36,14 +34,11 @@ from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train.results import read_results
 from yolov9c.ops import extension
 
-from inprocess import run_script  # noqa: E402
-from repo_assets import COCO24  # noqa: E402
+from inprocess import run_script
+from repo_assets import COCO24
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dev" / "fidelity"))
-import augment_stats  # noqa: E402
-
-# every path of the op: mosaic and letterbox, mixup, rotation, shear, perspective, HSV, both flips
-HYP = dict(augment_stats.HYP_OVERRIDES, flipud=0.3)
+# scratch-high with every path of the op on: mosaic and letterbox, mixup, rotation, shear, perspective, HSV, both flips
+HYP = {"mixup": 0.5, "degrees": 10.0, "shear": 2.0, "perspective": 0.0005, "mosaic": 0.8, "flipud": 0.3}
 
 
 def _quiet(*a):
@@ -323,22 +318,6 @@ def test_cuda_assembles_copy_paste_batches_as_the_c_reference(coco_poly):
     _, batch = _items(coco_poly, 320, keys, _hyp(copy_paste=1.0))
     assert batch.paste[:, :, 0].sum() >= 10
     assert torch.equal(BatchAssembler("cuda:0")(batch.pin_memory())[0].cpu(), BatchAssembler("cpu")(batch)[0])
-
-
-@pytest.mark.parametrize("which", ["coco24", "synthetic"])
-def test_distribution_matches_the_cpu_pipeline(which, syn):
-    source = str(COCO24 / "images" / "train") if which == "coco24" else syn["train"]
-    rows = augment_stats.compare(source, imgsz=192 if which == "synthetic" else 320, batches=2, batch_size=8)
-    names = {r[0] for r in rows}
-    assert {"boxes_per_image", "box_side_px", "pixel_mean_R", "pixel_std_B", "grey_share", "sharpness",
-            "mosaic_rate", "hist_cls"} <= names
-    for metric, ours, cpu, z, kind in rows:
-        if kind == "tv":
-            assert z == 0.0, f"{metric}: histograms differ (distance {z})"
-        elif metric in ("boxes_per_image", "empty_images", "box_side_px", "mosaic_rate"):
-            assert ours == cpu, f"{metric}: {ours} vs {cpu}"
-        else:
-            assert abs(z) < 0.5, f"{metric}: {ours} vs {cpu}, z {z}"
 
 
 def test_train_dual_with_gpu_augment_trains_like_the_cpu_pipeline(syn, tmp_path, monkeypatch):

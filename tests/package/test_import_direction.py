@@ -7,13 +7,15 @@ of its own layer or below (LAYERS); an import of a higher layer fails, naming th
 new folder is placed on purpose. KNOWN lists the folder pairs still allowed against the rule, each with why.
 The op layer at the bottom (last section): every yolov9c/ops module imports only yolov9c._C, yolov9c.geometry,
 other ops modules and torch/numpy (and a few stdlib modules), and importing all of them (after `import yolov9c`,
-whose api imports lazily) loads no other yolov9c package (no loss, models, data, engine).
+whose api imports lazily) loads no other yolov9c package (no loss, models, data, engine). Last, the suite stands
+without dev/ (the developers' tools sit above it): no code under tests/ names a path in dev/ or imports its modules.
 Test: python -m pytest -q tests/package/test_import_direction.py
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -213,3 +215,83 @@ def test_importing_the_ops_loads_no_upper_layer():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------
+# tests/ stand without dev/ (dev/tests/ hold the tools' tests; dev/README.md lists what still reaches in)
+# ---------------------------------------------------------------------------------------------------------
+
+TESTS, DEV = REPO / "tests", REPO / "dev"
+# "dev", "dev/x", "{}/dev/x", "a/dev"; not the system's "/dev/zero", alone or after a space
+_DEV_PATH = re.compile(r"(^|[^\s/\\'\"(][/\\])dev([/\\]|$)")
+# files under tests/ allowed to name dev/, each with why
+DEV_NAMED = {"package/test_import_direction.py": "this check: it names dev/ to look for it"}
+
+
+def _texts(node):
+    """The strings an expression node spells: a constant; an f-string or a `x + "..."` with {} for what is computed."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        return ["".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.right, ast.Constant) \
+            and isinstance(node.right.value, str) and not isinstance(node.left, ast.Constant):
+        return ["{}" + node.right.value]
+    return []
+
+
+def dev_reaches(root=TESTS, dev=DEV):
+    """["file:line: why"] for each place in a .py file under `root` that names a path in dev/ (a string outside a
+    docstring or bare string statement: sys.path entries, files loaded or run) or imports a module of dev/ by name
+    (`import augment_stats`, `from dev.fidelity import stats`, importlib.import_module("train_other_loss"))."""
+    modules = {p.stem for p in dev.rglob("*.py") if p.parent != dev / "tests"} | {"dev"}
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() in DEV_NAMED:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        bare = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}  # docstrings and the like
+        found = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found += [(node.lineno, f"imports {a.name}") for a in node.names if a.name.split(".")[0] in modules]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module.split(".")[0] in modules:
+                found.append((node.lineno, f"imports from {node.module}"))
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in (
+                    "import_module", "__import__") and node.args and any(
+                    t.split(".")[0] in modules for t in _texts(node.args[0])):
+                found.append((node.lineno, f"imports {_texts(node.args[0])[0]}"))
+            elif id(node) not in bare:
+                found += [(node.lineno, f"names the path {t!r}") for t in _texts(node) if _DEV_PATH.search(t)]
+        out += [f"{path.relative_to(root.parent)}:{line}: {why}" for line, why in sorted(found)]
+    return out
+
+
+def test_tests_do_not_reach_into_dev():
+    bad = dev_reaches()
+    assert not bad, "tests/ reach into dev/ (move the case to dev/tests/, or copy the value it needs):\n" + \
+        "\n".join(bad)
+
+
+def test_the_dev_check_finds_each_way_in(tmp_path):
+    """Each way a test could reach dev/ is reported once, on its line; the system's /dev/zero, the repository root
+    on sys.path, a module of another package named like a dev tool and docstrings are not."""
+    (tmp_path / "tests").mkdir()
+    lines = ['"""Uses dev/fidelity/augment_stats.py."""',
+             "import sys, importlib",
+             "from pathlib import Path",
+             "from scipy import stats",
+             "REPO = Path(__file__).parents[1]",
+             "sys.path.insert(0, str(REPO))",
+             "open('/dev/zero')",
+             'sys.path.insert(0, str(REPO / "dev" / "fidelity"))',
+             "import augment_stats",
+             "from dev.accuracy import train_other_loss",
+             'sys.path.append(f"{REPO}/dev/accuracy")',
+             'spec = importlib.util.spec_from_file_location("x", str(REPO) + "/dev/probes/bn_passes.py")',
+             'importlib.import_module("train_other_loss")',
+             'run = ["python", "dev/gpu_run.sh"]']
+    (tmp_path / "tests" / "test_x.py").write_text("\n".join(lines) + "\n")
+    bad = dev_reaches(tmp_path / "tests")
+    assert [int(b.split(":")[1]) for b in bad] == list(range(8, 15)), bad
+    assert all(b.startswith("tests/test_x.py:") for b in bad)

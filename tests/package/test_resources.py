@@ -1,9 +1,11 @@
 """Bundled configs: found from the package in a checkout/editable install and inside a regular (non-editable)
-wheel install; load_hyp errors name the file.
+wheel install; load_hyp errors name the file. The hyp keys: HYP_RANGES is their one list (every other list derives
+from it, and no other module of the package spells one out), and what each part requires is missing-key checked.
 
 Run: python -m pytest -q tests/package/test_resources.py
 """
 
+import ast
 import os
 import re
 import subprocess
@@ -12,9 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from yolov9c.resources import CONFIGS_DIR, DEFAULT_HYP, MODEL_CONFIG_DIR, load_hyp
+import yolov9c.data.hyp as data_hyp
+import yolov9c.data.mosaic as mosaic
+import yolov9c.engine.train.state as train_state
+from yolov9c.resources import (AUGMENT_KEYS, CONFIGS_DIR, DEFAULT_HYP, HYP_KEYS, HYP_RANGES, MODEL_CONFIG_DIR,
+                               TRAIN_KEYS, WARP_KEYS, hyp_keys, load_hyp)
 
 REPO = Path(__file__).resolve().parents[2]
+PKG = REPO / "yolov9c"
+# hyp key lists allowed outside resources.py ("file:name"), each with why
+KEY_LISTS = {"engine/train/evolve.py:META": "the search's own gain and bounds per key; its keys are checked against "
+                                            "HYP_KEYS in tests/engine/train/test_train_evolve.py"}
 
 
 def test_bundled_configs_are_found():
@@ -108,3 +118,85 @@ def test_published_paths_find_the_bundled_files(tmp_path, monkeypatch):
     text = (MODEL_CONFIG_DIR / "gelan-t.yaml").read_text().replace("nc: 80", "nc: 7")
     (own / "gelan-t.yaml").write_text(text)
     assert resolve_config("models/detect/gelan-t.yaml")[0]["nc"] == 7
+
+
+def test_every_hyp_key_list_derives_from_hyp_ranges():
+    """The groups are HYP_RANGES' keys by reader, in its order; the lists the data pipeline, load_mosaic and a
+    run's set-up require are those groups; the bundled file holds every key but two."""
+    keys = list(HYP_RANGES)
+    assert len(keys) == 30 and HYP_KEYS == (*keys, "anchors")
+    for group in (TRAIN_KEYS, AUGMENT_KEYS, WARP_KEYS):
+        assert group and list(group) == [k for k in keys if k in group]  # a subset, in the table's order
+    assert TRAIN_KEYS == ("lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum",
+                          "warmup_bias_lr")
+    assert WARP_KEYS == ("degrees", "translate", "scale", "shear", "perspective")
+    assert set(WARP_KEYS) < set(AUGMENT_KEYS) and not set(TRAIN_KEYS) & set(AUGMENT_KEYS)
+    assert set(hyp_keys("train", "augment", "warp", "loss", "unread")) == set(keys)  # every key has a reader
+    assert data_hyp.AUGMENT_KEYS is AUGMENT_KEYS and train_state.TRAIN_KEYS is TRAIN_KEYS
+    assert mosaic.HYP_KEYS == (*WARP_KEYS, "copy_paste") and set(mosaic.HYP_KEYS) <= set(AUGMENT_KEYS)
+    # label_smoothing comes from --label-smoothing; anchors is commented out, as published
+    assert set(load_hyp()) == set(HYP_KEYS) - {"label_smoothing", "anchors"}
+
+
+def test_the_data_pipeline_requires_its_keys_only():
+    """augment_hyp names each AUGMENT_KEYS key a hyp lacks, and needs no other key (a run's set-up requires
+    TRAIN_KEYS: tests/cli/test_cli_errors.py -k hyp)."""
+    full = load_hyp()
+    for key in AUGMENT_KEYS:
+        with pytest.raises(KeyError) as e:
+            data_hyp.augment_hyp({k: v for k, v in full.items() if k != key})
+        assert e.value.args[0] == f"hyp lacks augmentation keys: {key}"
+    only = {k: full[k] for k in AUGMENT_KEYS}
+    assert data_hyp.augment_hyp(only) == only
+
+
+def _key_lists(path):
+    """[(line, assigned name or "", keys)] of the tuple, list, set and dict (its keys) literals in `path` that
+    spell two or more hyp keys (HYP_KEYS) and nothing else."""
+    tree = ast.parse(path.read_text())
+    names = {id(n.value): n.targets[0].id for n in ast.walk(tree)
+             if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)}
+    out = []
+    for node in ast.walk(tree):
+        items = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(
+            node, (ast.Tuple, ast.List, ast.Set)) else None
+        if not items:
+            continue
+        texts = [x.value if isinstance(x, ast.Constant) and isinstance(x.value, str) else None for x in items]
+        if len(texts) >= 2 and all(t in HYP_KEYS for t in texts):
+            out.append((node.lineno, names.get(id(node), ""), texts))
+    return sorted(out)
+
+
+def hyp_key_lists(root=PKG, allowed=KEY_LISTS):
+    """["file:line name: keys"] for every hyp key list spelt out in a module under `root` but resources.py,
+    unless `allowed` names it ("file:name")."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == "resources.py":
+            continue
+        out += [f"{rel}:{line} {name}: {keys}" for line, name, keys in _key_lists(path)
+                if f"{rel}:{name}" not in allowed]
+    return out
+
+
+def test_no_other_module_spells_a_hyp_key_list():
+    bad = hyp_key_lists()
+    assert not bad, "hyp key lists outside resources.py (derive them from HYP_RANGES):\n" + "\n".join(bad)
+    for entry in KEY_LISTS:  # each allowed list still exists
+        file, name = entry.split(":")
+        assert any(n == name for _, n, _ in _key_lists(PKG / file)), entry
+
+
+def test_the_key_list_check_finds_a_spelt_out_list(tmp_path):
+    """A module with the training keys spelt out, a set of two augmentation keys and a dict keyed by hyp keys is
+    reported; an option table that mixes hyp keys with other names, and resources.py itself, are not."""
+    (tmp_path / "resources.py").write_text('HYP = ("lr0", "lrf")\n')
+    (tmp_path / "mine.py").write_text(
+        f"KEYS = {TRAIN_KEYS!r}\n"
+        "def f(hyp):\n    return {'mosaic', 'mixup'} <= set(hyp)\n"
+        "BOUNDS = {'lr0': 1, 'lrf': 2}\n"
+        "CHECKS = {'mosaic': 1, 'mixup': 2, 'epochs': 3}\n")
+    bad = hyp_key_lists(tmp_path, allowed={})
+    assert [b.split(":")[:2] for b in bad] == [["mine.py", "1 KEYS"], ["mine.py", "3 "], ["mine.py", "4 BOUNDS"]], bad

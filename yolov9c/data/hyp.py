@@ -5,11 +5,7 @@
 Test: python -m pytest -q tests/data/test_data_dataset.py -k hyp
 """
 
-from yolov9c.resources import check_hyp, load_hyp
-
-# the keys the data pipeline reads (of hyp.scratch-high.yaml's keys)
-AUGMENT_KEYS = ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
-                "flipud", "fliplr", "mosaic", "mixup", "copy_paste")
+from yolov9c.resources import AUGMENT_KEYS, check_hyp, load_hyp
 
 
 def augment_hyp(hyp=None, mosaic=None, mixup=None, log=print):

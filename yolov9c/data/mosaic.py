@@ -19,8 +19,9 @@ import numpy as np
 from yolov9c.data.copy_paste import copy_paste
 from yolov9c.data.perspective import polygon_boxes, random_perspective
 from yolov9c.geometry import xywhn_to_xyxy
+from yolov9c.resources import WARP_KEYS
 
-HYP_KEYS = ("degrees", "translate", "scale", "shear", "perspective", "copy_paste")
+HYP_KEYS = (*WARP_KEYS, "copy_paste")  # what load_mosaic reads
 _EMPTY_POLYGON = np.zeros((0, 2), np.float32)
 
 

@@ -2,16 +2,14 @@
 synthetic data writes the run folder, and its first training iteration gives the same loss as a `--backend
 torch` run from the same seed (fp32, within 1e-4 relative). Checkpoints of a c run are plain torch: the same
 state_dict keys and shapes as a torch run's. Also: `--backend c` without the built extension is one clear error;
-the loss follows --backend (dev/accuracy/train_other_loss.py is the developer tool that swaps it).
+each backend trains with its own loss, whatever YOLOV9C_LOSS_BACKEND says (the developer tool that swaps the loss,
+dev/accuracy/train_other_loss.py, is tested in dev/tests/test_train_other_loss.py).
 
 Each run is yolov9-t (dual head, auxiliary branch) at 64×64, one batch of 4 images per epoch (so the first
 iteration is the whole epoch), without the final best.pt validation, on one CPU thread: about 11 s for the
 file. The layer-by-layer equality of the backends on every model family is the backend's own tests' job
 (tests/backends/test_backend_c.py). Run: python -m pytest -q tests/engine/train/test_train_backend.py
 """
-
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -118,28 +116,20 @@ def test_c_backend_without_the_extension_says_how_to_build(data, tmp_path, monke
     assert not (tmp_path / "runs").exists()  # refused before a run folder is made
 
 
-def test_the_loss_follows_the_backend_and_the_other_loss_is_a_benchmark_tool(data, tmp_path, monkeypatch, capsys):
-    """The product trains each backend with its own loss: YOLOV9C_LOSS_BACKEND (a removed developer switch) changes
-    nothing. dev/accuracy/train_other_loss.py (bench_accuracy.py's loss-* runners) trains c's model with torch's
-    loss, says so, leaves the trainer's loss factory as it was, and refuses a loss that is no backend."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "dev" / "accuracy"))
-    import train_other_loss
-
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_each_backend_trains_with_its_own_loss(backend, data, tmp_path, monkeypatch):
+    """YOLOV9C_LOSS_BACKEND (a removed developer switch) set to the other backend changes nothing: the trainer
+    builds the loss on the run's --backend only."""
     real, used = train_state.make_loss, []
-    recording = lambda model, hyp=None, backend="torch": used.append(backend) or real(model, hyp, backend)  # noqa
+
+    def recording(model, hyp=None, backend="torch"):
+        used.append(backend)
+        return real(model, hyp, backend)
+
     monkeypatch.setattr(train_state, "make_loss", recording)
-    monkeypatch.setenv("YOLOV9C_LOSS_BACKEND", "torch")
+    monkeypatch.setenv("YOLOV9C_LOSS_BACKEND", "torch" if backend == "c" else "c")
     argv = ["--data", data, "--cfg", "yolov9-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1",
-            "--workers", "0", "--noplots", "--noval", "--device", "cpu", "--project", str(tmp_path / "a"),
-            "--backend", "c"]
+            "--workers", "0", "--noplots", "--noval", "--device", "cpu", "--project", str(tmp_path),
+            "--backend", backend]
     assert main(argv) == 0
-    assert used and set(used) == {"c"}
-    monkeypatch.delenv("YOLOV9C_LOSS_BACKEND")
-    used.clear()
-    argv[argv.index("--project") + 1] = str(tmp_path / "b")
-    assert train_other_loss.main(["torch", *argv]) == 0
-    assert used and set(used) == {"torch"} and train_state.make_loss is recording
-    assert "train_other_loss.py: the loss runs on the torch backend" in capsys.readouterr().out
-    assert yaml.safe_load((tmp_path / "b" / "exp" / "opt.yaml").read_text())["backend"] == "c"
-    assert train_other_loss.main(["cuda", *argv]) == 2
-    assert "error: the first argument is the loss's backend (torch or c)" in capsys.readouterr().err
+    assert used and set(used) == {backend}

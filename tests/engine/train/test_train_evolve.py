@@ -2,7 +2,8 @@
 runs/evolve/exp/evolve.csv (header + 2 rows: 7 results then every hyperparameter), hyp_evolve.yaml (the best row)
 and no checkpoints; with a stand-in training function (fast): 25 generations stay inside META's bounds, the same
 --seed repeats the same mutations and another seed does not, the fittest row becomes hyp_evolve.yaml, and an
-evolution continues an existing evolve.csv (--resume).
+evolution continues an existing evolve.csv (--resume). META bounds every key of a hyp file (resources.HYP_KEYS),
+inside the values a run accepts (resources.HYP_RANGES).
 
 Run: python -m pytest -q tests/engine/train/test_train_evolve.py
 """
@@ -16,8 +17,21 @@ import yaml
 from yolov9c.cli.train import main, parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train.evolve import META, RESULT_KEYS, evolve, mutate, read_evolve_csv, row_fitness
+from yolov9c.resources import HYP_KEYS, HYP_RANGES, load_hyp
 
 QUIET = dict(log=lambda *a, **k: None)
+
+
+def test_meta_bounds_every_hyp_key_within_its_range():
+    """Every key a hyp file holds is searched (label_smoothing comes from --label-smoothing, not the file), and
+    each key's search range lies inside the values resources.check_hyp lets a run use."""
+    assert set(META) == set(HYP_KEYS) - {"label_smoothing"}
+    assert set(load_hyp()) <= set(META)
+    for k, (gain, lo, hi) in META.items():
+        assert gain >= 0 and lo <= hi, k
+        if k in HYP_RANGES:
+            _, ok, rule = HYP_RANGES[k]
+            assert ok(lo) and ok(hi), f"{k}: META's [{lo}, {hi}] is not {rule}"
 
 
 def test_two_real_generations(tmp_path, monkeypatch):

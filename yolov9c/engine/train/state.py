@@ -67,7 +67,7 @@ from yolov9c.models.weights import transfer_weights
 from yolov9c.models.info import model_summary
 from yolov9c.models.model import DetectionModel
 from yolov9c.ops import extension
-from yolov9c.resources import resolve_hyp
+from yolov9c.resources import TRAIN_KEYS, resolve_hyp
 
 __all__ = ["NBS", "Progress", "RunState", "cpu_threads", "make_val_loader", "setup"]
 
@@ -329,10 +329,6 @@ def resolve_backend(cfg, device, world, log):
 # Run folder, hyp, seeds
 # ---------------------------------------------------------------------------------------------------------
 
-# the keys the optimizer, LR schedule and warm-up read (data/hyp.py checks the augmentation keys)
-TRAIN_HYP_KEYS = ("lr0", "lrf", "momentum", "weight_decay", "warmup_epochs", "warmup_momentum", "warmup_bias_lr")
-
-
 def setup_run_folder(state, prog="train_dual.py"):
     """The claimed run folder (claim_run_dir) held through a RunFolder by the main process (not by --evolve
     generations, which write only results.csv rows), the hyperparameters, hyp.yaml and opt.yaml of a fresh run
@@ -350,7 +346,7 @@ def setup_run_folder(state, prog="train_dual.py"):
     try:
         hyp_file = resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else None
         hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup, log=log)
-        missing = [k for k in TRAIN_HYP_KEYS if k not in hyp]
+        missing = [k for k in TRAIN_KEYS if k not in hyp]  # the optimizer's, LR's, warm-up's (data/hyp.py: the rest)
         if missing:
             raise KeyError(f"hyp lacks training keys: {', '.join(missing)}")
     except (FileNotFoundError, ValueError) as e:  # the message names the file (and line)
