@@ -20,7 +20,7 @@ import torch
 import yaml
 from torch import nn
 
-from test_graph_step import _first_flip, _rel, _targets
+from test_graph_step import _first_flip, _rel, _targets, assert_replay_equals_eager
 from yolov9c.cli.train import parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train import graph_shapes as GS
@@ -510,20 +510,7 @@ def test_cuda_keyed_micro_step_gradients_equal_eager(tmp_path, monkeypatch, back
     assert why is None and key in step.micro and key[0][0] == want  # a replay of the shape's own graph
     if halved:
         assert all(k[0][0][0] == 2 for k in step.micro)  # no graph of the size the guard gave up
-    state.scaler._scale.fill_(64.0)  # finite fp16 gradients on random images (the graph reads this tensor)
-    step.flat.zero_()
-    step.replay_micro(state, imgs, targets, key)
-    graphed = [g.clone() for g in step.grads]
-    step.flat.zero_()
-    step.bind_grads()
-    forward_backward(state, imgs, targets)
-    eager = [p.grad.clone() for p in step.params]
-    assert all(bool(torch.isfinite(t).all()) for t in eager) and sum(float(t.norm()) for t in eager) > 0
-    zero = [torch.zeros_like(t) for t in eager]
-    assert _rel(graphed, eager, zero) < 1e-4
-    floor = 1e-6 * sum(float(t.norm()) for t in eager)  # a gradient of ~0 is compared to rounding of the rest
-    worst = max(float((a - b).norm()) / max(float(b.norm()), floor) for a, b in zip(graphed, eager))
-    assert worst < 1e-2, worst
+    assert_replay_equals_eager(state, step, imgs, targets, key)
 
 
 def _cuda_run(state, batches, replayed=None):

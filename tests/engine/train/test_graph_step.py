@@ -701,9 +701,15 @@ def test_cuda_graph_micro_step_gradients_equal_eager(tmp_path, backend):
     imgs, targets = prepare_batch(state, batches[-1][0], rng), batches[-1][1]
     bucket, why = step.plan(imgs, targets)
     assert why is None and bucket in step.micro
+    assert_replay_equals_eager(state, step, imgs, targets, bucket)
+
+
+def assert_replay_equals_eager(state, step, imgs, targets, key):
+    """One replay of the micro-step graph of `key` against the eager forward_backward on the same weights, batch
+    and loss scale: every parameter's gradient agrees to rounding (also used by test_graph_shapes.py per shape)."""
     state.scaler._scale.fill_(64.0)  # finite fp16 gradients on random images (the graph reads this tensor)
     step.flat.zero_()
-    step.replay_micro(state, imgs, targets, bucket)
+    step.replay_micro(state, imgs, targets, key)
     graphed = [g.clone() for g in step.grads]
     step.flat.zero_()
     step.bind_grads()
