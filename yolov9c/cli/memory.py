@@ -264,6 +264,11 @@ def _print_phases(args, costs):
         print(f"{backend:<8} train {ta:.2f}/{tr:.2f}, capture pool {run.pool_gib:.2f}, validation {va:.2f}/{vr:.2f} "
               f"({how}), saving {sa:.2f}/{sr:.2f}, final validation {fa:.2f}/{fr:.2f}; whole run "
               f"{run.whole_gib:.2f} reserved, {run.card_gib:.2f} on the card")
+        if args.budget is None:  # the cards: each one the cap of the run
+            cards = [n for n, ok in mph.fits_whole_run(cost, vc, batch, val_batch, img=args.img, chunks=chunks,
+                                                         graphs=batch == args.batch).items() if ok]
+            print(f"{backend:<8} whole run with validation at {val_batch} fits: "
+                  f"{', '.join(cards) if cards else 'none of ' + ', '.join(mp.CARDS)}")
 
 
 def _print_auto(args, costs):
