@@ -236,3 +236,22 @@ def test_sigusr1_prints_the_stacks_and_the_process_goes_on():
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "still running"
     assert "waiting_here" in r.stderr and "File" in r.stderr  # the stack of the signalled thread
+
+
+def test_the_c_switch_defaults_are_defined_once():
+    """backends/c/switches.DEFAULT is the one definition: RunConfig's fields take it, and the command line's
+    defaults (cli/memory.add_switch_args, written out there so `python -m yolov9c memory` imports no torch) equal
+    it, in train_dual.py and in `python -m yolov9c memory`."""
+    import argparse
+
+    from yolov9c.backends.c.switches import DEFAULT
+    from yolov9c.cli.memory import add_switch_args
+    from yolov9c.engine.train.config import RunConfig
+
+    want = {"aux_recompute": DEFAULT.aux_recompute, "main_recompute": DEFAULT.main_recompute,
+            "keep_inputs": DEFAULT.keep_inputs}
+    assert {k: getattr(RunConfig(), k) for k in want} == want
+    p = argparse.ArgumentParser()
+    add_switch_args(p)
+    assert {k: getattr(p.parse_args([]), k) for k in want} == want
+    assert {k: getattr(parse_opt([]), k) for k in want} == want

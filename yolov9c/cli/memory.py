@@ -71,14 +71,19 @@ def _switch_type(name):
     return parse
 
 
+_MAIN_DEFAULT = 8  # backends/c/switches.DEFAULT.main_recompute (see add_switch_args)
+
+
 def add_switch_args(p):
     """--aux-recompute, --main-recompute, --keep-inputs: the c backend's memory/time switches (RunConfig fields
-    of the same names; the YOLOV9C_* variables of docs/switches.md override them in a training run)."""
+    of the same names; the YOLOV9C_* variables of docs/switches.md override them in a training run). Their
+    defaults are backends/c/switches.DEFAULT's, written out so that this module imports no torch (a test pins
+    them to DEFAULT)."""
     p.add_argument("--aux-recompute", type=_switch_type("aux_recompute"), nargs="?", const=True, default=True,
                    metavar="0|1", help="c backend: re-run the PGI auxiliary branch in backward instead of storing "
                                        "it (default 1; 0: stored, more memory, less time, and no backbone block "
                                        "is re-run either)")
-    p.add_argument("--main-recompute", type=_switch_type("main_recompute"), default=8, metavar="STRIDE",
+    p.add_argument("--main-recompute", type=_switch_type("main_recompute"), default=_MAIN_DEFAULT, metavar="STRIDE",
                    help="c backend: re-run in backward the backbone blocks (RepNCSPELAN4, ELAN1) whose input is at "
                         "this stride or finer (default 8: strides 4 and 8; 4: stride 4; 0: none, more memory)")
     p.add_argument("--keep-inputs", type=_switch_type("keep_inputs"), nargs="?", const=True, default=False,
@@ -285,7 +290,7 @@ def _print_auto(args, costs):
         print(f"--mem-budget auto: not predicted ({e})")
         return
     val_batch = args.val_batch or 2 * args.batch
-    free = tuple(n for n in ma.PLANNED if not (n == "main_recompute" and args.main_recompute != 8)
+    free = tuple(n for n in ma.PLANNED if not (n == "main_recompute" and args.main_recompute != _MAIN_DEFAULT)
                  and not (n == "val_chunks" and args.val_chunks is not None))
     print(f"--mem-budget auto on each card (train_dual.py; the whole run planned in what the process may reserve "
           f"less the {ma.MARGIN_GIB:.2f} GiB margin, one CUDA-graph-capable GPU, validation batch {val_batch}; "

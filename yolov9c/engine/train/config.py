@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from yolov9c.backends.c.switches import DEFAULT as SWITCH_DEFAULTS
 from yolov9c.backends.c.switches import Switches, parse_switch
 from yolov9c.engine.train.options import OptionError, checked, combination_error
 from yolov9c.engine.train.memory_plan import MIN_IMG
@@ -93,9 +94,9 @@ class RunConfig:
     accumulate: int | None = None  # micro-batches per optimizer step; None: round(64 / batch) after warm-up ramp
     amp: bool = True  # fp16 autocast + GradScaler on CUDA
     ckpt: bool = False  # per-layer activation checkpointing (torch backend)
-    aux_recompute: bool = True  # c backend: the PGI auxiliary branch re-run in backward, not stored
-    main_recompute: int = 8  # c backend: backbone blocks whose input is at this stride or finer re-run (0: none)
-    keep_inputs: bool = False  # c backend: a re-run segment keeps its conv inputs (one BN+SiLU pass less; more memory)
+    aux_recompute: bool = SWITCH_DEFAULTS.aux_recompute  # c backend: the PGI auxiliary branch re-run in backward
+    main_recompute: int = SWITCH_DEFAULTS.main_recompute  # c backend: main blocks at this stride or finer re-run
+    keep_inputs: bool = SWITCH_DEFAULTS.keep_inputs  # c backend: a re-run segment keeps its conv inputs
     val_period: int = 1  # validate every N epochs (and always the last)
     pin_memory: bool | None = None  # None: the PIN_MEMORY environment variable (default true)
     gpu_augment: bool = False  # workers only decode; the augment op makes the batch's pixels on the training device
