@@ -6,7 +6,7 @@
 - a random gelan-t / yolov9-t runs, computes a real val loss (equal to the loss on the same batch) and
   writes the plots.
 
-Run: python -m pytest -q tests/engine/val/test_val_validator.py
+Run: python -m pytest -q tests/engine/val/test_validator.py
 """
 
 from pathlib import Path
