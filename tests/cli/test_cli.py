@@ -173,7 +173,7 @@ def test_convert_bad_input_writes_nothing(yolov9t_checkpoint, tmp_path, case):
 def test_check_data_subcommand_scans_the_synthetic_default(tmp_path, monkeypatch):
     """`python -m yolov9c check-data` is wired into the package CLI; with no --data it scans the built-in
     synthetic dataset (generated into YOLOV9C_CACHE) and exits 0; a missing yaml exits 2.
-    (`python -m yolov9c check-data` as a subprocess: tests/data/test_data_check.py.)"""
+    (`python -m yolov9c check-data` as a subprocess: tests/data/test_check.py.)"""
     monkeypatch.setenv("YOLOV9C_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     r = cli("check-data")

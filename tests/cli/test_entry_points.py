@@ -5,7 +5,7 @@ Each script is started as a real subprocess at least once in the suite: train.py
 (`--help`), train_dual.py in tests/engine/train/test_train_e2e.py and tests/engine/train/test_train_ddp.py
 (training runs), val_dual.py in tests/cli/test_val_cli.py, detect_dual.py in tests/cli/test_detect_cli.py and
 tests/engine/detect/test_detect_bad_inputs.py, `python -m yolov9c` in tests/cli/test_cli.py and
-tests/data/test_data_check.py. The other cases run the script in this process (tests/inprocess.py: the same
+tests/data/test_check.py. The other cases run the script in this process (tests/inprocess.py: the same
 `__main__`, sys.argv and exit code, without a Python start).
 
 Run: python -m pytest -q tests/cli/test_entry_points.py

@@ -63,7 +63,7 @@ def why_not_run(cmd):
     if "--measure" in cmd.split():
         return "measures on a CUDA GPU (tests/engine/train/test_memory_plan.py, cuda)"
     if re.search(r"--resume(\s|$)", cmd):
-        return "needs an interrupted run (tests/engine/train/test_train_resume.py)"
+        return "needs an interrupted run (tests/engine/train/test_resume.py)"
     return None
 
 

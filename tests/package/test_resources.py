@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 PKG = REPO / "yolov9c"
 # hyp key lists allowed outside resources.py ("file:name"), each with why
 KEY_LISTS = {"engine/train/evolve.py:META": "the search's own gain and bounds per key; its keys are checked against "
-                                            "HYP_KEYS in tests/engine/train/test_train_evolve.py"}
+                                            "HYP_KEYS in tests/engine/train/test_evolve.py"}
 
 
 def test_bundled_configs_are_found():

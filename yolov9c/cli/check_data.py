@@ -8,7 +8,7 @@ used. `--data` defaults to the built-in synthetic dataset.
 
 Wiring into the package CLI: `add_parser(subparsers)` adds the subcommand (and sets `func=run` on it);
 `run(args)` executes it. Standalone: `main(argv)`.
-Test: python -m pytest -q tests/data/test_data_check.py
+Test: python -m pytest -q tests/data/test_check.py
 """
 
 import argparse

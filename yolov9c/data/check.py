@@ -7,7 +7,7 @@ Exit codes (of check_data and `python -m yolov9c check-data`): 0 usable; 1 when 
 (or the train split has no label at all: nothing to learn); 2 for a dataset yaml that cannot be read (a
 missing file or path, nc/names mismatch: the message names the key).
 
-Test: python -m pytest -q tests/data/test_data_check.py
+Test: python -m pytest -q tests/data/test_check.py
 """
 
 from yolov9c.data.dataset_yaml import DataConfigError, load_data_config

@@ -3,7 +3,7 @@
 Same bytes as the published `np.ascontiguousarray(img.transpose(2, 0, 1)[::-1])`, made by splitting the planes
 with OpenCV into a preallocated array (a flipped view is first materialised with cv2.flip); timings in
 benchmarks/RESULTS.md §10.
-Test: python -m pytest -q tests/data/test_data_loader.py -k chw
+Test: python -m pytest -q tests/data/test_loader.py -k chw
 """
 
 import cv2

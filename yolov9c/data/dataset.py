@@ -12,7 +12,7 @@ boxes back with it), None for mosaics.
 Randomness: every draw comes from a numpy Generator seeded by the item's key (index, seed words, mosaic flag)
 from the sampler (loader.py), so batches depend on seed and epoch only, not on the worker count. A plain int
 index uses the key (seed, index) and `self.mosaic`.
-Test: python -m pytest -q tests/data/test_data_dataset.py
+Test: python -m pytest -q tests/data/test_dataset.py
 """
 
 import os

@@ -2,7 +2,7 @@
 
 `--mosaic P` and `--mixup P` given on the command line win over the hyp file's `mosaic` and `mixup`.
 
-Test: python -m pytest -q tests/data/test_data_dataset.py -k hyp
+Test: python -m pytest -q tests/data/test_dataset.py -k hyp
 """
 
 from yolov9c.resources import AUGMENT_KEYS, check_hyp, load_hyp

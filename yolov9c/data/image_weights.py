@@ -5,7 +5,7 @@ the trainer may scale them (published: · (1 − mAP per class)² / nc) and hand
 each epoch (loader.py: `loader.sampler.weights = ...`). An image's weight is the sum of its labels' class
 weights; a background image gets 0 and is never drawn (published behaviour).
 
-Test: python -m pytest -q tests/data/test_data_loader.py -k weights
+Test: python -m pytest -q tests/data/test_loader.py -k weights
 """
 
 import numpy as np

@@ -4,12 +4,12 @@ Images are read with `cv2.imdecode` of the file's bytes (paths imread cannot ope
 some platforms, still work) and returned as HWC BGR uint8 arrays.
 EXIF orientation: decoded with IMREAD_IGNORE_ORIENTATION, the tag read by the small parser below and applied
 here, so the result does not depend on the OpenCV version (which applies it itself by default) and the scan can
-report which files were turned; tests/data/test_data_images.py checks all eight orientations against OpenCV's own.
+report which files were turned; tests/data/test_images.py checks all eight orientations against OpenCV's own.
 Only regular files are read (data/regular_file.py): a FIFO, a device, a folder named x.jpg or a dangling link is a
 bad image like any other, never read. Truncated JPEG (no FFD9 end marker): the file is never written (the published code re-saves it in place); the
 bytes are decoded with an end marker appended in memory (libjpeg fills the missing rows with grey) and a
 warning reported; image and labels are kept. A file that still does not decode is corrupt and skipped.
-Test: python -m pytest -q tests/data/test_data_images.py
+Test: python -m pytest -q tests/data/test_images.py
 """
 
 import struct

@@ -12,7 +12,7 @@ create_dataloader(path, imgsz, batch_size, cfg=LoaderConfig(...)) -> (RepeatingL
 - collate: images uint8 (B, 3, H, W) RGB; labels float32 (N, 6) [batch index, cls, xc, yc, w, h] normalised;
   paths, shapes. Unequal sizes (padded end of a DDP rect epoch) are padded with 114 bottom/right.
 - --gpu-augment: workers hand decoded images + plans (augment_plan.py); the augment op assembles each batch.
-Test: python -m pytest -q tests/data/test_data_loader.py
+Test: python -m pytest -q tests/data/test_loader.py
 """
 
 import os

@@ -5,7 +5,7 @@ batch's long side; when the factor is not 1 both sides become ceil(side · facto
 resized bilinearly (align_corners False). Labels are normalised, so they need no change.
 The trainer calls it on the float image batch after moving it to the device.
 
-Test: python -m pytest -q tests/data/test_data_loader.py -k multi_scale
+Test: python -m pytest -q tests/data/test_loader.py -k multi_scale
 """
 
 import math

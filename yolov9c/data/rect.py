@@ -5,7 +5,7 @@ Each batch of consecutive sorted images gets the shape (h, w) = ceil(ratio · im
 where ratio is [max aspect h/w, 1] when every image of the batch is wider than tall, [1, 1 / min aspect]
 when every one is taller than wide, else [1, 1]. Train pad = 0, val pad = 0.5 (640 → 672).
 
-Test: python -m pytest -q tests/data/test_data_dataset.py -k rect
+Test: python -m pytest -q tests/data/test_dataset.py -k rect
 """
 
 import numpy as np

@@ -5,7 +5,7 @@ memory runs out, and a dangling link or a folder named `x.jpg` holds no file at 
 blocking (O_NONBLOCK: a FIFO opens at once), asks the opened file what it is (fstat: no race with a rename in
 between) and reads only a regular file; anything else raises NotRegularFile saying what it is, which the scan
 reports as it reports any bad image or label file (`path: reason (skipped)`).
-Test: python -m pytest -q tests/data/test_data_check.py -k regular
+Test: python -m pytest -q tests/data/test_check.py -k regular
 """
 
 import os

@@ -9,7 +9,7 @@ generation order), written into `<cache root>/synthetic-v<VERSION>-s<seed>[-opti
 interrupted run never leaves a half dataset. Returns the `data.yaml` inside. Default: 128 train / 32 val JPEGs
 of 320×320 with 1-8 shapes each.
 Benchmark set: synthetic_dataset(n_train=256, n_val=0, imgsz=640, boxes=(20, 40), name="bench")
-Test: python -m pytest -q tests/data/test_data_synthetic.py
+Test: python -m pytest -q tests/data/test_synthetic.py
 """
 
 import os

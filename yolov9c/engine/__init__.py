@@ -6,6 +6,6 @@
     yolov9c/engine/detect/   detection: predictor, media sources, annotation
     yolov9c/engine/          shared by val and detect: postprocess (NMS), tta; run_dir (run folders)
 
-Test: python -m pytest -q tests/engine/train/test_train_parts.py tests/engine/val/test_val_validator.py
+Test: python -m pytest -q tests/engine/train/test_train_parts.py tests/engine/val/test_validator.py
     tests/engine/detect/test_detect_predictor.py
 """

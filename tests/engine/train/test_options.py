@@ -2,7 +2,7 @@
 field has one; the command line refuses a bad word with the same words a stored opt.yaml value gets; stored
 values must have the option's yaml type (5 for an integer, true/false for a flag); RunConfig.from_dict (what
 --resume reads) refuses a tampered mapping naming the file and the key, and options that exclude each other.
-No training here: tests/engine/train/test_train_resume.py resumes tampered runs.
+No training here: tests/engine/train/test_resume.py resumes tampered runs.
 Run: python -m pytest -q tests/engine/train/test_options.py
 """
 

@@ -14,21 +14,14 @@ import pytest
 import torch
 
 import yolov9c
-from yolov9c.data.dataset import DatasetConfig
-from yolov9c.data.dataset_yaml import load_data_config
-from yolov9c.data.loader import LoaderConfig, create_dataloader
-from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.val.validator import ValConfig, validate
 
 METRICS = ("mp", "mr", "map50", "map", "box_loss", "cls_loss", "dfl_loss")
 
 
 @pytest.fixture(scope="module")
-def val_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("synth")
-    cfg = load_data_config(str(synthetic_dataset(seed=4, root=root, n_train=2, n_val=8, imgsz=128)))
-    data = DatasetConfig(augment=False, rect=True, pad=0.5, prefix="val: ", nc=cfg["nc"])
-    loader, _ = create_dataloader(cfg["val"], 96, 8, LoaderConfig(data, workers=0))
+def val_data(val_split):
+    cfg, loader = val_split(seed=4, imgsz=128, batch=8)
     assert len(loader) == 1 and loader.batch_size == 8
     return cfg, loader
 

@@ -11,7 +11,7 @@ best row, `hyp_evolve.png` each key against fitness; `--resume` extends an exist
 Differences from the published code (which fails with KeyError 'dfl' on its own hyp file): META has `dfl`;
 box/cls/dfl have gain 0 and bounds that hold the YOLOv9 values (the loss hard-codes 7.5, 0.5, 1.5); mutations
 draw from a generator seeded by (--seed, generation), so an evolution repeats exactly; `--bucket` is ignored.
-Test: python -m pytest -q tests/engine/train/test_train_evolve.py
+Test: python -m pytest -q tests/engine/train/test_evolve.py
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ command line's rules (options.py) before anything is written. A checkpoint other
 optimizer, EMA (+ updates), GradScaler, epoch, best fitness, last metrics, the OOM micro-batch and the RNG
 states; opt.yaml is rewritten. Another --batch-size keeps the nominal batch unless --accumulate is given.
 Invariant: an interrupted then resumed CPU run ends with the same weights as an uninterrupted one.
-Test: python -m pytest -q tests/engine/train/test_train_resume.py
+Test: python -m pytest -q tests/engine/train/test_resume.py
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ loaders → execution (loss, backend, --ckpt, DDP, the Step) → restore (resume
 Invariant: RunState is written by set-up only, then sealed (assignment raises, except REPLACEABLE fields);
 what changes while training lives in `progress` (Progress: exactly what a checkpoint saves and resume
 restores) and `window` (step.Window: the open accumulation window, never saved).
-Test: python -m pytest -q tests/engine/train/test_train_e2e.py tests/engine/train/test_train_resume.py
+Test: python -m pytest -q tests/engine/train/test_train_e2e.py tests/engine/train/test_resume.py
 """
 
 from __future__ import annotations

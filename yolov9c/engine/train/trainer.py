@@ -12,7 +12,7 @@ the last.pt to resume; a run stopped (Ctrl-C, an error) before its first save re
 Checkpoints hold float32 weights, optimizer, scaler, RNG states and state.progress: a resumed CPU run ends as one.
 
     train(parse_opt(["--cfg", "gelan-t.yaml", "--img", "160", "--epochs", "3"]))   # yolov9c.cli.train.parse_opt
-Test: python -m pytest -q tests/engine/train/test_train_e2e.py tests/engine/train/test_train_resume.py
+Test: python -m pytest -q tests/engine/train/test_train_e2e.py tests/engine/train/test_resume.py
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Without annotations or without pycocotools / faster-coco-eval the predictions ar
 says why COCO's numbers are absent.
 One row: {"image_id": int stem (or the stem string), "category_id": int, "bbox": [x, y, w, h] top-left corner
 in original-image pixels rounded to 3 decimals, "score": rounded to 5 decimals}.
-Test: python -m pytest -q tests/engine/val/test_val_coco.py
+Test: python -m pytest -q tests/engine/val/test_coco.py
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ val_batch{i}_labels.jpg / val_batch{i}_pred.jpg (predictions above confidence 0.
 Plot failures are reported, never raised: a plot must not
 end a validation or a training run.
 
-Test: python -m pytest -q tests/engine/val/test_val_validator.py -k plots
+Test: python -m pytest -q tests/engine/val/test_validator.py -k plots
 """
 
 import math

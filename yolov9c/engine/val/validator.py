@@ -11,7 +11,7 @@ verbose) and a speed line; while it runs, a progress bar whose description is th
 none). Optional outputs in save_dir (ValConfig): labels/*.txt (save_txt), the COCO-JSON predictions (save_json,
 file json_name; COCO's evaluator then replaces mAP50 and mAP50-95 when it is installed and anno_json exists:
 yolov9c/engine/val/coco.py), plots. Each image's matching and outputs: _Run.add_image.
-Test: python -m pytest -q tests/engine/val/test_val_validator.py tests/engine/val/test_val_coco.py \
+Test: python -m pytest -q tests/engine/val/test_validator.py tests/engine/val/test_coco.py \
     tests/engine/val/test_val_chunks.py
 """
 

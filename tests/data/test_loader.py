@@ -2,7 +2,7 @@
 workers), collate format, DDP partition, image weights, close-mosaic reaching persistent workers, workers
 running on across epoch ends with the same batches as a cold start, pin memory, multi-scale sizes.
 
-Run: python -m pytest -q tests/data/test_data_loader.py
+Run: python -m pytest -q tests/data/test_loader.py
 """
 
 import dataclasses

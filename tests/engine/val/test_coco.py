@@ -9,7 +9,7 @@ mAP@0.5:0.95 = 0.5 (ours within TOL). Also: the rows (image_id from the file nam
 xywh bbox in original pixels rounded to 3 decimals, score to 5), a missing annotations file (message, no crash),
 val_dual.py --data .../coco.yaml end to end, and training on it writing the final _predictions.json. Needs pycocotools (the [test] extra); skips without it.
 
-Run: python -m pytest -q tests/engine/val/test_val_coco.py
+Run: python -m pytest -q tests/engine/val/test_coco.py
 """
 
 import json

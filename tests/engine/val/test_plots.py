@@ -1,7 +1,7 @@
 """Validation batch mosaics (yolov9c/engine/val/plots.py): val_batch*_pred.jpg draws only predictions above
 confidence 0.25, as the published plots do; label mosaics draw every box.
 
-Run: python -m pytest -q tests/engine/val/test_val_plots.py
+Run: python -m pytest -q tests/engine/val/test_plots.py
 """
 
 import cv2

@@ -2,7 +2,7 @@
 batch shapes, min-items, single-cls, close-mosaic, hyp overrides, item format, and the counts of the committed
 COCO subset (tests/assets/coco24).
 
-Run: python -m pytest -q tests/data/test_data_dataset.py
+Run: python -m pytest -q tests/data/test_dataset.py
 """
 
 

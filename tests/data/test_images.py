@@ -1,7 +1,7 @@
 """Image reading and checks (yolov9c/data/images.py): EXIF orientation, truncated / corrupt / empty /
 unsupported / tiny files, odd paths.
 
-Run: python -m pytest -q tests/data/test_data_images.py
+Run: python -m pytest -q tests/data/test_images.py
 """
 
 import struct

@@ -6,7 +6,7 @@
 - a random gelan-t / yolov9-t runs, computes a real val loss (equal to the loss on the same batch) and
   writes the plots.
 
-Run: python -m pytest -q tests/engine/val/test_val_validator.py
+Run: python -m pytest -q tests/engine/val/test_validator.py
 """
 
 from pathlib import Path
@@ -16,20 +16,12 @@ import pytest
 import torch
 
 import yolov9c
-from yolov9c.data.dataset import DatasetConfig
-from yolov9c.data.dataset_yaml import load_data_config
-from yolov9c.data.loader import LoaderConfig, create_dataloader
-from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.val.validator import ValConfig, validate
 
 
 @pytest.fixture(scope="module")
-def val_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("synth")
-    cfg = load_data_config(str(synthetic_dataset(seed=3, root=root, n_train=2, n_val=8, imgsz=160)))
-    data = DatasetConfig(augment=False, rect=True, pad=0.5, prefix="val: ", nc=cfg["nc"])
-    loader, _ = create_dataloader(cfg["val"], 96, 4, LoaderConfig(data, workers=0))
-    return cfg, loader
+def val_data(val_split):
+    return val_split(seed=3, imgsz=160, batch=4)
 
 
 class PerfectPredictor(torch.nn.Module):

@@ -3,7 +3,7 @@ optimizer state as a run that was never interrupted (float32 checkpoints carry o
 loop counters). Also: a resumed run keeps its folder and options, and a finished (stripped) run refuses.
 
 Tiny on purpose: 16 synthetic training images of 96 px, gelan-t at --img 64, batch 8 (2 steps per epoch).
-Run: python -m pytest -q tests/engine/train/test_train_resume.py
+Run: python -m pytest -q tests/engine/train/test_resume.py
 """
 
 import dataclasses

@@ -2,7 +2,7 @@
 a label file ("missing") and label files without an image ("orphan") reported by check-data and by the
 training dataset's scan alike, apart from empty label files.
 
-Run: python -m pytest -q tests/data/test_data_check.py
+Run: python -m pytest -q tests/data/test_check.py
 """
 
 import os

@@ -1,7 +1,7 @@
 """The built-in synthetic dataset (yolov9c/data/synthetic.py): deterministic from the seed,
 classes visually distinct, boxes tight around the drawn shapes, loadable through `--data synthetic`.
 
-Run: python -m pytest -q tests/data/test_data_synthetic.py
+Run: python -m pytest -q tests/data/test_synthetic.py
 """
 
 import hashlib

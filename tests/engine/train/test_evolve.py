@@ -5,7 +5,7 @@ and no checkpoints; with a stand-in training function (fast): 25 generations sta
 evolution continues an existing evolve.csv (--resume). META bounds every key of a hyp file (resources.HYP_KEYS),
 inside the values a run accepts (resources.HYP_RANGES).
 
-Run: python -m pytest -q tests/engine/train/test_train_evolve.py
+Run: python -m pytest -q tests/engine/train/test_evolve.py
 """
 
 import os
