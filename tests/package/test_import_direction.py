@@ -296,3 +296,14 @@ def test_the_dev_check_finds_each_way_in(tmp_path):
     bad = dev_reaches(tmp_path / "tests")
     assert [int(b.split(":")[1]) for b in bad] == list(range(8, 15)), bad
     assert all(b.startswith("tests/test_x.py:") for b in bad)
+
+
+def test_no_two_modules_import_each_other():
+    """Within a folder too, imports flow one way: no pair of modules imports each other (imports inside functions
+    count), e.g. graph_shapes builds on graph_step, so graph_step names nothing of graph_shapes."""
+    edges = {}
+    for path in sorted(PKG.rglob("*.py")):
+        name = _module_name(path, PKG)
+        edges[name] = {m for _, m in imports_of(path, PKG)} - {name}
+    pairs = sorted({tuple(sorted((a, b))) for a, deps in edges.items() for b in deps if a in edges.get(b, ())})
+    assert not pairs, "modules that import each other: " + ", ".join(f"{a} <-> {b}" for a, b in pairs)

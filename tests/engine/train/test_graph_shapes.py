@@ -25,6 +25,7 @@ from yolov9c.cli.train import parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train import graph_shapes as GS
 from yolov9c.engine.train import graph_step as G
+from yolov9c.engine.train.graph_shapes import select_step
 from yolov9c.engine.train import memory_plan as mp
 from yolov9c.engine.train import step as S
 from yolov9c.engine.train.config import RESUME_OVERRIDES, RunConfig
@@ -73,18 +74,18 @@ def test_the_option_selects_the_keyed_step(extra):
     lines = []
     state = _fake_state(graph_shapes=True, **extra)
     state.log = lines.append
-    step = G.select_step(state)
+    step = select_step(state)
     assert isinstance(step, GS.ShapeGraphStep) and step.name == "cuda-graph" and step.cap == GS.MAX_GRAPHS
     assert len(lines) == 1 and lines[0].startswith("step: CUDA graphs keyed by shape (--graph-shapes, experimental)")
     assert f"at most {GS.MAX_GRAPHS}" in lines[0] and "one eager micro-batch of each new shape" in lines[0]
     plain = _fake_state(**extra)
-    step = G.select_step(plain)
+    step = select_step(plain)
     if extra:
         assert step.name == "eager"
     else:
         assert type(step) is G.GraphStep
     cpu = _fake_state(device="cpu", graph_shapes=True, **extra)
-    assert G.select_step(cpu).name == "eager" and "not on a CUDA device" in G.unsupported(cpu)
+    assert select_step(cpu).name == "eager" and "not on a CUDA device" in G.unsupported(cpu)
 
 
 # ---------------------------------------------------------------------------------------------------------

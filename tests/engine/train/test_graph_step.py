@@ -30,6 +30,7 @@ from yolov9c.api import make_loss
 from yolov9c.cli.train import parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train import graph_step as G
+from yolov9c.engine.train.graph_shapes import select_step
 from yolov9c.engine.train.config import RunConfig
 from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
 from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward, draws_random
@@ -216,7 +217,7 @@ def test_runs_that_keep_the_eager_step(change, reason):
     assert reason in G.unsupported(state)
     lines = []
     state.log = lines.append
-    assert G.select_step(state).name == "eager"
+    assert select_step(state).name == "eager"
     assert lines == [f"step: eager ({G.unsupported(state)})"]
 
 
@@ -382,7 +383,7 @@ def test_ckpt_run_gets_the_graph_step():
         lines = []
         state.log = lines.append
         assert state.bn_buffers and not draws_random(net) and G.unsupported(state) is None
-        assert isinstance(G.select_step(state), G.GraphStep) and lines[0].startswith("step: CUDA graphs")
+        assert isinstance(select_step(state), G.GraphStep) and lines[0].startswith("step: CUDA graphs")
 
 
 @pytest.mark.parametrize("cfg", ["gelan-t", "yolov9-t"])

@@ -2,7 +2,7 @@
 graph per (image batch layout, box bucket), so the planner's or the out-of-memory guard's micro-batch, --rect
 batches, --multi-scale sizes and an epoch's last partial batch replay graphs instead of running eagerly.
 
-    state.step = ShapeGraphStep(state)      # graph_step.select_step, when cfg.graph_shapes
+    state.step = select_step(state)         # set-up, once: ShapeGraphStep, GraphStep or step.EagerStep
     key, why = step.plan(imgs, targets)     # ((layout, bucket), None): replay (captured first when new); (None, why)
 
 Contract: GraphStep's (a micro-batch's gradients = the eager step's, within rounding), per shape. A loader batch is
@@ -19,9 +19,9 @@ from __future__ import annotations
 import torch
 
 from yolov9c.engine.train.graph_step import (BUCKETS, WARMUP, CaptureFailed, GraphStep, bucket_for, cudnn_benchmark,
-                                             layout_of, max_boxes)
+                                             layout_of, max_boxes, unsupported)
 from yolov9c.engine.train.guards import free_cuda
-from yolov9c.engine.train.step import StepResult, begin_window, forward_backward, split_batch, step_due, train_step
+from yolov9c.engine.train.step import EagerStep, StepResult, begin_window, forward_backward, split_batch, step_due, train_step
 
 MAX_GRAPHS = 12  # micro-step graphs held at once; micro-batches of other keys run eagerly (+ the optimizer graph)
 
@@ -143,3 +143,24 @@ class ShapeGraphStep(GraphStep):
     def disable(self, state):
         super().disable(state)
         self.inputs = None
+
+
+def select_step(state):
+    """The step the loop calls (state.step), chosen once: ShapeGraphStep with --graph-shapes, else GraphStep where
+    it works (graph_step.unsupported), else step.EagerStep; logs which. Here, above both graph steps, so that
+    graph_step imports nothing of this module."""
+    why = unsupported(state)
+    if why is not None:
+        state.log(f"step: eager ({why})")
+        return EagerStep()
+    if getattr(state.cfg, "graph_shapes", False):
+        step = ShapeGraphStep(state)
+        state.log(f"step: CUDA graphs keyed by shape (--graph-shapes, experimental): one graph per micro-batch shape "
+                  f"and box bucket ({'/'.join(map(str, BUCKETS))} per image), captured on first use after {WARMUP} "
+                  f"eager micro-batches" + (" and one eager micro-batch of each new shape (cuDNN timing)"
+                                            if step.benchmark else "")
+                  + f", at most {step.cap} in one memory pool; micro-batches beyond run eagerly")
+        return step
+    state.log(f"step: CUDA graphs (captured after {WARMUP} eager batches; targets padded to "
+              f"{'/'.join(map(str, BUCKETS))} boxes per image; batches of another shape or more boxes run eagerly)")
+    return GraphStep(state)

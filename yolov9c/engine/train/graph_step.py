@@ -1,7 +1,7 @@
 """The Step of CUDA graphs: step.py's eager step (forward, loss, scaled backward; unscale, inf check, clip,
 optimizer step, scaler update, EMA update) captured once and replayed, two graph launches per optimizer step.
 
-    state.step = select_step(state)     # set-up, once: GraphStep(state), or step.EagerStep() (reason logged)
+    state.step = GraphStep(state)       # set-up, once, by graph_shapes.select_step (else step.EagerStep)
     result = state.step(state, imgs, targets, ni)   # StepResult; finite: a 0-dim device bool once graphed
 
 Contract: the eager step's results on the same parameter, optimizer, GradScaler and EMA objects (updated in
@@ -27,7 +27,7 @@ from yolov9c.engine.train.ema import _bare
 from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
 from yolov9c.engine.train.guards import free_cuda
 from yolov9c.engine.train.layer_ckpt import bn_update_once, draws_random
-from yolov9c.engine.train.step import (MAX_GRAD_NORM, EagerStep, StepResult, begin_window, forward_backward,
+from yolov9c.engine.train.step import (MAX_GRAD_NORM, StepResult, begin_window, forward_backward,
                                        optimizer_step, step_due, train_step)
 from yolov9c.loss.detection import pack_targets_host
 
@@ -68,27 +68,6 @@ def unsupported(state) -> str | None:
     if state.ema is None:
         return "no EMA on this process"
     return None
-
-
-def select_step(state):
-    """The step the loop calls (state.step), chosen once: GraphStep where it works, else step.EagerStep; logs
-    which."""
-    why = unsupported(state)
-    if why is not None:
-        state.log(f"step: eager ({why})")
-        return EagerStep()
-    if getattr(state.cfg, "graph_shapes", False):
-        from yolov9c.engine.train.graph_shapes import ShapeGraphStep  # it builds on this module
-        step = ShapeGraphStep(state)
-        state.log(f"step: CUDA graphs keyed by shape (--graph-shapes, experimental): one graph per micro-batch shape "
-                  f"and box bucket ({'/'.join(map(str, BUCKETS))} per image), captured on first use after {WARMUP} "
-                  f"eager micro-batches" + (" and one eager micro-batch of each new shape (cuDNN timing)"
-                                            if step.benchmark else "")
-                  + f", at most {step.cap} in one memory pool; micro-batches beyond run eagerly")
-        return step
-    state.log(f"step: CUDA graphs (captured after {WARMUP} eager batches; targets padded to "
-              f"{'/'.join(map(str, BUCKETS))} boxes per image; batches of another shape or more boxes run eagerly)")
-    return GraphStep(state)
 
 
 @contextmanager

@@ -48,7 +48,7 @@ from yolov9c.engine.train.config import SWITCH_ENV, ConfigError, RunConfig, opt_
 from yolov9c.engine.train.ema import ModelEMA
 from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.graph_shapes import MAX_GRAPHS
-from yolov9c.engine.train.graph_step import select_step
+from yolov9c.engine.train.graph_shapes import select_step
 from yolov9c.engine.train.guards import StepGuard
 from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
 from yolov9c.engine.train.memory_cap import PhasePeaks, apply_cap, release_cap
@@ -156,7 +156,7 @@ class RunState:
     nb: int = 0  # batches per epoch
     nw: int = 0  # warm-up iterations
     # --- the loop's parts ---
-    step: Step = field(default_factory=EagerStep)  # step.py's Step protocol, chosen once (graph_step.select_step)
+    step: Step = field(default_factory=EagerStep)  # step.py's Step protocol, chosen once (graph_shapes.select_step)
     guard: StepGuard | None = None  # guards.py: the loop calls guard.step (OOM back-off, non-finite count)
     tb: Any = None  # TensorBoard SummaryWriter or None (made when the loop starts)
     # --- what changes while training ---
@@ -712,7 +712,7 @@ def setup_finish_only(state):
 
 def setup_execution(state):
     """SyncBatchNorm, model attributes and the loss (on the plain head), then the backend, --ckpt and DDP, and
-    the step the loop calls (graph_step.select_step: whole-step CUDA graphs or the eager train_step)."""
+    the step the loop calls (graph_shapes.select_step: whole-step CUDA graphs or the eager train_step)."""
     cfg, log, model = state.cfg, state.log, state.model
     cuda = state.device.type == "cuda"
     if state.world > 1 and cfg.sync_bn and cuda:  # as published: CUDA only (SyncBatchNorm refuses CPU input)

@@ -3,7 +3,7 @@
     imgs = prepare_batch(state, imgs_uint8, rng)          # → device, memory format, float / 255, multi-scale
     result = state.step(state, imgs, targets, ni)         # EagerStep here, or graph_step.GraphStep (CUDA graphs)
 
-A Step (chosen once at set-up: graph_step.select_step) has __call__ (one loader batch), end_epoch(state) (host
+A Step (chosen once at set-up: graph_shapes.select_step) has __call__ (one loader batch), end_epoch(state) (host
 copies of device-side counters, before checkpoints), suspend(state) (its device memory back until the next batch:
 validation on a tight card) and release() (its device resources, at the run's end).
 EagerStep splits the batch into micro-batches of state.progress.micro_batch images and runs forward_backward on
