@@ -57,19 +57,25 @@ def shown(v):
     return repr(v)
 
 
-def _integer(ok, allowed):
+def _number(cast, kinds, ok, allowed):
+    """A number of `kinds` (never a bool) for which ok(v) holds, returned as cast(v); on the command line the text
+    is read by cast first. ValueError "<allowed>, got <value>" otherwise."""
     def value(v):
-        if isinstance(v, bool) or not isinstance(v, int) or not ok(v):
+        if isinstance(v, bool) or not isinstance(v, kinds) or not ok(v):  # NaN fails every `ok`
             raise ValueError(f"{allowed}, got {shown(v)}")
-        return v
+        return cast(v)
 
     def text(t):
         try:
-            v = int(t)
+            v = cast(t)
         except ValueError:
             raise ValueError(f"{allowed}, got {t!r}") from None
         return value(v)
     return Check(value, text)
+
+
+def _integer(ok, allowed):
+    return _number(int, int, ok, allowed)
 
 
 def _at_least(lo):
@@ -77,18 +83,7 @@ def _at_least(lo):
 
 
 def _real(ok, allowed):
-    def value(v):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(v):  # NaN fails every `ok`
-            raise ValueError(f"{allowed}, got {shown(v)}")
-        return float(v)
-
-    def text(t):
-        try:
-            v = float(t)
-        except ValueError:
-            raise ValueError(f"{allowed}, got {t!r}") from None
-        return value(v)
-    return Check(value, text)
+    return _number(float, (int, float), ok, allowed)
 
 
 def _typed(kinds, allowed):
