@@ -53,6 +53,7 @@ def build_parser():
     p.add_argument("--boxes", type=int, default=40, help="at most this many shapes per image (at least half)")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--gpu-augment", action="store_true", help="train with --gpu-augment (the augment op)")
+    p.add_argument("--cache", choices=("ram", "disk"), default=None, help="train with --cache ram|disk")
     p.add_argument("--procs", type=int, default=os.cpu_count() or 1, help="processes writing the dataset")
     p.add_argument("--root", default="/tmp/yolov9c_bench_train", help="dataset and run folders")
     p.add_argument("--timeout", type=float, default=300, help="seconds per configuration")
@@ -149,6 +150,7 @@ def run_one(model, backend, data, args):
                 "--img", str(args.img), "--epochs", "1", "--workers", str(args.workers), "--backend", backend,
                 "--noplots", "--exist-ok", "--project", str(Path(args.root) / "runs"), "--name", name]
     sys.argv += ["--gpu-augment"] if args.gpu_augment else []
+    sys.argv += ["--cache", args.cache] if args.cache else []
     sys.argv[sys.argv.index("--epochs") + 1] = str(args.epochs)
     sys.argv += ["--mem-cap", str(cap)] if cap else []
     sys.argv += ["--val-chunks", args.val_chunks] if args.val_chunks else []
@@ -240,18 +242,20 @@ def cap_for(spec, model):
 
 def run_config(args, model, backend, data):
     base = {"model": model, "backend": backend, "batch": args.batch, "img": args.img, "images": args.images,
-            "workers": args.workers, "gpu_augment": args.gpu_augment}
+            "workers": args.workers, "gpu_augment": args.gpu_augment, "cache": args.cache}
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", model, backend, data, "--batch",
             str(args.batch), "--img", str(args.img), "--images", str(args.images), "--workers", str(args.workers),
             "--root", args.root, "--epochs", str(args.epochs), "--val-images", str(args.val_images)] \
         + (["--gpu-augment"] if args.gpu_augment else []) + (["--mem-cap", args.mem_cap] if args.mem_cap else []) \
+        + (["--cache", args.cache] if args.cache else []) \
         + (["--val-chunks", args.val_chunks] if args.val_chunks else []) \
         + (["--mem-budget", args.mem_budget] if args.mem_budget else [])
     cap = cap_for(args.mem_cap, model)
     log = Path(args.root) / "logs" / f"{model}-{backend}-b{args.batch}-{args.img}-w{args.workers}" \
-        f"{'-gpuaug' if args.gpu_augment else ''}{'-cap%g' % cap if cap else ''}" \
+        f"{'-gpuaug' if args.gpu_augment else ''}{'-' + args.cache if args.cache else ''}" \
+        f"{'-cap%g' % cap if cap else ''}" \
         f"{'-chunks' if args.val_chunks == 'auto' else ''}" \
         f"{'-budget' + args.mem_budget if args.mem_budget else ''}.log"
     log.parent.mkdir(parents=True, exist_ok=True)

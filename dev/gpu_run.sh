@@ -41,6 +41,8 @@
 #   augloader  bench_dataloader.py, CPU pipeline vs the augment op on CUDA, workers 4 8 16 (AUG_WORKERS),
 #              without and with --cache ram
 #   augtrain   bench_train.py, the real train_dual.py, c backend, workers 4 8 16, without and with --gpu-augment
+#              (AUG_CACHE=ram adds the pair with --cache ram); AUG_CPUS=0-3 runs augloader/augtrain on those cores
+#              only (taskset: the 4-core host of issue 57)
 #   augpub     the published train_dual.py (.dev/published) on the same 1024 images, workers 4 8 16
 #   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32
 #   ddp        (2 GPUs) the DDP tests and a torchrun run of the c backend
@@ -164,16 +166,19 @@ for part in "$@"; do
     augtests) stage augtests 60 150 "${PYT[@]}" --tb=short tests/ops/test_augment.py tests/data/test_augment_plan.py
               tail -3 "$OUT/augtests.log" ;;
     augloader) for cache in "" "--cache ram"; do for w in ${AUG_WORKERS:-4 8 16}; do for a in cpu-pipeline op-cuda; do
-                 stage "augloader_${a}_w${w}${cache:+_ram}" 60 90 python3 benchmarks/bench_dataloader.py --workers "$w" \
+                 stage "augloader_${a}_w${w}${cache:+_ram}" 60 90 ${AUG_CPUS:+taskset -c $AUG_CPUS} python3 benchmarks/bench_dataloader.py --workers "$w" \
                    --batch 64 --imgsz 640 --batches 20 --augment "$a" $cache
                  tail -1 "$OUT/augloader_${a}_w${w}${cache:+_ram}.log"
                done; done; done ;;
     augtrain) [ -n "$DATA" ] && wait "$DATA"
-              for m in ${TRAIN_MODELS:-yolov9-s yolov9-c}; do for w in ${AUG_WORKERS:-4 8 16}; do for g in "" --gpu-augment; do
-                stage "augtrain_${m}_w${w}${g:+_gpuaug}" 110 100 python3 benchmarks/bench_train.py --models "$m" \
-                  --backends c --images 1024 --workers "$w" --timeout 95 --root /tmp/yolov9c_bench_train $g
-                tail -1 "$OUT/augtrain_${m}_w${w}${g:+_gpuaug}.log"
-              done; done; done ;;
+              for m in ${TRAIN_MODELS:-yolov9-s yolov9-c}; do for w in ${AUG_WORKERS:-4 8 16}; do
+                for cache in "" ${AUG_CACHE:-}; do for g in "" --gpu-augment; do
+                  tag="augtrain_${m}_w${w}${cache:+_$cache}${g:+_gpuaug}"
+                  stage "$tag" 110 100 ${AUG_CPUS:+taskset -c $AUG_CPUS} python3 benchmarks/bench_train.py --models "$m" \
+                    --backends c --images 1024 --workers "$w" --timeout 95 --root /tmp/yolov9c_bench_train $g ${cache:+--cache $cache}
+                  tail -1 "$OUT/$tag.log"
+                done; done
+              done; done ;;
     augpub) [ -n "$DATA" ] && wait "$DATA"
             if [ ! -d .dev/published ]; then echo "SKIP augpub (no .dev/published)"; continue; fi
             for m in ${TRAIN_MODELS:-yolov9-s yolov9-c}; do for w in ${AUG_WORKERS:-4 8 16}; do
