@@ -106,9 +106,8 @@ def _state(model_name, backend, args, path="fixed", mode="eager"):
     if ckpt:
         model.forward = types.MethodType(checkpointed_forward, model)
     cfg = RunConfig(backend=backend, channels_last=True, cudnn_benchmark=bool(args.cudnn_benchmark), ckpt=ckpt,
-                    rect=path == "rect", multi_scale=path == "multiscale")
-    if mode == "graph" and getattr(args, "graph_shapes", False):
-        cfg.graph_shapes = True
+                    rect=path == "rect", multi_scale=path == "multiscale",
+                    graph_shapes=mode == "graph" and bool(getattr(args, "graph_shapes", False)))
     state = RunState(cfg=cfg, device=device, amp=True,
                      memory_format=torch.channels_last, hyp=hyp, model=model, ema=ema, loss=loss,
                      optimizer=optimizer, scaler=torch.amp.GradScaler("cuda"),
