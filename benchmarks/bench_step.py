@@ -79,7 +79,9 @@ def build_parser():
     return p
 
 
-def _state(model_name, backend, args, path="fixed", mode="eager"):
+def _state(model_name, backend, args, path="fixed", mode="eager", device="cuda"):
+    """The RunState of one configuration on `device` (AMP on CUDA only: dev/probes/host_step.py builds it on the
+    CPU as a host-time proxy)."""
     import torch
 
     from yolov9c.api import build_model, make_loss
@@ -92,7 +94,8 @@ def _state(model_name, backend, args, path="fixed", mode="eager"):
     from yolov9c.engine.train.state import RunState
     from yolov9c.resources import load_hyp
 
-    device = torch.device("cuda")
+    device = torch.device(device)
+    amp = device.type == "cuda"
     torch.manual_seed(0)
     hyp = load_hyp(None)
     model = build_model(model_name, nc=args.nc).to(device, memory_format=torch.channels_last).train()
@@ -108,9 +111,9 @@ def _state(model_name, backend, args, path="fixed", mode="eager"):
     cfg = RunConfig(backend=backend, channels_last=True, cudnn_benchmark=bool(args.cudnn_benchmark), ckpt=ckpt,
                     rect=path == "rect", multi_scale=path == "multiscale",
                     graph_shapes=mode == "graph" and bool(getattr(args, "graph_shapes", False)))
-    state = RunState(cfg=cfg, device=device, amp=True,
+    state = RunState(cfg=cfg, device=device, amp=amp,
                      memory_format=torch.channels_last, hyp=hyp, model=model, ema=ema, loss=loss,
-                     optimizer=optimizer, scaler=torch.amp.GradScaler("cuda"),
+                     optimizer=optimizer, scaler=torch.amp.GradScaler(device.type, enabled=amp),
                      batching=Batching(args.batch, 1, nominal=args.batch, fixed_accumulate=1),
                      bn_stats=bn_buffers(model), bn_buffers=bn_buffers(model) if ckpt else [], log=lambda *a: None)
     if path == "micro":

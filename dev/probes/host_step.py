@@ -1,0 +1,132 @@
+"""Host time of the eager training step per backend, on the CPU: a proxy for the Python/host overhead that makes
+the eager c step host-bound on a fast GPU. At a tiny input (yolov9-s, 64 px, batch 2, one thread) the compute is
+small and wall time ≈ host time; the step is the trainer's own (EagerStep on benchmarks/bench_step.py's RunState,
+channels-last, fp32: no autocast on the CPU).
+
+    python dev/probes/host_step.py                          # both backends: median ms of 20 steps after warm-up
+    python dev/probes/host_step.py --backends c --profile 3 # and cProfile of 3 c steps (top by tottime / ncalls)
+    python dev/probes/host_step.py --functions              # autograd Function applies per step, by class
+
+Prints one JSON line per backend (median and min ms, Python function calls per step, autograd Function applies
+per step); --profile adds the cProfile tables. Torch threads are set to --threads (default 1) and the backends run
+one after the other in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))   # runs from a checkout without installing
+sys.path.insert(0, str(REPO / "benchmarks"))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+import bench_step  # noqa: E402
+from yolov9c.engine.train.memory_plan import random_targets  # noqa: E402
+from yolov9c.engine.train.step import EagerStep  # noqa: E402
+
+
+def _runner(model, backend, args):
+    state = bench_step._state(model, backend, args, device="cpu")
+    step = EagerStep()
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (args.batch, 3, args.img, args.img), dtype=torch.uint8, generator=gen)
+    targets = random_targets(args.batch, args.boxes, args.nc, gen)
+    ni = [0]
+
+    def one():
+        imgs = images.contiguous(memory_format=state.memory_format).float() / 255
+        r = step(state, imgs, targets, ni[0])
+        ni[0] += 1
+        return r
+    return one
+
+
+def _function_applies(one):
+    """{autograd Function class name: applies} in one step (counted through Function.apply)."""
+    counts = collections.Counter()
+    orig = torch.autograd.Function.apply.__func__
+
+    def counted(cls, *a, **k):
+        counts[cls.__name__] += 1
+        return orig(cls, *a, **k)
+
+    torch.autograd.Function.apply = classmethod(counted)
+    try:
+        one()
+    finally:
+        torch.autograd.Function.apply = classmethod(orig)
+    return counts
+
+
+def _calls(one, steps):
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        one()
+    prof.disable()
+    return prof
+
+
+def measure(model, backend, args):
+    one = _runner(model, backend, args)
+    for _ in range(args.warmup):
+        one()
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        one()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    prof = _calls(one, 1)
+    calls = pstats.Stats(prof).total_calls
+    applies = _function_applies(one)
+    row = {"model": model, "backend": backend, "batch": args.batch, "img": args.img, "threads": args.threads,
+           "median_ms": round(1000 * times[len(times) // 2], 2), "min_ms": round(1000 * times[0], 2),
+           "py_calls_per_step": calls, "function_applies_per_step": sum(applies.values())}
+    if args.functions:
+        row["applies_by_function"] = dict(applies.most_common())
+    print(json.dumps(row), flush=True)
+    if args.profile:
+        prof = _calls(one, args.profile)
+        for key in ("tottime", "ncalls"):
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
+            print(f"--- {backend}: {args.profile} steps by {key}\n{out.getvalue()}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", default=["yolov9-s"])
+    p.add_argument("--backends", nargs="+", default=["c", "torch"], choices=["c", "torch"])
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--img", type=int, default=64)
+    p.add_argument("--boxes", type=int, default=4)
+    p.add_argument("--nc", type=int, default=80)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--profile", type=int, default=0, help="steps under cProfile (0: none)")
+    p.add_argument("--top", type=int, default=40, help="rows of each cProfile table")
+    p.add_argument("--functions", action="store_true", help="autograd Function applies per step by class")
+    args = p.parse_args(argv)
+    args.cudnn_benchmark = False  # what bench_step's RunState reads (no cuDNN here)
+    torch.set_num_threads(args.threads)
+    for m in args.models:
+        for b in args.backends:
+            measure(m, b, args)
+
+
+if __name__ == "__main__":
+    main()
