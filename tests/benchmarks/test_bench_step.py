@@ -54,3 +54,10 @@ def test_graph_shapes_and_the_path_reach_the_child_process(monkeypatch):
     argv = seen[0]
     i = argv.index("--one")
     assert argv[i + 1:i + 5] == ["yolov9-t", "c", "graph", "rect"] and "--graph-shapes" in argv
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_the_state_of_a_row_carries_graph_shapes_into_its_run_config(mode):
+    args = bench_step.build_parser().parse_args(["--graph-shapes", "--batch", "2", "--paths", "rect"])
+    state = bench_step._state("yolov9-t", "c", args, "rect", mode, device="cpu")
+    assert state.cfg.graph_shapes is (mode == "graph") and state.cfg.rect
