@@ -114,8 +114,8 @@ def add_parser(subparsers):
                    help="validation batch of the run's phases (default 2 x --batch, as train_dual.py)")
     p.add_argument("--val-chunks", type=val_chunks_type, default=None, metavar="off|auto|N",
                    help="validation forward of the run's phases: off (whole batch), auto (train_dual.py "
-                        "--val-chunks auto: chunks beside the CUDA-graph pool) or N images (default off; with "
-                        "--budget auto: the plan's, auto)")
+                        "--val-chunks auto: chunks beside the CUDA-graph pool) or N images (default auto, as "
+                        "train_dual.py)")
     add_switch_args(p)
     p.set_defaults(func=run)
     return p
@@ -249,7 +249,7 @@ def _print_phases(args, costs):
         print(f"whole run by phase: not predicted ({e})")
         return
     val_batch = args.val_batch or 2 * args.batch
-    chunks = args.val_chunks or "off"
+    chunks = args.val_chunks or "auto"
     limit = f"under --budget {args.budget:.2f} GiB as the cap" if args.budget is not None else "no cap"
     print(f"whole run by phase, GiB allocated/reserved (a model: memory_phases.py; validation batch {val_batch}, "
           f"--val-chunks {chunks}, {limit}" + (f"; validation {vc.source}" if vc.source != "table"
@@ -299,7 +299,7 @@ def _print_auto(args, costs):
         for backend, cost in costs.items():
             sw = _run_switches(args) if backend == "c" else None
             c = ma.choose(_cost_of(args, cost, sw), vc, ma.budget_from_card(gib), args.batch, img=args.img,
-                          val_batch=val_batch, switches=sw, free=free, val_chunks=args.val_chunks or "off")
+                          val_batch=val_batch, switches=sw, free=free, val_chunks=args.val_chunks or "auto")
             what = c.describe() if c.fits else f"nothing fits (even {c.describe()})"
             print(f"{card + f' ({gib:.1f} GiB)':<16} {backend:<6} {what}")
 

@@ -175,11 +175,11 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                    help="cap the GPU memory this whole run may reserve, e.g. 7G: the training runs as on a card "
                         "of that size (rehearse an 8 GB card on a bigger one: 7G, about what it leaves after the "
                         "CUDA context); --mem-budget caps at its budget unless --mem-cap is given")
-    p.add_argument("--val-chunks", choices=VAL_CHUNKS, default="off",
-                   help="auto: validation during training runs its forward in chunks sized to the GPU memory left "
-                        "beside the CUDA-graph pool, so the graphs are kept (the validation batch, detections and "
-                        "mAP stay those of one pass); off (default): one forward per validation batch, the graphs' "
-                        "memory given back first when over half of the card is reserved")
+    p.add_argument("--val-chunks", choices=VAL_CHUNKS, default=RunConfig.val_chunks,
+                   help="auto (default): validation during training runs its forward in chunks sized to the GPU "
+                        "memory left beside the CUDA-graph pool, so the graphs are kept (the validation batch, "
+                        "detections and mAP stay those of one pass); off: one forward per validation batch, the "
+                        "graphs' memory given back first when over half of the card is reserved")
     p.add_argument("--dynamic-img", action="store_true",
                    help="with --mem-budget: shrink the image size (down to --min-img) instead of splitting the "
                         "batch; changes the data distribution (smaller objects)")

@@ -152,7 +152,7 @@ def test_free_options():
     assert ma.free_options(RunConfig(given=("main_recompute",)), env={}) == ("graph_shapes", "val_chunks")
     assert ma.free_options(cfg, env={"YOLOV9C_MAIN_RECOMPUTE": "16"}) == ("graph_shapes", "val_chunks")
     assert ma.free_options(cfg, env={"YOLOV9C_MAIN_RECOMPUTE": " "}) == ma.PLANNED  # empty: unset
-    chosen = RunConfig(main_recompute=4, val_chunks="auto")  # a resumed run's values the user chose
+    chosen = RunConfig(main_recompute=4, val_chunks="off")  # a resumed run's values the user chose
     assert ma.free_options(chosen, env={}) == ("graph_shapes",)
     planned = RunConfig(main_recompute=16, val_chunks="auto", mem_plan={"planned": ["main_recompute", "val_chunks"]})
     assert ma.free_options(planned, env={}) == ma.PLANNED
@@ -246,7 +246,7 @@ def test_a_resume_with_a_size_forgets_the_auto_plan(monkeypatch):
     state, _ = fake_state(dataclasses.replace(stored, mem_budget=7.0, given=("mem_budget",)))
     train_state.plan_memory(state)  # --resume --mem-budget 7G: the step's plan only
     assert (state.cfg.main_recompute, state.cfg.graph_shapes, state.cfg.val_chunks, state.cfg.mem_plan) == \
-        (8, False, "off", None)
+        (8, False, "auto", None)
     kept = dataclasses.replace(stored, mem_budget=7.0, main_recompute=4, mem_plan={**stored.mem_plan,
                                                                                   "planned": ["graph_shapes"]})
     state, _ = fake_state(kept)

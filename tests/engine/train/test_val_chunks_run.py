@@ -124,8 +124,9 @@ def test_out_of_memory_halves_the_chunk_then_the_batch():
     assert made == [1]
 
 
-def test_the_option_is_off_by_default_recorded_and_cpu_runs_build_nothing():
-    assert parse_opt([]).val_chunks == "off"
+def test_the_option_is_on_by_default_recorded_and_cpu_runs_build_nothing():
+    assert parse_opt([]).val_chunks == "auto"
+    assert opt_dict(parse_opt(["--val-chunks", "off"]))["val_chunks"] == "off"
     cfg = parse_opt(["--val-chunks", "auto"])
     assert cfg.val_chunks == "auto" and opt_dict(cfg)["val_chunks"] == "auto"
     with pytest.raises(SystemExit):

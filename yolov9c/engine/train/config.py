@@ -114,7 +114,7 @@ class RunConfig:
     #                                      plans the whole run (memory_auto.py); None: memory_auto.DEFAULT_MEM_BUDGET
     mem_cap: float | None = None  # GiB this process may reserve on the GPU (a smaller card rehearsed: memory_cap.py);
     #                               None: --mem-budget's value when given, else no cap
-    val_chunks: str = "off"  # auto: training-time validation's forward in chunks that fit beside the CUDA-graph
+    val_chunks: str = "auto"  # auto: training-time validation's forward in chunks that fit beside the CUDA-graph
     #                          pool (val_chunks.py), the graphs kept; off: one forward per validation batch
     dynamic_img: bool = False  # with mem_budget: shrink the image size instead of splitting the batch
     min_img: int = MIN_IMG  # dynamic_img's smallest image size (rounded up to the grid; memory_plan.MIN_IMG)
