@@ -109,8 +109,7 @@ def train_command(a, runner, seed, project, data):
         # through the harness's published side: its stand-ins for the optional imports the published code needs
         # (IPython, pkg_resources, tensorboard, a font it would download) and its checkpoint-reading setting
         side = ROOT / "dev" / "fidelity" / "published_side.py"
-        return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--"] + pub_flags,
-                a.published, {})
+        return [a.python, str(side), "train", "--"] + pub_flags, a.published, {}
     if runner == "published+ours-loader":
         return [a.python, str(SWAP_LOADER), "published-loop", "--published", str(a.published), "--"] + pub_flags, \
             a.published, {}
@@ -282,8 +281,7 @@ def resume_command(a, runner, seed, project):
     last = str(project / name / "weights" / "last.pt")
     if runner == "published":
         side = ROOT / "dev" / "fidelity" / "published_side.py"
-        return ([a.python, str(side), "train", "--record", str(project / f"{name}.probe.json"), "--",
-                 "--resume", last], a.published, {})
+        return [a.python, str(side), "train", "--", "--resume", last], a.published, {}
     if runner == "published+ours-loader":
         return [a.python, str(SWAP_LOADER), "published-loop", "--published", str(a.published), "--", "--resume", last], \
             a.published, {}

@@ -36,7 +36,8 @@ def parser(description, hyp_default):
     d.add_argument("--min-items", type=int, default=0)
     d.add_argument("--out", required=True)
     t = sub.add_parser("train")
-    t.add_argument("--record", required=True)
+    t.add_argument("--record", default=None,
+                   help="JSON of the per-iteration probe records (none: no probe, the loop runs unwrapped)")
     t.add_argument("rest", nargs=argparse.REMAINDER)
     i = sub.add_parser("init")
     i.add_argument("--cfg", required=True)

@@ -65,6 +65,8 @@ def run_train(a):
     for m in pkgutil.iter_modules(E.__path__):  # import the trainer's modules, so that the names they bound exist
         importlib.import_module(f"{E.__name__}.{m.name}")
     records = []
+    if not a.record:
+        raise SystemExit(train_main(a.rest) or 0)
     inner = L.make_loss
     probed = lambda *args, **kw: wrap_loss(inner(*args, **kw), records)  # noqa: E731
     # every module that imported the name (the trainer's set-up) gets the probed one too

@@ -7,8 +7,8 @@ yolov9c module). Three modes, each writing one JSON (and npz) file:
     python published_side.py data  --data D.yaml --img 640 --n 400 --seed 0 --out data.json
         augmented samples from the published LoadImagesAndLabels (mosaic on, then off), their statistics
         (stats.py) and the mosaic / mixup / copy-paste rates (counted by wrapping those functions)
-    python published_side.py train --record train.json -- <train_dual.py arguments>
-        the published train_dual.main() itself, its ComputeLoss wrapped by probe.wrap_loss: per-iteration
+    python published_side.py train [--record train.json] -- <train_dual.py arguments>
+        the published train_dual.main() itself; with --record its ComputeLoss wrapped by probe.wrap_loss: per-iteration
         learning rates, momentum, weight decay, accumulation, EMA updates and decay, mosaic flag, batch stats
     python published_side.py loss  --cfg yolov9-t --nc 80 --weights w.npz --batch b.npz --out loss.npz
         the published model with the given weights (state_dict arrays) on the given batch: loss items, every
@@ -137,7 +137,8 @@ def run_train(a):
 
     records = []
     inner = train_dual.ComputeLoss
-    train_dual.ComputeLoss = lambda model, *args, **kw: wrap_loss(inner(model, *args, **kw), records)
+    if a.record:  # the probe copies each batch to the host: only when its records are wanted
+        train_dual.ComputeLoss = lambda model, *args, **kw: wrap_loss(inner(model, *args, **kw), records)
     # its strip_optimizer re-reads the checkpoints it just wrote with torch.load, which torch >= 2.6 refuses
     # for pickled modules unless told that these (our own, fresh) files are trusted
     os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
@@ -146,7 +147,8 @@ def run_train(a):
     try:
         train_dual.main(opt)
     finally:
-        Path(a.record).write_text(json.dumps(json_ready(records)))
+        if a.record:
+            Path(a.record).write_text(json.dumps(json_ready(records)))
 
 
 # ------------------------------------------------------------------------------------------------ loss ------
