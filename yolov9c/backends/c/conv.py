@@ -4,9 +4,10 @@
 
 LazyConvFunction materialises x into one temporary buffer (a concat is written slice by slice), runs every conv
 on it through torch, frees it, and saves only x's leaves (pre-BN z, statistics, BN parameters, plain tensors)
-and the weights. Backward rebuilds the buffer from the leaves with grad enabled (yolov9c.ops.bn_silu), computes
-the conv gradients with aten.convolution_backward and sends the input gradient into the leaves; a z read by
-several consumers gets each share of dz, summed by autograd (exact: BN's backward is linear in dz).
+and the weights; the tree x itself (no tensor of its own) is kept to backward, which frees it. Backward rebuilds
+the buffer from the leaves with grad enabled (yolov9c.ops.bn_silu), computes the conv gradients with
+aten.convolution_backward and sends the input gradient into the leaves; a z read by several consumers gets each
+share of dz, summed by autograd (exact: BN's backward is linear in dz).
 Convs reading one input (RepConvN's 3x3/1x1, RepNCSP's cv1/cv2) share one Function: one materialisation each way.
 inputs_kept(True) (switches.Switches.keep_inputs, default off: it raises the peak; benchmarks/RESULTS.md §16) keeps a
 recomputed segment's conv inputs for their own backward instead of activating the leaves again; same gradients.
@@ -20,20 +21,20 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from yolov9c.backends.c.lazy import Evaluator, Grads, LeafIndex, SharedGrad, memory_format_of
+from yolov9c.backends.c.lazy import Evaluator, Grads, SharedGrad, memory_format_of
 from yolov9c.ops import bn_silu as ops
 
 
 class _Plan:
-    """What LazyConvFunction needs besides tensors: the input's tree with leaf indices in place of tensors,
-    the conv geometry, the compute dtype / memory format, and the SharedGrads of the leaves it reads
-    (`reads`: {leaf position: SharedGrad}) and of its outputs (`outs`: one per conv, or None)."""
+    """What LazyConvFunction needs besides tensors: the number of leaves, the conv geometry, the compute dtype /
+    memory format, whether autocast was on (forward turns it off inside), and the SharedGrads of the leaves it
+    reads (`reads`: {leaf position: SharedGrad}) and of its outputs (`outs`: one per conv, or None)."""
 
-    __slots__ = ("template", "n_leaves", "convs", "dtype", "fmt", "device_type", "reads", "outs")
+    __slots__ = ("n_leaves", "convs", "dtype", "fmt", "device_type", "autocast", "reads", "outs")
 
-    def __init__(self, template, n_leaves, convs, dtype, fmt, device_type, reads, outs):
-        self.template, self.n_leaves, self.convs = template, n_leaves, convs
-        self.dtype, self.fmt, self.device_type = dtype, fmt, device_type
+    def __init__(self, n_leaves, convs, dtype, fmt, device_type, autocast, reads, outs):
+        self.n_leaves, self.convs = n_leaves, convs
+        self.dtype, self.fmt, self.device_type, self.autocast = dtype, fmt, device_type, autocast
         self.reads, self.outs = reads, outs
 
 
@@ -55,21 +56,44 @@ def inputs_kept(enabled=True):
 
 
 class KeptInput:
-    """A conv input kept from forward for backward (inputs_kept): the lazy tree over the forward's leaves and
-    the Evaluator whose memo holds its value."""
+    """A conv input's value kept from forward for backward (inputs_kept): the Evaluator whose memo holds it."""
 
-    __slots__ = ("leaves", "tree", "ev")
+    __slots__ = ("ev",)
 
-    def __init__(self, leaves, tree, ev):
-        self.leaves, self.tree, self.ev = leaves, tree, ev
+    def __init__(self, ev):
+        self.ev = ev
+
+
+if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4: one API for every device type
+    def autocast_dtype(device_type):
+        """The autocast dtype of `device_type` ('cuda', 'cpu') when autocast is on there, else None."""
+        return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+else:  # torch 2.1-2.3: per-device functions (deprecated since 2.4)
+    def autocast_dtype(device_type):
+        """The autocast dtype of `device_type` ('cuda', 'cpu') when autocast is on there, else None."""
+        if device_type == "cuda":
+            return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+        if device_type == "cpu":
+            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+        return None
 
 
 def compute_dtype(weight):
     """The dtype convolutions run in: the autocast dtype when autocast is on for the weight's device."""
-    dev = weight.device.type
-    if torch.is_autocast_enabled(dev):
-        return torch.get_autocast_dtype(dev)
-    return weight.dtype
+    return autocast_dtype(weight.device.type) or weight.dtype
+
+
+_NO_CONTEXT = contextlib.nullcontext()
+
+
+def _autocast_off(device_type, on):
+    """Autocast off inside when it is `on` (the Function casts explicitly); nothing to enter when it is off."""
+    return torch.autocast(device_type, enabled=False) if on else _NO_CONTEXT
+
+
+def _cast(t, dtype):
+    """t in dtype (t itself when it has it: no dispatch for a no-op cast)."""
+    return t if t.dtype == dtype else t.to(dtype)
 
 
 def _geometry(conv):
@@ -86,31 +110,32 @@ _PER_CONV = 4  # parameters per conv: weight, bias, and the γ, β of the BN its
 
 
 class LazyConvFunction(torch.autograd.Function):
-    """forward(plan, *leaves, w_0, b_0, γ_0, β_0, w_1, ...) -> conv outputs (one per conv). See module docstring;
-    γ_k, β_k (the BN of output k, for its SharedGrad) may be None."""
+    """forward(plan, x, *leaves, w_0, b_0, γ_0, β_0, w_1, ...) -> conv outputs (one per conv). See module
+    docstring; x is the lazy input over `leaves` themselves (kept for backward, which frees it: backward runs
+    once per forward); γ_k, β_k (the BN of output k, for its SharedGrad) may be None."""
 
     @staticmethod
-    def forward(ctx, plan, *args):
+    def forward(ctx, plan, x, *args):
         n = plan.n_leaves
         leaves, params = args[:n], args[n:]
         ctx.set_materialize_grads(False)  # an output whose readers all stashed (SharedGrad) has no gradient
-        tree = plan.template.map(lambda i: leaves[i], {})
-        with torch.autocast(plan.device_type, enabled=False):
+        with _autocast_off(plan.device_type, plan.autocast):
             ev = Evaluator(plan.dtype, plan.fmt, grad=False)
-            a = ev.run(tree)
+            a = ev.run(x)
             outs, cast = [], []
             for k, (stride, padding, dilation, groups, _) in enumerate(plan.convs):
                 w, b = params[_PER_CONV * k], params[_PER_CONV * k + 1]
-                wc = w.to(plan.dtype)  # kept for backward (w itself when no cast is needed)
+                wc = _cast(w, plan.dtype)  # kept for backward (w itself when no cast is needed)
                 cast.append(wc)
-                outs.append(F.conv2d(a, wc, None if b is None else b.to(plan.dtype), stride, padding, dilation,
+                outs.append(F.conv2d(a, wc, None if b is None else _cast(b, plan.dtype), stride, padding, dilation,
                                      groups))
         del a  # the activated input is a temporary: it is rebuilt in backward (unless kept, inputs_kept)
-        ctx.plan, ctx.kept = plan, None
+        ctx.plan, ctx.input, ctx.kept = plan, (leaves, x), None
         if _KEEP[0]:
-            ev.keep_for_backward(tree)
-            ctx.kept = KeptInput(leaves, tree, ev)
-        # an output with a SharedGrad is kept to its backward (which runs after all its readers')
+            ev.keep_for_backward(x)
+            ctx.kept = KeptInput(ev)
+        # the leaves are saved as well as kept in ctx.input (autograd's in-place checks and saved-tensor hooks
+        # see them); an output with a SharedGrad is kept to its backward (which runs after all its readers')
         ctx.save_for_backward(*leaves, *params, *cast, *[o if sh else None for o, sh in zip(outs, plan.outs)])
         return tuple(outs)
 
@@ -120,10 +145,14 @@ class LazyConvFunction(torch.autograd.Function):
         n, nc = plan.n_leaves, len(plan.convs)
         saved = ctx.saved_tensors
         np_ = _PER_CONV * nc
-        leaves, params = saved[:n], saved[n:n + np_]
+        params = saved[n:n + np_]
         cast, outs = saved[n + np_:n + np_ + nc], saved[n + np_ + nc:]
-        kept, ctx.kept = ctx.kept, None  # freed when this backward returns
-        need = ctx.needs_input_grad[1:]
+        inp, kept, ctx.input, ctx.kept = ctx.input, ctx.kept, None, None  # freed when this backward returns
+        if inp is None:
+            raise RuntimeError("LazyConvFunction: a second backward through a retained graph (the input is freed "
+                               "by the first)")
+        leaves, tree = inp
+        need = ctx.needs_input_grad[2:]
         need_leaf = [bool(need[i]) for i in range(n)]
         want_input = any(need_leaf)
         param_grads = [None] * len(params)
@@ -132,12 +161,10 @@ class LazyConvFunction(torch.autograd.Function):
             if sh is not None:  # the BN backward of the readers that stashed into it, on their summed dL/dy
                 grads[k] = _shared_backward(sh, outs[k], grads[k], param_grads, _PER_CONV * k + 2,
                                             need[n + _PER_CONV * k + 2:n + _PER_CONV * k + 4])
-        with torch.autocast(plan.device_type, enabled=False), torch.no_grad():
-            if kept is not None:  # forward's own input (a memo hit: no activation)
-                leaves, tree, ev = kept.leaves, kept.tree, kept.ev
-            else:  # the same evaluation as forward (same kernels, same in-place buffer): bit-identical input
-                tree = plan.template.map(lambda i: leaves[i], {})
-                ev = Evaluator(plan.dtype, plan.fmt, grad=False)
+        with _autocast_off(plan.device_type, autocast_dtype(plan.device_type) is not None), torch.no_grad():
+            # forward's own input (a memo hit: no activation), or the same evaluation as forward (same kernels,
+            # same in-place buffer): a bit-identical input
+            ev = kept.ev if kept is not None else Evaluator(plan.dtype, plan.fmt, grad=False)
             a = ev.run(tree)
             grad_a = None
             for k, (stride, padding, dilation, groups, has_bias) in enumerate(plan.convs):
@@ -150,14 +177,14 @@ class LazyConvFunction(torch.autograd.Function):
                     continue
                 w = params[j]
                 gi, gw, gb = torch.ops.aten.convolution_backward(
-                    g.to(plan.dtype), a, cast[k], [w.shape[0]] if has_bias else None,
+                    _cast(g, plan.dtype), a, cast[k], [w.shape[0]] if has_bias else None,
                     list(stride), list(padding), list(dilation), False, [0, 0], groups, mask)
                 if gi is not None:
                     grad_a = gi if grad_a is None else grad_a.add_(gi)
                 if gw is not None:
-                    param_grads[j] = gw.to(w.dtype)
+                    param_grads[j] = _cast(gw, w.dtype)
                 if gb is not None:
-                    param_grads[j + 1] = gb.to(params[j + 1].dtype)
+                    param_grads[j + 1] = _cast(gb, params[j + 1].dtype)
             del a
             leaf_grads = [None] * n
             if want_input and grad_a is not None:
@@ -168,7 +195,7 @@ class LazyConvFunction(torch.autograd.Function):
                 acc = Grads(leaves, need_leaf, shared)
                 tree.backward(grad_a, ev, acc)
                 leaf_grads = acc.result()
-        return (None, *leaf_grads, *param_grads)
+        return (None, None, *leaf_grads, *param_grads)
 
 
 def _shared_backward(sh, z, g, param_grads, j, need_wb):
@@ -191,9 +218,7 @@ def lazy_conv(x, convs, bns=None):
     bns: the nn.BatchNorm2d each output is activated with (or None each): with grad enabled each such
     output gets a SharedGrad (lazy/grads.py), and its γ, β become inputs of the Function."""
     grad = torch.is_grad_enabled()
-    index = LeafIndex()
-    template = x.map(index.add, {})
-    leaves = index.tensors
+    leaves = tuple({id(t): t for t in x.tensors()}.values())  # x's distinct tensors, in the order first met
     reads = {}
     if grad:
         for i, t in enumerate(leaves):
@@ -204,13 +229,13 @@ def lazy_conv(x, convs, bns=None):
     bns = bns if (grad and bns is not None) else [None] * len(convs)
     outs = [None if bn is None else SharedGrad(bn.weight, bn.bias) for bn in bns]
     w0 = convs[0].weight
-    dtype = compute_dtype(w0)
-    plan = _Plan(template, len(leaves), [_geometry(c) for c in convs], dtype,
-                 memory_format_of(x.first_tensor()), w0.device.type, reads, outs)
+    amp = autocast_dtype(w0.device.type)
+    plan = _Plan(len(leaves), [_geometry(c) for c in convs], amp or w0.dtype,
+                 memory_format_of(x.first_tensor()), w0.device.type, amp is not None, reads, outs)
     params = []
     for c, sh in zip(convs, outs):
         params += [c.weight, c.bias, None if sh is None else sh.weight, None if sh is None else sh.bias]
-    zs = list(LazyConvFunction.apply(plan, *leaves, *params))
+    zs = list(LazyConvFunction.apply(plan, x, *leaves, *params))
     for z, sh in zip(zs, outs):
         if sh is not None:
             z.yv_shared = sh

@@ -87,8 +87,8 @@ def _batch_stats(bn, z):
         bn.num_batches_tracked.add_(1)
         if bn.momentum is None:
             momentum = 1.0 / float(bn.num_batches_tracked)
-        return ops.stats(z.detach(), bn.running_mean, bn.running_var, momentum, bn.eps)
-    return ops.stats(z.detach(), None, None, momentum, bn.eps)
+        return ops.stats(z, bn.running_mean, bn.running_var, momentum, bn.eps)
+    return ops.stats(z, None, None, momentum, bn.eps)
 
 
 def _bn_act(m, z):

@@ -17,7 +17,7 @@ Test: python -m pytest -q tests/backends/test_backend_pgi.py
 
 import torch
 
-from yolov9c.backends.c.conv import inputs_kept
+from yolov9c.backends.c.conv import autocast_dtype, inputs_kept
 from yolov9c.backends.c.layers import StatsTape, use_tape
 from yolov9c.backends.c.lazy import LeafIndex, Node
 
@@ -99,8 +99,8 @@ class _Call:
         self.fn, self.template, self.n_leaves, self.params = fn, template, n_leaves, params
         self.keep_inputs = keep_inputs
         self.tape, self.device_type = StatsTape(), device_type
-        self.amp = torch.is_autocast_enabled(device_type)
-        self.amp_dtype = torch.get_autocast_dtype(device_type)
+        self.amp_dtype = autocast_dtype(device_type)
+        self.amp = self.amp_dtype is not None
         self.out, self.new_ids = None, None
 
     def run(self, inputs):
