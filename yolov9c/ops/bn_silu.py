@@ -289,38 +289,30 @@ def _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats
 _FIELDS = {"": ("z", "mean", "invstd", "weight", "bias"), "1": ("z1", "mean1", "invstd1", "weight1", "bias1"),
            "2": ("z2", "mean2", "invstd2", "weight2", "bias2")}
 _GRAD_FIELDS = {"": ("dz", "dweight", "dbias"), "1": ("dz1", "dweight1", "dbias1"), "2": ("dz2", "dweight2", "dbias2")}
-
-
-def _tensor(op, name, t):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+# the names of the tensors each raw implementation converts in one extension.args call, in its order
+_FORWARD_ARGS = (_FIELDS[""] + ("residual", "out"), _FIELDS["1"] + _FIELDS["2"] + ("residual", "out"))
+_BACKWARD_ARGS = (_FIELDS[""] + ("grad_out",) + _GRAD_FIELDS[""] + ("workspace",),
+                  _FIELDS["1"] + _FIELDS["2"] + ("grad_out",) + _GRAD_FIELDS["1"] + _GRAD_FIELDS["2"] + ("workspace",))
+_STATS_ARGS = ("z", "running_mean", "running_var", "mean", "invstd", "workspace")
 
 
 def _use_reference(op, z, *ts):
     """The torch reference serves empty tensors and bfloat16 on the CPU (NumPy has no bfloat16). z is read
     here before C sees it, so it is the one tensor checked in Python."""
-    _tensor(op, "z", z)
+    if not isinstance(z, torch.Tensor):
+        raise TypeError(f"{op}: z must be a torch.Tensor, got {type(z).__name__}")
     if z.numel() == 0:
         return True
-    return z.is_cpu and any(getattr(t, "dtype", None) == torch.bfloat16 for t in (z, *ts))
-
-
-def _operand(op, bn, suffix=""):
-    a, n = extension.arg, _FIELDS[suffix]
-    return (a(bn[0], op, n[0]), a(bn[1], op, n[1]), a(bn[2], op, n[2]), a(bn[3], op, n[3]), a(bn[4], op, n[4]))
-
-
-def _grads(op, dz, dw, db, suffix=""):
-    a, n = extension.arg, _GRAD_FIELDS[suffix]
-    return (a(dz, op, n[0]), a(dw, op, n[1]), a(db, op, n[2]))
-
-
-def _channels(z):
-    return z.shape[1] if z.ndim > 1 else 1
+    if not z.is_cpu:
+        return False
+    for t in (z, *ts):
+        if t is not None and getattr(t, "dtype", None) == torch.bfloat16:
+            return True
+    return False
 
 
 def _vec(z):
-    return torch.empty(_channels(z), dtype=torch.float32, device=z.device)
+    return torch.empty(z.shape[1] if z.ndim > 1 else 1, dtype=torch.float32, device=z.device)
 
 
 def _workspace(C, z):
@@ -333,28 +325,35 @@ def _workspace(C, z):
 def _forward_impl(bn, bn2, residual, act, out, batch_stats):
     op = "bn_silu_forward"
     _check_operand(op, bn)
+    if bn2 is not None:
+        _check_operand(op, bn2, "2")
     z = bn[0]
-    extension.note_call(op, z, None if bn2 is None else bn2[0])
-    if _use_reference(op, z, None if bn2 is None else bn2[0], out, residual):
+    z2 = None if bn2 is None else bn2[0]
+    extension.note_call(op, z, z2)
+    if _use_reference(op, z, z2, out, residual):
         with torch.no_grad():
             return reference(bn, bn2, residual, act, out, batch_stats)
     C = extension.load()
     y = out if out is not None else _empty_like(z)
     if bn2 is None:
-        first, second = _operand(op, bn), None
+        a = extension.args(op, _FORWARD_ARGS[0], *bn, residual, y)
+        first, second = tuple(a[:5]), None
     else:
-        first, second = _operand(op, bn, "1"), _operand(op, bn2, "2")
-    C.bn_silu_forward(first, second, extension.arg(residual, op, "residual"), act, extension.arg(y, op, "out"),
-                      extension.stream_of(z.device))
+        a = extension.args(op, _FORWARD_ARGS[1], *bn, *bn2, residual, y)
+        first, second = tuple(a[:5]), tuple(a[5:10])
+    C.bn_silu_forward(first, second, a[-2], act, a[-1], extension.stream_of(z.device))
     return y
 
 
 def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
     op = "bn_silu_backward"
     _check_operand(op, bn)
+    if bn2 is not None:
+        _check_operand(op, bn2, "2")
     z = bn[0]
-    extension.note_call(op, z, None if bn2 is None else bn2[0])
-    if _use_reference(op, z, None if bn2 is None else bn2[0], grad_out, dz, dz2):
+    z2 = None if bn2 is None else bn2[0]
+    extension.note_call(op, z, z2)
+    if _use_reference(op, z, z2, grad_out, dz, dz2):
         return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
     C = extension.load()
     stream = extension.stream_of(z.device)
@@ -362,11 +361,11 @@ def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
         accumulate = accumulate and dz is not None
         dz = dz if dz is not None else _empty_like(z)
         dw, db = _vec(z), _vec(z)
-        C.bn_silu_backward(_operand(op, bn), None, extension.arg(grad_out, op, "grad_out"), act, batch_stats,
-                           _grads(op, dz, dw, db), None, accumulate, extension.arg(_workspace(C, z)), stream)
+        a = extension.args(op, _BACKWARD_ARGS[0], *bn, grad_out, dz, dw, db, _workspace(C, z))
+        C.bn_silu_backward(tuple(a[:5]), None, a[5], act, batch_stats, tuple(a[6:9]), None, accumulate, a[9], stream)
         return dz, dw, db
-    z2 = bn2[0]
-    _tensor(op, "z2", z2)
+    if not isinstance(z2, torch.Tensor):
+        raise TypeError(f"{op}: z2 must be a torch.Tensor, got {type(z2).__name__}")
     # A freshly allocated dz is written, never accumulated into.
     acc1, acc2 = accumulate and dz is not None, accumulate and dz2 is not None
     if acc1 != acc2:
@@ -376,9 +375,9 @@ def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
     dz = dz if dz is not None else _empty_like(z)
     dz2 = dz2 if dz2 is not None else _empty_like(z2)
     dw1, db1, dw2, db2 = _vec(z), _vec(z), _vec(z), _vec(z)
-    C.bn_silu_backward(_operand(op, bn, "1"), _operand(op, bn2, "2"), extension.arg(grad_out, op, "grad_out"),
-                       act, batch_stats, _grads(op, dz, dw1, db1, "1"), _grads(op, dz2, dw2, db2, "2"), acc1,
-                       extension.arg(_workspace(C, z)), stream)
+    a = extension.args(op, _BACKWARD_ARGS[1], *bn, *bn2, grad_out, dz, dw1, db1, dz2, dw2, db2, _workspace(C, z))
+    C.bn_silu_backward(tuple(a[:5]), tuple(a[5:10]), a[10], act, batch_stats, tuple(a[11:14]), tuple(a[14:17]),
+                       acc1, a[17], stream)
     return dz, dw1, db1, dz2, dw2, db2
 
 
@@ -432,9 +431,8 @@ def stats(z, running_mean=None, running_var=None, momentum=0.03, eps=1e-3):
         return _stats_reference(z, running_mean, running_var, momentum, eps)
     C = extension.load()
     mean, invstd = _vec(z), _vec(z)
-    a = extension.arg
-    C.bn_stats_forward(a(z, op, "z"), a(running_mean, op, "running_mean"), a(running_var, op, "running_var"),
-                       momentum, eps, a(mean), a(invstd), a(_workspace(C, z)), extension.stream_of(z.device))
+    a = extension.args(op, _STATS_ARGS, z, running_mean, running_var, mean, invstd, _workspace(C, z))
+    C.bn_stats_forward(a[0], a[1], a[2], momentum, eps, a[3], a[4], a[5], extension.stream_of(z.device))
     return mean, invstd
 
 

@@ -66,27 +66,38 @@ def _load_codes():
     return _dtype_codes
 
 
+def args(op, names, *ts):
+    """The tensors ts as _C arguments, in a list (one call for all of an op's tensors; names[i] names ts[i] in
+    errors): None stays None; a CPU tensor becomes a NumPy array sharing its memory (bfloat16 has no NumPy type:
+    callers upcast it first); a CUDA tensor becomes its descriptor tuple. Everything about a tensor (shape,
+    dtype, strides, device match) is checked in C; here only what C cannot see: that each is a torch.Tensor on
+    the CPU or a CUDA device (errors name `op` and the argument)."""
+    # called for ~10^4 tensors per training step: one loop without a call per tensor beyond the tensor's own
+    # methods; is_cuda / get_device() / shape (a tuple subclass, which the C side accepts) / stride() (already
+    # a tuple) build no torch.device and no tuples; numpy(force=True) of a CPU tensor is detach().numpy()
+    out = [None] * len(ts)
+    for i, t in enumerate(ts):
+        if t is None:
+            continue
+        try:
+            if t.is_cuda:
+                code = (_dtype_codes if _dtype_codes is not None else _load_codes()).get(t.dtype)
+                if code is None:
+                    dtype_code(t.dtype)  # raises the TypeError
+                out[i] = (t.data_ptr(), code, t.shape, t.stride(), t.get_device())
+                continue
+            if t.is_cpu:
+                out[i] = t.numpy(force=True)
+                continue
+        except AttributeError:
+            raise TypeError(f"{op}: {names[i]} must be a torch.Tensor, got {type(t).__name__}") from None
+        raise ValueError(f"{op}: {names[i]} is on {t.device}; yolov9c._C takes CPU or CUDA tensors")
+    return out
+
+
 def arg(t, op="yolov9c._C", name="a tensor argument"):
-    """A tensor as a _C argument: None stays None; a CPU tensor becomes a NumPy array sharing its memory
-    (bfloat16 has no NumPy type: callers upcast it first); a CUDA tensor becomes its descriptor tuple.
-    Everything about the tensor (shape, dtype, strides, device match) is checked in C; here only what C
-    cannot see: that `t` is a torch.Tensor on the CPU or a CUDA device (errors name `op` and `name`)."""
-    if t is None:
-        return None
-    # called ~10^4 times per training step: is_cuda / get_device() / shape (a tuple subclass, which the C
-    # side accepts) / stride() (already a tuple) avoid building a torch.device and two tuples per call
-    try:
-        if t.is_cuda:
-            codes = _dtype_codes if _dtype_codes is not None else _load_codes()
-            code = codes.get(t.dtype)
-            if code is None:
-                dtype_code(t.dtype)  # raises the TypeError
-            return (t.data_ptr(), code, t.shape, t.stride(), t.get_device())
-        if t.is_cpu:
-            return t.detach().numpy()
-    except AttributeError:
-        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}") from None
-    raise ValueError(f"{op}: {name} is on {t.device}; yolov9c._C takes CPU or CUDA tensors")
+    """One tensor as a _C argument (see args)."""
+    return args(op, (name,), t)[0]
 
 
 # the raw cudaStream_t of the current stream of a device index (CUDA builds of torch; the same value as
