@@ -93,14 +93,16 @@ def _batch_stats(bn, z):
 
 def _bn_act(m, z):
     """Conv m's BN + activation on its conv output z, as a lazy value."""
+    bn = m.bn
     act = _act_name(m.act)
     if act is None:  # no fused kernel for this activation: torch BN + act, stored as in the torch backend
-        return Plain(m.act(m.bn(z)))
-    mean, invstd = _stats(m.bn, z)
+        return Plain(m.act(bn(z)))
+    mean, invstd = _stats(bn, z)
+    weight = bn.weight
     shared = getattr(z, "yv_shared", None)  # (lazy.SharedGrad: lazy_conv made one for m.bn)
     if shared is not None:
-        shared.bind(mean, invstd, m.bn.weight, act)
-    return BNAct(z, mean, invstd, m.bn.weight, m.bn.bias, act)
+        shared.bind(mean, invstd, weight, act)
+    return BNAct(z, mean, invstd, weight, bn.bias, act)
 
 
 def conv(m, x):
@@ -115,11 +117,13 @@ def convs(ms, x):
 
 
 def repconvn(m, x):
-    z1, z2 = lazy_conv(_node(x), [m.conv1.conv, m.conv2.conv])
+    c1, c2 = m.conv1, m.conv2
+    z1, z2 = lazy_conv(_node(x), [c1.conv, c2.conv])
+    bn1, bn2 = c1.bn, c2.bn
     if type(m.act) is not nn.SiLU:  # no fused kernel: torch BNs + act on the stored conv outputs
-        return Plain(m.act(m.conv1.bn(z1) + m.conv2.bn(z2)))
-    s1, s2 = _stats(m.conv1.bn, z1), _stats(m.conv2.bn, z2)
-    return RepAct((z1, *s1, m.conv1.bn.weight, m.conv1.bn.bias), (z2, *s2, m.conv2.bn.weight, m.conv2.bn.bias))
+        return Plain(m.act(bn1(z1) + bn2(z2)))
+    s1, s2 = _stats(bn1, z1), _stats(bn2, z2)
+    return RepAct((z1, *s1, bn1.weight, bn1.bias), (z2, *s2, bn2.weight, bn2.bias))
 
 
 def repnbottleneck(m, x):

@@ -11,7 +11,7 @@ A lazy value is a small expression tree whose leaves hold stored tensors; nothin
                                         (max pools: grad_reads_x)
 Invariant: every leaf carries a channel range [c0, c1), so a channel slice is pushed down to the leaves and
 copies nothing (slicing commutes with every node type). Values are computed by evaluator.py, gradients sent to
-leaves through grads.py's Grads; LeafIndex numbers a value's tensors (conv.py's templates). Shapes (B, C, H, W).
+leaves through grads.py's Grads; LeafIndex numbers a value's tensors (segment.py's templates). Shapes (B, C, H, W).
 Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
@@ -98,6 +98,8 @@ class BNAct(_Leaf):
     def operand(self):
         """The BN operand of channels [c0, c1)."""
         c0, c1, f = self.c0, self.c1, self.full
+        if c0 == 0 and c1 == f:  # all channels: the stored tensors themselves
+            return ops.BN(self.z, self.mean, self.invstd, self.weight, self.bias)
         return ops.BN(_sl(self.z, c0, c1, f), _sl(self.mean, c0, c1, f), _sl(self.invstd, c0, c1, f),
                       _sl(self.weight, c0, c1, f), _sl(self.bias, c0, c1, f))
 
@@ -150,6 +152,8 @@ class RepAct(_Leaf):
     def operands(self):
         """The two BN operands of channels [c0, c1)."""
         c0, c1, f = self.c0, self.c1, self.full
+        if c0 == 0 and c1 == f:  # all channels: the stored tensors themselves
+            return ops.BN(*self.t1), ops.BN(*self.t2)
         return (ops.BN(*[_sl(t, c0, c1, f) for t in self.t1]), ops.BN(*[_sl(t, c0, c1, f) for t in self.t2]))
 
     def fill(self, out, ev):
@@ -257,7 +261,10 @@ class _Group(Node):
         return type(self)([c.map(fn, memo) for c in self.children])
 
     def tensors(self):
-        return tuple(t for c in self.children for t in c.tensors())
+        out = []
+        for c in self.children:
+            out += c.tensors()
+        return tuple(out)
 
     def first_tensor(self):
         return self.children[0].first_tensor()
