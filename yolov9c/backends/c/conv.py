@@ -78,11 +78,6 @@ else:  # torch 2.1-2.3: per-device functions (deprecated since 2.4)
         return None
 
 
-def compute_dtype(weight):
-    """The dtype convolutions run in: the autocast dtype when autocast is on for the weight's device."""
-    return autocast_dtype(weight.device.type) or weight.dtype
-
-
 _NO_CONTEXT = contextlib.nullcontext()
 
 
@@ -94,10 +89,6 @@ def _autocast_off(device_type, on):
 def _cast(t, dtype):
     """t in dtype (t itself when it has it: no dispatch for a no-op cast)."""
     return t if t.dtype == dtype else t.to(dtype)
-
-
-def _geometry(conv):
-    return (tuple(conv.stride), tuple(conv.padding), tuple(conv.dilation), conv.groups, conv.bias is not None)
 
 
 def conv_supported(conv):
@@ -214,7 +205,8 @@ def _shared_backward(sh, z, g, param_grads, j, need_wb):
 
 def lazy_conv(x, convs, bns=None):
     """Run nn.Conv2d modules `convs` on the lazy value x; returns a list of their outputs (B, Co, H', W')
-    in the compute dtype (see compute_dtype), differentiable w.r.t. x's leaves and the conv parameters.
+    in the compute dtype (the autocast dtype when autocast is on for the weights' device, else the weights'),
+    differentiable w.r.t. x's leaves and the conv parameters.
     bns: the nn.BatchNorm2d each output is activated with (or None each): with grad enabled each such
     output gets a SharedGrad (lazy/grads.py), and its γ, β become inputs of the Function."""
     grad = torch.is_grad_enabled()
@@ -222,19 +214,23 @@ def lazy_conv(x, convs, bns=None):
     reads = {}
     if grad:
         for i, t in enumerate(leaves):
-            sh = getattr(t, "yv_shared", None)
+            # only a conv output z (4-D) carries a SharedGrad; a missing attribute costs an exception
+            sh = getattr(t, "yv_shared", None) if t.ndim == 4 else None
             if sh is not None:
                 sh.readers += 1
                 reads[i] = sh
     bns = bns if (grad and bns is not None) else [None] * len(convs)
-    outs = [None if bn is None else SharedGrad(bn.weight, bn.bias) for bn in bns]
-    w0 = convs[0].weight
+    geometry, outs, params = [], [], []
+    for c, bn in zip(convs, bns):
+        w, b = c.weight, c.bias
+        sh = None if bn is None else SharedGrad(bn.weight, bn.bias)
+        geometry.append((tuple(c.stride), tuple(c.padding), tuple(c.dilation), c.groups, b is not None))
+        outs.append(sh)
+        params += [w, b, None if sh is None else sh.weight, None if sh is None else sh.bias]
+    w0 = params[0]
     amp = autocast_dtype(w0.device.type)
-    plan = _Plan(len(leaves), [_geometry(c) for c in convs], amp or w0.dtype,
-                 memory_format_of(x.first_tensor()), w0.device.type, amp is not None, reads, outs)
-    params = []
-    for c, sh in zip(convs, outs):
-        params += [c.weight, c.bias, None if sh is None else sh.weight, None if sh is None else sh.bias]
+    plan = _Plan(len(leaves), geometry, amp or w0.dtype, memory_format_of(x.first_tensor()), w0.device.type,
+                 amp is not None, reads, outs)
     zs = list(LazyConvFunction.apply(plan, x, *leaves, *params))
     for z, sh in zip(zs, outs):
         if sh is not None:

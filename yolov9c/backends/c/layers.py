@@ -15,6 +15,7 @@ Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
 import functools
+import operator
 
 import torch
 import torch.nn as nn
@@ -355,11 +356,15 @@ def _module_ok(m):
     return t.__module__ == "torch.nn.modules.activation"  # applied through torch by _bn_act / repconvn
 
 
+_NOT_NONE = functools.partial(operator.is_not, None)
+_TRAINING = operator.attrgetter("training")
+
+
 def _submodules(layer):
     """layer and every sub-module (a plain walk of _modules; Module.modules() costs ~7× as much)."""
     mods = [layer]
     for m in mods:
-        mods.extend(c for c in m._modules.values() if c is not None)
+        mods.extend(filter(_NOT_NONE, m._modules.values()))
     return mods
 
 
@@ -371,8 +376,9 @@ def supported(layer):
     if not layer.training or type(layer) not in FORWARDS:
         return False
     mods = _submodules(layer)
-    key = (tuple(map(id, mods)), tuple(m.training for m in mods),
-           tuple(m.weight.dtype for m in mods if type(m) is nn.BatchNorm2d and m.weight is not None))
+    bns = [m for m in mods if type(m) is nn.BatchNorm2d]
+    key = (tuple(map(id, mods)), tuple(map(_TRAINING, mods)),
+           tuple(m.weight.dtype for m in bns if m.weight is not None))
     got = layer.__dict__.get("_c_supported")
     if got is not None and got[0] == key:
         return got[1]
