@@ -425,3 +425,21 @@ def test_shared_bn_backward_runs_once_per_output(monkeypatch):
         assert (a is None) == (b is None)
         if a is not None:
             assert err(a, b) < 1e-6
+
+
+def test_autocast_dtype_reads_the_same_state_through_both_torch_apis():
+    """conv.autocast_dtype: torch >= 2.4's API and the per-device one of torch 2.1-2.3 (deprecated, still
+    present) agree, off and under CPU autocast (the c backend's compute dtype comes from it)."""
+    import warnings
+
+    from yolov9c.backends.c import conv
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the 2.1-2.3 functions warn as deprecated from 2.4 on
+        assert conv._autocast_dtype_2_1("cpu") is None and conv._autocast_dtype_2_1("cuda") is None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert conv._autocast_dtype_2_1("cpu") == torch.bfloat16 and conv._autocast_dtype_2_1("cuda") is None
+            if hasattr(torch, "get_autocast_dtype"):
+                assert conv._autocast_dtype_2_4("cpu") == torch.bfloat16
+                assert conv._autocast_dtype_2_4("cuda") is None
+    assert conv.autocast_dtype("cpu") is None

@@ -64,18 +64,21 @@ class KeptInput:
         self.ev = ev
 
 
-if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4: one API for every device type
-    def autocast_dtype(device_type):
-        """The autocast dtype of `device_type` ('cuda', 'cpu') when autocast is on there, else None."""
-        return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
-else:  # torch 2.1-2.3: per-device functions (deprecated since 2.4)
-    def autocast_dtype(device_type):
-        """The autocast dtype of `device_type` ('cuda', 'cpu') when autocast is on there, else None."""
-        if device_type == "cuda":
-            return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
-        if device_type == "cpu":
-            return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
-        return None
+def _autocast_dtype_2_4(device_type):
+    """The autocast dtype of `device_type` ('cuda', 'cpu') when autocast is on there, else None (torch >= 2.4)."""
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
+def _autocast_dtype_2_1(device_type):
+    """_autocast_dtype_2_4 through torch 2.1-2.3's per-device functions (deprecated since 2.4, still there)."""
+    if device_type == "cuda":
+        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+    if device_type == "cpu":
+        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+    return None
+
+
+autocast_dtype = _autocast_dtype_2_4 if hasattr(torch, "get_autocast_dtype") else _autocast_dtype_2_1
 
 
 _NO_CONTEXT = contextlib.nullcontext()
