@@ -3,11 +3,10 @@
     zs = lazy_conv(x, [conv_a, conv_b])   # x: a lazy value (lazy/); conv_*: nn.Conv2d reading it
 
 LazyConvFunction materialises x into one temporary buffer (a concat is written slice by slice), runs every conv
-on it through torch, frees it, and saves only x's leaves (pre-BN z, statistics, BN parameters, plain tensors)
-and the weights; the tree x itself (no tensor of its own) is kept to backward, which frees it. Backward rebuilds
-the buffer from the leaves with grad enabled (yolov9c.ops.bn_silu), computes the conv gradients with
-aten.convolution_backward and sends the input gradient into the leaves; a z read by several consumers gets each
-share of dz, summed by autograd (exact: BN's backward is linear in dz).
+on it through torch, frees it, and saves only x's leaves (pre-BN z, statistics, BN parameters, plain tensors),
+the weights and the tree x (no tensor of its own; backward frees it). Backward rebuilds the buffer from the
+leaves (yolov9c.ops.bn_silu), computes the conv gradients with aten.convolution_backward and sends the input
+gradient into the leaves; a z read by several consumers gets each share of dz, summed by autograd (exact).
 Convs reading one input (RepConvN's 3x3/1x1, RepNCSP's cv1/cv2) share one Function: one materialisation each way.
 inputs_kept(True) (switches.Switches.keep_inputs, default off: it raises the peak; benchmarks/RESULTS.md §16) keeps a
 recomputed segment's conv inputs for their own backward instead of activating the leaves again; same gradients.
