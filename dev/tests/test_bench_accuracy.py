@@ -495,3 +495,12 @@ def test_matrix_runs_on_a_converted_dataset(tmp_path, capsys):
     assert [x["runner"] for x in lines if x["kind"] == "summary"] == ["torch", "c"]
     assert "c_minus_torch_map" in lines[-1] and "mAP@0.5:0.95" in err
     assert cv2.imread(str(out / "curves.png")) is not None
+
+
+def test_the_published_runs_start_first_each_group_in_seed_order():
+    import bench_accuracy
+
+    todo = [(r, s, None) for s in (0, 1, 2) for r in ("torch", "c", "published")]
+    order = [(r, s) for r, s, _ in bench_accuracy.queue_order(todo)]
+    assert order[:3] == [("published", 0), ("published", 1), ("published", 2)]
+    assert order[3:] == [("torch", 0), ("c", 0), ("torch", 1), ("c", 1), ("torch", 2), ("c", 2)]
