@@ -353,15 +353,7 @@ def test_out_of_memory_halving_captures_at_the_new_micro_batch(tmp_path, cpu, mo
     lines = []
     eager, state = _pair(tmp_path, lines, warmup=2)
     eager.progress.micro_batch = 2
-    real, calls = G.forward_backward, []
-
-    def once_out_of_memory(*a):
-        calls.append(1)
-        if len(calls) == 1:
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (raised by the test)")
-        return real(*a)
-
-    monkeypatch.setattr(G, "forward_backward", once_out_of_memory)
+    _out_of_memory_once(monkeypatch)
     batches = _cpu_batches(state, [(FEW, SQ)] * 5)
     seen = _record(monkeypatch)
     items = _lockstep(eager, state, batches, guard=True)

@@ -395,17 +395,23 @@ def test_a_huge_validation_loss_warns_and_a_run_stopped_by_it_resumes(data, tmp_
     assert "done" in (run / "run_state.yaml").read_text()
 
 
-def test_non_finite_bn_statistics_stop_the_run_and_keep_the_last_finite_epoch(data, tmp_path, capsys, monkeypatch):
-    """A BatchNorm running variance of the EMA turned NaN at epoch 1 (weights otherwise fine, --noval: no
-    validation loss sees it): exit code 2, one `error:` line naming epoch 1 and the tensor; last.pt, best.pt and
-    results.csv stay those of epoch 0, finite."""
+def _nan_bn_variance_at_epoch_1(monkeypatch):
+    """The EMA's model.1.bn.running_var[0] set to NaN at the end of epoch 1 (before its checks and saves)."""
+    end_epoch = T.end_epoch
+
     def poison(state, epoch, stats):
         if epoch == 1:
             state.ema.ema.state_dict()["model.1.bn.running_var"].view(-1)[0] = math.nan
         return end_epoch(state, epoch, stats)
 
-    end_epoch = T.end_epoch
     monkeypatch.setattr(T, "end_epoch", poison)
+
+
+def test_non_finite_bn_statistics_stop_the_run_and_keep_the_last_finite_epoch(data, tmp_path, capsys, monkeypatch):
+    """A BatchNorm running variance of the EMA turned NaN at epoch 1 (weights otherwise fine, --noval: no
+    validation loss sees it): exit code 2, one `error:` line naming epoch 1 and the tensor; last.pt, best.pt and
+    results.csv stay those of epoch 0, finite."""
+    _nan_bn_variance_at_epoch_1(monkeypatch)
     rc = main(_args(data, tmp_path, "torch", "--epochs", "3", "--name", "bn"))
     err = capsys.readouterr().err
     errors = [s for s in err.splitlines() if "error:" in s]
@@ -422,13 +428,7 @@ def test_non_finite_bn_statistics_stop_the_run_and_keep_the_last_finite_epoch(da
 def test_no_divergence_stop_trains_on_with_one_warning_line(data, tmp_path, capsys, monkeypatch):
     """The same NaN running variance under --no-divergence-stop: one WARNING line naming epoch 1 and the tensor
     instead of the error, and the run trains to its end (exit code 0, a results.csv row per epoch)."""
-    def poison(state, epoch, stats):
-        if epoch == 1:
-            state.ema.ema.state_dict()["model.1.bn.running_var"].view(-1)[0] = math.nan
-        return end_epoch(state, epoch, stats)
-
-    end_epoch = T.end_epoch
-    monkeypatch.setattr(T, "end_epoch", poison)
+    _nan_bn_variance_at_epoch_1(monkeypatch)
     rc = main(_args(data, tmp_path, "torch", "--name", "on", "--no-divergence-stop"))
     out, err = capsys.readouterr()
     assert rc == 0 and "error:" not in err, err[-2000:]
