@@ -123,6 +123,31 @@ def test_ema_decay_and_update():
     assert ema.updates == 1000
 
 
+def test_ema_update_walks_the_state_dict_once_and_equals_the_per_tensor_formula():
+    torch.manual_seed(0)
+    net = _net()
+    ema, ref = ModelEMA(net), ModelEMA(net)
+    walks = []
+    real = net.state_dict
+    net.state_dict = lambda *a, **k: walks.append(1) or real(*a, **k)
+    for step in range(3):
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(0.5 + step)
+            net[1].running_var.mul_(1.5)
+        ema.update(net)
+        ref.updates += 1  # the published per-tensor update, written out
+        d = ref.decay()
+        for k, v in ref.ema.state_dict().items():
+            if v.dtype.is_floating_point:
+                v.mul_(d).add_(real()[k], alpha=1 - d)
+    assert len(walks) == 1  # the pairs are found once, then reused
+    for k, v in ema.ema.state_dict().items():
+        assert torch.equal(v, ref.ema.state_dict()[k]), k
+    ema.update(_net())  # another model: its own pairs
+    assert len(walks) == 1 and ema._pairs[0] != id(net)
+
+
 def test_run_dir_increment_and_latest(tmp_path):
     assert increment_path(tmp_path / "exp") == tmp_path / "exp"
     (tmp_path / "exp").mkdir()

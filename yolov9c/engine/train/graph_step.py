@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import torch
 
-from yolov9c.engine.train.ema import _bare
 from yolov9c.engine.train.fused_optim import FusedOptimizer, kind
 from yolov9c.engine.train.guards import free_cuda
 from yolov9c.engine.train.layer_ckpt import bn_update_once, draws_random
@@ -297,9 +296,7 @@ class GraphStep:
             o += p.numel()
         self.fused = FusedOptimizer(state.optimizer, self.params)
         self.found_inf = torch.zeros((), dtype=torch.float32, device=imgs.device)
-        ema_sd, msd = state.ema.ema.state_dict(), _bare(model).state_dict()
-        pairs = [(v, msd[k].detach()) for k, v in ema_sd.items() if v.dtype.is_floating_point]
-        self.ema_v, self.ema_m = [a for a, _ in pairs], [b for _, b in pairs]
+        self.ema_v, self.ema_m = state.ema.pairs(model)
         self.ema_u = torch.full((), float(state.ema.updates), dtype=torch.float64, device=imgs.device)
         self.window_ok = torch.ones((), dtype=torch.bool, device=imgs.device)  # state.window.ok copied in
         if state.amp and state.scaler._scale is None:
