@@ -73,6 +73,8 @@ def build_parser():
                         "trainer runs it by default (--cudnn-benchmark: warm-up and captures); off: neither")
     p.add_argument("--paths", nargs="+", default=["fixed"], choices=sorted(PATHS),
                    help="the training paths measured (module docstring); default: the fixed shape only")
+    p.add_argument("--no-channels-last", action="store_true",
+                   help="the model and images in NCHW (the trainer's --no-channels-last) instead of channels-last")
     p.add_argument("--graph-shapes", action="store_true",
                    help="the trainer's --graph-shapes in the graph rows (one graph per input shape)")
     p.add_argument("--one", nargs=4, metavar=("MODEL", "BACKEND", "MODE", "PATH"), help=argparse.SUPPRESS)
@@ -98,7 +100,9 @@ def _state(model_name, backend, args, path="fixed", mode="eager", device="cuda")
     amp = device.type == "cuda"
     torch.manual_seed(0)
     hyp = load_hyp(None)
-    model = build_model(model_name, nc=args.nc).to(device, memory_format=torch.channels_last).train()
+    channels_last = not getattr(args, "no_channels_last", False)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    model = build_model(model_name, nc=args.nc).to(device, memory_format=fmt).train()
     optimizer = build_optimizer(model, "SGD", hyp["lr0"], hyp["momentum"], hyp["weight_decay"], log=lambda *a: None)
     ema = ModelEMA(model)
     loss = make_loss(model, hyp, backend=backend)
@@ -108,11 +112,11 @@ def _state(model_name, backend, args, path="fixed", mode="eager", device="cuda")
     ckpt = path == "ckpt" and backend == "torch"
     if ckpt:
         model.forward = types.MethodType(checkpointed_forward, model)
-    cfg = RunConfig(backend=backend, channels_last=True, cudnn_benchmark=bool(args.cudnn_benchmark), ckpt=ckpt,
+    cfg = RunConfig(backend=backend, channels_last=channels_last, cudnn_benchmark=bool(args.cudnn_benchmark), ckpt=ckpt,
                     rect=path == "rect", multi_scale=path == "multiscale",
                     graph_shapes=mode == "graph" and bool(getattr(args, "graph_shapes", False)))
     state = RunState(cfg=cfg, device=device, amp=amp,
-                     memory_format=torch.channels_last, hyp=hyp, model=model, ema=ema, loss=loss,
+                     memory_format=fmt, hyp=hyp, model=model, ema=ema, loss=loss,
                      optimizer=optimizer, scaler=torch.amp.GradScaler(device.type, enabled=amp),
                      batching=Batching(args.batch, 1, nominal=args.batch, fixed_accumulate=1),
                      bn_stats=bn_buffers(model), bn_buffers=bn_buffers(model) if ckpt else [], log=lambda *a: None)
@@ -135,7 +139,7 @@ def run_one(model_name, backend, mode, path, args):
     inputs = []
     for b, h, w in PATHS[path](args.batch, args.img):
         images = torch.randint(0, 256, (b, 3, h, w), dtype=torch.uint8, generator=gen)
-        inputs.append((images.cuda().contiguous(memory_format=torch.channels_last),
+        inputs.append((images.cuda().contiguous(memory_format=state.memory_format),
                        random_targets(b, args.boxes, args.nc, gen)))
     ni = [0]
 
@@ -149,7 +153,8 @@ def run_one(model_name, backend, mode, path, args):
     row = {"model": model_name, "backend": backend, "mode": mode, "path": path, "batch": args.batch,
            "img": args.img, "shapes": [list(s) for s in PATHS[path](args.batch, args.img)], "boxes": args.boxes,
            "graph_shapes": bool(state.cfg.graph_shapes), "gpu": torch.cuda.get_device_name(0),
-           "torch": torch.__version__, "cudnn_benchmark": bool(args.cudnn_benchmark)}
+           "torch": torch.__version__, "cudnn_benchmark": bool(args.cudnn_benchmark),
+           "channels_last": bool(state.cfg.channels_last)}
     try:
         for _ in range(args.warmup + 3 * (len(inputs) - 1)):  # every shape reaches its capture
             one()
@@ -222,6 +227,8 @@ def run_config(args, model_name, backend, mode, path="fixed"):
         argv.append("--cudnn-benchmark")
     if getattr(args, "graph_shapes", False):
         argv.append("--graph-shapes")
+    if getattr(args, "no_channels_last", False):
+        argv.append("--no-channels-last")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     base = {"model": model_name, "backend": backend, "mode": mode, "path": path}

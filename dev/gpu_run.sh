@@ -44,6 +44,8 @@
 #              (AUG_CACHE=ram adds the pair with --cache ram); AUG_CPUS=0-3 runs augloader/augtrain on those cores
 #              only (taskset: the 4-core host of issue 57)
 #   augpub     the published train_dual.py (.dev/published) on the same 1024 images, workers 4 8 16
+#   bnab       the BN planar-vector kernels' A/B (NCHW: --no-channels-last): bench_step c with them, then built
+#              without them (-DYOLOV9C_NO_PLANAR_VEC), eager and graph rows, GPU time by group; the build restored
 #   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32
 #   ddp        (2 GPUs) the DDP tests and a torchrun run of the c backend
 # Test: dev/tests/test_gpu_run.py checks that every part named here is handled and every script it runs exists.
@@ -144,6 +146,17 @@ for part in "$@"; do
                 --close-mosaic ${ACC_CLOSE:-10} --seeds ${ACC_SEEDS:-0,1} --jobs ${ACC_JOBS:-6} --workers 2 \
                 ${ACC_FLAGS:---single-cls} --out /tmp/acc "${pub[@]}"
               tail -6 "$OUT/accuracy.log" ;;
+    bnab) # issue 58 item 7: the BN planar-vector kernels (NCHW only) against the generic ones they stand in for:
+          # bench_step, c backend, --no-channels-last, with this build, then with one built -DYOLOV9C_NO_PLANAR_VEC
+          stage bnab_with 90 150 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s} --backends c \
+            --steps 10 --warmup 5 --batch ${STEP_BATCH:-64} --profile 2 --timeout 140 --no-channels-last --cudnn-benchmark
+          so=$(ls yolov9c/_C*.so); cp "$so" /tmp/with_vec.so; touch kernels/bn_silu.cuh
+          stage bnab_build 150 300 env NVCC_APPEND_FLAGS=-DYOLOV9C_NO_PLANAR_VEC YOLOV9C_CUDA=1 YOLOV9C_CUDA_ARCHS=90 \
+            python3 setup.py build_ext --inplace
+          stage bnab_without 90 150 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s} --backends c \
+            --steps 10 --warmup 5 --batch ${STEP_BATCH:-64} --profile 2 --timeout 140 --no-channels-last --cudnn-benchmark
+          cp /tmp/with_vec.so "$so"; touch kernels/bn_silu.cuh
+          tail -1 "$OUT/bnab_with.log"; tail -1 "$OUT/bnab_without.log" ;;
     realacc) name=${ACC_NAME:-raccoon}; data=.dev/data_accuracy/$name/data.yaml; acc=runs/acc-$name
              if [ ! -f "$data" ]; then echo "SKIP realacc (no $data: carry the converted dataset)"; continue; fi
              pub=(); [ -f .dev/published/train_dual.py ] && [ "${ACC_PUB:-1}" = 1 ] && pub=(--published .dev/published --python python3)

@@ -764,6 +764,9 @@ static inline int bn_fast_vec(const bn_geom *g, yv_view4 *ops[], int nops, int m
 #define BN_PLANAR_MAX_DIM ((int64_t)1 << 30)
 static inline int bn_planar_vec(const bn_geom *g, yv_view4 *ops[], int nops, int max_bytes)
 {
+#ifdef YOLOV9C_NO_PLANAR_VEC /* the A/B build of dev/gpu_run.sh bnab: NCHW BatchNorm through the generic kernels */
+    return 0;
+#endif
     if (g->H != 1 || g->n < 1 || g->B >= BN_PLANAR_MAX_DIM || g->C >= BN_PLANAR_MAX_DIM)
         return 0;
     yv_dtype dt = ops[0]->dtype;
