@@ -8,6 +8,8 @@
 # Parts:
 #   build      YOLOV9C_CUDA_ARCHS=90 python setup.py build_ext --inplace (warnings are errors, as in CI)
 #   tests      every CUDA test case of the suite (pytest -m cuda tests; TESTS="tests/ops/test_x.py ..." narrows it)
+#   cudasuite  the whole CUDA suite (pytest -m cuda) in five groups; a group finished in an earlier call on the
+#              warm machine is skipped (runs/cuda_suite/done), so repeating the call runs the rest
 #   kernels    the CUDA tests of the ops (bn_silu, det_loss, tal_assign, nms, pool, bindings)
 #   guards     the CUDA-graph step and training-guard tests, long tracebacks
 #   step       bench_step.py: yolov9-s and yolov9-c (STEP_MODELS), both backends, batch 64 (STEP_BATCH), 640; the
@@ -92,6 +94,23 @@ for part in "$@"; do
     tests) # -v: a log cut by the time limit still names each test run and its outcome
            stage tests 120 ${TEST_LIMIT:-300} "${PYT[@]}" -v --durations=25 --tb=short ${TESTS:-tests}
            grep -E "FAILED|ERROR" "$OUT/tests.log" | head -20; tail -4 "$OUT/tests.log" ;;
+    cudasuite) # the whole CUDA suite in groups, resumable: a finished group is noted in runs/cuda_suite/done (kept
+               # on the warm machine), so the same call again runs the groups left; logs in $OUT/cuda_<group>.log
+               mkdir -p runs/cuda_suite; touch runs/cuda_suite/done
+               while read -r g files; do
+                 grep -qx "$g" runs/cuda_suite/done && { echo "$g: done in an earlier call"; continue; }
+                 stage "cuda_$g" 90 $(( $(left) - 5 )) "${PYT[@]}" -v --durations=10 --tb=short $files
+                 if grep -qE "^(=+ )?[0-9]+ (passed|failed|skipped|error)" "$OUT/cuda_$g.log"; then
+                   echo "$g" >> runs/cuda_suite/done; cp "$OUT/cuda_$g.log" runs/cuda_suite/; fi
+                 grep -E "FAILED|ERROR" "$OUT/cuda_$g.log" | head -10; tail -1 "$OUT/cuda_$g.log"
+               done <<'GROUPS'
+ops tests/ops
+loss_backends tests/loss tests/backends
+graph tests/engine/train/test_graph_step.py tests/engine/train/test_graph_shapes.py
+train tests/engine/train --deselect=tests/engine/train/test_graph_step.py --deselect=tests/engine/train/test_graph_shapes.py
+rest tests dev/tests --deselect=tests/ops --deselect=tests/loss --deselect=tests/backends --deselect=tests/engine/train
+GROUPS
+               echo "groups done: $(tr '\n' ' ' < runs/cuda_suite/done)" ;;
     kernels) stage kernels 60 200 "${PYT[@]}" --tb=short tests/ops/test_bn_silu.py tests/ops/test_det_loss.py \
                tests/ops/test_tal_assign.py tests/ops/test_nms.py tests/ops/test_pool.py tests/ops/test_bindings.py
              tail -6 "$OUT/kernels.log" ;;
