@@ -108,6 +108,23 @@ def conv_supported(conv):
 _PER_CONV = 4  # parameters per conv: weight, bias, and the γ, β of the BN its output is activated with (or None)
 
 
+def _run_convs(plan, x, params):
+    """The convs of `plan` on x's activated value, a temporary built by an Evaluator and freed on return (rebuilt
+    in backward unless kept, inputs_kept). params: w_0, b_0, γ_0, β_0, w_1, ... Returns (outputs, the weights
+    in the compute dtype, the Evaluator)."""
+    with _autocast_off(plan.device_type, plan.autocast):
+        ev = Evaluator(plan.dtype, plan.fmt, grad=False)
+        a = ev.run(x)
+        outs, cast = [], []
+        for k, (stride, padding, dilation, groups, _) in enumerate(plan.convs):
+            w, b = params[_PER_CONV * k], params[_PER_CONV * k + 1]
+            wc = _cast(w, plan.dtype)  # kept for backward (w itself when no cast is needed)
+            cast.append(wc)
+            outs.append(F.conv2d(a, wc, None if b is None else _cast(b, plan.dtype), stride, padding, dilation,
+                                 groups))
+    return outs, cast, ev
+
+
 class LazyConvFunction(torch.autograd.Function):
     """forward(plan, x, *leaves, w_0, b_0, γ_0, β_0, w_1, ...) -> conv outputs (one per conv). See module
     docstring; x is the lazy input over `leaves` themselves (kept for backward, which frees it: backward runs
@@ -118,17 +135,7 @@ class LazyConvFunction(torch.autograd.Function):
         n = plan.n_leaves
         leaves, params = args[:n], args[n:]
         ctx.set_materialize_grads(False)  # an output whose readers all stashed (SharedGrad) has no gradient
-        with _autocast_off(plan.device_type, plan.autocast):
-            ev = Evaluator(plan.dtype, plan.fmt, grad=False)
-            a = ev.run(x)
-            outs, cast = [], []
-            for k, (stride, padding, dilation, groups, _) in enumerate(plan.convs):
-                w, b = params[_PER_CONV * k], params[_PER_CONV * k + 1]
-                wc = _cast(w, plan.dtype)  # kept for backward (w itself when no cast is needed)
-                cast.append(wc)
-                outs.append(F.conv2d(a, wc, None if b is None else _cast(b, plan.dtype), stride, padding, dilation,
-                                     groups))
-        del a  # the activated input is a temporary: it is rebuilt in backward (unless kept, inputs_kept)
+        outs, cast, ev = _run_convs(plan, x, params)
         ctx.plan, ctx.input, ctx.kept = plan, (leaves, x), None
         if _KEEP[0]:
             ev.keep_for_backward(x)
@@ -218,16 +225,6 @@ def lazy_conv(x, convs, bns=None):
     bns: the nn.BatchNorm2d each output is activated with (or None each): with grad enabled each such
     output gets a SharedGrad (lazy/grads.py), and its γ, β become inputs of the Function."""
     grad = torch.is_grad_enabled()
-    distinct = {id(t): t for t in x.tensors()}  # x's distinct tensors, in the order first met
-    leaves = tuple(distinct.values())
-    reads = {}
-    if grad:
-        for i, t in enumerate(leaves):
-            # only a conv output z (4-D) carries a SharedGrad; a missing attribute costs an exception
-            sh = getattr(t, "yv_shared", None) if t.ndim == 4 else None
-            if sh is not None:
-                sh.readers += 1
-                reads[i] = sh
     bns = bns if (grad and bns is not None) else [None] * len(convs)
     geometry, outs, params = [], [], []
     for c, bn in zip(convs, bns):
@@ -238,9 +235,21 @@ def lazy_conv(x, convs, bns=None):
         params += [w, b, None if sh is None else sh.weight, None if sh is None else sh.bias]
     w0 = params[0]
     amp = autocast_dtype(w0.device.type)
+    fmt = memory_format_of(x.first_tensor())
+    if not grad:  # nothing records (a recomputed segment's forward): the same convs without an autograd.Function
+        return _run_convs(_Plan({}, geometry, amp or w0.dtype, fmt, w0.device.type, amp is not None, {}, outs), x,
+                          params)[0]
+    distinct = {id(t): t for t in x.tensors()}  # x's distinct tensors, in the order first met
+    leaves = tuple(distinct.values())
+    reads = {}
+    for i, t in enumerate(leaves):
+        # only a conv output z (4-D) carries a SharedGrad; a missing attribute costs an exception
+        sh = getattr(t, "yv_shared", None) if t.ndim == 4 else None
+        if sh is not None:
+            sh.readers += 1
+            reads[i] = sh
     index = dict(zip(distinct, range(len(leaves))))
-    plan = _Plan(index, geometry, amp or w0.dtype, memory_format_of(x.first_tensor()), w0.device.type,
-                 amp is not None, reads, outs)
+    plan = _Plan(index, geometry, amp or w0.dtype, fmt, w0.device.type, amp is not None, reads, outs)
     zs = list(LazyConvFunction.apply(plan, x, *leaves, *params))
     for z, sh in zip(zs, outs):
         if sh is not None:
