@@ -52,6 +52,12 @@ def _use_reference(op, t):
     return not extension.fused_enabled() or t.device.type not in ("cpu", "cuda")
 
 
+def _recorded(function, impl, *args):
+    """function.apply(*args) while autograd records; impl(*args), the same forward, without it (the c backend's
+    evaluator: no per-call autograd bookkeeping)."""
+    return function.apply(*args) if torch.is_grad_enabled() else impl(*args)
+
+
 def _run(op, name, src, dst_shape, out_name):
     """dst = op(src) through yolov9c._C: a new tensor of dst_shape in src's dtype and memory format."""
     C = extension.load()
@@ -105,7 +111,7 @@ def avg_pool2x2(x):
     memory format. Differentiable (_AvgPool2x2Function)."""
     if not extension.fused_enabled():
         return avg_pool2x2_reference(x)
-    return _AvgPool2x2Function.apply(x)
+    return _recorded(_AvgPool2x2Function, _forward_impl, x)
 
 
 def avg_pool2x2_backward(grad_out):
@@ -169,7 +175,7 @@ def upsample_nearest2x(x):
     and memory format. Differentiable (_UpsampleNearest2xFunction)."""
     if not extension.fused_enabled():
         return upsample_nearest2x_reference(x)
-    return _UpsampleNearest2xFunction.apply(x)
+    return _recorded(_UpsampleNearest2xFunction, _up_forward_impl, x)
 
 
 def upsample_nearest2x_backward(grad_out):
@@ -252,7 +258,7 @@ def max_pool2d(x, k, s, p):
     memory format. Differentiable (_MaxPool2dFunction)."""
     if not extension.fused_enabled():
         return max_pool2d_reference(x, k, s, p)
-    return _MaxPool2dFunction.apply(x, k, s, p)
+    return _recorded(_MaxPool2dFunction, _max_forward_impl, x, k, s, p)
 
 
 def max_pool2d_backward(x, grad_out, k, s, p):

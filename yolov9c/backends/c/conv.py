@@ -25,14 +25,15 @@ from yolov9c.ops import bn_silu as ops
 
 
 class _Plan:
-    """What LazyConvFunction needs besides tensors: the number of leaves, the conv geometry, the compute dtype /
-    memory format, whether autocast was on (forward turns it off inside), and the SharedGrads of the leaves it
-    reads (`reads`: {leaf position: SharedGrad}) and of its outputs (`outs`: one per conv, or None)."""
+    """What LazyConvFunction needs besides tensors: the leaves' positions by id (`index`, for lazy.Grads) and
+    their number, the conv geometry, the compute dtype / memory format, whether autocast was on (forward turns it
+    off inside), and the SharedGrads of the leaves it reads (`reads`: {leaf position: SharedGrad}) and of its
+    outputs (`outs`: one per conv, or None)."""
 
-    __slots__ = ("n_leaves", "convs", "dtype", "fmt", "device_type", "autocast", "reads", "outs")
+    __slots__ = ("n_leaves", "index", "convs", "dtype", "fmt", "device_type", "autocast", "reads", "outs")
 
-    def __init__(self, n_leaves, convs, dtype, fmt, device_type, autocast, reads, outs):
-        self.n_leaves, self.convs = n_leaves, convs
+    def __init__(self, index, convs, dtype, fmt, device_type, autocast, reads, outs):
+        self.n_leaves, self.index, self.convs = len(index), index, convs
         self.dtype, self.fmt, self.device_type, self.autocast = dtype, fmt, device_type, autocast
         self.reads, self.outs = reads, outs
 
@@ -88,6 +89,11 @@ def _autocast_off(device_type, on):
     return torch.autocast(device_type, enabled=False) if on else _NO_CONTEXT
 
 
+def _no_grad():
+    """torch.no_grad() when grad is on (a backward run with create_graph=True); nothing to enter otherwise."""
+    return torch.no_grad() if torch.is_grad_enabled() else _NO_CONTEXT
+
+
 def _cast(t, dtype):
     """t in dtype (t itself when it has it: no dispatch for a no-op cast)."""
     return t if t.dtype == dtype else t.to(dtype)
@@ -102,6 +108,23 @@ def conv_supported(conv):
 _PER_CONV = 4  # parameters per conv: weight, bias, and the γ, β of the BN its output is activated with (or None)
 
 
+def _run_convs(plan, x, params):
+    """The convs of `plan` on x's activated value, a temporary built by an Evaluator and freed on return (rebuilt
+    in backward unless kept, inputs_kept). params: w_0, b_0, γ_0, β_0, w_1, ... Returns (outputs, the weights
+    in the compute dtype, the Evaluator)."""
+    with _autocast_off(plan.device_type, plan.autocast):
+        ev = Evaluator(plan.dtype, plan.fmt, grad=False)
+        a = ev.run(x)
+        outs, cast = [], []
+        for k, (stride, padding, dilation, groups, _) in enumerate(plan.convs):
+            w, b = params[_PER_CONV * k], params[_PER_CONV * k + 1]
+            wc = _cast(w, plan.dtype)  # kept for backward (w itself when no cast is needed)
+            cast.append(wc)
+            outs.append(F.conv2d(a, wc, None if b is None else _cast(b, plan.dtype), stride, padding, dilation,
+                                 groups))
+    return outs, cast, ev
+
+
 class LazyConvFunction(torch.autograd.Function):
     """forward(plan, x, *leaves, w_0, b_0, γ_0, β_0, w_1, ...) -> conv outputs (one per conv). See module
     docstring; x is the lazy input over `leaves` themselves (kept for backward, which frees it: backward runs
@@ -112,17 +135,7 @@ class LazyConvFunction(torch.autograd.Function):
         n = plan.n_leaves
         leaves, params = args[:n], args[n:]
         ctx.set_materialize_grads(False)  # an output whose readers all stashed (SharedGrad) has no gradient
-        with _autocast_off(plan.device_type, plan.autocast):
-            ev = Evaluator(plan.dtype, plan.fmt, grad=False)
-            a = ev.run(x)
-            outs, cast = [], []
-            for k, (stride, padding, dilation, groups, _) in enumerate(plan.convs):
-                w, b = params[_PER_CONV * k], params[_PER_CONV * k + 1]
-                wc = _cast(w, plan.dtype)  # kept for backward (w itself when no cast is needed)
-                cast.append(wc)
-                outs.append(F.conv2d(a, wc, None if b is None else _cast(b, plan.dtype), stride, padding, dilation,
-                                     groups))
-        del a  # the activated input is a temporary: it is rebuilt in backward (unless kept, inputs_kept)
+        outs, cast, ev = _run_convs(plan, x, params)
         ctx.plan, ctx.input, ctx.kept = plan, (leaves, x), None
         if _KEEP[0]:
             ev.keep_for_backward(x)
@@ -154,7 +167,7 @@ class LazyConvFunction(torch.autograd.Function):
             if sh is not None:  # the BN backward of the readers that stashed into it, on their summed dL/dy
                 grads[k] = _shared_backward(sh, outs[k], grads[k], param_grads, _PER_CONV * k + 2,
                                             need[n + _PER_CONV * k + 2:n + _PER_CONV * k + 4])
-        with _autocast_off(plan.device_type, autocast_dtype(plan.device_type) is not None), torch.no_grad():
+        with _autocast_off(plan.device_type, autocast_dtype(plan.device_type) is not None), _no_grad():
             # forward's own input (a memo hit: no activation), or the same evaluation as forward (same kernels,
             # same in-place buffer): a bit-identical input
             ev = kept.ev if kept is not None else Evaluator(plan.dtype, plan.fmt, grad=False)
@@ -185,7 +198,7 @@ class LazyConvFunction(torch.autograd.Function):
                 # into one buffer, channel slice by slice, by the fused BN backward (dz=, accumulate=);
                 # a leaf read by several lazy convs has its dL/dy stashed for its producer instead
                 shared = {i: sh for i, sh in plan.reads.items() if sh.deferred()}
-                acc = Grads(leaves, need_leaf, shared)
+                acc = Grads(leaves, need_leaf, shared, plan.index)
                 tree.backward(grad_a, ev, acc)
                 leaf_grads = acc.result()
         return (None, None, *leaf_grads, *param_grads)
@@ -212,15 +225,6 @@ def lazy_conv(x, convs, bns=None):
     bns: the nn.BatchNorm2d each output is activated with (or None each): with grad enabled each such
     output gets a SharedGrad (lazy/grads.py), and its γ, β become inputs of the Function."""
     grad = torch.is_grad_enabled()
-    leaves = tuple({id(t): t for t in x.tensors()}.values())  # x's distinct tensors, in the order first met
-    reads = {}
-    if grad:
-        for i, t in enumerate(leaves):
-            # only a conv output z (4-D) carries a SharedGrad; a missing attribute costs an exception
-            sh = getattr(t, "yv_shared", None) if t.ndim == 4 else None
-            if sh is not None:
-                sh.readers += 1
-                reads[i] = sh
     bns = bns if (grad and bns is not None) else [None] * len(convs)
     geometry, outs, params = [], [], []
     for c, bn in zip(convs, bns):
@@ -231,8 +235,21 @@ def lazy_conv(x, convs, bns=None):
         params += [w, b, None if sh is None else sh.weight, None if sh is None else sh.bias]
     w0 = params[0]
     amp = autocast_dtype(w0.device.type)
-    plan = _Plan(len(leaves), geometry, amp or w0.dtype, memory_format_of(x.first_tensor()), w0.device.type,
-                 amp is not None, reads, outs)
+    fmt = memory_format_of(x.first_tensor())
+    if not grad:  # nothing records (a recomputed segment's forward): the same convs without an autograd.Function
+        return _run_convs(_Plan({}, geometry, amp or w0.dtype, fmt, w0.device.type, amp is not None, {}, outs), x,
+                          params)[0]
+    distinct = {id(t): t for t in x.tensors()}  # x's distinct tensors, in the order first met
+    leaves = tuple(distinct.values())
+    reads = {}
+    for i, t in enumerate(leaves):
+        # only a conv output z (4-D) carries a SharedGrad; a missing attribute costs an exception
+        sh = getattr(t, "yv_shared", None) if t.ndim == 4 else None
+        if sh is not None:
+            sh.readers += 1
+            reads[i] = sh
+    index = dict(zip(distinct, range(len(leaves))))
+    plan = _Plan(index, geometry, amp or w0.dtype, fmt, w0.device.type, amp is not None, reads, outs)
     zs = list(LazyConvFunction.apply(plan, x, *leaves, *params))
     for z, sh in zip(zs, outs):
         if sh is not None:

@@ -364,8 +364,16 @@ def _submodules(layer):
     """layer and every sub-module (a plain walk of _modules; Module.modules() costs ~7× as much)."""
     mods = [layer]
     for m in mods:
-        mods.extend(filter(_NOT_NONE, m._modules.values()))
+        if m._modules:  # (most are leaves)
+            mods.extend(filter(_NOT_NONE, m._modules.values()))
     return mods
+
+
+def parameters_of(mods):
+    """The distinct parameters of modules `mods` and of their sub-modules (one walk of each module tree, without
+    nn.Module.parameters()' generator per sub-module)."""
+    return list({id(p): p for root in mods for m in _submodules(root) for p in m._parameters.values()
+                 if p is not None}.values())
 
 
 def supported(layer):

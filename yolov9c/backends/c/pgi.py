@@ -208,7 +208,7 @@ def _segment(model, chain, run, keep_inputs, label=None):
     mods = [layers[i] for i in chain]
     ext = sorted({j for i in chain for j in inputs_of(layers[i])} - set(chain))
     vals = {j: run.vals[j] for j in ext}
-    if all(L.supported(m) for m in mods) and recomputable(mods) and any(True for m in mods for _ in m.parameters()):
+    if all(L.supported(m) for m in mods) and recomputable(mods) and L.parameters_of(mods):
         out = run_segment(functools.partial(_run_chain, layers, chain), vals, mods, keep_inputs)
     else:
         out = _run_chain_plain(layers, chain, vals)

@@ -18,7 +18,7 @@ Test: python -m pytest -q tests/backends/test_backend_pgi.py
 import torch
 
 from yolov9c.backends.c.conv import autocast_dtype, inputs_kept
-from yolov9c.backends.c.layers import StatsTape, use_tape
+from yolov9c.backends.c.layers import StatsTape, parameters_of, use_tape
 from yolov9c.backends.c.lazy import LeafIndex, Node
 
 
@@ -164,7 +164,7 @@ def run_segment(fn, inputs, modules, keep_inputs=False):
     index = LeafIndex()
     template = _template(inputs, index.add, {})
     leaves = index.tensors
-    params = [p for m in modules for p in m.parameters() if p not in index]
+    params = [p for p in parameters_of(modules) if p not in index]
     device = leaves[0].device.type if leaves else params[0].device.type
     call = _Call(fn, template, len(leaves), params, device, keep_inputs)
     outs = SegmentFunction.apply(call, *leaves, *params)

@@ -70,15 +70,16 @@ class Grads:
     """Gradients of a lazy value's leaf tensors, accumulated by Node.backward without autograd.
 
     leaves: the stored tensors; needed: which of them want a gradient; shared: {leaf position: SharedGrad} of
-    the leaves whose BN-act gradient goes to their producer (SharedGrad.deferred()). A leaf's gradient is one full-size
-    buffer (the leaf's dtype and strides), allocated uninitialised on first use; each channel range a node
-    writes is recorded, so the first write of a range is a plain store (the kernels' dz=, a copy_) and only
-    a range written before is accumulated into (accumulate=True, add_). result() zeroes the ranges nobody
-    wrote (a chunk read by another consumer) and returns one gradient per leaf (None: not needed/unreached)."""
+    the leaves whose BN-act gradient goes to their producer (SharedGrad.deferred()); index: {id(leaf): position}
+    when the caller has it (else built here). A leaf's gradient is one full-size buffer (the leaf's dtype and
+    strides), allocated uninitialised on first use; each channel range a node writes is recorded, so the first
+    write of a range is a plain store (the kernels' dz=, a copy_) and only a range written before is accumulated
+    into (accumulate=True, add_). result() zeroes the ranges nobody wrote (a chunk read by another consumer) and
+    returns one gradient per leaf (None: not needed/unreached)."""
 
-    def __init__(self, leaves, needed, shared=None):
+    def __init__(self, leaves, needed, shared=None, index=None):
         self.leaves = leaves
-        self.index = {id(t): i for i, t in enumerate(leaves)}
+        self.index = {id(t): i for i, t in enumerate(leaves)} if index is None else index
         self.needed = needed
         self._shared = shared or {}
         self.bufs = [None] * len(leaves)
@@ -138,6 +139,8 @@ class Grads:
 
 def _gaps(done, c0, c1):
     """The parts of [c0, c1) not covered by the ranges in done."""
+    if not done:  # the first write of a gradient (the common case)
+        return [(c0, c1)]
     gaps, pos = [], c0
     for a, b in sorted(done):
         if b <= pos or a >= c1:
