@@ -145,7 +145,7 @@ def test_ema_update_walks_the_state_dict_once_and_equals_the_per_tensor_formula(
     for k, v in ema.ema.state_dict().items():
         assert torch.equal(v, ref.ema.state_dict()[k]), k
     ema.update(_net())  # another model: its own pairs
-    assert len(walks) == 1 and ema._pairs[0] != id(net)
+    assert len(walks) == 1 and ema._pairs[0] is not net
 
 
 def test_run_dir_increment_and_latest(tmp_path):

@@ -29,7 +29,7 @@ class ModelEMA:
         self.decay_max, self.tau = decay, tau
         for p in self.ema.parameters():
             p.requires_grad_(False)
-        self._pairs = None  # (id of the model, EMA tensors, the model's tensors in the EMA's dtype)
+        self._pairs = None  # (the model, its EMA tensors, its matching tensors): see pairs()
 
     def decay(self, updates=None):
         u = self.updates if updates is None else updates
@@ -39,10 +39,10 @@ class ModelEMA:
         """(EMA tensors, the model's matching tensors): every floating-point state_dict entry, in its order; found
         on the first call for a model and kept (a state_dict walk per step costs host time on every eager step)."""
         bare = _bare(model)
-        if self._pairs is None or self._pairs[0] != id(bare):
+        if self._pairs is None or self._pairs[0] is not bare:  # the module, not its id: ids are reused
             msd = bare.state_dict()
             pairs = [(v, msd[k]) for k, v in self.ema.state_dict().items() if v.dtype.is_floating_point]
-            self._pairs = (id(bare), [v for v, _ in pairs], [m for _, m in pairs])
+            self._pairs = (bare, [v for v, _ in pairs], [m for _, m in pairs])
         return self._pairs[1], self._pairs[2]
 
     @torch.no_grad()
