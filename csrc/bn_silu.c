@@ -4,9 +4,9 @@
  * A BatchNorm operand crosses as one tuple (z, mean, invstd, weight, bias) and its gradients as one tuple
  * (dz, dweight, dbias), parsed and checked here (ValueError/TypeError naming the op and the argument: "z",
  * "mean", ... for one BN, "z1", "mean2", ... for the two-BN form). The checked arguments go into one bn_call
- * and through yv_launch to csrc/bn_silu_ref.c (CPU, NumPy arrays) or kernels/bn_silu_*.cu (CUDA descriptors,
- * on the caller's stream). 4-D operands may have any strides; outputs must not map two elements to one
- * address through a zero stride. The Python entry point is yolov9c/ops/bn_silu.py (it checks nothing this
+ * and through yv_launch to csrc/bn_silu_ref.c (CPU: float32/float16) or kernels/bn_silu_*.cu (CUDA, on the
+ * caller's stream). 4-D operands may have any strides; outputs must not map two elements to one address
+ * through a zero stride. The Python entry point is yolov9c/ops/bn_silu.py (it checks nothing this
  * file checks); the maths is stated at the top of csrc/bn_silu_ref.c and kernels/bn_silu.cuh.
  * Test: python -m pytest -q tests/ops/test_bn_silu.py tests/ops/test_bindings.py
  */
