@@ -299,18 +299,17 @@ PyObject *yv_py_bn_workspace_size(PyObject *module, PyObject *const *args, Py_ss
 PyObject *yv_py_bn_stats_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     const char *op = STATS.name;
-    yv_tensor z, running[2];
+    yv_tensor z;
     uintptr_t stream = 0;
     bn_call c;
     memset(&c, 0, sizeof(c));
 
     if (yv_check_nargs(op, nargs, 9) < 0 || yv_tensor_parse(args[0], op, "z", 0, &z) < 0 || check_z(&z, &c.s) < 0)
         return NULL;
-    float **rp[2] = {&c.rm, &c.rv};
+    float **rp[2] = {&c.rm, &c.rv};   /* stay NULL for None */
     const char *rnames[2] = {"running_mean", "running_var"};
     for (int i = 0; i < 2; i++) {
-        if (yv_tensor_parse_optional(args[1 + i], op, rnames[i], 1, &running[i]) < 0
-            || (running[i].ndim != -1 && parse_vec(args[1 + i], op, rnames[i], 1, &z, rp[i]) < 0))
+        if (args[1 + i] != Py_None && parse_vec(args[1 + i], op, rnames[i], 1, &z, rp[i]) < 0)
             return NULL;
     }
     if (yv_parse_finite(args[3], op, "momentum", &c.momentum) < 0 || yv_parse_finite(args[4], op, "eps", &c.eps) < 0
