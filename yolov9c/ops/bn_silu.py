@@ -285,22 +285,13 @@ def _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats
 
 
 # ---------------------------------------------------------------------------------------------------------
-# raw implementations behind the public functions (no autograd recorded): C/CUDA through yolov9c._C.
-# A BN operand crosses as one tuple (z, mean, invstd, weight, bias), its gradients as (dz, dweight, dbias).
-
-_FIELDS = {"": ("z", "mean", "invstd", "weight", "bias"), "1": ("z1", "mean1", "invstd1", "weight1", "bias1"),
-           "2": ("z2", "mean2", "invstd2", "weight2", "bias2")}
-_GRAD_FIELDS = {"": ("dz", "dweight", "dbias"), "1": ("dz1", "dweight1", "dbias1"), "2": ("dz2", "dweight2", "dbias2")}
-# the names of the tensors each raw implementation converts in one extension.args call, in its order
-_FORWARD_ARGS = (_FIELDS[""] + ("residual", "out"), _FIELDS["1"] + _FIELDS["2"] + ("residual", "out"))
-_BACKWARD_ARGS = (_FIELDS[""] + ("grad_out",) + _GRAD_FIELDS[""] + ("workspace",),
-                  _FIELDS["1"] + _FIELDS["2"] + ("grad_out",) + _GRAD_FIELDS["1"] + _GRAD_FIELDS["2"] + ("workspace",))
-_STATS_ARGS = ("z", "running_mean", "running_var", "mean", "invstd", "workspace")
-
+# raw implementations behind the public functions (no autograd recorded): C/CUDA through yolov9c._C, which
+# takes the tensors themselves. A BN operand crosses as one tuple (z, mean, invstd, weight, bias), its
+# gradients as (dz, dweight, dbias); csrc/bn_silu.c names each field in its errors.
 
 def _use_reference(op, z, *ts):
-    """The torch reference serves empty tensors and bfloat16 on the CPU (NumPy has no bfloat16). z is read
-    here before C sees it, so it is the one tensor checked in Python."""
+    """The torch reference serves empty tensors, and bfloat16 on the CPU (csrc/bn_silu.c takes float32 and
+    float16 there). z is read here before C sees it, so it is the one tensor checked in Python."""
     if not isinstance(z, torch.Tensor):
         raise TypeError(f"{op}: z must be a torch.Tensor, got {type(z).__name__}")
     if z.numel() == 0:
@@ -335,15 +326,8 @@ def _forward_impl(bn, bn2, residual, act, out, batch_stats):
     if _use_reference(op, z, z2, out, residual):
         with torch.no_grad():
             return reference(bn, bn2, residual, act, out, batch_stats)
-    C = extension.load()
     y = out if out is not None else _empty_like(z)
-    if bn2 is None:
-        a = extension.args(op, _FORWARD_ARGS[0], *bn, residual, y)
-        first, second = tuple(a[:5]), None
-    else:
-        a = extension.args(op, _FORWARD_ARGS[1], *bn, *bn2, residual, y)
-        first, second = tuple(a[:5]), tuple(a[5:10])
-    C.bn_silu_forward(first, second, a[-2], act, a[-1], extension.stream_of(z.device))
+    extension.load().bn_silu_forward(bn, bn2, residual, act, y, extension.stream_of(z.device))
     return y
 
 
@@ -363,8 +347,8 @@ def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
         accumulate = accumulate and dz is not None
         dz = dz if dz is not None else _empty_like(z)
         dw, db = _vec(z), _vec(z)
-        a = extension.args(op, _BACKWARD_ARGS[0], *bn, grad_out, dz, dw, db, _workspace(C, z))
-        C.bn_silu_backward(tuple(a[:5]), None, a[5], act, batch_stats, tuple(a[6:9]), None, accumulate, a[9], stream)
+        C.bn_silu_backward(bn, None, grad_out, act, batch_stats, (dz, dw, db), None, accumulate, _workspace(C, z),
+                           stream)
         return dz, dw, db
     if not isinstance(z2, torch.Tensor):
         raise TypeError(f"{op}: z2 must be a torch.Tensor, got {type(z2).__name__}")
@@ -377,9 +361,8 @@ def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
     dz = dz if dz is not None else _empty_like(z)
     dz2 = dz2 if dz2 is not None else _empty_like(z2)
     dw1, db1, dw2, db2 = _vec(z), _vec(z), _vec(z), _vec(z)
-    a = extension.args(op, _BACKWARD_ARGS[1], *bn, *bn2, grad_out, dz, dw1, db1, dz2, dw2, db2, _workspace(C, z))
-    C.bn_silu_backward(tuple(a[:5]), tuple(a[5:10]), a[10], act, batch_stats, tuple(a[11:14]), tuple(a[14:17]),
-                       acc1, a[17], stream)
+    C.bn_silu_backward(bn, bn2, grad_out, act, batch_stats, (dz, dw1, db1), (dz2, dw2, db2), acc1, _workspace(C, z),
+                       stream)
     return dz, dw1, db1, dz2, dw2, db2
 
 
@@ -433,8 +416,8 @@ def stats(z, running_mean=None, running_var=None, momentum=0.03, eps=1e-3):
         return _stats_reference(z, running_mean, running_var, momentum, eps)
     C = extension.load()
     mean, invstd = _vec(z), _vec(z)
-    a = extension.args(op, _STATS_ARGS, z, running_mean, running_var, mean, invstd, _workspace(C, z))
-    C.bn_stats_forward(a[0], a[1], a[2], momentum, eps, a[3], a[4], a[5], extension.stream_of(z.device))
+    C.bn_stats_forward(z, running_mean, running_var, momentum, eps, mean, invstd, _workspace(C, z),
+                       extension.stream_of(z.device))
     return mean, invstd
 
 
