@@ -72,6 +72,25 @@ def test_dtype_codes_are_distinct_and_mapped():
         extension.dtype_code(torch.complex64)
 
 
+def test_fused_enabled_follows_the_environment_at_every_call(monkeypatch):
+    """fused_enabled() reads os.environ's own storage: setenv, delenv and mock.patch.dict switch it both ways."""
+    from unittest import mock
+
+    monkeypatch.setenv("YOLOV9C_FUSED", "0")
+    assert extension.fused_enabled() is False
+    monkeypatch.setenv("YOLOV9C_FUSED", "1")
+    assert extension.fused_enabled() is True
+    monkeypatch.setenv("YOLOV9C_FUSED", "0")
+    monkeypatch.delenv("YOLOV9C_FUSED")
+    assert extension.fused_enabled() is True   # unset: the fused ops
+    with mock.patch.dict(os.environ, {"YOLOV9C_FUSED": "0"}):
+        assert extension.fused_enabled() is False
+        with mock.patch.dict(os.environ, {"YOLOV9C_FUSED": "yes"}):
+            assert extension.fused_enabled() is True   # anything but "0" keeps them on
+        assert extension.fused_enabled() is False
+    assert extension.fused_enabled() is True
+
+
 def test_stream_of_cpu_is_zero():
     assert extension.stream_of(torch.device("cpu")) == 0
 
