@@ -84,9 +84,8 @@ def _check_bn(op, bn, suffix=""):
 
 
 def _check_operand(op, bn, suffix=""):
-    if type(bn) is BN:  # (the common case: one test)
-        return
-    if not isinstance(bn, tuple) or len(bn) != 5:
+    """bn is a BN or a 5-tuple. The hot paths test `type(bn) is not BN` before calling (no call for a BN)."""
+    if type(bn) is not BN and (not isinstance(bn, tuple) or len(bn) != 5):
         raise TypeError(f"{op}: bn{suffix} must be a BN (z, mean, invstd, weight, bias), got {type(bn).__name__}")
 
 
@@ -299,13 +298,17 @@ def _use_reference(op, z, *ts):
     if not z.is_cpu:
         return False
     try:
-        return torch.bfloat16 in [t.dtype for t in (z, *ts) if t is not None]
+        for t in (z, *ts):
+            if t is not None and t.dtype is torch.bfloat16:
+                return True
     except AttributeError:  # a non-tensor argument: the C side refuses it, naming it
-        return False
+        pass
+    return False
 
 
-def _vec(z):
-    return torch.empty(z.shape[1] if z.ndim > 1 else 1, dtype=torch.float32, device=z.device)
+def _vecs(z, n):
+    """n float32 (C,) vectors on z's device, rows of one (n, C) allocation (C = 1 for a z C will refuse)."""
+    return torch.empty((n, z.shape[1] if z.ndim > 1 else 1), dtype=torch.float32, device=z.device).unbind(0)
 
 
 def _workspace(C, z):
@@ -317,11 +320,13 @@ def _workspace(C, z):
 
 def _forward_impl(bn, bn2, residual, act, out, batch_stats):
     op = "bn_silu_forward"
-    _check_operand(op, bn)
+    if type(bn) is not BN:
+        _check_operand(op, bn)
+    z, z2 = bn[0], None
     if bn2 is not None:
-        _check_operand(op, bn2, "2")
-    z = bn[0]
-    z2 = None if bn2 is None else bn2[0]
+        if type(bn2) is not BN:
+            _check_operand(op, bn2, "2")
+        z2 = bn2[0]
     extension.note_call(op, z, z2)
     if _use_reference(op, z, z2, out, residual):
         with torch.no_grad():
@@ -333,11 +338,13 @@ def _forward_impl(bn, bn2, residual, act, out, batch_stats):
 
 def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
     op = "bn_silu_backward"
-    _check_operand(op, bn)
+    if type(bn) is not BN:
+        _check_operand(op, bn)
+    z, z2 = bn[0], None
     if bn2 is not None:
-        _check_operand(op, bn2, "2")
-    z = bn[0]
-    z2 = None if bn2 is None else bn2[0]
+        if type(bn2) is not BN:
+            _check_operand(op, bn2, "2")
+        z2 = bn2[0]
     extension.note_call(op, z, z2)
     if _use_reference(op, z, z2, grad_out, dz, dz2):
         return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
@@ -346,7 +353,7 @@ def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
     if bn2 is None:
         accumulate = accumulate and dz is not None
         dz = dz if dz is not None else _empty_like(z)
-        dw, db = _vec(z), _vec(z)
+        dw, db = _vecs(z, 2)
         C.bn_silu_backward(bn, None, grad_out, act, batch_stats, (dz, dw, db), None, accumulate, _workspace(C, z),
                            stream)
         return dz, dw, db
@@ -360,7 +367,7 @@ def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
         acc1 = True
     dz = dz if dz is not None else _empty_like(z)
     dz2 = dz2 if dz2 is not None else _empty_like(z2)
-    dw1, db1, dw2, db2 = _vec(z), _vec(z), _vec(z), _vec(z)
+    dw1, db1, dw2, db2 = _vecs(z, 4)
     C.bn_silu_backward(bn, bn2, grad_out, act, batch_stats, (dz, dw1, db1), (dz2, dw2, db2), acc1, _workspace(C, z),
                        stream)
     return dz, dw1, db1, dz2, dw2, db2
@@ -408,14 +415,15 @@ class _BNSiLUFunction(torch.autograd.Function):
 # public API
 
 def stats(z, running_mean=None, running_var=None, momentum=0.03, eps=1e-3):
-    """(mean, invstd): float32 (C,) batch statistics of z (B, C, H, W); invstd = 1/sqrt(biased_var + eps).
-    running_mean / running_var (float32 (C,), optional) are updated in place as nn.BatchNorm2d does in
-    training mode (running_var with the unbiased variance). No autograd. ValueError when B·H·W == 1."""
+    """(mean, invstd): float32 (C,) batch statistics of z (B, C, H, W); invstd = 1/sqrt(biased_var + eps) (on
+    the fused path, the rows of one (2, C) tensor). running_mean / running_var (float32 (C,), optional) are
+    updated in place as nn.BatchNorm2d does in training mode (running_var with the unbiased variance). No
+    autograd. ValueError when B·H·W == 1."""
     op = "bn_stats_forward"
     if not extension.fused_enabled() or _use_reference(op, z):
         return _stats_reference(z, running_mean, running_var, momentum, eps)
     C = extension.load()
-    mean, invstd = _vec(z), _vec(z)
+    mean, invstd = _vecs(z, 2)
     C.bn_stats_forward(z, running_mean, running_var, momentum, eps, mean, invstd, _workspace(C, z),
                        extension.stream_of(z.device))
     return mean, invstd
@@ -429,17 +437,31 @@ def forward(bn, bn2=None, residual=None, act="silu", out=None, batch_stats=True)
     if not extension.fused_enabled():
         return reference(bn, bn2, residual, act, out, batch_stats)
     if torch.is_grad_enabled():   # (without grad, the evaluator's case, no per-call autograd bookkeeping)
-        _check_operand("bn_silu_forward", bn)
+        if type(bn) is not BN:
+            _check_operand("bn_silu_forward", bn)
         fields = tuple(bn) if bn2 is None else (*bn, *bn2)
-        if any(getattr(t, "requires_grad", False) for t in fields + (residual, out)):
+        if _records(fields, residual, out):
             return _BNSiLUFunction.apply(out, residual, act, bool(batch_stats), *fields)
     return _forward_impl(bn, bn2, residual, act, out, bool(batch_stats))
+
+
+def _records(fields, residual, out):
+    """Whether autograd has a gradient to record: a tensor among the arguments requires one."""
+    for t in (*fields, residual, out):
+        if t is not None:
+            try:
+                if t.requires_grad:
+                    return True
+            except AttributeError:  # not a tensor: _forward_impl's C call refuses it, naming it
+                pass
+    return False
 
 
 def backward(bn, grad_out, bn2=None, act="silu", dz=None, dz2=None, accumulate=False, batch_stats=True):
     """(dz, dweight, dbias) of forward(bn) for grad_out = dL/dy, or (dz1, dw1, db1, dz2, dw2, db2) with bn2.
     dz (dz2): written (=) or, with accumulate=True, added to (+=) when given (z's dtype or float32, any view);
-    else a new tensor like z. dweight, dbias: float32 (C,). No autograd."""
+    else a new tensor like z. dweight, dbias: float32 (C,) (fused path: rows of one new tensor, disjoint).
+    No autograd."""
     if not extension.fused_enabled():
         return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
     return _backward_impl(bn, grad_out, bn2, act, dz, dz2, bool(accumulate), bool(batch_stats))

@@ -49,7 +49,7 @@ def _format_of(t):
 def _use_reference(op, t):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: expected a torch.Tensor, got {type(t).__name__}")
-    return not extension.fused_enabled() or t.device.type not in ("cpu", "cuda")
+    return not (extension.fused_enabled() and (t.is_cuda or t.is_cpu))
 
 
 def _recorded(function, impl, *args):
