@@ -4,9 +4,9 @@
  * A BatchNorm operand crosses as one tuple (z, mean, invstd, weight, bias) and its gradients as one tuple
  * (dz, dweight, dbias), parsed and checked here (ValueError/TypeError naming the op and the argument: "z",
  * "mean", ... for one BN, "z1", "mean2", ... for the two-BN form). The checked arguments go into one bn_call
- * and through yv_launch to csrc/bn_silu_ref.c (CPU, NumPy arrays) or kernels/bn_silu_*.cu (CUDA descriptors,
- * on the caller's stream). 4-D operands may have any strides; outputs must not map two elements to one
- * address through a zero stride. The Python entry point is yolov9c/ops/bn_silu.py (it checks nothing this
+ * and through yv_launch to csrc/bn_silu_ref.c (CPU: float32/float16) or kernels/bn_silu_*.cu (CUDA, on the
+ * caller's stream). 4-D operands may have any strides; outputs must not map two elements to one address
+ * through a zero stride. The Python entry point is yolov9c/ops/bn_silu.py (it checks nothing this
  * file checks); the maths is stated at the top of csrc/bn_silu_ref.c and kernels/bn_silu.cuh.
  * Test: python -m pytest -q tests/ops/test_bn_silu.py tests/ops/test_bindings.py
  */
@@ -299,18 +299,17 @@ PyObject *yv_py_bn_workspace_size(PyObject *module, PyObject *const *args, Py_ss
 PyObject *yv_py_bn_stats_forward(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     const char *op = STATS.name;
-    yv_tensor z, running[2];
+    yv_tensor z;
     uintptr_t stream = 0;
     bn_call c;
     memset(&c, 0, sizeof(c));
 
     if (yv_check_nargs(op, nargs, 9) < 0 || yv_tensor_parse(args[0], op, "z", 0, &z) < 0 || check_z(&z, &c.s) < 0)
         return NULL;
-    float **rp[2] = {&c.rm, &c.rv};
+    float **rp[2] = {&c.rm, &c.rv};   /* stay NULL for None */
     const char *rnames[2] = {"running_mean", "running_var"};
     for (int i = 0; i < 2; i++) {
-        if (yv_tensor_parse_optional(args[1 + i], op, rnames[i], 1, &running[i]) < 0
-            || (running[i].ndim != -1 && parse_vec(args[1 + i], op, rnames[i], 1, &z, rp[i]) < 0))
+        if (args[1 + i] != Py_None && parse_vec(args[1 + i], op, rnames[i], 1, &z, rp[i]) < 0)
             return NULL;
     }
     if (yv_parse_finite(args[3], op, "momentum", &c.momentum) < 0 || yv_parse_finite(args[4], op, "eps", &c.eps) < 0

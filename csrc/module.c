@@ -99,8 +99,8 @@ PyDoc_STRVAR(nms_forward_doc,
 "classes (N,) int32/int64 or None; iou_thres float (suppress when IoU > iou_thres, computed in float32);\n"
 "workspace uint8 (nms_workspace_size(N, cuda) bytes); keep (N,) int64 out: kept indices by score\n"
 "descending, ties by lower index; count (1,) int64 out: how many of keep are valid; stream: the CUDA\n"
-"stream handle (int, 0 for CPU). Arrays are NumPy arrays (CPU) or CUDA descriptor tuples, contiguous,\n"
-"all on one device. Returns None.");
+"stream handle (int, 0 for CPU). Tensors (csrc/tensor.h's forms) are contiguous, all on one device.\n"
+"Returns None.");
 
 PyDoc_STRVAR(nms_workspace_size_doc,
 "nms_workspace_size($module, n, cuda, /)\n--\n\nBytes (int) of uint8 workspace nms_forward needs for n boxes "

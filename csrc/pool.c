@@ -6,10 +6,10 @@
  * upsample_nearest2x_backward (from grad_out alone).
  *
  * Checks every argument (ValueError/TypeError naming the op and the argument), then hands the views to
- * yv_launch: csrc/pool_ref.c (CPU, NumPy arrays: float32/float16) or kernels/pool.cu (CUDA descriptors,
- * float32/float16/bfloat16, on the caller's stream). Operands may have any strides (NCHW, channels-last, a
- * channel slice of a bigger buffer); an output must not have a zero stride, and its memory span must not meet
- * the input's (conservative: two interleaved channel slices of one buffer are refused too).
+ * yv_launch: csrc/pool_ref.c (CPU: float32/float16) or kernels/pool.cu (CUDA: float32/float16/bfloat16, on
+ * the caller's stream). Operands may have any strides (NCHW, channels-last, a channel slice of a bigger
+ * buffer); an output must not have a zero stride, and its memory span must not meet the input's
+ * (conservative: two interleaved channel slices of one buffer are refused too).
  * The Python entry point is yolov9c/ops/pool.py; the maths is stated at the top of kernels/pool.cu.
  * Test: python -m pytest -q tests/ops/test_pool.py tests/ops/test_bindings.py
  */

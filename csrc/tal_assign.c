@@ -201,7 +201,7 @@ PyObject *yv_py_tal_assign_forward(PyObject *module, PyObject *const *args, Py_s
         return NULL;
 
     /* The dtype whose arithmetic the reference's sigmoid and pow round to: the scores' own dtype, or
-     * bfloat16 for bfloat16 scores upcast to float32 (the CPU path: NumPy has no bfloat16). */
+     * bfloat16 for bfloat16 scores upcast to float32 (the CPU path takes no bfloat16 scores). */
     yv_dtype round_dtype = (yv_dtype)round_code;
     int round_ok = round_dtype == scores.dtype
                    || (!cuda && scores.dtype == YV_FLOAT32 && round_dtype == YV_BFLOAT16);

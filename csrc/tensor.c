@@ -1,7 +1,9 @@
-/* tensor.c — parse NumPy arrays and CUDA descriptor tuples into yv_tensor, and the shared argument checks.
+/* tensor.c — parse torch tensors, NumPy arrays and CUDA descriptor tuples into yv_tensor, and the shared
+ * argument checks.
  *
  * This is the only file that touches the NumPy C API (its function table is private to this file and is
- * loaded by yv_numpy_import(), called from the module's exec slot).
+ * loaded by yv_numpy_import(), called from the module's exec slot) and the only one that reads torch tensors
+ * (through their Python attributes: no torch headers, so one build serves every torch version).
  * Test: tests/ops/test_nms.py::test_raw_binding_* drive every check through nms_forward.
  */
 #include "tensor.h"
@@ -89,6 +91,19 @@ static int finish_numel(yv_tensor *t)
     return 0;
 }
 
+/* The element count, then a data pointer that is set (unless there is nothing to read) and aligned to the
+ * item size: the checks of a pointer that came as an int. */
+static int finish_pointer(yv_tensor *t)
+{
+    if (finish_numel(t) < 0)
+        return -1;
+    if (t->numel > 0 && t->data == NULL) {
+        PyErr_Format(PyExc_ValueError, "%s: %s has a null data pointer", t->op, t->arg);
+        return -1;
+    }
+    return yv_check_alignment(t, yv_dtype_size(t->dtype));
+}
+
 static int parse_numpy(PyArrayObject *a, int writable, yv_tensor *t)
 {
     int code = numpy_dtype(a);
@@ -133,18 +148,17 @@ static int parse_numpy(PyArrayObject *a, int writable, yv_tensor *t)
     return finish_numel(t);
 }
 
-/* A tuple of ints of length n into out[]; -1 with an exception naming what. */
+/* A tuple of ints of length n into out[]; -1 with an exception naming what ("descriptor's shape"). */
 static int int_tuple(PyObject *obj, int64_t *out, Py_ssize_t n, const yv_tensor *t, const char *what)
 {
     if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != n) {
-        PyErr_Format(PyExc_TypeError, "%s: %s descriptor's %s must be a tuple of %zd ints",
-                     t->op, t->arg, what, n);
+        PyErr_Format(PyExc_TypeError, "%s: %s %s must be a tuple of %zd ints", t->op, t->arg, what, n);
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PyTuple_GET_ITEM(obj, i);
         if (!PyLong_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "%s: %s descriptor's %s must hold ints, got %.50s",
+            PyErr_Format(PyExc_TypeError, "%s: %s %s must hold ints, got %.50s",
                          t->op, t->arg, what, Py_TYPE(item)->tp_name);
             return -1;
         }
@@ -186,7 +200,7 @@ static int parse_descriptor(PyObject *tup, yv_tensor *t)
         return -1;
     if (dev < 0 || dev > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "%s: %s descriptor's device must be a CUDA device index >= 0 (got %ld);"
-                     " pass CPU tensors as NumPy arrays", t->op, t->arg, dev);
+                     " pass a CPU tensor itself or as a NumPy array", t->op, t->arg, dev);
         return -1;
     }
     if (!PyTuple_Check(shape)) {
@@ -200,18 +214,194 @@ static int parse_descriptor(PyObject *tup, yv_tensor *t)
         return -1;
     }
     t->ndim = (int)ndim;
-    if (int_tuple(shape, t->shape, ndim, t, "shape") < 0 || int_tuple(strides, t->strides, ndim, t, "strides") < 0)
+    if (int_tuple(shape, t->shape, ndim, t, "descriptor's shape") < 0
+        || int_tuple(strides, t->strides, ndim, t, "descriptor's strides") < 0)
         return -1;
     t->dtype = (yv_dtype)code;
     t->device = (int)dev;
     t->data = (void *)(uintptr_t)addr;
-    if (finish_numel(t) < 0)
+    return finish_pointer(t);
+}
+
+/* ---- torch.Tensor, read through the Python attributes every torch version has: dtype, shape, stride(),
+ * data_ptr(), is_cuda / is_cpu, get_device(). The objects compared against (torch.Tensor, the dtypes) are
+ * looked up once, in sys.modules["torch"], the first time an argument is neither a NumPy array nor a tuple
+ * while they are unknown: a torch tensor cannot exist before torch is imported, and this module does not
+ * import torch itself. Process-wide like NumPy's function table (torch supports one interpreter); the
+ * references are kept for the life of the process. */
+static struct {
+    PyTypeObject *tensor;                       /* torch.Tensor (torch.nn.Parameter is a subclass) */
+    PyObject *dtypes[YV_NUM_DTYPES];            /* torch.float32, ... in the order of the codes */
+    PyObject *dtype, *shape, *stride, *data_ptr, *is_cuda, *is_cpu, *get_device, *device;   /* names */
+} torch_api;
+
+static const char *const TORCH_NAMES[8] = {
+    "dtype", "shape", "stride", "data_ptr", "is_cuda", "is_cpu", "get_device", "device",
+};
+
+/* 1 when torch is imported and torch_api is filled, 0 when torch is not imported, -1 with an exception. */
+static int load_torch(void)
+{
+    if (torch_api.tensor != NULL)
+        return 1;
+    PyObject *torch = NULL, *tensor = NULL, *dtypes[YV_NUM_DTYPES] = {NULL}, *names[8] = {NULL};
+    int status = -1;
+    PyObject *key = PyUnicode_FromString("torch");
+    if (key == NULL)
         return -1;
-    if (t->numel > 0 && t->data == NULL) {
-        PyErr_Format(PyExc_ValueError, "%s: %s has a null data pointer", t->op, t->arg);
+    torch = PyImport_GetModule(key);   /* NULL without an exception when not imported */
+    Py_DECREF(key);
+    if (torch == NULL || torch == Py_None) {
+        status = PyErr_Occurred() ? -1 : 0;
+        goto exit;
+    }
+    tensor = PyObject_GetAttrString(torch, "Tensor");
+    if (tensor == NULL)
+        goto exit;
+    if (!PyType_Check(tensor)) {
+        PyErr_SetString(PyExc_TypeError, "yolov9c._C: torch.Tensor is not a type");
+        goto exit;
+    }
+    for (int i = 0; i < YV_NUM_DTYPES; i++) {
+        /* torch names its dtypes as DTYPE_NAMES does (torch.float32, ..., torch.bool) */
+        if ((dtypes[i] = PyObject_GetAttrString(torch, DTYPE_NAMES[i])) == NULL)
+            goto exit;
+    }
+    for (int i = 0; i < 8; i++) {
+        if ((names[i] = PyUnicode_InternFromString(TORCH_NAMES[i])) == NULL)
+            goto exit;
+    }
+    /* every lookup succeeded: the references move into torch_api for good */
+    torch_api.tensor = (PyTypeObject *)tensor;
+    memcpy(torch_api.dtypes, dtypes, sizeof(dtypes));
+    torch_api.dtype = names[0];
+    torch_api.shape = names[1];
+    torch_api.stride = names[2];
+    torch_api.data_ptr = names[3];
+    torch_api.is_cuda = names[4];
+    torch_api.is_cpu = names[5];
+    torch_api.get_device = names[6];
+    torch_api.device = names[7];
+    tensor = NULL;
+    memset(dtypes, 0, sizeof(dtypes));
+    memset(names, 0, sizeof(names));
+    status = 1;
+exit:
+    for (int i = 0; i < 8; i++)
+        Py_XDECREF(names[i]);
+    for (int i = 0; i < YV_NUM_DTYPES; i++)
+        Py_XDECREF(dtypes[i]);
+    Py_XDECREF(tensor);
+    Py_XDECREF(torch);
+    return status;
+}
+
+static int is_torch_tensor(PyObject *obj)
+{
+    return torch_api.tensor != NULL && PyObject_TypeCheck(obj, torch_api.tensor);
+}
+
+/* The int a method of obj returns (data_ptr(), get_device()); -1 with an exception. */
+static int call_for_int(PyObject *obj, PyObject *name, const yv_tensor *t, unsigned long long *out)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(obj, name);
+    if (r == NULL)
+        return -1;
+    if (!PyLong_Check(r)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s.%U() returned %.50s, not an int", t->op, t->arg, name,
+                     Py_TYPE(r)->tp_name);
+        Py_DECREF(r);
         return -1;
     }
-    return yv_check_alignment(t, yv_dtype_size(t->dtype));
+    *out = PyLong_AsUnsignedLongLong(r);
+    Py_DECREF(r);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* obj.<name> is True: 1, 0 or -1 with an exception. */
+static int attr_is_true(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL)
+        return -1;
+    int r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* A CPU tensor fills t as its NumPy view would (its memory, element strides, YV_CPU); a CUDA tensor as its
+ * descriptor would. Torch tensors are always in native byte order and writeable. */
+static int parse_torch(PyObject *obj, yv_tensor *t)
+{
+    /* The device first: a tensor elsewhere (meta, ...) has no memory to read. */
+    int cuda = attr_is_true(obj, torch_api.is_cuda);
+    if (cuda < 0)
+        return -1;
+    if (cuda) {
+        unsigned long long index;
+        if (call_for_int(obj, torch_api.get_device, t, &index) < 0)
+            return -1;
+        if (index > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "%s: %s has CUDA device index %llu", t->op, t->arg, index);
+            return -1;
+        }
+        t->device = (int)index;
+    } else {
+        int cpu = attr_is_true(obj, torch_api.is_cpu);
+        if (cpu < 0)
+            return -1;
+        if (!cpu) {
+            PyObject *device = PyObject_GetAttr(obj, torch_api.device);
+            if (device != NULL) {
+                PyErr_Format(PyExc_ValueError, "%s: %s is on %S; yolov9c._C takes CPU or CUDA tensors",
+                             t->op, t->arg, device);
+                Py_DECREF(device);
+            }
+            return -1;
+        }
+        t->device = YV_CPU;
+    }
+    PyObject *dtype = PyObject_GetAttr(obj, torch_api.dtype);
+    if (dtype == NULL)
+        return -1;
+    int code = -1;
+    for (int i = 0; i < YV_NUM_DTYPES && code < 0; i++)
+        code = dtype == torch_api.dtypes[i] ? i : -1;
+    if (code < 0) {
+        PyErr_Format(PyExc_TypeError, "%s: %s has torch dtype %S, which no op accepts", t->op, t->arg, dtype);
+        Py_DECREF(dtype);
+        return -1;
+    }
+    Py_DECREF(dtype);
+    t->dtype = (yv_dtype)code;
+
+    PyObject *shape = PyObject_GetAttr(obj, torch_api.shape);   /* a torch.Size: a tuple */
+    if (shape == NULL)
+        return -1;
+    Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : 0;
+    if (ndim > YV_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "%s: %s has %zd dimensions, at most %d are supported",
+                     t->op, t->arg, ndim, YV_MAX_DIMS);
+        Py_DECREF(shape);
+        return -1;
+    }
+    t->ndim = (int)ndim;
+    int bad = int_tuple(shape, t->shape, ndim, t, "tensor's shape");
+    Py_DECREF(shape);
+    if (bad < 0)
+        return -1;
+    PyObject *strides = PyObject_CallMethodNoArgs(obj, torch_api.stride);   /* a tuple, in elements */
+    if (strides == NULL)
+        return -1;
+    bad = int_tuple(strides, t->strides, ndim, t, "tensor's stride()");
+    Py_DECREF(strides);
+    if (bad < 0)
+        return -1;
+    unsigned long long addr;
+    if (call_for_int(obj, torch_api.data_ptr, t, &addr) < 0)
+        return -1;
+    t->data = (void *)(uintptr_t)addr;
+    return finish_pointer(t);
 }
 
 int yv_tensor_parse(PyObject *obj, const char *op, const char *arg, int writable, yv_tensor *t)
@@ -219,12 +409,19 @@ int yv_tensor_parse(PyObject *obj, const char *op, const char *arg, int writable
     memset(t, 0, sizeof(*t));
     t->op = op;
     t->arg = arg;
+    if (is_torch_tensor(obj))   /* the ops' own path: first */
+        return parse_torch(obj, t);
     if (PyArray_Check(obj))
         return parse_numpy((PyArrayObject *)obj, writable, t);
     if (PyTuple_Check(obj))
         return parse_descriptor(obj, t);
-    PyErr_Format(PyExc_TypeError, "%s: %s must be a NumPy array (CPU) or a CUDA tensor descriptor tuple, "
-                 "got %.80s", op, arg, Py_TYPE(obj)->tp_name);
+    int torch = load_torch();
+    if (torch < 0)
+        return -1;
+    if (torch && is_torch_tensor(obj))
+        return parse_torch(obj, t);
+    PyErr_Format(PyExc_TypeError, "%s: %s must be a torch.Tensor (CPU or CUDA), a NumPy array or a CUDA tensor "
+                 "descriptor tuple, got %.80s", op, arg, Py_TYPE(obj)->tp_name);
     return -1;
 }
 

@@ -1,15 +1,21 @@
 /* tensor.h — the tensor descriptor every binding parses its array arguments into, and the checks on it.
  *
- * A tensor crosses the Python/C boundary in one of two forms:
- *   CPU:  a NumPy array (a CPU torch tensor's .numpy() shares its memory). Must be aligned and in native
- *         byte order; outputs must be writeable.
- *   CUDA: a tuple of plain ints built by yolov9c/ops/extension.py from a torch tensor:
+ * A tensor crosses the Python/C boundary in one of three forms, all parsed into a yv_tensor:
+ *   torch.Tensor (torch.nn.Parameter too), on the CPU or a CUDA device: what yolov9c/ops passes. Read
+ *         through its dtype, shape, stride(), data_ptr() and is_cuda / is_cpu / get_device(); a tensor on
+ *         another device (meta, ...) is refused. The conjugate and negative view bits are not read: such
+ *         views (conj()/imag() of complex tensors, _neg_view()) would be read as their raw memory.
+ *   CPU:  a NumPy array (the raw-binding tests). Must be aligned and in native byte order; outputs must be
+ *         writeable.
+ *   CUDA: a tuple of plain ints (the raw-binding tests):
  *             (data_ptr, dtype_code, shape_tuple, strides_tuple, device_index)
- *         strides in elements, device_index >= 0. The stream travels as a separate int argument of the op.
- * Both are parsed into a yv_tensor. Every check below sets a Python exception whose message names the op
- * and the argument ("nms_forward: boxes must have 2 dimensions, got 3") and returns -1; 0 means OK.
+ *         strides in elements, device_index >= 0.
+ * The stream travels as a separate int argument of the op. Every check below sets a Python exception whose
+ * message names the op and the argument ("nms_forward: boxes must have 2 dimensions, got 3") and returns -1;
+ * 0 means OK.
  *
- * Test: tests/ops/test_nms.py (the raw-binding cases feed bad descriptors and arrays through nms_forward).
+ * Test: tests/ops/test_nms.py (the raw-binding cases feed bad descriptors and arrays through nms_forward),
+ * tests/ops/test_bindings.py (torch tensors straight to the bindings).
  */
 #ifndef YV_TENSOR_H
 #define YV_TENSOR_H
@@ -35,7 +41,8 @@ typedef struct yv_tensor {
     const char *arg;                /* ... and the argument's */
 } yv_tensor;
 
-/* Parse `obj` (NumPy array or CUDA descriptor tuple). `writable` != 0 demands a writeable array. */
+/* Parse `obj` (torch tensor, NumPy array or CUDA descriptor tuple). `writable` != 0 demands a writeable
+ * NumPy array (a torch tensor always is). */
 int yv_tensor_parse(PyObject *obj, const char *op, const char *arg, int writable, yv_tensor *t);
 /* Same, but None gives an absent tensor (ndim == -1, data == NULL). */
 int yv_tensor_parse_optional(PyObject *obj, const char *op, const char *arg, int writable, yv_tensor *t);

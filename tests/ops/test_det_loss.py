@@ -247,11 +247,10 @@ def test_bad_arguments_raise():
 
 def test_raw_binding_checks():
     maps, strides, t = scene(seed=12)
-    a = extension.arg
     tss = t["target_scores_sum"].reshape(1).float()
     ws, out = torch.empty(0, dtype=torch.uint8), torch.empty(3, dtype=torch.float64)
-    targets = (a(t["target_labels"]), a(t["target_boxes"]), a(t["target_norm"]), a(t["fg_mask"]), a(tss))
-    args = [tuple(a(m) for m in maps), tuple(strides), 16, targets, 0.0, 1.0, 14.99, a(ws), a(out), 0]
+    targets = (t["target_labels"], t["target_boxes"], t["target_norm"], t["fg_mask"], tss)
+    args = [tuple(maps), tuple(strides), 16, targets, 0.0, 1.0, 14.99, ws, out, 0]
     C.det_loss_forward(*args)
     assert torch.isfinite(out).all()
     with pytest.raises(TypeError, match="takes exactly 10"):
@@ -264,27 +263,27 @@ def test_raw_binding_checks():
                            (2, 1, ValueError, "reg_max"), (4, -0.1, ValueError, "label_smoothing"),
                            (5, 0.0, ValueError, "pos_weight"), (6, 15.0, ValueError, "max_dist"),
                            (6, float("nan"), ValueError, "max_dist"), (9, 5, ValueError, "stream"),
-                           (3, with_target(4, a(torch.zeros(1))), ValueError, "target_scores_sum"),
-                           (3, with_target(0, a(t["target_labels"].float())), TypeError, "target_labels"),
+                           (3, with_target(4, torch.zeros(1)), ValueError, "target_scores_sum"),
+                           (3, with_target(0, t["target_labels"].float()), TypeError, "target_labels"),
                            (3, targets[:4], TypeError, "targets must be a tuple of 5"),
-                           (8, a(torch.empty(2, dtype=torch.float64)), ValueError, "out"),
+                           (8, torch.empty(2, dtype=torch.float64), ValueError, "out"),
                            (0, (), ValueError, "maps"), (0, maps[0].numpy(), TypeError, "maps")]:
         bad = list(args)
         bad[k] = v
         with pytest.raises(err, match=msg):
             C.det_loss_forward(*bad)
-    grads = tuple(a(torch.empty_like(m)) for m in maps)
-    bargs = args[:7] + [a(torch.ones(3, dtype=torch.float64)), grads, 0]
+    grads = tuple(torch.empty_like(m) for m in maps)
+    bargs = args[:7] + [torch.ones(3, dtype=torch.float64), grads, 0]
     C.det_loss_backward(*bargs)
     bad = list(bargs)
     bad[8] = grads[:2]
     with pytest.raises(ValueError, match="grads"):
         C.det_loss_backward(*bad)
-    bad[8] = tuple(a(torch.empty(2, 69, 3, 3, dtype=torch.float64)) for _ in maps)
+    bad[8] = tuple(torch.empty(2, 69, 3, 3, dtype=torch.float64) for _ in maps)
     with pytest.raises(ValueError, match="grads"):
         C.det_loss_backward(*bad)
     with pytest.raises(ValueError, match="boxes"):
-        C.det_loss_decode(args[0], args[1], 16, a(torch.empty(2, 5, 4)), 0)
+        C.det_loss_decode(args[0], args[1], 16, torch.empty(2, 5, 4), 0)
 
 
 # --------------------------------------------------------------------------------------------------- CUDA

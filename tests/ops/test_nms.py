@@ -279,7 +279,7 @@ def test_raw_binding_arity_and_argument_types():
     b, s = np_inputs()
     with pytest.raises(TypeError, match=r"nms_forward\(\) takes exactly 8"):
         C.nms_forward(b, s, None, 0.5)
-    with pytest.raises(TypeError, match="nms_forward: boxes must be a NumPy array"):
+    with pytest.raises(TypeError, match="nms_forward: boxes must be a torch.Tensor .*, got list"):
         raw_cpu([[0, 0, 1, 1]], s, None, 0.5)
     with pytest.raises(TypeError, match="nms_forward: iou_thres"):
         raw_cpu(b, s, None, "x")
@@ -473,11 +473,10 @@ def test_cuda_bad_arguments():
     ws = torch.empty(C.nms_workspace_size(n, True), dtype=torch.uint8, device="cuda")
     keep = torch.empty(n, dtype=torch.int64, device="cuda")
     count = torch.empty(1, dtype=torch.int64, device="cuda")
-    a = extension.arg
     stream = extension.stream_of(boxes.device)
     with pytest.raises(ValueError, match="nms_forward: workspace has"):
-        C.nms_forward(a(boxes), a(scores), a(classes), 0.5, a(ws[:16]), a(keep), a(count), stream)
+        C.nms_forward(boxes, scores, classes, 0.5, ws[:16], keep, count, stream)
     with pytest.raises(ValueError, match="nms_forward: boxes must be contiguous"):
-        C.nms_forward(a(boxes.t().contiguous().t()), a(scores), a(classes), 0.5, a(ws), a(keep), a(count), stream)
+        C.nms_forward(boxes.t().contiguous().t(), scores, classes, 0.5, ws, keep, count, stream)
     with pytest.raises(ValueError, match="nms_forward: keep is on cpu but boxes is on cuda"):
-        C.nms_forward(a(boxes), a(scores), a(classes), 0.5, a(ws), a(keep.cpu()), a(count), stream)
+        C.nms_forward(boxes, scores, classes, 0.5, ws, keep.cpu(), count, stream)

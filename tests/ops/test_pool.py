@@ -159,19 +159,18 @@ def make_x(shape, layout, dtype, device="cpu", seed=0):
     return in_layout(base, C, layout, device)
 
 
-def assert_slice_read_in_place(monkeypatch, op):
-    """op(x) on a channel slice of a channels-last buffer hands C the slice itself (its data pointer and
-    strides: a view of the buffer, no copy)."""
+def assert_slice_read_in_place(monkeypatch, op, binding):
+    """op(x) on a channel slice of a channels-last buffer hands C (the binding's first argument) the slice
+    itself (its data pointer and strides: a view of the buffer, no copy)."""
     x = make_x((2, 16, 6, 6), "cl_slice", torch.float32)
     seen = []
-    real = extension.arg
+    real = getattr(C_EXT, binding)
 
-    def spy(t, op_name="yolov9c._C", name="a tensor argument"):
-        if name == "x":
-            seen.append((t.data_ptr(), t.stride()))
-        return real(t, op_name, name)
+    def spy(src, *rest):
+        seen.append((src.data_ptr(), src.stride()))
+        return real(src, *rest)
 
-    monkeypatch.setattr(extension, "arg", spy)
+    monkeypatch.setattr(C_EXT, binding, spy)
     op(x)
     assert seen == [(x.data_ptr(), x.stride())] and x.stride(3) == 21
 
@@ -287,7 +286,7 @@ def test_avg_c_reference_layouts_agree_bit_for_bit():
 
 def test_avg_channel_slice_is_read_in_place(monkeypatch):
     """A channel slice of a channels-last buffer reaches C as a view of the buffer (no copy)."""
-    assert_slice_read_in_place(monkeypatch, pool.avg_pool2x2)
+    assert_slice_read_in_place(monkeypatch, pool.avg_pool2x2, "avg_pool2x2_forward")
 
 
 def test_avg_empty_batch_and_meta():
@@ -794,8 +793,7 @@ def test_max_cuda_index_matches_cpu(geom):
         xd, gd = x.to(dev), g.to(dev)
         ix = torch.full(g.shape, 255, dtype=torch.uint8, device=dev).contiguous(memory_format=torch.channels_last)
         gi = torch.empty_like(xd)
-        C_EXT.max_pool2d_backward(extension.arg(xd), extension.arg(gd), extension.arg(ix), extension.arg(gi), k, s,
-                                  p, extension.stream_of(xd.device))
+        C_EXT.max_pool2d_backward(xd, gd, ix, gi, k, s, p, extension.stream_of(xd.device))
         got.append((ix.cpu(), gi.cpu()))
     assert torch.equal(got[0][0], got[1][0]), "index differs between CUDA and CPU"
     assert torch.equal(got[0][1], got[1][1]), "grad_in differs between CUDA and CPU"
@@ -919,7 +917,7 @@ def test_upsample_forward_copies_bits():
 
 def test_upsample_channel_slice_is_read_in_place(monkeypatch):
     """A channel slice of a channels-last buffer reaches C as a view of the buffer (no copy)."""
-    assert_slice_read_in_place(monkeypatch, pool.upsample_nearest2x)
+    assert_slice_read_in_place(monkeypatch, pool.upsample_nearest2x, "upsample_nearest2x_forward")
 
 
 def test_upsample_empty_and_meta():

@@ -284,10 +284,9 @@ def test_bad_arguments_raise():
     out = [torch.empty(B, A, dtype=torch.int64), torch.empty(B, A, 4), torch.empty(B, A),
            torch.empty(B, A, dtype=torch.bool), torch.empty(B, A, dtype=torch.int64)]
     ws = torch.empty(C.tal_assign_workspace_size(B, M, A, 10, False), dtype=torch.uint8)
-    a = extension.arg
-    gt = (a(labels.view(B, M).long()), a(boxes), a(mask.view(B, M)))
-    targets = tuple(a(x) for x in out)
-    args = [a(scores), a(pred), a(pts), gt, (10, 0.5, 6.0, 1e-9), False, C.DTYPE_FLOAT32, a(ws), targets, 0]
+    gt = (labels.view(B, M).long(), boxes, mask.view(B, M))
+    targets = tuple(out)
+    args = [scores, pred, pts, gt, (10, 0.5, 6.0, 1e-9), False, C.DTYPE_FLOAT32, ws, targets, 0]
 
     def call(**change):
         c = list(args)
@@ -299,17 +298,17 @@ def test_bad_arguments_raise():
     with pytest.raises(TypeError, match="10 positional"):
         C.tal_assign_forward(*args[:-1])
     with pytest.raises(TypeError, match="gt_boxes"):
-        call(a3=(gt[0], a(boxes.double()), gt[2]))
+        call(a3=(gt[0], boxes.double(), gt[2]))
     with pytest.raises(TypeError, match="gt_labels"):
-        call(a3=(a(labels.view(B, M).int()), gt[1], gt[2]))
+        call(a3=(labels.view(B, M).int(), gt[1], gt[2]))
     with pytest.raises(TypeError, match="gt must be a tuple of 3"):
         call(a3=gt[:2])
     with pytest.raises(ValueError, match="workspace"):
-        call(a7=a(ws[:16]))
+        call(a7=ws[:16])
     with pytest.raises(ValueError, match="round_dtype"):
         call(a6=C.DTYPE_FLOAT16)
     with pytest.raises(ValueError, match="target_norm"):
-        call(a8=targets[:2] + (a(torch.empty(B, A + 1)),) + targets[3:])
+        call(a8=targets[:2] + (torch.empty(B, A + 1),) + targets[3:])
     with pytest.raises(ValueError, match="topk"):
         call(a4=(0, 0.5, 6.0, 1e-9))
 

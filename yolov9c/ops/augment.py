@@ -30,11 +30,7 @@ def augment(out, src, tiles, warp, mix, flags, luts, paste):
         plan = [t.cpu() for t in (src, tiles, warp, mix, flags, luts, paste)]
         out.copy_(augment_reference(*plan, out.shape[2], out.shape[3]))
         return out
-    C = extension.load()
-    a = extension.arg
-    C.augment_forward(a(out, "augment", "out"), a(src, "augment", "src"), a(tiles, "augment", "tiles"),
-                      a(warp, "augment", "warp"), a(mix, "augment", "mix"), a(flags, "augment", "flags"),
-                      a(luts, "augment", "luts"), a(paste, "augment", "paste"), extension.stream_of(out.device))
+    extension.load().augment_forward(out, src, tiles, warp, mix, flags, luts, paste, extension.stream_of(out.device))
     return out
 
 

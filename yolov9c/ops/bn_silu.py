@@ -84,9 +84,8 @@ def _check_bn(op, bn, suffix=""):
 
 
 def _check_operand(op, bn, suffix=""):
-    if type(bn) is BN:  # (the common case: one test)
-        return
-    if not isinstance(bn, tuple) or len(bn) != 5:
+    """bn is a BN or a 5-tuple. The hot paths test `type(bn) is not BN` before calling (no call for a BN)."""
+    if type(bn) is not BN and (not isinstance(bn, tuple) or len(bn) != 5):
         raise TypeError(f"{op}: bn{suffix} must be a BN (z, mean, invstd, weight, bias), got {type(bn).__name__}")
 
 
@@ -285,22 +284,13 @@ def _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats
 
 
 # ---------------------------------------------------------------------------------------------------------
-# raw implementations behind the public functions (no autograd recorded): C/CUDA through yolov9c._C.
-# A BN operand crosses as one tuple (z, mean, invstd, weight, bias), its gradients as (dz, dweight, dbias).
-
-_FIELDS = {"": ("z", "mean", "invstd", "weight", "bias"), "1": ("z1", "mean1", "invstd1", "weight1", "bias1"),
-           "2": ("z2", "mean2", "invstd2", "weight2", "bias2")}
-_GRAD_FIELDS = {"": ("dz", "dweight", "dbias"), "1": ("dz1", "dweight1", "dbias1"), "2": ("dz2", "dweight2", "dbias2")}
-# the names of the tensors each raw implementation converts in one extension.args call, in its order
-_FORWARD_ARGS = (_FIELDS[""] + ("residual", "out"), _FIELDS["1"] + _FIELDS["2"] + ("residual", "out"))
-_BACKWARD_ARGS = (_FIELDS[""] + ("grad_out",) + _GRAD_FIELDS[""] + ("workspace",),
-                  _FIELDS["1"] + _FIELDS["2"] + ("grad_out",) + _GRAD_FIELDS["1"] + _GRAD_FIELDS["2"] + ("workspace",))
-_STATS_ARGS = ("z", "running_mean", "running_var", "mean", "invstd", "workspace")
-
+# raw implementations behind the public functions (no autograd recorded): C/CUDA through yolov9c._C, which
+# takes the tensors themselves. A BN operand crosses as one tuple (z, mean, invstd, weight, bias), its
+# gradients as (dz, dweight, dbias); csrc/bn_silu.c names each field in its errors.
 
 def _use_reference(op, z, *ts):
-    """The torch reference serves empty tensors and bfloat16 on the CPU (NumPy has no bfloat16). z is read
-    here before C sees it, so it is the one tensor checked in Python."""
+    """The torch reference serves empty tensors, and bfloat16 on the CPU (csrc/bn_silu.c takes float32 and
+    float16 there). z is read here before C sees it, so it is the one tensor checked in Python."""
     if not isinstance(z, torch.Tensor):
         raise TypeError(f"{op}: z must be a torch.Tensor, got {type(z).__name__}")
     if z.numel() == 0:
@@ -308,13 +298,17 @@ def _use_reference(op, z, *ts):
     if not z.is_cpu:
         return False
     try:
-        return torch.bfloat16 in [t.dtype for t in (z, *ts) if t is not None]
+        for t in (z, *ts):
+            if t is not None and t.dtype is torch.bfloat16:
+                return True
     except AttributeError:  # a non-tensor argument: the C side refuses it, naming it
-        return False
+        pass
+    return False
 
 
-def _vec(z):
-    return torch.empty(z.shape[1] if z.ndim > 1 else 1, dtype=torch.float32, device=z.device)
+def _vecs(z, n):
+    """n float32 (C,) vectors on z's device, rows of one (n, C) allocation (C = 1 for a z C will refuse)."""
+    return torch.empty((n, z.shape[1] if z.ndim > 1 else 1), dtype=torch.float32, device=z.device).unbind(0)
 
 
 def _workspace(C, z):
@@ -326,34 +320,31 @@ def _workspace(C, z):
 
 def _forward_impl(bn, bn2, residual, act, out, batch_stats):
     op = "bn_silu_forward"
-    _check_operand(op, bn)
+    if type(bn) is not BN:
+        _check_operand(op, bn)
+    z, z2 = bn[0], None
     if bn2 is not None:
-        _check_operand(op, bn2, "2")
-    z = bn[0]
-    z2 = None if bn2 is None else bn2[0]
+        if type(bn2) is not BN:
+            _check_operand(op, bn2, "2")
+        z2 = bn2[0]
     extension.note_call(op, z, z2)
     if _use_reference(op, z, z2, out, residual):
         with torch.no_grad():
             return reference(bn, bn2, residual, act, out, batch_stats)
-    C = extension.load()
     y = out if out is not None else _empty_like(z)
-    if bn2 is None:
-        a = extension.args(op, _FORWARD_ARGS[0], *bn, residual, y)
-        first, second = tuple(a[:5]), None
-    else:
-        a = extension.args(op, _FORWARD_ARGS[1], *bn, *bn2, residual, y)
-        first, second = tuple(a[:5]), tuple(a[5:10])
-    C.bn_silu_forward(first, second, a[-2], act, a[-1], extension.stream_of(z.device))
+    extension.load().bn_silu_forward(bn, bn2, residual, act, y, extension.stream_of(z.device))
     return y
 
 
 def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
     op = "bn_silu_backward"
-    _check_operand(op, bn)
+    if type(bn) is not BN:
+        _check_operand(op, bn)
+    z, z2 = bn[0], None
     if bn2 is not None:
-        _check_operand(op, bn2, "2")
-    z = bn[0]
-    z2 = None if bn2 is None else bn2[0]
+        if type(bn2) is not BN:
+            _check_operand(op, bn2, "2")
+        z2 = bn2[0]
     extension.note_call(op, z, z2)
     if _use_reference(op, z, z2, grad_out, dz, dz2):
         return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
@@ -362,9 +353,9 @@ def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
     if bn2 is None:
         accumulate = accumulate and dz is not None
         dz = dz if dz is not None else _empty_like(z)
-        dw, db = _vec(z), _vec(z)
-        a = extension.args(op, _BACKWARD_ARGS[0], *bn, grad_out, dz, dw, db, _workspace(C, z))
-        C.bn_silu_backward(tuple(a[:5]), None, a[5], act, batch_stats, tuple(a[6:9]), None, accumulate, a[9], stream)
+        dw, db = _vecs(z, 2)
+        C.bn_silu_backward(bn, None, grad_out, act, batch_stats, (dz, dw, db), None, accumulate, _workspace(C, z),
+                           stream)
         return dz, dw, db
     if not isinstance(z2, torch.Tensor):
         raise TypeError(f"{op}: z2 must be a torch.Tensor, got {type(z2).__name__}")
@@ -376,10 +367,9 @@ def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
         acc1 = True
     dz = dz if dz is not None else _empty_like(z)
     dz2 = dz2 if dz2 is not None else _empty_like(z2)
-    dw1, db1, dw2, db2 = _vec(z), _vec(z), _vec(z), _vec(z)
-    a = extension.args(op, _BACKWARD_ARGS[1], *bn, *bn2, grad_out, dz, dw1, db1, dz2, dw2, db2, _workspace(C, z))
-    C.bn_silu_backward(tuple(a[:5]), tuple(a[5:10]), a[10], act, batch_stats, tuple(a[11:14]), tuple(a[14:17]),
-                       acc1, a[17], stream)
+    dw1, db1, dw2, db2 = _vecs(z, 4)
+    C.bn_silu_backward(bn, bn2, grad_out, act, batch_stats, (dz, dw1, db1), (dz2, dw2, db2), acc1, _workspace(C, z),
+                       stream)
     return dz, dw1, db1, dz2, dw2, db2
 
 
@@ -425,16 +415,17 @@ class _BNSiLUFunction(torch.autograd.Function):
 # public API
 
 def stats(z, running_mean=None, running_var=None, momentum=0.03, eps=1e-3):
-    """(mean, invstd): float32 (C,) batch statistics of z (B, C, H, W); invstd = 1/sqrt(biased_var + eps).
-    running_mean / running_var (float32 (C,), optional) are updated in place as nn.BatchNorm2d does in
-    training mode (running_var with the unbiased variance). No autograd. ValueError when B·H·W == 1."""
+    """(mean, invstd): float32 (C,) batch statistics of z (B, C, H, W); invstd = 1/sqrt(biased_var + eps) (on
+    the fused path, the rows of one (2, C) tensor). running_mean / running_var (float32 (C,), optional) are
+    updated in place as nn.BatchNorm2d does in training mode (running_var with the unbiased variance). No
+    autograd. ValueError when B·H·W == 1."""
     op = "bn_stats_forward"
     if not extension.fused_enabled() or _use_reference(op, z):
         return _stats_reference(z, running_mean, running_var, momentum, eps)
     C = extension.load()
-    mean, invstd = _vec(z), _vec(z)
-    a = extension.args(op, _STATS_ARGS, z, running_mean, running_var, mean, invstd, _workspace(C, z))
-    C.bn_stats_forward(a[0], a[1], a[2], momentum, eps, a[3], a[4], a[5], extension.stream_of(z.device))
+    mean, invstd = _vecs(z, 2)
+    C.bn_stats_forward(z, running_mean, running_var, momentum, eps, mean, invstd, _workspace(C, z),
+                       extension.stream_of(z.device))
     return mean, invstd
 
 
@@ -446,17 +437,31 @@ def forward(bn, bn2=None, residual=None, act="silu", out=None, batch_stats=True)
     if not extension.fused_enabled():
         return reference(bn, bn2, residual, act, out, batch_stats)
     if torch.is_grad_enabled():   # (without grad, the evaluator's case, no per-call autograd bookkeeping)
-        _check_operand("bn_silu_forward", bn)
+        if type(bn) is not BN:
+            _check_operand("bn_silu_forward", bn)
         fields = tuple(bn) if bn2 is None else (*bn, *bn2)
-        if any(getattr(t, "requires_grad", False) for t in fields + (residual, out)):
+        if _records(fields, residual, out):
             return _BNSiLUFunction.apply(out, residual, act, bool(batch_stats), *fields)
     return _forward_impl(bn, bn2, residual, act, out, bool(batch_stats))
+
+
+def _records(fields, residual, out):
+    """Whether autograd has a gradient to record: a tensor among the arguments requires one."""
+    for t in (*fields, residual, out):
+        if t is not None:
+            try:
+                if t.requires_grad:
+                    return True
+            except AttributeError:  # not a tensor: _forward_impl's C call refuses it, naming it
+                pass
+    return False
 
 
 def backward(bn, grad_out, bn2=None, act="silu", dz=None, dz2=None, accumulate=False, batch_stats=True):
     """(dz, dweight, dbias) of forward(bn) for grad_out = dL/dy, or (dz1, dw1, db1, dz2, dw2, db2) with bn2.
     dz (dz2): written (=) or, with accumulate=True, added to (+=) when given (z's dtype or float32, any view);
-    else a new tensor like z. dweight, dbias: float32 (C,). No autograd."""
+    else a new tensor like z. dweight, dbias: float32 (C,) (fused path: rows of one new tensor, disjoint).
+    No autograd."""
     if not extension.fused_enabled():
         return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
     return _backward_impl(bn, grad_out, bn2, act, dz, dz2, bool(accumulate), bool(batch_stats))

@@ -154,7 +154,7 @@ class _DetLossFunction(torch.autograd.Function):
         cuda = device.type == "cuda"
         cmaps = [m.detach() for m in maps]
         if not cuda and cmaps[0].dtype == torch.bfloat16:
-            cmaps = [m.float() for m in cmaps]   # NumPy has no bfloat16: a transient float32 copy on the CPU
+            cmaps = [m.float() for m in cmaps]   # csrc/det_loss.c takes no CPU bfloat16: a float32 copy
         acc = torch.float64 if cmaps[0].dtype == torch.float64 else torch.float32
         labels = target_labels.detach().contiguous()
         boxes = _targets_for_c(target_boxes.detach(), cuda)
@@ -166,11 +166,8 @@ class _DetLossFunction(torch.autograd.Function):
         B, A = labels.shape
         workspace = torch.empty(C.det_loss_workspace_size(B, A, cuda), dtype=torch.uint8, device=device)
         out = torch.empty(3, dtype=acc, device=device)
-        arg = extension.arg
-        targets = (arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss))
-        C.det_loss_forward(tuple(arg(m) for m in cmaps), strides, reg_max, targets, eps, pos_weight,
-                           float(dfl_max_dist(reg_max)), arg(workspace), arg(out),
-                           extension.stream_of(device))
+        C.det_loss_forward(tuple(cmaps), strides, reg_max, (labels, boxes, norm, fg, tss), eps, pos_weight,
+                           float(dfl_max_dist(reg_max)), workspace, out, extension.stream_of(device))
         ctx.cfg = cfg
         ctx.save_for_backward(labels, boxes, norm, fg, tss, *maps)
         return out
@@ -189,11 +186,8 @@ class _DetLossFunction(torch.autograd.Function):
             cmaps = [m.float() for m in cmaps]
         grads = [torch.empty_like(m) for m in cmaps]
         grad_out = grad_out.to(torch.float32 if cuda else tss.dtype).contiguous()
-        arg = extension.arg
-        targets = (arg(labels), arg(boxes), arg(norm), arg(fg), arg(tss))
-        C.det_loss_backward(tuple(arg(m) for m in cmaps), strides, reg_max, targets, eps, pos_weight,
-                            float(dfl_max_dist(reg_max)), arg(grad_out),
-                            tuple(arg(g) for g in grads), extension.stream_of(device))
+        C.det_loss_backward(tuple(cmaps), strides, reg_max, (labels, boxes, norm, fg, tss), eps, pos_weight,
+                            float(dfl_max_dist(reg_max)), grad_out, tuple(grads), extension.stream_of(device))
         if upcast:
             grads = [g.to(torch.bfloat16) for g in grads]
         return (None, None, None, None, None, None, *grads)
@@ -243,8 +237,7 @@ def det_loss_decode(maps, strides, reg_max=16):
         cmaps = [m.float() for m in cmaps]
     B, A = cmaps[0].shape[0], sum(m.shape[2] * m.shape[3] for m in cmaps)
     boxes = torch.empty((B, A, 4), dtype=torch.float32, device=device)
-    C.det_loss_decode(tuple(extension.arg(m) for m in cmaps), tuple(strides), reg_max,
-                      extension.arg(boxes), extension.stream_of(device))
+    C.det_loss_decode(tuple(cmaps), tuple(strides), reg_max, boxes, extension.stream_of(device))
     return boxes
 
 

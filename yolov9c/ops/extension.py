@@ -1,13 +1,13 @@
-"""The Python side of the C boundary: loading yolov9c._C and turning torch tensors into what it accepts.
+"""The Python side of the C boundary: loading yolov9c._C, the run-time switches, the stream handle.
 
-A CPU tensor crosses as a NumPy array sharing its memory (`t.numpy()`); a CUDA tensor as the descriptor
-tuple (data_ptr, dtype_code, shape, strides, device_index) that csrc/tensor.c parses, plus the stream handle
-of `torch.cuda.current_stream(device)` as a separate argument. Dtype codes are read from the module itself.
-Validation and the CUDA device guard live in C (csrc/launch.c, csrc/tensor.c), not here.
+Ops hand torch tensors to yolov9c._C as they are: csrc/tensor.c reads a CPU or CUDA tensor's dtype, shape,
+strides, data pointer and device itself, and checks everything about it (errors name the op and the argument).
+A CUDA op also gets the handle of `torch.cuda.current_stream(device)` as a separate argument (stream_of).
+The raw bindings also take NumPy arrays (CPU) and CUDA descriptor tuples (tests use them); see csrc/tensor.h.
 Switches read at call time: YOLOV9C_FUSED=0 sends every op to its torch reference; YOLOV9C_SYNC=1 makes the
 C side synchronise after every CUDA op.
 
-Test: python -m pytest -q tests/ops/test_build.py tests/ops/test_nms.py
+Test: python -m pytest -q tests/ops/test_build.py tests/ops/test_bindings.py
 """
 
 import collections
@@ -39,9 +39,21 @@ def load():
     return _module
 
 
+# os.environ (CPython's os._Environ) stores its entries in the dict os.environ._data, keys and values encoded
+# by its encodekey/encodevalue; every write through os.environ (monkeypatch.setenv, mock.patch.dict, a user's
+# os.environ[...] = ...) updates that dict. One dict lookup there reads what os.environ.get would, without
+# its five Python-level calls (fused_enabled runs ~1500 times a training step). Other os.environ
+# implementations fall back to the mapping itself.
+try:
+    _ENVIRON, _FUSED_KEY, _FUSED_OFF = os.environ._data, os.environ.encodekey("YOLOV9C_FUSED"), \
+        os.environ.encodevalue("0")
+except AttributeError:
+    _ENVIRON, _FUSED_KEY, _FUSED_OFF = os.environ, "YOLOV9C_FUSED", "0"
+
+
 def fused_enabled():
     """False when YOLOV9C_FUSED=0 (read at every call, so tests and users can switch it at run time)."""
-    return os.environ.get("YOLOV9C_FUSED", "1") != "0"
+    return _ENVIRON.get(_FUSED_KEY) != _FUSED_OFF
 
 
 def dtype_code(dtype):
@@ -64,40 +76,6 @@ def _load_codes():
             torch.bool: C.DTYPE_BOOL,
         }
     return _dtype_codes
-
-
-def args(op, names, *ts):
-    """The tensors ts as _C arguments, in a list (one call for all of an op's tensors; names[i] names ts[i] in
-    errors): None stays None; a CPU tensor becomes a NumPy array sharing its memory (bfloat16 has no NumPy type:
-    callers upcast it first); a CUDA tensor becomes its descriptor tuple. Everything about a tensor (shape,
-    dtype, strides, device match) is checked in C; here only what C cannot see: that each is a torch.Tensor on
-    the CPU or a CUDA device (errors name `op` and the argument)."""
-    # called for ~10^4 tensors per training step: one loop without a call per tensor beyond the tensor's own
-    # methods; is_cuda / get_device() / shape (a tuple subclass, which the C side accepts) / stride() (already
-    # a tuple) build no torch.device and no tuples; numpy(force=True) of a CPU tensor is detach().numpy()
-    out = [None] * len(ts)
-    for i, t in enumerate(ts):
-        if t is None:
-            continue
-        try:
-            if t.is_cuda:
-                code = (_dtype_codes if _dtype_codes is not None else _load_codes()).get(t.dtype)
-                if code is None:
-                    dtype_code(t.dtype)  # raises the TypeError
-                out[i] = (t.data_ptr(), code, t.shape, t.stride(), t.get_device())
-                continue
-            if t.is_cpu:
-                out[i] = t.numpy(force=True)
-                continue
-        except AttributeError:
-            raise TypeError(f"{op}: {names[i]} must be a torch.Tensor, got {type(t).__name__}") from None
-        raise ValueError(f"{op}: {names[i]} is on {t.device}; yolov9c._C takes CPU or CUDA tensors")
-    return out
-
-
-def arg(t, op="yolov9c._C", name="a tensor argument"):
-    """One tensor as a _C argument (see args)."""
-    return args(op, (name,), t)[0]
 
 
 # the raw cudaStream_t of the current stream of a device index (CUDA builds of torch; the same value as

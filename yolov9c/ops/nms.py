@@ -83,7 +83,7 @@ def nms(boxes, scores, iou_thres, classes=None):
     boxes, scores = boxes.detach(), scores.detach()
     cuda = device.type == "cuda"
     # The kernels read float32/float16 (and bfloat16 on CUDA); upcasting is exact, and float64 is documented
-    # as computed in float32. NumPy has no bfloat16, hence the CPU upcast.
+    # as computed in float32. csrc/nms.c takes no CPU bfloat16, hence the CPU upcast.
     if boxes.dtype == torch.float64 or (boxes.dtype == torch.bfloat16 and not cuda):
         boxes, scores = boxes.float(), scores.float()
     boxes, scores = boxes.contiguous(), scores.contiguous()
@@ -96,9 +96,7 @@ def nms(boxes, scores, iou_thres, classes=None):
     workspace = torch.empty(C.nms_workspace_size(n, cuda), dtype=torch.uint8, device=device)
     keep = torch.empty(n, dtype=torch.int64, device=device)
     count = torch.zeros(1, dtype=torch.int64, device=device)
-    C.nms_forward(extension.arg(boxes, "nms_forward", "boxes"), extension.arg(scores, "nms_forward", "scores"),
-                  extension.arg(classes, "nms_forward", "classes"), iou_thres, extension.arg(workspace),
-                  extension.arg(keep), extension.arg(count), extension.stream_of(device))
+    C.nms_forward(boxes, scores, classes, iou_thres, workspace, keep, count, extension.stream_of(device))
     # The kept count is data-dependent: reading it is the one host synchronisation (torchvision has it too).
     return keep[: int(count.item())]
 

@@ -49,7 +49,7 @@ def _format_of(t):
 def _use_reference(op, t):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: expected a torch.Tensor, got {type(t).__name__}")
-    return not extension.fused_enabled() or t.device.type not in ("cpu", "cuda")
+    return not (extension.fused_enabled() and (t.is_cuda or t.is_cpu))
 
 
 def _recorded(function, impl, *args):
@@ -62,11 +62,11 @@ def _run(op, name, src, dst_shape, out_name):
     """dst = op(src) through yolov9c._C: a new tensor of dst_shape in src's dtype and memory format."""
     C = extension.load()
     fn = getattr(C, op)
-    wide = src.is_cpu and src.dtype == torch.bfloat16  # NumPy has no bfloat16: float32 gives the same bits
+    wide = src.is_cpu and src.dtype == torch.bfloat16  # csrc/pool.c takes no CPU bfloat16: float32, same bits
     s = src.float() if wide else src
     fmt = _format_of(src) if len(dst_shape) == 4 else torch.contiguous_format
     dst = torch.empty(dst_shape, dtype=s.dtype, device=src.device, memory_format=fmt)
-    fn(extension.arg(s, op, name), extension.arg(dst, op, out_name), extension.stream_of(src.device))
+    fn(s, dst, extension.stream_of(src.device))
     return dst.to(torch.bfloat16) if wide else dst
 
 
@@ -212,11 +212,10 @@ def _max_forward_impl(x, k, s, p):
         with torch.no_grad():
             return max_pool2d_reference(x, k, s, p)
     C = extension.load()
-    wide = x.is_cpu and x.dtype == torch.bfloat16  # NumPy has no bfloat16: float32 holds the same values
+    wide = x.is_cpu and x.dtype == torch.bfloat16  # csrc/pool.c takes no CPU bfloat16: float32, same values
     xs = x.float() if wide else x
     out = torch.empty(_max_shape(x, k, s, p), dtype=xs.dtype, device=x.device, memory_format=_format_of(x))
-    C.max_pool2d_forward(extension.arg(xs, op, "x"), extension.arg(out, op, "out"), k, s, p,
-                         extension.stream_of(x.device))
+    C.max_pool2d_forward(xs, out, k, s, p, extension.stream_of(x.device))
     return out.to(torch.bfloat16) if wide else out
 
 
@@ -232,9 +231,7 @@ def _max_backward_impl(x, grad_out, k, s, p):
     gi = torch.empty(x.shape, dtype=xs.dtype, device=x.device, memory_format=fmt)
     # the window argmaxes, one byte per output element: scratch of the two-phase backward (kernels/pool.cu)
     index = torch.empty(_max_shape(x, k, s, p), dtype=torch.uint8, device=x.device, memory_format=fmt)
-    C.max_pool2d_backward(extension.arg(xs, op, "x"), extension.arg(gs, op, "grad_out"),
-                          extension.arg(index, op, "index"), extension.arg(gi, op, "grad_in"), k, s, p,
-                          extension.stream_of(x.device))
+    C.max_pool2d_backward(xs, gs, index, gi, k, s, p, extension.stream_of(x.device))
     return gi.to(torch.bfloat16) if wide else gi
 
 

@@ -224,7 +224,7 @@ def tal_assign(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_cla
     score_dtype = scores.dtype  # the dtype the reference's sigmoid and pow round to
     scores = scores.detach()
     if scores.dtype == torch.bfloat16 and not cuda:
-        scores = scores.float()  # NumPy has no bfloat16; the C code rounds to bfloat16 where the reference does
+        scores = scores.float()  # csrc/tal_assign.c takes no CPU bfloat16; C rounds to it where the reference does
     pred_boxes = pred_boxes.detach().float().contiguous()
     points = points.detach().float().contiguous()
     labels = gt_labels.detach().reshape(B, M).long().contiguous()
@@ -237,10 +237,8 @@ def tal_assign(scores, pred_boxes, points, gt_labels, gt_boxes, gt_mask, num_cla
     fg = torch.empty((B, A), dtype=torch.bool, device=device)
     gt_idx = torch.empty((B, A), dtype=torch.int64, device=device)
     workspace = torch.empty(C.tal_assign_workspace_size(B, M, A, topk, cuda), dtype=torch.uint8, device=device)
-    a = extension.arg
-    C.tal_assign_forward(a(scores), a(pred_boxes), a(points), (a(labels), a(gt), a(mask)),
+    targets = (target_labels, target_boxes, target_norm, fg, gt_idx)
+    C.tal_assign_forward(scores, pred_boxes, points, (labels, gt, mask),
                          (int(topk), float(params.alpha), float(params.beta), float(params.eps)), bool(logits),
-                         extension.dtype_code(score_dtype), a(workspace),
-                         (a(target_labels), a(target_boxes), a(target_norm), a(fg), a(gt_idx)),
-                         extension.stream_of(device))
+                         extension.dtype_code(score_dtype), workspace, targets, extension.stream_of(device))
     return target_labels, target_boxes, target_norm, fg, gt_idx
