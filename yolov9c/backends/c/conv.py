@@ -32,11 +32,11 @@ class _Call:
     dilation, groups); params: per conv (w, b, γ, β), b, γ, β possibly None (γ, β: the BN its output is activated
     with, for its SharedGrad); slots: per conv the positions of w, b, γ, β among the Function's inputs after the
     leaves (None for a None), which are the non-None params in that order; dtype / fmt: the compute dtype and
-    memory format; device_type and whether autocast was on (forward turns it off inside); reads: {leaf position:
-    SharedGrad} of the leaves read; outs: one SharedGrad (or None) per conv."""
+    memory format; device_type and whether autocast was on (forward turns it off inside); outs: one SharedGrad (or
+    None) per conv."""
 
     __slots__ = ("x", "leaves", "index", "grad_leaves", "convs", "params", "slots", "dtype", "fmt", "device_type",
-                 "autocast", "reads", "outs")
+                 "autocast", "outs")
 
 
 _KEEP = [False]  # inside inputs_kept(): each forward keeps its materialised input for its own backward
@@ -226,8 +226,7 @@ class LazyConvFunction(torch.autograd.Function):
                 # dL/da sent down the tree by hand (lazy.Node.backward): each leaf's gradient is written
                 # into one buffer, channel slice by slice, by the fused BN backward (dz=, accumulate=);
                 # a leaf read by several lazy convs has its dL/dy stashed for its producer instead
-                shared = {i: sh for i, sh in call.reads.items() if sh.deferred()}
-                acc = Grads(leaves, need_leaf, shared, call.index)
+                acc = Grads(leaves, need_leaf, call.index)
                 tree.backward(grad_a, ev, acc)
                 leaf_grads = acc.result()
                 for j, i in enumerate(call.grad_leaves):
@@ -261,7 +260,7 @@ def lazy_conv(x, convs, bns=None):
     call.device_type = w0.device.type
     amp = autocast_dtype(call.device_type)
     call.dtype, call.autocast = amp or w0.dtype, amp is not None
-    call.fmt = memory_format_of(x.first_tensor())
+    call.fmt = memory_format_of(x.first)
     grad = torch.is_grad_enabled()
     outs, params = [], []
     for k, c in enumerate(convs):
@@ -277,13 +276,11 @@ def lazy_conv(x, convs, bns=None):
     distinct = dict(zip(map(id, ts), ts))  # x's distinct tensors, in the order first met
     leaves = tuple(distinct.values())
     grad_leaves = [i for i, t in enumerate(leaves) if t.requires_grad]
-    reads = {}
-    for i, t in enumerate(leaves):
+    for t in leaves:
         # only a conv output z (4-D) carries a SharedGrad; a missing attribute costs an exception
         sh = getattr(t, "yv_shared", None) if t.ndim == 4 else None
         if sh is not None:
             sh.readers += 1
-            reads[i] = sh
     inputs = [leaves[i] for i in grad_leaves]
     inputs += [p for ps in params for p in ps if p is not None]
     slots, pos = [[None] * 4 for _ in params], len(grad_leaves)
@@ -292,7 +289,7 @@ def lazy_conv(x, convs, bns=None):
             if ps[j] is not None:
                 slot[j], pos = pos, pos + 1
     call.leaves, call.index, call.grad_leaves = leaves, dict(zip(distinct, range(len(leaves)))), grad_leaves
-    call.slots, call.reads = slots, reads
+    call.slots = slots
     zs = list(LazyConvFunction.apply(call, *inputs))
     for z, sh in zip(zs, outs):
         if sh is not None:

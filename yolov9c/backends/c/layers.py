@@ -103,7 +103,7 @@ def _bn_act(m, z):
     shared = getattr(z, "yv_shared", None)  # (lazy.SharedGrad: lazy_conv made one for m.bn)
     if shared is not None:
         shared.bind(mean, invstd, weight, act)
-    return BNAct(z, mean, invstd, weight, bn.bias, act)
+    return BNAct(ops.BN(z, mean, invstd, weight, bn.bias), act, shared)
 
 
 def conv(m, x):
@@ -124,7 +124,7 @@ def repconvn(m, x):
     if type(m.act) is not nn.SiLU:  # no fused kernel: torch BNs + act on the stored conv outputs
         return Plain(m.act(bn1(z1) + bn2(z2)))
     s1, s2 = _stats(bn1, z1), _stats(bn2, z2)
-    return RepAct((z1, *s1, bn1.weight, bn1.bias), (z2, *s2, bn2.weight, bn2.bias))
+    return RepAct(ops.BN(z1, *s1, bn1.weight, bn1.bias), ops.BN(z2, *s2, bn2.weight, bn2.bias))
 
 
 def repnbottleneck(m, x):

@@ -76,7 +76,7 @@ class Evaluator:
         return out
 
     def run(self, node):
-        self._device = node.first_tensor().device
+        self._device = node.first.device
         return self.value(node)
 
     def keep_for_backward(self, node):
@@ -105,7 +105,7 @@ def backward_reads(node):
 def natural_dtype(node):
     """The dtype a lazy value is materialised in outside a conv: its first stored tensor's (float32 for a
     uint8 image)."""
-    t = node.first_tensor()
+    t = node.first
     return torch.float32 if t.dtype == torch.uint8 else t.dtype
 
 
@@ -116,7 +116,7 @@ def materialise(node):
         return node.view()
     if isinstance(node, Image):
         return node.normalised()
-    t = node.first_tensor()
+    t = node.first
     return Evaluator(natural_dtype(node), memory_format_of(t), torch.is_grad_enabled()).run(node)
 
 
