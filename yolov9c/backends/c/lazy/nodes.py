@@ -289,10 +289,10 @@ class Sum(_Group):
 
     def fill(self, out, ev):
         first = self.children[0]
-        known = id(first) in ev.memo
+        known = first in ev.memo
         ev.fill(first, out)
         if not known:  # out is overwritten by the sum below: it no longer holds the first term's value
-            ev.memo.pop(id(first), None)
+            ev.memo.pop(first, None)
         for c in self.children[1:]:
             if isinstance(c, BNAct):
                 # out = out + act(BN(z)) in one pass; reading and writing the same element is safe for an
@@ -301,10 +301,10 @@ class Sum(_Group):
             else:
                 # the term's value is not kept in the memo (unless something else put it there): a CBFuse's
                 # upsampled inputs are each as large as the sum, five of them held 4 GiB in yolov9-e's stem
-                known = id(c) in ev.memo
+                known = c in ev.memo
                 out.add_(ev.value(c))
                 if not known:
-                    ev.memo.pop(id(c), None)
+                    ev.memo.pop(c, None)
         return out
 
     def compute(self, ev):
