@@ -469,3 +469,16 @@ def test_autocast_off_inside_the_function_through_both_torch_apis(monkeypatch, a
             with conv._AutocastOff("cpu", False):
                 assert conv.autocast_dtype("cpu") == torch.bfloat16
         assert conv.autocast_dtype("cpu") is None
+
+
+def test_supported_follows_replaced_submodules():
+    """layers.supported() caches its answer on the layer; replacing a sub-module by one the c forwards cannot run
+    (a reflect-padded conv) and back changes the answer each time, also when the new module takes the freed one's
+    address (as CPython tends to: a cache keyed by ids would keep the old answer)."""
+    block = RepNCSPELAN4(8, 16, 16, 8, 1).train()
+    assert layers.supported(block)
+    c_in, c_out = block.cv4.conv.in_channels, block.cv4.conv.out_channels
+    for mode in ["reflect", "zeros"] * 4:
+        del block.cv4.conv  # freed here unless something still holds it
+        block.cv4.conv = nn.Conv2d(c_in, c_out, 1, bias=False, padding_mode=mode)
+        assert layers.supported(block) == (mode == "zeros"), mode

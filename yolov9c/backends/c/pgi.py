@@ -85,7 +85,7 @@ class Graph:
                 readers.setdefault(j, []).append(i)
         units = [(("segment", c), _chain_inputs(layers, c)) for c in _chains(layers, aux, readers)]
         units += [(("aux_head", k), {hin[k]}) for k in range(nl)]
-        self.key = tuple(map(id, layers))
+        self.key = tuple(layers)  # the layers themselves: an id is reused once its object is freed
         self.aux = aux
         self.steps = _schedule([i for i in range(n) if i not in aux], units)
         self.uses = {j: len(r) for j, r in readers.items()}
@@ -147,7 +147,7 @@ def graph(model):
     if type(model.model[-1]) is not DualDDetect:
         return None
     g = model.__dict__.get("_c_graph")
-    if g is None or g.key != tuple(map(id, model.model)):
+    if g is None or g.key != tuple(model.model):
         g = model.__dict__["_c_graph"] = Graph(model)
     return g
 
