@@ -208,8 +208,9 @@ def _segment(model, chain, run, keep_inputs, label=None):
     mods = [layers[i] for i in chain]
     ext = sorted({j for i in chain for j in inputs_of(layers[i])} - set(chain))
     vals = {j: run.vals[j] for j in ext}
-    if all(L.supported(m) for m in mods) and recomputable(mods) and L.parameters_of(mods):
-        out = run_segment(functools.partial(_run_chain, layers, chain), vals, mods, keep_inputs)
+    params = L.parameters_of(mods) if all(map(L.supported, mods)) and recomputable(mods) else None
+    if params:
+        out = run_segment(functools.partial(_run_chain, layers, chain), vals, params, keep_inputs)
     else:
         out = _run_chain_plain(layers, chain, vals)
     run.vals[chain[-1]] = out
@@ -248,8 +249,8 @@ def _forward_pgi(model, g, x, sw):
             mods = [head.cv2[k], head.cv3[k]]
             vals = {"x": run.vals[hin[k]]}
             _observe(f"aux head {k}", None)
-            d1[k] = run_segment(functools.partial(_level, head, k), vals, mods, keep) if recomputable(mods) \
-                else _level(head, k, vals)
+            d1[k] = run_segment(functools.partial(_level, head, k), vals, L.parameters_of(mods), keep) \
+                if recomputable(mods) else _level(head, k, vals)
             _observe(f"aux head {k}", d1[k])
     d2 = []
     for k in range(nl):

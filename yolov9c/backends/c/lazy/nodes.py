@@ -432,18 +432,17 @@ class Spatial(Node):
 class LeafIndex:
     """Numbers the distinct tensors of lazy values by identity, in the order first met: `add` is the map()
     function that turns a value into its template (each tensor replaced by its number); `tensors` holds the
-    numbered tensors."""
+    numbered tensors, `ids` their numbers by id."""
+
+    __slots__ = ("tensors", "ids")
 
     def __init__(self):
         self.tensors = []
-        self._ids = {}
+        self.ids = {}
 
     def add(self, t):
         k = id(t)
-        if k not in self._ids:
-            self._ids[k] = len(self.tensors)
+        if k not in self.ids:
+            self.ids[k] = len(self.tensors)
             self.tensors.append(t)
-        return self._ids[k]
-
-    def __contains__(self, t):
-        return id(t) in self._ids
+        return self.ids[k]
