@@ -16,6 +16,7 @@ Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
 import contextlib
+import types
 
 import torch
 import torch.nn.functional as F
@@ -126,6 +127,23 @@ def _no_grad():
     return torch.no_grad() if torch.is_grad_enabled() else _NO_CONTEXT
 
 
+def direct_apply(fn):
+    """fn.apply for an autograd.Function class `fn` without setup_context, minus torch's Python wrapper
+    (autograd.Function.apply), which checks for functorch transforms and then walks every argument to unwrap dead
+    functorch wrappers (none here) before it calls torch's C apply: this calls that C apply directly, and the
+    wrapper while functorch transforms are active. fn.apply itself where torch is not laid out so."""
+    direct = getattr(super(torch.autograd.Function, fn), "apply", None)
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    if (not isinstance(direct, types.BuiltinMethodType) or active is None
+            or fn.setup_context is not torch.autograd.Function.setup_context):
+        return fn.apply
+
+    def apply(*args):
+        return fn.apply(*args) if active() else direct(*args)
+
+    return apply
+
+
 def _cast(t, dtype):
     """t in dtype (t itself when it has it: no dispatch for a no-op cast)."""
     return t if t.dtype == dtype else t.to(dtype)
@@ -234,6 +252,9 @@ class LazyConvFunction(torch.autograd.Function):
         return (None, *in_grads)
 
 
+_apply = direct_apply(LazyConvFunction)
+
+
 def _shared_backward(sh, z, g):
     """(z's gradient with the BN backward of sh's stashed dL/dy added (g: what autograd brought, or None), dγ,
     dβ); (g, None, None) when no reader stashed."""
@@ -290,7 +311,7 @@ def lazy_conv(x, convs, bns=None):
                 slot[j], pos = pos, pos + 1
     call.leaves, call.index, call.grad_leaves = leaves, dict(zip(distinct, range(len(leaves)))), grad_leaves
     call.slots = slots
-    zs = list(LazyConvFunction.apply(call, *inputs))
+    zs = list(_apply(call, *inputs))
     for z, sh in zip(zs, outs):
         if sh is not None:
             z.yv_shared = sh

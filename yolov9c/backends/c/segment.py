@@ -17,7 +17,7 @@ Test: python -m pytest -q tests/backends/test_backend_pgi.py
 
 import torch
 
-from yolov9c.backends.c.conv import autocast_dtype, inputs_kept
+from yolov9c.backends.c.conv import autocast_dtype, direct_apply, inputs_kept
 from yolov9c.backends.c.layers import StatsTape, use_tape
 from yolov9c.backends.c.lazy import LeafIndex, Node
 
@@ -160,6 +160,9 @@ class SegmentFunction(torch.autograd.Function):
         return (None, *grads_in)
 
 
+_apply = direct_apply(SegmentFunction)
+
+
 def run_segment(fn, inputs, params, keep_inputs=False):
     """fn(inputs) as a recomputed segment (module docstring); returns its value, differentiable w.r.t. the
     tensors of `inputs` and `params` (distinct tensors). keep_inputs: the recompute keeps its conv inputs."""
@@ -169,7 +172,7 @@ def run_segment(fn, inputs, params, keep_inputs=False):
     params = [p for k, p in zip(map(id, params), params) if k not in index.ids]  # (a parameter given as an input)
     device = leaves[0].device.type if leaves else params[0].device.type
     call = _Call(fn, template, len(leaves), params, device, keep_inputs)
-    outs = SegmentFunction.apply(call, *leaves, *params)
+    outs = _apply(call, *leaves, *params)
     mapping = dict(zip(call.new_ids, outs))
     value = _replace(call.out, lambda t: mapping.get(id(t), t), {})
     call.out = call.new_ids = None  # the call (kept by the graph until backward) must not hold the result
