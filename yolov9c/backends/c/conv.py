@@ -206,7 +206,7 @@ class LazyConvFunction(torch.autograd.Function):
         need_leaf = [False] * len(leaves)
         for j, i in enumerate(call.grad_leaves):
             need_leaf[i] = need[1 + j]
-        want_input = any(need_leaf)
+        want_input = True in need_leaf
         grads = list(grads)
         for k, sh in enumerate(call.outs):
             if sh is not None:  # the BN backward of the readers that stashed into it, on their summed dL/dy
@@ -227,7 +227,7 @@ class LazyConvFunction(torch.autograd.Function):
                 sw, sb = call.slots[k][:2]
                 has_bias = sb is not None
                 mask = [want_input, need[1 + sw], has_bias and need[1 + sb]]
-                if not any(mask):
+                if not (mask[0] or mask[1] or mask[2]):
                     continue
                 w, b = call.params[k][:2]
                 gi, gw, gb = torch.ops.aten.convolution_backward(

@@ -306,15 +306,16 @@ def sequential(m, x):
 def detect_level(seq_a, seq_b, x):
     """A detect level: box and class branches on one input; the first Convs share the materialisation."""
     x = _node(x)
-    if isinstance(seq_a[0], Conv) and isinstance(seq_b[0], Conv):
-        a, b = convs([seq_a[0], seq_b[0]], x)
+    subs_a, subs_b = list(seq_a._modules.values()), list(seq_b._modules.values())
+    if isinstance(subs_a[0], Conv) and isinstance(subs_b[0], Conv):
+        a, b = convs([subs_a[0], subs_b[0]], x)
         start = 1
     else:
         a = b = x
         start = 0
-    for sub in list(seq_a)[start:]:
+    for sub in subs_a[start:]:
         a = run(sub, a)
-    for sub in list(seq_b)[start:]:
+    for sub in subs_b[start:]:
         b = run(sub, b)
     a, b = materialise_any(a), materialise_any(b)  # plain conv outputs: returned to the loss as maps
     return torch.cat((a, b), 1)

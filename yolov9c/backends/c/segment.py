@@ -47,7 +47,7 @@ def _template(value, register, memo):
 def _fill(template, tensors, memo):
     """The value of a template with tensors[k] in place of each index k."""
     if isinstance(template, Node):
-        return template.map(lambda k: tensors[k], memo)
+        return template.map(tensors.__getitem__, memo)
     if isinstance(template, _Slot):
         return tensors[template.k]
     if isinstance(template, dict):

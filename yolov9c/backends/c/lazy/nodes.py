@@ -258,7 +258,7 @@ class _Group(Node):
     def _flatten(cls, children):
         flat = []
         for c in children:
-            flat.extend(c.children if isinstance(c, cls) else [c])
+            flat += c.children if type(c) is cls else (c,)
         return flat
 
     def _mapped(self, fn, memo):
@@ -279,10 +279,11 @@ class Sum(_Group):
 
     def __init__(self, children):
         flat = self._flatten(children)
-        if any(tuple(c.shape) != tuple(flat[0].shape) for c in flat):
-            raise ValueError(f"lazy sum of different shapes: {[tuple(c.shape) for c in flat]}")
-        self.children, self.first = flat, flat[0].first
-        self.shape = tuple(flat[0].shape)
+        shape = tuple(flat[0].shape)
+        for c in flat:
+            if tuple(c.shape) != shape:
+                raise ValueError(f"lazy sum of different shapes: {[tuple(c.shape) for c in flat]}")
+        self.children, self.first, self.shape = flat, flat[0].first, shape
 
     def slice(self, c0, c1):
         return Sum([c.slice(c0, c1) for c in self.children])
@@ -326,10 +327,12 @@ class Cat(_Group):
     def __init__(self, children):
         flat = self._flatten(children)
         b, _, h, w = flat[0].shape
-        if any((c.shape[0], c.shape[2], c.shape[3]) != (b, h, w) for c in flat):
-            raise ValueError(f"lazy concat of different sizes: {[tuple(c.shape) for c in flat]}")
-        self.children, self.first = flat, flat[0].first
-        self.shape = (b, sum(c.shape[1] for c in flat), h, w)
+        channels = 0
+        for c in flat:
+            if (c.shape[0], c.shape[2], c.shape[3]) != (b, h, w):
+                raise ValueError(f"lazy concat of different sizes: {[tuple(c.shape) for c in flat]}")
+            channels += c.shape[1]
+        self.children, self.first, self.shape = flat, flat[0].first, (b, channels, h, w)
 
     def slice(self, c0, c1):
         parts, off = [], 0
