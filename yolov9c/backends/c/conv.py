@@ -32,9 +32,9 @@ class _Call:
     of the leaves that require grad, which are the Function's first inputs; convs: per conv (stride, padding,
     dilation, groups); params: per conv (w, b, γ, β), b, γ, β possibly None (γ, β: the BN its output is activated
     with, for its SharedGrad); slots: per conv the positions of w, b, γ, β among the Function's inputs after the
-    leaves (None for a None), which are the non-None params in that order; dtype / fmt: the compute dtype and
-    memory format; device_type and whether autocast was on (forward turns it off inside); outs: one SharedGrad (or
-    None) per conv."""
+    call object (None for a None): the non-None params follow the leaves in that order; dtype / fmt: the compute
+    dtype and memory format; device_type and whether autocast was on (forward turns it off inside); outs: one
+    SharedGrad (or None) per conv."""
 
     __slots__ = ("x", "leaves", "index", "grad_leaves", "convs", "params", "slots", "dtype", "fmt", "device_type",
                  "autocast", "outs")
