@@ -53,20 +53,33 @@ def _runner(model, backend, args):
     return one
 
 
+def _function_classes(cls=torch.autograd.Function):
+    """cls's subclasses, transitively."""
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_function_classes(sub)]
+    return out
+
+
 def _function_applies(one):
-    """{autograd Function class name: applies} in one step (counted through Function.apply)."""
+    """{autograd Function class name: applies} in one step, counted by the forwards they run (an apply runs its
+    class's forward once; the c backend calls torch's C apply without autograd.Function.apply)."""
     counts = collections.Counter()
-    orig = torch.autograd.Function.apply.__func__
+    saved = {c: c.__dict__["forward"] for c in _function_classes() if type(c.__dict__.get("forward")) is staticmethod}
 
-    def counted(cls, *a, **k):
-        counts[cls.__name__] += 1
-        return orig(cls, *a, **k)
+    def counted(cls, forward):
+        def run(*a, **k):
+            counts[cls.__name__] += 1
+            return forward(*a, **k)
+        return staticmethod(run)
 
-    torch.autograd.Function.apply = classmethod(counted)
+    for cls, fwd in saved.items():
+        cls.forward = counted(cls, fwd.__func__)
     try:
         one()
     finally:
-        torch.autograd.Function.apply = classmethod(orig)
+        for cls, fwd in saved.items():
+            cls.forward = fwd
     return counts
 
 

@@ -443,3 +443,98 @@ def test_autocast_dtype_reads_the_same_state_through_both_torch_apis():
                 assert conv._autocast_dtype_2_4("cpu") == torch.bfloat16
                 assert conv._autocast_dtype_2_4("cuda") is None
     assert conv.autocast_dtype("cpu") is None
+
+
+@pytest.mark.parametrize("api", ["2.1", "2.4"])
+def test_autocast_off_inside_the_function_through_both_torch_apis(monkeypatch, api):
+    """conv._AutocastOff (what LazyConvFunction runs its convs under): autocast off inside when it was on, and on
+    again after, also when the inside raises; with torch >= 2.4's setter and the per-device one of 2.1-2.3."""
+    import warnings
+
+    from yolov9c.backends.c import conv
+
+    if api == "2.4" and not hasattr(torch, "get_autocast_dtype"):
+        pytest.skip("torch < 2.4")
+    monkeypatch.setattr(conv, "set_autocast", conv._set_autocast_2_4 if api == "2.4" else conv._set_autocast_2_1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the 2.1-2.3 functions warn as deprecated from 2.4 on
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with conv._AutocastOff("cpu", True):
+                assert conv.autocast_dtype("cpu") is None
+                assert torch.mm(torch.ones(2, 2), torch.ones(2, 2)).dtype == torch.float32
+            assert conv.autocast_dtype("cpu") == torch.bfloat16
+            with pytest.raises(KeyError), conv._AutocastOff("cpu", True):
+                raise KeyError
+            assert conv.autocast_dtype("cpu") == torch.bfloat16
+            with conv._AutocastOff("cpu", False):
+                assert conv.autocast_dtype("cpu") == torch.bfloat16
+        assert conv.autocast_dtype("cpu") is None
+
+
+def test_supported_follows_replaced_submodules():
+    """layers.supported() caches its answer on the layer; replacing a sub-module by one the c forwards cannot run
+    (a reflect-padded conv) and back changes the answer each time, also when the new module takes the freed one's
+    address (as CPython tends to: a cache keyed by ids would keep the old answer)."""
+    block = RepNCSPELAN4(8, 16, 16, 8, 1).train()
+    assert layers.supported(block)
+    c_in, c_out = block.cv4.conv.in_channels, block.cv4.conv.out_channels
+    for mode in ["reflect", "zeros"] * 4:
+        del block.cv4.conv  # freed here unless something still holds it
+        block.cv4.conv = nn.Conv2d(c_in, c_out, 1, bias=False, padding_mode=mode)
+        assert layers.supported(block) == (mode == "zeros"), mode
+
+
+def test_direct_apply_is_the_function_apply(monkeypatch):
+    """conv.direct_apply(F): the same outputs and gradients as F.apply through torch's C apply; F.apply itself
+    while functorch transforms are active, and for a Function with setup_context (torch's wrapper binds its
+    defaults)."""
+    from yolov9c.backends.c import conv
+
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            ctx.k = k
+            return x * k
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.k, None
+
+    class WithSetup(Twice):
+        @staticmethod
+        def forward(x, k):
+            return x * k
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.k = inputs[1]
+
+    assert conv.direct_apply(WithSetup) == WithSetup.apply
+    apply = conv.direct_apply(Twice)
+    x = torch.randn(3, requires_grad=True)
+    y = apply(x, 3.0)
+    y.sum().backward()
+    assert type(y.grad_fn).__name__ == "TwiceBackward"
+    assert torch.equal(y, x * 3) and torch.equal(x.grad, torch.full((3,), 3.0))
+    seen = []
+    monkeypatch.setattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+    monkeypatch.setattr(Twice, "apply", classmethod(lambda cls, *a: seen.append(a) or "wrapper"))
+    assert conv.direct_apply(Twice)(x, 2.0) == "wrapper" and seen == [(x, 2.0)]
+
+
+def test_lazy_conv_function_inputs_are_what_autograd_needs(monkeypatch):
+    """LazyConvFunction's inputs after its call object are tensors that require grad (the leaves of its lazy
+    input that do, then the conv's parameters): no None, no batch statistic or image."""
+    from yolov9c.backends.c import conv
+
+    inputs = []
+    forward = conv.LazyConvFunction.forward
+    monkeypatch.setattr(conv.LazyConvFunction, "forward",
+                        staticmethod(lambda ctx, call, *a: inputs.append(a) or forward(ctx, call, *a)))
+    block = RepNCSPELAN4(8, 16, 16, 8, 1).train()
+    x = torch.randint(0, 256, (2, 8, 8, 8), dtype=torch.uint8)
+    materialise_any(layers.run(block, lazy.Image(x))).sum().backward()
+    assert len(inputs) == 12  # cv1, RepNCSP's (cv1, cv2), its RepConvN, bottleneck cv2, cv3, a 3x3 conv, twice; cv4
+    assert all(isinstance(t, torch.Tensor) and t.requires_grad for a in inputs for t in a)
+    first = (block.cv1.conv.weight, block.cv1.bn.weight, block.cv1.bn.bias)  # the uint8 image is no input
+    assert len(inputs[0]) == 3 and all(a is b for a, b in zip(inputs[0], first))

@@ -16,6 +16,7 @@ Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
 import contextlib
+import types
 
 import torch
 import torch.nn.functional as F
@@ -24,18 +25,19 @@ from yolov9c.backends.c.lazy import Evaluator, Grads, SharedGrad, memory_format_
 from yolov9c.ops import bn_silu as ops
 
 
-class _Plan:
-    """What LazyConvFunction needs besides tensors: the leaves' positions by id (`index`, for lazy.Grads) and
-    their number, the conv geometry, the compute dtype / memory format, whether autocast was on (forward turns it
-    off inside), and the SharedGrads of the leaves it reads (`reads`: {leaf position: SharedGrad}) and of its
-    outputs (`outs`: one per conv, or None)."""
+class _Call:
+    """One lazy conv call: what LazyConvFunction needs besides the tensors autograd must see.
+    x: the lazy input, over `leaves`, its distinct stored tensors (all saved for backward; backward frees x and
+    leaves: it runs once per forward); index: {id(leaf): position} (for lazy.Grads); grad_leaves: the positions
+    of the leaves that require grad, which are the Function's first inputs; convs: per conv (stride, padding,
+    dilation, groups); params: per conv (w, b, γ, β), b, γ, β possibly None (γ, β: the BN its output is activated
+    with, for its SharedGrad); slots: per conv the positions of w, b, γ, β among the Function's inputs after the
+    call object (None for a None): the non-None params follow the leaves in that order; dtype / fmt: the compute
+    dtype and memory format; device_type and whether autocast was on (forward turns it off inside); outs: one
+    SharedGrad (or None) per conv."""
 
-    __slots__ = ("n_leaves", "index", "convs", "dtype", "fmt", "device_type", "autocast", "reads", "outs")
-
-    def __init__(self, index, convs, dtype, fmt, device_type, autocast, reads, outs):
-        self.n_leaves, self.index, self.convs = len(index), index, convs
-        self.dtype, self.fmt, self.device_type, self.autocast = dtype, fmt, device_type, autocast
-        self.reads, self.outs = reads, outs
+    __slots__ = ("x", "leaves", "index", "grad_leaves", "convs", "params", "slots", "dtype", "fmt", "device_type",
+                 "autocast", "outs")
 
 
 _KEEP = [False]  # inside inputs_kept(): each forward keeps its materialised input for its own backward
@@ -81,17 +83,65 @@ def _autocast_dtype_2_1(device_type):
 autocast_dtype = _autocast_dtype_2_4 if hasattr(torch, "get_autocast_dtype") else _autocast_dtype_2_1
 
 
+def _set_autocast_2_4(device_type, enabled):
+    torch.set_autocast_enabled(device_type, enabled)
+
+
+def _set_autocast_2_1(device_type, enabled):
+    """_set_autocast_2_4 through torch 2.1-2.3's per-device functions ('cuda', 'cpu': the devices autocast_dtype
+    reads)."""
+    if device_type == "cuda":
+        torch.set_autocast_enabled(enabled)
+    elif device_type == "cpu":
+        torch.set_autocast_cpu_enabled(enabled)
+
+
+set_autocast = _set_autocast_2_4 if hasattr(torch, "get_autocast_dtype") else _set_autocast_2_1
+
+
+class _AutocastOff:
+    """Autocast off on `device_type` inside when it is `on` (the Function casts explicitly); nothing when it is off.
+    The ops inside run as under torch.autocast(device_type, enabled=False), without that context's Python
+    bookkeeping (it saves and restores the dtype and cache flags, which enabled=False leaves as they are, and
+    counts nesting for the cast cache, which ops without autocast do not read)."""
+
+    __slots__ = ("device_type", "on")
+
+    def __init__(self, device_type, on):
+        self.device_type, self.on = device_type, on
+
+    def __enter__(self):
+        if self.on:
+            set_autocast(self.device_type, False)
+
+    def __exit__(self, *exc):
+        if self.on:
+            set_autocast(self.device_type, True)
+
+
 _NO_CONTEXT = contextlib.nullcontext()
-
-
-def _autocast_off(device_type, on):
-    """Autocast off inside when it is `on` (the Function casts explicitly); nothing to enter when it is off."""
-    return torch.autocast(device_type, enabled=False) if on else _NO_CONTEXT
 
 
 def _no_grad():
     """torch.no_grad() when grad is on (a backward run with create_graph=True); nothing to enter otherwise."""
     return torch.no_grad() if torch.is_grad_enabled() else _NO_CONTEXT
+
+
+def direct_apply(fn):
+    """fn.apply for an autograd.Function class `fn` without setup_context, minus torch's Python wrapper
+    (autograd.Function.apply), which checks for functorch transforms and then walks every argument to unwrap dead
+    functorch wrappers (none here) before it calls torch's C apply: this calls that C apply directly, and the
+    wrapper while functorch transforms are active. fn.apply itself where torch is not laid out so."""
+    direct = getattr(super(torch.autograd.Function, fn), "apply", None)
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    if (not isinstance(direct, types.BuiltinMethodType) or active is None
+            or fn.setup_context is not torch.autograd.Function.setup_context):
+        return fn.apply
+
+    def apply(*args):
+        return fn.apply(*args) if active() else direct(*args)
+
+    return apply
 
 
 def _cast(t, dtype):
@@ -100,122 +150,121 @@ def _cast(t, dtype):
 
 
 def conv_supported(conv):
-    """A conv this Function can run: zero padding given as integers (not 'same'/'valid'), not transposed."""
+    """A conv this Function can run: zero padding given as integers (not 'same'/'valid'), not transposed, its
+    weight a registered parameter (lazy_conv reads conv._parameters; a parametrized weight is not one)."""
     return (isinstance(conv, torch.nn.Conv2d) and conv.padding_mode == "zeros"
-            and not isinstance(conv.padding, str) and not conv.transposed)
+            and not isinstance(conv.padding, str) and not conv.transposed and "weight" in conv._parameters)
 
 
-_PER_CONV = 4  # parameters per conv: weight, bias, and the γ, β of the BN its output is activated with (or None)
-
-
-def _run_convs(plan, x, params):
-    """The convs of `plan` on x's activated value, a temporary built by an Evaluator and freed on return (rebuilt
-    in backward unless kept, inputs_kept). params: w_0, b_0, γ_0, β_0, w_1, ... Returns (outputs, the weights
-    in the compute dtype, the Evaluator)."""
-    with _autocast_off(plan.device_type, plan.autocast):
-        ev = Evaluator(plan.dtype, plan.fmt, grad=False)
-        a = ev.run(x)
+def _run_convs(call):
+    """The convs of `call` on call.x's activated value, a temporary built by an Evaluator and freed on return
+    (rebuilt in backward unless kept, inputs_kept). Returns (outputs, the weights in the compute dtype, the
+    Evaluator)."""
+    dtype = call.dtype
+    with _AutocastOff(call.device_type, call.autocast):
+        ev = Evaluator(dtype, call.fmt, grad=False)
+        a = ev.run(call.x)
         outs, cast = [], []
-        for k, (stride, padding, dilation, groups, _) in enumerate(plan.convs):
-            w, b = params[_PER_CONV * k], params[_PER_CONV * k + 1]
-            wc = _cast(w, plan.dtype)  # kept for backward (w itself when no cast is needed)
+        for (stride, padding, dilation, groups), (w, b, _, _) in zip(call.convs, call.params):
+            wc = _cast(w, dtype)  # kept for backward (w itself when no cast is needed)
             cast.append(wc)
-            outs.append(F.conv2d(a, wc, None if b is None else _cast(b, plan.dtype), stride, padding, dilation,
-                                 groups))
+            outs.append(F.conv2d(a, wc, None if b is None else _cast(b, dtype), stride, padding, dilation, groups))
     return outs, cast, ev
 
 
 class LazyConvFunction(torch.autograd.Function):
-    """forward(plan, x, *leaves, w_0, b_0, γ_0, β_0, w_1, ...) -> conv outputs (one per conv). See module
-    docstring; x is the lazy input over `leaves` themselves (kept for backward, which frees it: backward runs
-    once per forward); γ_k, β_k (the BN of output k, for its SharedGrad) may be None."""
+    """forward(call, *inputs) -> conv outputs (one per conv). See the module docstring and _Call: the inputs are
+    the leaves of call.x that require grad, then the convs' non-None parameters (w_0, b_0, γ_0, β_0, w_1, ...)."""
 
     @staticmethod
-    def forward(ctx, plan, x, *args):
-        n = plan.n_leaves
-        leaves, params = args[:n], args[n:]
+    def forward(ctx, call, *inputs):
         ctx.set_materialize_grads(False)  # an output whose readers all stashed (SharedGrad) has no gradient
-        outs, cast, ev = _run_convs(plan, x, params)
-        ctx.plan, ctx.input, ctx.kept = plan, (leaves, x), None
+        outs, cast, ev = _run_convs(call)
+        ctx.call, ctx.kept = call, None
         if _KEEP[0]:
-            ev.keep_for_backward(x)
+            ev.keep_for_backward(call.x)
             ctx.kept = KeptInput(ev)
-        # the leaves are saved as well as kept in ctx.input (autograd's in-place checks and saved-tensor hooks
-        # see them); an output with a SharedGrad is kept to its backward (which runs after all its readers')
-        ctx.save_for_backward(*leaves, *params, *cast, *[o if sh else None for o, sh in zip(outs, plan.outs)])
+        # every leaf is saved as well as kept in call (autograd's in-place checks and saved-tensor hooks see
+        # them); an output with a SharedGrad is kept to its backward (which runs after all its readers')
+        ctx.save_for_backward(*cast, *[o if sh else None for o, sh in zip(outs, call.outs)], *call.leaves,
+                              *inputs[len(call.grad_leaves):])
         return tuple(outs)
 
     @staticmethod
     def backward(ctx, *grads):
-        plan = ctx.plan
-        n, nc = plan.n_leaves, len(plan.convs)
-        saved = ctx.saved_tensors
-        np_ = _PER_CONV * nc
-        params = saved[n:n + np_]
-        cast, outs = saved[n + np_:n + np_ + nc], saved[n + np_ + nc:]
-        inp, kept, ctx.input, ctx.kept = ctx.input, ctx.kept, None, None  # freed when this backward returns
-        if inp is None:
+        call, kept = ctx.call, ctx.kept
+        tree, leaves = call.x, call.leaves
+        call.x = call.leaves = ctx.kept = None  # freed when this backward returns
+        if tree is None:
             raise RuntimeError("LazyConvFunction: a second backward through a retained graph (the input is freed "
                                "by the first)")
-        leaves, tree = inp
-        need = ctx.needs_input_grad[2:]
-        need_leaf = [bool(need[i]) for i in range(n)]
-        want_input = any(need_leaf)
-        param_grads = [None] * len(params)
+        nc = len(call.convs)
+        saved = ctx.saved_tensors
+        cast, outs = saved[:nc], saved[nc:2 * nc]
+        need = ctx.needs_input_grad  # (call, *inputs): an input's slot s is need[1 + s]
+        in_grads = [None] * (len(need) - 1)
+        need_leaf = [False] * len(leaves)
+        for j, i in enumerate(call.grad_leaves):
+            need_leaf[i] = need[1 + j]
+        want_input = True in need_leaf
         grads = list(grads)
-        for k, sh in enumerate(plan.outs):
+        for k, sh in enumerate(call.outs):
             if sh is not None:  # the BN backward of the readers that stashed into it, on their summed dL/dy
-                grads[k] = _shared_backward(sh, outs[k], grads[k], param_grads, _PER_CONV * k + 2,
-                                            need[n + _PER_CONV * k + 2:n + _PER_CONV * k + 4])
-        with _autocast_off(plan.device_type, autocast_dtype(plan.device_type) is not None), _no_grad():
+                grads[k], dw, db = _shared_backward(sh, outs[k], grads[k])
+                _, _, sw, sb = call.slots[k]
+                in_grads[sw] = dw if need[1 + sw] else None
+                in_grads[sb] = db if need[1 + sb] else None
+        with _AutocastOff(call.device_type, autocast_dtype(call.device_type) is not None), _no_grad():
             # forward's own input (a memo hit: no activation), or the same evaluation as forward (same kernels,
             # same in-place buffer): a bit-identical input
-            ev = kept.ev if kept is not None else Evaluator(plan.dtype, plan.fmt, grad=False)
+            ev = kept.ev if kept is not None else Evaluator(call.dtype, call.fmt, grad=False)
             a = ev.run(tree)
             grad_a = None
-            for k, (stride, padding, dilation, groups, has_bias) in enumerate(plan.convs):
+            for k, (stride, padding, dilation, groups) in enumerate(call.convs):
                 g = grads[k]
                 if g is None:
                     continue
-                j = _PER_CONV * k
-                mask = [want_input, bool(need[n + j]), has_bias and bool(need[n + j + 1])]
-                if not any(mask):
+                sw, sb = call.slots[k][:2]
+                has_bias = sb is not None
+                mask = [want_input, need[1 + sw], has_bias and need[1 + sb]]
+                if not (mask[0] or mask[1] or mask[2]):
                     continue
-                w = params[j]
+                w, b = call.params[k][:2]
                 gi, gw, gb = torch.ops.aten.convolution_backward(
-                    _cast(g, plan.dtype), a, cast[k], [w.shape[0]] if has_bias else None,
+                    _cast(g, call.dtype), a, cast[k], [w.shape[0]] if has_bias else None,
                     list(stride), list(padding), list(dilation), False, [0, 0], groups, mask)
                 if gi is not None:
                     grad_a = gi if grad_a is None else grad_a.add_(gi)
                 if gw is not None:
-                    param_grads[j] = _cast(gw, w.dtype)
+                    in_grads[sw] = _cast(gw, w.dtype)
                 if gb is not None:
-                    param_grads[j + 1] = _cast(gb, params[j + 1].dtype)
+                    in_grads[sb] = _cast(gb, b.dtype)
             del a
-            leaf_grads = [None] * n
             if want_input and grad_a is not None:
                 # dL/da sent down the tree by hand (lazy.Node.backward): each leaf's gradient is written
                 # into one buffer, channel slice by slice, by the fused BN backward (dz=, accumulate=);
                 # a leaf read by several lazy convs has its dL/dy stashed for its producer instead
-                shared = {i: sh for i, sh in plan.reads.items() if sh.deferred()}
-                acc = Grads(leaves, need_leaf, shared, plan.index)
+                acc = Grads(leaves, need_leaf, call.index)
                 tree.backward(grad_a, ev, acc)
                 leaf_grads = acc.result()
-        return (None, None, *leaf_grads, *param_grads)
+                for j, i in enumerate(call.grad_leaves):
+                    in_grads[j] = leaf_grads[i]
+        return (None, *in_grads)
 
 
-def _shared_backward(sh, z, g, param_grads, j, need_wb):
-    """z's gradient with the BN backward of sh's stashed dL/dy added (g: what autograd brought, or None);
-    dγ, dβ into param_grads[j], [j + 1]."""
+_apply = direct_apply(LazyConvFunction)
+
+
+def _shared_backward(sh, z, g):
+    """(z's gradient with the BN backward of sh's stashed dL/dy added (g: what autograd brought, or None), dγ,
+    dβ); (g, None, None) when no reader stashed."""
     dy = sh.take()
     if dy is None:
-        return g
+        return g, None, None
     mean, invstd, act = sh.stats
     dz, dw, db = ops.backward(ops.BN(z, mean, invstd, sh.weight, sh.bias), dy, act=act)
     del dy
-    param_grads[j] = dw if need_wb[0] else None
-    param_grads[j + 1] = db if need_wb[1] else None
-    return dz if g is None else dz.add_(g.to(dz.dtype))
+    return (dz if g is None else dz.add_(g.to(dz.dtype))), dw, db
 
 
 def lazy_conv(x, convs, bns=None):
@@ -223,34 +272,46 @@ def lazy_conv(x, convs, bns=None):
     in the compute dtype (the autocast dtype when autocast is on for the weights' device, else the weights'),
     differentiable w.r.t. x's leaves and the conv parameters.
     bns: the nn.BatchNorm2d each output is activated with (or None each): with grad enabled each such
-    output gets a SharedGrad (lazy/grads.py), and its γ, β become inputs of the Function."""
+    output gets a SharedGrad (lazy/grads.py), and its γ, β become inputs of the Function.
+    Parameters are read from the modules' _parameters (nn.Module.__getattr__ costs a Python call per read)."""
+    call = _Call()
+    call.x = x
+    call.convs = [(tuple(c.stride), tuple(c.padding), tuple(c.dilation), c.groups) for c in convs]
+    w0 = convs[0]._parameters["weight"]
+    call.device_type = w0.device.type
+    amp = autocast_dtype(call.device_type)
+    call.dtype, call.autocast = amp or w0.dtype, amp is not None
+    call.fmt = memory_format_of(x.first)
     grad = torch.is_grad_enabled()
-    bns = bns if (grad and bns is not None) else [None] * len(convs)
-    geometry, outs, params = [], [], []
-    for c, bn in zip(convs, bns):
-        w, b = c.weight, c.bias
-        sh = None if bn is None else SharedGrad(bn.weight, bn.bias)
-        geometry.append((tuple(c.stride), tuple(c.padding), tuple(c.dilation), c.groups, b is not None))
+    outs, params = [], []
+    for k, c in enumerate(convs):
+        bn = bns[k] if (grad and bns is not None) else None
+        sh = None if bn is None else SharedGrad(bn._parameters["weight"], bn._parameters["bias"])
+        p = c._parameters
         outs.append(sh)
-        params += [w, b, None if sh is None else sh.weight, None if sh is None else sh.bias]
-    w0 = params[0]
-    amp = autocast_dtype(w0.device.type)
-    fmt = memory_format_of(x.first_tensor())
+        params.append((p["weight"], p["bias"], None if sh is None else sh.weight, None if sh is None else sh.bias))
+    call.params, call.outs = params, outs
     if not grad:  # nothing records (a recomputed segment's forward): the same convs without an autograd.Function
-        return _run_convs(_Plan({}, geometry, amp or w0.dtype, fmt, w0.device.type, amp is not None, {}, outs), x,
-                          params)[0]
-    distinct = {id(t): t for t in x.tensors()}  # x's distinct tensors, in the order first met
+        return _run_convs(call)[0]
+    ts = x.tensors()
+    distinct = dict(zip(map(id, ts), ts))  # x's distinct tensors, in the order first met
     leaves = tuple(distinct.values())
-    reads = {}
-    for i, t in enumerate(leaves):
+    grad_leaves = [i for i, t in enumerate(leaves) if t.requires_grad]
+    for t in leaves:
         # only a conv output z (4-D) carries a SharedGrad; a missing attribute costs an exception
         sh = getattr(t, "yv_shared", None) if t.ndim == 4 else None
         if sh is not None:
             sh.readers += 1
-            reads[i] = sh
-    index = dict(zip(distinct, range(len(leaves))))
-    plan = _Plan(index, geometry, amp or w0.dtype, fmt, w0.device.type, amp is not None, reads, outs)
-    zs = list(LazyConvFunction.apply(plan, x, *leaves, *params))
+    inputs = [leaves[i] for i in grad_leaves]
+    inputs += [p for ps in params for p in ps if p is not None]
+    slots, pos = [[None] * 4 for _ in params], len(grad_leaves)
+    for ps, slot in zip(params, slots):
+        for j in range(4):
+            if ps[j] is not None:
+                slot[j], pos = pos, pos + 1
+    call.leaves, call.index, call.grad_leaves = leaves, dict(zip(distinct, range(len(leaves)))), grad_leaves
+    call.slots = slots
+    zs = list(_apply(call, *inputs))
     for z, sh in zip(zs, outs):
         if sh is not None:
             z.yv_shared = sh

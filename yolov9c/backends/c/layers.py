@@ -37,12 +37,10 @@ def _node(x):
     return Image(x) if x.dtype == torch.uint8 else Plain(x)
 
 
-def _act_name(act):
-    if type(act) is nn.SiLU:
-        return "silu"
-    if type(act) is nn.Identity:
-        return "identity"
-    return None
+_ACTS = {nn.SiLU: "silu", nn.Identity: "identity"}  # the activations the fused kernels apply, by module type
+
+# The per-step path reads sub-modules, parameters and buffers from nn.Module's own dicts (_modules, _parameters,
+# _buffers), where supported() found them: nn.Module.__getattr__ is a Python call per attribute read.
 
 
 class StatsTape:
@@ -85,69 +83,79 @@ def _batch_stats(bn, z):
     nn.BatchNorm2d.forward does in training mode (momentum None = cumulative average)."""
     momentum = 0.0 if bn.momentum is None else bn.momentum
     if bn.track_running_stats:
-        bn.num_batches_tracked.add_(1)
+        buffers = bn._buffers
+        n = buffers["num_batches_tracked"]
+        n.add_(1)
         if bn.momentum is None:
-            momentum = 1.0 / float(bn.num_batches_tracked)
-        return ops.stats(z, bn.running_mean, bn.running_var, momentum, bn.eps)
+            momentum = 1.0 / float(n)
+        return ops.stats(z, buffers["running_mean"], buffers["running_var"], momentum, bn.eps)
     return ops.stats(z, None, None, momentum, bn.eps)
 
 
 def _bn_act(m, z):
     """Conv m's BN + activation on its conv output z, as a lazy value."""
-    bn = m.bn
-    act = _act_name(m.act)
-    if act is None:  # no fused kernel for this activation: torch BN + act, stored as in the torch backend
-        return Plain(m.act(bn(z)))
+    mods = m._modules
+    bn, act = mods["bn"], mods["act"]
+    name = _ACTS[type(act)] if type(act) in _ACTS else None
+    if name is None:  # no fused kernel for this activation: torch BN + act, stored as in the torch backend
+        return Plain(act(bn(z)))
     mean, invstd = _stats(bn, z)
-    weight = bn.weight
+    params = bn._parameters
+    weight = params["weight"]
     shared = getattr(z, "yv_shared", None)  # (lazy.SharedGrad: lazy_conv made one for m.bn)
     if shared is not None:
-        shared.bind(mean, invstd, weight, act)
-    return BNAct(z, mean, invstd, weight, bn.bias, act)
+        shared.bind(mean, invstd, weight, name)
+    return BNAct(ops.BN(z, mean, invstd, weight, params["bias"]), name, shared)
 
 
 def conv(m, x):
     """Conv: lazy conv → lazy BN-act."""
-    return _bn_act(m, lazy_conv(_node(x), [m.conv], [m.bn])[0])
+    mods = m._modules
+    return _bn_act(m, lazy_conv(_node(x), [mods["conv"]], [mods["bn"]])[0])
 
 
 def convs(ms, x):
     """Several Convs reading the same input (one materialisation of x)."""
-    zs = lazy_conv(_node(x), [m.conv for m in ms], [m.bn for m in ms])
+    zs = lazy_conv(_node(x), [m._modules["conv"] for m in ms], [m._modules["bn"] for m in ms])
     return [_bn_act(m, z) for m, z in zip(ms, zs)]
 
 
 def repconvn(m, x):
-    c1, c2 = m.conv1, m.conv2
-    z1, z2 = lazy_conv(_node(x), [c1.conv, c2.conv])
-    bn1, bn2 = c1.bn, c2.bn
-    if type(m.act) is not nn.SiLU:  # no fused kernel: torch BNs + act on the stored conv outputs
-        return Plain(m.act(bn1(z1) + bn2(z2)))
+    mods = m._modules
+    c1, c2 = mods["conv1"]._modules, mods["conv2"]._modules
+    z1, z2 = lazy_conv(_node(x), [c1["conv"], c2["conv"]])
+    bn1, bn2 = c1["bn"], c2["bn"]
+    if type(mods["act"]) is not nn.SiLU:  # no fused kernel: torch BNs + act on the stored conv outputs
+        return Plain(mods["act"](bn1(z1) + bn2(z2)))
     s1, s2 = _stats(bn1, z1), _stats(bn2, z2)
-    return RepAct((z1, *s1, bn1.weight, bn1.bias), (z2, *s2, bn2.weight, bn2.bias))
+    p1, p2 = bn1._parameters, bn2._parameters
+    return RepAct(ops.BN(z1, *s1, p1["weight"], p1["bias"]), ops.BN(z2, *s2, p2["weight"], p2["bias"]))
 
 
 def repnbottleneck(m, x):
     x = _node(x)
-    y = run(m.cv2, run(m.cv1, x))
+    mods = m._modules
+    y = run(mods["cv2"], run(mods["cv1"], x))
     return Sum([x, y]) if m.add else y
 
 
 def repncsp(m, x):
-    a, b = convs([m.cv1, m.cv2], x)
-    a = run(m.m, a)
-    return conv(m.cv3, Cat([a, b]))
+    mods = m._modules
+    a, b = convs([mods["cv1"], mods["cv2"]], x)
+    a = run(mods["m"], a)
+    return conv(mods["cv3"], Cat([a, b]))
 
 
 def elan(m, x):
     """RepNCSPELAN4 and ELAN1: the cv1 output's halves, two stages, and a concat-free cv4."""
-    y0 = conv(m.cv1, x)
+    mods = m._modules
+    y0 = conv(mods["cv1"], x)
     c = y0.shape[1]
     h = (c + 1) // 2  # Tensor.chunk(2, 1) sizes
     y1, y2 = y0.slice(0, h), y0.slice(h, c)
-    y3 = run(m.cv2, y2)
-    y4 = run(m.cv3, y3)
-    return conv(m.cv4, Cat([y1, y2, y3, y4]))
+    y3 = run(mods["cv2"], y2)
+    y4 = run(mods["cv3"], y3)
+    return conv(mods["cv4"], Cat([y1, y2, y3, y4]))
 
 
 def _avg2(x):
@@ -298,15 +306,16 @@ def sequential(m, x):
 def detect_level(seq_a, seq_b, x):
     """A detect level: box and class branches on one input; the first Convs share the materialisation."""
     x = _node(x)
-    if isinstance(seq_a[0], Conv) and isinstance(seq_b[0], Conv):
-        a, b = convs([seq_a[0], seq_b[0]], x)
+    subs_a, subs_b = list(seq_a._modules.values()), list(seq_b._modules.values())
+    if isinstance(subs_a[0], Conv) and isinstance(subs_b[0], Conv):
+        a, b = convs([subs_a[0], subs_b[0]], x)
         start = 1
     else:
         a = b = x
         start = 0
-    for sub in list(seq_a)[start:]:
+    for sub in subs_a[start:]:
         a = run(sub, a)
-    for sub in list(seq_b)[start:]:
+    for sub in subs_b[start:]:
         b = run(sub, b)
     a, b = materialise_any(a), materialise_any(b)  # plain conv outputs: returned to the loss as maps
     return torch.cat((a, b), 1)
@@ -342,7 +351,8 @@ def _module_ok(m):
         f32 = m.weight is not None and m.weight.dtype == torch.float32
         return m.training and m.affine and f32 and (m.running_mean is None or m.running_mean.dtype == torch.float32)
     if t is Conv:
-        return getattr(m, "bn", None) is not None and conv_supported(m.conv)
+        mods = m._modules
+        return mods.get("bn") is not None and "act" in mods and conv_supported(mods.get("conv"))
     if t is RepConvN:
         return m._modules.get("conv") is None  # fuse_convs() not run
     if t is nn.Conv2d:
@@ -365,28 +375,37 @@ def _submodules(layer):
     mods = [layer]
     for m in mods:
         if m._modules:  # (most are leaves)
-            mods.extend(filter(_NOT_NONE, m._modules.values()))
+            mods += filter(_NOT_NONE, m._modules.values())
     return mods
 
 
 def parameters_of(mods):
     """The distinct parameters of modules `mods` and of their sub-modules (one walk of each module tree, without
     nn.Module.parameters()' generator per sub-module)."""
-    return list({id(p): p for root in mods for m in _submodules(root) for p in m._parameters.values()
-                 if p is not None}.values())
+    found = {}
+    for root in mods:
+        for m in _submodules(root):
+            if m._parameters:
+                ps = m._parameters.values()
+                found.update(zip(map(id, ps), ps))
+    found.pop(id(None), None)
+    return list(found.values())
 
 
 def supported(layer):
     """True when `layer` is in training mode and every sub-module has a c forward (or is a parameter holder
     or an activation) and meets its conditions. The answer is cached on the layer under a key of what it
-    depends on that can change between steps: the sub-modules themselves (fusing removes some), their
-    training flags and the BatchNorms' dtypes."""
+    depends on that can change between steps: the sub-modules themselves (held, not their ids: fusing removes
+    some), their training flags and the BatchNorms' dtypes."""
     if not layer.training or type(layer) not in FORWARDS:
         return False
     mods = _submodules(layer)
-    bns = [m for m in mods if type(m) is nn.BatchNorm2d]
-    key = (tuple(map(id, mods)), tuple(map(_TRAINING, mods)),
-           tuple(m.weight.dtype for m in bns if m.weight is not None))
+    dtypes = ()
+    for m in mods:
+        if type(m) is nn.BatchNorm2d:
+            w = m._parameters["weight"]
+            dtypes += (None if w is None else w.dtype,)
+    key = (tuple(mods), tuple(map(_TRAINING, mods)), dtypes)
     got = layer.__dict__.get("_c_supported")
     if got is not None and got[0] == key:
         return got[1]

@@ -85,7 +85,7 @@ class Graph:
                 readers.setdefault(j, []).append(i)
         units = [(("segment", c), _chain_inputs(layers, c)) for c in _chains(layers, aux, readers)]
         units += [(("aux_head", k), {hin[k]}) for k in range(nl)]
-        self.key = tuple(map(id, layers))
+        self.key = tuple(layers)  # the layers themselves: an id is reused once its object is freed
         self.aux = aux
         self.steps = _schedule([i for i in range(n) if i not in aux], units)
         self.uses = {j: len(r) for j, r in readers.items()}
@@ -147,7 +147,7 @@ def graph(model):
     if type(model.model[-1]) is not DualDDetect:
         return None
     g = model.__dict__.get("_c_graph")
-    if g is None or g.key != tuple(map(id, model.model)):
+    if g is None or g.key != tuple(model.model):
         g = model.__dict__["_c_graph"] = Graph(model)
     return g
 
@@ -208,8 +208,9 @@ def _segment(model, chain, run, keep_inputs, label=None):
     mods = [layers[i] for i in chain]
     ext = sorted({j for i in chain for j in inputs_of(layers[i])} - set(chain))
     vals = {j: run.vals[j] for j in ext}
-    if all(L.supported(m) for m in mods) and recomputable(mods) and L.parameters_of(mods):
-        out = run_segment(functools.partial(_run_chain, layers, chain), vals, mods, keep_inputs)
+    params = L.parameters_of(mods) if all(map(L.supported, mods)) and recomputable(mods) else None
+    if params:
+        out = run_segment(functools.partial(_run_chain, layers, chain), vals, params, keep_inputs)
     else:
         out = _run_chain_plain(layers, chain, vals)
     run.vals[chain[-1]] = out
@@ -248,8 +249,8 @@ def _forward_pgi(model, g, x, sw):
             mods = [head.cv2[k], head.cv3[k]]
             vals = {"x": run.vals[hin[k]]}
             _observe(f"aux head {k}", None)
-            d1[k] = run_segment(functools.partial(_level, head, k), vals, mods, keep) if recomputable(mods) \
-                else _level(head, k, vals)
+            d1[k] = run_segment(functools.partial(_level, head, k), vals, L.parameters_of(mods), keep) \
+                if recomputable(mods) else _level(head, k, vals)
             _observe(f"aux head {k}", d1[k])
     d2 = []
     for k in range(nl):

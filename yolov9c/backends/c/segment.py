@@ -1,9 +1,9 @@
 """Recomputed segments: run a function of lazy values without storing its inside, re-run it in backward.
 
-    value = run_segment(fn, inputs, modules, keep_inputs=False)   # fn(inputs) -> a lazy value / tensor / tuple
+    value = run_segment(fn, inputs, params, keep_inputs=False)   # fn(inputs) -> a lazy value / tensor / tuple
 
-`inputs`: a dict of lazy values, tensors or tuples/lists of them; `modules`: the nn.Modules whose parameters fn
-uses. SegmentFunction runs fn without autograd, so only the tensors of its result that fn created (typically the
+`inputs`: a dict of lazy values, tensors or tuples/lists of them; `params`: the parameters fn uses
+(layers.parameters_of(its modules)). SegmentFunction runs fn without autograd, so only the tensors of its result that fn created (typically the
 last conv output z and its statistics) outlive it. Backward re-runs fn with grad enabled under the forward's
 autocast state on the detached saved inputs and sends the incoming gradients through it with
 torch.autograd.grad; input and parameter gradients are the Function's (AccumulateGrad and DDP hooks see them).
@@ -17,8 +17,8 @@ Test: python -m pytest -q tests/backends/test_backend_pgi.py
 
 import torch
 
-from yolov9c.backends.c.conv import autocast_dtype, inputs_kept
-from yolov9c.backends.c.layers import StatsTape, parameters_of, use_tape
+from yolov9c.backends.c.conv import autocast_dtype, direct_apply, inputs_kept
+from yolov9c.backends.c.layers import StatsTape, use_tape
 from yolov9c.backends.c.lazy import LeafIndex, Node
 
 
@@ -47,7 +47,7 @@ def _template(value, register, memo):
 def _fill(template, tensors, memo):
     """The value of a template with tensors[k] in place of each index k."""
     if isinstance(template, Node):
-        return template.map(lambda k: tensors[k], memo)
+        return template.map(tensors.__getitem__, memo)
     if isinstance(template, _Slot):
         return tensors[template.k]
     if isinstance(template, dict):
@@ -119,8 +119,8 @@ class SegmentFunction(torch.autograd.Function):
         n = call.n_leaves
         leaves = args[:n]
         out = call.run(_fill(call.template, leaves, {}))
-        new = new_tensors(out, {id(t) for t in args})
-        call.out, call.new_ids = out, [id(t) for t in new]
+        new = new_tensors(out, set(map(id, args)))
+        call.out, call.new_ids = out, list(map(id, new))
         ctx.call = call
         ctx.save_for_backward(*leaves)
         ctx.mark_non_differentiable(*[t for t in new if t.ndim != 4 or not t.is_floating_point()])
@@ -139,7 +139,9 @@ class SegmentFunction(torch.autograd.Function):
                 out = call.run(_fill(call.template, leaves, {}))
         finally:
             call.tape.pos = None
-        new = new_tensors(out, {id(t) for t in leaves} | {id(p) for p in call.params})
+        known = set(map(id, leaves))
+        known.update(map(id, call.params))
+        new = new_tensors(out, known)
         if len(new) != len(grads):
             raise RuntimeError(f"recomputed segment returned {len(new)} new tensors, its forward {len(grads)}")
         outs, gouts = [], []
@@ -158,16 +160,19 @@ class SegmentFunction(torch.autograd.Function):
         return (None, *grads_in)
 
 
-def run_segment(fn, inputs, modules, keep_inputs=False):
+_apply = direct_apply(SegmentFunction)
+
+
+def run_segment(fn, inputs, params, keep_inputs=False):
     """fn(inputs) as a recomputed segment (module docstring); returns its value, differentiable w.r.t. the
-    tensors of `inputs` and the parameters of `modules`. keep_inputs: the recompute keeps its conv inputs."""
+    tensors of `inputs` and `params` (distinct tensors). keep_inputs: the recompute keeps its conv inputs."""
     index = LeafIndex()
     template = _template(inputs, index.add, {})
     leaves = index.tensors
-    params = [p for p in parameters_of(modules) if p not in index]
+    params = [p for k, p in zip(map(id, params), params) if k not in index.ids]  # (a parameter given as an input)
     device = leaves[0].device.type if leaves else params[0].device.type
     call = _Call(fn, template, len(leaves), params, device, keep_inputs)
-    outs = SegmentFunction.apply(call, *leaves, *params)
+    outs = _apply(call, *leaves, *params)
     mapping = dict(zip(call.new_ids, outs))
     value = _replace(call.out, lambda t: mapping.get(id(t), t), {})
     call.out = call.new_ids = None  # the call (kept by the graph until backward) must not hold the result

@@ -29,9 +29,11 @@ class Evaluator:
     from there. With grad (the backward recompute, the torch fallbacks) every node is computed functionally
     (torch.cat, out-of-place sums): no in-place writes into views that autograd would have to track."""
 
+    __slots__ = ("dtype", "fmt", "grad", "memo", "_device")
+
     def __init__(self, dtype, fmt, grad):
         self.dtype, self.fmt, self.grad = dtype, fmt, grad
-        self.memo = {}
+        self.memo = {}  # node -> its value (nodes hash by identity)
         self._device = None
 
     def empty(self, shape):
@@ -41,30 +43,31 @@ class Evaluator:
 
     def fill(self, node, out):
         """Write node's value into `out` (without grad only)."""
-        got = self.memo.get(id(node))
-        if got is not None:
-            return out.copy_(got)
+        memo = self.memo
+        if node in memo:
+            return out.copy_(memo[node])
         node.fill(out, self)
-        if not isinstance(node, Plain):
-            self.memo[id(node)] = out
+        if type(node) is not Plain:
+            memo[node] = out
         return out
 
     def value(self, node):
         """The activated tensor of `node` in self.dtype (a Plain leaf is returned as its own view when its
         dtype fits)."""
-        if isinstance(node, Plain):
+        kind = type(node)  # (the node types are final: no subclasses)
+        if kind is Plain:
             v = node.view()
             return v if v.dtype == self.dtype else v.to(self.dtype)
-        if isinstance(node, Image):
+        if kind is Image:
             return node.normalised(self.dtype)
-        got = self.memo.get(id(node))
-        if got is not None:
-            return got
+        memo = self.memo
+        if node in memo:
+            return memo[node]
         if self.grad:
             out = node.compute(self)
             if out.dtype != self.dtype:
                 out = out.to(self.dtype)
-        elif isinstance(node, Spatial):
+        elif kind is Spatial:
             # the op's own output when it already has the dtype and layout (a pool of a channels-last input
             # is channels-last): no buffer to allocate and copy it into
             out = node.compute(self)
@@ -72,17 +75,17 @@ class Evaluator:
                 out = self.empty(node.shape).copy_(out)
         else:
             out = node.fill(self.empty(node.shape), self)
-        self.memo[id(node)] = out
+        memo[node] = out
         return out
 
     def run(self, node):
-        self._device = node.first_tensor().device
+        self._device = node.first.device
         return self.value(node)
 
     def keep_for_backward(self, node):
         """Drop from the memo every value but node's and those its backward reads (backward_reads): what a
         conv input kept from forward for its backward holds (conv.inputs_kept)."""
-        keep = {id(node)} | {id(n) for n in backward_reads(node)}
+        keep = {node, *backward_reads(node)}
         self.memo = {k: v for k, v in self.memo.items() if k in keep}
 
 
@@ -105,7 +108,7 @@ def backward_reads(node):
 def natural_dtype(node):
     """The dtype a lazy value is materialised in outside a conv: its first stored tensor's (float32 for a
     uint8 image)."""
-    t = node.first_tensor()
+    t = node.first
     return torch.float32 if t.dtype == torch.uint8 else t.dtype
 
 
@@ -116,7 +119,7 @@ def materialise(node):
         return node.view()
     if isinstance(node, Image):
         return node.normalised()
-    t = node.first_tensor()
+    t = node.first
     return Evaluator(natural_dtype(node), memory_format_of(t), torch.is_grad_enabled()).run(node)
 
 

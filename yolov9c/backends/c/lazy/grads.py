@@ -45,9 +45,9 @@ class SharedGrad:
         if self.buf is None:
             b, _, h, w = g.shape
             self.buf = torch.empty((b, full, h, w), dtype=g.dtype, device=g.device, memory_format=memory_format_of(g))
-        gaps = _gaps(self.done, c0, c1)
+        gaps = _gaps(self.done, c0, c1) if self.done else None
         view = _sl(self.buf, c0, c1, full)
-        if gaps == [(c0, c1)]:
+        if gaps is None or gaps == [(c0, c1)]:
             view.copy_(g)
         else:
             for a, b in gaps:
@@ -60,8 +60,9 @@ class SharedGrad:
         buf, self.buf = self.buf, None
         if buf is not None:
             full = buf.shape[1]
-            for a, b in _gaps(self.done, 0, full):
-                _sl(buf, a, b, full).zero_()
+            if self.done[0] != (0, full):  # (the first write covering everything: nothing to zero)
+                for a, b in _gaps(self.done, 0, full):
+                    _sl(buf, a, b, full).zero_()
         self.done = []
         return buf
 
@@ -69,71 +70,63 @@ class SharedGrad:
 class Grads:
     """Gradients of a lazy value's leaf tensors, accumulated by Node.backward without autograd.
 
-    leaves: the stored tensors; needed: which of them want a gradient; shared: {leaf position: SharedGrad} of
-    the leaves whose BN-act gradient goes to their producer (SharedGrad.deferred()); index: {id(leaf): position}
-    when the caller has it (else built here). A leaf's gradient is one full-size buffer (the leaf's dtype and
-    strides), allocated uninitialised on first use; each channel range a node writes is recorded, so the first
-    write of a range is a plain store (the kernels' dz=, a copy_) and only a range written before is accumulated
-    into (accumulate=True, add_). result() zeroes the ranges nobody wrote (a chunk read by another consumer) and
-    returns one gradient per leaf (None: not needed/unreached)."""
+    leaves: the stored tensors; needed: which of them want a gradient; index: {id(leaf): position} (a node finds
+    its tensors' positions there, then works by position). A leaf's gradient is one full-size buffer (the leaf's
+    dtype and strides), allocated uninitialised on first use; each channel range a node writes is recorded, so
+    the first write of a range is a plain store (the kernels' dz=, a copy_) and only a range written before is
+    accumulated into (accumulate=True, add_). result() zeroes the ranges nobody wrote (a chunk read by another
+    consumer) and returns one gradient per leaf (None: not needed/unreached)."""
 
-    def __init__(self, leaves, needed, shared=None, index=None):
-        self.leaves = leaves
-        self.index = {id(t): i for i, t in enumerate(leaves)} if index is None else index
-        self.needed = needed
-        self._shared = shared or {}
+    __slots__ = ("leaves", "index", "needed", "bufs", "done")
+
+    def __init__(self, leaves, needed, index):
+        self.leaves, self.needed, self.index = leaves, needed, index
         self.bufs = [None] * len(leaves)
         self.done = [None] * len(leaves)  # per leaf: list of written [c0, c1) ranges
 
-    def needs(self, t):
-        return self.needed[self.index[id(t)]]
-
-    def shared(self, t):
-        """The SharedGrad that takes t's BN-act gradient instead of this reader's BN backward, or None."""
-        return self._shared.get(self.index[id(t)]) if self._shared else None
-
-    def slot(self, t, c0, c1):
-        """(view, accumulate): channels [c0, c1) of t's gradient buffer and whether it already holds a value
+    def slot(self, i, c0, c1):
+        """(view, accumulate): channels [c0, c1) of leaf i's gradient buffer and whether it already holds a value
         (a partly written range gets its unwritten parts zeroed first, so accumulate covers all of it)."""
-        i = self.index[id(t)]
-        if self.bufs[i] is None:
-            self.bufs[i] = torch.empty_like(t)
-            self.done[i] = []
         buf, done = self.bufs[i], self.done[i]
-        gaps = _gaps(done, c0, c1)
+        t = self.leaves[i]
+        if buf is None:
+            buf = self.bufs[i] = torch.empty_like(t)
+            done = self.done[i] = []
         full = t.shape[0] if t.ndim == 1 else t.shape[1]
         view = _sl(buf, c0, c1, full)
-        if gaps == [(c0, c1)]:
-            accumulate = False
-        else:
-            for a, b in gaps:
-                _sl(buf, a, b, full).zero_()
-            accumulate = True
+        accumulate = False
+        if done:  # (else the first write of this gradient: the common case)
+            gaps = _gaps(done, c0, c1)
+            accumulate = gaps != [(c0, c1)]
+            if accumulate:
+                for a, b in gaps:
+                    _sl(buf, a, b, full).zero_()
         done.append((c0, c1))
         return view, accumulate
 
-    def put(self, t, c0, c1, value, owned=False):
-        """Add value (channels [c0, c1) of t's gradient) in. owned=True: value is a fresh tensor nobody else
-        reads (a BN parameter gradient); when it is the first write of all of t's gradient it becomes the
+    def put(self, i, c0, c1, value, owned=False):
+        """Add value (channels [c0, c1) of leaf i's gradient) in. owned=True: value is a fresh tensor nobody else
+        reads (a BN parameter gradient); when it is the first write of all of the leaf's gradient it becomes the
         buffer itself (no allocation and copy)."""
-        i = self.index[id(t)]
+        t = self.leaves[i]
         if (owned and self.bufs[i] is None and c0 == 0 and c1 == (t.shape[0] if t.ndim == 1 else t.shape[1])
                 and value.dtype == t.dtype and value.shape == t.shape and value.stride() == t.stride()):
             self.bufs[i] = value
             self.done[i] = [(c0, c1)]
             return
-        view, accumulate = self.slot(t, c0, c1)
+        view, accumulate = self.slot(i, c0, c1)
         if accumulate:
             view.add_(value)
         else:
             view.copy_(value)
 
     def result(self):
-        for i, buf in enumerate(self.bufs):
+        for buf, done in zip(self.bufs, self.done):
             if buf is not None:
                 full = buf.shape[0] if buf.ndim == 1 else buf.shape[1]
-                for a, b in _gaps(self.done[i], 0, full):
-                    _sl(buf, a, b, full).zero_()
+                if done[0] != (0, full):  # (the first write covering everything: the common case)
+                    for a, b in _gaps(done, 0, full):
+                        _sl(buf, a, b, full).zero_()
         return self.bufs
 
 

@@ -1,8 +1,8 @@
 """Lazy activations: the node types a layer of the c backend hands on instead of its activated output.
 
 A lazy value is a small expression tree whose leaves hold stored tensors; nothing activated is kept:
-    BNAct(z, mean, invstd, γ, β, act)   act(BN(z)), a Conv–BN–act output (z the only full-size tensor stored)
-    RepAct(z1, ..., z2, ...)            silu(BN1(z1) + BN2(z2)), RepConvN's training form
+    BNAct(BN(z, mean, invstd, γ, β), act)  act(BN(z)), a Conv–BN–act output (z the only full-size tensor stored)
+    RepAct(BN(z1, ...), BN(z2, ...))    silu(BN1(z1) + BN2(z2)), RepConvN's training form
     Plain(t)                            an ordinary tensor (a float image, a CBLinear output, a fallback)
     Image(t)                            a uint8 batch read as t/255 (no float image stored)
     Sum(children) / Cat(children)       elementwise sum (shortcut, CBFuse) / channel concatenation (ELAN, ADown)
@@ -30,9 +30,10 @@ def _sl(t, c0, c1, full):
 
 
 class Node:
-    """Base of the lazy values. `shape` is the activated tensor's (B, C, H, W)."""
+    """Base of the lazy values. `shape` is the activated tensor's (B, C, H, W); `first` is the first stored tensor
+    it reads (its device, dtype and layout stand for the value's)."""
 
-    __slots__ = ("shape",)
+    __slots__ = ("shape", "first")
 
     def slice(self, c0, c1):
         """The lazy value of channels [c0, c1) of this one."""
@@ -53,61 +54,56 @@ class Node:
         """Every tensor the node reads (with repeats)."""
         raise NotImplementedError
 
-    def first_tensor(self):
-        raise NotImplementedError
-
 
 class _Leaf(Node):
-    """A node over stored tensors of `full` channels, of which it stands for channels [c0, c1).
-    A subclass gives `_make(tensors, c0, c1)`: the same node over `tensors` (in the order of tensors())."""
+    """A node over stored tensors of `full` channels, of which it stands for channels [c0, c1) (c1=None: to
+    the end). A subclass gives `_ranged(c0, c1)`: the same node over the same tensors, channels [c0, c1).
+    size: the stored tensors' (B, C, H, W) when they are not tensors (a segment template holds indices)."""
 
     __slots__ = ("c0", "c1", "full")
 
-    def _set_range(self, t, c0, c1, shape):
-        """Channels [c0, c1) (c1=None: to the end) of stored tensors of (B, C, H, W) `shape` (t's when None)."""
-        s = t.shape if shape is None else shape
-        self.full = s[1]
-        self.c0, self.c1 = c0, self.full if c1 is None else c1
-        self.shape = (s[0], self.c1 - self.c0, s[2], s[3])
-
-    def _full_shape(self):
-        """(B, C, H, W) of the stored tensors (all `full` channels)."""
-        return (self.shape[0], self.full, self.shape[2], self.shape[3])
+    def __init__(self, first, c0, c1, size=None):
+        s = first.shape if size is None else size
+        self.first, self.full = first, s[1]
+        self.c0, self.c1 = c0, s[1] if c1 is None else c1
+        self.shape = (s[0], self.c1 - c0, s[2], s[3])
 
     def slice(self, c0, c1):
         if not 0 <= c0 < c1 <= self.c1 - self.c0:
             raise ValueError(f"lazy slice [{c0}, {c1}) out of range for {self.c1 - self.c0} channels")
-        return self._make(self.tensors(), self.c0 + c0, self.c0 + c1)
+        return self._ranged(self.c0 + c0, self.c0 + c1)
 
-    def _mapped(self, fn, memo):
-        return self._make(tuple(map(fn, self.tensors())), self.c0, self.c1)
+    def _size(self):
+        """(B, C, H, W) of the stored tensors (all `full` channels)."""
+        return (self.shape[0], self.full, self.shape[2], self.shape[3])
 
 
 class BNAct(_Leaf):
-    """act(BN(z)) with batch statistics (mean, invstd); act is 'silu' or 'identity'."""
+    """act(BN(z)) with batch statistics: bn is the ops.BN operand (z, mean, invstd, γ, β) of all of z's channels;
+    act is 'silu' or 'identity'. shared: the lazy.SharedGrad of z when several lazy convs may read it (its readers'
+    dL/dy go there, grads.py), else None."""
 
-    __slots__ = ("z", "mean", "invstd", "weight", "bias", "act")
+    __slots__ = ("bn", "act", "shared")
 
-    def __init__(self, z, mean, invstd, weight, bias, act, c0=0, c1=None, shape=None):
-        self.z, self.mean, self.invstd, self.weight, self.bias, self.act = z, mean, invstd, weight, bias, act
-        self._set_range(z, c0, c1, shape)
+    def __init__(self, bn, act, shared=None, c0=0, c1=None, size=None):
+        self.bn, self.act, self.shared = bn, act, shared
+        _Leaf.__init__(self, bn[0], c0, c1, size)
 
-    def _make(self, tensors, c0, c1):
-        return BNAct(*tensors, self.act, c0, c1, self._full_shape())
+    def _ranged(self, c0, c1):
+        return BNAct(self.bn, self.act, self.shared, c0, c1)
+
+    def _mapped(self, fn, memo):  # a copy over other tensors is no reader of z's SharedGrad
+        return BNAct(ops.BN(*map(fn, self.bn)), self.act, None, self.c0, self.c1, self._size())
 
     def operand(self):
         """The BN operand of channels [c0, c1)."""
         c0, c1, f = self.c0, self.c1, self.full
-        if c0 == 0 and c1 == f:  # all channels: the stored tensors themselves
-            return ops.BN(self.z, self.mean, self.invstd, self.weight, self.bias)
-        return ops.BN(_sl(self.z, c0, c1, f), _sl(self.mean, c0, c1, f), _sl(self.invstd, c0, c1, f),
-                      _sl(self.weight, c0, c1, f), _sl(self.bias, c0, c1, f))
+        if c0 == 0 and c1 == f:  # all channels: the stored operand itself
+            return self.bn
+        return ops.BN(*[_sl(t, c0, c1, f) for t in self.bn])
 
     def tensors(self):
-        return (self.z, self.mean, self.invstd, self.weight, self.bias)
-
-    def first_tensor(self):
-        return self.z
+        return self.bn
 
     def fill(self, out, ev):
         return ops.forward(self.operand(), act=self.act, out=out)
@@ -116,45 +112,49 @@ class BNAct(_Leaf):
         return ops.forward(self.operand(), act=self.act)
 
     def backward(self, g, ev, acc):
-        shared = acc.shared(self.z)
-        if shared is not None:  # summed with the other readers' and sent back by z's producer (SharedGrad)
-            shared.stash(g, self.c0, self.c1)
+        shared = self.shared
+        if shared is not None and shared.deferred():  # summed with the other readers' and sent back by z's
+            shared.stash(g, self.c0, self.c1)          # producer (SharedGrad)
             return
-        need_z, need_w, need_b = acc.needs(self.z), acc.needs(self.weight), acc.needs(self.bias)
-        if not (need_z or need_w or need_b):
+        z, _, _, w, b = self.bn
+        index, needed = acc.index, acc.needed
+        iz, iw, ib = index[id(z)], index[id(w)], index[id(b)]
+        need_w, need_b = needed[iw], needed[ib]
+        if not (needed[iz] or need_w or need_b):
             return
-        dz, accumulate = acc.slot(self.z, self.c0, self.c1) if need_z else (None, False)
+        dz, accumulate = acc.slot(iz, self.c0, self.c1) if needed[iz] else (None, False)
         _, dw, db = ops.backward(self.operand(), g, act=self.act, dz=dz, accumulate=accumulate)
         if need_w:
-            acc.put(self.weight, self.c0, self.c1, dw, owned=True)
+            acc.put(iw, self.c0, self.c1, dw, owned=True)
         if need_b:
-            acc.put(self.bias, self.c0, self.c1, db, owned=True)
+            acc.put(ib, self.c0, self.c1, db, owned=True)
 
 
 class RepAct(_Leaf):
-    """silu(BN1(z1) + BN2(z2)): RepConvN's two branches (3×3 and 1×1 convs of one input)."""
+    """silu(BN1(z1) + BN2(z2)): RepConvN's two branches (3×3 and 1×1 convs of one input); bn1, bn2 are their ops.BN
+    operands over all channels."""
 
-    __slots__ = ("t1", "t2")
+    __slots__ = ("bn1", "bn2")
 
-    def __init__(self, t1, t2, c0=0, c1=None, shape=None):
-        self.t1, self.t2 = tuple(t1), tuple(t2)  # (z, mean, invstd, weight, bias) each
-        self._set_range(t1[0], c0, c1, shape)
+    def __init__(self, bn1, bn2, c0=0, c1=None, size=None):
+        self.bn1, self.bn2 = bn1, bn2
+        _Leaf.__init__(self, bn1[0], c0, c1, size)
 
-    def _make(self, tensors, c0, c1):
-        return RepAct(tensors[:5], tensors[5:], c0, c1, self._full_shape())
+    def _ranged(self, c0, c1):
+        return RepAct(self.bn1, self.bn2, c0, c1)
+
+    def _mapped(self, fn, memo):
+        return RepAct(ops.BN(*map(fn, self.bn1)), ops.BN(*map(fn, self.bn2)), self.c0, self.c1, self._size())
 
     def tensors(self):
-        return self.t1 + self.t2
-
-    def first_tensor(self):
-        return self.t1[0]
+        return self.bn1 + self.bn2
 
     def operands(self):
         """The two BN operands of channels [c0, c1)."""
         c0, c1, f = self.c0, self.c1, self.full
-        if c0 == 0 and c1 == f:  # all channels: the stored tensors themselves
-            return ops.BN(*self.t1), ops.BN(*self.t2)
-        return (ops.BN(*[_sl(t, c0, c1, f) for t in self.t1]), ops.BN(*[_sl(t, c0, c1, f) for t in self.t2]))
+        if c0 == 0 and c1 == f:  # all channels: the stored operands themselves
+            return self.bn1, self.bn2
+        return (ops.BN(*[_sl(t, c0, c1, f) for t in self.bn1]), ops.BN(*[_sl(t, c0, c1, f) for t in self.bn2]))
 
     def fill(self, out, ev):
         return ops.forward(*self.operands(), out=out)
@@ -163,21 +163,24 @@ class RepAct(_Leaf):
         return ops.forward(*self.operands())
 
     def backward(self, g, ev, acc):
-        (z1, _, _, w1, b1), (z2, _, _, w2, b2) = self.t1, self.t2
-        if not any(acc.needs(t) for t in (z1, w1, b1, z2, w2, b2)):
+        (z1, _, _, w1, b1), (z2, _, _, w2, b2) = self.bn1, self.bn2
+        index, needed = acc.index, acc.needed
+        at = [index[id(t)] for t in (z1, w1, b1, z2, w2, b2)]
+        need = [needed[i] for i in at]
+        if not any(need):
             return
         c0, c1 = self.c0, self.c1
-        dz1, acc1 = acc.slot(z1, c0, c1) if acc.needs(z1) else (None, False)
-        dz2, acc2 = acc.slot(z2, c0, c1) if acc.needs(z2) else (None, False)
+        dz1, acc1 = acc.slot(at[0], c0, c1) if need[0] else (None, False)
+        dz2, acc2 = acc.slot(at[3], c0, c1) if need[3] else (None, False)
         if dz1 is not None and dz2 is not None and acc1 != acc2:
             (dz2 if acc1 else dz1).zero_()  # the kernel takes one accumulate flag for both
             acc1 = acc2 = True
         accumulate = acc1 if dz1 is not None else acc2
         bn1, bn2 = self.operands()
         r = ops.backward(bn1, g, bn2, dz=dz1, dz2=dz2, accumulate=accumulate)
-        for t, v in ((w1, r[1]), (b1, r[2]), (w2, r[4]), (b2, r[5])):
-            if acc.needs(t):
-                acc.put(t, c0, c1, v, owned=True)
+        for k, v in ((1, r[1]), (2, r[2]), (4, r[4]), (5, r[5])):
+            if need[k]:
+                acc.put(at[k], c0, c1, v, owned=True)
 
 
 class _TensorLeaf(_Leaf):
@@ -185,18 +188,18 @@ class _TensorLeaf(_Leaf):
 
     __slots__ = ("t",)
 
-    def __init__(self, t, c0=0, c1=None, shape=None):
+    def __init__(self, t, c0=0, c1=None, size=None):
         self.t = t
-        self._set_range(t, c0, c1, shape)
+        _Leaf.__init__(self, t, c0, c1, size)
 
-    def _make(self, tensors, c0, c1):
-        return type(self)(tensors[0], c0, c1, self._full_shape())
+    def _ranged(self, c0, c1):
+        return type(self)(self.t, c0, c1)
+
+    def _mapped(self, fn, memo):
+        return type(self)(fn(self.t), self.c0, self.c1, self._size())
 
     def tensors(self):
         return (self.t,)
-
-    def first_tensor(self):
-        return self.t
 
 
 class Plain(_TensorLeaf):
@@ -214,8 +217,9 @@ class Plain(_TensorLeaf):
         return self.view()
 
     def backward(self, g, ev, acc):
-        if acc.needs(self.t):
-            acc.put(self.t, self.c0, self.c1, g)
+        i = acc.index[id(self.t)]
+        if acc.needed[i]:
+            acc.put(i, self.c0, self.c1, g)
 
 
 class Image(_TensorLeaf):
@@ -225,10 +229,10 @@ class Image(_TensorLeaf):
 
     __slots__ = ()
 
-    def __init__(self, t, c0=0, c1=None, shape=None):
+    def __init__(self, t, c0=0, c1=None, size=None):
         if isinstance(t, torch.Tensor) and t.dtype != torch.uint8:  # (a template holds an index instead)
             raise TypeError(f"lazy Image: expected a uint8 tensor, got {t.dtype}")
-        super().__init__(t, c0, c1, shape)
+        super().__init__(t, c0, c1, size)
 
     def normalised(self, dtype=torch.float32):
         """t/255 of channels [c0, c1) in `dtype` (float32 arithmetic, as the trainer's float path)."""
@@ -254,7 +258,7 @@ class _Group(Node):
     def _flatten(cls, children):
         flat = []
         for c in children:
-            flat.extend(c.children if isinstance(c, cls) else [c])
+            flat += c.children if type(c) is cls else (c,)
         return flat
 
     def _mapped(self, fn, memo):
@@ -266,8 +270,6 @@ class _Group(Node):
             out += c.tensors()
         return tuple(out)
 
-    def first_tensor(self):
-        return self.children[0].first_tensor()
 
 
 class Sum(_Group):
@@ -277,20 +279,21 @@ class Sum(_Group):
 
     def __init__(self, children):
         flat = self._flatten(children)
-        if any(tuple(c.shape) != tuple(flat[0].shape) for c in flat):
-            raise ValueError(f"lazy sum of different shapes: {[tuple(c.shape) for c in flat]}")
-        self.children = flat
-        self.shape = tuple(flat[0].shape)
+        shape = tuple(flat[0].shape)
+        for c in flat:
+            if tuple(c.shape) != shape:
+                raise ValueError(f"lazy sum of different shapes: {[tuple(c.shape) for c in flat]}")
+        self.children, self.first, self.shape = flat, flat[0].first, shape
 
     def slice(self, c0, c1):
         return Sum([c.slice(c0, c1) for c in self.children])
 
     def fill(self, out, ev):
         first = self.children[0]
-        known = id(first) in ev.memo
+        known = first in ev.memo
         ev.fill(first, out)
         if not known:  # out is overwritten by the sum below: it no longer holds the first term's value
-            ev.memo.pop(id(first), None)
+            ev.memo.pop(first, None)
         for c in self.children[1:]:
             if isinstance(c, BNAct):
                 # out = out + act(BN(z)) in one pass; reading and writing the same element is safe for an
@@ -299,10 +302,10 @@ class Sum(_Group):
             else:
                 # the term's value is not kept in the memo (unless something else put it there): a CBFuse's
                 # upsampled inputs are each as large as the sum, five of them held 4 GiB in yolov9-e's stem
-                known = id(c) in ev.memo
+                known = c in ev.memo
                 out.add_(ev.value(c))
                 if not known:
-                    ev.memo.pop(id(c), None)
+                    ev.memo.pop(c, None)
         return out
 
     def compute(self, ev):
@@ -324,10 +327,12 @@ class Cat(_Group):
     def __init__(self, children):
         flat = self._flatten(children)
         b, _, h, w = flat[0].shape
-        if any((c.shape[0], c.shape[2], c.shape[3]) != (b, h, w) for c in flat):
-            raise ValueError(f"lazy concat of different sizes: {[tuple(c.shape) for c in flat]}")
-        self.children = flat
-        self.shape = (b, sum(c.shape[1] for c in flat), h, w)
+        channels = 0
+        for c in flat:
+            if (c.shape[0], c.shape[2], c.shape[3]) != (b, h, w):
+                raise ValueError(f"lazy concat of different sizes: {[tuple(c.shape) for c in flat]}")
+            channels += c.shape[1]
+        self.children, self.first, self.shape = flat, flat[0].first, (b, channels, h, w)
 
     def slice(self, c0, c1):
         parts, off = [], 0
@@ -394,6 +399,7 @@ class Spatial(Node):
 
     def __init__(self, fn, child, shape=None, grad=None, grad_reads_x=False):
         self.fn, self.child, self.grad, self.grad_reads_x = fn, child, grad, grad_reads_x
+        self.first = child.first
         if shape is None:
             shape = _spatial_shape(fn, tuple(child.shape))
         self.shape = tuple(shape)
@@ -408,8 +414,6 @@ class Spatial(Node):
     def tensors(self):
         return self.child.tensors()
 
-    def first_tensor(self):
-        return self.child.first_tensor()
 
     def fill(self, out, ev):
         return out.copy_(self.fn(ev.value(self.child)))
@@ -431,18 +435,17 @@ class Spatial(Node):
 class LeafIndex:
     """Numbers the distinct tensors of lazy values by identity, in the order first met: `add` is the map()
     function that turns a value into its template (each tensor replaced by its number); `tensors` holds the
-    numbered tensors."""
+    numbered tensors, `ids` their numbers by id."""
+
+    __slots__ = ("tensors", "ids")
 
     def __init__(self):
         self.tensors = []
-        self._ids = {}
+        self.ids = {}
 
     def add(self, t):
         k = id(t)
-        if k not in self._ids:
-            self._ids[k] = len(self.tensors)
+        if k not in self.ids:
+            self.ids[k] = len(self.tensors)
             self.tensors.append(t)
-        return self._ids[k]
-
-    def __contains__(self, t):
-        return id(t) in self._ids
+        return self.ids[k]
