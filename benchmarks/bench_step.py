@@ -4,7 +4,8 @@
     python benchmarks/bench_step.py --models yolov9-s --backends c --steps 10 --markdown
     python benchmarks/bench_step.py --models yolov9-s --paths fixed micro rect multiscale partial ckpt --graph-shapes
 
-The step is the trainer's own (yolov9c.engine.train.step.EagerStep and graph_step.GraphStep) on a RunState
+The step is the trainer's own (yolov9c.engine.train.step.EagerStep, graph_step.GraphStep, and with --graph-shapes
+graph_shapes.ShapeGraphStep) on a RunState
 built here as setup() builds it for a fresh run: DetectionModel → channels-last on CUDA → the optimizer of
 build_optimizer (SGD, Nesterov, three groups) → EMA → GradScaler → the loss of the backend → the backend.
 accumulate = 1 (batch 64 = the nominal batch): every step is forward, loss, scaled backward, unscale, clip,
@@ -128,13 +129,16 @@ def _state(model_name, backend, args, path="fixed", mode="eager", device="cuda")
 def run_one(model_name, backend, mode, path, args):
     import torch
 
+    from yolov9c.engine.train.graph_shapes import ShapeGraphStep
     from yolov9c.engine.train.graph_step import GraphStep
     from yolov9c.engine.train.memory_plan import random_targets
     from yolov9c.engine.train.step import EagerStep
 
     torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
     state = _state(model_name, backend, args, path, mode)
-    step = GraphStep(state) if mode == "graph" else EagerStep()
+    # the trainer's choice (graph_shapes.select_step): keyed by shape with --graph-shapes, else the fixed-shape graph
+    graph_step = ShapeGraphStep if state.cfg.graph_shapes else GraphStep
+    step = graph_step(state) if mode == "graph" else EagerStep()
     gen = torch.Generator().manual_seed(0)
     inputs = []
     for b, h, w in PATHS[path](args.batch, args.img):

@@ -734,7 +734,7 @@ def test_cuda_ckpt_micro_step_gradients_and_bn_statistics_equal_eager(tmp_path):
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=128)
     state, lines = _cuda_state(tmp_path / "runs", "torch", True, data, extra=("--ckpt", "--graph-shapes"))
     assert state.bn_buffers and state.model.forward.__func__ is checkpointed_forward
-    assert any(s.startswith("step: CUDA graphs (") for s in lines), _step_lines(lines)
+    assert any(s.startswith("step: CUDA graphs keyed by shape") for s in lines), _step_lines(lines)
     batches = _batches()[:G.WARMUP + 2]  # bucket 32: warm-up, the capture, then the compared batch
     rng = np.random.default_rng(0)
     for ni, (imgs, targets) in enumerate(batches[:-1]):
