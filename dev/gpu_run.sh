@@ -39,6 +39,11 @@
 #              ran out of memory on an H100); stops 120 s before the call ends (exit 3 = unfinished: the same call again on the
 #              warm machine resumes them from runs/acc-NAME); $OUT/acc-NAME.results.jsonl, curves.png, acc-NAME.tgz
 #              (every run's results.csv and console)
+#   accstart   realacc detached (setsid): it trains on past this call's end, through the next calls on the warm
+#              machine (which may run other parts meanwhile), for ACC_WINDOW seconds from now (default 1500: plan
+#              the calls to last that long); output in /tmp/accbg/ACC_NAME; run after build when ours train
+#   accwait    wait for the detached accuracy runs (while this call has time), then $OUT/acc-NAME.results.jsonl,
+#              acc-NAME.tgz and realacc-NAME.log of each
 #   augtests   the CUDA cases of test_augment.py / test_augment_plan.py (the augment kernel = its C reference)
 #   augloader  bench_dataloader.py, CPU pipeline vs the augment op on CUDA, workers 4 8 16 (AUG_WORKERS),
 #              without and with --cache ram
@@ -197,6 +202,16 @@ GROUPS
              cp "$acc/curves.png" "$OUT/" 2>/dev/null; cp "$acc/results.jsonl" "$OUT/acc-$name.results.jsonl" 2>/dev/null
              # every run's results.csv and console in one file (a call brings back at most 8 files)
              (cd "$acc" && tar czf "$OUT/acc-$name.tgz" ./*.log train/*/results.csv 2>/dev/null) ;;
+    accstart) mkdir -p /tmp/accbg; name=${ACC_NAME:-raccoon}
+              setsid nohup env OUT="/tmp/accbg/$name" GPU_SECONDS="${ACC_WINDOW:-1500}" bash "$0" realacc \
+                > "/tmp/accbg/$name.txt" 2>&1 < /dev/null &
+              echo "accstart: $name detached for ${ACC_WINDOW:-1500} s" ;;
+    accwait) while pgrep -f "gpu_run.sh realacc" > /dev/null && [ "$(left)" -gt 20 ]; do sleep 5; done
+             for d in /tmp/accbg/*/; do
+               [ -d "$d" ] || continue; n=$(basename "$d")
+               cp "$d"acc-*.results.jsonl "$d"acc-*.tgz "$OUT/" 2>/dev/null; cp "${d}realacc.log" "$OUT/realacc-$n.log" 2>/dev/null
+               echo "== $n"; tail -12 "${d}realacc.log" 2>/dev/null
+             done ;;
     augtests) stage augtests 60 150 "${PYT[@]}" --tb=short tests/ops/test_augment.py tests/data/test_augment_plan.py
               tail -3 "$OUT/augtests.log" ;;
     augloader) for cache in "" "--cache ram"; do for w in ${AUG_WORKERS:-4 8 16}; do for a in cpu-pipeline op-cuda; do
