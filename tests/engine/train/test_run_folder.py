@@ -46,7 +46,7 @@ from yolov9c.engine.train.run_folder import (LOCK_NAME, STATE_NAME, USER_ERRORS,
                                              RunFolderError, read_opt, read_state, resume_action)
 from yolov9c.engine.train.trainer import Interrupted, TrainError, train
 from yolov9c.models.atomic_io import DiskFullError, atomic_torch_save
-from yolov9c.models.checkpoint import read_checkpoint
+from yolov9c.models.checkpoint import read_checkpoint, strip_checkpoint
 
 REPO = str(Path(__file__).resolve().parents[3])
 NCOL = len(R.COLUMNS)
@@ -420,7 +420,7 @@ import io, sys, time, torch
 from pathlib import Path
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.run_folder import RunFolder
-from yolov9c.models.checkpoint import read_checkpoint
+from yolov9c.models.checkpoint import read_checkpoint, strip_checkpoint
 
 folder, hang_epoch, where, ncol = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], len(R.COLUMNS)
 real_save, real_append = torch.save, R.append_row
@@ -966,3 +966,21 @@ def test_branch_folder_is_used_again_until_it_saved_an_epoch(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp", "exp-from-epoch0", "exp-from-epoch02"]
     assert (run / "results.csv").read_text() == "epoch\n0\n1\n" and sorted(os.listdir(run / "weights")) == \
         ["epoch0.pt"]
+
+
+def test_best_pt_linked_to_last_pt_is_stripped_once_and_equals_a_separate_strip(tmp_path):
+    folder = tmp_path / "exp"
+    with RunFolder.open(folder) as f:
+        f.save_epoch(0, row(0), real_ckpt(0, 2))
+        f.save_epoch(1, row(1), real_ckpt(1, 2), also=("best.pt",))  # the last epoch is the best: a hard link
+        assert os.path.samefile(f.last, f.best)
+        separate = tmp_path / "separate.pt"
+        strip_checkpoint(f.best, out=separate)
+        f.begin_finish()
+        assert [p.name for p in f.strip_weights(log=Log())] == ["last.pt", "best.pt"]
+        assert os.path.samefile(f.last, f.best)  # linked again, not written twice
+        want, got = read_checkpoint(separate), read_checkpoint(f.best)
+        assert got["optimizer"] is None and got["ema"] is None and got["epoch"] == -1
+        assert want["model"].keys() == got["model"].keys()
+        assert all(torch.equal(v, got["model"][k]) and v.dtype == got["model"][k].dtype
+                   for k, v in want["model"].items())

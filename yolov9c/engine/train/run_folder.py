@@ -289,12 +289,18 @@ class RunFolder:
 
     def strip_weights(self, log=None) -> list:
         """Strip weights/last.pt and best.pt in place (EMA → model, fp16, no optimizer; atomic, and doing it
-        twice is harmless, so an interrupted finish simply strips again). Returns the stripped paths."""
+        twice is harmless, so an interrupted finish simply strips again). Returns the stripped paths. best.pt
+        saved as a hard link of last.pt (the last epoch was the best) is stripped once: linked again to the
+        stripped last.pt."""
         log = log or self.log
+        linked = self.last.exists() and self.best.exists() and os.path.samefile(self.last, self.best)
         done = []
         for f in (self.last, self.best):
             if f.exists():
-                strip_checkpoint(f)
+                if f == self.best and linked:
+                    atomic_copy(self.last, f, what="stripped best.pt")
+                else:
+                    strip_checkpoint(f)
                 log(f"Optimizer stripped from {f}, {f.stat().st_size / 1e6:.1f}MB")
                 done.append(f)
         return done
