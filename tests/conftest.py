@@ -1,7 +1,8 @@
 """Shared pytest set-up: the `cuda` marker for tests that need a GPU, one CPU thread, the
 `one_thread` fixture (a module opts in with `pytestmark = pytest.mark.usefixtures("one_thread")`: it also keeps
 torch at one thread where a caller chose more), `gelan_t`: a fresh seeded gelan-t checkpoint (3 classes)
-for the detect tests, and `golden_model`: the golden recipe's model of each config for tests/models/test_goldens.py and
+for the detect tests, `gelan_mini`: the path of a model yaml with every module kind of gelan-t at a fraction of its
+size (for trainings whose checks do not depend on the model), and `golden_model`: the golden recipe's model of each config for tests/models/test_goldens.py and
 tests/models/test_goldens_loss.py together (one float64 build per config: ~14 s of CPU for the ten, once instead of
 twice; session scope makes pytest run the two files' tests of one config one after another, so one model is
 alive at a time).
@@ -47,6 +48,41 @@ def gelan_t(tmp_path_factory):
     m = yolov9c.build_model("gelan-t", nc=3)
     m.names = ["a", "b", "c"]
     return save_checkpoint(tmp_path_factory.mktemp("w") / "gelan-t.pt", m)
+
+
+# gelan-t's module kinds (Conv, ELAN1, AConv, RepNCSPELAN4, SPPELAN, Upsample, Concat, DDetect), each once, 16
+# channels wide, strides 8/16/32: 247 tensors against gelan-t's 1339. A tiny CPU training (run folders, --resume)
+# spends its CPU per tensor, not per image: the EMA copy, every checkpoint save and read (torch's weights-only
+# unpickler), the strip and the final validation's load. Measured, one 1-epoch run of 8 images at --img 64:
+# 5-6 s of CPU with gelan-t, ~1 s with this.
+GELAN_MINI = """\
+nc: 80
+depth_multiple: 1.0
+width_multiple: 1.0
+backbone:
+  [[-1, 1, Conv, [16, 3, 2]],  # 0-P1/2
+   [-1, 1, Conv, [16, 3, 2]],  # 1-P2/4
+   [-1, 1, ELAN1, [16, 16, 8]],  # 2
+   [-1, 1, AConv, [16]],  # 3-P3/8
+   [-1, 1, RepNCSPELAN4, [16, 16, 8, 1]],  # 4
+   [-1, 1, AConv, [16]],  # 5-P4/16
+   [-1, 1, AConv, [16]],  # 6-P5/32
+   [-1, 1, SPPELAN, [16, 8]],  # 7
+  ]
+head:
+  [[-1, 1, nn.Upsample, [None, 2, 'nearest']],  # 8
+   [[-1, 5], 1, Concat, [1]],  # 9 (P4)
+   [[4, 9, 7], 1, DDetect, [nc]],  # 10 DDetect(P3, P4, P5)
+  ]
+"""
+
+
+@pytest.fixture(scope="session")
+def gelan_mini(tmp_path_factory):
+    """Path (str) of the GELAN_MINI model yaml: --cfg of tiny trainings that test the run, not the model."""
+    path = tmp_path_factory.mktemp("cfg") / "gelan-mini.yaml"
+    path.write_text(GELAN_MINI)
+    return str(path)
 
 
 @pytest.fixture(scope="session", params=CONFIGS)
