@@ -981,11 +981,11 @@ def test_branch_folder_is_used_again_until_it_saved_an_epoch(tmp_path):
         ["epoch0.pt"]
 
 
-def test_best_pt_linked_to_last_pt_is_stripped_once_and_equals_a_separate_strip(tmp_path):
+def test_best_pt_linked_to_last_pt_is_stripped_once_and_equals_a_separate_strip(tmp_path, gelan_mini):
     folder = tmp_path / "exp"
     with RunFolder.open(folder) as f:
-        f.save_epoch(0, row(0), real_ckpt(0, 2))
-        f.save_epoch(1, row(1), real_ckpt(1, 2), also=("best.pt",))  # the last epoch is the best: a hard link
+        f.save_epoch(0, row(0), real_ckpt(0, 2, gelan_mini))
+        f.save_epoch(1, row(1), real_ckpt(1, 2, gelan_mini), also=("best.pt",))  # the last epoch is the best: a hard link
         assert os.path.samefile(f.last, f.best)
         separate = tmp_path / "separate.pt"
         strip_checkpoint(f.best, out=separate)
