@@ -2,7 +2,8 @@
 optimizer state as a run that was never interrupted (float32 checkpoints carry optimizer, EMA, RNG states and
 loop counters). Also: a resumed run keeps its folder and options, and a finished (stripped) run refuses.
 
-Tiny on purpose: 16 synthetic training images of 96 px, gelan-t at --img 64, batch 8 (2 steps per epoch).
+Tiny on purpose: 16 synthetic training images of 96 px, gelan-mini (tests/conftest.py: gelan-t's module kinds at
+a fifth of its tensors) at --img 64, batch 8 (2 steps per epoch).
 Run: python -m pytest -q tests/engine/train/test_resume.py
 """
 
@@ -22,19 +23,23 @@ def data(tmp_path_factory):
     return str(synthetic_dataset(seed=1, root=tmp_path_factory.mktemp("syn"), n_train=16, n_val=4, imgsz=96))
 
 
-def _opt(data, project, *extra):
-    return parse_opt(["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8", "--epochs", "3",
-                      "--workers", "0", "--noval", "--noplots", "--project", str(project), *extra])
+@pytest.fixture(scope="module")
+def opt(data, gelan_mini):
+    """opt(project, *extra): the RunConfig of a tiny 3-epoch training into `project`."""
+    def make(project, *extra):
+        return parse_opt(["--data", data, "--cfg", gelan_mini, "--img", "64", "--batch", "8", "--epochs", "3",
+                          "--workers", "0", "--noval", "--noplots", "--project", str(project), *extra])
+    return make
 
 
 def _load(path):
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def test_resume_equals_uninterrupted(data, tmp_path):
+def test_resume_equals_uninterrupted(opt, tmp_path):
     quiet = dict(log=lambda *a, **k: None)
-    a = train(_opt(data, tmp_path / "a"), stop_after_epoch=1, **quiet)
-    b = train(_opt(data, tmp_path / "b"), stop_after_epoch=0, **quiet)
+    a = train(opt(tmp_path / "a"), stop_after_epoch=1, **quiet)
+    b = train(opt(tmp_path / "b"), stop_after_epoch=0, **quiet)
     last_b = b["save_dir"] / "weights" / "last.pt"
     assert _load(last_b)["epoch"] == 0
     r = train(parse_opt(["--resume", str(last_b)]), stop_after_epoch=1, **quiet)
@@ -57,7 +62,7 @@ def test_resume_equals_uninterrupted(data, tmp_path):
     assert len(rows) == 3 and rows[2].split(",")[0].strip() == "1"
 
 
-def test_resume_of_a_stripped_checkpoint_refuses(tmp_path):
+def test_resume_of_a_stripped_checkpoint_refuses(tmp_path, gelan_mini):
     import yaml
 
     from yolov9c import build_model
@@ -66,7 +71,7 @@ def test_resume_of_a_stripped_checkpoint_refuses(tmp_path):
     run = tmp_path / "exp"
     (run / "weights").mkdir(parents=True)
     (run / "opt.yaml").write_text(yaml.safe_dump({k: v for k, v in vars(parse_opt([])).items() if k != "given"}))
-    save_checkpoint(run / "weights" / "last.pt", build_model("gelan-t", nc=2), epoch=-1)  # as after the strip
+    save_checkpoint(run / "weights" / "last.pt", build_model(gelan_mini, nc=2), epoch=-1)  # as after the strip
     with pytest.raises(TrainError, match="nothing to resume: this run finished"):
         train(parse_opt(["--resume", str(run / "weights" / "last.pt")]), log=lambda *a, **k: None)
     (tmp_path / "empty").mkdir()
@@ -75,10 +80,10 @@ def test_resume_of_a_stripped_checkpoint_refuses(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def interrupted(data, tmp_path_factory):
+def interrupted(data, gelan_mini, tmp_path_factory):
     """A run interrupted after epoch 0 of 2 at --batch 8 --accumulate 1 (nominal 8: 2 optimizer steps of 8
     images per epoch), Adam, --save-period 1; its best fitness set to 0.5, a value it cannot beat."""
-    first = parse_opt(["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8", "--accumulate", "1",
+    first = parse_opt(["--data", data, "--cfg", gelan_mini, "--img", "64", "--batch", "8", "--accumulate", "1",
                        "--epochs", "2", "--workers", "0", "--noplots", "--noval", "--optimizer", "Adam",
                        "--save-period", "1", "--project", str(tmp_path_factory.mktemp("interrupted"))])
     run = train(first, stop_after_epoch=0, log=lambda *a, **k: None)["save_dir"]
@@ -148,7 +153,7 @@ def test_resume_with_a_changed_nominal_batch_warns(interrupted, tmp_path):
     assert "Resuming with --batch-size 4 (was 8) x accumulate 1 = nominal batch 4" in lines[-2]
 
 
-def test_weights_transfer_from_another_class_count(data, tmp_path, caplog):
+def test_weights_transfer_from_another_class_count(data, opt, gelan_mini, tmp_path, caplog):
     """--weights with a checkpoint of 80 classes on 8-class data: every tensor whose name and shape match is
     transferred (logged "Transferred X/Y items"), the class convolutions of the head are skipped."""
     import logging
@@ -157,16 +162,16 @@ def test_weights_transfer_from_another_class_count(data, tmp_path, caplog):
     from yolov9c.data.dataset_yaml import load_data_config
     from yolov9c.models.checkpoint import save_checkpoint
 
-    src = build_model("gelan-t", nc=80)
+    src = build_model(gelan_mini, nc=80)
     save_checkpoint(tmp_path / "src.pt", src)  # fp16, so the published half().float() keeps the values
     nc = load_data_config(data)["nc"]
     assert nc != 80
-    dst = build_model("gelan-t", nc=nc).state_dict()
+    dst = build_model(gelan_mini, nc=nc).state_dict()
     ssd = src.state_dict()
     same = [k for k, v in dst.items() if k in ssd and ssd[k].shape == v.shape]
     assert 0 < len(same) < len(dst)
     with caplog.at_level(logging.INFO):
-        out = train(_opt(data, tmp_path, "--weights", str(tmp_path / "src.pt"), "--epochs", "2", "--freeze", "10"),
+        out = train(opt(tmp_path, "--weights", str(tmp_path / "src.pt"), "--epochs", "2", "--freeze", "10"),
                     stop_after_epoch=0, log=lambda *a, **k: None)  # epoch 0's last.pt (float32); no finish
     assert f"Transferred {len(same)}/{len(dst)} items from {tmp_path / 'src.pt'}" in caplog.text
     ck = _load(out["save_dir"] / "weights" / "last.pt")

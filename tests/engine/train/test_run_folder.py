@@ -12,8 +12,9 @@
   DiskFullError line (file, MB needed, MB free), old last.pt intact, no temp left, no row appended;
 - finishing: run_state.yaml phases and resume_action (train / finish / done), stripping twice is harmless;
 - opt.yaml: atomic, an empty one falls back to the checkpoint's options;
-- the trainer on its run folder (last section; real tiny CPU trainings: 8 synthetic 64 px images, gelan-t at
-  --img 64, batch 8, --noval, --noplots): a live run's folder refuses a second run (the lock held by a real
+- the trainer on its run folder (last section; real tiny CPU trainings: 8 synthetic 64 px images, gelan-mini
+  (tests/conftest.py: gelan-t's module kinds at a fifth of its tensors) at --img 64, batch 8, --noval, --noplots;
+  the --mem-budget case with gelan-t, as the planner finds it by name): a live run's folder refuses a second run (the lock held by a real
   child process), a fresh --exist-ok run moves results.csv aside, failed starts leave no folder, a run
   interrupted by Ctrl-C names its checkpoint and --resume has each epoch exactly once in results.csv, a run
   killed while finishing is finished by --resume, a done run has nothing to resume and a bare --resume
@@ -169,23 +170,27 @@ def test_lock_released_at_exit_after_an_uncaught_exception(tmp_path, spawn):
     assert not (folder / LOCK_NAME).exists()
 
 
-@pytest.mark.parametrize("reap", [True, False], ids=["dead", "zombie"])
-def test_lock_of_a_killed_run_is_taken_over(tmp_path, spawn, reap):
+def test_lock_of_a_killed_run_is_taken_over(tmp_path, spawn):
+    """The lock of a kill -9'd holder is taken over while the holder is a zombie (not reaped: its pid still
+    exists), and again, the lock file it wrote put back, once it is reaped (dead). One holder for both cases: a
+    child's start (importing torch) is most of this test's CPU."""
     folder = tmp_path / "exp"
     holder = spawn(HOLDER, folder, "with")
     first_line(holder, "HELD")
     holder.kill()  # SIGKILL: no atexit, the lock stays behind
-    if reap:
-        holder.wait()
-    else:  # not reaped: the pid still exists, as a zombie
-        while (proc_stat(holder.pid) or ("Z",))[0] != "Z":
-            time.sleep(0.01)
-    assert json.loads((folder / LOCK_NAME).read_text())["pid"] == holder.pid
-    log = Log()
-    with RunFolder.open(folder, log=log) as f:
-        assert json.loads(f.lock_path.read_text())["pid"] == os.getpid()
-    assert any("taking over the lock" in m and f"pid {holder.pid}" in m for m in log), log
-    assert not (folder / LOCK_NAME).exists()
+    while (proc_stat(holder.pid) or ("Z",))[0] != "Z":  # not reaped: the pid still exists, as a zombie
+        time.sleep(0.01)
+    written = (folder / LOCK_NAME).read_bytes()
+    assert json.loads(written)["pid"] == holder.pid
+    for reaped in (False, True):
+        if reaped:
+            holder.wait()
+            (folder / LOCK_NAME).write_bytes(written)
+        log = Log()
+        with RunFolder.open(folder, log=log) as f:
+            assert json.loads(f.lock_path.read_text())["pid"] == os.getpid()
+        assert any("taking over the lock" in m and f"pid {holder.pid}" in m for m in log), (reaped, log)
+        assert not (folder / LOCK_NAME).exists()
 
 
 def test_reused_pid_is_not_the_lock_holder(tmp_path, spawn):
@@ -635,27 +640,28 @@ def test_full_disk_on_a_real_tiny_filesystem(tiny_fs):
 _MODELS = []
 
 
-def real_ckpt(epoch, epochs):
-    """A trainer-like checkpoint (model, EMA, optimizer) of a small model, built once per session."""
+def real_ckpt(epoch, epochs, cfg):
+    """A trainer-like checkpoint (model, EMA, optimizer) of a small model (cfg: gelan_mini), built once per
+    session."""
     from yolov9c.models.checkpoint import make_checkpoint
     from yolov9c.models.model import DetectionModel
     if not _MODELS:
         torch.manual_seed(0)
-        _MODELS.extend([DetectionModel("gelan-t.yaml", nc=2), DetectionModel("gelan-t.yaml", nc=2)])
+        _MODELS.extend([DetectionModel(cfg, nc=2), DetectionModel(cfg, nc=2)])
     model, ema = _MODELS
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     return make_checkpoint(model, ema=ema, optimizer=opt, epoch=epoch, opt={"epochs": epochs}, half=False)
 
 
-def test_a_kill_while_finishing_resumes_as_finish(tmp_path):
+def test_a_kill_while_finishing_resumes_as_finish(tmp_path, gelan_mini):
     folder = tmp_path / "exp"
     with RunFolder.open(folder) as f:
         for e in range(3):
-            f.save_epoch(e, row(e), real_ckpt(e, 3), also=("best.pt",) if e == 1 else ())
+            f.save_epoch(e, row(e), real_ckpt(e, 3, gelan_mini), also=("best.pt",) if e == 1 else ())
         assert read_state(folder)["phase"] == "training"
         f.begin_finish()
         f.last.unlink()  # stand-in for a kill: last.pt stripped...
-        atomic_torch_save(real_ckpt(2, 3), f.last)  # ...or not yet: either way
+        atomic_torch_save(real_ckpt(2, 3, gelan_mini), f.last)  # ...or not yet: either way
         f.strip_weights()
         # killed here: best.pt validation never ran
     ck = read_checkpoint(folder / "weights" / "last.pt")
@@ -722,9 +728,14 @@ def data(tmp_path_factory):
     return str(synthetic_dataset(seed=3, root=tmp_path_factory.mktemp("syn"), n_train=8, n_val=4, imgsz=64))
 
 
-def _args(data, project, *extra):
-    return ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8", "--epochs", "1", "--workers",
-            "0", "--noval", "--noplots", "--device", "cpu", "--project", str(project), *extra]
+@pytest.fixture(scope="module")
+def args(data, gelan_mini):
+    """args(project, *extra, data=None): the command line of a tiny training into `project` (another --data
+    if given)."""
+    def make(project, *extra, data=data):
+        return ["--data", data, "--cfg", gelan_mini, "--img", "64", "--batch", "8", "--epochs", "1", "--workers",
+                "0", "--noval", "--noplots", "--device", "cpu", "--project", str(project), *extra]
+    return make
 
 
 def _quiet(*a, **k):
@@ -752,28 +763,28 @@ def _epochs(run):
     return R.epochs_in(run / "results.csv")
 
 
-def test_failed_starts_leave_no_folder_and_exist_ok_moves_results_aside(data, tmp_path):
+def test_failed_starts_leave_no_folder_and_exist_ok_moves_results_aside(args, tmp_path):
     project = tmp_path / "runs"
     with pytest.raises(TrainError):
-        train(parse_opt(_args(str(tmp_path / "nosuch.yaml"), project)), log=_quiet)
+        train(parse_opt(args(project, data=str(tmp_path / "nosuch.yaml"))), log=_quiet)
     with pytest.raises(TrainError, match="--cfg"):
-        train(parse_opt(_args(data, project, "--cfg", str(tmp_path / "nosuch-model.yaml"))), log=_quiet)
+        train(parse_opt(args(project, "--cfg", str(tmp_path / "nosuch-model.yaml"))), log=_quiet)
     assert not project.exists() or list(project.iterdir()) == []
-    out = train(parse_opt(_args(data, project)), log=_quiet)
+    out = train(parse_opt(args(project)), log=_quiet)
     run = out["save_dir"]
     assert run == project / "exp"  # not exp3: the failed starts took no name
     assert _epochs(run) == [0] and read_state(run)["phase"] == "done"
     assert not (run / "run.lock").exists()  # released
     assert yaml.safe_load((run / "opt.yaml").read_text())["epochs"] == 1
     first = (run / "results.csv").read_text()
-    again = train(parse_opt(_args(data, project, "--exist-ok")), log=_quiet)
+    again = train(parse_opt(args(project, "--exist-ok")), log=_quiet)
     assert again["save_dir"] == run
     assert (run / "results.1.csv").read_text() == first  # the earlier run's rows, moved aside
     assert (run / "weights.1" / "last.pt").is_file() and (run / "weights" / "last.pt").is_file()  # and its models
     assert _epochs(run) == [0]  # the new run's own results.csv: one row, not two
 
 
-def test_a_live_runs_folder_refuses_a_second_run(data, tmp_path, capsys):
+def test_a_live_runs_folder_refuses_a_second_run(args, tmp_path, capsys):
     run = tmp_path / "runs" / "exp"
     run.mkdir(parents=True)
     child = subprocess.Popen(
@@ -783,7 +794,7 @@ def test_a_live_runs_folder_refuses_a_second_run(data, tmp_path, capsys):
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "held"
-        code = main(_args(data, tmp_path / "runs", "--exist-ok"))
+        code = main(args(tmp_path / "runs", "--exist-ok"))
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2
         assert err[-1].startswith("train_dual.py: error: ") and f"pid {child.pid}" in err[-1]
@@ -795,18 +806,18 @@ def test_a_live_runs_folder_refuses_a_second_run(data, tmp_path, capsys):
     assert not (run / "run.lock").exists()
 
 
-def test_ctrl_c_names_the_checkpoint_and_resume_has_each_epoch_once(data, tmp_path):
+def test_ctrl_c_names_the_checkpoint_and_resume_has_each_epoch_once(args, tmp_path):
     project = tmp_path / "runs"
     header = ("%11s" * 2) % ("Epoch", "GPU_mem")
     # Ctrl-C in the first epoch: no checkpoint yet, and the hint says so
     with pytest.raises(Interrupted) as e0:
-        train(parse_opt(_args(data, project, "--epochs", "2")), log=_stop_at(header, 1, KeyboardInterrupt))
+        train(parse_opt(args(project, "--epochs", "2")), log=_stop_at(header, 1, KeyboardInterrupt))
     assert e0.value.last is None and e0.value.save_dir == project / "exp"
     assert "nothing to resume" in interrupt_hint(parse_opt([]), e0.value)
     assert not (project / "exp").exists()  # no checkpoint, no folder: the same command takes exp again
     # Ctrl-C at the start of epoch 1: last.pt of epoch 0 is named
     with pytest.raises(Interrupted) as e1:
-        train(parse_opt(_args(data, project, "--epochs", "2")), log=_stop_at(header, 2, KeyboardInterrupt))
+        train(parse_opt(args(project, "--epochs", "2")), log=_stop_at(header, 2, KeyboardInterrupt))
     run = project / "exp"
     last = run / "weights" / "last.pt"
     assert e1.value.last == last and not (run / "run.lock").exists()
@@ -839,34 +850,36 @@ def test_ctrl_c_names_the_checkpoint_and_resume_has_each_epoch_once(data, tmp_pa
         train(parse_opt(["--resume", "--project", str(project)]), log=_quiet)
 
 
-def test_ctrl_c_of_a_nosave_run_keeps_its_finished_epochs(data, tmp_path):
+def test_ctrl_c_of_a_nosave_run_keeps_its_finished_epochs(args, tmp_path):
     """--nosave writes no checkpoint before the last epoch: a Ctrl-C after finished epochs has nothing to resume
     but keeps the folder and its results.csv rows (only a run with no finished epoch is removed)."""
     header = ("%11s" * 2) % ("Epoch", "GPU_mem")
     with pytest.raises(Interrupted) as e:
-        train(parse_opt(_args(data, tmp_path / "runs", "--epochs", "3", "--nosave")),
+        train(parse_opt(args(tmp_path / "runs", "--epochs", "3", "--nosave")),
               log=_stop_at(header, 2, KeyboardInterrupt))
     run = tmp_path / "runs" / "exp"
     assert e.value.last is None and not e.value.removed and _epochs(run) == [0]
     assert "no checkpoint to resume" in interrupt_hint(parse_opt([]), e.value)
 
 
-def test_mem_budget_run_resumes(data, tmp_path):
+def test_mem_budget_run_resumes(args, tmp_path):
     """A resume builds the model from the checkpoint's dict (no --cfg): the planner still finds the model by the
-    checkpoint's yaml_file."""
+    checkpoint's yaml_file (gelan-t.yaml, a name: the planner resolves it). The resume stops after epoch 1 of 3:
+    the planner has run by then, and a finish (strip, final validation) has nothing to do with it."""
     project = tmp_path / "runs"
-    train(parse_opt(_args(data, project, "--epochs", "2", "--mem-budget", "1G")), stop_after_epoch=0, log=_quiet)
+    train(parse_opt(args(project, "--cfg", "gelan-t.yaml", "--epochs", "3", "--mem-budget", "1G")),
+          stop_after_epoch=0, log=_quiet)
     last = project / "exp" / "weights" / "last.pt"
-    out = train(parse_opt(["--resume", str(last)]), log=_quiet)
+    out = train(parse_opt(["--resume", str(last)]), stop_after_epoch=1, log=_quiet)
     assert out["epochs_done"] == 2 and _epochs(project / "exp") == [0, 1]
 
 
-def test_a_run_killed_at_the_finish_is_finished_by_resume(data, tmp_path):
+def test_a_run_killed_at_the_finish_is_finished_by_resume(args, tmp_path):
     """Killed after the last epoch's save (before the finish began), then its --resume killed while finishing
     (weights stripped, run_state "finishing", final validation not done): each --resume only strips and
     validates (no epoch loop); then the run is done and a further --resume has nothing to do."""
     with pytest.raises(_Stop):
-        train(parse_opt([a for a in _args(data, tmp_path / "runs") if a != "--noval"]),
+        train(parse_opt([a for a in args(tmp_path / "runs") if a != "--noval"]),
               log=_stop_at("epochs completed"))
     run = tmp_path / "runs" / "exp"
     last = run / "weights" / "last.pt"
@@ -899,14 +912,14 @@ def test_a_run_killed_at_the_finish_is_finished_by_resume(data, tmp_path):
         train(parse_opt(["--resume", str(last)]), log=_quiet)
 
 
-def test_resume_from_an_epoch_checkpoint_of_a_finished_run(data, tmp_path):
+def test_resume_from_an_epoch_checkpoint_of_a_finished_run(args, tmp_path):
     """--resume RUN/weights/epoch0.pt of a finished run (to go back before a divergence) trains again from epoch 1
     in a new folder RUN-from-epoch0: the finished run's files stay byte for byte, the new folder has each epoch
     once in results.csv (epoch 0 copied, 1 and 2 trained) and, resume being exact on the CPU, ends with the same
     weights as the finished run. Before: "nothing to resume: this run finished"."""
     import torch
 
-    out = train(parse_opt(_args(data, tmp_path, "--epochs", "3", "--save-period", "1")), log=_quiet)
+    out = train(parse_opt(args(tmp_path, "--epochs", "3", "--save-period", "1")), log=_quiet)
     run = out["save_dir"]
     assert read_state(run)["phase"] == "done"
     before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
@@ -968,11 +981,11 @@ def test_branch_folder_is_used_again_until_it_saved_an_epoch(tmp_path):
         ["epoch0.pt"]
 
 
-def test_best_pt_linked_to_last_pt_is_stripped_once_and_equals_a_separate_strip(tmp_path):
+def test_best_pt_linked_to_last_pt_is_stripped_once_and_equals_a_separate_strip(tmp_path, gelan_mini):
     folder = tmp_path / "exp"
     with RunFolder.open(folder) as f:
-        f.save_epoch(0, row(0), real_ckpt(0, 2))
-        f.save_epoch(1, row(1), real_ckpt(1, 2), also=("best.pt",))  # the last epoch is the best: a hard link
+        f.save_epoch(0, row(0), real_ckpt(0, 2, gelan_mini))
+        f.save_epoch(1, row(1), real_ckpt(1, 2, gelan_mini), also=("best.pt",))  # the last epoch is the best: a hard link
         assert os.path.samefile(f.last, f.best)
         separate = tmp_path / "separate.pt"
         strip_checkpoint(f.best, out=separate)
