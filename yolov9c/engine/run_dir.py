@@ -12,18 +12,22 @@ def increment_path(path, exist_ok=False, mkdir=False):
     With mkdir and not exist_ok the folder is claimed atomically (os.mkdir fails on an existing name, and the
     next free name is tried), so two runs started together get exp and exp2, never the same folder."""
     path = Path(path)
-    candidates = [path] + [path.with_name(f"{path.name}{n}") for n in range(2, 10000)]
+
+    def candidates(first=1):  # path, path2, ..., path9999, made one at a time (most runs take the first)
+        for n in range(first, 10000):
+            yield path if n == 1 else path.with_name(f"{path.name}{n}")
+
     if mkdir and not exist_ok:
         path.parent.mkdir(parents=True, exist_ok=True)
-        for cand in candidates:
+        for cand in candidates():
             try:
                 cand.mkdir()
                 return cand
             except FileExistsError:
                 continue
-        raise FileExistsError(f"{path}: no free run folder name up to {candidates[-1].name}")
+        raise FileExistsError(f"{path}: no free run folder name up to {path.name}9999")
     if path.exists() and not exist_ok:
-        path = next((c for c in candidates[1:] if not c.exists()), path)
+        path = next((c for c in candidates(2) if not c.exists()), path)
     if mkdir:
         path.mkdir(parents=True, exist_ok=True)
     return path
