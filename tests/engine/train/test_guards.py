@@ -13,7 +13,8 @@
   stays 8 images per optimizer step, the run ends bit-identical to one that used micro-batches of 4 from the
   start, a second OOM halves again, an OOM at one image is one `error:` line; the micro-batch is in last.pt and
   --resume keeps it; an OOM in validation validates again with a smaller batch.
-Tiny on purpose: 16 synthetic images, gelan-t at --img 64, batch 8 (2 batches per epoch). Runs whose end is not
+Tiny on purpose: 16 synthetic images, gelan_mini (tests/conftest.py: gelan-t's module kinds at 247 tensors;
+what is checked here is the run, not the model) at --img 64, batch 8 (2 batches per epoch). Runs whose end is not
 under test stop after the epochs they need (train(stop_after_epoch=...), as an interruption: last.pt stays the
 float32 checkpoint with EMA and optimizer; no strip, no final validation of best.pt). Shared where the tests
 only read a run: one out-of-memory run per backend (oom_run) and one --resume of a copy of it (resumed_oom_run,
@@ -51,12 +52,15 @@ BACKENDS = ["torch", "c"]
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return str(synthetic_dataset(seed=1, root=tmp_path_factory.mktemp("syn"), n_train=16, n_val=4, imgsz=96))
+def data(tmp_path_factory, gelan_mini):
+    """(data yaml, model yaml) of the CPU runs: 16 synthetic images, gelan_mini (tests/conftest.py)."""
+    syn = synthetic_dataset(seed=1, root=tmp_path_factory.mktemp("syn"), n_train=16, n_val=4, imgsz=96)
+    return str(syn), gelan_mini
 
 
 def _args(data, project, backend, *extra):
-    return ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8", "--epochs", "2",
+    data, cfg = data
+    return ["--data", data, "--cfg", cfg, "--img", "64", "--batch", "8", "--epochs", "2",
             "--accumulate", "1", "--workers", "0", "--noval", "--noplots", "--device", "cpu", "--backend", backend,
             "--project", str(project), *extra]
 
@@ -169,8 +173,8 @@ def test_injected_nan_gradient_skips_that_step_only(data, tmp_path, backend, mon
 
 @pytest.fixture(scope="module")
 def black(tmp_path_factory):
-    """The synthetic dataset with every image all black (8 training images: 2 batches of 4), and a hyp file with
-    lr0: 100 and no augmentation."""
+    """(data yaml, model yaml): the synthetic dataset with every image all black (8 training images: 2 batches of
+    4) and gelan-t; and a hyp file with lr0: 100 and no augmentation."""
     root = tmp_path_factory.mktemp("black")
     data = synthetic_dataset(seed=1, root=root, n_train=8, n_val=4, imgsz=64)
     for f in [*root.rglob("*.jpg"), *root.rglob("*.png")]:
@@ -181,7 +185,7 @@ def black(tmp_path_factory):
                perspective=0.0, flipud=0.0, fliplr=0.0, mosaic=0.0, mixup=0.0, copy_paste=0.0)
     f = root / "hyp.lr100.yaml"
     f.write_text(yaml.safe_dump(hyp))
-    return str(data), str(f)
+    return (str(data), "gelan-t.yaml"), str(f)  # gelan-t: gelan_mini's steps here are finite
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
