@@ -11,7 +11,8 @@ folder, so the same command gets the same name; --data given a folder (a .yaml i
 missing `yolov9-s.pt` (one wording in train, val and detect) and `data/images/horses.jpg` say where to get them.
 Not an error: a damaged `--cache disk` .npy (truncated, a pickled object) is rebuilt at start with one line and the
 run trains.
-Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64; every case runs `main(argv)` of the real CLI
+Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64 (gelan_mini, tests/conftest.py, for the
+runs that train); every case runs `main(argv)` of the real CLI
 in this process (tests/inprocess.py), most stop in set-up within a second. The --hyp warning and the damaged
 --cache disk cases read one run that trains to its end (odd_hyp_and_damaged_cache_run).
 
@@ -44,8 +45,10 @@ def data(tmp_path_factory):
     return str(synthetic_dataset(seed=5, root=tmp_path_factory.mktemp("syn"), n_train=8, n_val=4, imgsz=64))
 
 
-def _train_args(data, project, *extra):
-    return ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1", "--workers",
+def _train_args(data, project, *extra, cfg="gelan-t.yaml"):
+    """cfg: gelan-t (the --freeze and --weights messages name its layers and tensors), or gelan_mini
+    (tests/conftest.py) for the cases that train, whose checks do not depend on the model."""
+    return ["--data", data, "--cfg", cfg, "--img", "64", "--batch", "4", "--epochs", "1", "--workers",
             "0", "--noval", "--noplots", "--device", "cpu", "--project", str(project), *extra]
 
 
@@ -95,7 +98,7 @@ def test_bad_hyp_file_is_one_error_line_naming_file_and_line(data, tmp_path, cas
 
 
 @pytest.fixture(scope="module")
-def odd_hyp_and_damaged_cache_run(tmp_path_factory):
+def odd_hyp_and_damaged_cache_run(tmp_path_factory, gelan_mini):
     """One training run (main, in this process, to its end) read by two tests, as each needs a run that trains:
     --hyp with `lr0: 1e-3` and `lrO: 0.02` beside it, and --cache disk over a truncated .npy and one holding a
     pickled object, both newer than their images. Returns (Ran, project, hyp file, truncated .npy, pickled .npy)."""
@@ -109,7 +112,7 @@ def odd_hyp_and_damaged_cache_run(tmp_path_factory):
     truncated.write_bytes(truncated.read_bytes()[:1000])
     np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     r = call(train_main, [str(a) for a in _train_args(str(data), tmp / "runs", "--hyp", hyp, "--cache", "disk",
-                                                      "--batch", "8")])
+                                                      "--batch", "8", cfg=gelan_mini)])
     return r, tmp / "runs", hyp, truncated, pickled
 
 
@@ -143,7 +146,7 @@ def test_damaged_disk_cache_is_rebuilt_and_the_run_trains(odd_hyp_and_damaged_ca
 
 
 @pytest.mark.parametrize("case", ["no-room", "fills-while-writing"])
-def test_disk_cache_on_a_full_disk_is_one_line_and_leaves_no_npy(tmp_path, monkeypatch, case):
+def test_disk_cache_on_a_full_disk_is_one_line_and_leaves_no_npy(tmp_path, monkeypatch, case, gelan_mini):
     """--cache disk with too little free space: checked against the exact need before writing, one line, nothing
     written; a disk that fills while writing: one line for the folder and the partial temporaries removed (before:
     a line per image and a zero-byte .npy per image left in the dataset folder). The run trains either way."""
@@ -165,7 +168,7 @@ def test_disk_cache_on_a_full_disk_is_one_line_and_leaves_no_npy(tmp_path, monke
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return save(file, arr, *a, **k)
         monkeypatch.setattr(np, "save", fill)
-    r = call(train_main, _train_args(str(data), tmp_path / "runs", "--cache", "disk", "--batch", "8"))
+    r = call(train_main, _train_args(str(data), tmp_path / "runs", "--cache", "disk", "--batch", "8", cfg=gelan_mini))
     assert r.returncode == 0 and "error:" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
     said = [ln for ln in r.stdout.splitlines() if "--cache disk needs" in ln or "No space left" in ln]
     assert said == {"no-room": [f"train: --cache disk needs 0.09 MiB (+10 % margin) for 8 .npy files on the disk of "
@@ -337,12 +340,12 @@ def _no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def test_a_run_stopped_before_its_first_save_leaves_no_folder(data, tmp_path, monkeypatch):
+def test_a_run_stopped_before_its_first_save_leaves_no_folder(data, tmp_path, monkeypatch, gelan_mini):
     """Divergence in epoch 0 and a full disk at the first checkpoint: one error line that says the folder was
     removed, no folder (before: runs/exp with an empty weights/, and the advised same command wrote exp2); the
     same command then trains in runs/exp."""
     project = tmp_path / "runs"
-    argv = _train_args(data, project)
+    argv = _train_args(data, project, cfg=gelan_mini)
     end_epoch = T.end_epoch
 
     def diverge(state, epoch, stats):
