@@ -11,8 +11,10 @@ folder, so the same command gets the same name; --data given a folder (a .yaml i
 missing `yolov9-s.pt` (one wording in train, val and detect) and `data/images/horses.jpg` say where to get them.
 Not an error: a damaged `--cache disk` .npy (truncated, a pickled object) is rebuilt at start with one line and the
 run trains.
-Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64; every case runs `main(argv)` of the real CLI
-in this process (tests/inprocess.py), most stop in set-up within a second.
+Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64 (gelan_mini, tests/conftest.py, for the
+runs that train); every case runs `main(argv)` of the real CLI
+in this process (tests/inprocess.py), most stop in set-up within a second. The --hyp warning and the damaged
+--cache disk cases read one run that trains to its end (odd_hyp_and_damaged_cache_run).
 
 Run: python -m pytest -q tests/cli/test_cli_errors.py
 """
@@ -43,8 +45,10 @@ def data(tmp_path_factory):
     return str(synthetic_dataset(seed=5, root=tmp_path_factory.mktemp("syn"), n_train=8, n_val=4, imgsz=64))
 
 
-def _train_args(data, project, *extra):
-    return ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1", "--workers",
+def _train_args(data, project, *extra, cfg="gelan-t.yaml"):
+    """cfg: gelan-t (the --freeze and --weights messages name its layers and tensors), or gelan_mini
+    (tests/conftest.py) for the cases that train, whose checks do not depend on the model."""
+    return ["--data", data, "--cfg", cfg, "--img", "64", "--batch", "4", "--epochs", "1", "--workers",
             "0", "--noval", "--noplots", "--device", "cpu", "--project", str(project), *extra]
 
 
@@ -93,17 +97,34 @@ def test_bad_hyp_file_is_one_error_line_naming_file_and_line(data, tmp_path, cas
     assert yaml.safe_load(BASE_HYP)["lr0"] == 0.01  # the cases edit the bundled file's own lines
 
 
-def test_hyp_key_no_one_reads_is_one_warning_and_1e3_is_a_number(data, tmp_path):
+@pytest.fixture(scope="module")
+def odd_hyp_and_damaged_cache_run(tmp_path_factory, gelan_mini):
+    """One training run (main, in this process, to its end) read by two tests, as each needs a run that trains:
+    --hyp with `lr0: 1e-3` and `lrO: 0.02` beside it, and --cache disk over a truncated .npy and one holding a
+    pickled object, both newer than their images. Returns (Ran, project, hyp file, truncated .npy, pickled .npy)."""
+    tmp = tmp_path_factory.mktemp("odd")
+    hyp = tmp / "hyp.yaml"
+    hyp.write_text(BASE_HYP.replace("lr0: 0.01", "lr0: 1e-3\nlrO: 0.02"))
+    data = synthetic_dataset(seed=5, root=tmp / "syn", n_train=8, n_val=4, imgsz=64)
+    images = sorted((data.parent / "images" / "train").glob("*.jpg"))
+    truncated, pickled = images[0].with_suffix(".npy"), images[1].with_suffix(".npy")
+    np.save(truncated, np.zeros((64, 64, 3), np.uint8))
+    truncated.write_bytes(truncated.read_bytes()[:1000])
+    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    r = call(train_main, [str(a) for a in _train_args(str(data), tmp / "runs", "--hyp", hyp, "--cache", "disk",
+                                                      "--batch", "8", cfg=gelan_mini)])
+    return r, tmp / "runs", hyp, truncated, pickled
+
+
+def test_hyp_key_no_one_reads_is_one_warning_and_1e3_is_a_number(odd_hyp_and_damaged_cache_run):
     """`lrO: 0.02` beside `lr0` (read by no one; before: silently ignored) is one warning naming lr0; `lr0: 1e-3`
     (PyYAML reads a string; before: "'1e-3' is not a number" without a hint) trains with lr0 0.001."""
-    hyp = tmp_path / "hyp.yaml"
-    hyp.write_text(BASE_HYP.replace("lr0: 0.01", "lr0: 1e-3\nlrO: 0.02"))
-    r = call(train_main, [str(a) for a in _train_args(data, tmp_path / "runs", "--hyp", hyp)])
+    r, project, hyp, _, _ = odd_hyp_and_damaged_cache_run
     assert r.returncode == 0 and "error:" not in r.stderr, r.stderr[-3000:]
     warned = [ln for ln in r.stdout.splitlines() if "lrO" in ln and "hyperparameters:" not in ln]
     assert warned == [f"WARNING: {hyp}: line 4: 'lrO' is not a hyperparameter training reads: ignored (did you "
                       f"mean 'lr0'? it is set on line 3)"], warned
-    stored = yaml.safe_load((tmp_path / "runs" / "exp" / "hyp.yaml").read_text())
+    stored = yaml.safe_load((project / "exp" / "hyp.yaml").read_text())
     assert stored["lr0"] == 0.001, stored
 
 
@@ -111,27 +132,21 @@ def test_hyp_key_no_one_reads_is_one_warning_and_1e3_is_a_number(data, tmp_path)
 # --cache disk: a damaged .npy is rebuilt at start, never a failure mid-epoch
 # ---------------------------------------------------------------------------------------------------------
 
-def test_damaged_disk_cache_is_rebuilt_and_the_run_trains(tmp_path):
+def test_damaged_disk_cache_is_rebuilt_and_the_run_trains(odd_hyp_and_damaged_cache_run):
     """A truncated .npy and one holding a pickled object, both newer than their images (the old start-up check
     looked at the times only): one line each at start, rebuilt, and the epoch trains (before: a traceback in
     the first batch that read them)."""
-    data = synthetic_dataset(seed=5, root=tmp_path / "syn", n_train=8, n_val=4, imgsz=64)
-    images = sorted((data.parent / "images" / "train").glob("*.jpg"))
-    truncated, pickled = images[0].with_suffix(".npy"), images[1].with_suffix(".npy")
-    np.save(truncated, np.zeros((64, 64, 3), np.uint8))
-    truncated.write_bytes(truncated.read_bytes()[:1000])
-    np.save(pickled, np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    r = call(train_main, _train_args(str(data), tmp_path / "runs", "--cache", "disk", "--batch", "8"))
+    r, project, _, truncated, pickled = odd_hyp_and_damaged_cache_run
     assert r.returncode == 0 and "error:" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
     rebuilt = [ln for ln in r.stdout.splitlines() if "damaged disk cache" in ln]
     assert len(rebuilt) == 2 and str(truncated) in rebuilt[0] and str(pickled) in rebuilt[1], rebuilt
-    assert (tmp_path / "runs" / "exp" / "weights" / "last.pt").is_file()
+    assert (project / "exp" / "weights" / "last.pt").is_file()
     for npy in (truncated, pickled):
         assert np.load(npy, allow_pickle=False).shape == (64, 64, 3)
 
 
 @pytest.mark.parametrize("case", ["no-room", "fills-while-writing"])
-def test_disk_cache_on_a_full_disk_is_one_line_and_leaves_no_npy(tmp_path, monkeypatch, case):
+def test_disk_cache_on_a_full_disk_is_one_line_and_leaves_no_npy(tmp_path, monkeypatch, case, gelan_mini):
     """--cache disk with too little free space: checked against the exact need before writing, one line, nothing
     written; a disk that fills while writing: one line for the folder and the partial temporaries removed (before:
     a line per image and a zero-byte .npy per image left in the dataset folder). The run trains either way."""
@@ -153,7 +168,7 @@ def test_disk_cache_on_a_full_disk_is_one_line_and_leaves_no_npy(tmp_path, monke
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return save(file, arr, *a, **k)
         monkeypatch.setattr(np, "save", fill)
-    r = call(train_main, _train_args(str(data), tmp_path / "runs", "--cache", "disk", "--batch", "8"))
+    r = call(train_main, _train_args(str(data), tmp_path / "runs", "--cache", "disk", "--batch", "8", cfg=gelan_mini))
     assert r.returncode == 0 and "error:" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-3000:]
     said = [ln for ln in r.stdout.splitlines() if "--cache disk needs" in ln or "No space left" in ln]
     assert said == {"no-room": [f"train: --cache disk needs 0.09 MiB (+10 % margin) for 8 .npy files on the disk of "
@@ -325,12 +340,12 @@ def _no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def test_a_run_stopped_before_its_first_save_leaves_no_folder(data, tmp_path, monkeypatch):
+def test_a_run_stopped_before_its_first_save_leaves_no_folder(data, tmp_path, monkeypatch, gelan_mini):
     """Divergence in epoch 0 and a full disk at the first checkpoint: one error line that says the folder was
     removed, no folder (before: runs/exp with an empty weights/, and the advised same command wrote exp2); the
     same command then trains in runs/exp."""
     project = tmp_path / "runs"
-    argv = _train_args(data, project)
+    argv = _train_args(data, project, cfg=gelan_mini)
     end_epoch = T.end_epoch
 
     def diverge(state, epoch, stats):

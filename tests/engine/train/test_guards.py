@@ -13,9 +13,12 @@
   stays 8 images per optimizer step, the run ends bit-identical to one that used micro-batches of 4 from the
   start, a second OOM halves again, an OOM at one image is one `error:` line; the micro-batch is in last.pt and
   --resume keeps it; an OOM in validation validates again with a smaller batch.
-Tiny on purpose: 16 synthetic images, gelan-t at --img 64, batch 8 (2 batches per epoch). Runs whose end is not
+Tiny on purpose: 16 synthetic images, gelan_mini (tests/conftest.py: gelan-t's module kinds at 247 tensors;
+what is checked here is the run, not the model) at --img 64, batch 8 (2 batches per epoch). Runs whose end is not
 under test stop after the epochs they need (train(stop_after_epoch=...), as an interruption: last.pt stays the
-float32 checkpoint with EMA and optimizer; no strip, no final validation of best.pt).
+float32 checkpoint with EMA and optimizer; no strip, no final validation of best.pt). Shared where the tests
+only read a run: one out-of-memory run per backend (oom_run) and one --resume of a copy of it (resumed_oom_run,
+read by the micro-batch and the validation-loss tests).
 On a CUDA GPU (marked `cuda`, skipped without one; last section): a real out-of-memory error (a per-process
 memory limit below what the full batch needs) halves the micro-batch and the step completes; an allocation the GPU
 cannot hold inside a real training run is survived by both backends; an injected NaN gradient is skipped on CUDA
@@ -25,6 +28,7 @@ Run: python -m pytest -q tests/engine/train/test_guards.py
 """
 
 import math
+import shutil
 
 import cv2
 import numpy as np
@@ -34,6 +38,7 @@ import yaml
 
 import yolov9c.engine.train.step as S
 import yolov9c.engine.train.trainer as T
+from inprocess import call
 from yolov9c.cli.train import main, parse_opt
 from yolov9c.data.synthetic import synthetic_dataset
 from yolov9c.engine.train.guards import NonFiniteCounter, NonFiniteError, OutOfMemory, divergence
@@ -47,12 +52,15 @@ BACKENDS = ["torch", "c"]
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return str(synthetic_dataset(seed=1, root=tmp_path_factory.mktemp("syn"), n_train=16, n_val=4, imgsz=96))
+def data(tmp_path_factory, gelan_mini):
+    """(data yaml, model yaml) of the CPU runs: 16 synthetic images, gelan_mini (tests/conftest.py)."""
+    syn = synthetic_dataset(seed=1, root=tmp_path_factory.mktemp("syn"), n_train=16, n_val=4, imgsz=96)
+    return str(syn), gelan_mini
 
 
 def _args(data, project, backend, *extra):
-    return ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8", "--epochs", "2",
+    data, cfg = data
+    return ["--data", data, "--cfg", cfg, "--img", "64", "--batch", "8", "--epochs", "2",
             "--accumulate", "1", "--workers", "0", "--noval", "--noplots", "--device", "cpu", "--backend", backend,
             "--project", str(project), *extra]
 
@@ -72,9 +80,19 @@ def _same(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def _finite_weights(path):
-    ck = torch.load(path, map_location="cpu", weights_only=True)
+def _load(path):
+    """A checkpoint this module's runs wrote. weights_only=False: these are the tests' own files, and the
+    weights-only unpickler costs ~0.5 s of CPU more per training checkpoint (8000 tensors); that the trainer's
+    files load weights-only is checked by tests/models/test_checkpoint.py and by every --resume here."""
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _finite(ck):
     return all(torch.isfinite(v).all() for v in ck["model"].values() if v.is_floating_point())
+
+
+def _finite_weights(path):
+    return _finite(_load(path))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -155,8 +173,8 @@ def test_injected_nan_gradient_skips_that_step_only(data, tmp_path, backend, mon
 
 @pytest.fixture(scope="module")
 def black(tmp_path_factory):
-    """The synthetic dataset with every image all black (8 training images: 2 batches of 4), and a hyp file with
-    lr0: 100 and no augmentation."""
+    """(data yaml, model yaml): the synthetic dataset with every image all black (8 training images: 2 batches of
+    4) and gelan-t; and a hyp file with lr0: 100 and no augmentation."""
     root = tmp_path_factory.mktemp("black")
     data = synthetic_dataset(seed=1, root=root, n_train=8, n_val=4, imgsz=64)
     for f in [*root.rglob("*.jpg"), *root.rglob("*.png")]:
@@ -167,7 +185,7 @@ def black(tmp_path_factory):
                perspective=0.0, flipud=0.0, fliplr=0.0, mosaic=0.0, mixup=0.0, copy_paste=0.0)
     f = root / "hyp.lr100.yaml"
     f.write_text(yaml.safe_dump(hyp))
-    return str(data), str(f)
+    return (str(data), "gelan-t.yaml"), str(f)  # gelan-t: gelan_mini's steps here are finite
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -247,21 +265,38 @@ def _images_per_step(monkeypatch):
     return per
 
 
+@pytest.fixture(scope="module")
+def oom_run(data, tmp_path_factory):
+    """oom_run(backend) -> (calls, per_step, lines, out): a run whose first micro-batch of 8 ran out of memory
+    (injected, _oom_when), stopped after epoch 0 (--epochs 2: last.pt stays the float32 checkpoint with EMA and
+    optimizer). Made once per backend: test_oom_halves_... reads it, and `resumed_oom_run` resumes a copy of the
+    torch one."""
+    runs = {}
+
+    def get(backend):
+        if backend not in runs:
+            with pytest.MonkeyPatch.context() as mp:
+                calls = _oom_when(mp, {8})
+                per_step = _images_per_step(mp)  # wraps the OOM wrapper: counts only the micro-batches that ran
+                lines, log = _logger()
+                project = tmp_path_factory.mktemp(f"oom-{backend}")
+                out = train(parse_opt(_args(data, project, backend)), stop_after_epoch=0, log=log)
+            runs[backend] = calls, per_step, lines, out
+        return runs[backend]
+    return get
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_oom_halves_the_micro_batch_and_retries_the_same_batch(data, tmp_path, backend, monkeypatch):
-    calls = _oom_when(monkeypatch, {8})
-    per_step = _images_per_step(monkeypatch)  # wraps the OOM wrapper: counts only the micro-batches that ran
-    lines, log = _logger()
-    out = train(parse_opt(_args(data, tmp_path / "a", backend)), stop_after_epoch=0, log=log)
+def test_oom_halves_the_micro_batch_and_retries_the_same_batch(data, oom_run, tmp_path, backend, monkeypatch):
+    calls, per_step, lines, out = oom_run(backend)
     assert [(n, r) for n, _, r in calls] == [(8, True), (4, False), (4, False), (4, False), (4, False)]
     assert torch.equal(torch.cat([calls[1][1], calls[2][1]]), calls[0][1])  # the same batch, in two halves
     assert per_step == [8, 8]  # the nominal batch: 8 images per optimizer step (accumulate 1) as before
     assert sum("CUDA out of memory at iteration 0 with a micro-batch of 8" in s for s in lines) == 1
-    last = torch.load(out["save_dir"] / "weights" / "last.pt", map_location="cpu", weights_only=True)
-    assert all(torch.isfinite(v).all() for v in last["model"].values() if v.is_floating_point())
+    last = _load(out["save_dir"] / "weights" / "last.pt")
+    assert _finite(last)
 
     # the run equals one that ran micro-batches of 4 from the start: the failed pass left nothing behind
-    monkeypatch.undo()
     setup = T.setup
 
     def setup_micro4(cfg, log, prog):
@@ -270,7 +305,7 @@ def test_oom_halves_the_micro_batch_and_retries_the_same_batch(data, tmp_path, b
         return state
     monkeypatch.setattr(T, "setup", setup_micro4)
     ref = train(parse_opt(_args(data, tmp_path / "b", backend)), stop_after_epoch=0, log=lambda *a, **k: None)
-    ref_last = torch.load(ref["save_dir"] / "weights" / "last.pt", map_location="cpu", weights_only=True)
+    ref_last = _load(ref["save_dir"] / "weights" / "last.pt")
     assert _same(last["model"], ref_last["model"]) and _same(last["ema"], ref_last["ema"])  # float32, bit for bit
 
 
@@ -287,19 +322,32 @@ def test_second_oom_halves_again_and_one_image_is_an_error(data, tmp_path, monke
     assert rc == 2 and len(err) == 1 and "micro-batch of 1 image" in err[0] and "--img" in err[0]
 
 
-def test_resume_keeps_the_reduced_micro_batch(data, tmp_path, monkeypatch):
-    _oom_when(monkeypatch, {8})
-    first = train(parse_opt(_args(data, tmp_path, "torch", "--epochs", "2")), stop_after_epoch=0,
-                  log=lambda *a, **k: None)
-    last = first["save_dir"] / "weights" / "last.pt"
-    assert torch.load(last, map_location="cpu", weights_only=True)["micro_batch"] == 4
-    monkeypatch.undo()
-    sizes = []
-    fb = S.forward_backward
-    monkeypatch.setattr(S, "forward_backward", lambda st, im, t: sizes.append(im.shape[0]) or fb(st, im, t))
-    lines, log = _logger()
-    train(parse_opt(["--resume", str(last)]), log=log)
-    assert sizes == [4, 4, 4, 4] and any("Resuming with a micro-batch of 4" in s for s in lines)
+@pytest.fixture(scope="module")
+def resumed_oom_run(oom_run, tmp_path_factory):
+    """(exit code, stdout, stderr, micro-batch sizes, run folder): `train_dual.py --resume` (main, in this process)
+    of a copy of the torch oom_run (stopped after epoch 0 with a micro-batch of 4), its validation returning
+    cls_loss 1.48e6 (a validation loss beyond 1e6 with normal training losses and finite weights). One resumed
+    run read by two tests: the micro-batch that --resume keeps, and the warning that a huge validation loss alone
+    gives."""
+    run = tmp_path_factory.mktemp("resumed") / "exp"
+    shutil.copytree(oom_run("torch")[3]["save_dir"], run)
+    sizes, fb, validate = [], S.forward_backward, T.validate
+
+    def lagging(model, loader, **kw):
+        res = validate(model, loader, **kw)
+        return {**res, "cls_loss": 1.48e6}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(S, "forward_backward", lambda st, im, t: sizes.append(im.shape[0]) or fb(st, im, t))
+        mp.setattr(T, "validate", lagging)
+        r = call(main, ["--resume", str(run / "weights" / "last.pt")])
+    return r.returncode, r.stdout, r.stderr, sizes, run
+
+
+def test_resume_keeps_the_reduced_micro_batch(oom_run, resumed_oom_run):
+    assert _load(oom_run("torch")[3]["save_dir"] / "weights" / "last.pt")["micro_batch"] == 4
+    rc, out, err, sizes, _ = resumed_oom_run
+    assert rc == 0, err[-2000:]
+    assert sizes == [4, 4, 4, 4] and any("Resuming with a micro-batch of 4" in s for s in out.splitlines())
 
 
 def test_oom_in_validation_validates_again_with_a_smaller_batch(data, tmp_path, monkeypatch):
@@ -369,23 +417,16 @@ def test_exploding_training_losses_stop_the_run_and_keep_the_last_epoch(data, tm
     assert "error: epoch 1: training diverged: training losses not finite or beyond 1e+06 (box_loss " in errors[0]
     assert "lr0=0.01" in errors[0] and errors[0].endswith("--no-divergence-stop trains on regardless"), errors[0]
     run = tmp_path / "boom"
-    assert torch.load(run / "weights" / "last.pt", map_location="cpu", weights_only=True)["epoch"] == 0
+    assert _load(run / "weights" / "last.pt")["epoch"] == 0
     assert read_results(run / "results.csv")["epoch"].tolist() == [0.0]
 
 
-def test_a_huge_validation_loss_warns_and_a_run_stopped_by_it_resumes(data, tmp_path, monkeypatch, capsys):
+def test_a_huge_validation_loss_warns_and_a_run_stopped_by_it_resumes(resumed_oom_run):
     """A run the old rule stopped at epoch 1 for a validation loss beyond 1e6 kept epoch 0 (as an interruption
     after epoch 0 does). --resume of it, validating to val cls_loss 1.48e6 with normal training: one WARNING
-    line for epoch 1, the run finishes (exit code 0) and results.csv records the loss."""
-    run = train(parse_opt(_args(data, tmp_path, "torch")), stop_after_epoch=0, log=lambda *a, **k: None)["save_dir"]
-    validate = T.validate
-
-    def lagging(model, loader, **kw):
-        res = validate(model, loader, **kw)
-        return {**res, "cls_loss": 1.48e6}
-    monkeypatch.setattr(T, "validate", lagging)
-    rc = main(["--resume", str(run / "weights" / "last.pt")])
-    out, err = capsys.readouterr()
+    line for epoch 1, the run finishes (exit code 0) and results.csv records the loss. (The run resumed is
+    oom_run's: its micro-batch of 4 changes nothing here.)"""
+    rc, out, err, _, run = resumed_oom_run
     assert rc == 0 and "error:" not in err, err[-2000:]
     warned = [s for s in out.splitlines() if s.startswith("WARNING: epoch ")]
     assert len(warned) == 1 and warned[0].startswith("WARNING: epoch 1: validation losses not finite or beyond "
@@ -420,8 +461,8 @@ def test_non_finite_bn_statistics_stop_the_run_and_keep_the_last_finite_epoch(da
                                                      "model.1.bn.running_var)"), errors[0]
     run = tmp_path / "bn"
     for f in ("last.pt", "best.pt"):
-        ck = torch.load(run / "weights" / f, map_location="cpu", weights_only=True)
-        assert ck["epoch"] == 0 and _finite_weights(run / "weights" / f), f
+        ck = _load(run / "weights" / f)
+        assert ck["epoch"] == 0 and _finite(ck), f
     assert read_results(run / "results.csv")["epoch"].tolist() == [0.0]
 
 
@@ -517,8 +558,8 @@ def test_an_allocation_the_gpu_cannot_hold_is_survived(cuda_data, tmp_path, back
     monkeypatch.setattr(S, "forward_backward", forward_backward)
     out = train(parse_opt(_cuda_args(cuda_data, tmp_path, backend)), log=lambda *a, **k: None)
     assert sizes[:3] == [8, 4, 4] and set(sizes[3:]) == {4}
-    last = torch.load(out["save_dir"] / "weights" / "last.pt", map_location="cpu", weights_only=True)
-    assert all(torch.isfinite(v).all() for v in last["model"].values() if v.is_floating_point())
+    last = _load(out["save_dir"] / "weights" / "last.pt")
+    assert _finite(last)
 
 
 @pytest.mark.cuda
@@ -551,5 +592,5 @@ def test_cuda_nan_gradient_is_skipped(cuda_data, tmp_path, backend, amp, monkeyp
     assert all(torch.equal(m0[k], m1[k]) for k in m0) and all(torch.equal(e0[k], e1[k]) for k in e0) and u0 == u1
     res = read_results(out["save_dir"] / "results.csv")
     assert res["skipped_steps"].sum() == oks.count(False) and (amp == "--amp" or oks.count(False) == 1)
-    last = torch.load(out["save_dir"] / "weights" / "last.pt", map_location="cpu", weights_only=True)
-    assert all(torch.isfinite(v).all() for v in last["model"].values() if v.is_floating_point())
+    last = _load(out["save_dir"] / "weights" / "last.pt")
+    assert _finite(last)
