@@ -20,8 +20,6 @@ import dataclasses
 import os
 from pathlib import Path
 
-import matplotlib
-import matplotlib.pyplot as plt
 import numpy as np
 import yaml
 
@@ -136,6 +134,9 @@ def append_generation(save_dir, results, hyp, log=print):
 
 def plot_evolve(csv, log=print):
     """hyp_evolve.png beside evolve.csv: every evolved key against fitness (colour: fitness; +: the best)."""
+    import matplotlib  # here, as in results.py: every training start imports this module (~0.9 s for pyplot)
+    import matplotlib.pyplot as plt
+
     try:
         matplotlib.use("Agg")
         keys, rows = read_evolve_csv(csv)
