@@ -3,6 +3,9 @@
 
 - one short epoch ends with bit-identical parameters on both ranks (gloo's all-reduce gives every rank the same
   gradients), one run folder written by rank 0 whose epoch0.pt holds rank 0's parameters, exit code 0 on both;
+  this run is also the suite's c backend under DDP (`--backend c`, applied before the DDP wrapper; it was a
+  separate 2-process run in test_train_ddp.py): rank 0 logs `backend: c`, and no checkpoint holds the wrapper's
+  `module.` names;
 - a node killed mid-run (its agent and its worker, after epoch 0): the other rank, waiting in the next
   collective, stops with exit code != 0 and one `error:` line naming the lost process and the --resume to run,
   its last.pt and results.csv those of epoch 0 (before: a traceback, and no hint).
@@ -68,8 +71,9 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _start_nodes(tmp_path, data, epochs, hold=None):
-    """Two torchrun agents (node 0 and node 1), each in its own session; returns (procs, out folder, logs)."""
+def _start_nodes(tmp_path, data, epochs, hold=None, extra=()):
+    """Two torchrun agents (node 0 and node 1), each in its own session, the training CLI given `extra` too;
+    returns (procs, out folder, logs)."""
     out = tmp_path / "out"
     out.mkdir()
     wrapper = tmp_path / "train_wrapper.py"
@@ -80,7 +84,7 @@ def _start_nodes(tmp_path, data, epochs, hold=None):
         env["MN_HOLD"] = str(hold)
     args = ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--epochs", str(epochs),
             "--workers", "0", "--noval", "--noplots", "--device", "cpu", "--save-period", "1",
-            "--project", str(tmp_path / "runs")]
+            "--project", str(tmp_path / "runs"), *extra]
     procs, logs = [], []
     for node in (0, 1):
         log = tmp_path / f"node{node}.log"
@@ -105,20 +109,24 @@ def _params_equal(a, b):
 
 
 def test_two_nodes_train_with_identical_weights_and_one_run_folder(data, tmp_path):
-    procs, out, logs = _start_nodes(tmp_path, data, epochs=1)
+    procs, out, logs = _start_nodes(tmp_path, data, epochs=1, extra=["--backend", "c"])
     try:
         codes = [p.wait(timeout=HANG_S) for p in procs]
     finally:
         _stop(procs)
     text = [log.read_text() for log in logs]
     assert codes == [0, 0], text[0][-3000:] + text[1][-3000:]
+    assert "backend: c" in text[0]
     r0, r1 = (torch.load(out / f"rank{r}_epoch0.pt") for r in (0, 1))
     assert _params_equal(r0, r1), "the two ranks ended with different parameters"
     run = tmp_path / "runs" / "exp"
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["exp"]  # one run folder: rank 0 writes
-    assert read_results(run / "results.csv")["epoch"].tolist() == [0.0]
+    res = read_results(run / "results.csv")
+    assert res["epoch"].tolist() == [0.0] and res["images_per_s"][0] > 0
     saved = torch.load(run / "weights" / "epoch0.pt", map_location="cpu", weights_only=True)
     assert _params_equal({k: saved["model"][k] for k in r0}, r0)  # the unstripped float32 model of rank 0
+    stripped = torch.load(run / "weights" / "last.pt", map_location="cpu", weights_only=True)
+    assert not any(k.startswith("module.") for k in [*saved["model"], *stripped["model"]])  # the wrapper not saved
     assert yaml.safe_load((run / "opt.yaml").read_text())["world_size"] == 2
 
 
