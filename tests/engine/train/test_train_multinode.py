@@ -12,7 +12,8 @@
 
 Each rank's parameters come from a wrapper of the training CLI (written below) that saves them after each
 end_epoch; it also holds one rank after epoch 0 so that the kill lands mid-run at a known point.
-Tiny on purpose: 8 synthetic images of 64 px, gelan-t at --img 64, batch 4 (2 per rank), --noval.
+Tiny on purpose: 8 synthetic images of 64 px, tests/conftest.py's gelan_mini (gelan-t's module kinds at 247
+tensors: the cost of these runs is per tensor) at --img 64, batch 4 (2 per rank), --noval.
 Run: python -m pytest -q tests/engine/train/test_train_multinode.py
 """
 
@@ -71,7 +72,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _start_nodes(tmp_path, data, epochs, hold=None, extra=()):
+def _start_nodes(tmp_path, data, cfg, epochs, hold=None, extra=()):
     """Two torchrun agents (node 0 and node 1), each in its own session, the training CLI given `extra` too;
     returns (procs, out folder, logs)."""
     out = tmp_path / "out"
@@ -82,7 +83,7 @@ def _start_nodes(tmp_path, data, epochs, hold=None, extra=()):
     env = dict(os.environ, OMP_NUM_THREADS="1", MN_OUT=str(out), PYTHONPATH=str(REPO))
     if hold is not None:
         env["MN_HOLD"] = str(hold)
-    args = ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--epochs", str(epochs),
+    args = ["--data", data, "--cfg", cfg, "--img", "64", "--batch", "4", "--epochs", str(epochs),
             "--workers", "0", "--noval", "--noplots", "--device", "cpu", "--save-period", "1",
             "--project", str(tmp_path / "runs"), *extra]
     procs, logs = [], []
@@ -108,8 +109,8 @@ def _params_equal(a, b):
     return a.keys() == b.keys() and len(a) > 0 and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_two_nodes_train_with_identical_weights_and_one_run_folder(data, tmp_path):
-    procs, out, logs = _start_nodes(tmp_path, data, epochs=1, extra=["--backend", "c"])
+def test_two_nodes_train_with_identical_weights_and_one_run_folder(data, gelan_mini, tmp_path):
+    procs, out, logs = _start_nodes(tmp_path, data, gelan_mini, epochs=1, extra=["--backend", "c"])
     try:
         codes = [p.wait(timeout=HANG_S) for p in procs]
     finally:
@@ -130,8 +131,8 @@ def test_two_nodes_train_with_identical_weights_and_one_run_folder(data, tmp_pat
     assert yaml.safe_load((run / "opt.yaml").read_text())["world_size"] == 2
 
 
-def test_a_killed_node_stops_the_other_with_one_error_line(data, tmp_path):
-    procs, out, logs = _start_nodes(tmp_path, data, epochs=3, hold=1)
+def test_a_killed_node_stops_the_other_with_one_error_line(data, gelan_mini, tmp_path):
+    procs, out, logs = _start_nodes(tmp_path, data, gelan_mini, epochs=3, hold=1)
     try:
         pid_file = out / "rank1.pid"
         while not pid_file.exists():  # rank 1 finished epoch 0 and holds; rank 0 waits for it in epoch 1
