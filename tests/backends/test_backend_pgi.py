@@ -70,8 +70,17 @@ def flat(o):
     return [t for v in (o if isinstance(o, (list, tuple)) else [o]) for t in (v if isinstance(v, list) else [v])]
 
 
-def _cat(ts):
-    return torch.cat([t.detach().double().flatten() for t in ts])
+def err_all(ts, refs):
+    """err(cat(ts), cat(refs)) without the concatenations: the largest difference and the largest reference
+    element are maxima, taken tensor by tensor in float64 (the same number; for yolov9-c's 51 M gradients the two
+    float64 copies cost ~3 s of CPU per comparison, mostly page faults)."""
+    diffs, scales = [], []
+    for a, ref in zip(ts, refs, strict=True):
+        if ref.numel():
+            a, ref = a.detach().double(), ref.detach().double()
+            diffs.append((a - ref).abs().max())  # NaN propagates, as in err
+            scales.append(ref.abs().max())
+    return (torch.stack(diffs).max() / torch.stack(scales).max().clamp_min(1e-30)).item()
 
 
 @pytest.mark.parametrize("cfg, aux", [
@@ -122,7 +131,7 @@ def test_recompute_equals_stored(cfg):
     assert err(rec[1], sto[1]) <= SAME
     assert [g is None for g in rec[2]] == [g is None for g in sto[2]]
     got = [i for i, g in enumerate(rec[2]) if g is not None]
-    assert err(_cat(rec[2][i] for i in got), _cat(sto[2][i] for i in got)) <= SAME
+    assert err_all([rec[2][i] for i in got], [sto[2][i] for i in got]) <= SAME
     for a, b in zip(rec[3], sto[3]):
         assert torch.equal(a, b) if not a.dtype.is_floating_point else err(a, b) <= SAME
     before = [b for b in base.buffers() if not b.dtype.is_floating_point]
@@ -408,13 +417,12 @@ def test_main_recompute_same_results_and_stores_less(cfg):
         del m, out
     plain = got["0"][1]
     idx = [i for i, g in enumerate(plain[2]) if g is not None]
-    plain_grads = _cat(plain[2][i] for i in idx)
     for limit in ("8", "4"):
         res = got[limit][1]
         assert all(err(a, b) <= SAME for a, b in zip(res[0], plain[0]))
         assert err(res[1], plain[1]) <= SAME
         assert [g is None for g in res[2]] == [g is None for g in plain[2]]
-        assert err(_cat(res[2][i] for i in idx), plain_grads) <= SAME
+        assert err_all([res[2][i] for i in idx], [plain[2][i] for i in idx]) <= SAME
         for a, b in zip(res[3], plain[3]):  # BN buffers: one update per step, as the plain path
             assert torch.equal(a, b) if not a.dtype.is_floating_point else err(a, b) <= SAME
         saved = got["0"][0] - got[limit][0]

@@ -52,13 +52,13 @@ def _fake_state(device="cuda", **cfg):
 # The option and the step it selects
 # ---------------------------------------------------------------------------------------------------------
 
-def test_option_is_off_by_default_recorded_and_resumed(tmp_path):
+def test_option_is_off_by_default_recorded_and_resumed(tmp_path, gelan_mini):
     assert parse_opt([]).graph_shapes is False and RunConfig().graph_shapes is False
     assert parse_opt(["--graph-shapes"]).graph_shapes is True
     assert parse_opt(["--graph-shapes", "--no-graph-shapes"]).graph_shapes is False
     assert "graph_shapes" in RESUME_OVERRIDES  # a speed knob: --resume takes it from the command line when typed
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=2, n_val=1, imgsz=64)
-    out = train(parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "2", "--epochs",
+    out = train(parse_opt(["--data", str(data), "--cfg", gelan_mini, "--img", "64", "--batch", "2", "--epochs",
                            "2", "--workers", "0", "--noplots", "--device", "cpu", "--graph-shapes",
                            "--project", str(tmp_path / "runs")]), stop_after_epoch=0, log=_quiet)
     assert yaml.safe_load((out["save_dir"] / "opt.yaml").read_text())["graph_shapes"] is True
@@ -221,8 +221,8 @@ def cpu(monkeypatch):
     return seen
 
 
-def _cpu_state(root, data, lines=None):
-    cfg = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--accumulate",
+def _cpu_state(root, data, model, lines=None):
+    cfg = parse_opt(["--data", str(data), "--cfg", model, "--img", "64", "--batch", "4", "--accumulate",
                      "2", "--workers", "0", "--noplots", "--device", "cpu", "--backend", "torch", "--project",
                      str(root)])
     state = setup(cfg, log=_quiet if lines is None else lines.append)
@@ -317,21 +317,23 @@ FEW, MANY, OVER = (3, 2, 1, 4), (40, 2, 1, 4), (300, 1, 1, 1)
 SQ, RECT, SCALED = (64, 64), (32, 64), (96, 96)
 
 
-def _pair(tmp_path, lines=None, **step):
+def _pair(tmp_path, model, lines=None, **step):
+    """(eager state, state with a ShapeGraphStep(**step)) of one seeded model yaml: the keyed step's logic does not
+    depend on the model (the tests pass conftest's gelan_mini: gelan-t's module kinds, a fifth of its tensors)."""
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=64)
-    eager = _cpu_state(tmp_path / "e", data)
-    state = _cpu_state(tmp_path / "g", data, lines)
+    eager = _cpu_state(tmp_path / "e", data, model)
+    state = _cpu_state(tmp_path / "g", data, model, lines)
     state.swap_part("step", GS.ShapeGraphStep(state, **step))
     assert all(torch.equal(a, b) for a, b in zip(eager.model.parameters(), state.model.parameters()))
     return eager, state
 
 
-def test_keyed_step_captures_each_shape_on_first_use_and_equals_eager(tmp_path, cpu, monkeypatch):
+def test_keyed_step_captures_each_shape_on_first_use_and_equals_eager(tmp_path, cpu, monkeypatch, gelan_mini):
     """A run through every kind of shape: the fixed batch (two buckets), a partial batch, a --rect shape, a
     --multi-scale size larger than all before (the input buffer grows: the graphs on the old one are dropped and
     the fixed shape's is captured again, with no eager micro-batch), then micro-batches of 2 (the guard's
     halving: every graph given back, the half batch warmed and captured) and a chunk over the largest bucket."""
-    eager, state = _pair(tmp_path, warmup=2)
+    eager, state = _pair(tmp_path, gelan_mini, warmup=2)
     plan = [(FEW, SQ), (FEW, SQ), (FEW, SQ), (MANY, SQ), (FEW[:3], SQ), (FEW[:3], SQ), (FEW, RECT), (FEW, RECT),
             (FEW, SCALED), (FEW, SCALED), (FEW, SQ), (FEW, SQ), (FEW, SQ), (OVER, SQ)]
     batches = _cpu_batches(state, plan)
@@ -364,9 +366,9 @@ def test_keyed_step_captures_each_shape_on_first_use_and_equals_eager(tmp_path, 
     _assert_same_windows(cpu, eager, state, items)
 
 
-def test_keyed_step_cap_runs_eagerly_and_logs_once(tmp_path, cpu, monkeypatch):
+def test_keyed_step_cap_runs_eagerly_and_logs_once(tmp_path, cpu, monkeypatch, gelan_mini):
     lines = []
-    eager, state = _pair(tmp_path, lines, warmup=1, cap=1)
+    eager, state = _pair(tmp_path, gelan_mini, lines, warmup=1, cap=1)
     batches = _cpu_batches(state, [(FEW, SQ), (FEW, SQ), (MANY, SQ), (MANY, SQ), (FEW, SQ), (FEW[:3], SQ)])
     seen = _record(monkeypatch)
     items = _lockstep(eager, state, batches)["items"]
@@ -380,12 +382,12 @@ def test_keyed_step_cap_runs_eagerly_and_logs_once(tmp_path, cpu, monkeypatch):
     _assert_same_windows(cpu, eager, state, items)
 
 
-def test_out_of_memory_halving_captures_at_the_new_micro_batch(tmp_path, cpu, monkeypatch):
+def test_out_of_memory_halving_captures_at_the_new_micro_batch(tmp_path, cpu, monkeypatch, gelan_mini):
     """The guard's halving (a CUDA out-of-memory error in the first micro-batch, raised here) leaves the keyed step
     graphed: the batch is retried as micro-batches of 2, which are warmed and captured, never a graph of 4;
     the run equals an eager run at micro-batches of 2 (the failed attempt changed nothing)."""
     lines = []
-    eager, state = _pair(tmp_path, lines, warmup=2)
+    eager, state = _pair(tmp_path, gelan_mini, lines, warmup=2)
     eager.progress.micro_batch = 2
     _out_of_memory_once(monkeypatch)
     batches = _cpu_batches(state, [(FEW, SQ)] * 5)

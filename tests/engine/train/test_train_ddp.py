@@ -3,7 +3,8 @@ processes, per-rank batch = total / 2) ends with the weights of `train_dual.py -
 batch, within float32 rounding. Also: the loaders of the two ranks together hand out exactly the single-process
 batches (same images, same augmentation), --sync-bn is accepted under gloo (ignored on the CPU, as published:
 torch's SyncBatchNorm refuses CPU tensors), and `train_dual.py --device 0,1` starts DDP itself (its command line
-here; a run on a 2-GPU machine in the cuda-marked test).
+here; a run on a 2-GPU machine in the cuda-marked test). The c backend under DDP on the CPU (2 gloo processes,
+one epoch, rank 0 writes) is tests/engine/train/test_train_multinode.py's completed two-node run.
 
 Why the two runs can be equal, step by step:
 - data: the single process and every rank use the same seeded permutation of an epoch (the DistributedSampler's;
@@ -264,22 +265,3 @@ def test_device_list_self_launches_ddp_on_two_gpus(tmp_path):
     ck = _load(run / "weights" / "last.pt")
     assert not any(k.startswith("module.") for k in ck["model"])
     assert yaml.safe_load((run / "opt.yaml").read_text())["world_size"] == 2
-
-
-def test_two_gloo_processes_train_with_the_c_backend(tmp_path):
-    """The c backend under DDP (applied before the wrapper): 2 gloo processes train one epoch, rank 0 writes."""
-    data = synthetic_dataset(seed=1, root=tmp_path / "syn", n_train=16, n_val=4, imgsz=96)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(REPO / "train_dual.py"), "--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8",
-           "--epochs", "1", "--workers", "0", "--noplots", "--device", "cpu", "--project", str(tmp_path / "runs"),
-           "--backend", "c"]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "backend: c" in r.stdout
-    run = tmp_path / "runs" / "exp"
-    assert not (tmp_path / "runs" / "exp2").exists()  # only rank 0 writes
-    res = read_results(run / "results.csv")
-    assert res["epoch"].tolist() == [0.0]
-    assert res["images_per_s"][0] > 0
-    ck = torch.load(run / "weights" / "last.pt", map_location="cpu", weights_only=True)
-    assert not any(k.startswith("module.") for k in ck["model"])  # the DDP wrapper is not saved

@@ -3,6 +3,8 @@ published run folder (hyp.yaml, opt.yaml, weights/last.pt + best.pt stripped + e
 published and added columns and really computed validation losses, results.png, labels.jpg,
 train_batch0-2.jpg, final validation plots), and the rarely used switches run together without error (the same
 script in this process, tests/inprocess.py: the first run already starts train_dual.py as a real subprocess).
+Both runs test the run, not the model: they train tests/conftest.py's gelan_mini (gelan-t's module kinds at 247
+tensors instead of 1339; a tiny CPU run's cost is per tensor).
 
 test_map_rises: a short from-scratch CPU run whose final validation mAP@0.5 rises clearly above zero and whose
 training losses fall. Configuration (halved for the suite's 10-minute budget on 2 cores: 120 steps instead of
@@ -49,27 +51,27 @@ def data(tmp_path_factory):
     return str(synthetic_dataset(seed=2, root=tmp_path_factory.mktemp("syn"), n_train=16, n_val=8, imgsz=96))
 
 
-def _args(data, project, *extra):
-    return ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "8", "--epochs", "2", "--workers",
+def _args(data, cfg, project, *extra):
+    return ["--data", data, "--cfg", cfg, "--img", "64", "--batch", "8", "--epochs", "2", "--workers",
             "0", "--project", str(project), *extra]
 
 
-def _train(data, project, *extra):
-    r = subprocess.run([sys.executable, str(REPO / "train_dual.py"), *_args(data, project, *extra)],
+def _train(data, cfg, project, *extra):
+    r = subprocess.run([sys.executable, str(REPO / "train_dual.py"), *_args(data, cfg, project, *extra)],
                        capture_output=True, text=True, cwd=project.parent, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r
 
 
-def _train_here(data, project, monkeypatch, *extra):
+def _train_here(data, cfg, project, monkeypatch, *extra):
     monkeypatch.chdir(project.parent)
-    r = run_script(REPO / "train_dual.py", *_args(data, project, *extra))
+    r = run_script(REPO / "train_dual.py", *_args(data, cfg, project, *extra))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r
 
 
-def test_run_folder_files_and_results(data, tmp_path):
-    r = _train(data, tmp_path / "runs", "--save-period", "1")
+def test_run_folder_files_and_results(data, gelan_mini, tmp_path):
+    r = _train(data, gelan_mini, tmp_path / "runs", "--save-period", "1")
     run = tmp_path / "runs" / "exp"
     out = r.stdout + r.stderr
     for col in ("Epoch", "GPU_mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size", "peak_mem"):
@@ -94,12 +96,12 @@ def test_run_folder_files_and_results(data, tmp_path):
     assert mid["model"]["model.0.conv.weight"].dtype == torch.float32  # resumable exactly
 
 
-def test_rare_switches_together(data, tmp_path, monkeypatch):
-    _train_here(data, tmp_path / "runs", monkeypatch, "--multi-scale", "--close-mosaic", "1", "--quad",
+def test_rare_switches_together(data, gelan_mini, tmp_path, monkeypatch):
+    _train_here(data, gelan_mini, tmp_path / "runs", monkeypatch, "--multi-scale", "--close-mosaic", "1", "--quad",
                 "--image-weights", "--ckpt", "--freeze", "2", "--flat-cos-lr", "--optimizer", "LION", "--single-cls",
                 "--noval", "--nosave", "--accumulate", "2", "--mosaic", "0.5", "--mixup", "0", "--name", "cfg",
                 "--seed", "3")
-    run = tmp_path / "runs" / "gelan-t"
+    run = tmp_path / "runs" / Path(gelan_mini).stem  # --name cfg: the run is named after the model yaml
     assert sorted(p.name for p in (run / "weights").iterdir()) == ["best.pt", "last.pt"]
     res = read_results(run / "results.csv")
     assert len(res["epoch"]) == 2
