@@ -22,11 +22,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, gelan_mini):
+    """(root, data, weights): the checkpoint is a gelan_mini (tests/conftest.py) of 8 classes, untrained: these
+    tests check the script, not the model (a checkpoint read costs per tensor)."""
     root = tmp_path_factory.mktemp("valcli")
     data = synthetic_dataset(seed=5, root=root, n_train=2, n_val=4, imgsz=128)
-    weights = root / "gelan-t.pt"
-    save_checkpoint(weights, yolov9c.build_model("gelan-t", nc=8))
+    weights = root / "mini.pt"
+    save_checkpoint(weights, yolov9c.build_model(gelan_mini, nc=8))
     return root, data, weights
 
 
@@ -52,7 +54,7 @@ def test_val_dual_on_checkpoint(setup, monkeypatch):
     assert any(line.split()[:2] == ["all", "4"] for line in out.splitlines())
     exp = root / "runs" / "val" / "exp"
     assert exp.is_dir() and (exp / "labels").is_dir()
-    assert isinstance(json.loads((exp / "gelan-t_predictions.json").read_text()), list)
+    assert isinstance(json.loads((exp / "mini_predictions.json").read_text()), list)
     assert (exp / "confusion_matrix.png").is_file()
     r2 = run_here(args[:10], root, monkeypatch)
     assert r2.returncode == 0, r2.stderr
@@ -86,10 +88,10 @@ def test_val_dual_missing_weights_script(setup, monkeypatch):
     assert "Traceback" not in r.stderr
 
 
-def test_val_dual_wrong_class_count(setup, tmp_path, capsys):
+def test_val_dual_wrong_class_count(setup, gelan_mini, tmp_path, capsys):
     _, data, _ = setup
     weights = tmp_path / "nc3.pt"
-    save_checkpoint(weights, yolov9c.build_model("gelan-t", nc=3))
+    save_checkpoint(weights, yolov9c.build_model(gelan_mini, nc=3))
     from yolov9c.cli.val import main
 
     code = main(["--weights", str(weights), "--data", str(data), "--device", "cpu", "--img", "64",
@@ -97,14 +99,15 @@ def test_val_dual_wrong_class_count(setup, tmp_path, capsys):
     assert code == 2 and "3 classes" in capsys.readouterr().err
 
 
-def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, tmp_path, monkeypatch):
+def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, gelan_mini, tmp_path, monkeypatch):
     """No --data: the dataset recorded in the checkpoint (its training --data) is validated on, and said; a
     recorded yaml that is missing here is one clear error; a checkpoint recording none means synthetic."""
     from yolov9c.cli.val import data_from_checkpoint
 
     root, data, _ = setup
     weights = tmp_path / "trained.pt"
-    save_checkpoint(weights, yolov9c.build_model("gelan-t", nc=8), opt={"data": str(data), "epochs": 1})
+    model = yolov9c.build_model(gelan_mini, nc=8)
+    save_checkpoint(weights, model, opt={"data": str(data), "epochs": 1})
     r = run_here(["--weights", str(weights), "--img", "64", "--batch", "4", "--device", "cpu", "--workers", "0"],
                  tmp_path, monkeypatch)
     assert r.returncode == 0, r.stderr
@@ -113,7 +116,7 @@ def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, tmp_path, mon
     assert any(line.split()[:2] == ["all", "4"] for line in out.splitlines())
 
     gone = tmp_path / "moved.pt"
-    save_checkpoint(gone, yolov9c.build_model("gelan-t", nc=8), opt={"data": "data/elsewhere.yaml"})
+    save_checkpoint(gone, model, opt={"data": "data/elsewhere.yaml"})
     r = run_here(["--weights", str(gone), "--img", "64", "--device", "cpu"], tmp_path, monkeypatch)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "data/elsewhere.yaml" in r.stderr and "pass --data" in r.stderr
