@@ -1,7 +1,8 @@
 """The trainer's set-up wiring: uint8 input for the c backend, --mem-budget / --dynamic-img (the memory planner),
 the validation batch (twice the training batch, as published), the DFL convolutions staying frozen, the CPU
 thread choice and the model summary line (train.py's own name in its usage and error lines:
-tests/cli/test_entry_points.py).
+tests/cli/test_entry_points.py). Set-ups and trainings whose checks do not depend on the model use gelan_mini
+(tests/conftest.py: a tiny run costs per tensor); the planner's and the summary line's cases keep their named configs.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/engine/train/test_train_wiring.py
 """
@@ -26,13 +27,13 @@ def _setup(tmp_path, *args, n_train=4, n_val=2, img=64, logs=None):
     return setup(cfg, log=log)
 
 
-def test_hyp_stays_as_read_and_the_optimizer_gets_the_scaled_weight_decay(tmp_path):
+def test_hyp_stays_as_read_and_the_optimizer_gets_the_scaled_weight_decay(tmp_path, gelan_mini):
     """The hyp dict is configuration: set-up never rewrites it. Batch 48: accumulate round(64 / 48) = 1, so the
     decayed group's weight decay is hyp's × 48 / 64 (the published scaling), in the optimizer only."""
     from yolov9c.data.hyp import augment_hyp
     from yolov9c.resources import resolve_hyp
 
-    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "48", "--backend", "torch")
+    state = _setup(tmp_path, "--cfg", gelan_mini, "--batch", "48", "--backend", "torch")
     read = augment_hyp(resolve_hyp("hyp.scratch-high.yaml"))
     assert state.hyp["weight_decay"] == read["weight_decay"] == 0.0005
     assert state.batching.accumulate == 1
@@ -47,10 +48,10 @@ def _record_inputs(model):
 
 @pytest.mark.parametrize("backend, extra, dtype", [("c", [], torch.uint8), ("torch", [], torch.float32),
                                                    ("c", ["--multi-scale"], torch.float32)])
-def test_uint8_input_only_where_the_model_reads_it(tmp_path, backend, extra, dtype):
+def test_uint8_input_only_where_the_model_reads_it(tmp_path, gelan_mini, backend, extra, dtype):
     """One epoch trains; the model receives the uint8 batch with --backend c (it reads x / 255 itself) and the
     float batch with --backend torch or --multi-scale (which resizes floats)."""
-    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--epochs", "1", "--backend", backend, *extra)
+    state = _setup(tmp_path, "--cfg", gelan_mini, "--batch", "2", "--epochs", "1", "--backend", backend, *extra)
     assert state.uint8_input == (dtype == torch.uint8)
     seen = _record_inputs(state.model)
     before = [p.detach().clone() for p in state.model.parameters()]
@@ -75,18 +76,18 @@ def test_val_batch_is_twice_the_training_batch_and_dfl_stays_frozen(tmp_path):
     assert n_g < n_p and line.endswith("GFLOPs")
 
 
-def test_freeze_turns_off_only_the_named_layers(tmp_path):
-    state = _setup(tmp_path, "--cfg", "yolov9-t.yaml", "--batch", "2", "--freeze", "0", "2")
+def test_freeze_turns_off_only_the_named_layers(tmp_path, gelan_mini):
+    state = _setup(tmp_path, "--cfg", gelan_mini, "--batch", "2", "--freeze", "0", "2")
     frozen = {n for n, p in state.model.named_parameters() if not p.requires_grad}
     layers = {n for n in frozen if n.startswith(("model.0.", "model.2."))}
     assert layers and frozen - layers == {n for n in frozen if ".dfl" in n} != set()
     assert not any(n.startswith("model.1.") for n in frozen)
 
 
-def test_freeze_logs_the_layers_it_freezes(tmp_path):
+def test_freeze_logs_the_layers_it_freezes(tmp_path, gelan_mini):
     # --freeze 3 freezes layers 0, 1, 2: the line says so (it said "layers [3]")
     logs = []
-    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--freeze", "3", logs=logs)
+    state = _setup(tmp_path, "--cfg", gelan_mini, "--batch", "2", "--freeze", "3", logs=logs)
     frozen = {n.split(".")[1] for n, p in state.model.named_parameters() if not p.requires_grad and ".dfl" not in n}
     assert frozen == {"0", "1", "2"}
     line = next(s for s in logs if s.startswith("freezing "))
@@ -95,9 +96,9 @@ def test_freeze_logs_the_layers_it_freezes(tmp_path):
     assert frozen_layers_text([1]) == "layer 0" and frozen_layers_text([0, 2]) == "layers 0, 2"
 
 
-def test_close_mosaic_says_when_mosaic_closes(tmp_path):
+def test_close_mosaic_says_when_mosaic_closes(tmp_path, gelan_mini):
     logs = []
-    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--epochs", "2", "--close-mosaic", "1",
+    state = _setup(tmp_path, "--cfg", gelan_mini, "--batch", "2", "--epochs", "2", "--close-mosaic", "1",
                    logs=logs)
     train_one_epoch(state, 0)
     assert state.dataset.mosaic and not [s for s in logs if "Closing dataloader mosaic" in s]
@@ -108,7 +109,7 @@ def test_close_mosaic_says_when_mosaic_closes(tmp_path):
 
 
 @pytest.mark.parametrize("mosaic", ["hyp", "--mosaic 0", "hyp mosaic 0"])
-def test_close_mosaic_beyond_the_epochs_keeps_mosaic_as_published(tmp_path, mosaic):
+def test_close_mosaic_beyond_the_epochs_keeps_mosaic_as_published(tmp_path, gelan_mini, mosaic):
     """The published loop closes mosaic at epoch == epochs - close_mosaic: with --close-mosaic > --epochs never, said
     once; with mosaic probability 0 (--mosaic 0 or the hyp file's) there is no mosaic to stay on: not said."""
     from yolov9c.resources import DEFAULT_HYP
@@ -117,7 +118,7 @@ def test_close_mosaic_beyond_the_epochs_keeps_mosaic_as_published(tmp_path, mosa
     hyp.write_text(DEFAULT_HYP.read_text().replace("mosaic: 1.0", "mosaic: 0.0"))
     extra = {"hyp": [], "--mosaic 0": ["--mosaic", "0"], "hyp mosaic 0": ["--hyp", str(hyp)]}[mosaic]
     logs = []
-    state = _setup(tmp_path, "--cfg", "gelan-t.yaml", "--batch", "2", "--epochs", "2", "--close-mosaic", "5", *extra,
+    state = _setup(tmp_path, "--cfg", gelan_mini, "--batch", "2", "--epochs", "2", "--close-mosaic", "5", *extra,
                    logs=logs)
     train_one_epoch(state, 0)
     train_one_epoch(state, 1)
