@@ -8,7 +8,9 @@
   replaces, and the resumed opt.yaml records the value used; a bad value of one is one `error:` line, exit 2.
 - switch_overrides alone: unset or empty variables change nothing; each set one is logged; an option typed on
   the command line wins over its variable (one line says the variable went unused), in a run too.
-yolov9-t (dual head: the switches matter) at 64 px, 4 images, batch 4, one CPU thread.
+The run that trains (and its resumes) is yolov9-t (dual head: the switches matter) at 64 px, 4 images, batch 4, one
+CPU thread, as is the planner's case (its measured costs); fresh set-ups stopped before their first step (the
+switches installed, nothing run) build gelan_mini (tests/conftest.py).
 Run: python -m pytest -q tests/engine/train/test_train_switches.py
 """
 
@@ -39,8 +41,8 @@ def data(tmp_path_factory):
     return str(synthetic_dataset(seed=5, root=tmp_path_factory.mktemp("syn"), n_train=4, n_val=2, imgsz=64))
 
 
-def _argv(data, project, *extra):
-    return ["--data", data, "--cfg", "yolov9-t.yaml", "--img", "64", "--batch", "4", "--epochs", "2",
+def _argv(data, project, *extra, cfg="yolov9-t.yaml"):
+    return ["--data", data, "--cfg", cfg, "--img", "64", "--batch", "4", "--epochs", "2",
             "--workers", "0", "--noplots", "--noval", "--device", "cpu", "--backend", "c", "--project",
             str(project), *extra]
 
@@ -124,11 +126,11 @@ def test_a_typed_option_wins_over_its_variable():
         switch_overrides(cfg, env={"YOLOV9C_MAIN_RECOMPUTE": "x"})
 
 
-def test_a_typed_option_wins_over_its_variable_in_a_run(data, tmp_path, installed, monkeypatch):
+def test_a_typed_option_wins_over_its_variable_in_a_run(data, gelan_mini, tmp_path, installed, monkeypatch):
     monkeypatch.setenv("YOLOV9C_MAIN_RECOMPUTE", "0")
     lines = []
     with pytest.raises(_Stop):
-        train(parse_opt(_argv(data, tmp_path / "runs", *FLAGS)), log=_until_step_line(lines))
+        train(parse_opt(_argv(data, tmp_path / "runs", *FLAGS, cfg=gelan_mini)), log=_until_step_line(lines))
     assert installed == [GIVEN]
     assert "YOLOV9C_MAIN_RECOMPUTE=0 is set, but --main-recompute 4 was typed: the typed value is used" in lines
 
@@ -202,8 +204,8 @@ def test_a_bad_environment_value_is_one_error_line(data, tmp_path, monkeypatch, 
     assert not (tmp_path / "runs").exists()  # refused before a run folder is made
 
 
-def test_torch_backend_says_the_switches_do_not_apply(data, tmp_path, installed):
-    argv = _argv(data, tmp_path / "runs", "--main-recompute", "0")
+def test_torch_backend_says_the_switches_do_not_apply(data, gelan_mini, tmp_path, installed):
+    argv = _argv(data, tmp_path / "runs", "--main-recompute", "0", cfg=gelan_mini)
     argv[argv.index("--backend") + 1] = "torch"
     lines = []
 
