@@ -5,10 +5,11 @@ state_dict keys and shapes as a torch run's. Also: `--backend c` without the bui
 each backend trains with its own loss, whatever YOLOV9C_LOSS_BACKEND says (the developer tool that swaps the loss,
 dev/accuracy/train_other_loss.py, is tested in dev/tests/test_train_other_loss.py).
 
-Each run is yolov9-t (dual head, auxiliary branch) at 64×64, one batch of 4 images per epoch (so the first
-iteration is the whole epoch), without the final best.pt validation, on one CPU thread: about 11 s for the
-file. The layer-by-layer equality of the backends on every model family is the backend's own tests' job
-(tests/backends/test_backend_c.py). Run: python -m pytest -q tests/engine/train/test_train_backend.py
+The backends' comparison runs yolov9-t (dual head, auxiliary branch) at 64×64, one batch of 4 images per epoch
+(so the first iteration is the whole epoch), without the final best.pt validation, on one CPU thread; the loss
+backend's wiring runs gelan_mini (tests/conftest.py) the same way. The layer-by-layer equality of the backends on
+every model family is the backend's own tests' job (tests/backends/test_backend_c.py).
+Run: python -m pytest -q tests/engine/train/test_train_backend.py
 """
 
 import pytest
@@ -117,9 +118,9 @@ def test_c_backend_without_the_extension_says_how_to_build(data, tmp_path, monke
 
 
 @pytest.mark.parametrize("backend", ["c", "torch"])
-def test_each_backend_trains_with_its_own_loss(backend, data, tmp_path, monkeypatch):
+def test_each_backend_trains_with_its_own_loss(backend, data, gelan_mini, tmp_path, monkeypatch):
     """YOLOV9C_LOSS_BACKEND (a removed developer switch) set to the other backend changes nothing: the trainer
-    builds the loss on the run's --backend only."""
+    builds the loss on the run's --backend only. (The wiring, not the model: gelan_mini, tests/conftest.py.)"""
     real, used = train_state.make_loss, []
 
     def recording(model, hyp=None, backend="torch"):
@@ -128,7 +129,7 @@ def test_each_backend_trains_with_its_own_loss(backend, data, tmp_path, monkeypa
 
     monkeypatch.setattr(train_state, "make_loss", recording)
     monkeypatch.setenv("YOLOV9C_LOSS_BACKEND", "torch" if backend == "c" else "c")
-    argv = ["--data", data, "--cfg", "yolov9-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1",
+    argv = ["--data", data, "--cfg", gelan_mini, "--img", "64", "--batch", "4", "--epochs", "1",
             "--workers", "0", "--noplots", "--noval", "--device", "cpu", "--project", str(tmp_path),
             "--backend", backend]
     assert main(argv) == 0
