@@ -1,7 +1,8 @@
 """Console progress (yolov9c/engine/progress.py): the training bar shows the batch rate and the epoch's time
 left, every epoch ends with a line giving its measured time and the run's time left, and validation (during
 training and in val_dual.py) shows a bar whose description is the table's header; progress=False is quiet.
-Real runs on tiny synthetic data (gelan-t, 64 px, CPU), a few seconds each.
+Real runs on tiny synthetic data (gelan_mini of tests/conftest.py: the bars, not the model; 64 px, CPU), about a
+second each.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/engine/test_progress.py
 """
@@ -60,9 +61,9 @@ def test_epoch_clock_time_left_is_the_mean_lap_times_epochs_left():
     assert clock.lap(2, 4000.0) == "epoch 2/2 took 82 min (67 min training, 15 min validation and saving)"
 
 
-def test_training_bar_rate_and_time_left(data, tmp_path, capsys):
+def test_training_bar_rate_and_time_left(data, gelan_mini, tmp_path, capsys):
     logs = []
-    cfg = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "2", "--epochs", "2",
+    cfg = parse_opt(["--data", str(data), "--cfg", gelan_mini, "--img", "64", "--batch", "2", "--epochs", "2",
                      "--workers", "0", "--noplots", "--device", "cpu", "--project", str(tmp_path / "runs")])
     train(cfg, log=lambda *a, **k: logs.append(" ".join(map(str, a))))
     err = capsys.readouterr().err
@@ -85,9 +86,10 @@ def test_training_bar_rate_and_time_left(data, tmp_path, capsys):
     assert last.group(9) is None  # the last epoch has nothing left
 
 
-def test_validation_bar_in_val_dual_and_quiet(data, tmp_path, capsys):
-    weights = tmp_path / "gelan-t.pt"
-    save_checkpoint(weights, yolov9c.build_model("gelan-t", nc=8))
+def test_validation_bar_in_val_dual_and_quiet(data, gelan_mini, tmp_path, capsys):
+    weights = tmp_path / "mini.pt"
+    model = yolov9c.build_model(gelan_mini, nc=8)
+    save_checkpoint(weights, model)
     code = val_main(["--weights", str(weights), "--data", str(data), "--img", "64", "--batch", "1", "--device",
                      "cpu", "--workers", "0", "--project", str(tmp_path / "val")])
     out, err = capsys.readouterr()
@@ -98,6 +100,5 @@ def test_validation_bar_in_val_dual_and_quiet(data, tmp_path, capsys):
     cfg = load_data_config(str(data))
     data = DatasetConfig(augment=False, rect=True, pad=0.5, prefix="val: ", nc=cfg["nc"])
     loader, _ = create_dataloader(cfg["val"], 64, 2, LoaderConfig(data, workers=0))
-    model = yolov9c.build_model("gelan-t", nc=cfg["nc"])
     validate(model, loader, nc=cfg["nc"], names=cfg["names"], cfg=ValConfig(progress=False), log=lambda *a: None)
     assert capsys.readouterr().err == ""
