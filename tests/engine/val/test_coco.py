@@ -184,11 +184,11 @@ def test_missing_annotations_message_not_crash(coco, tmp_path):
     assert len(json.loads((tmp_path / "predictions.json").read_text())) == 7
 
 
-def test_val_dual_save_json_on_coco_layout(coco, tmp_path, monkeypatch):
+def test_val_dual_save_json_on_coco_layout(coco, gelan_mini, tmp_path, monkeypatch):
     import yolov9c
     from yolov9c.models.checkpoint import save_checkpoint
 
-    model = yolov9c.build_model("gelan-t", nc=80)
+    model = yolov9c.build_model(gelan_mini, nc=80)  # the script's json, not the model: tests/conftest.py
     with torch.no_grad():  # class scores of 0.5 everywhere: an untrained head would stay under conf 0.001
         for branch in model.model[-1].cv3:
             branch[-1].bias.zero_()
@@ -204,13 +204,13 @@ def test_val_dual_save_json_on_coco_layout(coco, tmp_path, monkeypatch):
     assert "Average Precision" in r.stdout + r.stderr
 
 
-def test_training_on_coco_writes_the_final_json(coco, tmp_path):
+def test_training_on_coco_writes_the_final_json(coco, gelan_mini, tmp_path):
     """As published, the final validation of best.pt on COCO data writes _predictions.json (COCO ids)."""
     from yolov9c.cli.train import parse_opt
     from yolov9c.engine.train.trainer import train
 
     lines = []
-    out = train(parse_opt(["--data", str(coco), "--cfg", "gelan-t.yaml", "--img", str(IMGSZ), "--batch", "3",
+    out = train(parse_opt(["--data", str(coco), "--cfg", gelan_mini, "--img", str(IMGSZ), "--batch", "3",
                            "--epochs", "1", "--workers", "0", "--noplots", "--project", str(tmp_path)]),
                 log=lambda *a, **k: lines.append(" ".join(map(str, a))))
     rows = json.loads((out["save_dir"] / "_predictions.json").read_text())
