@@ -50,10 +50,10 @@ def test_the_cap_does_nothing_off_the_gpu():
     assert peaks.peaks == {} and peaks.line() == ""
 
 
-def test_a_cpu_run_reports_its_validation_batch(data, tmp_path):
+def test_a_cpu_run_reports_its_validation_batch(data, gelan_mini, tmp_path):
     from yolov9c.engine.train.trainer import train
 
-    out = train(parse_opt(["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1",
+    out = train(parse_opt(["--data", data, "--cfg", gelan_mini, "--img", "64", "--batch", "4", "--epochs", "1",
                            "--workers", "0", "--noplots", "--device", "cpu", "--project", str(tmp_path)]),
                 log=lambda *a, **k: None)
     assert out["val_batch"] == 4  # 2 x the training batch (as published), at most the 4 validation images
