@@ -140,11 +140,12 @@ def data(tmp_path_factory):
     return str(synthetic_dataset(seed=6, root=tmp_path_factory.mktemp("syn"), n_train=8, n_val=4, imgsz=96))
 
 
-def _train(data, tmp_path, name, extra=(), epochs=1, **kw):
+def _train(data, cfg, tmp_path, name, extra=(), epochs=1, **kw):
+    """A CPU training of the model yaml `cfg` (gelan_mini, tests/conftest.py: the run, not the model)."""
     from yolov9c.engine.train.trainer import train
 
     lines = []
-    argv = ["--data", data, "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--epochs", str(epochs),
+    argv = ["--data", data, "--cfg", cfg, "--img", "64", "--batch", "4", "--epochs", str(epochs),
             "--workers", "0", "--noplots", "--device", "cpu", "--project", str(tmp_path), "--name", name, *extra]
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -155,15 +156,15 @@ def _train(data, tmp_path, name, extra=(), epochs=1, **kw):
     return out, lines
 
 
-def test_a_chunked_training_validation_equals_one_pass(data, tmp_path, monkeypatch):
-    whole, _ = _train(data, tmp_path, "whole")
+def test_a_chunked_training_validation_equals_one_pass(data, gelan_mini, tmp_path, monkeypatch):
+    whole, _ = _train(data, gelan_mini, tmp_path, "whole")
     # on the CPU the option builds nothing; here a ValChunks with a faked measure: 3 images of the batch of 4
     # (twice the training batch, at most the 4 validation images) fit, fewer beside best.pt's weights
     vc = mph.ValCost("toy", fwd_gib=1.0, params=1_000)
     room = mph.RESERVED_SLACK * mph.val_need_gib(vc, 4, 3, img=64, half=False) / mph.HEADROOM * 1.0001
     monkeypatch.setattr(ValChunks, "for_run", classmethod(
         lambda cls, state: cls(vc, state.imgsz, state.amp, left=lambda device: room)))
-    chunked, lines = _train(data, tmp_path, "chunked", ["--val-chunks", "auto"])
+    chunked, lines = _train(data, gelan_mini, tmp_path, "chunked", ["--val-chunks", "auto"])
     said = [line for line in lines if line.startswith("validation: the forward in chunks")]
     assert len(said) == 2 and "chunks of 3 images per batch of 4" in said[0], lines
     assert "chunks of 2 images per batch of 4" in said[1]  # the final validation, best.pt loaded beside
@@ -172,10 +173,10 @@ def test_a_chunked_training_validation_equals_one_pass(data, tmp_path, monkeypat
         assert chunked["final"][k] == whole["final"][k], k
 
 
-def test_resume_restores_the_option(data, tmp_path):
+def test_resume_restores_the_option(data, gelan_mini, tmp_path):
     from yolov9c.engine.train.resume import read_resume
 
-    out, _ = _train(data, tmp_path, "auto", ["--val-chunks", "auto"], epochs=2, stop_after_epoch=0)
+    out, _ = _train(data, gelan_mini, tmp_path, "auto", ["--val-chunks", "auto"], epochs=2, stop_after_epoch=0)
     last = str(out["save_dir"] / "weights" / "last.pt")
     assert read_resume(parse_opt(["--resume", last]), log=lambda *a: None).cfg.val_chunks == "auto"
     assert read_resume(parse_opt(["--resume", last, "--val-chunks", "off"]), log=lambda *a: None).cfg.val_chunks \
