@@ -34,10 +34,10 @@ def test_meta_bounds_every_hyp_key_within_its_range():
             assert ok(lo) and ok(hi), f"{k}: META's [{lo}, {hi}] is not {rule}"
 
 
-def test_two_real_generations(tmp_path, monkeypatch):
+def test_two_real_generations(tmp_path, gelan_mini, monkeypatch):
     data = synthetic_dataset(seed=4, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=64)
     monkeypatch.chdir(tmp_path)  # the default --project runs/train becomes runs/evolve under the cwd
-    assert main(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1",
+    assert main(["--data", str(data), "--cfg", gelan_mini, "--img", "64", "--batch", "4", "--epochs", "1",
                  "--workers", "0", "--evolve", "2", "--seed", "1"]) == 0
     run = tmp_path / "runs" / "evolve" / "exp"
     keys, rows = read_evolve_csv(run / "evolve.csv")
