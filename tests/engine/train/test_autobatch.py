@@ -2,7 +2,8 @@
 - select_batch on given (batch, reserved GiB) samples: an exact line gives the batch at 80 % of the free memory;
   an out-of-memory sample at 16 fits only the sizes that worked and keeps the choice below 16; a noisy fit
   lands near the true answer; too few samples or a flat line fall back to 16 with a warning; clamping;
-- the CPU path through train_dual.py: one tiny epoch, batch 16 chosen, the published message printed;
+- the CPU path through train_dual.py: one tiny epoch (gelan_mini, tests/conftest.py), batch 16 chosen, the
+  published message printed;
 - refused under DDP;
 - cuda: the real profile on a small model on a card of the test's own (capped; the size AutoBatch sees), the
   chosen batch's measured memory <= 0.8 x free memory.
@@ -69,7 +70,7 @@ def test_cpu_fallback_message():
     assert msgs == ["AutoBatch: CUDA not detected, using default CPU batch-size 16"]
 
 
-def test_train_dual_batch_minus_1_on_the_cpu(tmp_path, capsys):
+def test_train_dual_batch_minus_1_on_the_cpu(tmp_path, gelan_mini, capsys):
     from yolov9c.cli.train import main
     from yolov9c.data.synthetic import synthetic_dataset
 
@@ -77,7 +78,7 @@ def test_train_dual_batch_minus_1_on_the_cpu(tmp_path, capsys):
     torch.set_num_threads(1)
     try:
         data = str(synthetic_dataset(seed=5, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=64))
-        argv = ["--data", data, "--cfg", "yolov9-t.yaml", "--img", "64", "--batch-size", "-1", "--epochs", "1",
+        argv = ["--data", data, "--cfg", gelan_mini, "--img", "64", "--batch-size", "-1", "--epochs", "1",
                 "--workers", "0", "--noplots", "--noval", "--device", "cpu", "--project", str(tmp_path / "runs")]
         assert main(argv) == 0
     finally:
