@@ -5,7 +5,8 @@ skip on found_inf; the loss of padded targets (DetectionLoss.padded) against the
 both loss backends; the bucket choice; which runs get the graph step and which batches run eagerly. --ckpt: the
 bundled layers draw no random numbers (checkpointing skips the generator state), a dropout row recomputes its
 mask; a --ckpt run driven through GraphStep with the capture stood in (what a capture refuses refused: the
-generator state, host reads) equals an eager --ckpt run: loss items, updates, BatchNorm statistics.
+generator state, host reads) equals an eager --ckpt run: loss items, updates, BatchNorm statistics. The CPU runs
+that test the step, not the model, train gelan_mini (tests/conftest.py: a tiny run costs per tensor).
 CUDA: N training steps graphed and eager from the same weights and batches (both backends and torch --ckpt, AMP,
 accumulation, warm-up LR and momentum changes, a bucket change, an eager fallback by box count and by shape, a
 GradScaler scale change): weights, EMA, scale, loss items; one replay of the captured micro-step against the eager
@@ -329,10 +330,10 @@ def test_cuda_capture_survives_an_unreachable_graph_in_a_cycle():
         gc.enable() if was else gc.disable()
 
 
-def test_cpu_run_logs_the_eager_step(tmp_path):
+def test_cpu_run_logs_the_eager_step(tmp_path, gelan_mini):
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=2, n_val=1, imgsz=64)
     lines = []
-    cfg = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "2", "--workers", "0",
+    cfg = parse_opt(["--data", str(data), "--cfg", gelan_mini, "--img", "64", "--batch", "2", "--workers", "0",
                      "--noplots", "--device", "cpu", "--project", str(tmp_path / "runs")])
     assert cfg.cuda_graph is True and parse_opt(["--no-cuda-graph"]).cuda_graph is False
     state = setup(cfg, log=lines.append)
@@ -340,14 +341,14 @@ def test_cpu_run_logs_the_eager_step(tmp_path):
     assert "step: eager (not on a CUDA device)" in lines
 
 
-def test_train_releases_the_graph_step_also_on_an_error(tmp_path, monkeypatch):
+def test_train_releases_the_graph_step_also_on_an_error(tmp_path, gelan_mini, monkeypatch):
     """train() drops a GraphStep's graphs and pool when the run ends, also when it raised: the memory is given
     back then, not when a garbage collection finds the run's state (torch.optim leaves its builder's frames,
     and so the state, in a reference cycle)."""
     from yolov9c.engine.train import trainer
 
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=2, n_val=1, imgsz=64)
-    cfg = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "2", "--workers", "0",
+    cfg = parse_opt(["--data", str(data), "--cfg", gelan_mini, "--img", "64", "--batch", "2", "--workers", "0",
                      "--noplots", "--device", "cpu", "--project", str(tmp_path / "runs")])
     steps = []
 
@@ -482,8 +483,8 @@ class _StoodInGraph:
             o.copy_(g)
 
 
-def _ckpt_cpu_state(root, data):
-    cfg = parse_opt(["--data", str(data), "--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--accumulate",
+def _ckpt_cpu_state(root, data, model_cfg):
+    cfg = parse_opt(["--data", str(data), "--cfg", model_cfg, "--img", "64", "--batch", "4", "--accumulate",
                      "2", "--workers", "0", "--noplots", "--device", "cpu", "--backend", "torch", "--ckpt",
                      "--project", str(root)])
     state = setup(cfg, log=_quiet)
@@ -491,7 +492,7 @@ def _ckpt_cpu_state(root, data):
     return state
 
 
-def test_ckpt_graph_step_on_the_cpu_equals_eager(tmp_path, monkeypatch):
+def test_ckpt_graph_step_on_the_cpu_equals_eager(tmp_path, gelan_mini, monkeypatch):
     """A --ckpt run through GraphStep with only the torch.cuda boundary stood in (the capture, the capture stream)
     against an eager --ckpt run, in lock-step (the graphed run given the eager weights after every batch): after
     one eager warm-up batch every micro-batch replays the captured micro-step, whose body runs the checkpointed
@@ -499,7 +500,7 @@ def test_ckpt_graph_step_on_the_cpu_equals_eager(tmp_path, monkeypatch):
     generator state; after every batch the loss items, the weights (the windows' updates) and every BatchNorm
     running statistic equal the eager run's to rounding, num_batches_tracked exactly: one update per micro-batch."""
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=64)
-    eager, state = _ckpt_cpu_state(tmp_path / "e", data), _ckpt_cpu_state(tmp_path / "g", data)
+    eager, state = (_ckpt_cpu_state(tmp_path / name, data, gelan_mini) for name in ("e", "g"))
     assert state.bn_buffers and state.model.forward.__func__ is checkpointed_forward
     reads, captured = [], []
 
