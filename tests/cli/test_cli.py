@@ -79,10 +79,11 @@ def test_info_fused_gives_the_published_inference_figures():
 def test_info_nc_override_and_checkpoint(tmp_path):
     r = cli("info", "--cfg", "gelan-t", "--nc", "3", "--imgsz", "320")
     assert r.returncode == 0, r.stderr
-    expect = sum(p.numel() for p in DetectionModel("gelan-t", nc=3).parameters())
+    model = DetectionModel("gelan-t", nc=3)
+    expect = sum(p.numel() for p in model.parameters())
     assert f" {expect} parameters" in r.stdout and "nc=3" in r.stdout
 
-    model = random_weights(DetectionModel("gelan-t", nc=3), 1)
+    random_weights(model, 1)
     ck.save_checkpoint(tmp_path / "g.pt", model)
     r = cli("info", "--weights", tmp_path / "g.pt")
     assert r.returncode == 0, r.stderr
@@ -144,7 +145,7 @@ def test_convert_default_is_fp16(yolov9t_checkpoint, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing", "unknown-cfg", "wrong-family", "not-yolov9", "garbage"])
-def test_convert_bad_input_writes_nothing(yolov9t_checkpoint, tmp_path, case):
+def test_convert_bad_input_writes_nothing(yolov9t_checkpoint, gelan_mini, tmp_path, case):
     src, _ = yolov9t_checkpoint
     out = tmp_path / "out.pt"
     if case == "missing":
@@ -156,9 +157,9 @@ def test_convert_bad_input_writes_nothing(yolov9t_checkpoint, tmp_path, case):
     elif case == "wrong-family":  # yolov9-t weights, gelan-s target: shapes differ
         r = cli("convert", "--weights", src, "--cfg", "gelan-s", "--out", out)
         assert_usage_error(r, "re-parameterise")
-    elif case == "not-yolov9":  # a gelan checkpoint has no auxiliary branch to drop
+    elif case == "not-yolov9":  # a gelan checkpoint (a small one: tests/conftest.py) has no auxiliary branch to drop
         gelan = tmp_path / "gelan.pt"
-        ck.save_checkpoint(gelan, DetectionModel("gelan-t"))
+        ck.save_checkpoint(gelan, DetectionModel(gelan_mini))
         r = cli("convert", "--weights", gelan, "--cfg", "gelan-t", "--out", out)
         assert_usage_error(r, "DualDDetect")
     else:
