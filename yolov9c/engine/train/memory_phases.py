@@ -245,9 +245,7 @@ def eval_counts(cfg, img=mp.COUNT_IMG):
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from yolov9c.models.model import DetectionModel
-
-    model = DetectionModel(cfg, nc=80).eval()
+    model = mp.counting_model(cfg).eval()
     x = torch.zeros(1, 3, img, img)
     known = {t.untyped_storage().data_ptr() for t in [x, *model.parameters(), *model.buffers()]}
     refs, size, live, peak = {}, {}, [0], [0]

@@ -107,6 +107,16 @@ _SIZE_REF = {"t": "yolov9-s", "s": "yolov9-s", "m": "yolov9-c", "c": "yolov9-c",
 COUNT_IMG = 128  # counts() runs its forward at this size and scales to 640² by the pixel count
 
 
+@functools.lru_cache(maxsize=2)
+def counting_model(cfg):
+    """Model `cfg` built with nc=80 on the CPU, shared by counts and memory_phases.eval_counts so that a memory
+    plan builds each model once (the most recent two kept). Its users run no-grad forwards and set the mode they
+    need; the BatchNorm statistics a training-mode forward moves are never read."""
+    from yolov9c.models.model import DetectionModel
+
+    return DetectionModel(cfg, nc=80)
+
+
 @functools.lru_cache(maxsize=None)
 def counts(cfg):
     """(parameters, activation elements per image at 640²) of model `cfg` built with nc=80: the outputs of every
@@ -115,9 +125,7 @@ def counts(cfg):
     activations)."""
     import torch
 
-    from yolov9c.models.model import DetectionModel
-
-    model = DetectionModel(cfg, nc=80).train()
+    model = counting_model(cfg).train()
     total = [0]
 
     def hook(module, inputs, out):
