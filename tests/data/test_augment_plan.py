@@ -320,7 +320,7 @@ def test_cuda_assembles_copy_paste_batches_as_the_c_reference(coco_poly):
     assert torch.equal(BatchAssembler("cuda:0")(batch.pin_memory())[0].cpu(), BatchAssembler("cpu")(batch)[0])
 
 
-def test_train_dual_with_gpu_augment_trains_like_the_cpu_pipeline(syn, tmp_path, monkeypatch):
+def test_train_dual_with_gpu_augment_trains_like_the_cpu_pipeline(syn, gelan_mini, tmp_path, monkeypatch):
     """train_dual.py --gpu-augment on the CPU (the C reference assembles the batches): the same run as without
     it, mosaic epoch then close-mosaic epoch, to within the 1-grey-level pixel differences: train losses
     within 2 %."""
@@ -328,7 +328,7 @@ def test_train_dual_with_gpu_augment_trains_like_the_cpu_pipeline(syn, tmp_path,
     data = str(Path(syn["train"][0]).parents[1] / "data.yaml")
     losses = []
     for name, extra in (("cpu", []), ("op", ["--gpu-augment"])):
-        r = run_script(Path(__file__).resolve().parents[2] / "train_dual.py", "--data", data, "--cfg", "gelan-t.yaml",
+        r = run_script(Path(__file__).resolve().parents[2] / "train_dual.py", "--data", data, "--cfg", gelan_mini,
                        "--img", "64", "--batch", "8", "--epochs", "2", "--close-mosaic", "1", "--workers", "0",
                        "--noval", "--nosave", "--noplots", "--project", str(tmp_path / "runs"), "--name", name,
                        *extra)
