@@ -77,6 +77,19 @@ class _Leaf(Node):
         """(B, C, H, W) of the stored tensors (all `full` channels)."""
         return (self.shape[0], self.full, self.shape[2], self.shape[3])
 
+    def joined(self, other):
+        """self and then `other` along channels as one leaf when other stands for the next channels of the same
+        stored value (an ELAN block concatenates its cv1 output's two halves back in order), else None. Only
+        leaves over tensors join (a segment template's leaves hold indices)."""
+        if (type(other) is type(self) and other.c0 == self.c1 and self._same_source(other)
+                and isinstance(self.first, torch.Tensor)):
+            return self._ranged(self.c0, other.c1)
+        return None
+
+    def _same_source(self, other):
+        """Whether other (of self's type) reads the same stored value as self."""
+        raise NotImplementedError
+
 
 class BNAct(_Leaf):
     """act(BN(z)) with batch statistics: bn is the ops.BN operand (z, mean, invstd, γ, β) of all of z's channels;
@@ -91,6 +104,9 @@ class BNAct(_Leaf):
 
     def _ranged(self, c0, c1):
         return BNAct(self.bn, self.act, self.shared, c0, c1)
+
+    def _same_source(self, other):
+        return other.bn is self.bn and other.act == self.act and other.shared is self.shared
 
     def _mapped(self, fn, memo):  # a copy over other tensors is no reader of z's SharedGrad
         return BNAct(ops.BN(*map(fn, self.bn)), self.act, None, self.c0, self.c1, self._size())
@@ -143,6 +159,9 @@ class RepAct(_Leaf):
     def _ranged(self, c0, c1):
         return RepAct(self.bn1, self.bn2, c0, c1)
 
+    def _same_source(self, other):
+        return other.bn1 is self.bn1 and other.bn2 is self.bn2
+
     def _mapped(self, fn, memo):
         return RepAct(ops.BN(*map(fn, self.bn1)), ops.BN(*map(fn, self.bn2)), self.c0, self.c1, self._size())
 
@@ -194,6 +213,9 @@ class _TensorLeaf(_Leaf):
 
     def _ranged(self, c0, c1):
         return type(self)(self.t, c0, c1)
+
+    def _same_source(self, other):
+        return other.t is self.t
 
     def _mapped(self, fn, memo):
         return type(self)(fn(self.t), self.c0, self.c1, self._size())
@@ -320,12 +342,19 @@ class Sum(_Group):
 
 
 class Cat(_Group):
-    """Channel concatenation of children with equal B, H, W (nested concats are flattened)."""
+    """Channel concatenation of children with equal B, H, W (nested concats are flattened, and adjacent leaves
+    over consecutive channels of one stored value joined: one activation pass instead of one per part)."""
 
     __slots__ = ()
 
     def __init__(self, children):
-        flat = self._flatten(children)
+        flat = []
+        for c in self._flatten(children):
+            joined = flat[-1].joined(c) if flat and isinstance(c, _Leaf) and isinstance(flat[-1], _Leaf) else None
+            if joined is None:
+                flat.append(c)
+            else:
+                flat[-1] = joined
         b, _, h, w = flat[0].shape
         channels = 0
         for c in flat:
