@@ -447,27 +447,42 @@ def test_autocast_dtype_reads_the_same_state_through_both_torch_apis():
 
 @pytest.mark.parametrize("api", ["2.1", "2.4"])
 def test_autocast_off_inside_the_function_through_both_torch_apis(monkeypatch, api):
-    """conv._AutocastOff (what LazyConvFunction runs its convs under): autocast off inside when it was on, and on
-    again after, also when the inside raises; with torch >= 2.4's setter and the per-device one of 2.1-2.3."""
+    """LazyConvFunction runs its convs with autocast off when it was on, and on again after, also when the inside
+    raises; with torch >= 2.4's setter and the per-device one of 2.1-2.3; without autocast it sets nothing."""
+    import types
     import warnings
+
+    import torch.nn.functional as F
 
     from yolov9c.backends.c import conv
 
     if api == "2.4" and not hasattr(torch, "get_autocast_dtype"):
         pytest.skip("torch < 2.4")
     monkeypatch.setattr(conv, "set_autocast", conv._set_autocast_2_4 if api == "2.4" else conv._set_autocast_2_1)
+    seen, fail = [], [False]
+
+    def conv2d(*args):
+        seen.append(conv.autocast_dtype("cpu"))
+        if fail[0]:
+            raise KeyError
+        return F.conv2d(*args)
+
+    monkeypatch.setattr(conv, "F", types.SimpleNamespace(conv2d=conv2d))
+    c = nn.Conv2d(2, 3, 1)
+    x = lazy.Plain(torch.randn(1, 2, 3, 3, requires_grad=True))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the 2.1-2.3 functions warn as deprecated from 2.4 on
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            with conv._AutocastOff("cpu", True):
-                assert conv.autocast_dtype("cpu") is None
-                assert torch.mm(torch.ones(2, 2), torch.ones(2, 2)).dtype == torch.float32
+            (z,) = conv.lazy_conv(x, [c])
+            assert seen == [None] and z.dtype == torch.bfloat16
             assert conv.autocast_dtype("cpu") == torch.bfloat16
-            with pytest.raises(KeyError), conv._AutocastOff("cpu", True):
-                raise KeyError
+            fail[0] = True
+            with pytest.raises(KeyError):
+                conv.lazy_conv(x, [c])
             assert conv.autocast_dtype("cpu") == torch.bfloat16
-            with conv._AutocastOff("cpu", False):
-                assert conv.autocast_dtype("cpu") == torch.bfloat16
+        fail[0] = False
+        (z,) = conv.lazy_conv(x, [c])
+        assert seen[-1] is None and z.dtype == torch.float32
         assert conv.autocast_dtype("cpu") is None
 
 

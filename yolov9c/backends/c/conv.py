@@ -99,34 +99,6 @@ def _set_autocast_2_1(device_type, enabled):
 set_autocast = _set_autocast_2_4 if hasattr(torch, "get_autocast_dtype") else _set_autocast_2_1
 
 
-class _AutocastOff:
-    """Autocast off on `device_type` inside when it is `on` (the Function casts explicitly); nothing when it is off.
-    The ops inside run as under torch.autocast(device_type, enabled=False), without that context's Python
-    bookkeeping (it saves and restores the dtype and cache flags, which enabled=False leaves as they are, and
-    counts nesting for the cast cache, which ops without autocast do not read)."""
-
-    __slots__ = ("device_type", "on")
-
-    def __init__(self, device_type, on):
-        self.device_type, self.on = device_type, on
-
-    def __enter__(self):
-        if self.on:
-            set_autocast(self.device_type, False)
-
-    def __exit__(self, *exc):
-        if self.on:
-            set_autocast(self.device_type, True)
-
-
-_NO_CONTEXT = contextlib.nullcontext()
-
-
-def _no_grad():
-    """torch.no_grad() when grad is on (a backward run with create_graph=True); nothing to enter otherwise."""
-    return torch.no_grad() if torch.is_grad_enabled() else _NO_CONTEXT
-
-
 def direct_apply(fn):
     """fn.apply for an autograd.Function class `fn` without setup_context, minus torch's Python wrapper
     (autograd.Function.apply), which checks for functorch transforms and then walks every argument to unwrap dead
@@ -144,11 +116,6 @@ def direct_apply(fn):
     return apply
 
 
-def _cast(t, dtype):
-    """t in dtype (t itself when it has it: no dispatch for a no-op cast)."""
-    return t if t.dtype == dtype else t.to(dtype)
-
-
 def conv_supported(conv):
     """A conv this Function can run: zero padding given as integers (not 'same'/'valid'), not transposed, its
     weight a registered parameter (lazy_conv reads conv._parameters; a parametrized weight is not one)."""
@@ -160,15 +127,27 @@ def _run_convs(call):
     """The convs of `call` on call.x's activated value, a temporary built by an Evaluator and freed on return
     (rebuilt in backward unless kept, inputs_kept). Returns (outputs, the weights in the compute dtype, the
     Evaluator)."""
-    dtype = call.dtype
-    with _AutocastOff(call.device_type, call.autocast):
+    dtype, amp = call.dtype, call.autocast
+    # Autocast off inside when it is on (the casts are explicit): the ops run as under torch.autocast(device_type,
+    # enabled=False), without that context's Python bookkeeping (it saves and restores the dtype and cache flags,
+    # which enabled=False leaves as they are, and counts nesting for the cast cache, which ops without autocast
+    # do not read).
+    if amp:
+        set_autocast(call.device_type, False)
+    try:
         ev = Evaluator(dtype, call.fmt, grad=False)
         a = ev.run(call.x)
         outs, cast = [], []
         for (stride, padding, dilation, groups), (w, b, _, _) in zip(call.convs, call.params):
-            wc = _cast(w, dtype)  # kept for backward (w itself when no cast is needed)
-            cast.append(wc)
-            outs.append(F.conv2d(a, wc, None if b is None else _cast(b, dtype), stride, padding, dilation, groups))
+            if w.dtype != dtype:  # w itself (kept for backward) when no cast is needed
+                w = w.to(dtype)
+            if b is not None and b.dtype != dtype:
+                b = b.to(dtype)
+            cast.append(w)
+            outs.append(F.conv2d(a, w, b, stride, padding, dilation, groups))
+    finally:
+        if amp:
+            set_autocast(call.device_type, True)
     return outs, cast, ev
 
 
@@ -200,7 +179,6 @@ class LazyConvFunction(torch.autograd.Function):
                                "by the first)")
         nc = len(call.convs)
         saved = ctx.saved_tensors
-        cast, outs = saved[:nc], saved[nc:2 * nc]
         need = ctx.needs_input_grad  # (call, *inputs): an input's slot s is need[1 + s]
         in_grads = [None] * (len(need) - 1)
         need_leaf = [False] * len(leaves)
@@ -210,35 +188,43 @@ class LazyConvFunction(torch.autograd.Function):
         grads = list(grads)
         for k, sh in enumerate(call.outs):
             if sh is not None:  # the BN backward of the readers that stashed into it, on their summed dL/dy
-                grads[k], dw, db = _shared_backward(sh, outs[k], grads[k])
+                grads[k], dw, db = _shared_backward(sh, saved[nc + k], grads[k])
                 _, _, sw, sb = call.slots[k]
                 in_grads[sw] = dw if need[1 + sw] else None
                 in_grads[sb] = db if need[1 + sb] else None
-        with _AutocastOff(call.device_type, autocast_dtype(call.device_type) is not None), _no_grad():
+        # nothing here records (grad is on in a backward with create_graph=True); autocast off as in forward
+        record = torch.is_grad_enabled()
+        amp = autocast_dtype(call.device_type) is not None
+        if record:
+            torch.set_grad_enabled(False)
+        if amp:
+            set_autocast(call.device_type, False)
+        try:
             # forward's own input (a memo hit: no activation), or the same evaluation as forward (same kernels,
             # same in-place buffer): a bit-identical input
             ev = kept.ev if kept is not None else Evaluator(call.dtype, call.fmt, grad=False)
             a = ev.run(tree)
             grad_a = None
+            dtype = call.dtype
             for k, (stride, padding, dilation, groups) in enumerate(call.convs):
                 g = grads[k]
                 if g is None:
                     continue
                 sw, sb = call.slots[k][:2]
                 has_bias = sb is not None
-                mask = [want_input, need[1 + sw], has_bias and need[1 + sb]]
+                mask = (want_input, need[1 + sw], has_bias and need[1 + sb])
                 if not (mask[0] or mask[1] or mask[2]):
                     continue
                 w, b = call.params[k][:2]
                 gi, gw, gb = torch.ops.aten.convolution_backward(
-                    _cast(g, call.dtype), a, cast[k], [w.shape[0]] if has_bias else None,
-                    list(stride), list(padding), list(dilation), False, [0, 0], groups, mask)
+                    g if g.dtype == dtype else g.to(dtype), a, saved[k], w.shape[:1] if has_bias else None,
+                    stride, padding, dilation, False, (0, 0), groups, mask)
                 if gi is not None:
                     grad_a = gi if grad_a is None else grad_a.add_(gi)
                 if gw is not None:
-                    in_grads[sw] = _cast(gw, w.dtype)
+                    in_grads[sw] = gw if gw.dtype == w.dtype else gw.to(w.dtype)
                 if gb is not None:
-                    in_grads[sb] = _cast(gb, b.dtype)
+                    in_grads[sb] = gb if gb.dtype == b.dtype else gb.to(b.dtype)
             del a
             if want_input and grad_a is not None:
                 # dL/da sent down the tree by hand (lazy.Node.backward): each leaf's gradient is written
@@ -249,6 +235,11 @@ class LazyConvFunction(torch.autograd.Function):
                 leaf_grads = acc.result()
                 for j, i in enumerate(call.grad_leaves):
                     in_grads[j] = leaf_grads[i]
+        finally:
+            if amp:
+                set_autocast(call.device_type, True)
+            if record:
+                torch.set_grad_enabled(True)
         return (None, *in_grads)
 
 
@@ -276,21 +267,24 @@ def lazy_conv(x, convs, bns=None):
     Parameters are read from the modules' _parameters (nn.Module.__getattr__ costs a Python call per read)."""
     call = _Call()
     call.x = x
-    call.convs = [(tuple(c.stride), tuple(c.padding), tuple(c.dilation), c.groups) for c in convs]
     w0 = convs[0]._parameters["weight"]
     call.device_type = w0.device.type
     amp = autocast_dtype(call.device_type)
     call.dtype, call.autocast = amp or w0.dtype, amp is not None
     call.fmt = memory_format_of(x.first)
     grad = torch.is_grad_enabled()
-    outs, params = [], []
+    call.convs, call.params, call.outs = geoms, params, outs = [], [], []
     for k, c in enumerate(convs):
-        bn = bns[k] if (grad and bns is not None) else None
-        sh = None if bn is None else SharedGrad(bn._parameters["weight"], bn._parameters["bias"])
         p = c._parameters
-        outs.append(sh)
-        params.append((p["weight"], p["bias"], None if sh is None else sh.weight, None if sh is None else sh.bias))
-    call.params, call.outs = params, outs
+        geoms.append((c.stride, c.padding, c.dilation, c.groups))  # (nn.Conv2d keeps the first three as tuples)
+        bn = bns[k] if (grad and bns is not None) else None
+        if bn is None:
+            outs.append(None)
+            params.append((p["weight"], p["bias"], None, None))
+        else:
+            sh = SharedGrad(bn._parameters["weight"], bn._parameters["bias"])
+            outs.append(sh)
+            params.append((p["weight"], p["bias"], sh.weight, sh.bias))
     if not grad:  # nothing records (a recomputed segment's forward): the same convs without an autograd.Function
         return _run_convs(call)[0]
     ts = x.tensors()
