@@ -291,12 +291,13 @@ def _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats
 def _use_reference(op, z, *ts):
     """The torch reference serves empty tensors, and bfloat16 on the CPU (csrc/bn_silu.c takes float32 and
     float16 there). z is read here before C sees it, so it is the one tensor checked in Python."""
-    if not isinstance(z, torch.Tensor):
-        raise TypeError(f"{op}: z must be a torch.Tensor, got {type(z).__name__}")
-    if z.numel() == 0:
-        return True
-    if not z.is_cpu:
-        return False
+    try:
+        if 0 in z.shape:
+            return True
+        if not z.is_cpu:
+            return False
+    except AttributeError:
+        raise TypeError(f"{op}: z must be a torch.Tensor, got {type(z).__name__}") from None
     try:
         for t in (z, *ts):
             if t is not None and t.dtype is torch.bfloat16:
@@ -316,24 +317,6 @@ def _workspace(C, z):
     if not z.is_cuda or z.ndim != 4:
         return None
     return torch.empty(C.bn_workspace_size(z.shape, True), dtype=torch.uint8, device=z.device)
-
-
-def _forward_impl(bn, bn2, residual, act, out, batch_stats):
-    op = "bn_silu_forward"
-    if type(bn) is not BN:
-        _check_operand(op, bn)
-    z, z2 = bn[0], None
-    if bn2 is not None:
-        if type(bn2) is not BN:
-            _check_operand(op, bn2, "2")
-        z2 = bn2[0]
-    extension.note_call(op, z, z2)
-    if _use_reference(op, z, z2, out, residual):
-        with torch.no_grad():
-            return reference(bn, bn2, residual, act, out, batch_stats)
-    y = out if out is not None else _empty_like(z)
-    extension.load().bn_silu_forward(bn, bn2, residual, act, y, extension.stream_of(z.device))
-    return y
 
 
 def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
@@ -389,7 +372,7 @@ class _BNSiLUFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, out, residual, act, batch_stats, *fields):
         bn2 = BN(*fields[5:]) if len(fields) > 5 else None
-        y = _forward_impl(BN(*fields[:5]), bn2, residual, act, out, batch_stats)
+        y = forward(BN(*fields[:5]), bn2, residual, act, out, batch_stats)  # (grad is off in here: no recording)
         ctx.save_for_backward(*fields)
         ctx.act, ctx.batch_stats, ctx.out_given = act, batch_stats, out is not None
         if out is not None:
@@ -433,16 +416,29 @@ def forward(bn, bn2=None, residual=None, act="silu", out=None, batch_stats=True)
     """y = act(u) [+ residual], u = BN(bn) [+ BN(bn2)] (the forms in the module docstring). Written into `out`
     when given (any view, any storage dtype) and returned, else a new tensor of z's dtype and memory format.
     Differentiable when autograd records (z, weight, bias, residual get gradients; mean/invstd none); without
-    it, no autograd.Function is built (the c backend's evaluator calls this ~1000 times a step)."""
+    it, no autograd.Function is built and the implementation is called right here (the c backend's evaluator
+    calls this ~1000 times a step)."""
     if not extension.fused_enabled():
         return reference(bn, bn2, residual, act, out, batch_stats)
-    if torch.is_grad_enabled():   # (without grad, the evaluator's case, no per-call autograd bookkeeping)
-        if type(bn) is not BN:
-            _check_operand("bn_silu_forward", bn)
+    op = "bn_silu_forward"
+    if type(bn) is not BN:
+        _check_operand(op, bn)
+    if torch.is_grad_enabled():
         fields = tuple(bn) if bn2 is None else (*bn, *bn2)
         if _records(fields, residual, out):
             return _BNSiLUFunction.apply(out, residual, act, bool(batch_stats), *fields)
-    return _forward_impl(bn, bn2, residual, act, out, bool(batch_stats))
+    z, z2 = bn[0], None
+    if bn2 is not None:
+        if type(bn2) is not BN:
+            _check_operand(op, bn2, "2")
+        z2 = bn2[0]
+    extension.note_call(op, z, z2)
+    if _use_reference(op, z, z2, out, residual):
+        with torch.no_grad():
+            return reference(bn, bn2, residual, act, out, batch_stats)
+    y = out if out is not None else _empty_like(z)
+    extension.load().bn_silu_forward(bn, bn2, residual, act, y, extension.stream_of(z.device))
+    return y
 
 
 def _records(fields, residual, out):
@@ -452,7 +448,7 @@ def _records(fields, residual, out):
             try:
                 if t.requires_grad:
                     return True
-            except AttributeError:  # not a tensor: _forward_impl's C call refuses it, naming it
+            except AttributeError:  # not a tensor: forward's C call refuses it, naming it
                 pass
     return False
 
