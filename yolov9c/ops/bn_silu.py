@@ -284,9 +284,9 @@ def _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats
 
 
 # ---------------------------------------------------------------------------------------------------------
-# raw implementations behind the public functions (no autograd recorded): C/CUDA through yolov9c._C, which
-# takes the tensors themselves. A BN operand crosses as one tuple (z, mean, invstd, weight, bias), its
-# gradients as (dz, dweight, dbias); csrc/bn_silu.c names each field in its errors.
+# helpers of the fused paths. The public functions below call yolov9c._C themselves (no autograd recorded; the
+# autograd.Function calls them with grad off), handing it the tensors: a BN operand crosses as one tuple (z, mean,
+# invstd, weight, bias), its gradients as (dz, dweight, dbias); csrc/bn_silu.c names each field in its errors.
 
 def _use_reference(op, z, *ts):
     """The torch reference serves empty tensors, and bfloat16 on the CPU (csrc/bn_silu.c takes float32 and
@@ -317,43 +317,6 @@ def _workspace(C, z):
     if not z.is_cuda or z.ndim != 4:
         return None
     return torch.empty(C.bn_workspace_size(z.shape, True), dtype=torch.uint8, device=z.device)
-
-
-def _backward_impl(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats):
-    op = "bn_silu_backward"
-    if type(bn) is not BN:
-        _check_operand(op, bn)
-    z, z2 = bn[0], None
-    if bn2 is not None:
-        if type(bn2) is not BN:
-            _check_operand(op, bn2, "2")
-        z2 = bn2[0]
-    extension.note_call(op, z, z2)
-    if _use_reference(op, z, z2, grad_out, dz, dz2):
-        return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
-    C = extension.load()
-    stream = extension.stream_of(z.device)
-    if bn2 is None:
-        accumulate = accumulate and dz is not None
-        dz = dz if dz is not None else _empty_like(z)
-        dw, db = _vecs(z, 2)
-        C.bn_silu_backward(bn, None, grad_out, act, batch_stats, (dz, dw, db), None, accumulate, _workspace(C, z),
-                           stream)
-        return dz, dw, db
-    if not isinstance(z2, torch.Tensor):
-        raise TypeError(f"{op}: z2 must be a torch.Tensor, got {type(z2).__name__}")
-    # A freshly allocated dz is written, never accumulated into.
-    acc1, acc2 = accumulate and dz is not None, accumulate and dz2 is not None
-    if acc1 != acc2:
-        dz = dz if dz is not None else torch.zeros_like(z, memory_format=_format_of(z))
-        dz2 = dz2 if dz2 is not None else torch.zeros_like(z2, memory_format=_format_of(z2))
-        acc1 = True
-    dz = dz if dz is not None else _empty_like(z)
-    dz2 = dz2 if dz2 is not None else _empty_like(z2)
-    dw1, db1, dw2, db2 = _vecs(z, 4)
-    C.bn_silu_backward(bn, bn2, grad_out, act, batch_stats, (dz, dw1, db1), (dz2, dw2, db2), acc1, _workspace(C, z),
-                       stream)
-    return dz, dw1, db1, dz2, dw2, db2
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -387,7 +350,7 @@ class _BNSiLUFunction(torch.autograd.Function):
         slots = _GRAD_SLOTS[:3 * (len(fields) // 5)]
         if any(need[k] for k in slots):
             bn2 = BN(*fields[5:]) if len(fields) > 5 else None
-            found = _backward_impl(BN(*fields[:5]), grad_out, bn2, ctx.act, None, None, False, ctx.batch_stats)
+            found = backward(BN(*fields[:5]), grad_out, bn2, ctx.act, batch_stats=ctx.batch_stats)
             for k, g in zip(slots, found):
                 grads[k] = g if need[k] else None
         out_grad = grad_out.new_zeros(()).expand_as(grad_out) if ctx.out_given else None
@@ -460,4 +423,38 @@ def backward(bn, grad_out, bn2=None, act="silu", dz=None, dz2=None, accumulate=F
     No autograd."""
     if not extension.fused_enabled():
         return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
-    return _backward_impl(bn, grad_out, bn2, act, dz, dz2, bool(accumulate), bool(batch_stats))
+    accumulate, batch_stats = bool(accumulate), bool(batch_stats)
+    op = "bn_silu_backward"
+    if type(bn) is not BN:
+        _check_operand(op, bn)
+    z, z2 = bn[0], None
+    if bn2 is not None:
+        if type(bn2) is not BN:
+            _check_operand(op, bn2, "2")
+        z2 = bn2[0]
+    extension.note_call(op, z, z2)
+    if _use_reference(op, z, z2, grad_out, dz, dz2):
+        return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
+    C = extension.load()
+    stream = extension.stream_of(z.device)
+    if bn2 is None:
+        accumulate = accumulate and dz is not None
+        dz = dz if dz is not None else _empty_like(z)
+        dw, db = _vecs(z, 2)
+        C.bn_silu_backward(bn, None, grad_out, act, batch_stats, (dz, dw, db), None, accumulate, _workspace(C, z),
+                           stream)
+        return dz, dw, db
+    if not isinstance(z2, torch.Tensor):
+        raise TypeError(f"{op}: z2 must be a torch.Tensor, got {type(z2).__name__}")
+    # A freshly allocated dz is written, never accumulated into.
+    acc1, acc2 = accumulate and dz is not None, accumulate and dz2 is not None
+    if acc1 != acc2:
+        dz = dz if dz is not None else torch.zeros_like(z, memory_format=_format_of(z))
+        dz2 = dz2 if dz2 is not None else torch.zeros_like(z2, memory_format=_format_of(z2))
+        acc1 = True
+    dz = dz if dz is not None else _empty_like(z)
+    dz2 = dz2 if dz2 is not None else _empty_like(z2)
+    dw1, db1, dw2, db2 = _vecs(z, 4)
+    C.bn_silu_backward(bn, bn2, grad_out, act, batch_stats, (dz, dw1, db1), (dz2, dw2, db2), acc1, _workspace(C, z),
+                       stream)
+    return dz, dw1, db1, dz2, dw2, db2
