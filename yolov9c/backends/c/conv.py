@@ -32,12 +32,12 @@ class _Call:
     of the leaves that require grad, which are the Function's first inputs; convs: per conv (stride, padding,
     dilation, groups); params: per conv (w, b, γ, β), b, γ, β possibly None (γ, β: the BN its output is activated
     with, for its SharedGrad); slots: per conv the positions of w, b, γ, β among the Function's inputs after the
-    call object (None for a None): the non-None params follow the leaves in that order; dtype / fmt: the compute
-    dtype and memory format; device_type and whether autocast was on (forward turns it off inside); outs: one
+    call object (None for a None): the non-None params follow the leaves in that order; dtype / fmt / device: the
+    compute dtype, memory format and x's device; device_type and whether autocast was on (forward turns it off inside); outs: one
     SharedGrad (or None) per conv."""
 
-    __slots__ = ("x", "leaves", "index", "grad_leaves", "convs", "params", "slots", "dtype", "fmt", "device_type",
-                 "autocast", "outs")
+    __slots__ = ("x", "leaves", "index", "grad_leaves", "convs", "params", "slots", "dtype", "fmt", "device",
+                 "device_type", "autocast", "outs")
 
 
 _KEEP = [False]  # inside inputs_kept(): each forward keeps its materialised input for its own backward
@@ -135,8 +135,8 @@ def _run_convs(call):
     if amp:
         set_autocast(call.device_type, False)
     try:
-        ev = Evaluator(dtype, call.fmt, grad=False)
-        a = ev.run(call.x)
+        ev = Evaluator(dtype, call.fmt, False, call.device)
+        a = ev.value(call.x)
         outs, cast = [], []
         for (stride, padding, dilation, groups), (w, b, _, _) in zip(call.convs, call.params):
             if w.dtype != dtype:  # w itself (kept for backward) when no cast is needed
@@ -202,8 +202,8 @@ class LazyConvFunction(torch.autograd.Function):
         try:
             # forward's own input (a memo hit: no activation), or the same evaluation as forward (same kernels,
             # same in-place buffer): a bit-identical input
-            ev = kept.ev if kept is not None else Evaluator(call.dtype, call.fmt, grad=False)
-            a = ev.run(tree)
+            ev = kept.ev if kept is not None else Evaluator(call.dtype, call.fmt, False, call.device)
+            a = ev.value(tree)
             grad_a = None
             dtype = call.dtype
             for k, (stride, padding, dilation, groups) in enumerate(call.convs):
@@ -271,7 +271,7 @@ def lazy_conv(x, convs, bns=None):
     call.device_type = w0.device.type
     amp = autocast_dtype(call.device_type)
     call.dtype, call.autocast = amp or w0.dtype, amp is not None
-    call.fmt = memory_format_of(x.first)
+    call.fmt, call.device = memory_format_of(x.first), x.first.device
     grad = torch.is_grad_enabled()
     call.convs, call.params, call.outs = geoms, params, outs = [], [], []
     for k, c in enumerate(convs):

@@ -31,10 +31,10 @@ class Evaluator:
 
     __slots__ = ("dtype", "fmt", "grad", "memo", "_device")
 
-    def __init__(self, dtype, fmt, grad):
+    def __init__(self, dtype, fmt, grad, device=None):
         self.dtype, self.fmt, self.grad = dtype, fmt, grad
         self.memo = {}  # node -> its value (nodes hash by identity)
-        self._device = None
+        self._device = device  # of the buffers it allocates (run() sets it from the node it is given)
 
     def empty(self, shape):
         # allocated in its memory format directly (an NCHW empty followed by .contiguous(channels_last) would
@@ -79,6 +79,7 @@ class Evaluator:
         return out
 
     def run(self, node):
+        """value(node), the buffers on node's device."""
         self._device = node.first.device
         return self.value(node)
 
