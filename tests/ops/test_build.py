@@ -122,6 +122,18 @@ def test_count_calls_counts_real_data_in_every_open_block(monkeypatch):
     assert inner.calls == {"avg_pool2x2_backward": 1}
 
 
+def test_enter_counts_and_gives_the_module_unless_fused_is_off(monkeypatch):
+    """extension.enter(op, t, *more), the hot ops' way in: the loaded module and the call counted as note_call
+    counts it; None and nothing counted under YOLOV9C_FUSED=0."""
+    x, y = torch.randn(1, 2, 4, 4), torch.randn(3)
+    monkeypatch.setenv("YOLOV9C_FUSED", "1")
+    with extension.count_calls() as n:
+        assert extension.enter("op_a", x, None, y) is extension.load()
+        monkeypatch.setenv("YOLOV9C_FUSED", "0")
+        assert extension.enter("op_b", x) is None
+    assert n.calls == {"op_a": 1} and n.elements == {"op_a": 35}
+
+
 def gpu_visible():
     smi = shutil.which("nvidia-smi")
     return bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0

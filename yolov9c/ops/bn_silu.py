@@ -381,12 +381,12 @@ def forward(bn, bn2=None, residual=None, act="silu", out=None, batch_stats=True)
     Differentiable when autograd records (z, weight, bias, residual get gradients; mean/invstd none); without
     it, no autograd.Function is built and the implementation is called right here (the c backend's evaluator
     calls this ~1000 times a step)."""
-    if not extension.fused_enabled():
-        return reference(bn, bn2, residual, act, out, batch_stats)
     op = "bn_silu_forward"
     if type(bn) is not BN:
         _check_operand(op, bn)
     if torch.is_grad_enabled():
+        if not extension.fused_enabled():
+            return reference(bn, bn2, residual, act, out, batch_stats)
         fields = tuple(bn) if bn2 is None else (*bn, *bn2)
         if _records(fields, residual, out):
             return _BNSiLUFunction.apply(out, residual, act, bool(batch_stats), *fields)
@@ -395,12 +395,12 @@ def forward(bn, bn2=None, residual=None, act="silu", out=None, batch_stats=True)
         if type(bn2) is not BN:
             _check_operand(op, bn2, "2")
         z2 = bn2[0]
-    extension.note_call(op, z, z2)
-    if _use_reference(op, z, z2, out, residual):
+    C = extension.enter(op, z, z2)
+    if C is None or _use_reference(op, z, z2, out, residual):
         with torch.no_grad():
             return reference(bn, bn2, residual, act, out, batch_stats)
     y = out if out is not None else _empty_like(z)
-    extension.load().bn_silu_forward(bn, bn2, residual, act, y, extension.stream_of(z.device))
+    C.bn_silu_forward(bn, bn2, residual, act, y, extension.stream_of(z.device))
     return y
 
 
@@ -421,9 +421,6 @@ def backward(bn, grad_out, bn2=None, act="silu", dz=None, dz2=None, accumulate=F
     dz (dz2): written (=) or, with accumulate=True, added to (+=) when given (z's dtype or float32, any view);
     else a new tensor like z. dweight, dbias: float32 (C,) (fused path: rows of one new tensor, disjoint).
     No autograd."""
-    if not extension.fused_enabled():
-        return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
-    accumulate, batch_stats = bool(accumulate), bool(batch_stats)
     op = "bn_silu_backward"
     if type(bn) is not BN:
         _check_operand(op, bn)
@@ -432,10 +429,10 @@ def backward(bn, grad_out, bn2=None, act="silu", dz=None, dz2=None, accumulate=F
         if type(bn2) is not BN:
             _check_operand(op, bn2, "2")
         z2 = bn2[0]
-    extension.note_call(op, z, z2)
-    if _use_reference(op, z, z2, grad_out, dz, dz2):
+    C = extension.enter(op, z, z2)
+    if C is None or _use_reference(op, z, z2, grad_out, dz, dz2):
         return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
-    C = extension.load()
+    accumulate, batch_stats = bool(accumulate), bool(batch_stats)
     stream = extension.stream_of(z.device)
     if bn2 is None:
         accumulate = accumulate and dz is not None

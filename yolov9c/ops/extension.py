@@ -92,6 +92,17 @@ def stream_of(device):
     return 0
 
 
+def enter(op, t, *more):
+    """An op implementation's way in: the yolov9c._C module, the call counted as note_call(op, t, *more) counts
+    it; None under YOLOV9C_FUSED=0 (the op's torch reference serves; not counted). One call where the hot ops
+    would make three (fused_enabled, note_call, load)."""
+    if _ENVIRON.get(_FUSED_KEY) == _FUSED_OFF:
+        return None
+    if _counters:
+        note_call(op, t, *more)
+    return _module if _module is not None else load()
+
+
 class CallCounts:
     """What count_calls() yields: calls[op] (op implementations run on real data: meta-tensor shape probes are
     not counted) and elements[op] (the elements of their main input), keyed by op name ("avg_pool2x2_forward",
