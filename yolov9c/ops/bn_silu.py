@@ -366,9 +366,9 @@ def stats(z, running_mean=None, running_var=None, momentum=0.03, eps=1e-3):
     updated in place as nn.BatchNorm2d does in training mode (running_var with the unbiased variance). No
     autograd. ValueError when B·H·W == 1."""
     op = "bn_stats_forward"
-    if not extension.fused_enabled() or _use_reference(op, z):
+    C = extension.enter(op, z)
+    if C is None or _use_reference(op, z):
         return _stats_reference(z, running_mean, running_var, momentum, eps)
-    C = extension.load()
     mean, invstd = _vecs(z, 2)
     C.bn_stats_forward(z, running_mean, running_var, momentum, eps, mean, invstd, _workspace(C, z),
                        extension.stream_of(z.device))

@@ -114,8 +114,8 @@ class CallCounts:
 
 @contextlib.contextmanager
 def count_calls():
-    """Test hook: count the implementations of the ops of pool.py and bn_silu.py (the ops that call note_call)
-    that run inside the block:
+    """Test hook: count the implementations of the ops of pool.py and bn_silu.py (the ops that call note_call or
+    enter) that run inside the block:
     `with extension.count_calls() as n: ...; n.calls["avg_pool2x2_backward"]`. Nested blocks each count.
     YOLOV9C_FUSED=0 sends some ops' functions straight to their references (not counted). Outside a block
     counting costs one list check per op call. Test: tests/ops/test_build.py -k count_calls."""

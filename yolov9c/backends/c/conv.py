@@ -33,8 +33,8 @@ class _Call:
     dilation, groups); params: per conv (w, b, γ, β), b, γ, β possibly None (γ, β: the BN its output is activated
     with, for its SharedGrad); slots: per conv the positions of w, b, γ, β among the Function's inputs after the
     call object (None for a None): the non-None params follow the leaves in that order; dtype / fmt / device: the
-    compute dtype, memory format and x's device; device_type and whether autocast was on (forward turns it off inside); outs: one
-    SharedGrad (or None) per conv."""
+    compute dtype, memory format and x's device; device_type and whether autocast was on (forward turns it off
+    inside); outs: one SharedGrad (or None) per conv."""
 
     __slots__ = ("x", "leaves", "index", "grad_leaves", "convs", "params", "slots", "dtype", "fmt", "device",
                  "device_type", "autocast", "outs")
