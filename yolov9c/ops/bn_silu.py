@@ -390,11 +390,7 @@ def forward(bn, bn2=None, residual=None, act="silu", out=None, batch_stats=True)
         fields = tuple(bn) if bn2 is None else (*bn, *bn2)
         if _records(fields, residual, out):
             return _BNSiLUFunction.apply(out, residual, act, bool(batch_stats), *fields)
-    z, z2 = bn[0], None
-    if bn2 is not None:
-        if type(bn2) is not BN:
-            _check_operand(op, bn2, "2")
-        z2 = bn2[0]
+    z, z2 = bn[0], _z2(op, bn2)
     C = extension.enter(op, z, z2)
     if C is None or _use_reference(op, z, z2, out, residual):
         with torch.no_grad():
@@ -402,6 +398,15 @@ def forward(bn, bn2=None, residual=None, act="silu", out=None, batch_stats=True)
     y = out if out is not None else _empty_like(z)
     C.bn_silu_forward(bn, bn2, residual, act, y, extension.stream_of(z.device))
     return y
+
+
+def _z2(op, bn2):
+    """bn2's z (None without bn2), bn2 checked as forward's and backward's second operand."""
+    if bn2 is None:
+        return None
+    if type(bn2) is not BN:
+        _check_operand(op, bn2, "2")
+    return bn2[0]
 
 
 def _records(fields, residual, out):
@@ -424,11 +429,7 @@ def backward(bn, grad_out, bn2=None, act="silu", dz=None, dz2=None, accumulate=F
     op = "bn_silu_backward"
     if type(bn) is not BN:
         _check_operand(op, bn)
-    z, z2 = bn[0], None
-    if bn2 is not None:
-        if type(bn2) is not BN:
-            _check_operand(op, bn2, "2")
-        z2 = bn2[0]
+    z, z2 = bn[0], _z2(op, bn2)
     C = extension.enter(op, z, z2)
     if C is None or _use_reference(op, z, z2, grad_out, dz, dz2):
         return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
