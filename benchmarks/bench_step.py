@@ -120,7 +120,8 @@ def _state(model_name, backend, args, path="fixed", mode="eager", device="cuda")
                      memory_format=fmt, hyp=hyp, model=model, ema=ema, loss=loss,
                      optimizer=optimizer, scaler=torch.amp.GradScaler(device.type, enabled=amp),
                      batching=Batching(args.batch, 1, nominal=args.batch, fixed_accumulate=1),
-                     bn_stats=bn_buffers(model), bn_buffers=bn_buffers(model) if ckpt else [], log=lambda *a: None)
+                     bn_stats=bn_buffers(model), bn_buffers=bn_buffers(model) if ckpt else [], log=lambda *a: None,
+                     params=list(model.parameters()))
     if path == "micro":
         state.progress.micro_batch = max(1, args.batch // 2)
     return state

@@ -40,6 +40,21 @@ def test_hyp_stays_as_read_and_the_optimizer_gets_the_scaled_weight_decay(tmp_pa
     assert [g["weight_decay"] for g in state.optimizer.param_groups] == [0.0, 0.0005 * 48 / 64, 0.0]
 
 
+def test_the_step_clips_the_listed_parameters_as_the_model_walks_them(tmp_path, gelan_mini, monkeypatch):
+    """Set-up lists the model's parameters once (state.params, in model.parameters() order: the gradient norm
+    sums in that order); the eager step's clip reads that list, not a walk of the model's modules per step."""
+    import yolov9c.engine.train.step as step_mod
+
+    state = _setup(tmp_path, "--cfg", gelan_mini, "--batch", "2", "--epochs", "1", "--backend", "torch")
+    assert [id(p) for p in state.params] == [id(p) for p in state.model.parameters()]
+    clipped = []
+    real = step_mod.torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(step_mod.torch.nn.utils, "clip_grad_norm_",
+                        lambda ps, **kw: clipped.append(ps) or real(ps, **kw))
+    train_one_epoch(state, 0)
+    assert clipped and all(ps is state.params for ps in clipped)
+
+
 def _record_inputs(model):
     seen = []
     model.register_forward_pre_hook(lambda m, inputs: seen.append((inputs[0].dtype, inputs[0].shape[0])))

@@ -140,6 +140,8 @@ class RunState:
     loss: Callable | None = None  # loss(preds, targets) → (loss (3,) × batch, items (3,)); make_loss
     bn_buffers: list = field(default_factory=list)  # --ckpt: BN statistics restored after the recomputed forward
     bn_stats: list = field(default_factory=list)  # every BN statistic: a skipped (non-finite) step puts them back
+    params: list | None = None  # the model's parameters in model.parameters() order, listed once (the eager step
+    #                             clips their gradients every step; None: read from the model each time)
     # --- optimization ---
     batching: Batching | None = None  # batching.py: batch size, nominal batch, accumulation rule (None: finish-only)
     optimizer: torch.optim.Optimizer | None = None
@@ -748,6 +750,7 @@ def setup_execution(state):
     if state.world > 1:
         model = DistributedDataParallel(model, device_ids=[state.local_rank] if cuda else None, static_graph=True)
     state.model = model
+    state.params = list(model.parameters())
     state.step = select_step(state)  # once: CUDA graphs where they work (graph_step.py), else step.EagerStep
 
 

@@ -130,7 +130,8 @@ def optimizer_step(state) -> bool:
     """Unscale, clip; when the window's losses and the gradient norm are finite: optimizer step and EMA update;
     scaler update, zero the gradients. Returns whether the step was applied (the one host read of the step)."""
     state.scaler.unscale_(state.optimizer)
-    norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), max_norm=MAX_GRAD_NORM)
+    params = state.params if state.params is not None else state.model.parameters()
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm=MAX_GRAD_NORM)
     ok = bool(torch.isfinite(norm) & state.window.ok)  # finite ⇒ the scaler's found-inf is 0: no step of its own
     if ok:
         state.optimizer.step()
