@@ -104,6 +104,9 @@ def test_stream_on_cuda():
     with torch.cuda.stream(s):
         assert extension.stream_of(dev) == s.cuda_stream != torch.cuda.default_stream(dev).cuda_stream
     assert extension.stream_of(torch.device("cuda")) == torch.cuda.current_stream().cuda_stream
+    x = torch.zeros(1, device=dev)
+    with torch.cuda.stream(s):
+        assert extension.enter("op", x) == (extension.load(), s.cuda_stream)
 
 
 def test_count_calls_counts_real_data_in_every_open_block(monkeypatch):
@@ -123,12 +126,12 @@ def test_count_calls_counts_real_data_in_every_open_block(monkeypatch):
 
 
 def test_enter_counts_and_gives_the_module_unless_fused_is_off(monkeypatch):
-    """extension.enter(op, t, *more), the hot ops' way in: the loaded module and the call counted as note_call
-    counts it; None and nothing counted under YOLOV9C_FUSED=0."""
+    """extension.enter(op, t, *more), the hot ops' way in: the loaded module and t's stream handle (0 on the CPU),
+    the call counted as note_call counts it; None and nothing counted under YOLOV9C_FUSED=0."""
     x, y = torch.randn(1, 2, 4, 4), torch.randn(3)
     monkeypatch.setenv("YOLOV9C_FUSED", "1")
     with extension.count_calls() as n:
-        assert extension.enter("op_a", x, None, y) is extension.load()
+        assert extension.enter("op_a", x, None, y) == (extension.load(), 0)
         monkeypatch.setenv("YOLOV9C_FUSED", "0")
         assert extension.enter("op_b", x) is None
     assert n.calls == {"op_a": 1} and n.elements == {"op_a": 35}

@@ -307,16 +307,13 @@ def _use_reference(op, z, *ts):
     return False
 
 
-def _vecs(z, n):
-    """n float32 (C,) vectors on z's device, rows of one (n, C) allocation (C = 1 for a z C will refuse)."""
-    return torch.empty((n, z.shape[1] if z.ndim > 1 else 1), dtype=torch.float32, device=z.device).unbind(0)
-
-
-def _workspace(C, z):
-    """The CUDA kernels' workspace (None on the CPU, and for a z that C will refuse anyway)."""
+def _vecs(C, z, n):
+    """(n float32 (C,) vectors on z's device, rows of one (n, C) allocation, then the CUDA kernels' workspace: None
+    on the CPU). For a z that C will refuse, C = 1 and no workspace."""
+    vecs = torch.empty((n, z.shape[1] if z.ndim > 1 else 1), dtype=torch.float32, device=z.device).unbind(0)
     if not z.is_cuda or z.ndim != 4:
-        return None
-    return torch.empty(C.bn_workspace_size(z.shape, True), dtype=torch.uint8, device=z.device)
+        return (*vecs, None)
+    return (*vecs, torch.empty(C.bn_workspace_size(z.shape, True), dtype=torch.uint8, device=z.device))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -366,12 +363,12 @@ def stats(z, running_mean=None, running_var=None, momentum=0.03, eps=1e-3):
     updated in place as nn.BatchNorm2d does in training mode (running_var with the unbiased variance). No
     autograd. ValueError when B·H·W == 1."""
     op = "bn_stats_forward"
-    C = extension.enter(op, z)
-    if C is None or _use_reference(op, z):
+    got = None if _use_reference(op, z) else extension.enter(op, z)
+    if got is None:
         return _stats_reference(z, running_mean, running_var, momentum, eps)
-    mean, invstd = _vecs(z, 2)
-    C.bn_stats_forward(z, running_mean, running_var, momentum, eps, mean, invstd, _workspace(C, z),
-                       extension.stream_of(z.device))
+    C, stream = got
+    mean, invstd, ws = _vecs(C, z, 2)
+    C.bn_stats_forward(z, running_mean, running_var, momentum, eps, mean, invstd, ws, stream)
     return mean, invstd
 
 
@@ -390,20 +387,19 @@ def forward(bn, bn2=None, residual=None, act="silu", out=None, batch_stats=True)
         fields = tuple(bn) if bn2 is None else (*bn, *bn2)
         if _records(fields, residual, out):
             return _BNSiLUFunction.apply(out, residual, act, bool(batch_stats), *fields)
-    z, z2 = bn[0], _z2(op, bn2)
-    C = extension.enter(op, z, z2)
-    if C is None or _use_reference(op, z, z2, out, residual):
+    z, z2 = bn[0], None if bn2 is None else _z2(op, bn2)
+    got = None if _use_reference(op, z, z2, out, residual) else extension.enter(op, z, z2)
+    if got is None:
         with torch.no_grad():
             return reference(bn, bn2, residual, act, out, batch_stats)
+    C, stream = got
     y = out if out is not None else _empty_like(z)
-    C.bn_silu_forward(bn, bn2, residual, act, y, extension.stream_of(z.device))
+    C.bn_silu_forward(bn, bn2, residual, act, y, stream)
     return y
 
 
 def _z2(op, bn2):
-    """bn2's z (None without bn2), bn2 checked as forward's and backward's second operand."""
-    if bn2 is None:
-        return None
+    """bn2's z, bn2 (not None) checked as forward's and backward's second operand."""
     if type(bn2) is not BN:
         _check_operand(op, bn2, "2")
     return bn2[0]
@@ -429,18 +425,17 @@ def backward(bn, grad_out, bn2=None, act="silu", dz=None, dz2=None, accumulate=F
     op = "bn_silu_backward"
     if type(bn) is not BN:
         _check_operand(op, bn)
-    z, z2 = bn[0], _z2(op, bn2)
-    C = extension.enter(op, z, z2)
-    if C is None or _use_reference(op, z, z2, grad_out, dz, dz2):
+    z, z2 = bn[0], None if bn2 is None else _z2(op, bn2)
+    got = None if _use_reference(op, z, z2, grad_out, dz, dz2) else extension.enter(op, z, z2)
+    if got is None:
         return _backward_reference(bn, grad_out, bn2, act, dz, dz2, accumulate, batch_stats)
+    C, stream = got
     accumulate, batch_stats = bool(accumulate), bool(batch_stats)
-    stream = extension.stream_of(z.device)
     if bn2 is None:
         accumulate = accumulate and dz is not None
         dz = dz if dz is not None else _empty_like(z)
-        dw, db = _vecs(z, 2)
-        C.bn_silu_backward(bn, None, grad_out, act, batch_stats, (dz, dw, db), None, accumulate, _workspace(C, z),
-                           stream)
+        dw, db, ws = _vecs(C, z, 2)
+        C.bn_silu_backward(bn, None, grad_out, act, batch_stats, (dz, dw, db), None, accumulate, ws, stream)
         return dz, dw, db
     if not isinstance(z2, torch.Tensor):
         raise TypeError(f"{op}: z2 must be a torch.Tensor, got {type(z2).__name__}")
@@ -452,7 +447,6 @@ def backward(bn, grad_out, bn2=None, act="silu", dz=None, dz2=None, accumulate=F
         acc1 = True
     dz = dz if dz is not None else _empty_like(z)
     dz2 = dz2 if dz2 is not None else _empty_like(z2)
-    dw1, db1, dw2, db2 = _vecs(z, 4)
-    C.bn_silu_backward(bn, bn2, grad_out, act, batch_stats, (dz, dw1, db1), (dz2, dw2, db2), acc1, _workspace(C, z),
-                       stream)
+    dw1, db1, dw2, db2, ws = _vecs(C, z, 4)
+    C.bn_silu_backward(bn, bn2, grad_out, act, batch_stats, (dz, dw1, db1), (dz2, dw2, db2), acc1, ws, stream)
     return dz, dw1, db1, dz2, dw2, db2

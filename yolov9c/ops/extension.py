@@ -93,14 +93,18 @@ def stream_of(device):
 
 
 def enter(op, t, *more):
-    """An op implementation's way in: the yolov9c._C module, the call counted as note_call(op, t, *more) counts
-    it; None under YOLOV9C_FUSED=0 (the op's torch reference serves; not counted). One call where the hot ops
-    would make three (fused_enabled, note_call, load)."""
+    """An op implementation's way in: (the yolov9c._C module, the handle of the current stream on t's device as
+    stream_of gives it), the call counted as note_call(op, t, *more) counts it; None under YOLOV9C_FUSED=0 (the
+    op's torch reference serves; not counted). t: a tensor (the caller has checked). One call where the hot ops
+    would make four (fused_enabled, note_call, load, stream_of)."""
     if _ENVIRON.get(_FUSED_KEY) == _FUSED_OFF:
         return None
     if _counters:
         note_call(op, t, *more)
-    return _module if _module is not None else load()
+    module = _module if _module is not None else load()
+    if not t.is_cuda:
+        return module, 0
+    return module, (_raw_stream(t.get_device()) if _raw_stream is not None else stream_of(t.device))
 
 
 class CallCounts:
