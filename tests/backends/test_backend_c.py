@@ -152,6 +152,31 @@ def test_sum_keeps_no_upsampled_term():
     assert not kept, [type(c).__name__ for c in kept]
 
 
+def test_sliced_leaf_makes_its_operand_once():
+    """A BNAct or RepAct over part of its channels makes its BN operands (channel slices of the stored tensors) on
+    first use and keeps them for its later reads; over all channels the stored operands serve as they are."""
+    torch.manual_seed(5)
+    bn1, bn2 = (ops.BN(torch.randn(2, 6, 3, 3), torch.randn(6), torch.rand(6) + 0.5, torch.randn(6), torch.randn(6))
+                for _ in range(2))
+    full = lazy.BNAct(bn1, "silu")
+    assert full.op is bn1 and full.operand() is bn1
+    part = full.slice(2, 5)
+    assert part.op is None
+    op = part.operand()
+    assert part.op is op and part.operand() is op
+    for got, t in zip(op, bn1):
+        assert torch.equal(got, t[:, 2:5] if t.ndim == 4 else t[2:5])
+    rep = lazy.RepAct(bn1, bn2)
+    assert rep.operands() == (bn1, bn2)
+    half = rep.slice(0, 3)
+    pair = half.operands()
+    assert half.pair is pair and half.operands() is pair
+    assert torch.equal(pair[1].z, bn2.z[:, :3]) and torch.equal(pair[1].bias, bn2.bias[:3])
+    with torch.no_grad():
+        assert torch.equal(materialise_any(part), materialise_any(full)[:, 2:5])
+        assert torch.equal(materialise_any(half), materialise_any(rep)[:, :3])
+
+
 def test_fused_zero_uses_references(monkeypatch):
     """YOLOV9C_FUSED=0 keeps the c structure with the torch reference ops: same results."""
     monkeypatch.setenv("YOLOV9C_FUSED", "0")

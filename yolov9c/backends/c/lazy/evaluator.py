@@ -36,11 +36,6 @@ class Evaluator:
         self.memo = {}  # node -> its value (nodes hash by identity)
         self._device = device  # of the buffers it allocates (run() sets it from the node it is given)
 
-    def empty(self, shape):
-        # allocated in its memory format directly (an NCHW empty followed by .contiguous(channels_last) would
-        # copy the whole uninitialised buffer: one full-size strided copy kernel per materialised input)
-        return torch.empty(shape, dtype=self.dtype, device=self._device, memory_format=self.fmt)
-
     def fill(self, node, out):
         """Write node's value into `out` (without grad only)."""
         memo = self.memo
@@ -67,14 +62,15 @@ class Evaluator:
             out = node.compute(self)
             if out.dtype != self.dtype:
                 out = out.to(self.dtype)
-        elif kind is Spatial:
-            # the op's own output when it already has the dtype and layout (a pool of a channels-last input
-            # is channels-last): no buffer to allocate and copy it into
-            out = node.compute(self)
-            if out.dtype != self.dtype or not out.is_contiguous(memory_format=self.fmt):
-                out = self.empty(node.shape).copy_(out)
         else:
-            out = node.fill(self.empty(node.shape), self)
+            # a Spatial op's own output when it already has the dtype and layout (a pool of a channels-last input
+            # is channels-last): no buffer to allocate and copy it into
+            out = node.compute(self) if kind is Spatial else None
+            if out is None or out.dtype != self.dtype or not out.is_contiguous(memory_format=self.fmt):
+                # allocated in its memory format directly (an NCHW empty followed by .contiguous(channels_last)
+                # would copy the whole uninitialised buffer: one full-size strided copy kernel per input)
+                buf = torch.empty(node.shape, dtype=self.dtype, device=self._device, memory_format=self.fmt)
+                out = node.fill(buf, self) if out is None else buf.copy_(out)
         memo[node] = out
         return out
 

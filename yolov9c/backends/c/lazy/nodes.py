@@ -94,13 +94,15 @@ class _Leaf(Node):
 class BNAct(_Leaf):
     """act(BN(z)) with batch statistics: bn is the ops.BN operand (z, mean, invstd, γ, β) of all of z's channels;
     act is 'silu' or 'identity'. shared: the lazy.SharedGrad of z when several lazy convs may read it (its readers'
-    dL/dy go there, grads.py), else None."""
+    dL/dy go there, grads.py), else None. op: the operand of channels [c0, c1) once made (bn itself for all
+    channels; `node.op or node.operand()` reads it without a call when it is there)."""
 
-    __slots__ = ("bn", "act", "shared")
+    __slots__ = ("bn", "act", "shared", "op")
 
     def __init__(self, bn, act, shared=None, c0=0, c1=None, size=None):
         self.bn, self.act, self.shared = bn, act, shared
         _Leaf.__init__(self, bn[0], c0, c1, size)
+        self.op = bn if c0 == 0 and self.c1 == self.full else None
 
     def _ranged(self, c0, c1):
         return BNAct(self.bn, self.act, self.shared, c0, c1)
@@ -112,20 +114,20 @@ class BNAct(_Leaf):
         return BNAct(ops.BN(*map(fn, self.bn)), self.act, None, self.c0, self.c1, self._size())
 
     def operand(self):
-        """The BN operand of channels [c0, c1)."""
-        c0, c1, f = self.c0, self.c1, self.full
-        if c0 == 0 and c1 == f:  # all channels: the stored operand itself
-            return self.bn
-        return ops.BN(*[_sl(t, c0, c1, f) for t in self.bn])
+        """The BN operand of channels [c0, c1) (made once: channel slices of the stored tensors)."""
+        if self.op is None:
+            c0, c1, f = self.c0, self.c1, self.full
+            self.op = ops.BN(*[_sl(t, c0, c1, f) for t in self.bn])
+        return self.op
 
     def tensors(self):
         return self.bn
 
     def fill(self, out, ev):
-        return ops.forward(self.operand(), act=self.act, out=out)
+        return ops.forward(self.op or self.operand(), act=self.act, out=out)
 
     def compute(self, ev):
-        return ops.forward(self.operand(), act=self.act)
+        return ops.forward(self.op or self.operand(), act=self.act)
 
     def backward(self, g, ev, acc):
         shared = self.shared
@@ -139,7 +141,7 @@ class BNAct(_Leaf):
         if not (needed[iz] or need_w or need_b):
             return
         dz, accumulate = acc.slot(iz, self.c0, self.c1) if needed[iz] else (None, False)
-        _, dw, db = ops.backward(self.operand(), g, act=self.act, dz=dz, accumulate=accumulate)
+        _, dw, db = ops.backward(self.op or self.operand(), g, act=self.act, dz=dz, accumulate=accumulate)
         if need_w:
             acc.put(iw, self.c0, self.c1, dw, owned=True)
         if need_b:
@@ -148,13 +150,14 @@ class BNAct(_Leaf):
 
 class RepAct(_Leaf):
     """silu(BN1(z1) + BN2(z2)): RepConvN's two branches (3×3 and 1×1 convs of one input); bn1, bn2 are their ops.BN
-    operands over all channels."""
+    operands over all channels. pair: the two operands of channels [c0, c1) once made (as BNAct.op)."""
 
-    __slots__ = ("bn1", "bn2")
+    __slots__ = ("bn1", "bn2", "pair")
 
     def __init__(self, bn1, bn2, c0=0, c1=None, size=None):
         self.bn1, self.bn2 = bn1, bn2
         _Leaf.__init__(self, bn1[0], c0, c1, size)
+        self.pair = (bn1, bn2) if c0 == 0 and self.c1 == self.full else None
 
     def _ranged(self, c0, c1):
         return RepAct(self.bn1, self.bn2, c0, c1)
@@ -169,17 +172,18 @@ class RepAct(_Leaf):
         return self.bn1 + self.bn2
 
     def operands(self):
-        """The two BN operands of channels [c0, c1)."""
-        c0, c1, f = self.c0, self.c1, self.full
-        if c0 == 0 and c1 == f:  # all channels: the stored operands themselves
-            return self.bn1, self.bn2
-        return (ops.BN(*[_sl(t, c0, c1, f) for t in self.bn1]), ops.BN(*[_sl(t, c0, c1, f) for t in self.bn2]))
+        """The two BN operands of channels [c0, c1) (made once: channel slices of the stored tensors)."""
+        if self.pair is None:
+            c0, c1, f = self.c0, self.c1, self.full
+            self.pair = (ops.BN(*[_sl(t, c0, c1, f) for t in self.bn1]),
+                         ops.BN(*[_sl(t, c0, c1, f) for t in self.bn2]))
+        return self.pair
 
     def fill(self, out, ev):
-        return ops.forward(*self.operands(), out=out)
+        return ops.forward(*(self.pair or self.operands()), out=out)
 
     def compute(self, ev):
-        return ops.forward(*self.operands())
+        return ops.forward(*(self.pair or self.operands()))
 
     def backward(self, g, ev, acc):
         (z1, _, _, w1, b1), (z2, _, _, w2, b2) = self.bn1, self.bn2
@@ -195,7 +199,7 @@ class RepAct(_Leaf):
             (dz2 if acc1 else dz1).zero_()  # the kernel takes one accumulate flag for both
             acc1 = acc2 = True
         accumulate = acc1 if dz1 is not None else acc2
-        bn1, bn2 = self.operands()
+        bn1, bn2 = self.pair or self.operands()
         r = ops.backward(bn1, g, bn2, dz=dz1, dz2=dz2, accumulate=accumulate)
         for k, v in ((1, r[1]), (2, r[2]), (4, r[4]), (5, r[5])):
             if need[k]:
@@ -320,7 +324,7 @@ class Sum(_Group):
             if isinstance(c, BNAct):
                 # out = out + act(BN(z)) in one pass; reading and writing the same element is safe for an
                 # elementwise kernel (fill() runs without grad only; see Evaluator).
-                ops.forward(c.operand(), residual=out, act=c.act, out=out)
+                ops.forward(c.op or c.operand(), residual=out, act=c.act, out=out)
             else:
                 # the term's value is not kept in the memo (unless something else put it there): a CBFuse's
                 # upsampled inputs are each as large as the sum, five of them held 4 GiB in yolov9-e's stem
