@@ -453,8 +453,8 @@ def test_shared_bn_backward_runs_once_per_output(monkeypatch):
 
 
 def test_autocast_dtype_reads_the_same_state_through_both_torch_apis():
-    """conv.autocast_dtype: torch >= 2.4's API and the per-device one of torch 2.1-2.3 (deprecated, still
-    present) agree, off and under CPU autocast (the c backend's compute dtype comes from it)."""
+    """conv.autocast_dtype and conv.autocast_on: torch >= 2.4's API and the per-device one of torch 2.1-2.3
+    (deprecated, still present) agree, off and under CPU autocast (the c backend's compute dtype comes from it)."""
     import warnings
 
     from yolov9c.backends.c import conv
@@ -462,12 +462,15 @@ def test_autocast_dtype_reads_the_same_state_through_both_torch_apis():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the 2.1-2.3 functions warn as deprecated from 2.4 on
         assert conv._autocast_dtype_2_1("cpu") is None and conv._autocast_dtype_2_1("cuda") is None
+        assert conv._autocast_on_2_1("cpu") is False
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert conv._autocast_dtype_2_1("cpu") == torch.bfloat16 and conv._autocast_dtype_2_1("cuda") is None
+            assert conv._autocast_on_2_1("cpu") is True and conv._autocast_on_2_1("cuda") is False
             if hasattr(torch, "get_autocast_dtype"):
                 assert conv._autocast_dtype_2_4("cpu") == torch.bfloat16
                 assert conv._autocast_dtype_2_4("cuda") is None
-    assert conv.autocast_dtype("cpu") is None
+            assert conv.autocast_on("cpu") is True
+    assert conv.autocast_dtype("cpu") is None and conv.autocast_on("cpu") is False
 
 
 @pytest.mark.parametrize("api", ["2.1", "2.4"])
@@ -483,7 +486,12 @@ def test_autocast_off_inside_the_function_through_both_torch_apis(monkeypatch, a
 
     if api == "2.4" and not hasattr(torch, "get_autocast_dtype"):
         pytest.skip("torch < 2.4")
-    monkeypatch.setattr(conv, "set_autocast", conv._set_autocast_2_4 if api == "2.4" else conv._set_autocast_2_1)
+    if api == "2.4":
+        monkeypatch.setattr(conv, "set_autocast", torch.set_autocast_enabled)
+        monkeypatch.setattr(conv, "autocast_on", torch.is_autocast_enabled)
+    else:
+        monkeypatch.setattr(conv, "set_autocast", conv._set_autocast_2_1)
+        monkeypatch.setattr(conv, "autocast_on", conv._autocast_on_2_1)
     seen, fail = [], [False]
 
     def conv2d(*args):

@@ -80,23 +80,27 @@ def _autocast_dtype_2_1(device_type):
     return None
 
 
-autocast_dtype = _autocast_dtype_2_4 if hasattr(torch, "get_autocast_dtype") else _autocast_dtype_2_1
-
-
-def _set_autocast_2_4(device_type, enabled):
-    torch.set_autocast_enabled(device_type, enabled)
+def _autocast_on_2_1(device_type):
+    """torch.is_autocast_enabled(device_type) of torch >= 2.4 through torch 2.1-2.3's per-device functions."""
+    return _autocast_dtype_2_1(device_type) is not None
 
 
 def _set_autocast_2_1(device_type, enabled):
-    """_set_autocast_2_4 through torch 2.1-2.3's per-device functions ('cuda', 'cpu': the devices autocast_dtype
-    reads)."""
+    """torch.set_autocast_enabled(device_type, enabled) of torch >= 2.4 through torch 2.1-2.3's per-device
+    functions ('cuda', 'cpu': the devices autocast_dtype reads)."""
     if device_type == "cuda":
         torch.set_autocast_enabled(enabled)
     elif device_type == "cpu":
         torch.set_autocast_cpu_enabled(enabled)
 
 
-set_autocast = _set_autocast_2_4 if hasattr(torch, "get_autocast_dtype") else _set_autocast_2_1
+# autocast_dtype(device_type) -> dtype or None; autocast_on(device_type) -> bool; set_autocast(device_type, enabled):
+# on torch >= 2.4 the last two are torch's own functions (no Python frame per call: ~4 per lazy conv under AMP)
+if hasattr(torch, "get_autocast_dtype"):
+    autocast_dtype, autocast_on, set_autocast = \
+        _autocast_dtype_2_4, torch.is_autocast_enabled, torch.set_autocast_enabled
+else:
+    autocast_dtype, autocast_on, set_autocast = _autocast_dtype_2_1, _autocast_on_2_1, _set_autocast_2_1
 
 
 def direct_apply(fn):
@@ -194,7 +198,7 @@ class LazyConvFunction(torch.autograd.Function):
                 in_grads[sb] = db if need[1 + sb] else None
         # nothing here records (grad is on in a backward with create_graph=True); autocast off as in forward
         record = torch.is_grad_enabled()
-        amp = autocast_dtype(call.device_type) is not None
+        amp = autocast_on(call.device_type)
         if record:
             torch.set_grad_enabled(False)
         if amp:
