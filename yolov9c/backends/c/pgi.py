@@ -156,10 +156,10 @@ def recomputable(mods):
     """Modules (with their sub-modules) a segment may re-run: c layers only, activations the fused kernels
     apply (a torch BatchNorm inside would update its running statistics again in the recompute)."""
     for root in mods:
-        for m in L._submodules(root):
-            if type(m) is Conv and type(m.act) not in (nn.SiLU, nn.Identity):
+        for m in L._submodules(root):  # (act from _modules: nn.Module.__getattr__ is a call per read)
+            if type(m) is Conv and type(m._modules["act"]) not in (nn.SiLU, nn.Identity):
                 return False
-            if type(m) is RepConvN and type(m.act) is not nn.SiLU:
+            if type(m) is RepConvN and type(m._modules["act"]) is not nn.SiLU:
                 return False
     return True
 
