@@ -6,7 +6,7 @@ device, the batch or the image size.
     python dev/probes/bn_passes.py --model yolov9-s --sites    # and the activation passes by call site
     python dev/probes/bn_passes.py --model yolov9-s --keep-inputs   # with the keep_inputs switch (--keep-inputs 1)
 
-Wraps the three entry points of yolov9c.ops.bn_silu (statistics, the forward and the backward implementation,
+Wraps the three entry points of yolov9c.ops.bn_silu (stats, forward and backward,
 each counting the z of its one or two BN operands), runs forward + loss + backward of `--backend c`, and prints per entry point its calls and the
 elements of z it read, in forward and in backward, as multiples of the BN layers' input elements of one torch
 forward (the minimum for one pass over every z), plus how many times each z region was activated in forward
@@ -34,12 +34,20 @@ from yolov9c.backends.c.switches import Switches  # noqa: E402
 from yolov9c.engine.train.memory_plan import random_targets  # noqa: E402
 from yolov9c.ops import bn_silu  # noqa: E402
 
-# entry point: the z arguments of a call (stats(z, ...); _forward_impl(bn, bn2, ...); _backward_impl(bn, dy, bn2,
+# entry point: the z arguments of a call (stats(z, ...); forward(bn, bn2=None, ...); backward(bn, dy, bn2=None,
 # ...), bn2 None for one operand)
-ENTRY_POINTS = {"stats": lambda a: (a[0],),
-                "_forward_impl": lambda a: (a[0][0],) + (() if a[1] is None else (a[1][0],)),
-                "_backward_impl": lambda a: (a[0][0],) + (() if a[2] is None else (a[2][0],))}
-APPLIES = ("_forward_impl",)
+def _arg(args, kwargs, i, name):
+    return args[i] if len(args) > i else kwargs.get(name)
+
+
+def _zs(bn, bn2):
+    return (bn[0],) + (() if bn2 is None else (bn2[0],))
+
+
+ENTRY_POINTS = {"stats": lambda a, k: (a[0],),
+                "forward": lambda a, k: _zs(a[0], _arg(a, k, 1, "bn2")),
+                "backward": lambda a, k: _zs(a[0], _arg(a, k, 2, "bn2"))}
+APPLIES = ("forward",)
 BACKEND = str(Path(__file__).resolve().parents[2] / "yolov9c" / "backends" / "c")
 CALLERS = {"LazyConvFunction.forward": "conv forward", "LazyConvFunction.backward": "conv backward",
            "materialise": "materialise"}
@@ -67,24 +75,32 @@ def call_site():
 
 class Counter:
     def __init__(self, sites=False):
-        self.phase, self.sites = "forward", sites
+        self.phase, self.sites, self.depth = "forward", sites, 0
         self.by_site = collections.Counter()   # (phase, caller, node method) -> elements of z activated
         self.elems = collections.Counter()     # (phase, entry point) -> elements of z
         self.calls = collections.Counter()     # (phase, entry point) -> calls
         self.applies = collections.Counter()   # (phase, z region) -> times activated
 
     def wrap(self, name, zs_of):
+        """bn_silu.<name> replaced by a counting wrapper; a call made inside a counted one (forward's autograd
+        Function runs forward again) is not counted twice."""
         f = getattr(bn_silu, name)
 
         def counted(*args, **kwargs):
-            for z in zs_of(args):
+            if self.depth:
+                return f(*args, **kwargs)
+            for z in zs_of(args, kwargs):
                 self.elems[self.phase, name] += z.numel()
                 if name in APPLIES and self.sites:
                     self.by_site[(self.phase, *call_site())] += z.numel()
                 if name in APPLIES:
                     self.applies[self.phase, (z.untyped_storage().data_ptr(), z.storage_offset(), z.shape)] += 1
             self.calls[self.phase, name] += 1
-            return f(*args, **kwargs)
+            self.depth += 1
+            try:
+                return f(*args, **kwargs)
+            finally:
+                self.depth -= 1
         setattr(bn_silu, name, counted)
         return f
 
