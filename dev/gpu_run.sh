@@ -53,7 +53,9 @@
 #   augpub     the published train_dual.py (.dev/published) on the same 1024 images, workers 4 8 16
 #   bnab       the BN planar-vector kernels' A/B (NCHW: --no-channels-last): bench_step c with them, then built
 #              without them (-DYOLOV9C_NO_PLANAR_VEC), eager and graph rows, GPU time by group; the build restored
-#   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32
+#   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32, on $COCO (a data.yaml);
+#              GRADS_IMG, GRADS_BATCH (320, 16); GRADS_WEIGHTS=RUN/weights/last.pt: from a trained checkpoint (e.g. a
+#              detached accuracy run's)
 #   ddp        (2 GPUs) the DDP tests and a torchrun run of the c backend
 # Test: dev/tests/test_gpu_run.py checks that every part named here is handled and every script it runs exists.
 set -uo pipefail
@@ -239,8 +241,8 @@ GROUPS
     grads) for mode in fp16 fp32; do
              flag=(); [ $mode = fp32 ] && flag=(--fp32)
              stage "grads_$mode" 60 ${GRADS_LIMIT:-240} python3 dev/fidelity/backend_grads.py --data "$COCO" \
-               --cfg ${GRADS_CFG:-yolov9-s} --img 320 --batch 16 --batches ${GRADS_BATCHES:-6} --warm-steps 30 \
-               "${flag[@]}" --json "$OUT/grads_$mode.jsonl"
+               --cfg ${GRADS_CFG:-yolov9-s} --img ${GRADS_IMG:-320} --batch ${GRADS_BATCH:-16} --batches ${GRADS_BATCHES:-6} --warm-steps 30 \
+               ${GRADS_WEIGHTS:+--weights "$GRADS_WEIGHTS"} "${flag[@]}" --json "$OUT/grads_$mode.jsonl"
              grep "^| " "$OUT/grads_$mode.log" | head -8
            done ;;
     ddp) stage ddp 120 150 "${PYT[@]}" tests/engine/train/test_train_ddp.py; tail -3 "$OUT/ddp.log"
