@@ -7,8 +7,9 @@ images as views of one buffer that grows; and the whole keyed step driven on the
 boundary replaced (GraphStep.capture: a stand-in graph whose replay runs the captured body; the capture stream):
 every key captured once on first use, eager micro-batches exactly where the contract says, the out-of-memory
 guard's halving captured at the new micro-batch, the cap logged once, and every optimizer step reading the eager
-step's gradients (the two runs in lock-step: the same weights at each window's start). The planner: graphs_gib,
-and a --mem-budget run with --graph-shapes getting a smaller micro-batch.
+step's gradients (the two runs in lock-step: the same weights at each window's start). The planner: graphs_gib;
+graphs_held, the most micro-batch sizes an epoch of any length makes (the cap with --rect or --multi-scale); and a
+--mem-budget run counting them (a smaller micro-batch than with --no-graph-shapes).
 CUDA (marked cuda; per shape: fixed, micro-batch 2 after the guard halved 4, a --rect shape, a --multi-scale size,
 a partial last batch): one replay of the shape's graph = the eager forward_backward's gradients (as
 test_graph_step.py's fixed-shape test), and a run graphed by shape = an eager run (weights, EMA, loss items).
@@ -421,25 +422,45 @@ def test_planner_counts_the_graphs():
         mp.predict(cost, 32, graphs=12))
 
 
-def test_mem_budget_with_graph_shapes_counts_the_cap(tmp_path):
-    """A budget between the predicted peaks of 4 images without and with MAX_GRAPHS graphs: --graph-shapes makes
-    the plan split the loader batch of 4 into micro-batches of 2 and says why in the log."""
+def _epoch_sizes(batch, micro, images):
+    """The micro-batch sizes one epoch of `images` images makes: loader batches of `batch` (the last partial),
+    each split by step.split_batch into `micro` images."""
+    loader = [batch] * (images // batch) + ([images % batch] if images % batch else [])
+    return {mi.shape[0] for n in loader for mi, _ in split_batch(torch.zeros(n, 1, 1, 1), torch.zeros(0, 6), micro)}
+
+
+@pytest.mark.parametrize("batch, micro", [(64, None), (64, 32), (64, 24), (6, 4), (5, 1), (1, None)])
+def test_graphs_held_is_the_most_sizes_an_epoch_makes(batch, micro):
+    """graphs_held(batch, micro) for a fixed-shape run: over every dataset size, the micro-batch sizes an epoch
+    makes (each its own key) never exceed it and reach it; with --rect or --multi-scale it is the cap."""
+    most = max(len(_epoch_sizes(batch, micro, n)) for n in range(1, 3 * batch + 1))
+    assert mp.graphs_held(batch, micro) == most
+    assert mp.graphs_held(batch, micro, varying=True) == GS.MAX_GRAPHS
+    assert (mp.graphs_held(64), mp.graphs_held(64, 32), mp.graphs_held(64, 24)) == (2, 2, 3)
+
+
+def test_mem_budget_counts_the_graphs_the_run_can_hold(tmp_path):
+    """A budget between the predicted peaks of 4 images with one graph and with graphs_held(4) = 2: --graph-shapes
+    makes the plan split the loader batch of 4 into micro-batches of 2 and says why in the log; --no-graph-shapes
+    counts one graph; with --rect the cap is counted."""
     cost = mp.lookup("yolov9-s", "torch")
-    budget = (mp.predict(cost, 4, 64) + mp.predict(cost, 4, 64, graphs=GS.MAX_GRAPHS)) / 2
-    assert mp.predict(cost, 2, 64, graphs=GS.MAX_GRAPHS) < budget
+    held = mp.graphs_held(4)
+    budget = (mp.predict(cost, 4, 64) + mp.predict(cost, 4, 64, graphs=held)) / 2
+    assert held == 2 and mp.predict(cost, 2, 64, graphs=held) < budget
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=64)
-    micro = {}
-    for flag in ("--no-graph-shapes", "--graph-shapes"):
+    micro, said = {}, {}
+    for flags in (("--no-graph-shapes",), ("--graph-shapes",), ("--graph-shapes", "--rect")):
         lines = []
         cfg = parse_opt(["--data", str(data), "--cfg", "yolov9-s.yaml", "--img", "64", "--batch", "4", "--workers",
                          "0", "--noplots", "--device", "cpu", "--backend", "torch", "--project",
-                         str(tmp_path / flag), "--mem-budget", f"{budget * 1024:.3f}M", flag])
+                         str(tmp_path / "_".join(flags)), "--mem-budget", f"{budget * 1024:.3f}M", *flags])
         state = setup(cfg, log=lines.append)
-        micro[flag] = state.progress.micro_batch
-        said = [s for s in lines if s.startswith("memory plan: --graph-shapes:")]
-        assert len(said) == (flag == "--graph-shapes")
-    assert micro == {"--no-graph-shapes": None, "--graph-shapes": 2}
-    assert said[0].startswith(f"memory plan: --graph-shapes: {GS.MAX_GRAPHS} CUDA graphs counted")
+        micro[flags] = state.progress.micro_batch
+        said[flags] = [s for s in lines if s.startswith("memory plan: --graph-shapes:")]
+    assert micro == {("--no-graph-shapes",): None, ("--graph-shapes",): 2, ("--graph-shapes", "--rect"): 2}
+    assert said[("--no-graph-shapes",)] == []
+    assert [s.split(" CUDA")[0] for s in said[("--graph-shapes",)] + said[("--graph-shapes", "--rect")]] == [
+        "memory plan: --graph-shapes: 2", f"memory plan: --graph-shapes: {GS.MAX_GRAPHS}"]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -53,11 +53,23 @@ def pick(budget, **kw):
     return ma.choose(toy_cost, VC, budget, 64, switches=kw.pop("switches", Switches()), **kw)
 
 
+def graphed_run(budget, main, micro):
+    """memory_phases' run of (main, micro) graphed within `budget`: a split batch keyed by shape, its graphs
+    counted (memory_plan.graphs_held), the whole batch the fixed-shape graph (the oracle)."""
+    return mph.phases(toy_cost(Switches(main_recompute=main)), VC, micro, 128, limit_gib=budget, chunks="auto",
+                      graphs=True, graph_count=mp.graphs_held(64, micro) if micro < 64 else 1)
+
+
 def kept_pool(budget, main, micro):
     """Whether (main, micro) runs graphed with the pool kept through validation within `budget` (the oracle)."""
-    run = mph.phases(toy_cost(Switches(main_recompute=main)), VC, micro, 128, limit_gib=budget, chunks="auto",
-                     graphs=True, graph_count=12 if micro < 64 else 1)
+    run = graphed_run(budget, main, micro)
     return run.whole_gib <= budget and run.val_batch == 128 and run.graphs_kept
+
+
+def given_back(budget, main, micro):
+    """Whether (main, micro) runs graphed within `budget` only with the pool given back before validation."""
+    run = graphed_run(budget, main, micro)
+    return run.whole_gib <= budget and run.val_batch == 128 and not run.graphs_kept
 
 
 @pytest.fixture(autouse=True)
@@ -97,11 +109,12 @@ def test_a_bit_short_takes_the_switches_only():
 
 
 def test_shorter_takes_switches_and_a_micro_batch():
-    c = pick(6.0)
+    c = pick(5.2)
     assert (c.switches.main_recompute, c.micro_batch, c.accumulate, c.graph_shapes, c.graphed) == (16, 32, 2, True,
                                                                                                     True)
-    assert not any(kept_pool(6.0, main, 64) for main in (8, 16, 32))  # no switch keeps the whole batch
-    assert not kept_pool(6.0, 8, 32) and kept_pool(6.0, 16, 32)
+    assert not any(kept_pool(5.2, main, 64) for main in (8, 16, 32))  # no switch keeps the whole batch
+    assert not kept_pool(5.2, 8, 32) and kept_pool(5.2, 16, 32)
+    assert c.run.peaks["train"][0] == pytest.approx(mp.predict(toy_cost(c.switches), 32, graphs=2))  # 2 counted
     assert c.describe() == ("--main-recompute 16, micro-batch 32 of 64 (x2 accumulated, --graph-shapes), validation "
                             f"in chunks of {c.run.chunk} of 128 beside the CUDA-graph pool; predicted peak "
                             f"{c.run.whole_gib:.2f} GiB reserved")
@@ -134,11 +147,15 @@ def test_without_the_graph_step_the_largest_micro_batch_and_cheapest_switches_wi
 
 def test_one_halving_of_the_micro_batch_is_worth_one_tier():
     # 2.4 GiB: graphed with the pool kept only at 4 images, with the pool given back at 16: 16 wins (two halvings
-    # against one tier); 2.35 GiB: nothing at 16, so 4 with the pool kept beats 8 with it given back (a tie)
+    # against one tier); 2.62 GiB: the pool kept at 8, given back at 16 but not at 32: 8 with the pool kept beats
+    # 16 with it given back (a tie)
     c = pick(2.4)
     assert (c.micro_batch, c.run.graphs_kept) == (16, False) and not kept_pool(2.4, 32, 8)
-    c = pick(2.35)
-    assert (c.micro_batch, c.run.graphs_kept) == (4, True)
+    assert kept_pool(2.4, 32, 4) and given_back(2.4, 8, 16)
+    c = pick(2.62)
+    assert (c.micro_batch, c.run.graphs_kept) == (8, True)
+    assert given_back(2.62, 8, 16) and not any(kept_pool(2.62, main, 16) or given_back(2.62, main, 32)
+                                               for main in (8, 16, 32))
 
 
 def test_nothing_fits():
@@ -185,16 +202,16 @@ def auto(*extra, **kw):
 
 def test_apply_resolves_the_run_and_records_it():
     state, lines = fake_state(auto())
-    ma.apply(state, env={}, read=lambda device, world: 5.0)  # a 6 GB card: budget 4.5 GiB
+    ma.apply(state, env={}, read=lambda device, world: 4.5)  # budget 4.0 GiB
     cfg = state.cfg
     assert (cfg.main_recompute, cfg.graph_shapes, cfg.val_chunks, cfg.mem_budget) == (16, True, "auto", "auto")
     assert state.progress.micro_batch == 32 and (state.plan.batch, state.plan.accumulate) == (32, 2)
-    assert cfg.mem_plan == {"card_free_gib": 5.0, "cap_gib": None, "margin_gib": ma.MARGIN_GIB, "budget_gib": 4.5,
+    assert cfg.mem_plan == {"card_free_gib": 4.5, "cap_gib": None, "margin_gib": ma.MARGIN_GIB, "budget_gib": 4.0,
                             "planned": list(ma.PLANNED), "micro_batch": 32,
                             "predicted_gib": round(state.plan.predicted_gib, 3)}
-    assert state.plan.predicted_gib <= 4.5
+    assert state.plan.predicted_gib <= 4.0
     assert len(lines) == 1 and lines[0].startswith(
-        "memory plan: card 5.00 GiB free -> budget 4.50 GiB (--mem-budget auto, less a 0.50 GiB margin): "
+        "memory plan: card 4.50 GiB free -> budget 4.00 GiB (--mem-budget auto, less a 0.50 GiB margin): "
         "--main-recompute 16, micro-batch 32 of 64 (x2 accumulated, --graph-shapes), validation in chunks of "), lines
     stored = state.folder.written["opt.yaml"]  # a fresh run's opt.yaml, written again with the choices
     assert (stored["mem_budget"], stored["main_recompute"], stored["graph_shapes"], stored["val_chunks"]) == \
@@ -223,7 +240,7 @@ def test_a_typed_or_environment_switch_is_kept():
 
 def test_a_resume_re_plans_what_the_plan_set_and_keeps_what_the_user_set():
     first, _ = fake_state(auto())
-    ma.apply(first, env={}, read=lambda device, world: 5.0)
+    ma.apply(first, env={}, read=lambda device, world: 4.5)
     stored = RunConfig.from_dict(first.folder.written["opt.yaml"])  # main 16, graph shapes, micro-batch 32
     resumed = types.SimpleNamespace(ckpt={"yaml_file": "yolov9-s.yaml"}, cfg=stored)
     state, _ = fake_state(dataclasses.replace(stored, cfg="", given=()), resumed=resumed)
@@ -239,7 +256,7 @@ def test_a_resume_re_plans_what_the_plan_set_and_keeps_what_the_user_set():
 
 def test_a_resume_with_a_size_forgets_the_auto_plan(monkeypatch):
     first, _ = fake_state(auto())
-    ma.apply(first, env={}, read=lambda device, world: 5.0)
+    ma.apply(first, env={}, read=lambda device, world: 4.5)
     stored = RunConfig.from_dict(first.folder.written["opt.yaml"])
     assert stored.main_recompute == 16 and stored.mem_plan
     monkeypatch.setattr(train_state, "apply_memory_plan", lambda state: None)
@@ -338,7 +355,7 @@ def test_memory_cli_shows_what_auto_chooses_per_card(capsys):
                       ma.budget_from_card(float(gib)), 64, switches=Switches())
         assert what == c.describe(), (card, what)
     got = {card: what for card, _, what in rows}
-    assert got["6 GB"].startswith("--main-recompute 16, micro-batch 32 of 64")  # switches and a micro-batch
+    assert got["6 GB"].startswith("--main-recompute 8, micro-batch 32 of 64")  # a micro-batch
     assert got["8 GB"].startswith("--main-recompute 16, micro-batch 64,")  # switches only
     assert got["12 GB"].startswith("--main-recompute 8, micro-batch 64,")  # as is
     assert "whole run by phase" not in out and not re.search(r"^budget ", out, re.M)

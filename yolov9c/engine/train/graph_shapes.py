@@ -21,9 +21,8 @@ import torch
 from yolov9c.engine.train.graph_step import (BUCKETS, WARMUP, CaptureFailed, GraphStep, bucket_for, cudnn_benchmark,
                                              layout_of, max_boxes, unsupported)
 from yolov9c.engine.train.guards import free_cuda
+from yolov9c.engine.train.memory_plan import MAX_GRAPHS  # the cap (the planner counts it: memory_plan.graphs_held)
 from yolov9c.engine.train.step import EagerStep, StepResult, begin_window, forward_backward, split_batch, step_due, train_step
-
-MAX_GRAPHS = 12  # micro-step graphs held at once; micro-batches of other keys run eagerly (+ the optimizer graph)
 
 
 def span(imgs):

@@ -9,9 +9,9 @@ in it: at the loader batch the run's c switches, then --main-recompute 16, then 
 forward of the re-run blocks); only when none fits, the next smaller micro-batch dividing the batch, again with the
 cheapest switches. Graphs with their pool kept beside validation first, then graphs given back before validation,
 then eager, each step down worth one halving of the micro-batch (assumed until measured). A fit keeps validation's
-batch. A split batch is graphed through --graph-shapes; validation runs with --val-chunks auto. Typed options (or a
-YOLOV9C_* variable) stay. opt.yaml records mem_budget 'auto' and the plan (record); a resume re-plans what the plan
-set. Opt-in until a GPU run proves it: DEFAULT_MEM_BUDGET.
+batch. A split batch is graphed through --graph-shapes, its graphs counted (memory_plan.graphs_held); validation
+runs with --val-chunks auto. Typed options (or a YOLOV9C_* variable) stay. opt.yaml records mem_budget 'auto' and
+the plan (record); a resume re-plans what the plan set. Opt-in until a GPU run proves it: DEFAULT_MEM_BUDGET.
 Test: python -m pytest -q tests/engine/train/test_memory_auto.py
 """
 
@@ -166,18 +166,18 @@ def _fits(run, budget_gib, val_batch):
 
 
 def choose(cost_of: Callable, vc, budget_gib, batch, img=mp.REF_IMG, val_batch=None, switches=None, free=PLANNED,
-           graphable=True, graph_shapes=False, val_chunks="off", half=True) -> Choice:
+           graphable=True, graph_shapes=False, varying=False, val_chunks="off", half=True) -> Choice:
     """The settings of a run with loader batch `batch` (per rank) at img² that fit `budget_gib`: of each tier's
     first fit (largest micro-batch, then cheapest switches), the one with the highest log2(micro-batch) − tier
     (the module docstring). cost_of(switches) → the step's memory_plan.Cost under those c switches (`switches`: the
     run's; None for another backend, then cost_of(None)); vc: memory_phases.ValCost; val_batch: validation's batch
     (default 2 × batch); free: the options of PLANNED the plan may set (else the given `switches`, `graph_shapes`,
-    `val_chunks` stay); graphable: the CUDA-graph step can run at all (CUDA, one process, --cuda-graph, fixed
-    shapes); half: fp16 validation. Nothing fits: the smallest micro-batch with the strongest switches, fits False.
-    A split batch is graphed only with --graph-shapes (set when free and graphable); with it graph_shapes.MAX_GRAPHS
-    graphs are counted (memory_plan.graphs_gib)."""
-    from yolov9c.engine.train.graph_shapes import MAX_GRAPHS
-
+    `val_chunks` stay); graphable: the CUDA-graph step can run at all (CUDA, one process, --cuda-graph, a capturable
+    optimizer; --rect, --multi-scale and the torch backend's --ckpt only with --graph-shapes); varying: --rect or
+    --multi-scale (a shape per batch); half: fp16 validation. Nothing fits: the smallest micro-batch with the
+    strongest switches, fits False. A split batch is graphed only with --graph-shapes (set when free and
+    graphable), and its graphs are counted (memory_plan.graphs_held: the cap when `varying`, else the micro-batch
+    sizes of a fixed-shape run; memory_plan.graphs_gib)."""
     val_batch = val_batch or 2 * batch
     chunks = "auto" if "val_chunks" in free else val_chunks
     steps = _switch_steps(switches, free)
@@ -191,7 +191,7 @@ def choose(cost_of: Callable, vc, budget_gib, batch, img=mp.REF_IMG, val_batch=N
     def candidate(m, sw):
         shapes = (m < batch and graphable) if "graph_shapes" in free else graph_shapes
         graphed = graphable and (m == batch or shapes)
-        count = MAX_GRAPHS if graphable and shapes else 1
+        count = mp.graphs_held(batch, m, varying) if graphed and shapes else 1
         run = mph.phases(cost(sw), vc, m, val_batch, img=img, limit_gib=budget_gib, chunks=chunks, half=half,
                          graphs=graphed, graph_count=count)
         return Choice(budget_gib, batch, m, sw, shapes, chunks, graphed, run, _fits(run, budget_gib, val_batch),

@@ -179,19 +179,47 @@ def is_estimate(cost):
     return cost.source.startswith("estimate")
 
 
-# --graph-shapes (graph_shapes.py): the micro-step graphs share one capture pool. Assumed until measured on a GPU:
-# the pool holds the largest graph's step (the per-image term, as one graph's pool does), and every further graph
-# keeps GRAPH_SHARE of its own step's per-image memory there: the allocator serves a capture of the same or a
-# smaller step from the blocks the earlier captures freed (splitting them), so what a graph adds is fragmentation
-# and its outputs. Each graph is counted at the planned micro-batch and image size, and plan_for_training counts
-# graph_shapes.MAX_GRAPHS of them (the cap: the most a run holds). Not counted: a new shape's eager warm-up batch
-# beside the pool (as the eager partial batch of a fixed-shape run is not) and --multi-scale sizes above --img.
-GRAPH_SHARE = 0.02
+# graph_shapes.ShapeGraphStep holds at most this many micro-step graphs (+ the optimizer graph), one per key (batch
+# layout, box bucket); micro-batches of other keys run eagerly. Here, in the planner that imports no torch (the
+# memory CLI), so that both count the same cap.
+MAX_GRAPHS = 12
+
+
+def graphs_held(batch, micro=None, varying=False):
+    """Micro-step graphs a run keyed by shape (--graph-shapes) can hold, as the planner counts them (graphs_gib).
+    `varying` (--rect, --multi-scale: a shape per batch): MAX_GRAPHS. Else one per micro-batch size of a fixed-shape
+    run: the loader `batch` split into `micro` images (None: whole) gives micro and batch % micro, and the epoch's
+    last partial batch (its size unknown at set-up) at most one more, its remainder; micro-batches of one image have
+    one size. A key's box buckets count once: their activations are the same sizes, served from the blocks the
+    layout's first capture freed (as the fixed-shape GraphStep's bucket graphs always were)."""
+    if varying:
+        return MAX_GRAPHS
+    m = batch if micro is None or micro >= batch else micro
+    if m <= 1:
+        return 1
+    return min(2 + (batch % m != 0), MAX_GRAPHS)
+
+
+# --graph-shapes (graph_shapes.py; on by default): the micro-step graphs share one capture pool. It holds the
+# largest graph's step (the per-image term, as one graph's pool does), and every further graph keeps GRAPH_SHARE of
+# that step's per-image memory there: the allocator serves a capture of the same or a smaller step from the blocks
+# the earlier captures freed (splitting them), so what a graph adds is fragmentation and its outputs. Measured on an
+# H100 (2026-12-07, tree 021b3a8, benchmarks/RESULTS.md §2; yolov9-s, c, batch 64): --multi-scale with three graphs
+# (320², 640², 960²) reserved 1.33 GiB above its eager step, one graph at 640² 0.65 GiB above its own; taking the
+# first graph's 0.65 as the same at 960², the two further graphs added 0.68 GiB: 3.2 % each of the 960² step's
+# per-image memory (64 · 0.0736 · 2.25 = 10.6 GiB; 12 % of their own smaller steps'). One run: a fit, not a law.
+# The plan counts each graph at its micro-batch and image size, and graphs_held of them (MAX_GRAPHS with --rect or
+# --multi-scale, else the micro-batch sizes a fixed-shape run makes). Not counted: a new shape's eager
+# warm-up batch beside the pool and --multi-scale sizes above --img.
+GRAPH_SHARE = 0.03
 
 
 def graphs_gib(cost, batch, img=REF_IMG, graphs=1):
     """GiB that `graphs` CUDA graphs keyed by shape add to a step of `batch` images of img² (the first adds nothing:
-    its pool is the step): (graphs − 1) · GRAPH_SHARE · per_image_gib · batch · (img / 640)²."""
+    its pool is the step): (graphs − 1) · GRAPH_SHARE · per_image_gib · batch · (img / 640)². The trainer counts
+    graphs_held(batch, micro, varying): MAX_GRAPHS with --rect or --multi-scale, else one graph per micro-batch
+    size of a fixed-shape run (the batch or its micro-batch, a remainder when the micro-batch does not divide it,
+    the last partial batch's: 2 for a divisor) and a key's box buckets once; 1 with --no-graph-shapes."""
     return max(int(graphs) - 1, 0) * GRAPH_SHARE * cost.per_image_gib * batch * (img / REF_IMG) ** 2
 
 
@@ -290,7 +318,7 @@ def plan_for_training(cfg, backend, budget, nominal=64, img=REF_IMG, dynamic_img
     if graphs > 1:
         log(f"memory plan: --graph-shapes: {graphs} CUDA graphs counted, each beyond the first "
             f"{GRAPH_SHARE:.0%} of its step's per-image memory ({graphs_gib(cost, p.batch, p.img, graphs):.2f} GiB "
-            f"at the plan's micro-batch; assumed until measured)")
+            f"at the plan's micro-batch)")
     if not p.fits:
         raise ValueError(f"--mem-budget {budget_gib:.2f} GiB: {p.note} with --backend {backend}; give a larger "
                          f"budget, a smaller --img, or --backend c")

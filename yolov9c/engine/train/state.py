@@ -47,7 +47,6 @@ from yolov9c.engine.train.batching import NBS, Batching, batch_error, plan_batch
 from yolov9c.engine.train.config import SWITCH_ENV, ConfigError, RunConfig, opt_dict, switch_overrides, switches
 from yolov9c.engine.train.ema import ModelEMA
 from yolov9c.engine.train.errors import TrainError
-from yolov9c.engine.train.graph_shapes import MAX_GRAPHS
 from yolov9c.engine.train.graph_shapes import select_step
 from yolov9c.engine.train.guards import StepGuard
 from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
@@ -587,17 +586,20 @@ def apply_memory_plan(state):
     plan's micro-batch becomes state.progress.micro_batch (each loader batch runs as plan.accumulate forward/backward
     passes before the usual accumulation), so the loader batch, the accumulation rule, the nominal batch and
     the weight decay are those of --batch-size; with --dynamic-img the plan's image size replaces --img. With
-    --graph-shapes the plan counts the memory of graph_shapes.MAX_GRAPHS graphs (memory_plan.graphs_gib)."""
+    --graph-shapes (one process, --cuda-graph) the plan counts the memory of the graphs the run can hold
+    (memory_plan.graphs_held: the cap with --rect or --multi-scale, else 2 for a batch above 1; graphs_gib)."""
     cfg, gs = state.cfg, state.gs  # batch_error refused --batch-size -1 with --mem-budget
     per_rank = cfg.batch_size // state.world
     min_img = memory_plan.train_img_size(cfg.min_img, gs)
     resumed_file = str(state.resumed.ckpt.get("yaml_file") or "") if state.resumed is not None else ""
     name = cfg.cfg or getattr(state.model, "yaml_file", "") or resumed_file  # a resume builds from the stored dict
+    keyed = cfg.graph_shapes and cfg.cuda_graph and state.world == 1
+    graphs = memory_plan.graphs_held(per_rank, varying=cfg.rect or cfg.multi_scale) if keyed else 1
     try:
         plan = memory_plan.plan_for_training(name, cfg.backend, cfg.mem_budget, nominal=per_rank, img=state.imgsz,
                                              dynamic_img=cfg.dynamic_img, min_img=min_img, device=state.device,
                                              log=state.log, switches=switches(cfg) if cfg.backend == "c" else None,
-                                             graphs=MAX_GRAPHS if cfg.graph_shapes and cfg.cuda_graph else 1)
+                                             graphs=graphs)
     except (ValueError, OSError) as e:
         raise TrainError(str(e)) from None
     state.plan = plan
