@@ -2,10 +2,10 @@
 
     python benchmarks/bench_step.py                                # yolov9-s and yolov9-c, batch 64, 640, AMP
     python benchmarks/bench_step.py --models yolov9-s --backends c --steps 10 --markdown
-    python benchmarks/bench_step.py --models yolov9-s --paths fixed micro rect multiscale partial ckpt --graph-shapes
+    python benchmarks/bench_step.py --models yolov9-s --paths fixed micro rect multiscale partial ckpt
 
-The step is the trainer's own (yolov9c.engine.train.step.EagerStep, graph_step.GraphStep, and with --graph-shapes
-graph_shapes.ShapeGraphStep) on a RunState
+The step is the trainer's own (yolov9c.engine.train.step.EagerStep, graph_shapes.ShapeGraphStep, and with
+--no-graph-shapes graph_step.GraphStep) on a RunState
 built here as setup() builds it for a fresh run: DetectionModel → channels-last on CUDA → the optimizer of
 build_optimizer (SGD, Nesterov, three groups) → EMA → GradScaler → the loss of the backend → the backend.
 accumulate = 1 (batch 64 = the nominal batch): every step is forward, loss, scaled backward, unscale, clip,
@@ -18,7 +18,8 @@ host ms = the median time until the step returns, before the synchronize (≈ st
 --paths (PATHS): the trainer's paths besides the fixed shape — the micro-batch the out-of-memory guard picks
 (batch / 2, two forward/backward passes a batch), a --rect shape (batch × 3/4 img × img), --multi-scale sizes (each
 step the next of 0.5, 1.0 and 1.5 × img), the epoch's last partial batch (2/3 of the batch every step) and
---ckpt (torch only: the c backend ignores it); --graph-shapes turns the trainer's option on in the graph rows.
+--ckpt (torch only: the c backend ignores it); the graph rows are keyed by shape, as the trainer's default
+(--no-graph-shapes: the fixed-shape graph, other shapes eager).
 Each configuration runs in its own subprocess. One JSON line per configuration; --markdown adds the table.
 """
 
@@ -76,8 +77,9 @@ def build_parser():
                    help="the training paths measured (module docstring); default: the fixed shape only")
     p.add_argument("--no-channels-last", action="store_true",
                    help="the model and images in NCHW (the trainer's --no-channels-last) instead of channels-last")
-    p.add_argument("--graph-shapes", action="store_true",
-                   help="the trainer's --graph-shapes in the graph rows (one graph per input shape)")
+    p.add_argument("--graph-shapes", action=argparse.BooleanOptionalAction, default=True,
+                   help="the trainer's --graph-shapes in the graph rows (default on, as in the trainer: one graph per "
+                        "input shape; --no-graph-shapes: the fixed-shape graph)")
     p.add_argument("--one", nargs=4, metavar=("MODEL", "BACKEND", "MODE", "PATH"), help=argparse.SUPPRESS)
     return p
 
@@ -115,7 +117,7 @@ def _state(model_name, backend, args, path="fixed", mode="eager", device="cuda")
         model.forward = types.MethodType(checkpointed_forward, model)
     cfg = RunConfig(backend=backend, channels_last=channels_last, cudnn_benchmark=bool(args.cudnn_benchmark), ckpt=ckpt,
                     rect=path == "rect", multi_scale=path == "multiscale",
-                    graph_shapes=mode == "graph" and bool(getattr(args, "graph_shapes", False)))
+                    graph_shapes=mode == "graph" and bool(getattr(args, "graph_shapes", True)))
     state = RunState(cfg=cfg, device=device, amp=amp,
                      memory_format=fmt, hyp=hyp, model=model, ema=ema, loss=loss,
                      optimizer=optimizer, scaler=torch.amp.GradScaler(device.type, enabled=amp),
@@ -137,7 +139,7 @@ def run_one(model_name, backend, mode, path, args):
 
     torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
     state = _state(model_name, backend, args, path, mode)
-    # the trainer's choice (graph_shapes.select_step): keyed by shape with --graph-shapes, else the fixed-shape graph
+    # the trainer's choice (graph_shapes.select_step): keyed by shape (the default), else the fixed-shape graph
     graph_step = ShapeGraphStep if state.cfg.graph_shapes else GraphStep
     step = graph_step(state) if mode == "graph" else EagerStep()
     gen = torch.Generator().manual_seed(0)
@@ -230,8 +232,7 @@ def run_config(args, model_name, backend, mode, path="fixed"):
         argv += [f"--{k}", str(getattr(args, k))]
     if args.cudnn_benchmark:
         argv.append("--cudnn-benchmark")
-    if getattr(args, "graph_shapes", False):
-        argv.append("--graph-shapes")
+    argv.append("--graph-shapes" if getattr(args, "graph_shapes", True) else "--no-graph-shapes")
     if getattr(args, "no_channels_last", False):
         argv.append("--no-channels-last")
     env = dict(os.environ)

@@ -14,7 +14,7 @@
 #   guards     the CUDA-graph step and training-guard tests, long tracebacks
 #   step       bench_step.py: yolov9-s and yolov9-c (STEP_MODELS), both backends, batch 64 (STEP_BATCH), 640; the
 #              training paths STEP_PATHS (default fixed; e.g. "fixed micro rect multiscale partial ckpt") and
-#              STEP_GRAPH_SHAPES=1 for the trainer's --graph-shapes in the graph rows
+#              STEP_GRAPH_SHAPES=0 for --no-graph-shapes in the graph rows (default: keyed by shape, as the trainer)
 #   memory     bench_memory.py: peak memory per configuration (MEM_MODELS, MEM_CONFIGS), markdown rows
 #   train      bench_train.py: the real train_dual.py, yolov9-s and yolov9-c (TRAIN_MODELS), c and torch
 #              (TRAIN_BACKENDS), 1024 generated images (written while the module builds)
@@ -126,7 +126,7 @@ GROUPS
             tail -20 "$OUT/guards.log" ;;
     step) stage step 150 ${STEP_LIMIT:-300} python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} \
             --backends c torch --steps 10 --warmup 5 --batch ${STEP_BATCH:-64} --profile 0 --timeout 110 \
-            --paths ${STEP_PATHS:-fixed} $([ "${STEP_GRAPH_SHAPES:-0}" = 1 ] && echo --graph-shapes) \
+            --paths ${STEP_PATHS:-fixed} $([ "${STEP_GRAPH_SHAPES:-1}" = 0 ] && echo --no-graph-shapes) \
             --cudnn-benchmark --markdown
           tail -10 "$OUT/step.log" ;;
     memory) stage memory 90 ${MEM_LIMIT:-400} python3 benchmarks/bench_memory.py --models ${MEM_MODELS:-yolov9-s yolov9-c} \

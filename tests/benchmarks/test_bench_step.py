@@ -40,8 +40,9 @@ def test_a_call_makes_a_row_per_path_and_mode_and_skips_ckpt_for_c(monkeypatch, 
     assert "| yolov9-t | torch | ckpt | graph | ok | 1.0 |" in table
 
 
-def test_graph_shapes_and_the_path_reach_the_child_process(monkeypatch):
-    args = bench_step.build_parser().parse_args(["--graph-shapes", "--paths", "rect"])
+@pytest.mark.parametrize("flags, passed", [((), "--graph-shapes"), (("--no-graph-shapes",), "--no-graph-shapes")])
+def test_graph_shapes_and_the_path_reach_the_child_process(monkeypatch, flags, passed):
+    args = bench_step.build_parser().parse_args([*flags, "--paths", "rect"])  # on by default, as in the trainer
     seen = []
 
     def fake_run(argv, **kw):
@@ -53,11 +54,12 @@ def test_graph_shapes_and_the_path_reach_the_child_process(monkeypatch):
     assert row["status"] == "timeout" and row["path"] == "rect"
     argv = seen[0]
     i = argv.index("--one")
-    assert argv[i + 1:i + 5] == ["yolov9-t", "c", "graph", "rect"] and "--graph-shapes" in argv
+    assert argv[i + 1:i + 5] == ["yolov9-t", "c", "graph", "rect"] and passed in argv
+    assert bench_step.build_parser().parse_args(argv[2:]).graph_shapes is (passed == "--graph-shapes")
 
 
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_the_state_of_a_row_carries_graph_shapes_into_its_run_config(mode):
-    args = bench_step.build_parser().parse_args(["--graph-shapes", "--batch", "2", "--paths", "rect"])
+    args = bench_step.build_parser().parse_args(["--batch", "2", "--paths", "rect"])  # the default: keyed by shape
     state = bench_step._state("yolov9-t", "c", args, "rect", mode, device="cpu")
     assert state.cfg.graph_shapes is (mode == "graph") and state.cfg.rect

@@ -6,11 +6,11 @@ it fits (yolov9c/engine/train/memory_plan.py, memory_phases.py, memory_auto.py).
     python -m yolov9c memory --cfg yolov9-e.yaml --budget 22G --val-chunks auto   # the run's phases, chunked
     python -m yolov9c memory --cfg yolov9-c.yaml --budget auto            # what --mem-budget auto picks per card
 
-Prints, per backend, the predicted peak reserved memory of one AMP training step and which common cards (CARDS,
-less the CUDA context) it fits; with --budget, the plan that keeps the nominal batch; then the whole run's phases
-(train, capture pool, validation at --val-batch, saving, final validation; the budget as the cap). --budget
-auto: instead, what train_dual.py --mem-budget auto chooses on each card of memory_auto.CARD_SIZES. Costs: the
-planner's tables, else an estimate (marked); --measure profiles this GPU. --img and --min-img as training takes them.
+Prints, per backend, the predicted peak reserved memory of one AMP training step and the common cards (CARDS, less
+the CUDA context) it fits; with --budget, the plan that keeps the nominal batch; then the whole run's phases (train,
+capture pool, validation at --val-batch, saving, final validation; the budget as the cap); both count a fixed-shape
+run's CUDA graphs (memory_plan.graphs_held). --budget auto: what --mem-budget auto picks per card (CARD_SIZES).
+Costs: the tables, else an estimate (marked); --measure profiles this GPU. --img, --min-img as training takes them.
 Wiring: add_parser / run(args); budget_type (7.5G), budget_or_auto_type (also auto), add_switch_args serve train too.
 Test: python -m pytest -q tests/engine/train/test_memory_plan.py tests/engine/train/test_memory_auto.py
 """
@@ -227,7 +227,7 @@ def run(args):
         print(f"budget {args.budget:.2f} GiB, nominal batch {args.batch}:")
         for backend, cost in costs.items():
             p = mp.plan(cost, args.budget, nominal=args.batch, img=args.img, dynamic_img=args.dynamic_img,
-                        min_img=min_img)
+                        min_img=min_img, graphs=mp.graphs_held(args.batch))
             what = (f"--batch-size {p.batch} x {p.accumulate} accumulated at {p.img}, predicted "
                     f"{p.predicted_gib:.2f} GiB" + (" (estimate)" if mp.is_estimate(cost) else "")
                     ) if p.fits else f"does not fit: {p.note}"
@@ -251,16 +251,17 @@ def _print_phases(args, costs):
     val_batch = args.val_batch or 2 * args.batch
     chunks = args.val_chunks or "auto"
     limit = f"under --budget {args.budget:.2f} GiB as the cap" if args.budget is not None else "no cap"
+    held = mp.graphs_held(args.batch)  # a fixed-shape run keyed by shape (--graph-shapes, the default)
     print(f"whole run by phase, GiB allocated/reserved (a model: memory_phases.py; validation batch {val_batch}, "
-          f"--val-chunks {chunks}, {limit}" + (f"; validation {vc.source}" if vc.source != "table"
-                                               else "") + "):")
+          f"--val-chunks {chunks}, {limit}; {held} CUDA graphs keyed by shape" + (
+              f"; validation {vc.source}" if vc.source != "table" else "") + "):")
     for backend, cost in costs.items():
         batch = args.batch
         if args.budget is not None:
-            p = mp.plan(cost, args.budget, nominal=args.batch, img=args.img)
+            p = mp.plan(cost, args.budget, nominal=args.batch, img=args.img, graphs=held)
             batch = p.batch if p.fits else 1
         run = mph.phases(cost, vc, batch, val_batch, img=args.img, limit_gib=args.budget, chunks=chunks,
-                         graphs=batch == args.batch)  # a micro-batch that splits the batch runs eagerly
+                         graph_count=mp.graphs_held(args.batch, batch))
         (ta, tr), (va, vr) = run.peaks["train"], run.peaks["validation"]
         (sa, sr), (fa, fr) = run.peaks["saving"], run.peaks["final validation"]
         how = (f"{run.val_batch} in chunks of {run.chunk}" if run.chunk < run.val_batch else f"{run.val_batch} "
@@ -271,7 +272,7 @@ def _print_phases(args, costs):
               f"{run.whole_gib:.2f} reserved, {run.card_gib:.2f} on the card")
         if args.budget is None:  # the cards: each one the cap of the run
             cards = [n for n, ok in mph.fits_whole_run(cost, vc, batch, val_batch, img=args.img, chunks=chunks,
-                                                         graphs=batch == args.batch).items() if ok]
+                                                         graph_count=held).items() if ok]
             print(f"{backend:<8} whole run with validation at {val_batch} fits: "
                   f"{', '.join(cards) if cards else 'none of ' + ', '.join(mp.CARDS)}")
 

@@ -146,11 +146,13 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                    help="mixup probability (overrides the hyp file)")
     p.add_argument("--cuda-graph", action=argparse.BooleanOptionalAction, default=True,
                    help="capture the training step in CUDA graphs and replay it (default on; runs only on CUDA "
-                        "with fixed shapes and no DDP, the log says which step runs and why)")
-    p.add_argument("--graph-shapes", action=argparse.BooleanOptionalAction, default=False,
-                   help="experimental, default off until measured on a GPU: with the CUDA-graph step, one graph per "
-                        "micro-batch shape and box bucket (the --mem-budget or out-of-memory micro-batch, --rect, "
-                        "--multi-scale, the last partial batch), captured on first use, at most 12, one memory pool")
+                        "without DDP, a graph per batch shape with --graph-shapes; the log says which step runs and "
+                        "why)")
+    p.add_argument("--graph-shapes", action=argparse.BooleanOptionalAction, default=True,
+                   help="with the CUDA-graph step, one graph per micro-batch shape and box bucket (the --mem-budget "
+                        "or out-of-memory micro-batch, --rect, --multi-scale, the last partial batch, --ckpt), "
+                        "captured on first use, at most 12, one memory pool (default on; --no-graph-shapes: one "
+                        "graph of the fixed shape, other shapes eager)")
     p.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=True,
                    help="with the CUDA-graph step: cuDNN times its convolution algorithms for the fixed training "
                         "shape in the eager warm-up batches and the graphs replay the fastest (default on; not "
@@ -169,7 +171,7 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
                         "planner picks the micro-batch that fits and accumulates the rest of each batch (same "
                         "images per optimizer step and weight decay); auto (experimental, off by default until "
                         "measured on a GPU): the card's free memory at set-up, the whole run planned in it (c "
-                        "recompute switches, then micro-batch graphed with --graph-shapes, validation with "
+                        "recompute switches, then a micro-batch (graphed with --graph-shapes), validation with "
                         "--val-chunks auto; options typed stay); not with --batch-size -1")
     p.add_argument("--mem-cap", type=budget_type, default=None, metavar="SIZE",
                    help="cap the GPU memory this whole run may reserve, e.g. 7G: the training runs as on a card "

@@ -1,15 +1,15 @@
 """CUDA graphs keyed by shape (yolov9c/engine/train/graph_shapes.py, --graph-shapes) and what the planner counts
 for them (memory_plan.graphs_gib).
 
-CPU: the option (off by default, recorded in opt.yaml, restored by --resume, overridable there); which step a run
-gets; which key a micro-batch maps to (layout and box bucket); the warm-up, cap and first-use decisions; the static
-images as views of one buffer that grows; and the whole keyed step driven on the CPU with only the torch.cuda
-boundary replaced (GraphStep.capture: a stand-in graph whose replay runs the captured body; the capture stream):
-every key captured once on first use, eager micro-batches exactly where the contract says, the out-of-memory
-guard's halving captured at the new micro-batch, the cap logged once, and every optimizer step reading the eager
-step's gradients (the two runs in lock-step: the same weights at each window's start). The planner: graphs_gib;
-graphs_held, the most micro-batch sizes an epoch of any length makes (the cap with --rect or --multi-scale); and a
---mem-budget run counting them (a smaller micro-batch than with --no-graph-shapes).
+CPU: the option (on by default, recorded in opt.yaml, restored by --resume, also when recorded off, overridable
+there); which step a run gets; which key a micro-batch maps to (layout and box bucket); the warm-up, cap and
+first-use decisions; the static images as views of one buffer that grows; and the whole keyed step driven on the CPU
+with only the torch.cuda boundary replaced (GraphStep.capture: a stand-in graph whose replay runs the captured body;
+the capture stream): every key captured once on first use, eager micro-batches exactly where the contract says, the
+out-of-memory guard's halving captured at the new micro-batch, the cap logged once, and every optimizer step reading
+the eager step's gradients (the two runs in lock-step: the same weights at each window's start). The planner:
+graphs_gib; graphs_held, the most micro-batch sizes an epoch of any length makes (the cap with --rect or
+--multi-scale); and a --mem-budget run counting them (a smaller micro-batch than with --no-graph-shapes).
 CUDA (marked cuda; per shape: fixed, micro-batch 2 after the guard halved 4, a --rect shape, a --multi-scale size,
 a partial last batch): one replay of the shape's graph = the eager forward_backward's gradients (as
 test_graph_step.py's fixed-shape test), and a run graphed by shape = an eager run (weights, EMA, loss items).
@@ -53,38 +53,50 @@ def _fake_state(device="cuda", **cfg):
 # The option and the step it selects
 # ---------------------------------------------------------------------------------------------------------
 
-def test_option_is_off_by_default_recorded_and_resumed(tmp_path, gelan_mini):
-    assert parse_opt([]).graph_shapes is False and RunConfig().graph_shapes is False
-    assert parse_opt(["--graph-shapes"]).graph_shapes is True
-    assert parse_opt(["--graph-shapes", "--no-graph-shapes"]).graph_shapes is False
+def test_option_is_on_by_default_recorded_and_resumed(tmp_path, gelan_mini):
+    """On by default, --no-graph-shapes turns it off; opt.yaml records it and --resume reads it back from there, so
+    a run recorded with graph_shapes: false (typed, or a run from before the default changed) stays off, unless
+    the resume types the option."""
+    assert parse_opt([]).graph_shapes is True and RunConfig().graph_shapes is True
+    assert parse_opt(["--no-graph-shapes"]).graph_shapes is False
+    assert parse_opt(["--no-graph-shapes", "--graph-shapes"]).graph_shapes is True
     assert "graph_shapes" in RESUME_OVERRIDES  # a speed knob: --resume takes it from the command line when typed
     data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=2, n_val=1, imgsz=64)
     out = train(parse_opt(["--data", str(data), "--cfg", gelan_mini, "--img", "64", "--batch", "2", "--epochs",
-                           "2", "--workers", "0", "--noplots", "--device", "cpu", "--graph-shapes",
+                           "2", "--workers", "0", "--noplots", "--device", "cpu", "--no-graph-shapes",
                            "--project", str(tmp_path / "runs")]), stop_after_epoch=0, log=_quiet)
-    assert yaml.safe_load((out["save_dir"] / "opt.yaml").read_text())["graph_shapes"] is True
+    opt_yaml = out["save_dir"] / "opt.yaml"
+    assert yaml.safe_load(opt_yaml.read_text())["graph_shapes"] is False
     last = str(out["save_dir"] / "weights" / "last.pt")
-    assert read_resume(parse_opt(["--resume", last]), log=_quiet).cfg.graph_shapes is True  # opt.yaml's
-    assert read_resume(parse_opt(["--resume", last, "--no-graph-shapes"]), log=_quiet).cfg.graph_shapes is False
+
+    def resumed(*flags):
+        return read_resume(parse_opt(["--resume", last, *flags]), log=_quiet).cfg.graph_shapes
+
+    assert resumed() is False  # opt.yaml's, not the default
+    assert resumed("--graph-shapes") is True
+    stored = yaml.safe_load(opt_yaml.read_text())
+    opt_yaml.write_text(yaml.safe_dump({**stored, "graph_shapes": True}))  # a run recorded with it on
+    assert resumed() is True and resumed("--no-graph-shapes") is False
 
 
 @pytest.mark.parametrize("extra", [{}, {"rect": True}, {"multi_scale": True}])
 def test_the_option_selects_the_keyed_step(extra):
-    """With --graph-shapes a CUDA run gets ShapeGraphStep, also with --rect and --multi-scale (without it those
-    stay eager, and the fixed-shape GraphStep is unchanged); its log line names the option and the cap."""
+    """A CUDA run gets ShapeGraphStep by default, also with --rect and --multi-scale; with --no-graph-shapes those
+    stay eager and a fixed-shape run gets GraphStep. The log line names the option and the cap."""
     lines = []
-    state = _fake_state(graph_shapes=True, **extra)
+    state = _fake_state(**extra)
     state.log = lines.append
     step = select_step(state)
     assert isinstance(step, GS.ShapeGraphStep) and step.name == "cuda-graph" and step.cap == GS.MAX_GRAPHS
-    assert len(lines) == 1 and lines[0].startswith("step: CUDA graphs keyed by shape (--graph-shapes, experimental)")
+    assert len(lines) == 1 and lines[0].startswith("step: CUDA graphs keyed by shape (--graph-shapes): ")
     assert f"at most {GS.MAX_GRAPHS}" in lines[0] and "one eager micro-batch of each new shape" in lines[0]
-    plain = _fake_state(**extra)
+    plain = _fake_state(graph_shapes=False, **extra)
+    plain.log = lines.append
     step = select_step(plain)
     if extra:
-        assert step.name == "eager"
+        assert step.name == "eager" and "with --no-graph-shapes: every batch has its own shape" in lines[1]
     else:
-        assert type(step) is G.GraphStep
+        assert type(step) is G.GraphStep and lines[1].startswith("step: CUDA graphs of one shape (--no-graph-shapes;")
     cpu = _fake_state(device="cpu", graph_shapes=True, **extra)
     assert select_step(cpu).name == "eager" and "not on a CUDA device" in G.unsupported(cpu)
 

@@ -198,10 +198,10 @@ def _fake_state(**cfg):
     (dict(cfg=dict(cuda_graph=False)), "--no-cuda-graph"),
     (dict(device=torch.device("cpu")), "CUDA"),
     (dict(world=2), "DDP"),
-    (dict(cfg=dict(rect=True)), "--rect"),
-    (dict(cfg=dict(multi_scale=True)), "--multi-scale"),
-    (dict(bn_buffers=[torch.zeros(1)]), "--ckpt: graphed only with --graph-shapes"),
-    (dict(cfg=dict(graph_shapes=True), bn_buffers=[torch.zeros(1)],
+    (dict(cfg=dict(rect=True, graph_shapes=False)), "--rect with --no-graph-shapes"),
+    (dict(cfg=dict(multi_scale=True, graph_shapes=False)), "--multi-scale with --no-graph-shapes"),
+    (dict(cfg=dict(graph_shapes=False), bn_buffers=[torch.zeros(1)]), "--ckpt with --no-graph-shapes"),
+    (dict(bn_buffers=[torch.zeros(1)],
           model=nn.Sequential(nn.Conv2d(3, 8, 3), nn.Dropout(0.1))),
      "--ckpt with a layer that draws random numbers"),
     (dict(cfg=dict(optimizer="LION")), "LION"),
@@ -375,11 +375,11 @@ def test_train_releases_the_graph_step_also_on_an_error(tmp_path, gelan_mini, mo
 # ---------------------------------------------------------------------------------------------------------
 
 def test_ckpt_run_gets_the_graph_step():
-    """A --ckpt run (state.bn_buffers set, the torch backend's) with --graph-shapes gets the graph step, also with a
-    dropout of p = 0 (it draws nothing); without --graph-shapes, or with a layer that draws random numbers, it keeps
-    the eager step (test_runs_that_keep_the_eager_step)."""
+    """A --ckpt run (state.bn_buffers set, the torch backend's) gets the graph step keyed by shape (the default),
+    also with a dropout of p = 0 (it draws nothing); with --no-graph-shapes, or with a layer that draws random
+    numbers, it keeps the eager step (test_runs_that_keep_the_eager_step)."""
     for net in (_net(), nn.Sequential(_net(), nn.Dropout(0.0))):
-        state = _fake_state(graph_shapes=True)
+        state = _fake_state()
         state.model, state.bn_buffers = net, bn_buffers(net)
         lines = []
         state.log = lines.append
@@ -554,9 +554,12 @@ def test_ckpt_graph_step_on_the_cpu_equals_eager(tmp_path, gelan_mini, monkeypat
 # ---------------------------------------------------------------------------------------------------------
 
 def _cuda_state(root, backend, graph, data, init_scale=2.0 ** 14, extra=()):
+    """A set-up CUDA run of GraphStep, the fixed-shape graph (--no-graph-shapes, unless `extra` asks for the step
+    keyed by shape, the default, which test_graph_shapes.py tests per shape), or of the eager step."""
     flag = "--cuda-graph" if graph else "--no-cuda-graph"
+    keyed = () if "--graph-shapes" in extra else ("--no-graph-shapes",)
     cfg = parse_opt(["--data", str(data), "--cfg", "yolov9-t.yaml", "--img", "128", "--batch", "4", "--accumulate",
-                     "2", "--workers", "0", "--noplots", "--device", "0", "--backend", backend, flag,
+                     "2", "--workers", "0", "--noplots", "--device", "0", "--backend", backend, flag, *keyed,
                      "--project", str(root), *extra])
     lines = []
     state = setup(cfg, log=lines.append)

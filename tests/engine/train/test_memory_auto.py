@@ -54,10 +54,10 @@ def pick(budget, **kw):
 
 
 def graphed_run(budget, main, micro):
-    """memory_phases' run of (main, micro) graphed within `budget`: a split batch keyed by shape, its graphs
-    counted (memory_plan.graphs_held), the whole batch the fixed-shape graph (the oracle)."""
+    """memory_phases' run of (main, micro) graphed keyed by shape within `budget`, its graphs counted
+    (memory_plan.graphs_held: 2, the micro-batch's and the last partial batch's) (the oracle)."""
     return mph.phases(toy_cost(Switches(main_recompute=main)), VC, micro, 128, limit_gib=budget, chunks="auto",
-                      graphs=True, graph_count=mp.graphs_held(64, micro) if micro < 64 else 1)
+                      graphs=True, graph_count=mp.graphs_held(64, micro))
 
 
 def kept_pool(budget, main, micro):
@@ -97,15 +97,16 @@ def test_read_card_counts_free_and_own_reserved_memory(monkeypatch):
 # --- the choice order ----------------------------------------------------------------------------------------
 
 def test_fits_as_is_changes_nothing():
-    c = pick(9.0)
-    assert c.fits and (c.switches, c.micro_batch, c.graph_shapes, c.graphed) == (Switches(), 64, False, True)
-    assert c.run.graphs_kept and c.run.whole_gib <= 9.0 and c.val_chunks == "auto"
+    c = pick(9.1)
+    assert c.fits and (c.switches, c.micro_batch, c.graph_shapes, c.graphed) == (Switches(), 64, True, True)
+    assert c.run.graphs_kept and c.run.whole_gib <= 9.1 and c.val_chunks == "auto"
+    assert not kept_pool(9.0, 8, 64)  # the second graph's 3 % (0.19 GiB here) counted
 
 
 def test_a_bit_short_takes_the_switches_only():
-    c = pick(8.3)
-    assert (c.switches.main_recompute, c.micro_batch, c.graph_shapes) == (16, 64, False)
-    assert not kept_pool(8.3, 8, 64) and kept_pool(8.3, 16, 64)  # the default does not fit, 16 is enough
+    c = pick(8.5)
+    assert (c.switches.main_recompute, c.micro_batch, c.graph_shapes) == (16, 64, True)
+    assert not kept_pool(8.5, 8, 64) and kept_pool(8.5, 16, 64)  # the default does not fit, 16 is enough
 
 
 def test_shorter_takes_switches_and_a_micro_batch():
@@ -138,9 +139,9 @@ def test_a_typed_no_graph_shapes_leaves_the_split_batch_eager():
 
 
 def test_without_the_graph_step_the_largest_micro_batch_and_cheapest_switches_win():
-    # DDP, --no-cuda-graph, --rect: everything eager; --graph-shapes is not switched on for nothing
+    # DDP, --no-cuda-graph, --rect with --no-graph-shapes: everything eager; --graph-shapes stays at its default
     c = pick(6.0, graphable=False)
-    assert (c.micro_batch, c.switches.main_recompute, c.graphed, c.graph_shapes) == (32, 8, False, False)
+    assert (c.micro_batch, c.switches.main_recompute, c.graphed, c.graph_shapes) == (32, 8, False, True)
     assert c.describe().startswith("--main-recompute 8, micro-batch 32 of 64 (x2 accumulated, eager step), "
                                    "validation ")
 
@@ -220,6 +221,23 @@ def test_apply_resolves_the_run_and_records_it():
     assert dataclasses.replace(back, hyp=cfg.hyp, given=cfg.given) == cfg
 
 
+def test_apply_counts_the_graphs_of_rect_and_multi_scale():
+    """--rect / --multi-scale are graphed keyed by shape (the default): the plan counts memory_plan.MAX_GRAPHS
+    graphs, more than a fixed-shape run's; with --no-graph-shapes typed they run eagerly."""
+    vc, cost_of = mph.val_cost_for("yolov9-s"), (lambda sw: mp.cost_for("yolov9-s", "c", sw))
+    fixed = ma.choose(cost_of, vc, 19.5, 64, switches=Switches())
+    for flag in ("--rect", "--multi-scale"):
+        state, lines = fake_state(auto(flag))
+        ma.apply(state, env={}, read=lambda device, world: 20.0)
+        c = ma.choose(cost_of, vc, 19.5, 64, switches=Switches(), varying=True)
+        assert c.graphed and state.cfg.mem_plan["predicted_gib"] == round(c.run.whole_gib, 3)
+        assert c.run.peaks["train"][0] == pytest.approx(mp.predict(cost_of(c.switches), 64, graphs=mp.MAX_GRAPHS))
+        assert c.run.peaks["train"][0] > fixed.run.peaks["train"][0]
+        state, lines = fake_state(auto(flag, "--no-graph-shapes"))
+        ma.apply(state, env={}, read=lambda device, world: 20.0)
+        assert state.cfg.graph_shapes is False and "(eager step)" in lines[0], lines
+
+
 def test_apply_under_a_cap_plans_in_the_cap():
     state, lines = fake_state(auto("--mem-cap", "7.0"))
     ma.apply(state, env={}, read=lambda device, world: 79.0)
@@ -245,13 +263,18 @@ def test_a_resume_re_plans_what_the_plan_set_and_keeps_what_the_user_set():
     resumed = types.SimpleNamespace(ckpt={"yaml_file": "yolov9-s.yaml"}, cfg=stored)
     state, _ = fake_state(dataclasses.replace(stored, cfg="", given=()), resumed=resumed)
     ma.apply(state, env={}, read=lambda device, world: 20.0)  # a bigger card: the defaults fit
-    assert (state.cfg.main_recompute, state.cfg.graph_shapes, state.progress.micro_batch) == (8, False, None)
+    assert (state.cfg.main_recompute, state.cfg.graph_shapes, state.progress.micro_batch) == (8, True, None)
     assert "opt.yaml" not in state.folder.written  # a resume's opt.yaml is rewritten by resume.restore
-    users = dataclasses.replace(stored, cfg="", given=(), main_recompute=4,
-                              mem_plan={**stored.mem_plan, "planned": ["graph_shapes", "val_chunks"]})
+    users = dataclasses.replace(stored, cfg="", given=(), main_recompute=4, graph_shapes=False,
+                              mem_plan={**stored.mem_plan, "planned": ["val_chunks"]})
     state, _ = fake_state(users, resumed=resumed)
     ma.apply(state, env={}, read=lambda device, world: 20.0)
-    assert state.cfg.main_recompute == 4
+    assert (state.cfg.main_recompute, state.cfg.graph_shapes) == (4, False)  # the user's, kept
+    # a plan made while --graph-shapes was off by default set it off: re-planned, back to the default
+    old = dataclasses.replace(stored, cfg="", given=(), graph_shapes=False)
+    state, _ = fake_state(old, resumed=resumed)
+    ma.apply(state, env={}, read=lambda device, world: 4.5)
+    assert (state.cfg.graph_shapes, state.progress.micro_batch) == (True, 32)
 
 
 def test_a_resume_with_a_size_forgets_the_auto_plan(monkeypatch):
@@ -263,12 +286,12 @@ def test_a_resume_with_a_size_forgets_the_auto_plan(monkeypatch):
     state, _ = fake_state(dataclasses.replace(stored, mem_budget=7.0, given=("mem_budget",)))
     train_state.plan_memory(state)  # --resume --mem-budget 7G: the step's plan only
     assert (state.cfg.main_recompute, state.cfg.graph_shapes, state.cfg.val_chunks, state.cfg.mem_plan) == \
-        (8, False, "auto", None)
+        (8, True, "auto", None)
     kept = dataclasses.replace(stored, mem_budget=7.0, main_recompute=4, mem_plan={**stored.mem_plan,
                                                                                   "planned": ["graph_shapes"]})
     state, _ = fake_state(kept)
     train_state.plan_memory(state)
-    assert (state.cfg.main_recompute, state.cfg.graph_shapes, state.cfg.val_chunks) == (4, False, "auto")
+    assert (state.cfg.main_recompute, state.cfg.graph_shapes, state.cfg.val_chunks) == (4, True, "auto")
 
 
 def test_nothing_fits_the_card_is_an_error():

@@ -142,10 +142,13 @@ def test_the_cli_prints_the_phases(capsys):
                      "auto"]) == 0
     out = capsys.readouterr().out
     assert "validation batch 128, --val-chunks auto, under --budget 22.00 GiB as the cap" in out, out
+    # a default run: its two CUDA graphs keyed by shape counted (memory_plan.graphs_held), the pool then given back
+    assert "; 2 CUDA graphs keyed by shape):" in out
     run = mph.phases(mp.cost_for("yolov9-e", "c"), mph.val_cost_for("yolov9-e"), 64, 128, limit_gib=22.0,
-                     chunks="auto")
+                     chunks="auto", graph_count=mp.graphs_held(64))
+    assert not run.graphs_kept
     row = re.search(r"^c +train ([\d.]+)/([\d.]+), capture pool ([\d.]+), validation ([\d.]+)/([\d.]+) \(128 in "
-                    r"chunks of (\d+), beside the pool\), saving ([\d.]+)/([\d.]+), final validation ([\d.]+)/([\d.]+);"
+                    r"chunks of (\d+), pool given back\), saving ([\d.]+)/([\d.]+), final validation ([\d.]+)/([\d.]+);"
                     r" whole run ([\d.]+) reserved, ([\d.]+) on the card$", out, re.M)
     assert row, out
     want = [*run.peaks["train"], run.pool_gib, *run.peaks["validation"], run.chunk, *run.peaks["saving"],

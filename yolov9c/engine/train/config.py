@@ -105,8 +105,8 @@ class RunConfig:
     deterministic: bool = False  # torch.use_deterministic_algorithms
     max_nonfinite: int = 10  # stop after N skipped (non-finite) optimizer steps in a row; 0 = never (guards.py)
     divergence_stop: bool = True  # stop at an epoch's end when the weights or training losses diverged (guards.py)
-    cuda_graph: bool = True  # whole-step CUDA graphs where they work (CUDA, fixed shapes, no DDP): graph_step.py
-    graph_shapes: bool = False  # with cuda_graph: a graph per micro-batch shape (graph_shapes.py; experimental)
+    cuda_graph: bool = True  # whole-step CUDA graphs where they work (CUDA, no DDP): graph_step.py
+    graph_shapes: bool = True  # with cuda_graph: a graph per micro-batch shape and box bucket (graph_shapes.py)
     cudnn_benchmark: bool = True  # cuDNN times its algorithms for the graphed shape (graph_step.py; not with
     #                               --deterministic, never for validation or eager batches of other shapes)
     mem_budget: float | str | None = None  # GiB (or a size text, '7.5G') a step may reserve: memory_plan picks

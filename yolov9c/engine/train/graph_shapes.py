@@ -1,4 +1,4 @@
-"""CUDA graphs keyed by shape (--graph-shapes; experimental, off by default): graph_step.GraphStep with a micro-step
+"""CUDA graphs keyed by shape (--graph-shapes, the default): graph_step.GraphStep with a micro-step
 graph per (image batch layout, box bucket), so the planner's or the out-of-memory guard's micro-batch, --rect
 batches, --multi-scale sizes and an epoch's last partial batch replay graphs instead of running eagerly.
 
@@ -145,21 +145,22 @@ class ShapeGraphStep(GraphStep):
 
 
 def select_step(state):
-    """The step the loop calls (state.step), chosen once: ShapeGraphStep with --graph-shapes, else GraphStep where
-    it works (graph_step.unsupported), else step.EagerStep; logs which. Here, above both graph steps, so that
-    graph_step imports nothing of this module."""
+    """The step the loop calls (state.step), chosen once: ShapeGraphStep with --graph-shapes (the default), else
+    GraphStep where it works (graph_step.unsupported), else step.EagerStep; logs which. Here, above both graph
+    steps, so that graph_step imports nothing of this module."""
     why = unsupported(state)
     if why is not None:
         state.log(f"step: eager ({why})")
         return EagerStep()
-    if getattr(state.cfg, "graph_shapes", False):
+    if getattr(state.cfg, "graph_shapes", True):
         step = ShapeGraphStep(state)
-        state.log(f"step: CUDA graphs keyed by shape (--graph-shapes, experimental): one graph per micro-batch shape "
-                  f"and box bucket ({'/'.join(map(str, BUCKETS))} per image), captured on first use after {WARMUP} "
+        state.log(f"step: CUDA graphs keyed by shape (--graph-shapes): one graph per micro-batch shape and box "
+                  f"bucket ({'/'.join(map(str, BUCKETS))} per image), captured on first use after {WARMUP} "
                   f"eager micro-batches" + (" and one eager micro-batch of each new shape (cuDNN timing)"
                                             if step.benchmark else "")
                   + f", at most {step.cap} in one memory pool; micro-batches beyond run eagerly")
         return step
-    state.log(f"step: CUDA graphs (captured after {WARMUP} eager batches; targets padded to "
-              f"{'/'.join(map(str, BUCKETS))} boxes per image; batches of another shape or more boxes run eagerly)")
+    state.log(f"step: CUDA graphs of one shape (--no-graph-shapes; captured after {WARMUP} eager batches; targets "
+              f"padded to {'/'.join(map(str, BUCKETS))} boxes per image; batches of another shape or more boxes run "
+              f"eagerly)")
     return GraphStep(state)

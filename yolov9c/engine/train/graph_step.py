@@ -10,8 +10,8 @@ micro-step graph per box-count bucket (targets in a static (B, M, 5) buffer, M i
 graph that applies a window only when its losses and gradient norm are finite. Other shapes or more boxes than
 the largest bucket run eagerly into the same gradients. A failed capture or an out-of-memory split switches to
 eager for good; end_epoch() copies the EMA count to the host; release() drops graphs and pool; suspend() until the
-next batch recaptures. --ckpt is captured whole (recompute and BN undo inside) with --graph-shapes. Eager (logged)
-on CPU, DDP, --rect, --multi-scale and --ckpt without --graph-shapes, --ckpt with dropout, LION, --no-cuda-graph.
+next batch recaptures. --ckpt is captured whole (recompute and BN undo inside) keyed by shape (the default). Eager
+(logged): CPU, DDP, --rect/--multi-scale/--ckpt with --no-graph-shapes, --ckpt with dropout, LION, --no-cuda-graph.
 Test: python -m pytest -q tests/engine/train/test_graph_step.py (graphed = eager, CUDA)
 """
 
@@ -46,7 +46,7 @@ class _Micro:
 def unsupported(state) -> str | None:
     """Why the graph step cannot run for this run (None when it can): the eager step runs instead."""
     cfg = state.cfg
-    shapes = getattr(cfg, "graph_shapes", False)  # graph_shapes.py: a graph per shape
+    shapes = getattr(cfg, "graph_shapes", True)  # graph_shapes.py: a graph per shape (the default)
     if not getattr(cfg, "cuda_graph", True):
         return "--no-cuda-graph"
     if state.device.type != "cuda":
@@ -54,11 +54,11 @@ def unsupported(state) -> str | None:
     if state.world > 1:
         return "DDP: NCCL collectives inside a captured graph are not supported here"
     if cfg.rect and not shapes:
-        return "--rect: every batch has its own shape"
+        return "--rect with --no-graph-shapes: every batch has its own shape"
     if cfg.multi_scale and not shapes:
-        return "--multi-scale: every batch has its own shape"
-    if state.bn_buffers and not shapes:  # --ckpt (torch backend): graphed only on the experimental path
-        return "--ckpt: graphed only with --graph-shapes (experimental until its CUDA test has run)"
+        return "--multi-scale with --no-graph-shapes: every batch has its own shape"
+    if state.bn_buffers and not shapes:  # --ckpt (torch backend): captured by the keyed step only
+        return "--ckpt with --no-graph-shapes: its recompute is graphed only by the step keyed by shape"
     if state.bn_buffers and draws_random(state.model):  # --ckpt with a dropout layer
         return ("--ckpt with a layer that draws random numbers (nn.Dropout p > 0): torch.utils.checkpoint saves and "
                 "restores the CUDA generator state around its recompute, which a capture refuses")

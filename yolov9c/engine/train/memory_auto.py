@@ -40,7 +40,8 @@ DEFAULT_MEM_BUDGET = None
 MARGIN_GIB = 0.5
 # --main-recompute strides the plan may raise the default 8 to, cheapest first (each re-runs a superset).
 MAIN_RECOMPUTE_STEPS = (16, 32)
-# The options the plan sets when the user did not: RunConfig fields.
+# The options the plan sets when the user did not: RunConfig fields (graph_shapes: kept at its default, on; an
+# earlier plan's value, a resume of a run planned while it was off by default, back to it).
 PLANNED = ("main_recompute", "graph_shapes", "val_chunks")
 # What the process may reserve on common small cards (the card less its CUDA context: dev/gpu_run.sh's caps):
 # python -m yolov9c memory --budget auto shows the plan on each.
@@ -166,7 +167,7 @@ def _fits(run, budget_gib, val_batch):
 
 
 def choose(cost_of: Callable, vc, budget_gib, batch, img=mp.REF_IMG, val_batch=None, switches=None, free=PLANNED,
-           graphable=True, graph_shapes=False, varying=False, val_chunks="off", half=True) -> Choice:
+           graphable=True, graph_shapes=True, varying=False, val_chunks="off", half=True) -> Choice:
     """The settings of a run with loader batch `batch` (per rank) at img² that fit `budget_gib`: of each tier's
     first fit (largest micro-batch, then cheapest switches), the one with the highest log2(micro-batch) − tier
     (the module docstring). cost_of(switches) → the step's memory_plan.Cost under those c switches (`switches`: the
@@ -175,8 +176,8 @@ def choose(cost_of: Callable, vc, budget_gib, batch, img=mp.REF_IMG, val_batch=N
     `val_chunks` stay); graphable: the CUDA-graph step can run at all (CUDA, one process, --cuda-graph, a capturable
     optimizer; --rect, --multi-scale and the torch backend's --ckpt only with --graph-shapes); varying: --rect or
     --multi-scale (a shape per batch); half: fp16 validation. Nothing fits: the smallest micro-batch with the
-    strongest switches, fits False. A split batch is graphed only with --graph-shapes (set when free and
-    graphable), and its graphs are counted (memory_plan.graphs_held: the cap when `varying`, else the micro-batch
+    strongest switches, fits False. --graph-shapes, when free, stays at its default (on); a split batch is graphed
+    only with it, and its graphs are counted (memory_plan.graphs_held: the cap when `varying`, else the micro-batch
     sizes of a fixed-shape run; memory_plan.graphs_gib)."""
     val_batch = val_batch or 2 * batch
     chunks = "auto" if "val_chunks" in free else val_chunks
@@ -189,7 +190,7 @@ def choose(cost_of: Callable, vc, budget_gib, batch, img=mp.REF_IMG, val_batch=N
         return costs[sw]
 
     def candidate(m, sw):
-        shapes = (m < batch and graphable) if "graph_shapes" in free else graph_shapes
+        shapes = default_of("graph_shapes") if "graph_shapes" in free else graph_shapes
         graphed = graphable and (m == batch or shapes)
         count = mp.graphs_held(batch, m, varying) if graphed and shapes else 1
         run = mph.phases(cost(sw), vc, m, val_batch, img=img, limit_gib=budget_gib, chunks=chunks, half=half,
@@ -253,11 +254,13 @@ def apply(state, env=None, read=read_card):
     available = read(state.device, state.world)
     budget = budget_from_card(available, cfg.mem_cap)
     per_rank = cfg.batch_size // state.world
-    graphable = (cfg.cuda_graph and state.world == 1 and not cfg.rect and not cfg.multi_scale  # graph_step.unsupported
-                 and cfg.optimizer in ("SGD", "Adam", "AdamW") and not (cfg.ckpt and cfg.backend == "torch"))
+    varying = cfg.rect or cfg.multi_scale
+    # graph_step.unsupported's rule on what set-up knows now (the torch backend's --ckpt: state.bn_buffers)
+    graphable = (cfg.cuda_graph and state.world == 1 and cfg.optimizer in ("SGD", "Adam", "AdamW")
+                 and (base.graph_shapes or not (varying or (cfg.ckpt and cfg.backend == "torch"))))
     c = choose(lambda s: mp.cost_for(name, cfg.backend, s), vc, budget, per_rank, img=state.imgsz, switches=sw,
-               free=free, graphable=graphable, graph_shapes=base.graph_shapes, val_chunks=base.val_chunks,
-               half=state.amp)
+               free=free, graphable=graphable, graph_shapes=base.graph_shapes, varying=varying,
+               val_chunks=base.val_chunks, half=state.amp)
     cap = f", --mem-cap {cfg.mem_cap:.2f} GiB" if cfg.mem_cap is not None else ""
     said = f"card {available:.2f} GiB free{cap} -> budget {budget:.2f} GiB"
     margin = f"less a {MARGIN_GIB:.2f} GiB margin"

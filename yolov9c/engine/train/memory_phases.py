@@ -152,13 +152,15 @@ class RunMemory:
     card_gib: float = 0.0
 
 
-def fits_whole_run(cost, vc, batch, val_batch, img=REF_IMG, chunks="off", graphs=True, cards=None):
-    """{card name: True/False} whether the whole run (phases under the card as its limit; memory_plan.CARDS by
-    default: the card less its CUDA context) stays within the card with validation at its batch of record, the
-    final validation included (a halved validation batch or a step above the card: False)."""
+def fits_whole_run(cost, vc, batch, val_batch, img=REF_IMG, chunks="off", graphs=True, cards=None, graph_count=1):
+    """{card name: True/False} whether the whole run (phases under the card as its limit, with `graph_count` graphs
+    keyed by shape; memory_plan.CARDS by default: the card less its CUDA context) stays within the card with
+    validation at its batch of record, the final validation included (a halved validation batch or a step above the
+    card: False)."""
     out = {}
     for name, gib in (cards or mp.CARDS).items():
-        run = phases(cost, vc, batch, val_batch, img=img, limit_gib=gib, chunks=chunks, graphs=graphs)
+        run = phases(cost, vc, batch, val_batch, img=img, limit_gib=gib, chunks=chunks, graphs=graphs,
+                     graph_count=graph_count)
         out[name] = run.whole_gib <= gib and run.val_batch == val_batch and run.final_val_batch == val_batch
     return out
 
