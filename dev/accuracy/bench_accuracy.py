@@ -52,7 +52,8 @@ VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isola
             "no-channels-last": (["--no-channels-last"], {}),  # contiguous model and batches
             "no-cudnn-benchmark": (["--no-cudnn-benchmark"], {}),
             "no-amp": (["--no-amp"], {}),  # float32 training (isolates fp16)
-            "unfused": ([], {"YOLOV9C_FUSED": "0"})}  # the c structure on torch ops (isolates the kernels)
+            "unfused": ([], {"YOLOV9C_FUSED": "0"}),  # the c structure on torch ops (isolates the kernels)
+            "no-graph-shapes": (["--no-graph-shapes"], {})}  # the fixed-shape graph step of runs before ceed9cd
 # variants that train through dev/accuracy/train_other_loss.py: one backend's model with the other's loss
 LOSS_VARIANTS = {"loss-torch": "torch",  # c's model, torch's loss (isolates the loss)
                  "loss-c": "c"}  # torch's model, c's loss
