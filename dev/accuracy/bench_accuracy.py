@@ -7,7 +7,7 @@ trained from scratch with one recipe and several seeds; best.pt mAP@0.5 and mAP@
 Runs: one train_dual.py process each (the published one through dev/fidelity/published_side.py), the same
 flags, --jobs at once; every best.pt validated by our val_dual.py. Data: a YOLO data.yaml (accuracy_datasets.py),
 or coco128 with --single-cls, --classes or --derive. --backends takes variants BACKEND+VARIANT (VARIANTS,
-LOSS_VARIANTS).
+LOSS_VARIANTS, unfused: dev/accuracy/train_unfused.py).
 Output (stdout and OUT/results.jsonl): {"kind": "run"} per run, {"kind": "summary"} per runner, {"kind":
 "compare"} (paired by-seed differences), a report on stderr and the per-epoch val mAP plot (--plot). `--rows
 FILES` only summarizes earlier run lines. A second call with the same --out keeps finished runs; --time-limit S
@@ -52,11 +52,13 @@ VARIANTS = {"no-cuda-graph": (["--no-cuda-graph"], {}),  # the eager step (isola
             "no-channels-last": (["--no-channels-last"], {}),  # contiguous model and batches
             "no-cudnn-benchmark": (["--no-cudnn-benchmark"], {}),
             "no-amp": (["--no-amp"], {}),  # float32 training (isolates fp16)
-            "unfused": ([], {"YOLOV9C_FUSED": "0"}),  # the c structure on torch ops (isolates the kernels)
             "no-graph-shapes": (["--no-graph-shapes"], {})}  # the fixed-shape graph step of runs before ceed9cd
 # variants that train through dev/accuracy/train_other_loss.py: one backend's model with the other's loss
 LOSS_VARIANTS = {"loss-torch": "torch",  # c's model, torch's loss (isolates the loss)
                  "loss-c": "c"}  # torch's model, c's loss
+# the c structure on torch ops (isolates the kernels), through dev/accuracy/train_unfused.py: validation's NMS stays
+# on the extension (its reference made an epoch's validation take minutes)
+UNFUSED = ([str(Path("dev") / "accuracy" / "train_unfused.py")], {"YOLOV9C_FUSED": "0"})
 TRAIN = ["train_dual.py"]
 PUB_LOADER = ["<pub-loader>"]  # variant pub-loader: the published training loader feeding our loop (swap_loader.py)
 
@@ -79,20 +81,25 @@ def runner_spec(runner):
         return "published", [], {}, None
     if backend not in ("torch", "c"):
         raise ValueError(f"runner {runner!r}: the backend must be torch or c")
-    flags, env, entry = [], {}, TRAIN
+    flags, env, entries = [], {}, []
     for v in variants:
         if v == "pub-loader":
-            entry = PUB_LOADER
-            continue
-        if v in LOSS_VARIANTS:
-            entry = [str(Path("dev") / "accuracy" / "train_other_loss.py"), LOSS_VARIANTS[v]]
-            continue
-        if v not in VARIANTS:
+            entries.append(PUB_LOADER)
+        elif v in LOSS_VARIANTS:
+            entries.append([str(Path("dev") / "accuracy" / "train_other_loss.py"), LOSS_VARIANTS[v]])
+        elif v == "unfused":
+            entries.append(UNFUSED[0])
+            env.update(UNFUSED[1])
+        elif v in VARIANTS:
+            flags += VARIANTS[v][0]
+            env.update(VARIANTS[v][1])
+        else:
             raise ValueError(f"runner {runner!r}: unknown variant {v!r} (known: "
-                             f"{', '.join([*VARIANTS, *LOSS_VARIANTS, 'pub-loader'])})")
-        flags += VARIANTS[v][0]
-        env.update(VARIANTS[v][1])
-    return backend, flags, env, entry
+                             f"{', '.join([*VARIANTS, *LOSS_VARIANTS, 'unfused', 'pub-loader'])})")
+    if len(entries) > 1:
+        raise ValueError(f"runner {runner!r}: pub-loader, loss-* and unfused each train through their own script: "
+                         "one of them per runner")
+    return backend, flags, env, entries[0] if entries else TRAIN
 
 
 def train_command(a, runner, seed, project, data):
@@ -506,7 +513,7 @@ def main(argv=None):
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--backends", default="torch,c",
                    help="our runners: torch, c, or BACKEND+VARIANT (variants: "
-                        + ", ".join([*VARIANTS, *LOSS_VARIANTS]) + "); with --published also published and "
+                        + ", ".join([*VARIANTS, *LOSS_VARIANTS, "unfused"]) + "); with --published also published and "
                         "published+ours-loader (the published loop on our loader; when a published runner is "
                         "listed, the plain one is not added)")
     p.add_argument("--cache", default="ram", choices=("ram", "disk", "none"))

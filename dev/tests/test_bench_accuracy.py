@@ -211,7 +211,8 @@ def test_runner_variants_add_their_flag_or_environment(tmp_path):
     assert "--no-cuda-graph" in argv and "--no-cuda-graph" not in base and env == {}
     assert argv[argv.index("--backend") + 1] == "c" and argv[argv.index("--name") + 1] == "c+no-cuda-graph-s0"
     argv, _, env = bench_accuracy.train_command(a, "c+unfused+no-amp", 0, tmp_path, tmp_path / "d.yaml")
-    assert env == {"YOLOV9C_FUSED": "0"} and "--no-amp" in argv
+    assert env == {"YOLOV9C_FUSED": "0"} and "--no-amp" in argv  # through train_unfused.py (NMS on the extension)
+    assert argv[1] == "dev/accuracy/train_unfused.py" and argv[argv.index("--backend") + 1] == "c"
     for runner, loss in (("c+loss-torch", "torch"), ("torch+loss-c", "c")):  # through train_other_loss.py
         argv, _, env = bench_accuracy.train_command(a, runner, 0, tmp_path, tmp_path / "d.yaml")
         assert argv[1:3] == ["dev/accuracy/train_other_loss.py", loss] and env == {}
@@ -221,7 +222,7 @@ def test_runner_variants_add_their_flag_or_environment(tmp_path):
     assert base[1] == "train_dual.py"
     argv, _, _ = bench_accuracy.train_command(a, "torch+no-cuda-graph", 0, tmp_path, tmp_path / "d.yaml")
     assert argv[argv.index("--backend") + 1] == "torch" and "--channels-last" in argv
-    for bad in ("c+fast", "cuda", "torch+"):
+    for bad in ("c+fast", "cuda", "torch+", "c+unfused+loss-torch"):
         with pytest.raises(ValueError, match="runner"):
             bench_accuracy.runner_spec(bad)
     assert bench_accuracy.main(["--backends", "c+fast", "--out", str(tmp_path / "o")]) == 2
@@ -454,7 +455,7 @@ def test_a_stopped_run_is_resumed_from_its_last_checkpoint(tmp_path):
     assert png.stat().st_size > 1000
     last = str(tmp_path / "train" / "c+unfused-s1" / "weights" / "last.pt")
     argv, cwd, env = bench_accuracy.resume_command(a, "c+unfused", 1, tmp_path / "train")
-    assert argv[1:] == ["train_dual.py", "--resume", last] and env == {"YOLOV9C_FUSED": "0"}
+    assert argv[1:] == ["dev/accuracy/train_unfused.py", "--resume", last] and env == {"YOLOV9C_FUSED": "0"}
     argv, cwd, env = bench_accuracy.resume_command(a, "published", 1, tmp_path / "train")
     assert argv[0] == "py" and argv[2] == "train" and argv[-2:] == ["--resume", last.replace("c+unfused", "published")]
     assert cwd == a.published
