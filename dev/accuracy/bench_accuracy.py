@@ -171,12 +171,31 @@ def curve(run_dir):
     return {k: [round(float(v), 5) for v in r[col]] for k, col in CURVE_KEYS.items() if col in r}
 
 
+TAIL_EPOCHS = 10  # paired_tail: the last epochs' own validation mAP, averaged
+
+
+def paired_tail(runs, runner, base):
+    """runner − base by seed of the mean own validation mAP@0.5:0.95 over the last TAIL_EPOCHS epochs (points ×
+    100), on the seeds whose runs both have a map curve of the same length: {"n", "epochs", "mean", "se"};
+    steadier than one best.pt on a set still rising at the end. None for fewer than two such seeds."""
+    curves = {r: {x["seed"]: x["curve"]["map"] for x in runs if x["runner"] == r and (x.get("curve") or {}).get("map")}
+              for r in (runner, base)}
+    seeds = [s for s in sorted(set(curves[runner]) & set(curves[base]))
+             if len(curves[runner][s]) == len(curves[base][s])]
+    if len(seeds) < 2:
+        return None
+    maps = 100 * np.array([np.array(curves[runner][s]) - np.array(curves[base][s]) for s in seeds])
+    tail = maps[:, -TAIL_EPOCHS:].mean(1)
+    return {"n": len(seeds), "epochs": int(min(TAIL_EPOCHS, maps.shape[1])), "mean": round(float(tail.mean()), 3),
+            "se": round(float(tail.std(ddof=1) / np.sqrt(len(tail))), 3)}
+
+
 def paired_curves(runs, runner, base):
     """runner − base by seed, epoch by epoch, on the seeds whose runs both have a curve of the same length: the
     training loss (box + cls + dfl) and the run's own validation mAP@0.5:0.95 (points × 100), each the mean
     over seeds per epoch, and the seeds where runner's last-epoch training loss is above base's. The per-epoch
     losses average ~35 batches each, so they show a difference in how fast two runners learn with fewer seeds
-    than the final mAP. None for fewer than two such seeds."""
+    than the final mAP; `map_tail`: see paired_tail. None for fewer than two such seeds."""
     curves = {r: {x["seed"]: x["curve"] for x in runs if x["runner"] == r and x.get("curve")} for r in (runner, base)}
     seeds = [s for s in sorted(set(curves[runner]) & set(curves[base]))
              if len(curves[runner][s]["box"]) == len(curves[base][s]["box"])]
@@ -191,6 +210,7 @@ def paired_curves(runs, runner, base):
     out = {"n": len(seeds), "loss_by_epoch": [round(float(v), 4) for v in loss.mean(0)],
            "loss_last_higher": int((loss[:, -1] > 0).sum()),
            "map_by_epoch": [round(float(v), 3) for v in maps.mean(0)]}
+    out["map_tail"] = paired_tail(runs, runner, base)
     if all("skipped" in curves[r][s] for r in (runner, base) for s in seeds):  # mean skipped steps per run
         out["skipped"] = {r: round(float(np.mean([sum(curves[r][s]["skipped"]) for s in seeds])), 2)
                           for r in (runner, base)}
@@ -438,20 +458,26 @@ def swap_effects(runs):
 
 def report_lines(summaries, runs):
     """The human report: per runner n, mAP@0.5 and mAP@0.5:0.95 as mean ± standard error (points × 100), then
-    the paired differences by seed (see paired) of each of ours − published and of c − torch."""
+    the paired differences by seed (paired: best.pt; paired_tail: the last epochs' own validation) of each of
+    ours − published, of c (and its variants) − torch and of each c variant − c."""
     lines = [f"{'runner':<16} {'n':>2}  {'mAP@0.5':>15}  {'mAP@0.5:0.95':>15}"]
     for x in summaries:
         lines.append(f"{x['runner']:<16} {x['n']:>2}  {100 * x['map50_mean']:7.2f} ± {100 * x['map50_se']:5.2f}"
                      f"  {100 * x['map_mean']:7.2f} ± {100 * x['map_se']:5.2f}")
     names = [x["runner"] for x in summaries]
     pairs = [(r, "published") for r in names if r != "published"] + [(r, "torch") for r in names
-                                                                     if r.startswith("c")]
+                                                                     if r.startswith("c")] \
+        + [(r, "c") for r in names if r.startswith("c+")]
     for r, base in pairs:
         if base in names:
             d = paired(runs, r, base)
             if d is not None:
                 lines.append(f"{r} − {base}: {d['mean']:+.2f} ± {d['se']:.2f} points mAP@0.5:0.95, paired by seed "
                              f"(n {d['n']}, t {d['t']}, lower in {d['lower']})")
+            t = paired_tail(runs, r, base)
+            if t is not None:
+                lines.append(f"{r} − {base}: {t['mean']:+.2f} ± {t['se']:.2f} points, own validation mAP@0.5:0.95 "
+                             f"of the last {t['epochs']} epochs, paired by seed (n {t['n']})")
     return lines
 
 

@@ -287,6 +287,8 @@ def test_curves_pair_the_runners_epoch_by_epoch(tmp_path):
     got = bench_accuracy.paired_curves(runs, "c", "torch")
     assert got["n"] == 3 and got["loss_by_epoch"] == [0.0, 0.1] and got["loss_last_higher"] == 2
     assert got["map_by_epoch"] == [0.0, -1.0]
+    # the last epochs' mean (both of 2 here) per seed: -0.5, -1.5, +0.5 points
+    assert got["map_tail"] == {"n": 3, "epochs": 2, "mean": -0.5, "se": round(1.0 / np.sqrt(3), 3)}
     line = bench_accuracy.compare(bench_accuracy.summarize(runs), runs)
     assert line["c_minus_torch_curve"] == got
     # rows without curves (earlier calls) or of other lengths are left out
@@ -389,6 +391,10 @@ def test_report_gives_mean_standard_error_and_paired_differences(tmp_path):
     text = "\n".join(lines)
     assert "c − published: +1.33 ± 1.45 points" in text and "torch − published: +2.00 ± 0.58" in text
     assert "c − torch: -0.67 ± 0.88 points" in text and "published − " not in text
+    # the last epochs' own validation: the curve's mean, (0.1 + 0.5 + 1) / 3 of the final map here
+    tail = bench_accuracy.paired_tail(runs, "c", "torch")
+    assert tail["epochs"] == 3 and tail["mean"] == round(-2 / 3 * 1.6 / 3, 3)
+    assert f"c − torch: {tail['mean']:+.2f} ± {tail['se']:.2f} points, own validation" in text
     png = bench_accuracy.plot_curves(runs, tmp_path / "curves.png")
     assert cv2.imread(str(png)).shape[0] > 100
 
