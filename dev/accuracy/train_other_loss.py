@@ -9,13 +9,14 @@ The first argument is the loss's backend, the rest train_dual.py's command line.
 set-up calls (yolov9c.engine.train.state.make_loss) is replaced, for this process only, by one that builds the
 loss on that backend; then train_dual.py's main runs. One process only (a --device 0,1 run would start DDP
 workers without the replacement: refused).
-Test: python -m pytest -q dev/tests/test_train_other_loss.py
+Test: python -m pytest -q dev/tests/test_patched_train.py
 """
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # runs from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))       # patched_train beside it
 
 PROG = "train_other_loss.py"
 
@@ -27,24 +28,17 @@ def main(argv=None):
               file=sys.stderr)
         return 2
     loss, rest = argv[0], argv[1:]
-    device = rest[rest.index("--device") + 1] if "--device" in rest[:-1] else ""
-    if "," in device:
-        print(f"{PROG}: error: one process only: DDP workers would train with their own loss", file=sys.stderr)
-        return 2
     import yolov9c.engine.train.state as state
-    from yolov9c.cli.train import main as train_main
+    from patched_train import run
 
     real = state.make_loss
 
     def other_loss(model, hyp=None, backend="torch"):
         return real(model, hyp, backend=loss)
 
-    state.make_loss = other_loss
-    print(f"{PROG}: the loss runs on the {loss} backend, whatever --backend the model runs on", flush=True)
-    try:
-        return train_main(rest)
-    finally:
-        state.make_loss = real
+    return run(PROG, rest, state, "make_loss", other_loss,
+               note=f"the loss runs on the {loss} backend, whatever --backend the model runs on",
+               ddp_why="DDP workers would train with their own loss")
 
 
 if __name__ == "__main__":

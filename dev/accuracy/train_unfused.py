@@ -10,13 +10,14 @@ photo) makes each validation of a barely trained model take minutes: the unfused
 3 epochs in 1,280 s. Here nms() alone reads the switch as on; every other op still follows YOLOV9C_FUSED. The rest
 of the command line is train_dual.py's; its main runs in this process (a --device 0,1 run would start DDP workers
 without the change: refused).
-Test: python -m pytest -q dev/tests/test_train_unfused.py
+Test: python -m pytest -q dev/tests/test_patched_train.py
 """
 
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # runs from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))       # patched_train beside it
 
 PROG = "train_unfused.py"
 
@@ -37,20 +38,12 @@ class _NmsSwitch:
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    device = argv[argv.index("--device") + 1] if "--device" in argv[:-1] else ""
-    if "," in device:
-        print(f"{PROG}: error: one process only: DDP workers would validate with the reference NMS", file=sys.stderr)
-        return 2
     import yolov9c.ops.nms as nms
-    from yolov9c.cli.train import main as train_main
+    from patched_train import run
 
-    real = nms.extension
-    nms.extension = _NmsSwitch(real)
-    print(f"{PROG}: validation's NMS on the extension; the other ops as YOLOV9C_FUSED says", flush=True)
-    try:
-        return train_main(argv)
-    finally:
-        nms.extension = real
+    return run(PROG, argv, nms, "extension", _NmsSwitch(nms.extension),
+               note="validation's NMS on the extension; the other ops as YOLOV9C_FUSED says",
+               ddp_why="DDP workers would validate with the reference NMS")
 
 
 if __name__ == "__main__":

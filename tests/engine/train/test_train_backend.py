@@ -3,7 +3,7 @@ synthetic data writes the run folder, and its first training iteration gives the
 torch` run from the same seed (fp32, within 1e-4 relative). Checkpoints of a c run are plain torch: the same
 state_dict keys and shapes as a torch run's. Also: `--backend c` without the built extension is one clear error;
 each backend trains with its own loss, whatever YOLOV9C_LOSS_BACKEND says (the developer tool that swaps the loss,
-dev/accuracy/train_other_loss.py, is tested in dev/tests/test_train_other_loss.py).
+dev/accuracy/train_other_loss.py, is tested in dev/tests/test_patched_train.py).
 
 The backends' comparison runs yolov9-t (dual head, auxiliary branch) at 64×64, one batch of 4 images per epoch
 (so the first iteration is the whole epoch), without the final best.pt validation, on one CPU thread; the loss
