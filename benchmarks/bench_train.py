@@ -16,7 +16,8 @@ epoch (read before its validation), epoch seconds and img/s from results.csv (cu
 --mem-cap the run's own --mem-cap (the whole process capped as that card would be) and --epochs N (validation after
 each): the cap, the validation batch the run ended with, img/s of the last epoch and the peaks of every phase
 (start-up, first epoch with the warm-up and capture, train, validation, saving, final validation), and the
-planner's prediction of them (memory_phases.py). --val-chunks auto: the run's validation in chunks beside the
+planner's prediction of them (memory_phases.py). Every row: the card's largest memory.used while the process ran
+(nvidia-smi every 0.2 s: its CUDA context and whatever else the card holds). --val-chunks auto: the run's validation in chunks beside the
 CUDA-graph pool. --mem-budget auto: the run plans from the card (under --mem-cap: the cap); the row adds what
 it chose (its opt.yaml) and the prediction is the plan's.
 PYTORCH_CUDA_ALLOC_CONF is the trainer's default (expandable_segments:True) unless set.
@@ -229,6 +230,45 @@ def _copy_timed(pipe, f, t0):
         f.flush()
 
 
+class CardSampler:
+    """The card's largest memory.used in MiB while a run lasts (nvidia-smi: the CUDA contexts and every process on
+    the card included, what a user of that card sees), sampled every `period` s in a thread:
+    `with CardSampler() as card: ...` then card.max_mib (None when the command is missing or never answered).
+    The card: the first of CUDA_VISIBLE_DEVICES, else 0. `command`: the query's argv (tests give their own)."""
+
+    def __init__(self, period=0.2, command=None):
+        card = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
+        self.command = command or ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                                   "-i", card]
+        self.period, self.max_mib = period, None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _read(self):
+        try:
+            out = subprocess.run(self.command, capture_output=True, text=True, timeout=5).stdout.split()
+            return int(float(out[0])) if out else None
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            return None
+
+    def _poll(self):
+        while True:
+            mib = self._read()
+            if mib is not None:
+                self.max_mib = mib if self.max_mib is None else max(self.max_mib, mib)
+            if self._stop.wait(self.period):
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return False
+
+
 def cap_for(spec, model):
     """--mem-cap SPEC → this model's cap in GiB (None: uncapped). '7' caps every model; 'yolov9-s=7,yolov9-c=14.5'
     caps those models only."""
@@ -260,7 +300,7 @@ def run_config(args, model, backend, data):
         f"{'-budget' + args.mem_budget if args.mem_budget else ''}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    with open(log, "w") as f:  # the child's console, each line with its time (s since the start), kept
+    with open(log, "w") as f, CardSampler() as card:  # the child's console, each line timed, kept
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))
         reader = threading.Thread(target=_copy_timed, args=(p.stdout, f, t0), daemon=True)
         reader.start()
@@ -276,28 +316,30 @@ def run_config(args, model, backend, data):
     for line in reversed(text.splitlines()):
         line = line.lstrip().split(" ", 1)[-1]
         if line.startswith("{"):
-            return {**json.loads(line), "process_s": process_s}
+            return {**json.loads(line), "process_s": process_s, "card_max_mib": card.max_mib}
     tail = [s.lstrip().split(" ", 1)[-1].strip() for s in text.splitlines() if s.strip()]
     last = (tail[-1] if tail else "no output")[:300]
     if r is None:
         return {**base, "status": "timeout", "error": f"no result within {args.timeout:g} s; last line: {last}",
                 "log": str(log)}
     oom = "out of memory" in text.lower()
-    return {**base, "status": "oom" if oom else "error", "returncode": r.returncode, "error": last, "log": str(log)}
+    return {**base, "status": "oom" if oom else "error", "returncode": r.returncode, "error": last, "log": str(log),
+            "card_max_mib": card.max_mib}
 
 
 def markdown(rows):
     def f(v, spec):
         return "—" if v is None else format(v, spec)
 
-    out = ["| model | backend | cap GiB | status | peak allocated GiB | peak reserved GiB | epoch s | img/s | val batch "
-           "| largest phase (reserved) |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| model | backend | cap GiB | status | peak allocated GiB | peak reserved GiB | card max MiB | epoch s "
+           "| img/s | val batch | largest phase (reserved) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         phases = r.get("phase_peaks_gib") or {}
         big = max(phases.items(), key=lambda kv: kv[1][1]) if phases else None
         out.append(f"| {r['model']} | {r['backend']} | {f(r.get('mem_cap_gib'), '.1f')} | {r.get('status')} "
                    f"| {f(r.get('train_peak_alloc_gib'), '.2f')} | {f(r.get('train_peak_reserved_gib'), '.2f')} "
+                   f"| {f(r.get('card_max_mib'), 'd')} "
                    f"| {f(r.get('epoch_s'), '.1f')} | {f(r.get('img_per_s'), '.1f')} | {r.get('val_batch') or '—'} "
                    f"| {f'{big[0]} {big[1][1]:.2f}' if big else '—'} |")
     return "\n".join(out)

@@ -20,7 +20,8 @@
 #              (TRAIN_BACKENDS), 1024 generated images (written while the module builds)
 #   capped     bench_train.py, the whole real run under a card's cap (--mem-cap): yolov9-s/c/e (CAP_MODELS), c
 #              backend, batch 64, 640, 2 epochs with validation, capped at CAP_SPEC (default 7.0 / 14.5 / 22.0 GiB:
-#              8 / 16 / 24 GB cards), then uncapped (CAP_BASE=0 skips): img/s, validation batch, peaks by phase
+#              8 / 16 / 24 GB cards), then uncapped (CAP_BASE=0 skips): img/s, validation batch, peaks by phase, the
+#              card's largest memory.used (nvidia-smi every 0.2 s)
 #              and the planner's prediction of them; CAP_VAL_CHUNKS=auto|off: train_dual.py --val-chunks (unset:
 #              not passed); CAP_MEM_BUDGET=auto: the capped runs plan from the cap with --mem-budget auto
 #   loss       bench_loss.py: the detection loss at 20, 160, 1000 boxes per image
