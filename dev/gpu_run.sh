@@ -37,7 +37,8 @@
 #              (ACC_BACKENDS, "" for none) and the published code (.dev/published; ACC_PUB=0 leaves it out), ACC_JOBS
 #              (default 9) at once, but no more than the card holds at ACC_RUN_GIB a run (default 10: the published run
 #              holds ~15 GiB at batch 32, ours 2-7): 7 on an H100, 13 on an H200 (12 at once, 3 of them published,
-#              ran out of memory on an H100); stops 120 s before the call ends (exit 3 = unfinished: the same call again on the
+#              ran out of memory on an H100); ACC_SAVE_PERIOD=N keeps weights/epochN.pt every N epochs (checkpoints
+#              of the learning phase for the grads part); stops 120 s before the call ends (exit 3 = unfinished: the same call again on the
 #              warm machine resumes them from runs/acc-NAME); $OUT/acc-NAME.results.jsonl, curves.png, acc-NAME.tgz
 #              (every run's results.csv and console)
 #   accstart   realacc detached (setsid): it trains on past this call's end, through the next calls on the warm
@@ -200,6 +201,7 @@ GROUPS
                --cfg yolov9-s --img 640 --batch 32 --epochs ${ACC_EPOCHS:-60} --close-mosaic 15 \
                --seeds ${ACC_SEEDS:-0,1,2} \
                --backends "${ACC_BACKENDS-torch,c}" --jobs "$jobs" --workers 2 --time-limit $(( $(left) - 120 )) \
+               --save-period "${ACC_SAVE_PERIOD:--1}" \
                --out "$acc" "${pub[@]}"
              tail -12 "$OUT/realacc.log"
              cp "$acc/curves.png" "$OUT/" 2>/dev/null; cp "$acc/results.jsonl" "$OUT/acc-$name.results.jsonl" 2>/dev/null

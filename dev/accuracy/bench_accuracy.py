@@ -112,6 +112,8 @@ def train_command(a, runner, seed, project, data):
         flags.append("--single-cls")
     if a.cache != "none":
         flags += ["--cache", a.cache]
+    if a.save_period > 0:
+        flags += ["--save-period", str(a.save_period)]
     pub_flags = ["--cfg", f"models/detect/{a.cfg}.yaml", "--hyp", "hyp.scratch-high.yaml"] + flags
     if runner == "published":
         # through the harness's published side: its stand-ins for the optional imports the published code needs
@@ -543,6 +545,9 @@ def main(argv=None):
                         "published+ours-loader (the published loop on our loader; when a published runner is "
                         "listed, the plain one is not added)")
     p.add_argument("--cache", default="ram", choices=("ram", "disk", "none"))
+    p.add_argument("--save-period", type=int, default=-1,
+                   help="every run keeps weights/epochN.pt every N epochs (both codes' --save-period): checkpoints "
+                        "of the learning phase for dev/fidelity/backend_grads.py; off below 1")
     p.add_argument("--device", default="0")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--published", help="published YOLOv9 checkout: also train with its train_dual.py")

@@ -160,7 +160,7 @@ def test_train_command_gives_every_runner_the_same_flags(tmp_path):
     import argparse
     import bench_accuracy
     a = argparse.Namespace(img=320, batch=32, epochs=25, close_mosaic=8, device="0", workers=2, single_cls=True,
-                           cache="ram", cfg="yolov9-s", python="python3", published=tmp_path)
+                           cache="ram", cfg="yolov9-s", python="python3", published=tmp_path, save_period=-1)
     ours, _, env = bench_accuracy.train_command(a, "c", 1, tmp_path, tmp_path / "d.yaml")
     pub, pub_cwd, pub_env = bench_accuracy.train_command(a, "published", 1, tmp_path, tmp_path / "d.yaml")
     assert env == pub_env == {}
@@ -168,6 +168,12 @@ def test_train_command_gives_every_runner_the_same_flags(tmp_path):
     i = flags.index("--name") + 1
     assert flags[i] == "c-s1" and tail[i] == "published-s1"
     assert tail[:i] + tail[i + 1:] == flags[:i] + flags[i + 1:] and "--single-cls" in flags
+    assert "--save-period" not in flags
+    a.save_period = 15  # checkpoints of the learning phase, the same flag for both codes
+    ours, _, _ = bench_accuracy.train_command(a, "c", 1, tmp_path, tmp_path / "d.yaml")
+    pub, _, _ = bench_accuracy.train_command(a, "published", 1, tmp_path, tmp_path / "d.yaml")
+    for argv in (ours, pub):
+        assert argv[argv.index("--save-period") + 1] == "15"
     assert ours[1] == "train_dual.py" and ours[ours.index("--backend") + 1] == "c" and pub_cwd == tmp_path
 
 
@@ -178,7 +184,8 @@ def test_swap_arms_run_each_loop_on_the_other_codes_loader(tmp_path):
     import argparse
     import bench_accuracy
     a = argparse.Namespace(img=320, batch=32, epochs=25, close_mosaic=8, device="0", workers=2, single_cls=False,
-                           cache="ram", cfg="yolov9-s", python="python3", published=tmp_path / "pub")
+                           cache="ram", cfg="yolov9-s", python="python3", published=tmp_path / "pub",
+                           save_period=-1)
     pub, _, _ = bench_accuracy.train_command(a, "published", 0, tmp_path, tmp_path / "d.yaml")
     swap, cwd, _ = bench_accuracy.train_command(a, "published+ours-loader", 0, tmp_path, tmp_path / "d.yaml")
     assert swap[1].endswith("swap_loader.py") and swap[2] == "published-loop" and cwd == a.published
@@ -205,7 +212,7 @@ def test_runner_variants_add_their_flag_or_environment(tmp_path):
     import bench_accuracy
     import pytest
     a = argparse.Namespace(img=320, batch=32, epochs=25, close_mosaic=8, device="0", workers=2, single_cls=False,
-                           cache="ram", cfg="yolov9-s", python="python3", published=None)
+                           cache="ram", cfg="yolov9-s", python="python3", published=None, save_period=-1)
     base, _, _ = bench_accuracy.train_command(a, "c", 0, tmp_path, tmp_path / "d.yaml")
     argv, _, env = bench_accuracy.train_command(a, "c+no-cuda-graph", 0, tmp_path, tmp_path / "d.yaml")
     assert "--no-cuda-graph" in argv and "--no-cuda-graph" not in base and env == {}
