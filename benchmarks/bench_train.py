@@ -17,9 +17,9 @@ epoch (read before its validation), epoch seconds and img/s from results.csv (cu
 each): the cap, the validation batch the run ended with, img/s of the last epoch and the peaks of every phase
 (start-up, first epoch with the warm-up and capture, train, validation, saving, final validation), and the
 planner's prediction of them (memory_phases.py). Every row: the card's largest memory.used while the process ran
-(nvidia-smi every 0.2 s: its CUDA context and whatever else the card holds). --val-chunks auto: the run's validation in chunks beside the
-CUDA-graph pool. --mem-budget auto: the run plans from the card (under --mem-cap: the cap); the row adds what
-it chose (its opt.yaml) and the prediction is the plan's.
+(nvidia-smi every 0.2 s: its CUDA context and whatever else the card holds). --val-chunks auto: the run's
+validation in chunks beside the CUDA-graph pool. --mem-budget auto: the run plans from the card (under --mem-cap:
+the cap); the row adds what it chose (its opt.yaml) and the prediction is the plan's.
 PYTORCH_CUDA_ALLOC_CONF is the trainer's default (expandable_segments:True) unless set.
 """
 
