@@ -307,23 +307,82 @@ def test_on_the_cpu_auto_plans_nothing(monkeypatch):
     assert lines == ["memory plan: --mem-budget auto reads a CUDA card's free memory; this run is on the cpu: "
                      "nothing is planned"]
     assert state.cfg == auto() and state.progress.micro_batch is None and not state.folder.written
-    monkeypatch.setattr(ma, "DEFAULT_MEM_BUDGET", "auto")  # the one-line flip: a CPU run says nothing
-    state, lines = fake_state(parse_opt(["--cfg", "yolov9-s.yaml"]), device="cpu")
+    state, lines = fake_state(parse_opt(["--cfg", "yolov9-s.yaml", "--backend", "c"]), device="cpu")  # the default
     train_state.plan_memory(state)
     assert lines == [] and state.progress.micro_batch is None
 
 
-def test_the_default_flipped_to_auto_plans_a_run_without_the_option(monkeypatch):
+def test_a_c_run_without_the_option_reads_the_card_by_default(monkeypatch):
+    """DEFAULT_MEM_BUDGET ('auto'): a c run without --mem-budget plans as the default (apply(default=True)); a torch
+    run, an AutoBatch run (--batch -1) and a run with the option typed do not take the default."""
+    assert ma.DEFAULT_MEM_BUDGET == "auto"
     called = []
-    monkeypatch.setattr(ma, "apply", lambda state: called.append(state.cfg.batch_size))
-    state, _ = fake_state(parse_opt(["--cfg", "yolov9-s.yaml", "--batch", "64"]))
+    monkeypatch.setattr(ma, "apply", lambda state, default=False: called.append((state.cfg.batch_size, default)))
+    for argv in (["--backend", "torch"], ["--backend", "c", "--batch", "-1"]):
+        state, _ = fake_state(parse_opt(["--cfg", "yolov9-s.yaml", "--batch", "64", *argv]))
+        train_state.plan_memory(state)
+    assert called == []
+    state, _ = fake_state(parse_opt(["--cfg", "yolov9-s.yaml", "--batch", "64", "--backend", "c"]))
     train_state.plan_memory(state)
-    assert called == []  # DEFAULT_MEM_BUDGET is None: no plan
-    monkeypatch.setattr(ma, "DEFAULT_MEM_BUDGET", "auto")
+    state, _ = fake_state(auto())
     train_state.plan_memory(state)
-    state, _ = fake_state(parse_opt(["--cfg", "yolov9-s.yaml", "--batch", "-1"]))  # AutoBatch chooses the batch
+    assert called == [(64, True), (64, False)]
+    monkeypatch.setattr(ma, "DEFAULT_MEM_BUDGET", None)  # the out-of-memory guard alone
+    state, _ = fake_state(parse_opt(["--cfg", "yolov9-s.yaml", "--batch", "64", "--backend", "c"]))
     train_state.plan_memory(state)
-    assert called == [64]
+    assert len(called) == 2
+
+
+def default_run(*extra):
+    return parse_opt(["--cfg", "yolov9-s.yaml", "--batch", "64", "--backend", "c", *extra])
+
+
+def test_the_default_changes_nothing_where_the_run_as_set_trains():
+    """The 8 GB class (--mem-cap 7.0, budget 6.5): explicit auto raises --main-recompute to 16 for validation's sake,
+    the default keeps the run as set (its step trains in the budget; validation chunks itself) and says so."""
+    state, lines = fake_state(default_run("--mem-cap", "7.0"))
+    before = state.cfg
+    ma.apply(state, env={}, read=lambda device, world: 79.0, default=True)
+    assert state.cfg == before and state.progress.micro_batch is None and state.plan is None
+    assert not state.folder.written
+    train = ma.as_set_trains(mp.cost_for("yolov9-s", "c", Switches()), mph.val_cost_for("yolov9-s"), 6.5, 64)
+    assert train is not None and train <= 6.5
+    assert lines == ["memory plan: card 79.00 GiB free, --mem-cap 7.00 GiB -> budget 6.50 GiB (read by default, "
+                     f"less a 0.50 GiB margin): the run as set trains in it (predicted step peak {train:.2f} GiB "
+                     "reserved); nothing changed"]
+    state, _ = fake_state(default_run("--mem-cap", "7.0"))
+    ma.apply(state, env={}, read=lambda device, world: 79.0)  # typed auto: the whole run planned
+    assert state.cfg.main_recompute == 16
+
+
+def test_the_default_plans_where_the_run_as_set_does_not_train():
+    """The 6 GB class (--mem-cap 5.0, budget 4.5): the step at 64 does not fit, so the default plans exactly what
+    auto plans (the measured one-class-lower runs), recorded in mem_plan with mem_budget left unset."""
+    assert ma.as_set_trains(mp.cost_for("yolov9-s", "c", Switches()), mph.val_cost_for("yolov9-s"), 4.5, 64) is None
+    state, lines = fake_state(default_run("--mem-cap", "5.0"))
+    ma.apply(state, env={}, read=lambda device, world: 79.0, default=True)
+    typed, _ = fake_state(default_run("--mem-cap", "5.0", "--mem-budget", "auto"))
+    ma.apply(typed, env={}, read=lambda device, world: 79.0)
+    assert state.cfg.mem_budget is None and state.cfg.mem_plan == typed.cfg.mem_plan
+    assert state.progress.micro_batch == typed.progress.micro_batch == 32
+    assert state.cfg.main_recompute == typed.cfg.main_recompute
+    assert lines[0].startswith("memory plan: card 79.00 GiB free, --mem-cap 5.00 GiB -> budget 4.50 GiB (read by "
+                               "default, less a 0.50 GiB margin): --main-recompute "), lines
+    assert state.folder.written["opt.yaml"]["mem_plan"]["micro_batch"] == 32
+    # a resume on a bigger card: the run as set trains there, so what the plan set goes back to the defaults
+    stored = RunConfig.from_dict(state.folder.written["opt.yaml"])
+    resumed = types.SimpleNamespace(ckpt={"yaml_file": "yolov9-s.yaml"}, cfg=stored)
+    again, lines = fake_state(dataclasses.replace(stored, cfg="", given=(), mem_cap=None), resumed=resumed)
+    ma.apply(again, env={}, read=lambda device, world: 20.0, default=True)
+    assert again.cfg.mem_plan is None and again.progress.micro_batch is None and "nothing changed" in lines[0]
+
+
+def test_the_default_never_stops_a_run():
+    """Where nothing fits, typed auto is an error; the default logs one line and leaves the run as set."""
+    state, lines = fake_state(default_run())
+    before = state.cfg
+    ma.apply(state, env={}, read=lambda device, world: 0.6, default=True)
+    assert state.cfg == before and len(lines) == 1 and "nothing fits" in lines[0] and "goes on as set" in lines[0]
 
 
 def test_a_cpu_run_records_auto_in_opt_yaml(tmp_path):

@@ -11,7 +11,10 @@ cheapest switches. Graphs with their pool kept beside validation first, then gra
 then eager, each step down worth one halving of the micro-batch (assumed until measured). A fit keeps validation's
 batch. A split batch is graphed through --graph-shapes, its graphs counted (memory_plan.graphs_held); validation
 runs with --val-chunks auto. Typed options (or a YOLOV9C_* variable) stay. opt.yaml records mem_budget 'auto' and
-the plan (record); a resume re-plans what the plan set. Opt-in until a GPU run proves it: DEFAULT_MEM_BUDGET.
+the plan (record); a resume re-plans what the plan set.
+Without --mem-budget (DEFAULT_MEM_BUDGET, the c backend on CUDA) the card is read the same way, but the plan steps
+in only where the run as set does not train in the budget (its step at the loader batch, with the graphs' pool):
+there it plans as auto does; elsewhere nothing changes (validation sizes its chunks itself, --val-chunks auto).
 Test: python -m pytest -q tests/engine/train/test_memory_auto.py
 """
 
@@ -29,10 +32,11 @@ from yolov9c.engine.train.config import SWITCH_ENV, RunConfig, opt_dict
 from yolov9c.engine.train.config import switches as switches_of
 
 from yolov9c.units import GIB
-# The budget of a run without --mem-budget. None: no plan (the out-of-memory guard alone). It becomes "auto" once
-# the GPU run proves it: dev/gpu_run.sh capped with CAP_SPEC=yolov9-s=5.0,yolov9-c=10.5,yolov9-e=14.5 and
-# CAP_MEM_BUDGET=auto (6 / 12 / 16 GB cards) finishing all three models at >= 80 % of their uncapped images/s.
-DEFAULT_MEM_BUDGET = None
+# The budget of a c run without --mem-budget: "auto" read as apply(default=True) (the module docstring); None: no
+# plan (the out-of-memory guard alone). Proven by dev/gpu_run.sh capped (benchmarks/RESULTS.md §1): under the
+# 6 / 12 / 16 GB caps the plan trains yolov9-s/c/e at 84 / 93 / 91 % of their uncapped images/s; under the
+# 8 / 16 / 24 GB caps the defaults train and nothing changes (98-101 % measured).
+DEFAULT_MEM_BUDGET = "auto"
 # Device memory outside PyTorch's allocator that arrives after set-up reads the card: the cuDNN and cuBLAS handles,
 # kernels loaded lazily at their first launch, the CUDA graphs' executables. Taken off the cap too, so a rehearsal
 # under --mem-cap is no more generous than the card it stands for (a cap already leaves the CUDA context out).
@@ -216,6 +220,18 @@ def choose(cost_of: Callable, vc, budget_gib, batch, img=mp.REF_IMG, val_batch=N
                                              -_tier(c.run, c.graphed)))
 
 
+def as_set_trains(cost, vc, budget_gib, batch, img=mp.REF_IMG, graphed=True, graph_shapes=True, varying=False,
+                  half=True):
+    """The predicted reserved peak of the training phase (memory_phases.phases: the step at loader batch `batch`
+    under cost `cost`, with its graphs' pool when `graphed`, counted as choose() counts them) when it is within
+    `budget_gib`, else None. Validation is not asked: --val-chunks auto sizes it to what is left."""
+    count = mp.graphs_held(batch, batch, varying) if graphed and graph_shapes else 1
+    run = mph.phases(cost, vc, batch, 2 * batch, img=img, limit_gib=budget_gib, chunks="auto", half=half,
+                     graphs=graphed, graph_count=count)
+    train = run.peaks["train"][1]
+    return train if train <= budget_gib else None
+
+
 def record(c, available_gib, cap_gib):
     """opt.yaml's mem_plan: what the card gave (available_gib, the cap, MARGIN_GIB, the budget), the options the
     plan was free to set (a resume re-plans those), the micro-batch and the predicted peak (GiB, 3 decimals)."""
@@ -224,13 +240,16 @@ def record(c, available_gib, cap_gib):
             "predicted_gib": round(c.run.whole_gib, 3)}
 
 
-def apply(state, env=None, read=read_card):
+def apply(state, env=None, read=read_card, default=False):
     """--mem-budget auto at set-up (state.plan_memory: after the model is built, before the optimizer, the loaders,
     the backend and the step read the options). On CUDA: the budget from the card (read(device, world),
     budget_from_card with --mem-cap), choose() on the model's table or estimated costs, then state.cfg with the
     chosen options and mem_plan, state.progress.micro_batch, state.plan (memory_plan.Plan), one log line, and a
     fresh run's opt.yaml written again with them. Elsewhere nothing is planned (one line when the user asked for
-    auto: typed, or in the resumed run's options). TrainError when nothing fits the card."""
+    auto: typed, or in the resumed run's options). TrainError when nothing fits the card.
+    default: the run has no --mem-budget (DEFAULT_MEM_BUDGET): where the run as set, its options the plan may set
+    at their defaults, trains in the budget (as_set_trains), one line says so and the options stay (an earlier
+    plan of a resumed run forgotten); otherwise as auto. Silent where nothing can be planned."""
     from yolov9c.engine.train.errors import TrainError
 
     cfg, log = state.cfg, state.log
@@ -249,7 +268,8 @@ def apply(state, env=None, read=read_card):
         if vc is None or mp.cost_for(name, cfg.backend, None) is None:
             raise ValueError("the model has no yaml file or measured costs to plan from")
     except ValueError as e:
-        log(f"memory plan: --mem-budget auto: {e}; nothing is planned")
+        if not default:
+            log(f"memory plan: --mem-budget auto: {e}; nothing is planned")
         return
     available = read(state.device, state.world)
     budget = budget_from_card(available, cfg.mem_cap)
@@ -258,13 +278,26 @@ def apply(state, env=None, read=read_card):
     # graph_step.unsupported's rule on what set-up knows now (the torch backend's --ckpt: state.bn_buffers)
     graphable = (cfg.cuda_graph and state.world == 1 and cfg.optimizer in ("SGD", "Adam", "AdamW")
                  and (base.graph_shapes or not (varying or (cfg.ckpt and cfg.backend == "torch"))))
-    c = choose(lambda s: mp.cost_for(name, cfg.backend, s), vc, budget, per_rank, img=state.imgsz, switches=sw,
-               free=free, graphable=graphable, graph_shapes=base.graph_shapes, varying=varying,
-               val_chunks=base.val_chunks, half=state.amp)
     cap = f", --mem-cap {cfg.mem_cap:.2f} GiB" if cfg.mem_cap is not None else ""
     said = f"card {available:.2f} GiB free{cap} -> budget {budget:.2f} GiB"
     margin = f"less a {MARGIN_GIB:.2f} GiB margin"
+    why = "read by default" if default else "--mem-budget auto"
+    if default:
+        train = as_set_trains(mp.cost_for(name, cfg.backend, sw), vc, budget, per_rank, img=state.imgsz,
+                              graphed=graphable, graph_shapes=base.graph_shapes, varying=varying, half=state.amp)
+        if train is not None:
+            state.cfg = dataclasses.replace(base, mem_plan=None)
+            log(f"memory plan: {said} ({why}, {margin}): the run as set trains in it (predicted step peak "
+                f"{train:.2f} GiB reserved); nothing changed")
+            return
+    c = choose(lambda s: mp.cost_for(name, cfg.backend, s), vc, budget, per_rank, img=state.imgsz, switches=sw,
+               free=free, graphable=graphable, graph_shapes=base.graph_shapes, varying=varying,
+               val_chunks=base.val_chunks, half=state.amp)
     if not c.fits:
+        if default:  # the user asked for nothing: the run goes on as set, the out-of-memory guard behind it
+            log(f"memory plan: {said} ({why}, {margin}): nothing fits, even {c.describe()}; the run goes on as "
+                f"set")
+            return
         raise TrainError(f"--mem-budget auto: {said} ({margin}): nothing fits, even {c.describe()}; free memory on "
                          f"the card (other processes) or train with a smaller --img")
     changed = dict(graph_shapes=c.graph_shapes, val_chunks=c.val_chunks, mem_plan=record(c, available, cfg.mem_cap))
@@ -275,7 +308,7 @@ def apply(state, env=None, read=read_card):
     note = "" if c.accumulate == 1 else f"{c.accumulate} micro-batches of {c.micro_batch} per loader batch"
     state.plan = mp.Plan(c.micro_batch, c.accumulate, state.imgsz, c.run.whole_gib, budget, True, note)
     cost = mp.cost_for(name, cfg.backend, c.switches)
-    log(f"memory plan: {said} (--mem-budget auto, {margin}): {c.describe()}"
+    log(f"memory plan: {said} ({why}, {margin}): {c.describe()}"
         + (f" [step costs: {cost.source}]" if mp.is_estimate(cost) else ""))
     if state.main and state.folder is not None and state.resumed is None:  # a resume rewrites it in restore()
         state.folder.write_yaml("opt.yaml", opt_dict(state.cfg, state.hyp))

@@ -532,18 +532,20 @@ def freeze(model, layers):
 # ---------------------------------------------------------------------------------------------------------
 
 def plan_memory(state):
-    """--mem-budget (without it memory_auto.DEFAULT_MEM_BUDGET, except for AutoBatch's --batch-size -1): a size
-    plans the step's micro-batch (apply_memory_plan); 'auto' reads the card and resolves the c switches,
-    micro-batch, graph shapes and validation chunks of the whole run into state.cfg (memory_auto.apply); a resumed
-    auto run planned otherwise now loses what its plan set (memory_auto.forget). After the model is built, before
-    the optimizer, the loaders, the backend and the step read them."""
+    """--mem-budget (without it, for the c backend, memory_auto.DEFAULT_MEM_BUDGET, except for AutoBatch's
+    --batch-size -1): a size plans the step's micro-batch (apply_memory_plan); 'auto' reads the card and resolves
+    the c switches, micro-batch, graph shapes and validation chunks of the whole run into state.cfg
+    (memory_auto.apply; as the default, only where the run as set does not train in the card); a resumed auto run
+    planned otherwise now loses what its plan set (memory_auto.forget). After the model is built, before the
+    optimizer, the loaders, the backend and the step read them."""
     budget = state.cfg.mem_budget
-    if budget is None and state.cfg.batch_size != -1:
+    default = budget is None and state.cfg.batch_size != -1 and state.cfg.backend == "c"
+    if default:
         budget = memory_auto.DEFAULT_MEM_BUDGET
     if budget != "auto":  # a resumed auto run planned otherwise now: what its plan set goes back to the defaults
         state.cfg = memory_auto.forget(state.cfg)
     if budget == "auto":
-        memory_auto.apply(state)
+        memory_auto.apply(state, default=default)
     elif budget is not None:
         apply_memory_plan(state)
 
