@@ -2,19 +2,16 @@
 
     gib = budget_from_card(15.4, cap_gib=None)      # 14.9: what the process may reserve, less MARGIN_GIB
     c = choose(cost_of, vc, gib, batch=64)          # Choice: c switches, micro-batch, graph shapes, validation chunks
-    apply(state)                                    # set-up (state.plan_memory): reads the card, resolves state.cfg
+    apply(state, default=False)                     # set-up (state.plan_memory): reads the card, resolves state.cfg
 Budget: min(--mem-cap, the card's free memory + what this process reserves) − MARGIN_GIB (DDP: the smallest card).
 choose() fits memory_phases' whole run (step or graph pool, validation at 2× the batch, saving, final validation)
-in it: at the loader batch the run's c switches, then --main-recompute 16, then 32 (the same gradients, one more
-forward of the re-run blocks); only when none fits, the next smaller micro-batch dividing the batch, again with the
-cheapest switches. Graphs with their pool kept beside validation first, then graphs given back before validation,
-then eager, each step down worth one halving of the micro-batch (assumed until measured). A fit keeps validation's
-batch. A split batch is graphed through --graph-shapes, its graphs counted (memory_plan.graphs_held); validation
-runs with --val-chunks auto. Typed options (or a YOLOV9C_* variable) stay. opt.yaml records mem_budget 'auto' and
-the plan (record); a resume re-plans what the plan set.
-Without --mem-budget (DEFAULT_MEM_BUDGET, the c backend on CUDA) the card is read the same way, but the plan steps
-in only where the run as set does not train in the budget (its step at the loader batch, with the graphs' pool):
-there it plans as auto does; elsewhere nothing changes (validation sizes its chunks itself, --val-chunks auto).
+in it: at the loader batch the run's c switches, then --main-recompute 16, 32; only when none fits, the next smaller
+micro-batch dividing the batch. Graphs with their pool kept beside validation first, then given back before
+validation, then eager, each step down worth one halving of the micro-batch. A fit keeps validation's batch; a split
+batch is graphed through --graph-shapes; validation runs with --val-chunks auto; typed options (or a YOLOV9C_*
+variable) stay. opt.yaml records the plan (record); a resume re-plans what the plan set. Without --mem-budget
+(DEFAULT_MEM_BUDGET, c on CUDA: default=True) the plan steps in only where the run as set does not train in the
+budget (as_set_trains); elsewhere nothing changes.
 Test: python -m pytest -q tests/engine/train/test_memory_auto.py
 """
 
