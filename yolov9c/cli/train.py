@@ -169,10 +169,11 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--mem-budget", type=budget_or_auto_type, default=None, metavar="SIZE|auto",
                    help="GPU memory a training step may reserve, e.g. 7.5G (binary) or 8GB (decimal): the memory "
                         "planner picks the micro-batch that fits and accumulates the rest of each batch (same "
-                        "images per optimizer step and weight decay); auto (experimental, off by default until "
-                        "measured on a GPU): the card's free memory at set-up, the whole run planned in it (c "
-                        "recompute switches, then a micro-batch (graphed with --graph-shapes), validation with "
-                        "--val-chunks auto; options typed stay); not with --batch-size -1")
+                        "images per optimizer step and weight decay); auto: the card's free memory at set-up, the whole run "
+                        "planned in it (c recompute switches, then a micro-batch (graphed with --graph-shapes), "
+                        "validation with --val-chunks auto; options typed stay); not with --batch-size -1. "
+                        "Default: a c run on CUDA reads the card and plans as auto only where its step does not "
+                        "fit as set")
     p.add_argument("--mem-cap", type=budget_type, default=None, metavar="SIZE",
                    help="cap the GPU memory this whole run may reserve, e.g. 7G: the training runs as on a card "
                         "of that size (rehearse an 8 GB card on a bigger one: 7G, about what it leaves after the "
