@@ -9,6 +9,7 @@ probe sets foreach=True on its parameter groups (the gradient clip and the EMA u
     python dev/probes/host_step.py --backends c --profile 3 # and cProfile of 3 c steps (top by tottime / ncalls)
     python dev/probes/host_step.py --functions              # autograd Function applies per step, by class
     python dev/probes/host_step.py --ops                    # torch op dispatches per step, by op
+    python dev/probes/host_step.py --host                   # host ms per step: wall minus the compute calls
 
 Prints one JSON line per backend (median and min ms, Python function calls per step, torch op dispatches per
 step, calls of the BN and pool ops into yolov9c._C per step, autograd Function applies per step); --profile adds
@@ -18,19 +19,33 @@ the autograd engine's backward and in the optimizer; an op that another op's ker
 op is one). On a GPU each dispatch costs several µs of host time (dispatcher, caching allocator, launch), as does
 each extension call (extension.count_calls counts them). Torch threads are set to --threads (default 1) and the
 backends run one after the other in this process.
+
+--host runs --steps more steps inside compute_timed(), which wraps each compute call with time.perf_counter, and
+adds the medians over them (ms per step) of wall_ms, of each group (conv2d_ms: torch.nn.functional.conv2d, the
+forward convs; conv_backward_ms: torch.ops.aten.convolution_backward, the c backend's conv backward; ext_ms: the
+yolov9c._C callables named bn_* or *pool*; foreach_ms: every torch._foreach_* function: optimizer, gradient
+clip, EMA) and of host_ms = wall − the groups' sum (host_min_ms: its least). Not reachable from Python, hence
+counted as host: torch's own backward convs (autograd's C++ calls them: the torch backend's host_ms holds its
+conv backward), any compute op not listed, the wrappers' own cost. A call inside another wrapped call is not
+counted twice. Invariants: every group >= 0, host_ms <= wall_ms; on leaving compute_timed every patched
+attribute (_timed_attributes) is its original object again, so later modes and backends run unwrapped.
+Test: dev/tests/test_host_step.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import cProfile
 import io
 import json
 import os
 import pstats
+import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,6 +129,100 @@ def _dispatches(one):
     return mode.counts, ext.calls
 
 
+GROUPS = ("conv2d", "conv_backward", "ext", "foreach")  # the compute groups of --host (module docstring)
+
+
+class _Clock:
+    """Seconds spent inside the wrapped compute calls since reset(), by group (GROUPS)."""
+
+    def __init__(self):
+        self.inside = False
+        self.reset()
+
+    def reset(self):
+        self.seconds = dict.fromkeys(GROUPS, 0.0)
+
+
+class _Timed:
+    """fn, its calls' perf_counter time added to clock.seconds[group] (only the outermost of nested wrapped
+    calls); every other attribute is fn's (torch.ops.aten.convolution_backward.default stays reachable)."""
+
+    __slots__ = ("_fn", "_group", "_clock")
+
+    def __init__(self, fn, group, clock):
+        self._fn, self._group, self._clock = fn, group, clock
+
+    def __call__(self, *args, **kwargs):
+        clock = self._clock
+        if clock.inside:
+            return self._fn(*args, **kwargs)
+        clock.inside = True
+        t0 = time.perf_counter()
+        try:
+            return self._fn(*args, **kwargs)
+        finally:
+            clock.seconds[self._group] += time.perf_counter() - t0
+            clock.inside = False
+
+    def __getattr__(self, name):
+        return getattr(self._fn, name)
+
+
+def _timed_attributes():
+    """[(owner, attribute name, group or None)]: what compute_timed replaces. group None: extension._module,
+    the one place the ops get yolov9c._C from (extension.load and extension.enter read it)."""
+    extension.load()  # so that extension._module is the module itself
+    return [(torch.nn.functional, "conv2d", "conv2d"),
+            (torch.ops.aten, "convolution_backward", "conv_backward"),
+            *((torch, name, "foreach") for name in dir(torch) if name.startswith("_foreach_")),
+            (extension, "_module", None)]
+
+
+def _timed_extension(module, clock):
+    """A stand-in for yolov9c._C: its attributes, the callables named bn_* or *pool* wrapped in group "ext"."""
+    return types.SimpleNamespace(**{
+        name: _Timed(v, "ext", clock) if callable(v) and (name.startswith("bn_") or "pool" in name) else v
+        for name, v in vars(module).items()})
+
+
+@contextlib.contextmanager
+def compute_timed():
+    """Inside the block the compute calls (module docstring) are timed into the yielded _Clock's seconds; on exit,
+    even by an exception, every attribute of _timed_attributes() is its original object again."""
+    clock = _Clock()
+    saved = []
+    try:
+        for owner, name, group in _timed_attributes():
+            original = getattr(owner, name)
+            saved.append((owner, name, original))
+            setattr(owner, name, _Timed(original, group, clock) if group else _timed_extension(original, clock))
+        yield clock
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
+
+
+def _host(one, steps):
+    """{wall_ms, <group>_ms, host_ms, host_min_ms} over `steps` steps inside compute_timed (medians but
+    host_min_ms)."""
+    walls, groups, hosts = [], {g: [] for g in GROUPS}, []
+    with compute_timed() as clock:
+        for _ in range(steps):
+            clock.reset()
+            t0 = time.perf_counter()
+            one()
+            wall = time.perf_counter() - t0
+            walls.append(wall)
+            for g in GROUPS:
+                groups[g].append(clock.seconds[g])
+            hosts.append(wall - sum(clock.seconds.values()))
+
+    def ms(xs):
+        return round(1000 * statistics.median(xs), 2)
+    return {"wall_ms": ms(walls), **{f"{g}_ms": ms(groups[g]) for g in GROUPS}, "host_ms": ms(hosts),
+            "host_min_ms": round(1000 * min(hosts), 2)}
+
+
 def _calls(one, steps):
     prof = cProfile.Profile()
     prof.enable()
@@ -142,6 +251,8 @@ def measure(model, backend, args):
            "py_calls_per_step": calls,
            "ops_per_step": sum(ops.values()), "ext_calls_per_step": sum(ext.values()),
            "function_applies_per_step": sum(applies.values())}
+    if args.host:
+        row.update(_host(one, args.steps))
     if args.functions:
         row["applies_by_function"] = dict(applies.most_common())
     if args.ops:
@@ -170,6 +281,8 @@ def main(argv=None):
     p.add_argument("--top", type=int, default=40, help="rows of each cProfile table")
     p.add_argument("--functions", action="store_true", help="autograd Function applies per step by class")
     p.add_argument("--ops", action="store_true", help="torch op dispatches per step by op")
+    p.add_argument("--host", action="store_true",
+                   help="host ms per step: wall minus the time inside the timed compute calls, and each group's ms")
     args = p.parse_args(argv)
     args.cudnn_benchmark = False  # what bench_step's RunState reads (no cuDNN here)
     torch.set_num_threads(args.threads)
