@@ -57,7 +57,8 @@
 #              without them (-DYOLOV9C_NO_PLANAR_VEC), eager and graph rows, GPU time by group; the build restored
 #   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32, on $COCO (a data.yaml);
 #              GRADS_IMG, GRADS_BATCH (320, 16); GRADS_WEIGHTS=RUN/weights/last.pt: from a trained checkpoint (e.g. a
-#              detached accuracy run's)
+#              detached accuracy run's); GRADS_MODES (default "fp16 fp32"; "assign": the two losses' assignments on
+#              identical maps, backend_grads.py --assign)
 #   ddp        (2 GPUs) the DDP tests and a torchrun run of the c backend
 # Test: dev/tests/test_gpu_run.py checks that every part named here is handled and every script it runs exists.
 set -uo pipefail
@@ -241,8 +242,8 @@ GROUPS
                 --hyp data/hyps/hyp.scratch-high.yaml --batch-size 64 --img 640 --epochs 1 --workers $w --device 0 \
                 --project /tmp/pub_runs --name ${m}_w${w} --exist-ok"
             done; done ;;
-    grads) for mode in fp16 fp32; do
-             flag=(); [ $mode = fp32 ] && flag=(--fp32)
+    grads) for mode in ${GRADS_MODES:-fp16 fp32}; do
+             flag=(); [ $mode = fp32 ] && flag=(--fp32); [ $mode = assign ] && flag=(--assign)
              stage "grads_$mode" 60 ${GRADS_LIMIT:-240} python3 dev/fidelity/backend_grads.py --data "$COCO" \
                --cfg ${GRADS_CFG:-yolov9-s} --img ${GRADS_IMG:-320} --batch ${GRADS_BATCH:-16} --batches ${GRADS_BATCHES:-6} --warm-steps 30 \
                ${GRADS_WEIGHTS:+--weights "$GRADS_WEIGHTS"} "${flag[@]}" --json "$OUT/grads_$mode.jsonl"
