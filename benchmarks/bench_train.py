@@ -193,9 +193,9 @@ def run_one(model, backend, data, args):
 def predicted(model, backend, args, cap, mem_plan=None):
     """The planner's figures for this run (engine/train/memory_phases.py): each phase as the run's phase-peak
     line logs it [allocated, reserved] GiB, the card with the CUDA context, the validation batch and chunk,
-    whether the graphs stayed beside validation; with --mem-budget auto, those of memory_auto.choose in the
-    budget the run planned in (`mem_plan`, its opt.yaml's) and the choice in words. None when the model has no
-    costs."""
+    whether the graphs stayed beside validation; with --mem-budget auto, memory_auto.choose's in the budget the
+    run planned in (`mem_plan`, its opt.yaml's), its phases as the run logs them under the cap (memory_auto.as_run)
+    and the choice in words. None when the model has no costs."""
     from yolov9c.backends.c.switches import Switches
     from yolov9c.engine.train import memory_auto as ma
     from yolov9c.engine.train import memory_phases as mph
@@ -207,10 +207,11 @@ def predicted(model, backend, args, cap, mem_plan=None):
     vc, val_batch, choice = mph.val_cost_for(model), min(2 * args.batch, args.val_images), None
     if args.mem_budget == "auto" and mem_plan:
         free = tuple(n for n in ma.PLANNED if n != "val_chunks" or not args.val_chunks)
-        choice = ma.choose(lambda sw: mp.cost_for(model, backend, sw), vc, mem_plan["budget_gib"], args.batch,
-                           img=args.img, switches=Switches() if backend == "c" else None, free=free,
+        cost_of = (lambda sw: mp.cost_for(model, backend, sw))
+        choice = ma.choose(cost_of, vc, mem_plan["budget_gib"], args.batch, img=args.img,
+                           switches=Switches() if backend == "c" else None, free=free,
                            val_chunks=args.val_chunks or "off")  # the run's plan: validation at 2 × the batch
-        run = choice.run
+        run = ma.as_run(choice, cost_of, vc, cap if cap is not None else mem_plan["card_free_gib"], img=args.img)
     else:
         run = mph.phases(cost, vc, args.batch, val_batch, img=args.img, limit_gib=cap, chunks=args.val_chunks or "off")
     return {"phases_gib": {k: [round(a, 3), round(r, 3)] for k, (a, r) in run.logged.items()},

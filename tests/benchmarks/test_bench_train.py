@@ -1,6 +1,7 @@
 """benchmarks/bench_train.py's card reading (the training runs themselves need a GPU: `bash dev/gpu_run.sh capped`):
 CardSampler keeps the largest memory.used its query answered while the block ran, None when the query is missing or
-answers nothing usable; the markdown table shows it.
+answers nothing usable; the markdown table shows it. The prediction of a --mem-budget auto row is the plan's
+phases as the run logs them under its cap (validation chunks sized to the cap, not the budget).
 Run: python -m pytest -q tests/benchmarks/test_bench_train.py
 """
 
@@ -50,3 +51,22 @@ def test_the_table_shows_the_card_reading():
            "train_peak_reserved_gib": 10.9, "card_max_mib": 15012, "epoch_s": 9.8, "img_per_s": 223.3, "val_batch": 128}
     table = bench_train.markdown([row, dict(row, card_max_mib=None)]).splitlines()
     assert "card max MiB" in table[0] and "| 15012 |" in table[2] and "| — |" in table[3]
+
+
+def test_an_auto_rows_prediction_sizes_validation_to_the_cap():
+    import argparse
+
+    from yolov9c.backends.c.switches import Switches
+    from yolov9c.engine.train import memory_auto as ma
+    from yolov9c.engine.train import memory_phases as mph
+    from yolov9c.engine.train import memory_plan as mp
+
+    args = argparse.Namespace(batch=64, img=640, val_images=128, mem_budget="auto", val_chunks=None)
+    got = bench_train.predicted("yolov9-s", "c", args, 5.0, {"budget_gib": 4.5, "card_free_gib": 78.6})
+    vc, cost_of = mph.val_cost_for("yolov9-s"), (lambda sw: mp.cost_for("yolov9-s", "c", sw))
+    plan = ma.choose(cost_of, vc, 4.5, 64, switches=Switches())
+    assert got["choice"] == plan.describe() and got["val_batch"] == 128 and got["graphs_kept"]
+    assert got["chunk"] > plan.run.chunk  # the cap leaves 0.5 GiB more than the budget the plan fitted in
+    assert got["phases_gib"]["train"] == [round(v, 3) for v in plan.run.logged["train"]]
+    assert plan.run.logged["validation"][1] < got["phases_gib"]["validation"][1] <= 5.0
+

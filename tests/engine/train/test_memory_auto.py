@@ -159,6 +159,19 @@ def test_one_halving_of_the_micro_batch_is_worth_one_tier():
                                                for main in (8, 16, 32))
 
 
+def test_as_run_is_the_plan_at_the_budget_and_sizes_validation_to_a_larger_limit():
+    """memory_auto.as_run: under the budget itself the phases choose() fitted; under the cap (0.5 GiB more) the same
+    step and saving, validation in larger chunks up to the cap, the batch of record kept."""
+    vc, cost_of = mph.val_cost_for("yolov9-s"), (lambda sw: mp.cost_for("yolov9-s", "c", sw))
+    c = ma.choose(cost_of, vc, 4.5, 64, switches=Switches())
+    same = ma.as_run(c, cost_of, vc, 4.5)
+    assert same.logged == c.run.logged and same.chunk == c.run.chunk and same.whole_gib == c.run.whole_gib
+    wider = ma.as_run(c, cost_of, vc, 5.0)
+    assert wider.logged["train"] == c.run.logged["train"] and wider.logged["saving"] == c.run.logged["saving"]
+    assert wider.chunk > c.run.chunk and wider.val_batch == c.run.val_batch == 128
+    assert c.run.whole_gib < wider.whole_gib <= 5.0
+
+
 def test_nothing_fits():
     c = pick(1.0)
     assert not c.fits and c.micro_batch == 1 and c.switches.main_recompute == 32

@@ -229,6 +229,15 @@ def as_set_trains(cost, vc, budget_gib, batch, img=mp.REF_IMG, graphed=True, gra
     return train if train <= budget_gib else None
 
 
+def as_run(c, cost_of, vc, limit_gib, img=mp.REF_IMG, half=True, varying=False):
+    """The phases of choice `c` as its run logs them (memory_phases.RunMemory): the same step, graphs and batch of
+    record, but validation's chunks sized to what `limit_gib` leaves, the limit the run sizes them to at each
+    pass (the cap, else the card: val_chunks.left_gib), where choose() fitted them in the budget below it."""
+    count = mp.graphs_held(c.batch, c.micro_batch, varying) if c.graphed and c.graph_shapes else 1
+    return mph.phases(cost_of(c.switches), vc, c.micro_batch, c.run.val_batch, img=img, limit_gib=limit_gib,
+                      chunks=c.val_chunks, half=half, graphs=c.graphed, graph_count=count)
+
+
 def record(c, available_gib, cap_gib):
     """opt.yaml's mem_plan: what the card gave (available_gib, the cap, MARGIN_GIB, the budget), the options the
     plan was free to set (a resume re-plans those), the micro-batch and the predicted peak (GiB, 3 decimals)."""
