@@ -25,7 +25,9 @@ from dataclasses import dataclass
 
 GIB = 2 ** 30  # yolov9c.units.GIB spelled out: this file runs in the published code's interpreter too
 REF_IMG = 640
-CONTEXT_GIB = 0.5  # the CUDA context and cuDNN/cuBLAS handles: outside PyTorch's reserved memory
+# the CUDA context, cuDNN/cuBLAS handles, loaded kernels and graph executables: outside PyTorch's reserved memory
+# (the card's memory.used less the reserved peak: 0.83-0.84 GiB, three capped runs, benchmarks/RESULTS.md §1)
+CONTEXT_GIB = 0.83
 # common cards: nominal GB (10⁹ bytes, as sold) -> usable GiB for the process (less the context)
 CARDS = {f"{gb} GB": gb * 1e9 / GIB - CONTEXT_GIB for gb in (8, 12, 16, 24, 40, 80)}
 
