@@ -281,7 +281,8 @@ def _print_auto(args, costs):
     """What train_dual.py --mem-budget auto chooses on each card of memory_auto.CARD_SIZES, per backend: one line
     each (memory_auto.choose on the whole run, the card's size less MARGIN_GIB as the budget, as a run on that
     card or under --mem-cap SIZE plans). A --main-recompute other than 8 and a --val-chunks given are kept, as
-    typed options are in a run; the other planned options are free."""
+    typed options are in a run; the other planned options are free. For c, a second line says what a run without
+    --mem-budget does there (memory_auto.as_set_trains: the run as set, or the plan above)."""
     from yolov9c.engine.train import memory_auto as ma
     from yolov9c.engine.train import memory_phases as mph
 
@@ -303,6 +304,12 @@ def _print_auto(args, costs):
                           val_batch=val_batch, switches=sw, free=free, val_chunks=args.val_chunks or "auto")
             what = c.describe() if c.fits else f"nothing fits (even {c.describe()})"
             print(f"{card + f' ({gib:.1f} GiB)':<16} {backend:<6} {what}")
+            if backend == "c":
+                train = ma.as_set_trains(_cost_of(args, cost, sw)(sw), vc, ma.budget_from_card(gib), args.batch,
+                                         img=args.img)
+                said = ("the run as set (predicted step peak " f"{train:.2f} GiB reserved)" if train is not None
+                        else "as auto above")
+                print(f"{'':<16} {'':<6} without --mem-budget: {said}")
 
 
 def _run_switches(args):

@@ -454,6 +454,9 @@ def test_memory_cli_shows_what_auto_chooses_per_card(capsys):
     assert got["8 GB"].startswith("--main-recompute 16, micro-batch 64,")  # switches only
     assert got["12 GB"].startswith("--main-recompute 8, micro-batch 64,")  # as is
     assert "whole run by phase" not in out and not re.search(r"^budget ", out, re.M)
+    default = re.findall(r"^ +without --mem-budget: (.*)$", out, re.M)  # one line under each card's c row
+    assert len(default) == len(rows) and default[0] == "as auto above"  # 6 GB: the step does not fit as set
+    assert all(d.startswith("the run as set (predicted step peak ") for d in default[1:])  # 8 GB and up
     assert cli_main(["memory", "--cfg", "yolov9-s", "--backend", "c", "--budget", "auto", "--main-recompute", "4"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^6 GB \(5\.0 GiB\) +c +--main-recompute 4 \(kept\), micro-batch 16 of 64", out, re.M), out
