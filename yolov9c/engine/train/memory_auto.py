@@ -163,6 +163,11 @@ def _tier(run, graphed):
     return 2 if not graphed else 0 if run.graphs_kept else 1
 
 
+def _graphs(batch, micro, graphed, shapes, varying):
+    """The CUDA graphs a run holds (memory_plan.graphs_held) when it is graphed keyed by shape, else 1."""
+    return mp.graphs_held(batch, micro, varying) if graphed and shapes else 1
+
+
 def _fits(run, budget_gib, val_batch):
     return run.whole_gib <= budget_gib and run.val_batch == val_batch and run.final_val_batch == val_batch
 
@@ -193,7 +198,7 @@ def choose(cost_of: Callable, vc, budget_gib, batch, img=mp.REF_IMG, val_batch=N
     def candidate(m, sw):
         shapes = default_of("graph_shapes") if "graph_shapes" in free else graph_shapes
         graphed = graphable and (m == batch or shapes)
-        count = mp.graphs_held(batch, m, varying) if graphed and shapes else 1
+        count = _graphs(batch, m, graphed, shapes, varying)
         run = mph.phases(cost(sw), vc, m, val_batch, img=img, limit_gib=budget_gib, chunks=chunks, half=half,
                          graphs=graphed, graph_count=count)
         return Choice(budget_gib, batch, m, sw, shapes, chunks, graphed, run, _fits(run, budget_gib, val_batch),
@@ -222,7 +227,7 @@ def as_set_trains(cost, vc, budget_gib, batch, img=mp.REF_IMG, graphed=True, gra
     """The predicted reserved peak of the training phase (memory_phases.phases: the step at loader batch `batch`
     under cost `cost`, with its graphs' pool when `graphed`, counted as choose() counts them) when it is within
     `budget_gib`, else None. Validation is not asked: --val-chunks auto sizes it to what is left."""
-    count = mp.graphs_held(batch, batch, varying) if graphed and graph_shapes else 1
+    count = _graphs(batch, batch, graphed, graph_shapes, varying)
     run = mph.phases(cost, vc, batch, 2 * batch, img=img, limit_gib=budget_gib, chunks="auto", half=half,
                      graphs=graphed, graph_count=count)
     train = run.peaks["train"][1]
@@ -233,7 +238,7 @@ def as_run(c, cost_of, vc, limit_gib, img=mp.REF_IMG, half=True, varying=False):
     """The phases of choice `c` as its run logs them (memory_phases.RunMemory): the same step, graphs and batch of
     record, but validation's chunks sized to what `limit_gib` leaves, the limit the run sizes them to at each
     pass (the cap, else the card: val_chunks.left_gib), where choose() fitted them in the budget below it."""
-    count = mp.graphs_held(c.batch, c.micro_batch, varying) if c.graphed and c.graph_shapes else 1
+    count = _graphs(c.batch, c.micro_batch, c.graphed, c.graph_shapes, varying)
     return mph.phases(cost_of(c.switches), vc, c.micro_batch, c.run.val_batch, img=img, limit_gib=limit_gib,
                       chunks=c.val_chunks, half=half, graphs=c.graphed, graph_count=count)
 
