@@ -63,7 +63,7 @@ def build_parser():
                    help="the run's --mem-cap in GiB: one number, or MODEL=GIB,... per model (others uncapped)")
     p.add_argument("--val-chunks", choices=("off", "auto"), default=None,
                    help="the run's --val-chunks (auto: validation in chunks beside the CUDA-graph pool); not given: "
-                        "the run's default (off), or what --mem-budget auto chooses")
+                        "the run's default (auto), or what the memory plan chooses")
     p.add_argument("--mem-budget", default=None, metavar="SIZE|auto",
                    help="the run's --mem-budget (auto: the plan from the card, or from --mem-cap's cap)")
     p.add_argument("--data-only", action="store_true", help="only write the dataset")
@@ -177,9 +177,10 @@ def run_one(model, backend, data, args):
            "val_chunks": args.val_chunks, "mem_budget": args.mem_budget}
     opt = Path(args.root) / "runs" / name / "opt.yaml"
     chosen = yaml.safe_load(opt.read_text()) if opt.is_file() else {}
-    if args.mem_budget == "auto":  # what the plan chose (opt.yaml), and the micro-batch it ran
+    plan = chosen.get("mem_plan")  # --mem-budget auto's plan, or the default's where the step did not fit as set
+    if plan and args.mem_budget in (None, "auto"):  # what the plan chose (opt.yaml)
         row["chosen"] = {k: chosen.get(k) for k in ("main_recompute", "graph_shapes", "val_chunks", "mem_plan")}
-    row["predicted"] = predicted(model, backend, args, cap, chosen.get("mem_plan"))
+    row["predicted"] = predicted(model, backend, args, cap, plan)
     res = Path(args.root) / "runs" / name / "results.csv"
     if res.is_file():
         lines = [s for s in res.read_text().splitlines() if s.strip()]
@@ -193,27 +194,30 @@ def run_one(model, backend, data, args):
 def predicted(model, backend, args, cap, mem_plan=None):
     """The planner's figures for this run (engine/train/memory_phases.py): each phase as the run's phase-peak
     line logs it [allocated, reserved] GiB, the card with the CUDA context, the validation batch and chunk,
-    whether the graphs stayed beside validation; with --mem-budget auto, memory_auto.choose's in the budget the
-    run planned in (`mem_plan`, its opt.yaml's), its phases as the run logs them under the cap (memory_auto.as_run)
-    and the choice in words. None when the model has no costs."""
+    whether the graphs stayed beside validation; where the run planned (--mem-budget auto, or without --mem-budget
+    where the step did not fit as set: `mem_plan`, its opt.yaml's), memory_auto.choose's in the budget it planned
+    in, its phases as the run logs them under the cap (memory_auto.as_run) and the choice in words. --val-chunks not
+    given: the run's default (RunConfig.val_chunks). None when the model has no costs."""
     from yolov9c.backends.c.switches import Switches
     from yolov9c.engine.train import memory_auto as ma
     from yolov9c.engine.train import memory_phases as mph
     from yolov9c.engine.train import memory_plan as mp
+    from yolov9c.engine.train.config import RunConfig
 
     cost = mp.cost_for(model, backend)
     if cost is None:
         return None
     vc, val_batch, choice = mph.val_cost_for(model), min(2 * args.batch, args.val_images), None
-    if args.mem_budget == "auto" and mem_plan:
+    chunks = args.val_chunks or RunConfig.val_chunks
+    if args.mem_budget in (None, "auto") and mem_plan:
         free = tuple(n for n in ma.PLANNED if n != "val_chunks" or not args.val_chunks)
         cost_of = (lambda sw: mp.cost_for(model, backend, sw))
         choice = ma.choose(cost_of, vc, mem_plan["budget_gib"], args.batch, img=args.img,
                            switches=Switches() if backend == "c" else None, free=free,
-                           val_chunks=args.val_chunks or "off")  # the run's plan: validation at 2 × the batch
+                           val_chunks=chunks)  # the run's plan: validation at 2 × the batch
         run = ma.as_run(choice, cost_of, vc, cap if cap is not None else mem_plan["card_free_gib"], img=args.img)
     else:
-        run = mph.phases(cost, vc, args.batch, val_batch, img=args.img, limit_gib=cap, chunks=args.val_chunks or "off")
+        run = mph.phases(cost, vc, args.batch, val_batch, img=args.img, limit_gib=cap, chunks=chunks)
     return {"phases_gib": {k: [round(a, 3), round(r, 3)] for k, (a, r) in run.logged.items()},
             "card_gib": round(run.card_gib, 3), "val_batch": run.val_batch, "chunk": run.chunk,
             "graphs_kept": run.graphs_kept, **({"choice": choice.describe()} if choice else {})}

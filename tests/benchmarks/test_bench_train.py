@@ -1,7 +1,8 @@
 """benchmarks/bench_train.py's card reading (the training runs themselves need a GPU: `bash dev/gpu_run.sh capped`):
 CardSampler keeps the largest memory.used its query answered while the block ran, None when the query is missing or
 answers nothing usable; the markdown table shows it. The prediction of a --mem-budget auto row is the plan's
-phases as the run logs them under its cap (validation chunks sized to the cap, not the budget).
+phases as the run logs them under its cap (validation chunks sized to the cap, not the budget); a row without
+--val-chunks predicts the run's default (chunks beside the graphs).
 Run: python -m pytest -q tests/benchmarks/test_bench_train.py
 """
 
@@ -70,3 +71,14 @@ def test_an_auto_rows_prediction_sizes_validation_to_the_cap():
     assert got["phases_gib"]["train"] == [round(v, 3) for v in plan.run.logged["train"]]
     assert plan.run.logged["validation"][1] < got["phases_gib"]["validation"][1] <= 5.0
 
+
+
+def test_a_default_rows_prediction_chunks_validation_as_the_run_does():
+    import argparse
+
+    # no --val-chunks, no --mem-budget: the run's default validation (in chunks beside the graphs) under its cap
+    args = argparse.Namespace(batch=64, img=640, val_images=128, mem_budget=None, val_chunks=None)
+    got = bench_train.predicted("yolov9-s", "c", args, 7.0, None)
+    assert got["graphs_kept"] and 8 <= got["chunk"] < 128 and got["phases_gib"]["validation"][1] <= 7.0
+    off = bench_train.predicted("yolov9-s", "c", argparse.Namespace(**{**vars(args), "val_chunks": "off"}), 7.0, None)
+    assert off["chunk"] == 128 and not off["graphs_kept"]
