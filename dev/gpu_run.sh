@@ -35,9 +35,9 @@
 #              bccd, fruit; carried converted in .dev/data_accuracy/NAME): yolov9-s, 640, batch 32, hyp.scratch-high,
 #              close-mosaic 15, --min-items 0 --cache ram, 60 epochs (ACC_EPOCHS), seeds 0,1,2, torch, c
 #              (ACC_BACKENDS, "" for none) and the published code (.dev/published; ACC_PUB=0 leaves it out), ACC_JOBS
-#              (default 9) at once, but no more than the card holds at ACC_RUN_GIB a run (default 10: the published run
-#              holds ~15 GiB at batch 32, ours 2-7): 7 on an H100, 13 on an H200 (12 at once, 3 of them published,
-#              ran out of memory on an H100); ACC_SAVE_PERIOD=N keeps weights/epochN.pt every N epochs (checkpoints
+#              (default 9) at most at once, each started only when its share fits the card (bench_accuracy.py's
+#              RUN_GIB: torch 17, c 6.5, published 26 GiB; ten at once on an H100, before, split the torch runs' batches
+#              by our out-of-memory guard); ACC_SAVE_PERIOD=N keeps weights/epochN.pt every N epochs (checkpoints
 #              of the learning phase for the grads part); stops 120 s before the call ends (exit 3 = unfinished: the same call again on the
 #              warm machine resumes them from runs/acc-NAME); $OUT/acc-NAME.results.jsonl, curves.png, acc-NAME.tgz
 #              (every run's results.csv and console)
@@ -189,15 +189,8 @@ GROUPS
     realacc) name=${ACC_NAME:-raccoon}; data=.dev/data_accuracy/$name/data.yaml; acc=runs/acc-$name
              if [ ! -f "$data" ]; then echo "SKIP realacc (no $data: carry the converted dataset)"; continue; fi
              pub=(); [ -f .dev/published/train_dual.py ] && [ "${ACC_PUB:-1}" = 1 ] && pub=(--published .dev/published --python python3)
-             # runs at once: ACC_JOBS, lowered to what the card's memory holds at ACC_RUN_GIB a run (see the header)
-             mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+             # at most ACC_JOBS at once; bench_accuracy.py starts a run only when its share of the card fits
              jobs=${ACC_JOBS:-9}
-             if [[ "$mib" =~ ^[0-9]+$ ]]; then
-               fit=$(( mib / 1024 / ${ACC_RUN_GIB:-10} )); [ "$fit" -ge 1 ] || fit=1
-               if [ "$jobs" -gt "$fit" ]; then
-                 echo "realacc: ACC_JOBS=$jobs lowered to $fit ($mib MiB card, ${ACC_RUN_GIB:-10} GiB a run)"; jobs=$fit
-               fi
-             fi
              stage realacc 240 $(( $(left) - 10 )) python3 dev/accuracy/bench_accuracy.py --data "$data" \
                --cfg yolov9-s --img 640 --batch 32 --epochs ${ACC_EPOCHS:-60} --close-mosaic 15 \
                --seeds ${ACC_SEEDS:-0,1,2} \

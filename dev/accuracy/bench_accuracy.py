@@ -13,12 +13,17 @@ Output (stdout and OUT/results.jsonl): {"kind": "run"} per run, {"kind": "summar
 FILES` only summarizes earlier run lines. A second call with the same --out keeps finished runs; --time-limit S
 stops runs at a quiet moment ({"kind": "unfinished"}) and the next call resumes them. A published run resumed
 after epoch − close_mosaic keeps mosaic (its own rule) and is marked "published_mosaic_not_closed".
+Runs share the card: a run starts only when its estimate (RUN_GIB, --run-gib) fits beside the running ones in
+--card-gib (default: the card's total), so no run is split by our out-of-memory guard because of the others; a
+run the guard split anyway (its BatchNorm saw micro-batches, not the batch) is marked "split_micro_batch" and
+left out of the summaries and comparisons (the report names it).
 Tests: dev/tests/test_bench_accuracy.py. Results: benchmarks/RESULTS.md.
 """
 
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -71,6 +76,76 @@ def _entry(a, entry):
 
 
 PUBLISHED_RUNNERS = ("published", "published+ours-loader")  # the published loop (the second on our loader)
+
+# GiB of the card one run holds at yolov9-s, batch 32, 640 (allocator peak, validation included, plus the CUDA
+# context; H100 fruit runs of 2026-12-07: c 5.6 + 0.8; torch above 14.5 + 0.8, where its first epoch ran out
+# beside nine others; published: half its batch-64 peak of 50.3 + 0.8), scaled by batch × img² for other
+# recipes; --run-gib RUNNER=GIB overrides (per runner name or backend)
+RUN_GIB = {"published": 26.0, "torch": 17.0, "c": 6.5}
+# the out-of-memory guard's line (engine/train/guards.back_off) and the micro-batch it chose
+SPLIT = re.compile(r"CUDA out of memory at iteration \d+ with a micro-batch of \d+ images: retrying the same "
+                   r"batch as \d+ micro-batches of (\d+)")
+
+
+def run_gib(a, runner):
+    """The card GiB `runner` is expected to hold: --run-gib's figure for the runner (or its backend), else
+    RUN_GIB's for its backend scaled by (batch / 32) · (img / 640)²."""
+    backend = "published" if runner in PUBLISHED_RUNNERS else runner.split("+")[0]
+    given = a.run_gib or {}
+    if runner in given or backend in given:
+        return given.get(runner, given.get(backend))
+    return RUN_GIB[backend] * (a.batch / 32) * (a.img / 640) ** 2
+
+
+class CardShare:
+    """The card's GiB among the runs training at once: take(gib) waits until gib fits beside the runs holding
+    memory (a run alone on the card always starts), give(gib) returns it. card_gib None: no waiting."""
+
+    def __init__(self, card_gib):
+        self.card, self.held, self.runs = card_gib, 0.0, 0
+        self.cond = threading.Condition()
+
+    def take(self, gib):
+        with self.cond:
+            while self.card is not None and self.runs and self.held + gib > self.card and not _STOPPING.is_set():
+                self.cond.wait(timeout=1.0)
+            self.held, self.runs = self.held + gib, self.runs + 1
+
+    def give(self, gib):
+        with self.cond:
+            self.held, self.runs = self.held - gib, self.runs - 1
+            self.cond.notify_all()
+
+
+def card_total_gib(device):
+    """The total memory of CUDA `device` (the first id of a list) in GiB from nvidia-smi, None without one."""
+    dev = str(device).split(",")[0].strip()
+    if not dev.isdigit():
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", dev],
+                             capture_output=True, text=True, timeout=10).stdout.split()
+        return float(out[0]) / 1024 if out else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def _gib_spec(text):
+    """'torch=16,c=6.5' → {'torch': 16.0, 'c': 6.5} (argparse type)."""
+    try:
+        return {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(",") if item.strip())}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give RUNNER=GIB pairs, e.g. torch=16,c=6.5") from None
+
+
+def split_micro_batch(log):
+    """The micro-batch our out-of-memory guard last split the run's batch into (its console `log`), None when
+    it never did (or the file is missing)."""
+    try:
+        found = SPLIT.findall(Path(log).read_text(errors="replace"))
+    except OSError:
+        return None
+    return int(found[-1]) if found else None
 
 
 def runner_spec(runner):
@@ -346,7 +421,12 @@ def train_run(a, runner, seed, data):
     env = dict(os.environ, PYTHONUNBUFFERED="1", TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1", **extra_env)
     if not (env.get("OMP_NUM_THREADS") or env.get("MKL_NUM_THREADS")):  # --jobs processes share the cores
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(child_threads(a.jobs))
-    rc = run_child(argv, cwd, log, env, run_dir)
+    gib = run_gib(a, runner)
+    a.share.take(gib)
+    try:
+        rc = run_child(argv, cwd, log, env, run_dir)
+    finally:
+        a.share.give(gib)
     ok = rc == 0 and (run_dir / "weights" / "best.pt").is_file()
     info = {"train_s": round(time.time() - t, 1), "rc": rc, "log": str(log), "stopped": rc != 0 and _STOPPING.is_set()}
     if resume:
@@ -377,6 +457,9 @@ def run_line(a, runner, seed, run_dir, info, history=()):
             "train_s": round(info["train_s"] + earlier_s, 1), "cfg": a.cfg, "img": a.img, "epochs": a.epochs,
             "batch": a.batch, "single_cls": a.single_cls, "classes": a.classes, "derive": a.derive, "jobs": a.jobs,
             "data": str(a.data)}
+    split = split_micro_batch(info["log"]) if info.get("log") else None
+    if split:
+        line["split_micro_batch"] = split
     if resumed_at:
         line["resumed_at"] = resumed_at
         if runner in PUBLISHED_RUNNERS and max(resumed_at) > a.epochs - a.close_mosaic > 0:
@@ -483,9 +566,19 @@ def report_lines(summaries, runs):
     return lines
 
 
-def report(summaries, runs):
-    for line in report_lines(summaries, runs):
+def report(summaries, runs, split=()):
+    """report_lines on stderr, then the runs left out because the out-of-memory guard split their batch."""
+    lines = report_lines(summaries, runs)
+    if split:
+        lines.append("left out (our out-of-memory guard split the batch: BatchNorm over micro-batches; runs shared "
+                     "the card): " + ", ".join(f"{r['runner']}-s{r['seed']} ({r['split_micro_batch']})" for r in split))
+    for line in lines:
         print(line, file=sys.stderr, flush=True)
+
+
+def whole_batch(runs):
+    """(runs trained at their batch, runs the out-of-memory guard split: "split_micro_batch")."""
+    return [r for r in runs if not r.get("split_micro_batch")], [r for r in runs if r.get("split_micro_batch")]
 
 
 def plot_curves(runs, png):
@@ -562,6 +655,10 @@ def main(argv=None):
     p.add_argument("--crops-per-anchor", type=int, default=3,
                    help="--derive crops: training crops per anchor object (more steps per epoch; val keeps 1)")
     p.add_argument("--jobs", type=int, default=1, help="runs trained at the same time (one GPU can hold several)")
+    p.add_argument("--card-gib", type=float, default=None,
+                   help="GiB the runs share (default: the card's total from nvidia-smi; none read: no limit)")
+    p.add_argument("--run-gib", type=_gib_spec, default=None, metavar="RUNNER=GIB,...",
+                   help="a run's GiB on the card per runner or backend (default: RUN_GIB scaled to the recipe)")
     p.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="stop the runs still training after S seconds (resumed by the next call with this --out)")
     p.add_argument("--plot", default=None, metavar="PNG",
@@ -576,10 +673,11 @@ def main(argv=None):
             print(f"error: --rows: no such file: {', '.join(missing)}", file=sys.stderr)
             return 2
         runs = read_rows(a.rows)
-        summaries = summarize(runs)
-        for line in summaries + [compare(summaries, runs)]:
+        kept, split = whole_batch(runs)
+        summaries = summarize(kept)
+        for line in summaries + [compare(summaries, kept)]:
             print(json.dumps(line), flush=True)
-        report(summaries, runs)
+        report(summaries, kept, split)
         if a.plot and any(r.get("curve") for r in runs):
             plot_curves(runs, Path(a.plot))
         return 0 if runs else 1
@@ -640,17 +738,19 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, on_sigterm)
     if a.time_limit:
         threading.Thread(target=stop_at, args=(time.time() + a.time_limit,), daemon=True).start()
+    a.share = CardShare(a.card_gib if a.card_gib is not None else card_total_gib(a.device))
     unfinished = []
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         for trained in pool.map(lambda t: train_run(a, *t), todo):
             r = run_line(a, *trained, history=history.get(trained[:2], ()))
             (runs if r["kind"] == "run" else unfinished).append(r)
             _emit(r, a.out)
-    summaries = summarize(runs)
+    kept, split = whole_batch(runs)
+    summaries = summarize(kept)
     for s in summaries:
         _emit(s, a.out)
-    _emit(compare(summaries, runs), a.out)
-    report(summaries, runs)
+    _emit(compare(summaries, kept), a.out)
+    report(summaries, kept, split)
     for r in unfinished:  # where a stopped run stands: its own per-epoch validation so far
         best = max(r["curve"]["map"]) if r.get("curve") else float("nan")
         print(f"unfinished {r['runner']}-s{r['seed']}: {r['epochs_done']} epoch(s), best own-val mAP@0.5:0.95 so "

@@ -518,3 +518,57 @@ def test_the_published_runs_start_first_each_group_in_seed_order():
     order = [(r, s) for r, s, _ in bench_accuracy.queue_order(todo)]
     assert order[:3] == [("published", 0), ("published", 1), ("published", 2)]
     assert order[3:] == [("torch", 0), ("c", 0), ("torch", 1), ("c", 1), ("torch", 2), ("c", 2)]
+
+
+def test_a_run_starts_only_when_it_fits_beside_the_running_ones():
+    """CardShare: a second 16 GiB run waits on a 20 GiB card until the first gives its share back; a run alone
+    starts whatever its estimate; no card (None) never waits."""
+    import threading
+    import bench_accuracy
+
+    share = bench_accuracy.CardShare(20.0)
+    share.take(16.0)
+    started = threading.Event()
+    t = threading.Thread(target=lambda: (share.take(16.0), started.set()))
+    t.start()
+    assert not started.wait(0.5)  # 32 > 20: waits
+    share.give(16.0)
+    assert started.wait(5.0)
+    t.join(5)
+    share.give(16.0)
+    share.take(30.0)  # alone on the card: starts
+    bench_accuracy.CardShare(None).take(1e9)
+
+
+def test_a_runs_share_scales_with_the_recipe_and_can_be_given():
+    import argparse
+    import bench_accuracy
+
+    a = argparse.Namespace(batch=16, img=320, run_gib=None)
+    assert bench_accuracy.run_gib(a, "torch+loss-c") == bench_accuracy.RUN_GIB["torch"] / 8
+    a = argparse.Namespace(batch=32, img=640, run_gib={"c": 5.0, "c+unfused": 9.0})
+    assert bench_accuracy.run_gib(a, "c+loss-torch") == 5.0 and bench_accuracy.run_gib(a, "c+unfused") == 9.0
+    assert bench_accuracy.run_gib(a, "published") == bench_accuracy.RUN_GIB["published"]
+
+
+def test_a_run_our_memory_guard_split_is_marked_and_left_out(tmp_path, capsys):
+    """The guard's console line gives the micro-batch; --rows leaves such a run out of the summary and names it."""
+    import json
+    import bench_accuracy
+
+    log = tmp_path / "torch-s1.log"
+    log.write_text("WARNING: CUDA out of memory at iteration 0 with a micro-batch of 32 images: retrying the same "
+                   "batch as 2 micro-batches of 16 (accumulation x2; nominal batch 64 images per optimizer step "
+                   "unchanged)\nWARNING: CUDA out of memory at iteration 7 with a micro-batch of 16 images: retrying "
+                   "the same batch as 2 micro-batches of 8 (accumulation x2; ...)\n")
+    assert bench_accuracy.split_micro_batch(log) == 8
+    assert bench_accuracy.split_micro_batch(tmp_path / "none.log") is None
+    rows = tmp_path / "r.jsonl"
+    base = {"kind": "run", "map50": 0.6, "curve": {}}
+    rows.write_text("\n".join(json.dumps({**base, "runner": r, "seed": s, "map": m, **extra}) for r, s, m, extra in [
+        ("torch", 0, 0.40, {}), ("torch", 1, 0.50, {"split_micro_batch": 8}), ("torch", 2, 0.42, {})]))
+    assert bench_accuracy.main(["--rows", str(rows)]) == 0
+    out, err = capsys.readouterr()
+    summary = [json.loads(x) for x in out.splitlines() if '"summary"' in x][0]
+    assert summary["n"] == 2 and abs(summary["map_mean"] - 0.41) < 1e-9
+    assert "left out" in err and "torch-s1 (8)" in err
