@@ -4,7 +4,7 @@
     python benchmarks/bench_train.py --models yolov9-s --backends c --images 1024 --workers 8
     python benchmarks/bench_train.py --table rows.jsonl                # the markdown table of saved lines
     python benchmarks/bench_train.py --models yolov9-s yolov9-c yolov9-e --backends c --epochs 2 \
-        --mem-cap yolov9-s=7.0,yolov9-c=14.5,yolov9-e=22.0               # the whole run under 8/16/24 GB cards
+        --mem-cap yolov9-s=7.0,yolov9-c=14.0,yolov9-e=22.0               # the whole run under 8/16/24 GB cards
     python benchmarks/bench_train.py --models yolov9-s yolov9-c yolov9-e --backends c --epochs 2 \
         --mem-cap yolov9-s=5.0,yolov9-c=10.5,yolov9-e=14.5 --mem-budget auto   # 6/12/16 GB, the plan's choices
 

@@ -19,7 +19,7 @@
 #   train      bench_train.py: the real train_dual.py, yolov9-s and yolov9-c (TRAIN_MODELS), c and torch
 #              (TRAIN_BACKENDS), 1024 generated images (written while the module builds)
 #   capped     bench_train.py, the whole real run under a card's cap (--mem-cap): yolov9-s/c/e (CAP_MODELS), c
-#              backend, batch 64, 640, 2 epochs with validation, capped at CAP_SPEC (default 7.0 / 14.5 / 22.0 GiB:
+#              backend, batch 64, 640, 2 epochs with validation, capped at CAP_SPEC (default 7.0 / 14.0 / 22.0 GiB:
 #              8 / 16 / 24 GB cards), then uncapped (CAP_BASE=0 skips): img/s, validation batch, peaks by phase, the
 #              card's largest memory.used (nvidia-smi every 0.2 s)
 #              and the planner's prediction of them; CAP_VAL_CHUNKS=auto|off: train_dual.py --val-chunks (unset:
@@ -144,7 +144,7 @@ GROUPS
            cp /tmp/yolov9c_bench_train/logs/*.log "$OUT/" 2>/dev/null ;;
     capped) [ -n "$DATA" ] && wait "$DATA"
             for m in ${CAP_MODELS:-yolov9-s yolov9-c yolov9-e}; do
-              for spec in "${CAP_SPEC:-yolov9-s=7.0,yolov9-c=14.5,yolov9-e=22.0}" $([ "${CAP_BASE:-1}" = 1 ] && echo none); do
+              for spec in "${CAP_SPEC:-yolov9-s=7.0,yolov9-c=14.0,yolov9-e=22.0}" $([ "${CAP_BASE:-1}" = 1 ] && echo none); do
                 tag=$([ "$spec" = none ] && echo uncapped || echo capped)
                 stage "${tag}_$m" 90 ${CAP_LIMIT:-200} python3 benchmarks/bench_train.py --models "$m" --backends c \
                   --images 1024 --val-images 128 --epochs 2 --timeout $(( ${CAP_LIMIT:-200} - 10 )) --root /tmp/yolov9c_bench_train \

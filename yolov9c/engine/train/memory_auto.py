@@ -44,9 +44,10 @@ MAIN_RECOMPUTE_STEPS = (16, 32)
 # The options the plan sets when the user did not: RunConfig fields (graph_shapes: kept at its default, on; an
 # earlier plan's value, a resume of a run planned while it was off by default, back to it).
 PLANNED = ("main_recompute", "graph_shapes", "val_chunks")
-# What the process may reserve on common small cards (the card less its CUDA context: dev/gpu_run.sh's caps):
+# What the process may reserve on common small cards (the card less its CUDA context, ~0.83 GiB; 16 GB: a T4's
+# 15360 MiB leaves 14.17; dev/gpu_run.sh's caps):
 # python -m yolov9c memory --budget auto shows the plan on each.
-CARD_SIZES = (("6 GB", 5.0), ("8 GB", 7.0), ("12 GB", 10.5), ("16 GB", 14.5), ("24 GB", 22.0))
+CARD_SIZES = (("6 GB", 5.0), ("8 GB", 7.0), ("12 GB", 10.5), ("16 GB", 14.0), ("24 GB", 22.0))
 
 
 def budget_from_card(available_gib, cap_gib=None, margin_gib=MARGIN_GIB):
