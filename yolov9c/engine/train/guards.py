@@ -183,7 +183,8 @@ def back_off(state, batch, ni):
     chunks = -(-batch // progress.micro_batch)
     state.log(f"\nWARNING: CUDA out of memory at iteration {ni} with a micro-batch of {current} images: retrying "
               f"the same batch as {chunks} micro-batches of {progress.micro_batch} (accumulation x{chunks}; nominal "
-              f"batch {state.batching.nominal} images per optimizer step unchanged)"
+              f"batch {state.batching.nominal} images per optimizer step unchanged; BatchNorm now normalises over "
+              f"{progress.micro_batch} images, not {batch}, which can change accuracy)"
               + (f"; the gradients of the {dropped} earlier batches of this accumulation window were dropped"
                  if dropped > 0 else ""))
 
