@@ -7,7 +7,7 @@ trained from scratch with one recipe and several seeds; best.pt mAP@0.5 and mAP@
 Runs: one train_dual.py process each (the published one through dev/fidelity/published_side.py), the same
 flags, --jobs at once; every best.pt validated by our val_dual.py. Data: a YOLO data.yaml (accuracy_datasets.py),
 or coco128 with --single-cls, --classes or --derive. --backends takes variants BACKEND+VARIANT (VARIANTS,
-LOSS_VARIANTS, unfused: dev/accuracy/train_unfused.py).
+LOSS_VARIANTS, unfused: dev/accuracy/train_unfused.py, microN: dev/accuracy/train_micro.py).
 Output (stdout and OUT/results.jsonl): {"kind": "run"} per run, {"kind": "summary"} per runner, {"kind":
 "compare"} (paired by-seed differences), a report on stderr and the per-epoch val mAP plot (--plot). `--rows
 FILES` only summarizes earlier run lines. A second call with the same --out keeps finished runs; --time-limit S
@@ -64,6 +64,8 @@ LOSS_VARIANTS = {"loss-torch": "torch",  # c's model, torch's loss (isolates the
 # the c structure on torch ops (isolates the kernels), through dev/accuracy/train_unfused.py: validation's NMS stays
 # on the extension (its reference made an epoch's validation take minutes)
 UNFUSED = ([str(Path("dev") / "accuracy" / "train_unfused.py")], {"YOLOV9C_FUSED": "0"})
+# microN: every batch split into micro-batches of N images, as our out-of-memory guard splits one (train_micro.py)
+MICRO = [str(Path("dev") / "accuracy" / "train_micro.py")]
 TRAIN = ["train_dual.py"]
 PUB_LOADER = ["<pub-loader>"]  # variant pub-loader: the published training loader feeding our loop (swap_loader.py)
 
@@ -165,15 +167,18 @@ def runner_spec(runner):
         elif v == "unfused":
             entries.append(UNFUSED[0])
             env.update(UNFUSED[1])
+        elif re.fullmatch(r"micro[1-9]\d*", v):
+            entries.append(MICRO)
+            env["YOLOV9C_MICRO_BATCH"] = v[len("micro"):]
         elif v in VARIANTS:
             flags += VARIANTS[v][0]
             env.update(VARIANTS[v][1])
         else:
             raise ValueError(f"runner {runner!r}: unknown variant {v!r} (known: "
-                             f"{', '.join([*VARIANTS, *LOSS_VARIANTS, 'unfused', 'pub-loader'])})")
+                             f"{', '.join([*VARIANTS, *LOSS_VARIANTS, 'unfused', 'microN', 'pub-loader'])})")
     if len(entries) > 1:
-        raise ValueError(f"runner {runner!r}: pub-loader, loss-* and unfused each train through their own script: "
-                         "one of them per runner")
+        raise ValueError(f"runner {runner!r}: pub-loader, loss-*, unfused and microN each train through their own "
+                         "script: one of them per runner")
     return backend, flags, env, entries[0] if entries else TRAIN
 
 
@@ -634,7 +639,8 @@ def main(argv=None):
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--backends", default="torch,c",
                    help="our runners: torch, c, or BACKEND+VARIANT (variants: "
-                        + ", ".join([*VARIANTS, *LOSS_VARIANTS, "unfused"]) + "); with --published also published and "
+                        + ", ".join([*VARIANTS, *LOSS_VARIANTS, "unfused", "microN"])
+                        + "); with --published also published and "
                         "published+ours-loader (the published loop on our loader; when a published runner is "
                         "listed, the plain one is not added)")
     p.add_argument("--cache", default="ram", choices=("ram", "disk", "none"))

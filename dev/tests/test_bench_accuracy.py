@@ -572,3 +572,14 @@ def test_a_run_our_memory_guard_split_is_marked_and_left_out(tmp_path, capsys):
     summary = [json.loads(x) for x in out.splitlines() if '"summary"' in x][0]
     assert summary["n"] == 2 and abs(summary["map_mean"] - 0.41) < 1e-9
     assert "left out" in err and "torch-s1 (8)" in err
+
+
+def test_a_micro_runner_trains_through_train_micro_with_its_micro_batch():
+    import bench_accuracy
+
+    backend, flags, env, entry = bench_accuracy.runner_spec("c+micro8")
+    assert (backend, flags, env) == ("c", [], {"YOLOV9C_MICRO_BATCH": "8"})
+    assert entry == ["dev/accuracy/train_micro.py"]
+    for bad in ("c+micro", "c+micro0", "c+micro8+loss-torch"):
+        with pytest.raises(ValueError):
+            bench_accuracy.runner_spec(bad)

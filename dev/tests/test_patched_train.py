@@ -7,7 +7,10 @@ set, the CPU) through dev/accuracy/patched_train.py:
 - train_unfused.py (the unfused runner, YOLOV9C_FUSED=0): trains on the ops' references but validates with the
   extension's NMS, says so and puts nms's switch back; the same run without it validates with the reference NMS
   (what made the unfused runs too slow).
-Both refuse a multi-GPU --device with one error line, before any training.
+- train_micro.py (the microN runners, YOLOV9C_MICRO_BATCH=N): every forward/backward of the run sees N images of
+  the loader batch, as after our out-of-memory guard's split; set-up's memory plan is put back; a variable that is
+  no whole number is refused with one error line.
+Each refuses a multi-GPU --device with one error line, before any training.
 Run: OMP_NUM_THREADS=1 python -m pytest -q dev/tests/test_patched_train.py
 """
 
@@ -25,6 +28,7 @@ from yolov9c.data.synthetic import synthetic_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "dev" / "accuracy"))
+import train_micro  # noqa: E402
 import train_other_loss  # noqa: E402
 import train_unfused  # noqa: E402
 
@@ -107,4 +111,31 @@ def test_unfused_refuses_a_multi_gpu_device_before_training(data, tmp_path, caps
     assert train_unfused.main(argv) == 2
     assert capsys.readouterr().err == ("train_unfused.py: error: one process only: DDP workers would validate with "
                                        "the reference NMS\n")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("backend", ["c", "torch"])
+def test_every_forward_sees_the_micro_batch(backend, data, tmp_path, monkeypatch, capsys):
+    import yolov9c.engine.train.step as step
+
+    seen, real = [], step.forward_backward
+
+    def recording(state, imgs, targets):
+        seen.append(imgs.shape[0])
+        return real(state, imgs, targets)
+
+    monkeypatch.setattr(step, "forward_backward", recording)
+    monkeypatch.setenv("YOLOV9C_MICRO_BATCH", "2")
+    plan = train_state.plan_memory
+    assert train_micro.main(_argv(data, tmp_path, backend)) == 0
+    assert seen and set(seen) == {2}  # batches of 4 images, each as two forwards of 2
+    assert train_state.plan_memory is plan  # put back
+    assert "train_micro.py: each loader batch runs as micro-batches of 2 images" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["", "0", "eight"])
+def test_micro_refuses_a_variable_that_is_no_micro_batch(value, data, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("YOLOV9C_MICRO_BATCH", value)
+    assert train_micro.main(_argv(data, tmp_path / "runs", "c")) == 2
+    assert capsys.readouterr().err.startswith("train_micro.py: error: YOLOV9C_MICRO_BATCH=")
     assert not (tmp_path / "runs").exists()
