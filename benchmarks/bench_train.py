@@ -6,7 +6,7 @@
     python benchmarks/bench_train.py --models yolov9-s yolov9-c yolov9-e --backends c --epochs 2 \
         --mem-cap yolov9-s=7.0,yolov9-c=14.0,yolov9-e=22.0               # the whole run under 8/16/24 GB cards
     python benchmarks/bench_train.py --models yolov9-s yolov9-c yolov9-e --backends c --epochs 2 \
-        --mem-cap yolov9-s=5.0,yolov9-c=10.5,yolov9-e=14.5 --mem-budget auto   # 6/12/16 GB, the plan's choices
+        --mem-cap yolov9-s=5.0,yolov9-c=10.5,yolov9-e=14.0 --mem-budget auto   # 6/12/16 GB, the plan's choices
 
 Data: the built-in synthetic generator at --img, --images train and 16 val images, written into --root (reused
 when present). Each configuration runs `train_dual.py --data D --cfg M.yaml --batch-size B --img I --epochs 1

@@ -660,8 +660,9 @@ def main(argv=None):
     p.add_argument("--derive-seed", type=int, default=0, help="seed of the --derive crops (not the training seed)")
     p.add_argument("--crops-per-anchor", type=int, default=3,
                    help="--derive crops: training crops per anchor object (more steps per epoch; val keeps 1)")
-    p.add_argument("--jobs", type=int, default=1, help="runs trained at the same time at most (one GPU holds several; each starts when its "
-                        "share fits: --card-gib, --run-gib)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs trained at the same time at most (one GPU holds several; each starts when its share "
+                        "fits: --card-gib, --run-gib)")
     p.add_argument("--card-gib", type=float, default=None,
                    help="GiB the runs share (default: the card's total from nvidia-smi; none read: no limit)")
     p.add_argument("--run-gib", type=_gib_spec, default=None, metavar="RUNNER=GIB,...",
