@@ -9,7 +9,8 @@
 #   build      YOLOV9C_CUDA_ARCHS=90 python setup.py build_ext --inplace (warnings are errors, as in CI)
 #   tests      every CUDA test case of the suite (pytest -m cuda tests; TESTS="tests/ops/test_x.py ..." narrows it)
 #   cudasuite  the whole CUDA suite (pytest -m cuda) in five groups; a group finished in an earlier call on the
-#              warm machine is skipped (runs/cuda_suite/done), so repeating the call runs the rest
+#              warm machine is skipped (runs/cuda_suite/done), so repeating the call runs the rest;
+#              CUDA_GROUPS="graph train rest" runs only those (of: ops loss_backends graph train rest)
 #   kernels    the CUDA tests of the ops (bn_silu, det_loss, tal_assign, nms, pool, bindings)
 #   guards     the CUDA-graph step and training-guard tests, long tracebacks
 #   step       bench_step.py: yolov9-s and yolov9-c (STEP_MODELS), both backends, batch 64 (STEP_BATCH), 640; the
@@ -108,6 +109,7 @@ for part in "$@"; do
                # on the warm machine), so the same call again runs the groups left; logs in $OUT/cuda_<group>.log
                mkdir -p runs/cuda_suite; touch runs/cuda_suite/done
                while read -r g files; do
+                 [[ " ${CUDA_GROUPS:-$g} " == *" $g "* ]] || continue
                  grep -qx "$g" runs/cuda_suite/done && { echo "$g: done in an earlier call"; continue; }
                  stage "cuda_$g" 90 $(( $(left) - 5 )) "${PYT[@]}" -v --durations=10 --tb=short $files
                  if grep -qE "^(=+ )?[0-9]+ (passed|failed|skipped|error)" "$OUT/cuda_$g.log"; then
