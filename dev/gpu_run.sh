@@ -38,7 +38,9 @@
 #              (ACC_BACKENDS, "" for none) and the published code (.dev/published; ACC_PUB=0 leaves it out), ACC_JOBS
 #              (default 9) at most at once, each started only when its share fits the card (bench_accuracy.py's
 #              RUN_GIB: torch 17, c 6.5, published 26 GiB; ten at once on an H100, before, split the torch runs' batches
-#              by our out-of-memory guard); ACC_SAVE_PERIOD=N keeps weights/epochN.pt every N epochs (checkpoints
+#              by our out-of-memory guard; ACC_CARD_GIB=G: the GiB this set's runs share, to run two sets at once,
+#              e.g. ACC_CARD_GIB=66 for each of two accstarts on an H200); ACC_SAVE_PERIOD=N keeps weights/epochN.pt
+#              every N epochs (checkpoints
 #              of the learning phase for the grads part); stops 120 s before the call ends (exit 3 = unfinished: the same call again on the
 #              warm machine resumes them from runs/acc-NAME); $OUT/acc-NAME.results.jsonl, curves.png, acc-NAME.tgz
 #              (every run's results.csv and console)
@@ -197,7 +199,7 @@ GROUPS
                --cfg yolov9-s --img 640 --batch 32 --epochs ${ACC_EPOCHS:-60} --close-mosaic 15 \
                --seeds ${ACC_SEEDS:-0,1,2} \
                --backends "${ACC_BACKENDS-torch,c}" --jobs "$jobs" --workers 2 --time-limit $(( $(left) - 120 )) \
-               --save-period "${ACC_SAVE_PERIOD:--1}" \
+               --save-period "${ACC_SAVE_PERIOD:--1}" ${ACC_CARD_GIB:+--card-gib "$ACC_CARD_GIB"} \
                --out "$acc" "${pub[@]}"
              tail -12 "$OUT/realacc.log"
              cp "$acc/curves.png" "$OUT/" 2>/dev/null; cp "$acc/results.jsonl" "$OUT/acc-$name.results.jsonl" 2>/dev/null
