@@ -31,8 +31,7 @@ from yolov9c.engine.train.config import switches as switches_of
 from yolov9c.units import GIB
 # The budget of a c run without --mem-budget: "auto" read as apply(default=True) (the module docstring); None: no
 # plan (the out-of-memory guard alone). Proven by dev/gpu_run.sh capped (benchmarks/RESULTS.md §1): under the
-# 6 / 12 / 16 GB caps the plan trains yolov9-s/c/e at 84 / 93 / 91 % of their uncapped images/s; under the
-# 8 / 16 / 24 GB caps the defaults train and nothing changes (98-101 % measured).
+# 6 / 12 / 16 GB caps the plan keeps batch 64 and the graphs; under the 8 / 16 / 24 GB caps nothing changes.
 DEFAULT_MEM_BUDGET = "auto"
 # Device memory outside PyTorch's allocator that arrives after set-up reads the card: the cuDNN and cuBLAS handles,
 # kernels loaded lazily at their first launch, the CUDA graphs' executables. Taken off the cap too, so a rehearsal
