@@ -14,7 +14,9 @@ the memory format as prepare_batch does) and --boxes random boxes per image (hos
 gives them). After --warmup steps (the graph step captures after its own 3 eager ones), --steps timed steps
 with torch.cuda.synchronize() around each: the median ms; GPU time per step = the sum of kernel times of
 --profile steps under torch.profiler (also split by op group and the longest kernels); peak allocated / reserved GiB over the timed steps;
-host ms = the median time until the step returns, before the synchronize (≈ step ms: the step is host-bound).
+host ms = the median time until the step returns, before the synchronize (≈ step ms: the step is host-bound);
+--host-profile N: N more steps under cProfile, the row's host_py_calls (per step) and host_top (the functions of
+most own host time, ms and calls per step): where an eager step's host time goes on the GPU machine.
 --paths (PATHS): the trainer's paths besides the fixed shape — the micro-batch the out-of-memory guard picks
 (batch / 2, two forward/backward passes a batch), a --rect shape (batch × 3/4 img × img), --multi-scale sizes (each
 step the next of 0.5, 1.0 and 1.5 × img), the epoch's last partial batch (2/3 of the batch every step) and
@@ -67,6 +69,8 @@ def build_parser():
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=5, help="untimed steps (≥ 4: the graph step captures at the 4th)")
     p.add_argument("--profile", type=int, default=2, help="steps under torch.profiler for the GPU time (0: off)")
+    p.add_argument("--host-profile", type=int, default=0,
+                   help="steps under cProfile: host ms and calls per step by function (0: off)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--cudnn-benchmark", action="store_true",
@@ -188,7 +192,32 @@ def run_one(model_name, backend, mode, path, args):
     if args.profile:
         gpu, groups, top = _gpu_ms(one, args.profile)
         row.update(gpu_ms=round(gpu, 2), gpu_ms_by_group=groups, top_kernels=top)
+    if args.host_profile:
+        calls, top = host_profile(one, args.host_profile, torch.cuda.synchronize)
+        row.update(host_py_calls=calls, host_top=top)
     return row
+
+
+def host_profile(one, steps, sync=lambda: None, top=25):
+    """Where the host time of a step goes: `steps` calls of one() under cProfile, each started after sync() (the
+    GPU idle, outside the profile). Returns (Python function calls per step, the `top` functions by own time as
+    [file:line(name), own ms per step, calls per step]); a time includes any wait inside the step (a host sync
+    shows as its function). Test: tests/benchmarks/test_bench_step.py."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    for _ in range(steps):
+        sync()
+        prof.enable()
+        one()
+        prof.disable()
+    sync()
+    stats = pstats.Stats(prof).stats  # (file, line, name): (primitive calls, calls, own s, cumulative s, callers)
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+    calls = sum(v[1] for v in stats.values())
+    return (round(calls / steps), [[f"{Path(f).name}:{line}({name})", round(1000 * v[2] / steps, 3),
+                                    round(v[1] / steps, 1)] for (f, line, name), v in rows])
 
 
 # kernel-name patterns of the op groups of the GPU-time breakdown, first match wins
@@ -228,8 +257,8 @@ def _gpu_ms(one, steps):
 
 def run_config(args, model_name, backend, mode, path="fixed"):
     argv = [sys.executable, str(Path(__file__).resolve()), "--one", model_name, backend, mode, path]
-    for k in ("batch", "img", "boxes", "nc", "steps", "warmup", "profile"):
-        argv += [f"--{k}", str(getattr(args, k))]
+    for k in ("batch", "img", "boxes", "nc", "steps", "warmup", "profile", "host_profile"):
+        argv += [f"--{k.replace('_', '-')}", str(getattr(args, k, 0))]
     if args.cudnn_benchmark:
         argv.append("--cudnn-benchmark")
     argv.append("--graph-shapes" if getattr(args, "graph_shapes", True) else "--no-graph-shapes")

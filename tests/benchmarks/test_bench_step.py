@@ -63,3 +63,40 @@ def test_the_state_of_a_row_carries_graph_shapes_into_its_run_config(mode):
     args = bench_step.build_parser().parse_args(["--batch", "2", "--paths", "rect"])  # the default: keyed by shape
     state = bench_step._state("yolov9-t", "c", args, "rect", mode, device="cpu")
     assert state.cfg.graph_shapes is (mode == "graph") and state.cfg.rect
+
+
+def test_host_profile_names_the_step_functions_by_own_time_and_calls_per_step():
+    synced = []
+
+    def slow():  # its own time: a loop without calls
+        x = 0
+        for i in range(200_000):
+            x += i
+        return x
+
+    def fast():
+        pass
+
+    def one():
+        slow()
+        fast()
+        fast()
+
+    calls, top = bench_step.host_profile(one, 3, sync=lambda: synced.append(1), top=5)
+    by_name = {name.split("(")[-1].rstrip(")"): (ms, n) for name, ms, n in top}
+    assert top[0][0].endswith("(slow)") and by_name["slow"][0] > 10 * by_name["fast"][0]  # own ms, largest first
+    assert by_name["fast"][1] == 2.0 and by_name["slow"][1] == 1.0     # calls per step
+    assert calls >= 4 and len(synced) == 4                              # one sync before each step and at the end
+
+
+def test_host_profile_reaches_the_child_process(monkeypatch):
+    args = bench_step.build_parser().parse_args(["--host-profile", "3"])
+    seen = []
+
+    def fake_run(argv, **kw):
+        seen.append(argv)
+        raise bench_step.subprocess.TimeoutExpired(argv, 1)
+
+    monkeypatch.setattr(bench_step.subprocess, "run", fake_run)
+    bench_step.run_config(args, "yolov9-t", "c", "eager")
+    assert bench_step.build_parser().parse_args(seen[0][2:]).host_profile == 3
