@@ -192,8 +192,9 @@ def run_one(model_name, backend, mode, path, args):
     if args.profile:
         gpu, groups, top = _gpu_ms(one, args.profile)
         row.update(gpu_ms=round(gpu, 2), gpu_ms_by_group=groups, top_kernels=top)
-    if args.host_profile:
-        calls, top = host_profile(one, args.host_profile, torch.cuda.synchronize)
+    steps = getattr(args, "host_profile", 0)  # bench_memory.py's graph rows hand their own args (no such flag)
+    if steps:
+        calls, top = host_profile(one, steps, torch.cuda.synchronize)
         row.update(host_py_calls=calls, host_top=top)
     return row
 
