@@ -41,9 +41,8 @@
 #              RUN_GIB: torch 17, c 6.5, published 26 GiB; ten at once on an H100, before, split the torch runs' batches
 #              by our out-of-memory guard; ACC_CARD_GIB=G: the GiB this set's runs share, to run two sets at once,
 #              e.g. ACC_CARD_GIB=66 for each of two accstarts on an H200); ACC_SAVE_PERIOD=N keeps weights/epochN.pt
-#              every N epochs (checkpoints
-#              of the learning phase for the grads part); stops 120 s before the call ends (exit 3 = unfinished: the same call again on the
-#              warm machine resumes them from runs/acc-NAME); $OUT/acc-NAME.results.jsonl, curves.png, acc-NAME.tgz
+#              every N epochs (checkpoints of the learning phase for the grads part); stops 120 s before the call
+#              ends (exit 3 = unfinished: the same call again on the warm machine resumes them from runs/acc-NAME); $OUT/acc-NAME.results.jsonl, curves.png, acc-NAME.tgz
 #              (every run's results.csv and console)
 #   accstart   realacc detached (setsid): it trains on past this call's end, through the next calls on the warm
 #              machine (which may run other parts meanwhile), for ACC_WINDOW seconds from now (default 1500: plan
@@ -134,8 +133,8 @@ GROUPS
             tail -20 "$OUT/guards.log" ;;
     step) stage step 150 ${STEP_LIMIT:-300} python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} \
             --backends c torch --steps 10 --warmup 5 --batch ${STEP_BATCH:-64} --profile 0 --timeout 110 \
-            --host-profile ${STEP_HOST_PROFILE:-0} ${STEP_MODES:+--modes $STEP_MODES} --paths ${STEP_PATHS:-fixed} $([ "${STEP_GRAPH_SHAPES:-1}" = 0 ] && echo --no-graph-shapes) \
-            --cudnn-benchmark --markdown
+            --host-profile ${STEP_HOST_PROFILE:-0} ${STEP_MODES:+--modes $STEP_MODES} --paths ${STEP_PATHS:-fixed} \
+            $([ "${STEP_GRAPH_SHAPES:-1}" = 0 ] && echo --no-graph-shapes) --cudnn-benchmark --markdown
           tail -10 "$OUT/step.log" ;;
     memory) stage memory 90 ${MEM_LIMIT:-400} python3 benchmarks/bench_memory.py --models ${MEM_MODELS:-yolov9-s yolov9-c} \
               --configs ${MEM_CONFIGS:-torch-cl c-cl torch-cl-graph c-cl-graph} --cudnn-benchmark --markdown
