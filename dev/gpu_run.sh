@@ -16,7 +16,8 @@
 #   step       bench_step.py: yolov9-s and yolov9-c (STEP_MODELS), both backends, batch 64 (STEP_BATCH), 640; the
 #              training paths STEP_PATHS (default fixed; e.g. "fixed micro rect multiscale partial ckpt") and
 #              STEP_GRAPH_SHAPES=0 for --no-graph-shapes in the graph rows (default: keyed by shape, as the trainer);
-#              STEP_MODES=eager: eager rows only; STEP_HOST_PROFILE=N: N steps under cProfile (host time by function)
+#              STEP_MODES=eager: eager rows only; STEP_HOST_PROFILE=N: N steps under cProfile (host time by function);
+#              STEP_BACKENDS=torch: one backend's rows (default "c torch")
 #   memory     bench_memory.py: peak memory per configuration (MEM_MODELS, MEM_CONFIGS), markdown rows
 #   train      bench_train.py: the real train_dual.py, yolov9-s and yolov9-c (TRAIN_MODELS), c and torch
 #              (TRAIN_BACKENDS), 1024 generated images (written while the module builds)
@@ -132,9 +133,9 @@ GROUPS
               tests/engine/train/test_graph_step.py   # the CUDA cases of test_guards.py, all of test_graph_step.py
             tail -20 "$OUT/guards.log" ;;
     step) stage step 150 ${STEP_LIMIT:-300} python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s yolov9-c} \
-            --backends c torch --steps 10 --warmup 5 --batch ${STEP_BATCH:-64} --profile 0 --timeout 110 \
-            --host-profile ${STEP_HOST_PROFILE:-0} ${STEP_MODES:+--modes $STEP_MODES} --paths ${STEP_PATHS:-fixed} \
-            $([ "${STEP_GRAPH_SHAPES:-1}" = 0 ] && echo --no-graph-shapes) --cudnn-benchmark --markdown
+            --backends ${STEP_BACKENDS:-c torch} --steps 10 --warmup 5 --batch ${STEP_BATCH:-64} --profile 0 \
+            --timeout 110 --host-profile ${STEP_HOST_PROFILE:-0} ${STEP_MODES:+--modes $STEP_MODES} \
+            --paths ${STEP_PATHS:-fixed} $([ "${STEP_GRAPH_SHAPES:-1}" = 0 ] && echo --no-graph-shapes) --cudnn-benchmark --markdown
           tail -10 "$OUT/step.log" ;;
     memory) stage memory 90 ${MEM_LIMIT:-400} python3 benchmarks/bench_memory.py --models ${MEM_MODELS:-yolov9-s yolov9-c} \
               --configs ${MEM_CONFIGS:-torch-cl c-cl torch-cl-graph c-cl-graph} --cudnn-benchmark --markdown
