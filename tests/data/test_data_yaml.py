@@ -100,6 +100,22 @@ def test_missing_yaml_and_nc_only(tmp_path):
         load_data_config(_write(root / "d.yaml", {"train": "images/train", "val": "images/val", "nc": 2}))
 
 
+def test_unreadable_yaml_is_one_line(tmp_path):
+    # a Latin-1 file and a broken flow list: one line naming the file (no UnicodeDecodeError traceback,
+    # no 6-line PyYAML text quoting "<unicode string>")
+    root = _tree(tmp_path / "ds")
+    latin = root / "latin.yaml"
+    latin.write_bytes(b"train: images/train\nval: images/val\nnames: [caf\xe9, b]\n")
+    with pytest.raises(DataConfigError) as e:
+        load_data_config(latin)
+    assert str(e.value) == f"{latin}: not a UTF-8 text file (byte 47: b'\\xe9, b'); save it as UTF-8"
+    broken = root / "broken.yaml"
+    broken.write_text("train: images/train\nval: images/val\nnames: [a, b\n")
+    with pytest.raises(DataConfigError) as e:
+        load_data_config(broken)
+    assert "\n" not in str(e.value) and str(e.value).startswith(f"{broken}: line 3: not valid yaml (")
+
+
 def test_gif_in_a_folder_is_named_once(tmp_path):
     # not a training format (as published: no gif in the formats list): ignored, and one warning names it
     from yolov9c.data.dataset import YoloDataset, DatasetConfig
