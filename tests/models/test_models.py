@@ -274,6 +274,16 @@ def test_bad_row_message_format_from_file(tmp_path):
     assert str(e.value) == "yolov9-x.yaml row 12 ([-1, 1, Foo, [64]]): unknown module 'Foo'"
 
 
+def test_unparsable_yaml_is_one_line(tmp_path):
+    # a flow list never closed: a ValueError the CLIs print as one `error:` line, not PyYAML's ParserError
+    p = tmp_path / "mine.yaml"
+    p.write_text("nc: 80\nbackbone: [[-1, 1, Conv, [16, 3, 2]]\n")
+    with pytest.raises(ValueError) as e:
+        DetectionModel(str(p))
+    assert str(e.value) == ("mine.yaml: line 2: not valid yaml (while parsing a flow sequence; "
+                            "expected ',' or ']', but got '<stream end>')")
+
+
 def test_probe_failure_names_the_row():
     # a max-pool that halves the map is not stride-tracked; the Concat then fails on the probe forward
     d = _with_row("gelan-t", 10, [-1, 1, "nn.MaxPool2d", [2, 2]])

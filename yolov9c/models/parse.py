@@ -60,8 +60,14 @@ def resolve_config(cfg):
             known = ", ".join(Path(n).stem for n in bundled_names("model"))
             raise FileNotFoundError(f"model config '{cfg}' not found: not a file and not one of {known} "
                                     "(a bare name or models/detect/NAME.yaml)")
-    with open(path, encoding="utf-8", errors="ignore") as f:
-        d = yaml.safe_load(f)
+    try:
+        with open(path, encoding="utf-8", errors="ignore") as f:
+            d = yaml.safe_load(f)
+    except yaml.YAMLError as e:  # one line where the broken construct starts, not PyYAML's 4-6 lines
+        mark = getattr(e, "context_mark", None) or getattr(e, "problem_mark", None)
+        at = f"{path.name}: line {mark.line + 1}" if mark is not None else path.name
+        problem = "; ".join(t for t in (getattr(e, "context", None), getattr(e, "problem", None)) if t)
+        raise ValueError(f"{at}: not valid yaml ({problem or str(e).splitlines()[0]})") from None
     if not isinstance(d, dict):
         raise ValueError(f"{path.name}: not a model yaml (top level is {type(d).__name__}, expected a mapping)")
     return d, path.name, path.name
