@@ -81,6 +81,17 @@ def test_val_dual_bad_input(setup, extra, needle, capsys):
     assert needle in capsys.readouterr().err
 
 
+def test_val_dual_task_test_without_a_test_split(setup, tmp_path, capsys):
+    # the synthetic yaml has no test: an error, not the val split's metrics under --task test
+    from yolov9c.cli.val import main
+
+    _, data, weights = setup
+    code = main(["--weights", str(weights), "--data", str(data), "--task", "test", "--device", "cpu",
+                 "--img", "64", "--project", str(tmp_path)])
+    assert code == 2 and "has no 'test' split" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def test_val_dual_missing_weights_script(setup, monkeypatch):
     root, _, _ = setup
     r = run_here(["--weights", "missing.pt", "--device", "cpu"], root, monkeypatch)

@@ -118,7 +118,10 @@ def run(opt, log=print):
     model = model.to(device).fuse()
     names = ["item"] if opt.single_cls else cfg["names"]
     stride = max(int(model.stride.max()), 32)
-    split = "test" if opt.task == "test" and cfg.get("test") else ("train" if opt.task == "train" else "val")
+    split = opt.task if opt.task in ("train", "test") else "val"
+    if split == "test" and not cfg.get("test"):  # not the val split's metrics under a test heading
+        raise ValueError(f"--task test: {opt.data or 'synthetic'} has no 'test' split; add test: to the dataset "
+                         f"yaml or use --task val")
     save_dir = increment_path(Path(opt.project) / opt.name, exist_ok=opt.exist_ok, mkdir=True)
     conf, iou, plots = opt.conf_thres, opt.iou_thres, True
     if opt.task == "speed":
