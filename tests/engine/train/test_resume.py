@@ -371,6 +371,26 @@ def test_a_bad_stored_value_the_command_line_replaces_is_no_error(interrupted, i
     assert sorted(p.name for p in tmp_path.iterdir()) == [run.name]  # no exp-from-epoch0
 
 
+def test_options_resume_does_not_take_are_named_in_one_warning(interrupted, interrupted_read, tmp_path,
+                                                               monkeypatch):
+    """--resume with --epochs 5 --img 96 (opt.yaml's win, as published): one WARNING line names both, not the
+    knobs it does take (--workers); nothing typed beyond those: no line."""
+    import yolov9c.engine.train.resume as R
+
+    run = _linked_run(interrupted, tmp_path)
+    last = run / "weights" / "last.pt"
+    monkeypatch.setattr(R, "_read", lambda path: interrupted_read[0])
+    lines = []
+    resumed = R.read_resume(parse_opt(["--resume", str(last), "--epochs", "5", "--img", "96", "--workers", "1"]),
+                            log=lines.append)
+    assert resumed.cfg.epochs == 2 and resumed.cfg.imgsz == 64 and resumed.cfg.workers == 1
+    warn = [ln for ln in lines if ln.startswith("WARNING: --resume")]
+    assert len(warn) == 1 and "--epochs, --imgsz typed here not used" in warn[0], lines
+    lines.clear()
+    R.read_resume(parse_opt(["--resume", str(last), "--workers", "1"]), log=lines.append)
+    assert not [ln for ln in lines if ln.startswith("WARNING")], lines
+
+
 def test_resume_restores_no_divergence_stop_and_the_command_line_overrides_it(interrupted, interrupted_read,
                                                                                tmp_path, monkeypatch):
     """A run started with --no-divergence-stop resumes with it (opt.yaml); --divergence-stop given on the

@@ -85,6 +85,11 @@ def read_resume(cfg: RunConfig, log=print) -> Resumed:
                          f"validation done); resume from one of its weights/epochN.pt (--save-period; it continues "
                          f"in a new run folder) or start a new run with --weights {last} to train it further")
     stored, source = _stored_options(run, ckpt, last, cfg, log)
+    unused = [k for k in cfg.given if k not in RESUME_OVERRIDES and k not in ("resume", "project", "local_rank")]
+    if unused:  # as published these come from opt.yaml; say so rather than drop what was typed silently
+        log(f"WARNING: --resume continues with the options in {source}: "
+            f"{', '.join('--' + k.replace('_', '-') for k in unused)} typed here not used (the options --resume "
+            f"takes from the command line: docs/train.md, \"Checkpoints and resume\")")
     reached = int(ckpt.get("epoch", -1)) + 1  # epochs trained (0 to reached - 1)
     if action == "train" and stored.epochs <= reached:  # the loop would train nothing, then strip last.pt
         raise TrainError(f"{source}: epochs: must be more than the {reached} epochs {last} has trained, got "
