@@ -83,6 +83,24 @@ def test_export_matches_torch_and_drops_the_aux_branch(tmp_path, images_dir):
     assert sizes["yolov9-t"] < 0.8 * sum(p.numel() for p in _model("yolov9-t").parameters())
 
 
+def test_check_images_skip_a_bad_file_and_name_it(tmp_path, images_dir, capsys):
+    # a corrupt image in --source: skipped with a line naming it (detect's way), not the export refused by a
+    # message without the file name
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(images_dir, src)
+    (src / "000000_bad.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    images = check_images(str(src), 3, (IMG, IMG))
+    assert images.shape == (3, 3, IMG, IMG)
+    assert f"WARNING: --check: {src / '000000_bad.jpg'}: corrupt image" in capsys.readouterr().out
+    only_bad = tmp_path / "bad"
+    only_bad.mkdir()
+    (only_bad / "a.jpg").write_bytes(b"")
+    with pytest.raises(ValueError, match="no readable image files"):
+        check_images(str(only_bad), 1, (IMG, IMG))
+
+
 def test_check_catches_a_wrong_file(tmp_path, images_dir):
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")

@@ -66,7 +66,7 @@ def check_images(source, n, imgsz):
     import numpy as np
     import torch
 
-    from yolov9c.data.images import IMG_FORMATS, read_image
+    from yolov9c.data.images import IMG_FORMATS, BadImage, read_image
     from yolov9c.data.letterbox import letterbox
     from yolov9c.engine.detect.sources import resolve_sources
 
@@ -74,10 +74,18 @@ def check_images(source, n, imgsz):
         from yolov9c.data.dataset_yaml import load_data_config
 
         source = load_data_config("synthetic")["val"][0]
-    files = [f for f in resolve_sources(source) if Path(f).suffix[1:].lower() in IMG_FORMATS][:n]
-    if not files:
-        raise ValueError(f"--source {source}: no image files for --check")
-    batch = [letterbox(read_image(f), imgsz, auto=False)[0][:, :, ::-1].transpose(2, 0, 1) for f in files]
+    batch = []
+    for f in (f for f in resolve_sources(source) if Path(f).suffix[1:].lower() in IMG_FORMATS):
+        try:  # a bad file is skipped with its name, as detect does, not the whole export refused without it
+            im = read_image(f)
+        except BadImage as e:
+            print(f"WARNING: --check: {f}: {e}, skipped")
+            continue
+        batch.append(letterbox(im, imgsz, auto=False)[0][:, :, ::-1].transpose(2, 0, 1))
+        if len(batch) == n:
+            break
+    if not batch:
+        raise ValueError(f"--source {source}: no readable image files for --check")
     return torch.from_numpy(np.ascontiguousarray(np.stack(batch))).float() / 255.0
 
 
