@@ -6,6 +6,15 @@ Test: python -m pytest -q tests/engine/train/test_train_parts.py -k run_dir; tes
 from pathlib import Path
 
 
+class RunDirError(ValueError):
+    """A run folder that cannot be made (a file in its path, a read-only --project); str(e) is one line."""
+
+
+def _cannot_make(path, e):
+    return RunDirError(f"cannot make the run folder {path}: {e.strerror} ({e.filename}); give a --project "
+                       f"you can write to")
+
+
 def increment_path(path, exist_ok=False, mkdir=False):
     """`path` if it does not exist (or exist_ok), else path2, path3, … (first free). Creates it if mkdir.
 
@@ -18,18 +27,26 @@ def increment_path(path, exist_ok=False, mkdir=False):
             yield path if n == 1 else path.with_name(f"{path.name}{n}")
 
     if mkdir and not exist_ok:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise _cannot_make(path, e) from None
         for cand in candidates():
             try:
                 cand.mkdir()
                 return cand
             except FileExistsError:
                 continue
+            except OSError as e:
+                raise _cannot_make(cand, e) from None
         raise FileExistsError(f"{path}: no free run folder name up to {path.name}9999")
     if path.exists() and not exist_ok:
         path = next((c for c in candidates(2) if not c.exists()), path)
     if mkdir:
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise _cannot_make(path, e) from None
     return path
 
 

@@ -15,7 +15,7 @@ from torch import nn
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.ema import ModelEMA
 from yolov9c.engine.train.optim import Lion, build_optimizer, param_groups
-from yolov9c.engine.run_dir import increment_path, latest_last_pt
+from yolov9c.engine.run_dir import RunDirError, increment_path, latest_last_pt
 from yolov9c.engine.train.schedule import lr_lambda, warmup, warmup_accumulate, warmup_iterations
 
 HYP = dict(lr0=0.01, lrf=0.01, momentum=0.937, weight_decay=5e-4, warmup_bias_lr=0.1, warmup_momentum=0.8)
@@ -163,6 +163,20 @@ def test_run_dir_increment_and_latest(tmp_path):
         f.write_bytes(b"x")
         os.utime(f, (1000 + i, 1000 + (1 - i) * 10))
     assert latest_last_pt(tmp_path) == tmp_path / "exp" / "weights" / "last.pt"
+
+
+def test_run_dir_that_cannot_be_made_is_one_line(tmp_path, capsys):
+    # --project under a file: RunDirError (one line from val_dual, detect_dual and train_dual), not
+    # NotADirectoryError's traceback; the same from both mkdir paths (a fresh name, --exist-ok)
+    from yolov9c.cli.train import main
+
+    (tmp_path / "f").write_text("a file")
+    for exist_ok in (False, True):
+        with pytest.raises(RunDirError, match=r"cannot make the run folder .*f/runs/exp.*Not a directory"):
+            increment_path(tmp_path / "f" / "runs" / "exp", exist_ok=exist_ok, mkdir=True)
+    code = main(["--cfg", "gelan-t.yaml", "--img", "64", "--epochs", "1", "--project", str(tmp_path / "f" / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("train_dual.py: error: cannot make the run folder")
 
 
 def test_results_csv_format(tmp_path):

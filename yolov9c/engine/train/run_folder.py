@@ -30,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from yolov9c.data.label_cache import folder_writable
+from yolov9c.engine.run_dir import RunDirError
 from yolov9c.engine.train import results as R
 from yolov9c.models.atomic_io import DiskFullError, atomic_copy, atomic_torch_save, atomic_write, is_temp_name
 from yolov9c.models.checkpoint import strip_checkpoint, to_plain
@@ -53,7 +54,7 @@ class RunFolderBusy(RunFolderError):
 
 
 # What the CLI prints as one `error:` line (DiskFullError lives in models/atomic_io.py, below engine).
-USER_ERRORS = (RunFolderError, DiskFullError)
+USER_ERRORS = (RunFolderError, DiskFullError, RunDirError)
 
 
 # ---------------------------------------------------------------------------------------------------------
