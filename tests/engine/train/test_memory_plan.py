@@ -131,6 +131,8 @@ def test_cli_memory_plans_what_training_runs(monkeypatch, capsys):
     assert mp.train_img_size(100, log=lines.append) == 128  # set-up's call, with its log
     assert out[0] == lines[0] == "WARNING: --img-size 100 must be a multiple of max stride 32, updating to 128"
     assert out[1].startswith("toy.yaml: batch 64, 128x128, "), out
+    assert mp.train_img_size(32, log=lines.append) == 64  # a multiple of 32 already: the floor is what changes it
+    assert lines[1] == "WARNING: --img-size 32 is below the smallest training size, 2 x max stride 32, updating to 64"
 
 
 def test_cli_memory_covers_every_shipped_model(capsys):

@@ -52,7 +52,9 @@ def train_img_size(img, gs=GRID, log=None):
     least 2 * gs (--img 100 trains at 128); a change is logged through `log` when given (--img's warning)."""
     size = max(math.ceil(img / gs) * gs, gs * 2)
     if log is not None and size != img:
-        log(f"WARNING: --img-size {img} must be a multiple of max stride {gs}, updating to {size}")
+        why = (f"must be a multiple of max stride {gs}" if img % gs else
+               f"is below the smallest training size, 2 x max stride {gs}")  # --img 32: a multiple already
+        log(f"WARNING: --img-size {img} {why}, updating to {size}")
     return size
 
 
