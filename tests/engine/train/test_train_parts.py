@@ -6,6 +6,7 @@ Run: python -m pytest -q tests/engine/train/test_train_parts.py
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from torch import nn
 
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.ema import ModelEMA
+from yolov9c.engine.train.errors import TrainError
 from yolov9c.engine.train.optim import Lion, build_optimizer, param_groups
 from yolov9c.engine.run_dir import RunDirError, increment_path, latest_last_pt
 from yolov9c.engine.train.schedule import lr_lambda, warmup, warmup_accumulate, warmup_iterations
@@ -177,6 +179,21 @@ def test_run_dir_that_cannot_be_made_is_one_line(tmp_path, capsys):
     code = main(["--cfg", "gelan-t.yaml", "--img", "64", "--epochs", "1", "--project", str(tmp_path / "f" / "runs")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("train_dual.py: error: cannot make the run folder")
+
+
+def test_select_device_refuses_what_is_not_a_gpu_index(monkeypatch):
+    # on a CUDA machine `--device cuda` was int('cuda')'s ValueError traceback and `--device 3` of one GPU
+    # CUDA's invalid-ordinal error later: now one TrainError each, as val_dual and detect_dual say
+    from yolov9c.engine.train.state import select_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for spec, says in (("cuda", "expected cpu, a GPU index"), ("mps", "expected cpu, a GPU index"),
+                       ("0,cpu", "expected cpu, a GPU index"), ("3", "GPU 3 does not exist (1 visible)")):
+        with pytest.raises(TrainError, match=re.escape(f"--device {spec}: {says}")):
+            select_device(spec, -1)
+    assert select_device("cuda:0", -1) == torch.device("cuda", 0) == select_device("", -1)
+    assert select_device("cpu", -1) == torch.device("cpu")
 
 
 def test_results_csv_format(tmp_path):

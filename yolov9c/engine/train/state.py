@@ -294,6 +294,9 @@ def claim_run_dir(cfg, resumed, main):
 def select_device(spec, local_rank):
     """--device ('' | cpu | 0 | 0,1 | cuda:0) → the torch.device of this process."""
     spec = str(spec).strip().lower().replace("cuda:", "")
+    ids = [s for s in spec.replace(" ", "").split(",") if s]
+    if spec not in ("", "cpu") and not (ids and all(s.isdigit() for s in ids)):  # `cuda`, `mps`, `0,cpu`
+        raise TrainError(f"--device {spec}: expected cpu, a GPU index such as 0, or a list such as 0,1")
     if spec == "cpu" or not torch.cuda.is_available():
         if spec not in ("", "cpu"):
             raise TrainError(f"--device {spec}: CUDA is not available on this machine; use --device cpu")
@@ -302,8 +305,9 @@ def select_device(spec, local_rank):
         return torch.device("cuda", local_rank)
     if spec == "":
         return torch.device("cuda", 0)
-    ids = [int(s) for s in spec.split(",") if s.strip()]
-    return torch.device("cuda", ids[0])
+    if int(ids[0]) >= torch.cuda.device_count():  # else CUDA's "invalid device ordinal" mid set-up
+        raise TrainError(f"--device {spec}: GPU {ids[0]} does not exist ({torch.cuda.device_count()} visible)")
+    return torch.device("cuda", int(ids[0]))
 
 
 def resolve_backend(cfg, device, world, log):
