@@ -118,6 +118,13 @@ def test_same_seed_same_batches_any_workers(cfg, monkeypatch):
     assert not torch.equal(e0[0][1], e1[0][1])
 
 
+def test_a_bad_loader_threads_variable_names_itself(cfg, monkeypatch):
+    monkeypatch.setenv("YOLOV9C_LOADER_THREADS", "abc")
+    data = DatasetConfig(augment=False, nc=8)
+    with pytest.raises(ValueError, match=r"^YOLOV9C_LOADER_THREADS='abc': must be a number of threads"):
+        create_dataloader(cfg["train"], 64, 4, LoaderConfig(data, workers=0), log=_quiet)
+
+
 def test_set_epoch_replays_an_epoch(cfg):
     data = DatasetConfig(augment=True, hyp=augment_hyp(), seed=1, nc=8)
     loader, _ = create_dataloader(cfg["train"], 128, 4, LoaderConfig(data, shuffle=True, workers=0), log=_quiet)

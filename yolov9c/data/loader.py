@@ -269,6 +269,8 @@ def create_dataloader(path, imgsz, batch_size, cfg=None, log=print):
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     env = os.getenv("YOLOV9C_LOADER_THREADS")
     if env:
+        if not env.strip().isdigit():  # int()'s own message would not name the variable
+            raise ValueError(f"YOLOV9C_LOADER_THREADS={env!r}: must be a number of threads such as 2 (or unset it)")
         dataset.item_threads = max(1, int(env))
     elif nw > 0:
         dataset.item_threads = max(1, min(4, cpus // (nw * max(world_size, 1))))
