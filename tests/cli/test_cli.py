@@ -144,7 +144,7 @@ def test_convert_default_is_fp16(yolov9t_checkpoint, tmp_path):
     assert torch.equal(raw["model"]["model.0.conv.weight"], model.state_dict()["model.0.conv.weight"].half())
 
 
-@pytest.mark.parametrize("case", ["missing", "unknown-cfg", "wrong-family", "not-yolov9", "garbage"])
+@pytest.mark.parametrize("case", ["missing", "unknown-cfg", "wrong-family", "not-yolov9", "garbage", "unwritable"])
 def test_convert_bad_input_writes_nothing(yolov9t_checkpoint, gelan_mini, tmp_path, case):
     src, _ = yolov9t_checkpoint
     out = tmp_path / "out.pt"
@@ -162,6 +162,11 @@ def test_convert_bad_input_writes_nothing(yolov9t_checkpoint, gelan_mini, tmp_pa
         ck.save_checkpoint(gelan, DetectionModel(gelan_mini))
         r = cli("convert", "--weights", gelan, "--cfg", "gelan-t", "--out", out)
         assert_usage_error(r, "DualDDetect")
+    elif case == "unwritable":  # --out under a file (as a read-only folder): one line, not the OSError traceback
+        (tmp_path / "f").write_text("a file")
+        out = tmp_path / "f" / "out.pt"
+        r = cli("convert", "--weights", src, "--cfg", "gelan-t", "--out", out)
+        assert_usage_error(r, f"cannot write {out}: ")
     else:
         bad = tmp_path / "bad.pt"
         bad.write_bytes(b"\x80\x02}q\x00garbage")

@@ -101,6 +101,18 @@ def test_check_images_skip_a_bad_file_and_name_it(tmp_path, images_dir, capsys):
         check_images(str(only_bad), 1, (IMG, IMG))
 
 
+def test_cli_unwritable_target_is_one_error_line(tmp_path, capsys):
+    # best.onnx cannot be written (here a folder of that name; a read-only weights folder alike): one line,
+    # not the OSError traceback, and no temp file left
+    pytest.importorskip("onnx")
+    weights = tmp_path / "best.pt"
+    save_checkpoint(weights, yolov9c.build_model("gelan-t", nc=3))
+    (tmp_path / "best.onnx").mkdir()
+    code, _, err = _cli(capsys, "--weights", weights, "--img", IMG, "--check", 0)
+    assert code == 2 and f"error: cannot write {tmp_path / 'best.onnx'}: " in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.onnx", "best.pt"]
+
+
 def test_check_catches_a_wrong_file(tmp_path, images_dir):
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")

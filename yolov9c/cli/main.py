@@ -121,6 +121,7 @@ def _load(path: str):
 def cmd_convert(args) -> int:
     import torch
 
+    from yolov9c.models.atomic_io import DiskFullError, is_temp_name
     from yolov9c.models.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
     from yolov9c.models.weights import model_from_checkpoint
 
@@ -163,7 +164,13 @@ def cmd_convert(args) -> int:
     if getattr(model, "hyp", None) is not None:
         gelan.hyp = model.hyp
 
-    save_checkpoint(out, gelan, half=not args.fp32)
+    try:
+        save_checkpoint(out, gelan, half=not args.fp32)
+    except DiskFullError as e:  # its one line says what was needed and what is free
+        raise CliError(str(e)) from None
+    except OSError as e:  # a read-only folder, a file where a folder should be
+        where = f" ({e.filename})" if e.filename and not is_temp_name(Path(e.filename).name) else ""
+        raise CliError(f"cannot write {out}: {e.strerror or e}{where}") from None
     n_src = sum(p.numel() for p in model.parameters())
     n_dst = sum(p.numel() for p in gelan.parameters())
     print(f"Re-parameterised {Path(model.yaml_file or 'model').stem} -> {Path(gelan.yaml_file or 'gelan').stem}: "

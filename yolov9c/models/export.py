@@ -118,6 +118,8 @@ def export_onnx(model: nn.Module, path, imgsz=(640, 640), batch: int = 1, opset:
         os.replace(tmp, path)
     except (RuntimeError, ValueError, TypeError) as e:
         raise ExportError(f"ONNX export failed: {e}") from e
+    except OSError as e:  # a read-only weights folder, a full disk: its reason, not the temp file's traceback
+        raise ExportError(f"cannot write {path}: {e.strerror or e}") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
