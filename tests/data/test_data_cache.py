@@ -94,6 +94,18 @@ def test_corrupt_cache_file_is_rescanned(tmp_path):
     assert not r.from_cache and r.n_images == 4
 
 
+def test_missing_label_folder_is_not_called_unwritable(tmp_path):
+    im, lb = _dataset(tmp_path)
+    for f in lb.iterdir():
+        f.unlink()
+    lb.rmdir()
+    (tmp_path / "labels").rmdir()
+    lines = []
+    assert _scan(im, lines).n_backgrounds == 4
+    cache = tmp_path / "labels" / "train.cache"
+    assert f"{cache}: label cache not written, {tmp_path / 'labels'} does not exist" in lines, lines
+
+
 def test_unwritable_folder_warns_and_still_works(tmp_path):
     im, lb = _dataset(tmp_path)
     parent = tmp_path / "labels"

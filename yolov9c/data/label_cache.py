@@ -85,6 +85,8 @@ def save_label_cache(path, scan, key):
         segments=segments, messages=np.array(scan.messages, dtype=str),
         counts=np.array([scan.n_images, scan.n_backgrounds, scan.n_corrupt, scan.n_warnings], np.int64),
     )
+    if not path.parent.is_dir():  # no label folder at all (images without labels): not a permissions problem
+        return f"label cache not written, {path.parent} does not exist"
     if not folder_writable(path.parent):
         return f"label cache not written, {path.parent} is not writable"
     remove_stale_temps(path.parent, re.escape(path.name) + r"\.(?P<pid>\d+)\.tmp")  # left by a killed run
