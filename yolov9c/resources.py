@@ -116,6 +116,16 @@ def likely_key(key):
     return folded[close[0]] if close else None
 
 
+def yaml_error_line(e, where):
+    """(at, problem) of a yaml.YAMLError for one error line: `where: line N`, N the line where the broken
+    construct starts (a flow list opened on line 3 and never closed: line 3), and PyYAML's context and problem
+    joined (its own text spans 4-6 lines). Used by every yaml file users give: hyp, dataset, model."""
+    mark = getattr(e, "context_mark", None) or getattr(e, "problem_mark", None)
+    at = f"{where}: line {mark.line + 1}" if mark is not None else str(where)
+    problem = "; ".join(t for t in (getattr(e, "context", None), getattr(e, "problem", None)) if t)
+    return at, problem or str(e).splitlines()[0]
+
+
 def check_hyp(hyp: dict, where="hyp", lines=None) -> dict:
     """Raise ValueError "<where>: line N: <key>: <why>" for the first value of a HYP_RANGES key that is not a
     number (true/false count as not) or lies outside its range; `lines` maps keys to their line in the file.
@@ -151,11 +161,8 @@ def _read_hyp_file(path: Path, log=print) -> dict:
                     v.tag = "tag:yaml.org,2002:float"
         data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
-        # the line where the broken construct starts (a flow list opened on line 3 and never closed: line 3)
-        mark = getattr(e, "context_mark", None) or getattr(e, "problem_mark", None)
-        at = f"{path}: line {mark.line + 1}" if mark is not None else str(path)
-        problem = "; ".join(t for t in (getattr(e, "context", None), getattr(e, "problem", None)) if t)
-        problem = (problem or str(e).splitlines()[0]).replace("tag:yaml.org,2002:", "!!")
+        at, problem = yaml_error_line(e, path)
+        problem = problem.replace("tag:yaml.org,2002:", "!!")
         if isinstance(e, yaml.constructor.ConstructorError):
             problem += " (a hyp file holds plain numbers; tags that build Python objects are refused, never run)"
         raise ValueError(f"{at}: not a valid hyp file: {problem}") from None

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from yolov9c.data.synthetic import synthetic_dataset
+from yolov9c.resources import yaml_error_line
 
 
 class DataConfigError(ValueError):
@@ -56,11 +57,8 @@ def load_data_config(data, cache_dir=None):
             raise DataConfigError(f"{f}: not a UTF-8 text file (byte {e.start}: {e.object[e.start:e.start + 4]!r}); "
                                   f"save it as UTF-8") from None
         except yaml.YAMLError as e:
-            # one line: where the broken construct starts and what is wrong (PyYAML's own text spans 6 lines)
-            mark = getattr(e, "context_mark", None) or getattr(e, "problem_mark", None)
-            at = f"{f}: line {mark.line + 1}" if mark is not None else str(f)
-            problem = "; ".join(t for t in (getattr(e, "context", None), getattr(e, "problem", None)) if t)
-            raise DataConfigError(f"{at}: not valid yaml ({problem or str(e).splitlines()[0]})") from None
+            at, problem = yaml_error_line(e, f)
+            raise DataConfigError(f"{at}: not valid yaml ({problem})") from None
         if not isinstance(cfg, dict):
             raise DataConfigError(f"{f}: expected a mapping with keys train, val, names")
         where, base = str(f), f.resolve().parent

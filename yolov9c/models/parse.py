@@ -23,7 +23,7 @@ import yaml
 from yolov9c.models.common import (ADown, AConv, CBFuse, CBLinear, Concat, Conv, ELAN1, RepConvN,
                                    RepNBottleneck, RepNCSP, RepNCSPELAN4, SP, SPPELAN, Silence)
 from yolov9c.models.head import DDetect, DualDDetect, make_divisible
-from yolov9c.resources import MODEL_CONFIG_DIR as CONFIG_DIR, bundled_file, bundled_names
+from yolov9c.resources import MODEL_CONFIG_DIR as CONFIG_DIR, bundled_file, bundled_names, yaml_error_line
 
 # Every module name a yaml row may use (the published YOLOv9 set that this package implements, plus
 # parameter-free torch.nn layers that keep the channel count).
@@ -63,11 +63,9 @@ def resolve_config(cfg):
     try:
         with open(path, encoding="utf-8", errors="ignore") as f:
             d = yaml.safe_load(f)
-    except yaml.YAMLError as e:  # one line where the broken construct starts, not PyYAML's 4-6 lines
-        mark = getattr(e, "context_mark", None) or getattr(e, "problem_mark", None)
-        at = f"{path.name}: line {mark.line + 1}" if mark is not None else path.name
-        problem = "; ".join(t for t in (getattr(e, "context", None), getattr(e, "problem", None)) if t)
-        raise ValueError(f"{at}: not valid yaml ({problem or str(e).splitlines()[0]})") from None
+    except yaml.YAMLError as e:
+        at, problem = yaml_error_line(e, path.name)
+        raise ValueError(f"{at}: not valid yaml ({problem})") from None
     if not isinstance(d, dict):
         raise ValueError(f"{path.name}: not a model yaml (top level is {type(d).__name__}, expected a mapping)")
     return d, path.name, path.name
