@@ -417,6 +417,26 @@ def test_weights_that_are_no_pt_file_are_refused_not_ignored(data, tmp_path, mon
                "YOLOv9 .pt), as published"}[case], line
 
 
+@pytest.mark.parametrize("cli", ["val", "detect"])
+def test_a_weights_folder_is_named_a_folder_in_val_and_detect(data, tmp_path, monkeypatch, cli):
+    """val/detect --weights runs/train/exp/weights (a folder): train's wording, a .pt inside named, not "file not
+    found" (models.published.weights_not_found)."""
+    from yolov9c.cli.detect import main as detect_main
+    from yolov9c.cli.val import main as val_main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "last.pt").write_bytes(b"")
+    project = tmp_path / "runs"
+    entry, argv = {
+        "val": (val_main, ["--weights", "w", "--data", data, "--project", project, "--device", "cpu"]),
+        "detect": (detect_main, ["--weights", "w", "--project", project, "--device", "cpu"]),
+    }[cli]
+    line = refused(entry, argv, project)
+    assert line == (f"{cli}_dual.py: error: --weights w: a folder, not a checkpoint file: give a .pt file, "
+                    f"e.g. w/last.pt"), line
+
+
 def test_missing_sample_image_says_where_to_get_it(gelan_t, tmp_path, monkeypatch):
     """detect_dual.py --source data/images/horses.jpg (the published guides' image) without the file."""
     from yolov9c.cli.detect import main as detect_main

@@ -9,7 +9,7 @@ runs. from_published keeps only `.yaml`, `.names`, `.hyp` and the state_dicts of
 
     raw = torch.load(path, map_location="cpu", pickle_module=restricted_pickle, weights_only=False)
     ckpt = from_published(raw, path)          # a dict in our format, 'source': 'published'
-    msg = weights_not_found(path)             # the one message for a missing --weights (train, val, detect, ...)
+    msg = weights_not_found(path)             # the one message for a missing --weights or a folder (train, val, ...)
     msg = weights_file_error(path)            # train's --weights: missing, a folder, not a .pt (None: a .pt file)
 
 Test: python -m pytest -q tests/models/test_checkpoint.py -k "published or unsafe or restricted"
@@ -37,9 +37,15 @@ _RELEASE_ASSET = re.compile(r"(yolov9|gelan)-[tsmce](-converted)?\.pt")
 
 
 def weights_not_found(path) -> str:
-    """The message for a --weights file that does not exist, the same in train, val, detect and the tools: the
-    path, and for a published release asset's name where to download it (as README.md's FAQ says)."""
-    name = pathlib.Path(str(path)).name
+    """The message for a --weights path that is not a file, the same in train, val, detect and the tools: for a
+    folder, that a .pt file is expected (one found inside named); else the path, and for a published release
+    asset's name where to download it (as README.md's FAQ says)."""
+    p = pathlib.Path(str(path))
+    if p.is_dir():
+        found = sorted(p.glob("*.pt")) or sorted(p.glob("weights/*.pt"))
+        return f"--weights {path}: a folder, not a checkpoint file: give a .pt file" + (
+            f", e.g. {found[0]}" if found else "")
+    name = p.name
     where = (f"; {name} is a release asset of the published YOLOv9 repository: download it from {RELEASES} "
              f"(yolov9c downloads nothing)" if _RELEASE_ASSET.fullmatch(name) else "")
     return f"--weights {path}: file not found{where}"
@@ -50,10 +56,6 @@ def weights_file_error(path) -> str | None:
     (weights_not_found), a folder, or another suffix (the published train stops on any suffix but .pt; training
     from scratch instead would hide the mistake)."""
     p = pathlib.Path(str(path))
-    if p.is_dir():
-        found = sorted(p.glob("*.pt")) or sorted(p.glob("weights/*.pt"))
-        return f"--weights {path}: a folder, not a checkpoint file: give a .pt file" + (
-            f", e.g. {found[0]}" if found else "")
     if not p.is_file():
         return weights_not_found(path)
     if p.suffix.lower() != ".pt":
