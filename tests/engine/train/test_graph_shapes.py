@@ -16,6 +16,9 @@ test_graph_step.py's fixed-shape test), and a run graphed by shape = an eager ru
 Run: python -m pytest -q tests/engine/train/test_graph_shapes.py
 """
 
+import types
+
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -152,6 +155,42 @@ def test_warm_up_and_cap_decisions():
     assert step.plan(*b) == (None, "cap") and step.plan(*a64) == (_key(a[0], 64), None)
     cold = GS.ShapeGraphStep(_fake_state(graph_shapes=True, cudnn_benchmark=False), warmup=0)
     assert not cold.benchmark and cold.plan(*b) == (_key(b[0], 32), None)
+
+
+def _rect_state(batch_shapes, **cfg):
+    state = _fake_state(graph_shapes=True, cudnn_benchmark=False, **cfg)
+    state.dataset = types.SimpleNamespace(rect=True, batch_shapes=np.array(batch_shapes, dtype=np.int64))
+    return state
+
+
+def test_rect_keeps_graph_slots_for_its_most_frequent_shapes():
+    """--rect batches come in aspect order, the rarest shapes first. With more shapes than the cap, the cap - 2
+    most frequent keep slots: a rare shape is captured while slots are free beyond those, then runs eagerly
+    ("rare"), and every frequent shape still gets its graph. Not with --multi-scale, nor with few shapes."""
+    rare = [(32 + 8 * i, 64) for i in range(4)]  # one batch each, first in the epoch
+    common = [(64, 64)] * 5 + [(64, 56)] * 4 + [(64, 48)] * 3
+    state = _rect_state(rare + common)
+    assert GS.frequent_sizes(state, 4) == {(64, 64), (64, 56)}
+    step = GS.ShapeGraphStep(state, warmup=0, cap=4)
+    got = []
+    for hw in rare + [(64, 64), (64, 56), (64, 48)]:
+        imgs, targets = _batch((3, 1), hw=hw)
+        key, why = step.plan(imgs, targets)
+        got.append(why)
+        if why is None:
+            step.micro[key] = object()  # held, as a capture would
+    assert got == [None, None, "rare", "rare", None, None, "cap"]
+    assert GS.frequent_sizes(_rect_state(rare + common, multi_scale=True), 4) == frozenset()
+    assert GS.frequent_sizes(_rect_state(common), 4) == frozenset()  # 3 shapes fit the cap: first come
+    assert GS.frequent_sizes(_fake_state(graph_shapes=True), 4) == frozenset()  # no dataset (not --rect)
+    lines = []
+    many = [(32, 64 + 8 * i) for i in range(GS.MAX_GRAPHS)] + common  # cap + 3 shapes
+    state = _rect_state(many)
+    state.log = lines.append
+    step = select_step(state)
+    assert len(step.frequent) == GS.MAX_GRAPHS - 2 and {(64, 64), (64, 56), (64, 48)} <= step.frequent
+    assert lines[1] == (f"step: --rect makes {GS.MAX_GRAPHS + 3} batch shapes: graph slots kept for the "
+                        f"{GS.MAX_GRAPHS - 2} most frequent; batches of the others run eagerly"), lines
 
 
 def test_static_images_are_views_of_one_buffer_that_grows():
