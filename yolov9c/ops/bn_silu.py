@@ -307,13 +307,30 @@ def _use_reference(op, z, *ts):
     return False
 
 
-def _vecs(C, z, n):
-    """(n float32 (C,) vectors on z's device, rows of one (n, C) allocation, then the CUDA kernels' workspace: None
-    on the CPU). For a z that C will refuse, C = 1 and no workspace."""
-    vecs = torch.empty((n, z.shape[1] if z.ndim > 1 else 1), dtype=torch.float32, device=z.device).unbind(0)
+def _vecs(z, n):
+    """n float32 (C,) vectors on z's device, rows of one (n, C) allocation (C = 1 for a z that C will refuse)."""
+    return torch.empty((n, z.shape[1] if z.ndim > 1 else 1), dtype=torch.float32, device=z.device).unbind(0)
+
+
+_WORKSPACES = {}  # lean_host: (device, stream handle) -> the workspace its kernels share (they run in stream order)
+_RETIRED = []  # outgrown workspaces, kept: a CUDA graph captured with one reads it at every replay
+
+
+def _workspace(C, z, stream):
+    """The CUDA kernels' workspace for z (None on the CPU, or for a z that C will refuse): a new allocation, or
+    with extension.lean_host() one buffer per (device, stream) reused by every call and grown as needed."""
     if not z.is_cuda or z.ndim != 4:
-        return (*vecs, None)
-    return (*vecs, torch.empty(C.bn_workspace_size(z.shape, True), dtype=torch.uint8, device=z.device))
+        return None
+    need = C.bn_workspace_size(z.shape, True)
+    if not extension.lean_host():
+        return torch.empty(need, dtype=torch.uint8, device=z.device)
+    key = (z.device, stream)
+    ws = _WORKSPACES.get(key)
+    if ws is None or ws.numel() < need:
+        if ws is not None:
+            _RETIRED.append(ws)
+        ws = _WORKSPACES[key] = torch.empty(need, dtype=torch.uint8, device=z.device)
+    return ws
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -357,18 +374,18 @@ class _BNSiLUFunction(torch.autograd.Function):
 # ---------------------------------------------------------------------------------------------------------
 # public API
 
-def stats(z, running_mean=None, running_var=None, momentum=0.03, eps=1e-3):
+def stats(z, running_mean=None, running_var=None, momentum=0.03, eps=1e-3, out=None):
     """(mean, invstd): float32 (C,) batch statistics of z (B, C, H, W); invstd = 1/sqrt(biased_var + eps) (on
-    the fused path, the rows of one (2, C) tensor). running_mean / running_var (float32 (C,), optional) are
-    updated in place as nn.BatchNorm2d does in training mode (running_var with the unbiased variance). No
-    autograd. ValueError when B·H·W == 1."""
+    the fused path, the rows of one (2, C) tensor, or written into out = (mean, invstd) when given).
+    running_mean / running_var (float32 (C,), optional) are updated in place as nn.BatchNorm2d does in training
+    mode (running_var with the unbiased variance). No autograd. ValueError when B·H·W == 1."""
     op = "bn_stats_forward"
     got = None if _use_reference(op, z) else extension.enter(op, z)
     if got is None:
         return _stats_reference(z, running_mean, running_var, momentum, eps)
     C, stream = got
-    mean, invstd, ws = _vecs(C, z, 2)
-    C.bn_stats_forward(z, running_mean, running_var, momentum, eps, mean, invstd, ws, stream)
+    mean, invstd = out if out is not None else _vecs(z, 2)
+    C.bn_stats_forward(z, running_mean, running_var, momentum, eps, mean, invstd, _workspace(C, z, stream), stream)
     return mean, invstd
 
 
@@ -434,8 +451,9 @@ def backward(bn, grad_out, bn2=None, act="silu", dz=None, dz2=None, accumulate=F
     if bn2 is None:
         accumulate = accumulate and dz is not None
         dz = dz if dz is not None else _empty_like(z)
-        dw, db, ws = _vecs(C, z, 2)
-        C.bn_silu_backward(bn, None, grad_out, act, batch_stats, (dz, dw, db), None, accumulate, ws, stream)
+        dw, db = _vecs(z, 2)
+        C.bn_silu_backward(bn, None, grad_out, act, batch_stats, (dz, dw, db), None, accumulate,
+                           _workspace(C, z, stream), stream)
         return dz, dw, db
     if not isinstance(z2, torch.Tensor):
         raise TypeError(f"{op}: z2 must be a torch.Tensor, got {type(z2).__name__}")
@@ -447,6 +465,7 @@ def backward(bn, grad_out, bn2=None, act="silu", dz=None, dz2=None, accumulate=F
         acc1 = True
     dz = dz if dz is not None else _empty_like(z)
     dz2 = dz2 if dz2 is not None else _empty_like(z2)
-    dw1, db1, dw2, db2, ws = _vecs(C, z, 4)
-    C.bn_silu_backward(bn, bn2, grad_out, act, batch_stats, (dz, dw1, db1), (dz2, dw2, db2), acc1, ws, stream)
+    dw1, db1, dw2, db2 = _vecs(z, 4)
+    C.bn_silu_backward(bn, bn2, grad_out, act, batch_stats, (dz, dw1, db1), (dz2, dw2, db2), acc1,
+                       _workspace(C, z, stream), stream)
     return dz, dw1, db1, dz2, dw2, db2

@@ -56,6 +56,19 @@ def fused_enabled():
     return _ENVIRON.get(_FUSED_KEY) != _FUSED_OFF
 
 
+try:
+    _LEAN_KEY, _LEAN_ON = os.environ.encodekey("YOLOV9C_LEAN_HOST"), os.environ.encodevalue("1")
+except AttributeError:
+    _LEAN_KEY, _LEAN_ON = "YOLOV9C_LEAN_HOST", "1"
+
+
+def lean_host():
+    """True when YOLOV9C_LEAN_HOST=1 (off by default until a GPU A/B proves it; read at every call): the c
+    backend's eager step reuses its BatchNorm statistics vectors and kernel workspaces across steps and counts
+    num_batches_tracked once a forward (fewer allocations and launches a step; bit-identical results)."""
+    return _ENVIRON.get(_LEAN_KEY) == _LEAN_ON
+
+
 def dtype_code(dtype):
     """The module's code for a torch dtype (TypeError for a dtype no op accepts)."""
     codes = _dtype_codes if _dtype_codes is not None else _load_codes()

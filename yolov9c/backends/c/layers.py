@@ -14,8 +14,11 @@ read at call time: tests swap them for the path before the ops.
 Test: python -m pytest -q tests/backends/test_backend_c.py
 """
 
+import contextlib
 import functools
 import operator
+import sys
+import weakref
 
 import torch
 import torch.nn as nn
@@ -28,6 +31,7 @@ from yolov9c.models.common import (ADown, AConv, CBFuse, CBLinear, Concat, Conv,
 from yolov9c.models.head import DFL, DDetect, DualDDetect
 from yolov9c.ops import bn_silu as ops
 from yolov9c.ops import pool
+from yolov9c.ops.extension import lean_host
 
 
 def _node(x):
@@ -80,16 +84,73 @@ def _stats(bn, z):
 
 def _batch_stats(bn, z):
     """Batch (mean, invstd) of z, updating bn's running statistics and num_batches_tracked exactly as
-    nn.BatchNorm2d.forward does in training mode (momentum None = cumulative average)."""
+    nn.BatchNorm2d.forward does in training mode (momentum None = cumulative average). With
+    extension.lean_host(): written into bn's kept vectors when nothing holds them (_stats_out), and inside
+    counting_batches() num_batches_tracked is counted when the block ends, with the others in one call."""
     momentum = 0.0 if bn.momentum is None else bn.momentum
+    lean = lean_host()
+    out = _stats_out(bn, z) if lean else None
     if bn.track_running_stats:
         buffers = bn._buffers
         n = buffers["num_batches_tracked"]
-        n.add_(1)
+        pending = _COUNTS[0]
+        if bn.momentum is None or pending is None or not lean:
+            n.add_(1)
+        else:
+            pending.append(n)
         if bn.momentum is None:
             momentum = 1.0 / float(n)
-        return ops.stats(z, buffers["running_mean"], buffers["running_var"], momentum, bn.eps)
-    return ops.stats(z, None, None, momentum, bn.eps)
+        return ops.stats(z, buffers["running_mean"], buffers["running_var"], momentum, bn.eps, out)
+    return ops.stats(z, None, None, momentum, bn.eps, out)
+
+
+_COUNTS = [None]  # inside counting_batches(): the num_batches_tracked tensors to add 1 to when it ends
+_KEPT = weakref.WeakKeyDictionary()  # lean_host: BatchNorm -> (mean, invstd) float32 rows of one (2, C) tensor
+
+
+@contextlib.contextmanager
+def counting_batches():
+    """Inside (the c model's forward, pgi.model_forward), with lean_host(), each BatchNorm's num_batches_tracked
+    += 1 is collected and done for all of them in one torch._foreach_add_ when the block ends (also on an
+    error: the counts the forward reached, as nn.BatchNorm2d leaves them). Nested blocks count in the outer."""
+    if _COUNTS[0] is not None:
+        yield
+        return
+    _COUNTS[0] = pending = []
+    try:
+        yield
+    finally:
+        _COUNTS[0] = None
+        if pending:
+            torch._foreach_add_(pending, 1)
+
+
+def _stats_out(bn, z):
+    """bn's kept (mean, invstd) for z's statistics, or None (ops.stats allocates) while anything still holds the
+    last ones: a backward not yet run saved them (their TensorImpl's use count), or Python code holds the tensors
+    (their reference count beyond the kept tuple's). Made on first use, again for another device or width."""
+    got = _KEPT.get(bn)
+    c = z.shape[1]
+    if got is not None and got[0].device == z.device and got[0].shape[0] == c:
+        mean, invstd = got
+        if mean._use_count() == 1 and invstd._use_count() == 1 and sys.getrefcount(mean) <= _FREE_REFS \
+                and sys.getrefcount(invstd) <= _FREE_REFS:
+            return got
+        return None
+    got = _KEPT[bn] = tuple(torch.empty((2, c), dtype=torch.float32, device=z.device).unbind(0))
+    return got
+
+
+def _free_refs():
+    """sys.getrefcount of a kept vector that nothing else holds, seen from _stats_out (the kept tuple, the local
+    name, the call's argument): measured here the same way, not assumed, so that an interpreter that counts
+    otherwise makes the check stricter or looser by the same amount."""
+    got = (torch.empty(1), torch.empty(1))
+    mean, invstd = got
+    return sys.getrefcount(mean)
+
+
+_FREE_REFS = _free_refs()
 
 
 def _bn_act(m, z):

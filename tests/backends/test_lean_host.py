@@ -1,0 +1,122 @@
+"""YOLOV9C_LEAN_HOST=1 (extension.lean_host, off by default): the c step with its BatchNorm statistics written into
+vectors kept across steps, workspaces kept per stream and num_batches_tracked counted once a forward trains
+bit-identically to the default, makes fewer allocations and launches, and never writes vectors something holds.
+Run: python -m pytest -q tests/backends/test_lean_host.py (CUDA cases on a GPU)
+"""
+
+import copy
+
+import pytest
+import torch
+
+from seeded_models import shared_seeded_model
+from yolov9c.api import make_loss
+from yolov9c.backends import apply
+from yolov9c.backends.c import layers
+from yolov9c.ops import bn_silu, extension
+
+TARGETS = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25], [0, 0, 0.7, 0.3, 0.2, 0.3]])
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _train(base, lean, monkeypatch, steps=2, device="cpu", amp=False):
+    """Loss per step, the gradients of the last and the state_dict after `steps` plain SGD steps of a c copy."""
+    monkeypatch.setenv("YOLOV9C_LEAN_HOST", "1" if lean else "0")
+    m = apply(copy.deepcopy(base).to(device), "c")
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(5)).to(device)
+    loss_fn, losses = make_loss(m), []
+    for _ in range(steps):
+        for p in m.parameters():
+            p.grad = None
+        with torch.autocast(device, dtype=torch.float16 if device == "cuda" else torch.bfloat16, enabled=amp):
+            out = m(x)
+        loss, _ = loss_fn(out, TARGETS.to(device))
+        loss.backward()
+        with torch.no_grad():
+            for p in m.parameters():
+                if p.grad is not None:
+                    p -= 0.01 * p.grad
+        losses.append(loss.detach())
+    return losses, [p.grad for p in m.parameters()], {k: v.clone() for k, v in m.state_dict().items()}
+
+
+def _assert_same(a, b):
+    assert all(torch.equal(x, y) for x, y in zip(a[0], b[0]))
+    assert all((g is None and h is None) or torch.equal(g, h) for g, h in zip(a[1], b[1]))
+    assert a[2].keys() == b[2].keys() and all(torch.equal(a[2][k], b[2][k]) for k in a[2])
+
+
+@pytest.mark.parametrize("cfg", ["gelan-t", "yolov9-t"])  # yolov9-t: the recomputed auxiliary branch (StatsTape)
+def test_lean_host_trains_bit_identically(cfg, monkeypatch):
+    base = shared_seeded_model(cfg)
+    default = _train(base, False, monkeypatch)
+    lean = _train(base, True, monkeypatch)
+    _assert_same(lean, default)
+    counts = [v for k, v in lean[2].items() if k.endswith("num_batches_tracked")]
+    assert counts and all(int(c) == int(c0) + 2 for c, c0 in
+                          zip(counts, [v for k, v in base.state_dict().items() if k.endswith("num_batches_tracked")]))
+
+
+def test_kept_vectors_are_reused_only_when_free(monkeypatch):
+    """Step to step the same vectors (no new statistics allocation); two forwards before one backward: the second
+    gets new ones (the first's saved for its backward), and both backwards match the default."""
+    monkeypatch.setenv("YOLOV9C_LEAN_HOST", "1")
+    bn = torch.nn.BatchNorm2d(4)
+    z = torch.rand(2, 4, 3, 3)
+    first = layers._stats_out(bn, z)
+    assert layers._stats_out(bn, z) is first  # nothing holds them
+    held = first[0]
+    assert layers._stats_out(bn, z) is None  # a Python reference holds the mean
+    del held
+    assert layers._stats_out(bn, z) is first
+    base = shared_seeded_model("gelan-t")
+    m = apply(copy.deepcopy(base), "c")
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    loss_fn = make_loss(m)
+    a, _ = loss_fn(m(x), TARGETS)
+    b, _ = loss_fn(m(x.flip(-1)), TARGETS)
+    (a + b).backward()
+    monkeypatch.setenv("YOLOV9C_LEAN_HOST", "0")
+    r = apply(copy.deepcopy(base), "c")
+    ra, _ = loss_fn(r(x), TARGETS)
+    rb, _ = loss_fn(r(x.flip(-1)), TARGETS)
+    (ra + rb).backward()
+    assert torch.equal(a, ra) and torch.equal(b, rb)
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(m.parameters(), r.parameters()) if p.grad is not None)
+
+
+def test_counts_are_kept_when_the_forward_fails(monkeypatch):
+    """counting_batches adds the counts the forward reached, also when it raises (as per-layer adds leave them)."""
+    monkeypatch.setenv("YOLOV9C_LEAN_HOST", "1")
+    bns = [torch.nn.BatchNorm2d(2) for _ in range(3)]
+    z = torch.rand(2, 2, 3, 3)
+    with pytest.raises(RuntimeError, match="stop"):
+        with layers.counting_batches():
+            for bn in bns[:2]:
+                layers._batch_stats(bn, z)
+            assert [int(b.num_batches_tracked) for b in bns] == [0, 0, 0]  # counted when the block ends
+            raise RuntimeError("stop")
+    assert [int(b.num_batches_tracked) for b in bns] == [1, 1, 0]
+    layers._batch_stats(bns[2], z)  # outside a block: at once
+    assert int(bns[2].num_batches_tracked) == 1
+
+
+def test_lean_host_is_off_by_default(monkeypatch):
+    monkeypatch.delenv("YOLOV9C_LEAN_HOST", raising=False)
+    assert not extension.lean_host()
+    monkeypatch.setenv("YOLOV9C_LEAN_HOST", "1")
+    assert extension.lean_host()
+
+
+@CUDA
+@pytest.mark.cuda
+@pytest.mark.parametrize("amp", [False, True])
+def test_cuda_lean_host_trains_bit_identically_with_one_workspace_per_stream(amp, monkeypatch):
+    base = shared_seeded_model("yolov9-t")
+    default = _train(base, False, monkeypatch, device="cuda", amp=amp)
+    bn_silu._WORKSPACES.clear()
+    lean = _train(base, True, monkeypatch, device="cuda", amp=amp)
+    _assert_same(lean, default)
+    stream = torch.cuda.current_stream().cuda_stream
+    assert list(bn_silu._WORKSPACES) == [(torch.device("cuda", torch.cuda.current_device()), stream)]
