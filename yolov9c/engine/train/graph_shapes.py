@@ -10,9 +10,8 @@ split into state.progress.micro_batch images (step.split_batch). The run's first
 after them, with --cudnn-benchmark, so does the first micro-batch of each new layout (cuDNN times its convolutions;
 a capture cannot), its graph captured at the next one; without it a new key is captured at first use. Every graph
 shares one pool (they never run at once) and reads a view of one input buffer (the largest batch seen); at most
-MAX_GRAPHS, eager beyond (logged once). With --rect and more batch shapes than the cap, slots are kept for the most
-frequent shapes (frequent_sizes: --rect batches come in aspect order, rarest shapes first), the others run eagerly
-once only those slots are left. A new micro-batch size gives every graph and the pool back.
+MAX_GRAPHS, eager beyond (logged once); with --rect and more shapes than that, slots kept for the most frequent
+(frequent_sizes). A new micro-batch size gives every graph and the pool back.
 Test: python -m pytest -q tests/engine/train/test_graph_shapes.py (keys on the CPU; graphed = eager per shape, CUDA)
 """
 
