@@ -59,7 +59,8 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--weights", type=str, default="", help="initial weights path (ours or a published .pt)")
     p.add_argument("--cfg", type=str, default="yolov9-t.yaml",
                    help="model yaml: a bare name (configs/models/detect/) or a path (default yolov9-t.yaml; "
-                        "published default yolo.yaml does not exist); '' with --weights: the checkpoint's model")
+                        "published default yolo.yaml does not exist); with --weights and no --cfg (or ''): the "
+                        "checkpoint's model")
     p.add_argument("--data", type=str, default="synthetic",
                    help="dataset yaml, or synthetic[:SEED] for the built-in dataset (default)")
     p.add_argument("--hyp", type=str, default="hyp.scratch-high.yaml",
@@ -203,6 +204,8 @@ def parse_opt(argv=None, prog="train_dual.py") -> RunConfig:
     for a in probe._actions:
         a.default = argparse.SUPPRESS
     given = vars(probe.parse_args(argv))
+    if ns.weights and "cfg" not in given:  # the checkpoint's own model, as the published `--cfg '' --weights X`
+        ns.cfg = ""                        # (its untyped default, yolo.yaml, does not exist), not yolov9-t
     cfg = RunConfig.from_args(ns, given=given)
     why = combination_error(cfg, name=lambda k: "--" + k.replace("_", "-")) or \
         batch_error(ns.batch_size, 1, ns.mem_budget)  # the process count is checked in main()

@@ -181,6 +181,25 @@ def test_weights_transfer_from_another_class_count(data, opt, gelan_mini, tmp_pa
     assert all(ck["model"][k].shape == dst[k].shape for k in head)
 
 
+def test_weights_without_cfg_build_the_checkpoints_model(data, gelan_mini, tmp_path):
+    """--weights best.pt with no --cfg: the model the checkpoint stores, every tensor transferred (as the published
+    `--cfg '' --weights`), not the untyped default yolov9-t with a partial transfer; --cfg typed still wins."""
+    from yolov9c import build_model
+    from yolov9c.models.checkpoint import save_checkpoint
+
+    save_checkpoint(tmp_path / "src.pt", build_model(gelan_mini, nc=80))
+    base = ["--data", data, "--img", "64", "--batch", "8", "--epochs", "1", "--workers", "0", "--noval", "--noplots"]
+    assert parse_opt(base + ["--weights", "w.pt"]).cfg == ""
+    assert parse_opt(base + ["--weights", "w.pt", "--cfg", "gelan-t"]).cfg == "gelan-t"
+    assert parse_opt(base).cfg == "yolov9-t.yaml"
+    lines = []
+    out = train(parse_opt(base + ["--weights", str(tmp_path / "src.pt"), "--project", str(tmp_path / "runs")]),
+                stop_after_epoch=0, log=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    assert f"model: the one {tmp_path / 'src.pt'} stores (--cfg builds another)" in lines
+    ck = _load(out["save_dir"] / "weights" / "last.pt")
+    assert ck["model"].keys() == build_model(gelan_mini, nc=8).state_dict().keys()
+
+
 @pytest.mark.parametrize("damage", ["empty", "missing", "old"])
 def test_resume_survives_a_damaged_or_old_opt_yaml(interrupted, tmp_path, damage):
     """A 0-byte or missing opt.yaml (a kill while it was written) resumes from the options stored in last.pt;

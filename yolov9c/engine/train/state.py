@@ -462,6 +462,8 @@ def setup_model(state):
         spec = cfg.cfg or wck.get("yaml")
         if not spec:
             raise TrainError(f"--weights {cfg.weights} stores no model yaml: give --cfg")
+        if not cfg.cfg:
+            log(f"model: the one {cfg.weights} stores (--cfg builds another)")
         sd = wck.get("ema") or wck.get("model")
         bad = nonfinite_names(sd)
         if bad:  # else the first steps are skipped and the run stops blaming lr0 and the data
