@@ -238,6 +238,17 @@ def test_sigusr1_prints_the_stacks_and_the_process_goes_on():
     assert "waiting_here" in r.stderr and "File" in r.stderr  # the stack of the signalled thread
 
 
+def test_sigterm_stops_a_run_as_ctrl_c_does():
+    """stop_on_sigterm: SIGTERM raises KeyboardInterrupt in the main thread (the trainer's Ctrl-C path: the resume
+    line), where it would otherwise end the process with no word."""
+    code = ("import os, signal; from yolov9c.cli.train import stop_on_sigterm; stop_on_sigterm()\n"
+            "try:\n    os.kill(os.getpid(), signal.SIGTERM)\n    import time; time.sleep(30)\n"
+            "except KeyboardInterrupt:\n    print('interrupted')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0 and r.stdout.strip() == "interrupted", (r.returncode, r.stdout, r.stderr)
+
+
 def test_the_c_switch_defaults_are_defined_once():
     """backends/c/switches.DEFAULT is the one definition: RunConfig's fields take it, and the command line's
     defaults (cli/memory.add_switch_args, written out there so `python -m yolov9c memory` imports no torch) equal

@@ -298,3 +298,19 @@ def test_close_stops_the_workers_and_a_new_pass_gives_the_same_batches(cfg):
     close_loader(loader)
     close_loader(None)
     assert len(first) == len(again) and all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+def test_workers_leave_sigterm_to_a_training_process_that_handles_it():
+    """_worker_init ignores SIGTERM when the process it was forked from handles it (cli.train.stop_on_sigterm):
+    a scheduler's SIGTERM to the whole group then stops the run through its Ctrl-C path, which stops the workers,
+    instead of killing them first; with the default disposition the worker keeps it."""
+    import subprocess
+    import sys
+
+    code = ("import signal; from yolov9c.data.loader import _worker_init\n"
+            "print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, end=' '); _worker_init(0)\n"
+            "print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, end=' ')\n"
+            "signal.signal(signal.SIGTERM, lambda *a: None); _worker_init(0)\n"
+            "print(signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["True", "True", "True"], (r.stdout, r.stderr)

@@ -230,6 +230,8 @@ def main(argv=None, prog="train_dual.py") -> int:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     dump_stacks_on_signal()
     world = len(_device_ids(cfg)) if _wants_ddp(cfg) else int(os.getenv("WORLD_SIZE", 1))
+    if world == 1 and "RANK" not in os.environ:
+        stop_on_sigterm()
     cuda = torch.cuda.is_available() and str(cfg.device).strip().lower() != "cpu"
     why = batch_error(cfg.batch_size, world, cfg.mem_budget, cuda=cuda)  # set-up asks the same (batching.py)
     if why:
@@ -278,6 +280,18 @@ def refuse_before_ddp(prog, why) -> int:
         sys.stderr.flush()
         os._exit(2)
     return 2
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def stop_on_sigterm():
+    """SIGTERM (a scheduler's time limit or preemption, `kill PID`) stops a one-process run as Ctrl-C does: the
+    `interrupted; resume with --resume ...` line, the loaders stopped, an unsaved fresh run folder removed.
+    Not under DDP (torchrun stops its ranks with SIGTERM). Test: tests/cli/test_train_cli.py."""
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, _sigterm)
 
 
 def dump_stacks_on_signal():

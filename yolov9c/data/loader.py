@@ -16,6 +16,7 @@ Test: python -m pytest -q tests/data/test_loader.py
 """
 
 import os
+import signal
 from dataclasses import dataclass, field, replace
 
 import cv2
@@ -218,6 +219,8 @@ def _worker_init(worker_id):
 
     random.seed(seed)
     cv2.setNumThreads(0)
+    if callable(signal.getsignal(signal.SIGTERM)):  # the training process stops on SIGTERM (cli.train.stop_on_sigterm)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # and stops its workers: a group's SIGTERM kills none first
 
 
 def _pin_default():
