@@ -183,7 +183,8 @@ def test_weights_transfer_from_another_class_count(data, opt, gelan_mini, tmp_pa
 
 def test_weights_without_cfg_build_the_checkpoints_model(data, gelan_mini, tmp_path):
     """--weights best.pt with no --cfg: the model the checkpoint stores, every tensor transferred (as the published
-    `--cfg '' --weights`), not the untyped default yolov9-t with a partial transfer; --cfg typed still wins."""
+    `--cfg '' --weights`), not the untyped default yolov9-t with a partial transfer; --cfg typed still wins;
+    --name cfg then names the run after the weights file."""
     from yolov9c import build_model
     from yolov9c.models.checkpoint import save_checkpoint
 
@@ -193,9 +194,11 @@ def test_weights_without_cfg_build_the_checkpoints_model(data, gelan_mini, tmp_p
     assert parse_opt(base + ["--weights", "w.pt", "--cfg", "gelan-t"]).cfg == "gelan-t"
     assert parse_opt(base).cfg == "yolov9-t.yaml"
     lines = []
-    out = train(parse_opt(base + ["--weights", str(tmp_path / "src.pt"), "--project", str(tmp_path / "runs")]),
+    out = train(parse_opt(base + ["--weights", str(tmp_path / "src.pt"), "--project", str(tmp_path / "runs"),
+                                  "--name", "cfg"]),
                 stop_after_epoch=0, log=lambda *a, **k: lines.append(" ".join(map(str, a))))
     assert f"model: the one {tmp_path / 'src.pt'} stores (--cfg builds another)" in lines
+    assert out["save_dir"] == tmp_path / "runs" / "src"  # --name cfg with no --cfg: named after the weights
     ck = _load(out["save_dir"] / "weights" / "last.pt")
     assert ck["model"].keys() == build_model(gelan_mini, nc=8).state_dict().keys()
 

@@ -282,7 +282,7 @@ def claim_run_dir(cfg, resumed, main):
     run's folder); made: this start created it (a failed start removes it again)."""
     if resumed is not None:
         return resumed.save_dir, False
-    name = Path(cfg.cfg).stem if cfg.name == "cfg" else cfg.name
+    name = (Path(cfg.cfg).stem or Path(cfg.weights).stem) if cfg.name == "cfg" else cfg.name  # --cfg '': the weights
     target = Path(cfg.project) / name
     if not main:
         return increment_path(target, exist_ok=cfg.exist_ok), False
