@@ -94,7 +94,7 @@ def _batch_stats(bn, z):
         buffers = bn._buffers
         n = buffers["num_batches_tracked"]
         pending = _COUNTS[0]
-        if bn.momentum is None or pending is None or not lean:
+        if pending is None or bn.momentum is None:
             n.add_(1)
         else:
             pending.append(n)
@@ -113,7 +113,7 @@ def counting_batches():
     """Inside (the c model's forward, pgi.model_forward), with lean_host(), each BatchNorm's num_batches_tracked
     += 1 is collected and done for all of them in one torch._foreach_add_ when the block ends (also on an
     error: the counts the forward reached, as nn.BatchNorm2d leaves them). Nested blocks count in the outer."""
-    if _COUNTS[0] is not None:
+    if _COUNTS[0] is not None or not lean_host():
         yield
         return
     _COUNTS[0] = pending = []
