@@ -61,7 +61,7 @@
 #              without them (-DYOLOV9C_NO_PLANAR_VEC), eager and graph rows, GPU time by group; the build restored
 #   leanab     issue 57 item 3: YOLOV9C_LEAN_HOST=1 against the default, bench_step's eager c step of yolov9-s
 #              at batch 16 and 64 (STEP_BATCHES), off, on, off, on (the host swings between calls), then the
-#              CUDA cases of tests/backends/test_lean_host.py
+#              CUDA cases of tests/backends/test_lean_host.py and the graph tests, lean on
 #   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32, on $COCO (a data.yaml);
 #              GRADS_IMG, GRADS_BATCH (320, 16); GRADS_WEIGHTS=RUN/weights/last.pt: from a trained checkpoint (e.g. a
 #              detached accuracy run's); GRADS_MODES (default "fp16 fp32"; "assign": the two losses' assignments on
@@ -199,7 +199,8 @@ GROUPS
                 --models yolov9-s --backends c --modes eager --steps 20 --warmup 5 --batch "$b" --profile 0 \
                 --timeout 110 --cudnn-benchmark
             done; done; done
-            stage leanab_tests 60 180 "${PYT[@]}" tests/backends/test_lean_host.py
+            stage leanab_tests 60 180 env YOLOV9C_LEAN_HOST=1 "${PYT[@]}" tests/backends/test_lean_host.py \
+              tests/engine/train/test_graph_step.py tests/engine/train/test_graph_shapes.py
             grep -h '"step_ms"' "$OUT"/leanab_b*.log | cut -c1-160; tail -2 "$OUT/leanab_tests.log" ;;
     realacc) name=${ACC_NAME:-raccoon}; data=.dev/data_accuracy/$name/data.yaml; acc=runs/acc-$name
              if [ ! -f "$data" ]; then echo "SKIP realacc (no $data: carry the converted dataset)"; continue; fi

@@ -1,6 +1,7 @@
 """YOLOV9C_LEAN_HOST=1 (extension.lean_host, off by default): the c step with its BatchNorm statistics written into
-vectors kept across steps, workspaces kept per stream and num_batches_tracked counted once a forward trains
-bit-identically to the default, makes fewer allocations and launches, and never writes vectors something holds.
+vectors kept across steps, workspaces kept per stream, num_batches_tracked counted once a forward and the conv
+weights cast once a forward (casts.py) trains bit-identically to the default, makes fewer allocations and
+launches, and never writes vectors something holds.
 Run: python -m pytest -q tests/backends/test_lean_host.py (CUDA cases on a GPU)
 """
 
@@ -8,11 +9,12 @@ import copy
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from seeded_models import shared_seeded_model
 from yolov9c.api import make_loss
 from yolov9c.backends import apply
-from yolov9c.backends.c import layers
+from yolov9c.backends.c import casts, layers
 from yolov9c.ops import bn_silu, extension
 
 TARGETS = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25], [0, 0, 0.7, 0.3, 0.2, 0.3]])
@@ -56,6 +58,70 @@ def test_lean_host_trains_bit_identically(cfg, monkeypatch):
     counts = [v for k, v in lean[2].items() if k.endswith("num_batches_tracked")]
     assert counts and all(int(c) == int(c0) + 2 for c, c0 in
                           zip(counts, [v for k, v in base.state_dict().items() if k.endswith("num_batches_tracked")]))
+
+
+class _Casts(TorchDispatchMode):
+    """Counts the casts (aten._to_copy) of the parameters of `model` (by storage)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.ptrs, self.n = {p.data_ptr() for p in model.parameters()}, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in self.ptrs:
+            self.n += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_lean_host_casts_the_weights_once_a_forward_bit_identically(monkeypatch):
+    """Under autocast (bfloat16 on the CPU) the lean step reads the weights from one table refreshed a forward,
+    also in its recomputed segments' backward (yolov9-t), with the default's losses, gradients and weights."""
+    base = shared_seeded_model("yolov9-t")
+    default = _train(base, False, monkeypatch, amp=True)
+    lean = _train(base, True, monkeypatch, amp=True)
+    _assert_same(lean, default)
+    counted = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("YOLOV9C_LEAN_HOST", flag)
+        m = apply(copy.deepcopy(base), "c")
+        x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(5))
+        with _Casts(m) as mode:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = m(x)
+            make_loss(m)(out, TARGETS)[0].backward()
+        counted[flag] = mode.n
+    assert counted["0"] > 100 and counted["1"] == 0, counted  # the table's refresh is one foreach copy
+
+
+def test_cast_table_follows_the_weights_and_two_forwards_share_it(monkeypatch):
+    """Two training forwards before one backward (the second refreshes the copies the first saved) pass autograd's
+    in-place check and give the default's gradients; a forward after the weights change reads the new weights;
+    outside a training forward, and without autocast, no table is read."""
+    base = shared_seeded_model("gelan-t")
+    x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    runs = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("YOLOV9C_LEAN_HOST", flag)
+        m = apply(copy.deepcopy(base), "c")
+        loss_fn = make_loss(m)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            a, b = m(x), m(x.flip(-1))
+        (loss_fn(a, TARGETS)[0] + loss_fn(b, TARGETS)[0]).backward()
+        with torch.no_grad():
+            for p in m.parameters():
+                p.mul_(0.5)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            c = m(x)
+        runs.append(([p.grad for p in m.parameters()], loss_fn(c, TARGETS)[0].detach()))
+    assert all((g is None and h is None) or torch.equal(g, h) for g, h in zip(runs[0][0], runs[1][0]))
+    assert torch.equal(runs[0][1], runs[1][1])
+    table = casts._TABLES[m]
+    w = table.params[0]
+    assert torch.equal(table.copies[w], w.detach().to(torch.bfloat16))
+    with casts.weights_cast(m, None):
+        assert casts.current() is None
+    with torch.no_grad(), casts.weights_cast(m, torch.bfloat16):
+        assert casts.current() is None
 
 
 def test_kept_vectors_are_reused_only_when_free(monkeypatch):

@@ -64,8 +64,9 @@ except AttributeError:
 
 def lean_host():
     """True when YOLOV9C_LEAN_HOST=1 (off by default until a GPU A/B proves it; read at every call): the c
-    backend's eager step reuses its BatchNorm statistics vectors and kernel workspaces across steps and counts
-    num_batches_tracked once a forward (fewer allocations and launches a step; bit-identical results)."""
+    backend's eager step reuses its BatchNorm statistics vectors and kernel workspaces across steps, counts
+    num_batches_tracked and casts the conv weights to the autocast dtype once a forward (backends/c/casts.py):
+    fewer allocations and launches a step, bit-identical results."""
     return _ENVIRON.get(_LEAN_KEY) == _LEAN_ON
 
 

@@ -21,6 +21,7 @@ import types
 import torch
 import torch.nn.functional as F
 
+from yolov9c.backends.c.casts import cast as cast_weight
 from yolov9c.backends.c.lazy import Evaluator, Grads, SharedGrad, memory_format_of
 from yolov9c.ops import bn_silu as ops
 
@@ -144,9 +145,9 @@ def _run_convs(call):
         outs, cast = [], []
         for (stride, padding, dilation, groups), (w, b, _, _) in zip(call.convs, call.params):
             if w.dtype != dtype:  # w itself (kept for backward) when no cast is needed
-                w = w.to(dtype)
+                w = cast_weight(w, dtype)
             if b is not None and b.dtype != dtype:
-                b = b.to(dtype)
+                b = cast_weight(b, dtype)
             cast.append(w)
             outs.append(F.conv2d(a, w, b, stride, padding, dilation, groups))
     finally:
@@ -219,16 +220,18 @@ class LazyConvFunction(torch.autograd.Function):
                 mask = (want_input, need[1 + sw], has_bias and need[1 + sb])
                 if not (mask[0] or mask[1] or mask[2]):
                     continue
-                w, b = call.params[k][:2]
+                w = call.params[k][0]
                 gi, gw, gb = torch.ops.aten.convolution_backward(
                     g if g.dtype == dtype else g.to(dtype), a, saved[k], w.shape[:1] if has_bias else None,
                     stride, padding, dilation, False, (0, 0), groups, mask)
                 if gi is not None:
                     grad_a = gi if grad_a is None else grad_a.add_(gi)
+                # in the compute dtype: autograd's engine casts a gradient to its input's dtype (in C++, the same
+                # cast without a Python call each)
                 if gw is not None:
-                    in_grads[sw] = gw if gw.dtype == w.dtype else gw.to(w.dtype)
+                    in_grads[sw] = gw
                 if gb is not None:
-                    in_grads[sb] = gb if gb.dtype == b.dtype else gb.to(b.dtype)
+                    in_grads[sb] = gb
             del a
             if want_input and grad_a is not None:
                 # dL/da sent down the tree by hand (lazy.Node.backward): each leaf's gradient is written

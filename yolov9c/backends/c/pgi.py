@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 
 import yolov9c.backends.c.layers as L
+from yolov9c.backends.c import casts
+from yolov9c.backends.c.conv import autocast_dtype
 from yolov9c.backends.c.lazy import Image
 from yolov9c.backends.c.segment import run_segment
 from yolov9c.backends.c.switches import DEFAULT
@@ -263,13 +265,15 @@ def _forward_pgi(model, g, x, sw):
 def model_forward(self, x):
     """DetectionModel.forward while the c backend is applied (see the module docstring). x: (B, ch, H, W)
     float, or uint8 (read as x / 255; in eval mode converted up front, as the trainer's float path does)."""
+    amp = autocast_dtype(x.device.type)
     if x.dtype == torch.uint8:
         if not self.training:
             return type(self).forward(self, x.float() / 255)
         x = Image(x)
     sw = switches_of(self)
     g = graph(self) if self.training and torch.is_grad_enabled() and sw.aux_recompute else None
-    with L.counting_batches():  # lean_host: every num_batches_tracked += 1 in one call
+    # lean_host: every num_batches_tracked += 1 in one call, the conv weights cast in one
+    with L.counting_batches(), casts.weights_cast(self, amp):
         if g is None or not g.aux or not L.supported(self.model[-1]):
             return type(self).forward(self, x)
         return _forward_pgi(self, g, x, sw)

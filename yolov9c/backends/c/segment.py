@@ -7,8 +7,8 @@
 last conv output z and its statistics) outlive it. Backward re-runs fn with grad enabled under the forward's
 autocast state on the detached saved inputs and sends the incoming gradients through it with
 torch.autograd.grad; input and parameter gradients are the Function's (AccumulateGrad and DDP hooks see them).
-The recompute runs under conv.inputs_kept(keep_inputs) (the keep_inputs switch, switches.py: each conv keeps its
-input for its own backward; all freed before this backward returns).
+The recompute runs under conv.inputs_kept(keep_inputs) (the keep_inputs switch: each conv keeps its input for its
+own backward; all freed before this backward returns) and reads its forward's weight copies (casts.py).
 BatchNorm: the forward records every batch statistic on a layers.StatsTape and the recompute replays it, so it
 normalises with the forward's statistics and updates no running statistic twice. fn must otherwise be
 deterministic (no dropout): pgi.py hands it only recomputable() layers.
@@ -17,6 +17,7 @@ Test: python -m pytest -q tests/backends/test_backend_pgi.py
 
 import torch
 
+from yolov9c.backends.c import casts
 from yolov9c.backends.c.conv import autocast_dtype, direct_apply, inputs_kept
 from yolov9c.backends.c.layers import StatsTape, use_tape
 from yolov9c.backends.c.lazy import LeafIndex, Node
@@ -93,7 +94,7 @@ class _Call:
     """One segment call: what SegmentFunction needs besides tensors."""
 
     __slots__ = ("fn", "template", "n_leaves", "params", "keep_inputs", "tape", "device_type", "amp", "amp_dtype",
-                 "out", "new_ids")
+                 "casts", "out", "new_ids")
 
     def __init__(self, fn, template, n_leaves, params, device_type, keep_inputs):
         self.fn, self.template, self.n_leaves, self.params = fn, template, n_leaves, params
@@ -101,6 +102,7 @@ class _Call:
         self.tape, self.device_type = StatsTape(), device_type
         self.amp_dtype = autocast_dtype(device_type)
         self.amp = self.amp_dtype is not None
+        self.casts = casts.current()  # the recompute reads the weights its forward read
         self.out, self.new_ids = None, None
 
     def run(self, inputs):
@@ -135,7 +137,7 @@ class SegmentFunction(torch.autograd.Function):
         call.tape.pos = 0
         try:
             with torch.enable_grad(), torch.autocast(call.device_type, dtype=call.amp_dtype, enabled=call.amp), \
-                    inputs_kept(call.keep_inputs):
+                    inputs_kept(call.keep_inputs), casts.reading(call.casts):
                 out = call.run(_fill(call.template, leaves, {}))
         finally:
             call.tape.pos = None
