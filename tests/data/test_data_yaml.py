@@ -71,6 +71,29 @@ def test_list_keeps_non_image_lines_for_the_scan_to_report(tmp_path):
     assert any(f.endswith("notes.md") for f in files)
 
 
+def test_list_with_bom_or_utf16_is_read_and_latin1_is_one_error(tmp_path):
+    # Windows editors write a BOM (or UTF-16): the first image is not lost to a '\ufeff./...' path; a list
+    # that is not UTF-8 is one error naming it (check-data: `error:` and exit 2), not a UnicodeDecodeError
+    from yolov9c.data.image_list import ImageListError
+
+    root = _tree(tmp_path / "ds")
+    want = [str(root / "images/train/0.jpg"), str(root / "images/train/1.jpg")]
+    text = "./images/train/0.jpg\r\n./images/train/1.jpg\r\n"
+    for name, data in (("bom.txt", b"\xef\xbb\xbf" + text.encode()), ("u16.txt", text.encode("utf-16"))):
+        (root / name).write_bytes(data)
+        assert collect_image_files(root / name) == want, name
+    latin = root / "latin.txt"
+    latin.write_bytes(b"./images/train/caf\xe9.jpg\n")
+    with pytest.raises(ImageListError) as e:
+        collect_image_files(latin)
+    assert str(e.value) == f"{latin}: not a UTF-8 text file (byte 18: b'\\xe9.jp'); save the list as UTF-8"
+    from yolov9c.data.check import check_data
+    lines = []
+    y = _write(root / "d.yaml", {"path": ".", "train": "latin.txt", "val": "images/val", "names": ["a"]})
+    assert check_data(y, log=lines.append, err=lines.append) == 2
+    assert lines[-1] == f"error: train: {latin}: not a UTF-8 text file (byte 18: b'\\xe9.jp'); save the list as UTF-8"
+
+
 @pytest.mark.parametrize("cfg, key", [
     ({"train": "images/train", "val": "images/nope", "names": ["a"]}, "'val'"),
     ({"train": "images/missing", "val": "images/val", "names": ["a"]}, "'train'"),

@@ -9,7 +9,9 @@
 - a `.txt` file: one image path per line; `./x` and other relative lines are taken relative to the list's
   folder (the published code does so for `./` lines; a relative line that exists only relative to the
   current folder is still accepted). Every listed line counts: a listed file that is not an image is
-  reported by the scan as an unsupported format rather than dropped silently;
+  reported by the scan as an unsupported format rather than dropped silently. Read as label files are (UTF-8
+  with or without BOM, UTF-16 with BOM: a Windows editor's BOM does not spoil the first path); another
+  encoding raises ImageListError naming the list;
 - a single image file.
 
 Test: python -m pytest -q tests/data/test_data_yaml.py
@@ -25,6 +27,21 @@ OTHER_IMAGE_FORMATS = ("gif", "heic", "heif", "avif", "jfif", "jxl", "jp2", "svg
                        "exr", "hdr")
 
 
+class ImageListError(ValueError):
+    """A `.txt` list of images that cannot be read; the message names the file."""
+
+
+def _list_text(path):
+    data = path.read_bytes()
+    try:
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            return data.decode("utf-16")
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ImageListError(f"{path}: not a UTF-8 text file (byte {e.start}: {data[e.start:e.start + 4]!r}); "
+                             f"save the list as UTF-8") from None
+
+
 def ignored_images_line(ignored, examples=3):
     """The one warning line for the images collect_image_files ignored ('' when none)."""
     if not ignored:
@@ -37,7 +54,7 @@ def ignored_images_line(ignored, examples=3):
 
 def collect_image_files(sources, ignored=None):
     """Sorted unique list of str paths from `sources` (a path or a list of paths). Raises FileNotFoundError
-    naming the source for one that does not exist. `ignored` (a list): receives the folders' image files in
+    naming the source for one that does not exist, ImageListError for a list that does not decode. `ignored` (a list): receives the folders' image files in
     OTHER_IMAGE_FORMATS (str paths). Test: tests/data/test_data_yaml.py::test_gif_in_a_folder_is_named_once."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
@@ -52,7 +69,7 @@ def collect_image_files(sources, ignored=None):
                     ignored.append(str(f))
         elif p.is_file() and p.suffix.lower() == ".txt":
             parent = p.parent
-            for line in p.read_text().splitlines():
+            for line in _list_text(p).splitlines():
                 line = line.strip()
                 if not line:
                     continue
