@@ -94,6 +94,23 @@ def test_list_with_bom_or_utf16_is_read_and_latin1_is_one_error(tmp_path):
     assert lines[-1] == f"error: train: {latin}: not a UTF-8 text file (byte 18: b'\\xe9.jp'); save the list as UTF-8"
 
 
+@pytest.mark.parametrize("name", ["train.list", "trainval"])
+def test_list_file_of_any_extension_is_a_list(tmp_path, name):
+    # published: any file given as a split is a list of image paths (only our single image is not)
+    from yolov9c.data.dataset import DatasetConfig, YoloDataset
+
+    root = _tree(tmp_path / "ds")
+    for i in range(2):
+        (root / "labels/train").mkdir(parents=True, exist_ok=True)
+        (root / "labels/train" / f"{i}.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    (root / name).write_text("./images/train/0.jpg\n./images/train/1.jpg\n")
+    assert collect_image_files(root / name) == [str(root / "images/train/0.jpg"), str(root / "images/train/1.jpg")]
+    lines = []
+    YoloDataset(str(root / name), DatasetConfig(img_size=64, nc=2), log=lines.append)
+    assert lines == ["2 images, 0 backgrounds, 0 corrupt"]
+    assert (root / name).with_suffix(".cache").is_file()  # next to the list, as published
+
+
 @pytest.mark.parametrize("cfg, key", [
     ({"train": "images/train", "val": "images/nope", "names": ["a"]}, "'val'"),
     ({"train": "images/missing", "val": "images/val", "names": ["a"]}, "'train'"),

@@ -6,7 +6,7 @@
   (label caches, `.npy` disk caches, notes) are ignored; images in a format training does not read
   (.gif, .heic, .avif, ...: OTHER_IMAGE_FORMATS) are ignored too, and returned in `ignored` so that the
   caller warns once, naming them (the published formats list has no gif either);
-- a `.txt` file: one image path per line; `./x` and other relative lines are taken relative to the list's
+- a `.txt` file (or any file that is not an image, e.g. `train.list`, as published): one image path per line; `./x` and other relative lines are taken relative to the list's
   folder (the published code does so for `./` lines; a relative line that exists only relative to the
   current folder is still accepted). Every listed line counts: a listed file that is not an image is
   reported by the scan as an unsupported format rather than dropped silently. Read as label files are (UTF-8
@@ -29,6 +29,13 @@ OTHER_IMAGE_FORMATS = ("gif", "heic", "heif", "avif", "jfif", "jxl", "jp2", "svg
 
 class ImageListError(ValueError):
     """A `.txt` list of images that cannot be read; the message names the file."""
+
+
+def is_image_list(path):
+    """True for a file given as a split that is a list of image paths: any file not named as an image (the
+    published code reads every file source as a list)."""
+    p = Path(path)
+    return p.is_file() and not is_image_path(p) and p.suffix[1:].lower() not in OTHER_IMAGE_FORMATS
 
 
 def _list_text(path):
@@ -67,7 +74,7 @@ def collect_image_files(sources, ignored=None):
                     files.append(str(f))
                 elif ignored is not None and f.suffix[1:].lower() in OTHER_IMAGE_FORMATS:
                     ignored.append(str(f))
-        elif p.is_file() and p.suffix.lower() == ".txt":
+        elif is_image_list(p):
             parent = p.parent
             for line in _list_text(p).splitlines():
                 line = line.strip()
