@@ -1,17 +1,13 @@
 """The image files of a split: folders, `.txt` lists of image paths, or lists of both (published rules).
 
-- a folder: every entry under it (recursively) whose extension is an image format, whatever it is: a dangling
-  link, a folder named `x.jpg` or a FIFO is kept for the scan to report as a bad image (data/regular_file.py),
-  not dropped silently; other files
-  (label caches, `.npy` disk caches, notes) are ignored; images in a format training does not read
-  (.gif, .heic, .avif, ...: OTHER_IMAGE_FORMATS) are ignored too, and returned in `ignored` so that the
+- a folder: every entry under it (recursively) named as an image, whatever it is (a dangling link, a folder
+  `x.jpg`, a FIFO: kept for the scan to report, data/regular_file.py); other files are ignored, and images in
+  a format training does not read (.gif, .heic, ...: OTHER_IMAGE_FORMATS) are returned in `ignored` so that the
   caller warns once, naming them (the published formats list has no gif either);
-- a `.txt` file (or any file that is not an image, e.g. `train.list`, as published): one image path per line; `./x` and other relative lines are taken relative to the list's
-  folder (the published code does so for `./` lines; a relative line that exists only relative to the
-  current folder is still accepted). Every listed line counts: a listed file that is not an image is
-  reported by the scan as an unsupported format rather than dropped silently. Read as label files are (UTF-8
-  with or without BOM, UTF-16 with BOM: a Windows editor's BOM does not spoil the first path); another
-  encoding raises ImageListError naming the list;
+- any other file not named as an image (`train.txt`, `train.list`, as published): one image path per line;
+  `./x` and other relative lines are relative to the list's folder (a line that exists only relative to the
+  current folder is still accepted); a listed non-image is reported by the scan, not dropped. Decoded as label
+  files are (UTF-8, BOM or not; UTF-16 with BOM); another encoding raises ImageListError naming the list;
 - a single image file.
 
 Test: python -m pytest -q tests/data/test_data_yaml.py
