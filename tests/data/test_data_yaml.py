@@ -71,6 +71,46 @@ def test_list_keeps_non_image_lines_for_the_scan_to_report(tmp_path):
     assert any(f.endswith("notes.md") for f in files)
 
 
+def test_list_with_bom_or_utf16_is_read_and_latin1_is_one_error(tmp_path):
+    # Windows editors write a BOM (or UTF-16): the first image is not lost to a '\ufeff./...' path; a list
+    # that is not UTF-8 is one error naming it (check-data: `error:` and exit 2), not a UnicodeDecodeError
+    from yolov9c.data.image_list import ImageListError
+
+    root = _tree(tmp_path / "ds")
+    want = [str(root / "images/train/0.jpg"), str(root / "images/train/1.jpg")]
+    text = "./images/train/0.jpg\r\n./images/train/1.jpg\r\n"
+    for name, data in (("bom.txt", b"\xef\xbb\xbf" + text.encode()), ("u16.txt", text.encode("utf-16"))):
+        (root / name).write_bytes(data)
+        assert collect_image_files(root / name) == want, name
+    latin = root / "latin.txt"
+    latin.write_bytes(b"./images/train/caf\xe9.jpg\n")
+    with pytest.raises(ImageListError) as e:
+        collect_image_files(latin)
+    assert str(e.value) == f"{latin}: not a UTF-8 text file (byte 18: b'\\xe9.jp'); save the list as UTF-8"
+    from yolov9c.data.check import check_data
+    lines = []
+    y = _write(root / "d.yaml", {"path": ".", "train": "latin.txt", "val": "images/val", "names": ["a"]})
+    assert check_data(y, log=lines.append, err=lines.append) == 2
+    assert lines[-1] == f"error: train: {latin}: not a UTF-8 text file (byte 18: b'\\xe9.jp'); save the list as UTF-8"
+
+
+@pytest.mark.parametrize("name", ["train.list", "trainval"])
+def test_list_file_of_any_extension_is_a_list(tmp_path, name):
+    # published: any file given as a split is a list of image paths (only our single image is not)
+    from yolov9c.data.dataset import DatasetConfig, YoloDataset
+
+    root = _tree(tmp_path / "ds")
+    for i in range(2):
+        (root / "labels/train").mkdir(parents=True, exist_ok=True)
+        (root / "labels/train" / f"{i}.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    (root / name).write_text("./images/train/0.jpg\n./images/train/1.jpg\n")
+    assert collect_image_files(root / name) == [str(root / "images/train/0.jpg"), str(root / "images/train/1.jpg")]
+    lines = []
+    YoloDataset(str(root / name), DatasetConfig(img_size=64, nc=2), log=lines.append)
+    assert lines == ["2 images, 0 backgrounds, 0 corrupt"]
+    assert (root / name).with_suffix(".cache").is_file()  # next to the list, as published
+
+
 @pytest.mark.parametrize("cfg, key", [
     ({"train": "images/train", "val": "images/nope", "names": ["a"]}, "'val'"),
     ({"train": "images/missing", "val": "images/val", "names": ["a"]}, "'train'"),

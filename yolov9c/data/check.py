@@ -11,7 +11,7 @@ Test: python -m pytest -q tests/data/test_check.py
 """
 
 from yolov9c.data.dataset_yaml import DataConfigError, load_data_config
-from yolov9c.data.image_list import collect_image_files, ignored_images_line
+from yolov9c.data.image_list import ImageListError, collect_image_files, ignored_images_line
 from yolov9c.data.scan import scan_split
 
 EXIT_OK, EXIT_UNUSABLE, EXIT_CONFIG = 0, 1, 2
@@ -36,7 +36,7 @@ def check_data(data, label_cache=True, cache_dir=None, log=print, err=print):
         ignored = []
         try:
             files = collect_image_files(cfg[split], ignored)
-        except FileNotFoundError as e:
+        except (FileNotFoundError, ImageListError) as e:
             err(f"error: {prefix}{e}")
             return EXIT_CONFIG
         if ignored:

@@ -24,7 +24,7 @@ import torch
 
 from yolov9c.data.chw import to_chw_rgb
 from yolov9c.data.image_cache import cache_images, resize_long_side
-from yolov9c.data.image_list import collect_image_files, ignored_images_line
+from yolov9c.data.image_list import ImageListError, collect_image_files, ignored_images_line
 from yolov9c.data.images import jpeg_reduction, read_image
 from yolov9c.data.rect import rect_batch_shapes, rect_order
 from yolov9c.data.scan import scan_split
@@ -80,7 +80,7 @@ class YoloDataset(torch.utils.data.Dataset):
         ignored = []
         try:
             files = collect_image_files(sources, ignored)
-        except FileNotFoundError as e:
+        except (FileNotFoundError, ImageListError) as e:
             raise DataError(f"{prefix}{e}") from None
         if ignored:
             log(f"{prefix}{ignored_images_line(ignored)}")

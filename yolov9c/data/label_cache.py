@@ -1,6 +1,6 @@
 """The label cache: one `*.cache` file per split holding a scan's result, so a second run skips decoding every image.
 
-Where: next to the `.txt` list when the split is one list file, else `<labels folder>.cache`, as published.
+Where: next to the `.txt` (or other) list when the split is one list file, else `<labels folder>.cache`, as published.
 Format: a NumPy `.npz` (no pickle; read with allow_pickle=False, so a foreign cache cannot run code): arrays
 `im_files`, `label_files`, `shapes` (n, 2) int64 (h, w upright), `n_labels` (n,), `labels` (L, 5) float32,
 `seg_points` (L,) int64 points per polygon (0: none), `segments` (P, 2) float32, `messages`, `counts` [images,
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from yolov9c.data.image_list import is_image_list
 from yolov9c.data.stale_temps import remove_stale_temps
 
 CACHE_VERSION = "yolov9c-labels-3"  # 2: zero-size boxes kept; 3: libjpeg warnings named
@@ -28,7 +29,7 @@ def cache_path_for(sources, label_files):
     """Path of the cache for a split given its sources (as in the yaml) and its label files."""
     if isinstance(sources, (str, os.PathLike)):
         sources = [sources]
-    if len(sources) == 1 and Path(sources[0]).is_file() and str(sources[0]).endswith(".txt"):
+    if len(sources) == 1 and is_image_list(sources[0]):
         return Path(sources[0]).with_suffix(".cache")
     if not label_files:
         return None
