@@ -135,3 +135,15 @@ def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, gelan_mini, t
     said = []
     assert data_from_checkpoint({"opt": None}, "w.pt", said.append) is None and "synthetic" in said[0]
     assert data_from_checkpoint({"opt": {"data": "synthetic:3"}}, "w.pt", said.append) == "synthetic:3"
+
+
+def test_val_dual_task_speed_times_square_batches(setup, tmp_path, capsys):
+    # published: --task speed loads imgsz x imgsz batches (rect off, pad 0); rect with pad 0.5 would give 96
+    from yolov9c.cli.val import main
+
+    _, data, weights = setup
+    code = main(["--weights", str(weights), "--data", str(data), "--task", "speed", "--device", "cpu",
+                 "--img", "64", "--batch", "4", "--workers", "0", "--project", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "at shape (4, 3, 64, 64)" in out, out[-300:]

@@ -6,9 +6,9 @@ Loads ours, a published YOLOv9 .pt or a converted gelan file (yolov9c.load_model
 (rect, pad 0.5, no augmentation), runs yolov9c.engine.val.validator.validate and writes runs/val/exp*
 (labels/*.txt with --save-txt; <weights stem>_predictions.json with --save-json, evaluated by
 yolov9c/engine/val/coco.py; confusion matrix, curves, val_batch images). --task val|test picks the split;
-speed runs at conf 0.25 / iou 0.45 without plots and json; study sweeps --imgsz 256…1536. Without --data the
-dataset recorded in the checkpoint is used (and said), else the built-in synthetic one. --augment runs
-test-time augmentation (yolov9c/engine/tta.py). Refused with an argparse-style error: --dnn (ONNX only).
+speed runs at conf 0.25 / iou 0.45 on square batches without plots and json; study sweeps --imgsz 256…1536.
+Without --data the dataset recorded in the checkpoint is used (and said), else the built-in synthetic one.
+--augment runs test-time augmentation (yolov9c/engine/tta.py). Refused with an argparse-style error: --dnn (ONNX only).
 Bad input (missing weights, bad data yaml) gives one error line and exit code 2.
 Test: python -m pytest -q tests/cli/test_val_cli.py
 """
@@ -130,9 +130,11 @@ def run(opt, log=print):
     # published: on for coco.yaml, off for --task speed
     save_json = opt.save_json or str(opt.data or "").endswith("coco.yaml")
     json_name = f"{Path(opt.weights[0]).stem}_predictions.json"
+    # published: --task speed times square imgsz x imgsz batches (no rect shapes, no padding)
+    rect, pad = (False, 0.0) if opt.task == "speed" else (True, 0.5)
     rows, result = [], None
     for imgsz in sizes:
-        data = DatasetConfig(augment=False, rect=True, single_cls=opt.single_cls, stride=stride, pad=0.5,
+        data = DatasetConfig(augment=False, rect=rect, single_cls=opt.single_cls, stride=stride, pad=pad,
                              prefix=f"{split}: ", nc=cfg["nc"])
         loader, dataset = create_dataloader(cfg[split], imgsz, opt.batch_size, LoaderConfig(data, workers=opt.workers),
                                             log=log)
