@@ -147,3 +147,23 @@ def test_val_dual_task_speed_times_square_batches(setup, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "at shape (4, 3, 64, 64)" in out, out[-300:]
+
+
+def test_val_dual_data_without_usable_images_leaves_no_empty_run_folder(setup, tmp_path, capsys):
+    from yolov9c.cli.val import main
+
+    _, _, weights = setup
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "a.jpg").write_bytes(b"")  # an image that does not decode: no usable image
+    data = tmp_path / "d.yaml"
+    data.write_text(f"path: {tmp_path}\ntrain: images\nval: images\nnc: 8\nnames: {list('abcdefgh')}\n")
+    project = tmp_path / "runs"
+    args = ["--weights", str(weights), "--data", str(data), "--device", "cpu", "--img", "64", "--workers", "0",
+            "--project", str(project)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "Traceback" not in err
+    assert not any(project.iterdir())  # no empty runs/val/exp: the corrected run gets exp
+    (project / "keep").mkdir()
+    assert main(args + ["--name", "keep", "--exist-ok"]) == 2
+    assert (project / "keep").is_dir()  # a folder that was there before is never removed

@@ -14,6 +14,7 @@ Test: python -m pytest -q tests/cli/test_val_cli.py
 """
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -91,6 +92,18 @@ def data_from_checkpoint(ckpt, weights, log=print):
     return recorded
 
 
+@contextlib.contextmanager
+def _removed_if_left_empty(save_dir, claimed):
+    """Remove save_dir if the block fails while it is still empty and this run made it (never an --exist-ok
+    folder that was there before): the next run then gets the same name, as after an error before the start."""
+    try:
+        yield
+    except BaseException:
+        if claimed and save_dir.is_dir() and not any(save_dir.iterdir()):
+            save_dir.rmdir()
+        raise
+
+
 def run(opt, log=print):
     """Run one validation as `opt` says; returns the validate() result dict (study: the last one).
     opt.data None: the checkpoint's dataset (data_from_checkpoint), written back to opt.data."""
@@ -122,6 +135,7 @@ def run(opt, log=print):
     if split == "test" and not cfg.get("test"):  # not the val split's metrics under a test heading
         raise ValueError(f"--task test: {opt.data or 'synthetic'} has no 'test' split; add test: to the dataset "
                          f"yaml or use --task val")
+    claimed = not (opt.exist_ok and (Path(opt.project) / opt.name).is_dir())
     save_dir = increment_path(Path(opt.project) / opt.name, exist_ok=opt.exist_ok, mkdir=True)
     conf, iou, plots = opt.conf_thres, opt.iou_thres, True
     if opt.task == "speed":
@@ -136,8 +150,9 @@ def run(opt, log=print):
     for imgsz in sizes:
         data = DatasetConfig(augment=False, rect=rect, single_cls=opt.single_cls, stride=stride, pad=pad,
                              prefix=f"{split}: ", nc=cfg["nc"])
-        loader, dataset = create_dataloader(cfg[split], imgsz, opt.batch_size, LoaderConfig(data, workers=opt.workers),
-                                            log=log)
+        with _removed_if_left_empty(save_dir, claimed):  # no usable images: no empty exp folder left behind
+            loader, dataset = create_dataloader(cfg[split], imgsz, opt.batch_size,
+                                                LoaderConfig(data, workers=opt.workers), log=log)
         _is_coco, anno, class_map, image_ids = coco_layout(cfg, cfg[split], dataset.im_files)
         vcfg = ValConfig(conf_thres=conf, iou_thres=iou, max_det=opt.max_det, half=opt.half and device.type == "cuda",
                          single_cls=opt.single_cls, augment=opt.augment, save_dir=save_dir,
