@@ -167,3 +167,20 @@ def test_val_dual_data_without_usable_images_leaves_no_empty_run_folder(setup, t
     (project / "keep").mkdir()
     assert main(args + ["--name", "keep", "--exist-ok"]) == 2
     assert (project / "keep").is_dir()  # a folder that was there before is never removed
+
+
+def test_val_dual_unbuilt_extension_is_one_error_line(setup, tmp_path, monkeypatch, capsys):
+    from yolov9c.cli.val import main
+    from yolov9c.ops import extension
+
+    def unbuilt():
+        raise ImportError("yolov9c._C (the C/CUDA extension) is not built. Build it ...")
+
+    monkeypatch.setattr(extension, "load", unbuilt)
+    monkeypatch.delenv("YOLOV9C_FUSED", raising=False)
+    _, data, weights = setup
+    code = main(["--weights", str(weights), "--data", str(data), "--device", "cpu", "--img", "64",
+                 "--project", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("val_dual.py: error: ") and "not built" in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()

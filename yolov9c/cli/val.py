@@ -18,7 +18,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights
+from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights, missing_extension
 
 EXIT_USAGE = 2
 _REFUSED = {
@@ -185,6 +185,10 @@ def main(argv=None, prog="val_dual.py"):
         from yolov9c.models.published import weights_not_found
 
         print(f"{prog}: error: {weights_not_found(opt.weights[0])}", file=sys.stderr)
+        return EXIT_USAGE
+    why = missing_extension()
+    if why:
+        print(f"{prog}: error: {why}", file=sys.stderr)
         return EXIT_USAGE
     try:
         run(opt)
