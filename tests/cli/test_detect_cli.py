@@ -92,3 +92,23 @@ def test_script_runs_and_reports_a_missing_weights_file(gelan_t, tmp_path):
     run = tmp_path / "runs" / "detect" / "exp"
     assert len(list((run / "labels").glob("*.txt"))) == 32 and not list(run.glob("*.jpg"))
     assert "image 32/32 " in ok.stdout and "Speed: " in ok.stdout and "32 labels saved to" in ok.stdout
+
+
+def test_unbuilt_extension_is_one_error_line_before_anything_is_written(gelan_t, tmp_path, monkeypatch, capsys):
+    # a source checkout without `pip install -e .`: NMS needs yolov9c._C unless YOLOV9C_FUSED=0
+    from yolov9c.ops import extension
+
+    def unbuilt():
+        raise ImportError("yolov9c._C (the C/CUDA extension) is not built. Build it ... YOLOV9C_FUSED=0 ...")
+
+    monkeypatch.setattr(extension, "load", unbuilt)
+    monkeypatch.delenv("YOLOV9C_FUSED", raising=False)
+    assert main(["--weights", str(gelan_t), "--project", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("detect_dual.py: error: ")
+    assert err.count("\n") == 1 and "not built" in err and "YOLOV9C_FUSED=0" in err
+    assert not (tmp_path / "runs").exists()
+    monkeypatch.setenv("YOLOV9C_FUSED", "0")  # the plain-torch reference ops need no extension
+    from yolov9c.cli.weights_args import missing_extension
+
+    assert missing_extension() is None

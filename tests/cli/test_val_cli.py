@@ -135,3 +135,52 @@ def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, gelan_mini, t
     said = []
     assert data_from_checkpoint({"opt": None}, "w.pt", said.append) is None and "synthetic" in said[0]
     assert data_from_checkpoint({"opt": {"data": "synthetic:3"}}, "w.pt", said.append) == "synthetic:3"
+
+
+def test_val_dual_task_speed_times_square_batches(setup, tmp_path, capsys):
+    # published: --task speed loads imgsz x imgsz batches (rect off, pad 0); rect with pad 0.5 would give 96
+    from yolov9c.cli.val import main
+
+    _, data, weights = setup
+    code = main(["--weights", str(weights), "--data", str(data), "--task", "speed", "--device", "cpu",
+                 "--img", "64", "--batch", "4", "--workers", "0", "--project", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "at shape (4, 3, 64, 64)" in out, out[-300:]
+
+
+def test_val_dual_data_without_usable_images_leaves_no_empty_run_folder(setup, tmp_path, capsys):
+    from yolov9c.cli.val import main
+
+    _, _, weights = setup
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "a.jpg").write_bytes(b"")  # an image that does not decode: no usable image
+    data = tmp_path / "d.yaml"
+    data.write_text(f"path: {tmp_path}\ntrain: images\nval: images\nnc: 8\nnames: {list('abcdefgh')}\n")
+    project = tmp_path / "runs"
+    args = ["--weights", str(weights), "--data", str(data), "--device", "cpu", "--img", "64", "--workers", "0",
+            "--project", str(project)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "Traceback" not in err
+    assert not any(project.iterdir())  # no empty runs/val/exp: the corrected run gets exp
+    (project / "keep").mkdir()
+    assert main(args + ["--name", "keep", "--exist-ok"]) == 2
+    assert (project / "keep").is_dir()  # a folder that was there before is never removed
+
+
+def test_val_dual_unbuilt_extension_is_one_error_line(setup, tmp_path, monkeypatch, capsys):
+    from yolov9c.cli.val import main
+    from yolov9c.ops import extension
+
+    def unbuilt():
+        raise ImportError("yolov9c._C (the C/CUDA extension) is not built. Build it ...")
+
+    monkeypatch.setattr(extension, "load", unbuilt)
+    monkeypatch.delenv("YOLOV9C_FUSED", raising=False)
+    _, data, weights = setup
+    code = main(["--weights", str(weights), "--data", str(data), "--device", "cpu", "--img", "64",
+                 "--project", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("val_dual.py: error: ") and "not built" in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()

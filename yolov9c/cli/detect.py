@@ -20,7 +20,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights
+from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights, missing_extension
 
 EXIT_OK, EXIT_SKIPPED, EXIT_USAGE = 0, 1, 2
 
@@ -97,6 +97,10 @@ def main(argv=None, prog="detect_dual.py"):
         from yolov9c.models.published import weights_not_found
 
         print(f"{prog}: error: {weights_not_found(opt.weights[0])}", file=sys.stderr)
+        return EXIT_USAGE
+    why = missing_extension()
+    if why:
+        print(f"{prog}: error: {why}", file=sys.stderr)
         return EXIT_USAGE
     imgsz = opt.imgsz * 2 if len(opt.imgsz) == 1 else opt.imgsz
     try:

@@ -6,18 +6,19 @@ Loads ours, a published YOLOv9 .pt or a converted gelan file (yolov9c.load_model
 (rect, pad 0.5, no augmentation), runs yolov9c.engine.val.validator.validate and writes runs/val/exp*
 (labels/*.txt with --save-txt; <weights stem>_predictions.json with --save-json, evaluated by
 yolov9c/engine/val/coco.py; confusion matrix, curves, val_batch images). --task val|test picks the split;
-speed runs at conf 0.25 / iou 0.45 without plots and json; study sweeps --imgsz 256…1536. Without --data the
-dataset recorded in the checkpoint is used (and said), else the built-in synthetic one. --augment runs
-test-time augmentation (yolov9c/engine/tta.py). Refused with an argparse-style error: --dnn (ONNX only).
+speed runs at conf 0.25 / iou 0.45 on square batches without plots and json; study sweeps --imgsz 256…1536.
+Without --data the dataset recorded in the checkpoint is used (and said), else the built-in synthetic one.
+--augment runs test-time augmentation (yolov9c/engine/tta.py). Refused with an argparse-style error: --dnn (ONNX only).
 Bad input (missing weights, bad data yaml) gives one error line and exit code 2.
 Test: python -m pytest -q tests/cli/test_val_cli.py
 """
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
-from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights
+from yolov9c.cli.weights_args import check_nms_args, check_refused_and_weights, missing_extension
 
 EXIT_USAGE = 2
 _REFUSED = {
@@ -91,6 +92,18 @@ def data_from_checkpoint(ckpt, weights, log=print):
     return recorded
 
 
+@contextlib.contextmanager
+def _removed_if_left_empty(save_dir, claimed):
+    """Remove save_dir if the block fails while it is still empty and this run made it (never an --exist-ok
+    folder that was there before): the next run then gets the same name, as after an error before the start."""
+    try:
+        yield
+    except BaseException:
+        if claimed and save_dir.is_dir() and not any(save_dir.iterdir()):
+            save_dir.rmdir()
+        raise
+
+
 def run(opt, log=print):
     """Run one validation as `opt` says; returns the validate() result dict (study: the last one).
     opt.data None: the checkpoint's dataset (data_from_checkpoint), written back to opt.data."""
@@ -122,6 +135,7 @@ def run(opt, log=print):
     if split == "test" and not cfg.get("test"):  # not the val split's metrics under a test heading
         raise ValueError(f"--task test: {opt.data or 'synthetic'} has no 'test' split; add test: to the dataset "
                          f"yaml or use --task val")
+    claimed = not (opt.exist_ok and (Path(opt.project) / opt.name).is_dir())
     save_dir = increment_path(Path(opt.project) / opt.name, exist_ok=opt.exist_ok, mkdir=True)
     conf, iou, plots = opt.conf_thres, opt.iou_thres, True
     if opt.task == "speed":
@@ -130,12 +144,15 @@ def run(opt, log=print):
     # published: on for coco.yaml, off for --task speed
     save_json = opt.save_json or str(opt.data or "").endswith("coco.yaml")
     json_name = f"{Path(opt.weights[0]).stem}_predictions.json"
+    # published: --task speed times square imgsz x imgsz batches (no rect shapes, no padding)
+    rect, pad = (False, 0.0) if opt.task == "speed" else (True, 0.5)
     rows, result = [], None
     for imgsz in sizes:
-        data = DatasetConfig(augment=False, rect=True, single_cls=opt.single_cls, stride=stride, pad=0.5,
+        data = DatasetConfig(augment=False, rect=rect, single_cls=opt.single_cls, stride=stride, pad=pad,
                              prefix=f"{split}: ", nc=cfg["nc"])
-        loader, dataset = create_dataloader(cfg[split], imgsz, opt.batch_size, LoaderConfig(data, workers=opt.workers),
-                                            log=log)
+        with _removed_if_left_empty(save_dir, claimed):  # no usable images: no empty exp folder left behind
+            loader, dataset = create_dataloader(cfg[split], imgsz, opt.batch_size,
+                                                LoaderConfig(data, workers=opt.workers), log=log)
         _is_coco, anno, class_map, image_ids = coco_layout(cfg, cfg[split], dataset.im_files)
         vcfg = ValConfig(conf_thres=conf, iou_thres=iou, max_det=opt.max_det, half=opt.half and device.type == "cuda",
                          single_cls=opt.single_cls, augment=opt.augment, save_dir=save_dir,
@@ -168,6 +185,10 @@ def main(argv=None, prog="val_dual.py"):
         from yolov9c.models.published import weights_not_found
 
         print(f"{prog}: error: {weights_not_found(opt.weights[0])}", file=sys.stderr)
+        return EXIT_USAGE
+    why = missing_extension()
+    if why:
+        print(f"{prog}: error: {why}", file=sys.stderr)
         return EXIT_USAGE
     try:
         run(opt)

@@ -26,3 +26,18 @@ def check_nms_args(parser, opt):
         parser.error(f"--iou-thres must be in [0, 1], got {opt.iou_thres}")
     if opt.max_det < 1:
         parser.error(f"--max-det must be >= 1, got {opt.max_det}")
+
+
+def missing_extension():
+    """The one-line reason detection and validation cannot run here, or None: NMS calls yolov9c._C unless
+    YOLOV9C_FUSED=0, so a source checkout without the built extension would otherwise stop with a traceback at
+    the first image that has a box, after some outputs were written."""
+    from yolov9c.ops import extension
+
+    if not extension.fused_enabled():
+        return None
+    try:
+        extension.load()
+    except ImportError as e:
+        return str(e)
+    return None

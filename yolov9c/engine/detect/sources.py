@@ -144,9 +144,9 @@ class Frame:
         return self.frames > 0 or self.frame > 0
 
     def describe(self):
-        """The published log prefix: 'image 1/3 /p/a.jpg: ' or 'video 1/1 (frame 2/30) /p/v.mp4: '."""
+        """The published log prefix: 'image 1/3 /p/a.jpg: ' or 'video 1/1 (2/30) /p/v.mp4: ' (kept frames)."""
         if self.is_video:
-            return f"video {self.index}/{self.count} (frame {self.frame}/{self.frames}) {self.path}: "
+            return f"video {self.index}/{self.count} ({self.frame}/{self.frames}) {self.path}: "
         return f"image {self.index}/{self.count} {self.path}: "
 
 
