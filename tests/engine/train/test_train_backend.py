@@ -101,7 +101,8 @@ def test_default_backend_follows_the_device():
         _resolve_backend(parse_opt(["--sync-bn", "--backend", "c"]), torch.device("cuda", 0), 2, said.append)
 
 
-def test_c_backend_without_the_extension_says_how_to_build(data, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("backend", ["c", "torch"])  # torch: validation's NMS would stop the run after an epoch
+def test_either_backend_without_the_extension_says_how_to_build(backend, data, tmp_path, monkeypatch, capsys):
     import yolov9c.ops.extension as ext
 
     def not_built():
@@ -110,10 +111,11 @@ def test_c_backend_without_the_extension_says_how_to_build(data, tmp_path, monke
     monkeypatch.setattr(ext, "load", not_built)
     monkeypatch.setenv("YOLOV9C_FUSED", "1")
     argv = ["--data", data, "--cfg", "yolov9-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1",
-            "--workers", "0", "--device", "cpu", "--project", str(tmp_path / "runs"), "--backend", "c"]
+            "--workers", "0", "--device", "cpu", "--project", str(tmp_path / "runs"), "--backend", backend]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "--backend c" in err and "not built" in err and "setup.py build_ext --inplace" in err
+    assert ("--backend c" if backend == "c" else "NMS") in err and "not built" in err
+    assert "setup.py build_ext --inplace" in err and "YOLOV9C_FUSED=0" in err
     assert not (tmp_path / "runs").exists()  # refused before a run folder is made
 
 

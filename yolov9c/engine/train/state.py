@@ -313,7 +313,9 @@ def select_device(spec, local_rank):
 def resolve_backend(cfg, device, world, log):
     """The backend to train with: --backend as given, else c on a CUDA GPU and torch on the CPU. c needs the
     built extension (unless YOLOV9C_FUSED=0 routes every op to its torch reference) and computes BatchNorm
-    statistics per process, so --sync-bn under DDP keeps the torch backend (an error when c was asked for)."""
+    statistics per process, so --sync-bn under DDP keeps the torch backend (an error when c was asked for).
+    Validation's NMS needs the extension too, so an unbuilt one is refused here for either backend (not at the
+    first validation, after an epoch of training)."""
     auto = cfg.backend is None
     backend = ("c" if device.type == "cuda" else "torch") if auto else cfg.backend
     if backend == "c" and world > 1 and cfg.sync_bn:
@@ -322,11 +324,11 @@ def resolve_backend(cfg, device, world, log):
                              "use --backend torch with --sync-bn")
         log("WARNING: --sync-bn: the c backend does not synchronise BatchNorm statistics; using --backend torch")
         backend = "torch"
-    if backend == "c" and extension.fused_enabled():
+    if extension.fused_enabled():
         try:
             extension.load()
         except ImportError as e:
-            raise TrainError(f"--backend c: {e}") from None
+            raise TrainError(f"{'--backend c' if backend == 'c' else 'validation (its NMS)'}: {e}") from None
     return backend
 
 
