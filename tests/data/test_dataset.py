@@ -174,6 +174,17 @@ def test_min_items_single_cls_and_close_mosaic(tmp_path):
         YoloDataset(str(im), DatasetConfig(img_size=128, min_items=50, nc=6, label_cache=False), log=lambda s: None)
 
 
+def test_single_cls_keeps_labels_whose_class_is_beyond_nc(tmp_path):
+    """--single-cls maps every class to 0, so a yaml's nc below the labels' classes (nc: 1 over a many-class set)
+    drops nothing, as published; without it those images are skipped."""
+    im = _boxes_dataset(tmp_path, n=3)
+    (tmp_path / "labels" / "0.txt").write_text("5 0.5 0.5 0.2 0.2\n")
+    ds = YoloDataset(str(im), DatasetConfig(img_size=128, single_cls=True, nc=1, label_cache=False), log=print)
+    assert len(ds) == 3 and all((lb[:, 0] == 0).all() for lb in ds.labels)
+    with pytest.raises(DataError, match="no usable images"):  # every image has a class >= 1
+        YoloDataset(str(im), DatasetConfig(img_size=128, nc=1, label_cache=False), log=lambda s: None)
+
+
 def test_no_usable_images_and_no_labels(tmp_path):
     (tmp_path / "images").mkdir()
     (tmp_path / "images" / "x.jpg").write_bytes(b"")

@@ -84,7 +84,9 @@ class YoloDataset(torch.utils.data.Dataset):
             raise DataError(f"{prefix}{e}") from None
         if ignored:
             log(f"{prefix}{ignored_images_line(ignored)}")
-        scan = scan_split(files, nc, sources=sources, use_cache=cfg.label_cache, log=log, prefix=prefix)
+        # --single-cls makes every class 0, so no class id is out of range (published: no check then)
+        scan = scan_split(files, None if cfg.single_cls else nc, sources=sources, use_cache=cfg.label_cache, log=log,
+                          prefix=prefix)
         if scan.n_images == 0:
             raise DataError(f"{prefix}no usable images in {sources}")
         if self.augment and scan.n_images == scan.n_backgrounds:
