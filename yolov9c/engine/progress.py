@@ -47,16 +47,16 @@ class EpochClock:
     def start(self):
         self.t = self.now()
 
-    def lap(self, epoch, train_seconds):
+    def lap(self, epoch, train_seconds, last=False):
         """Close epoch `epoch` (0-based, as the Epoch column) whose training pass took train_seconds; returns its
-        line: how long it took (training / the rest: validation, checkpoints) and, unless it was the last, the
-        time left for the epochs after it at the mean epoch time so far."""
+        line: how long it took (training / the rest: validation, checkpoints) and, unless it was the last (or
+        `last`: the run stops early), the time left for the epochs after it at the mean epoch time so far."""
         now = self.now()
         took, self.t = now - self.t, now
         self.seconds.append(took)
         line = (f"epoch {epoch}/{self.epochs - 1} took {duration(took)} ({duration(train_seconds)} training, "
                 f"{duration(max(took - train_seconds, 0.0))} validation and saving)")
-        left = self.epochs - epoch - 1
+        left = 0 if last else self.epochs - epoch - 1
         if left > 0:
             line += f"; about {duration(self.left_seconds(epoch))} left for {left} epoch{'s' * (left > 1)}"
         return line

@@ -141,6 +141,41 @@ def test_close_mosaic_beyond_the_epochs_keeps_mosaic_as_published(tmp_path, gela
     assert sum("mosaic stays on for the whole run" in s for s in logs) == (mosaic == "hyp"), logs
 
 
+def test_patience_stops_early_with_the_published_lines_and_keeps_the_best_epoch(tmp_path, gelan_mini, monkeypatch):
+    """--patience 1 with a fitness that falls after epoch 0 (validation's metrics replaced): the run stops after
+    epoch 1 of 4 with the published message (and its --patience 0 hint), its epoch line estimates no time left,
+    results.csv has the two epochs, and best.pt (epoch 0) and last.pt are stripped and validated as at a normal end."""
+    import yolov9c.engine.train.trainer as trainer
+    from yolov9c.engine.train.results import read_results
+
+    real, maps = trainer._validate, iter([0.5, 0.4, 0.3, 0.2])
+
+    def falling(state, model, plots=False, verbose=False, **kw):
+        if plots or verbose:  # the final validation of best.pt runs for real
+            return real(state, model, plots=plots, verbose=verbose, **kw)
+        m = next(maps)
+        return dict(mp=m, mr=m, map50=m, map=m, box_loss=1.0, cls_loss=1.0, dfl_loss=1.0, maps=np.zeros(state.nc))
+    monkeypatch.setattr(trainer, "_validate", falling)
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=64)
+    logs = []
+    out = trainer.train(parse_opt(["--data", str(data), "--cfg", gelan_mini, "--img", "64", "--batch", "2",
+                                   "--epochs", "4", "--patience", "1", "--workers", "0", "--noplots", "--device", "cpu",
+                                   "--project", str(tmp_path / "runs")]),
+                        log=lambda *a, **k: logs.append(" ".join(map(str, a))))
+    text = "\n".join(logs)
+    assert out["epochs_done"] == 2
+    assert ("Stopping training early as no improvement observed in last 1 epochs. Best results observed at epoch 0, "
+            "best model saved as best.pt.") in text
+    assert "--patience 0" in text  # how to change or turn off early stopping, as the published message says
+    epoch_line = next(s for s in logs if s.startswith("epoch 1/3 took "))
+    assert "left for" not in epoch_line, epoch_line  # the run is stopping: no time-left estimate
+    assert "2 epochs completed in" in text and "Validating " in text
+    run = tmp_path / "runs" / "exp"
+    assert read_results(run / "results.csv")["metrics/mAP_0.5"].tolist() == pytest.approx([0.5, 0.4])
+    for name in ("last.pt", "best.pt"):
+        assert torch.load(run / "weights" / name, map_location="cpu", weights_only=True)["epoch"] == -1
+
+
 def test_mem_budget_sets_the_micro_batch_and_keeps_the_nominal_batch(tmp_path):
     """A budget between the predicted peaks of 2 and 4 images: micro-batches of 2 per loader batch of 4; the
     loader batch, accumulation, nominal batch and weight decay are those of the same run without a budget."""

@@ -147,7 +147,7 @@ def _train(state: RunState, stop_after_epoch):
     for epoch in range(progress.start_epoch, cfg.epochs):
         stats = train_one_epoch(state, epoch)
         stop = end_epoch(state, epoch, stats)
-        state.log(clock.lap(epoch, stats.seconds))
+        state.log(clock.lap(epoch, stats.seconds, last=stop))  # an early stop: no time-left estimate
         if stop or (stop_after_epoch is not None and epoch >= stop_after_epoch):
             break
     out = {"save_dir": state.save_dir, "epochs_done": epoch + 1, "best_fitness": progress.best_fitness,
@@ -278,7 +278,9 @@ def end_epoch(state: RunState, epoch, stats: EpochStats) -> bool:
                 state.tb.add_scalar(k, v, epoch)
         if stop:
             state.log(f"Stopping training early as no improvement observed in last {state.cfg.patience} epochs. "
-                      f"Best results observed at epoch {progress.best_epoch}, best model saved as best.pt.")
+                      f"Best results observed at epoch {progress.best_epoch}, best model saved as best.pt.\n"
+                      f"To wait longer pass a larger --patience (e.g. --patience 300), or --patience 0 to never stop "
+                      f"early.")
     if state.world > 1:  # every rank stops together
         flag = torch.tensor([int(stop)], device=state.device)
         dist.broadcast(flag, 0)
