@@ -257,6 +257,19 @@ def test_freeze_beyond_the_model_is_one_error_line(data, tmp_path, layers, says)
     assert says in line, line
 
 
+def test_an_img_whose_batch_exceeds_the_machines_memory_is_one_error_line(data, tmp_path, monkeypatch):
+    """Before: `--img 100000` started training and the first batch's mosaics got the process killed for memory
+    (exit 137, its run folder left with a stale lock). Here a machine of 1 MiB: the uint8 batch of 4 images at
+    320 px (1.2 MB) cannot fit, so set-up refuses it in one line, naming the size and the machine's memory."""
+    import yolov9c.engine.train.state as state_mod
+
+    monkeypatch.setattr(state_mod, "total_ram", lambda: 2 ** 20)
+    argv = _train_args(data, tmp_path / "runs", "--img", "300")
+    line = refused(train_main, argv, tmp_path / "runs")
+    assert "error: --img 300 with a batch of 4: one training batch alone takes 0.00114 GiB of host memory " \
+           "(4 x 3 x 320 x 320 bytes), more than this machine's 0.000977 GiB" in line, line
+
+
 # ---------------------------------------------------------------------------------------------------------
 # torchrun: a batch that does not split over the processes
 # ---------------------------------------------------------------------------------------------------------

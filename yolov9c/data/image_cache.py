@@ -61,6 +61,14 @@ def available_ram():
         return 0
 
 
+def total_ram():
+    """Bytes of physical memory of this machine (0 when unknown)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 def ram_needed(shapes, img_size):
     """Bytes that the resized uint8 BGR images of `shapes` (n, 2) (h, w) take."""
     shapes = np.asarray(shapes, np.float64).reshape(-1, 2)

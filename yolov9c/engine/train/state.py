@@ -37,6 +37,7 @@ from yolov9c.backends import apply as apply_backend
 from yolov9c.data.dataset import DataError, DatasetConfig
 from yolov9c.data.dataset_yaml import DataConfigError, load_data_config
 from yolov9c.data.hyp import augment_hyp
+from yolov9c.data.image_cache import total_ram
 from yolov9c.data.image_weights import class_weights
 from yolov9c.data.loader import LoaderConfig, create_dataloader
 from yolov9c.engine.run_dir import increment_path
@@ -633,6 +634,12 @@ def setup_loaders(state):
     batch, as published: train_dual.py L213), labels.jpg of a fresh run; then torch's CPU threads."""
     cfg, data, hyp = state.cfg, state.data, state.hyp
     per_rank = state.batching.per_rank
+    batch_bytes, ram = per_rank * 3 * state.imgsz ** 2, total_ram()
+    if ram and batch_bytes > ram:  # the loader's uint8 batch alone: the run would be killed for memory at batch 0
+        raise TrainError(f"--img {cfg.imgsz} with a batch of {per_rank}: one training batch alone takes "
+                         f"{batch_bytes / 2 ** 30:.3g} GiB of host memory ({per_rank} x 3 x {state.imgsz} x "
+                         f"{state.imgsz} bytes), more than this machine's {ram / 2 ** 30:.3g} GiB: use a smaller "
+                         f"--img (or --batch-size)")
     train = DatasetConfig(augment=True, hyp=hyp, rect=cfg.rect, image_weights=cfg.image_weights,
                           cache=None if cfg.cache == "val" else cfg.cache, single_cls=cfg.single_cls, stride=state.gs,
                           min_items=cfg.min_items, prefix="train: ", nc=int(data["nc"]), seed=cfg.seed)
