@@ -68,6 +68,7 @@ from yolov9c.models.info import model_summary
 from yolov9c.models.model import DetectionModel
 from yolov9c.ops import extension
 from yolov9c.resources import TRAIN_KEYS, resolve_hyp
+from yolov9c.units import GIB
 
 __all__ = ["NBS", "Progress", "RunState", "cpu_threads", "make_val_loader", "setup"]
 
@@ -637,8 +638,8 @@ def setup_loaders(state):
     batch_bytes, ram = per_rank * 3 * state.imgsz ** 2, total_ram()
     if ram and batch_bytes > ram:  # the loader's uint8 batch alone: the run would be killed for memory at batch 0
         raise TrainError(f"--img {cfg.imgsz} with a batch of {per_rank}: one training batch alone takes "
-                         f"{batch_bytes / 2 ** 30:.3g} GiB of host memory ({per_rank} x 3 x {state.imgsz} x "
-                         f"{state.imgsz} bytes), more than this machine's {ram / 2 ** 30:.3g} GiB: use a smaller "
+                         f"{batch_bytes / GIB:.3g} GiB of host memory ({per_rank} x 3 x {state.imgsz} x "
+                         f"{state.imgsz} bytes), more than this machine's {ram / GIB:.3g} GiB: use a smaller "
                          f"--img (or --batch-size)")
     train = DatasetConfig(augment=True, hyp=hyp, rect=cfg.rect, image_weights=cfg.image_weights,
                           cache=None if cfg.cache == "val" else cfg.cache, single_cls=cfg.single_cls, stride=state.gs,
