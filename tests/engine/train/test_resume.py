@@ -181,6 +181,33 @@ def test_weights_transfer_from_another_class_count(data, opt, gelan_mini, tmp_pa
     assert all(ck["model"][k].shape == dst[k].shape for k in head)
 
 
+def test_data_nc_overriding_the_model_yaml_is_logged(data, opt, gelan_mini, tmp_path):
+    """The data's nc wins over the yaml's (or the checkpoint's) nc, with the published line `Overriding model.yaml
+    nc=80 with nc=8` before the model summary; an equal nc logs nothing. --freeze 99 stops set-up right after the
+    model is built."""
+    from yolov9c import build_model
+    from yolov9c.data.dataset_yaml import load_data_config
+    from yolov9c.models.checkpoint import save_checkpoint
+
+    nc = load_data_config(data)["nc"]
+    assert nc != 80
+    save_checkpoint(tmp_path / "src.pt", build_model(gelan_mini, nc=80))
+    for extra, expect in ((), True), (("--weights", str(tmp_path / "src.pt"), "--cfg", ""), True), \
+                         (("--single-cls",), True):
+        lines = []
+        with pytest.raises(TrainError, match="--freeze 99"):
+            train(opt(tmp_path / "runs", "--freeze", "99", *extra), log=lambda *a, **k: lines.append(" ".join(a)))
+        want = f"Overriding model.yaml nc=80 with nc={1 if '--single-cls' in extra else nc}"
+        assert want in lines, lines
+        assert lines.index(want) < next(i for i, s in enumerate(lines) if " summary: " in s)
+    same = tmp_path / "same.yaml"
+    same.write_text(Path(gelan_mini).read_text().replace("nc: 80", f"nc: {nc}"))
+    lines = []
+    with pytest.raises(TrainError, match="--freeze 99"):
+        train(opt(tmp_path / "runs", "--freeze", "99", "--cfg", str(same)), log=lambda *a, **k: lines.append(str(a[0])))
+    assert not any("Overriding" in s for s in lines)
+
+
 def test_weights_without_cfg_build_the_checkpoints_model(data, gelan_mini, tmp_path):
     """--weights best.pt with no --cfg: the model the checkpoint stores, every tensor transferred (as the published
     `--cfg '' --weights`), not the untyped default yolov9-t with a partial transfer; --cfg typed still wins;
