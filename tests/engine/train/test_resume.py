@@ -74,6 +74,12 @@ def test_resume_of_a_stripped_checkpoint_refuses(tmp_path, gelan_mini):
     save_checkpoint(run / "weights" / "last.pt", build_model(gelan_mini, nc=2), epoch=-1)  # as after the strip
     with pytest.raises(TrainError, match="nothing to resume: this run finished"):
         train(parse_opt(["--resume", str(run / "weights" / "last.pt")]), log=lambda *a, **k: None)
+    # a plain state_dict (torch.save(model.state_dict())) never was a run: said so, not "this run finished"
+    torch.save(build_model(gelan_mini, nc=2).state_dict(), tmp_path / "sd.pt")
+    with pytest.raises(TrainError, match=r"sd.pt: a plain state_dict, not a training checkpoint: .* --weights "
+                                         r".*sd.pt --cfg") as e:
+        train(parse_opt(["--resume", str(tmp_path / "sd.pt")]), log=lambda *a, **k: None)
+    assert "finished" not in str(e.value)
     (tmp_path / "empty").mkdir()
     with pytest.raises(TrainError, match="no last.pt"):
         train(parse_opt(["--resume", "--project", str(tmp_path / "empty")]), log=lambda *a, **k: None)
