@@ -156,6 +156,21 @@ def test_config_sources(tmp_path):
         DetectionModel("yolov9-x")
 
 
+@pytest.mark.parametrize("name,base", [("gelan", "gelan-c"), ("yolov9", "yolov9-c")])
+def test_published_relu_variants_are_bundled(name, base):
+    """The published models/detect/ also has gelan.yaml and yolov9.yaml: gelan-c / yolov9-c with ReLU activations
+    and every ADown [c] replaced by a stride-2 Conv [c, 3, 2]. `--cfg yolov9.yaml` and `--cfg
+    models/detect/gelan.yaml` find them, as published."""
+    d, b = _cfg(name), _cfg(base)
+    assert d["activation"] == "nn.ReLU()" and "activation" not in b
+    swap = [[f, n, "Conv", [a[0], 3, 2]] if m == "ADown" else [f, n, m, a] for f, n, m, a in b["backbone"] + b["head"]]
+    assert d["backbone"] + d["head"] == swap and any(r[2] == "ADown" for r in b["backbone"])
+    for spec in (name, f"{name}.yaml", f"models/detect/{name}.yaml"):
+        assert DetectionModel(spec).yaml_file == f"{name}.yaml", spec
+    model = DetectionModel(name)
+    assert isinstance(model.model[1 if name == "yolov9" else 0].act, nn.ReLU)
+
+
 def test_nc_override_changes_head():
     model = DetectionModel("yolov9-t", nc=3)
     head = model.model[-1]

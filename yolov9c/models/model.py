@@ -24,7 +24,7 @@ PROBE_SIZE = 256
 
 class DetectionModel(nn.Module):
     """Layers in `model` (nn.Sequential; each layer has i, f, type, np), `save`, `yaml` (the config dict,
-    nc updated when overridden), `yaml_file`, `nc`, `names`, `stride` (tensor, e.g. [8., 16., 32.]),
+    nc updated when overridden), `yaml_file`, `yaml_nc` (the config's own nc, before an override), `nc`, `names`, `stride` (tensor, e.g. [8., 16., 32.]),
     `inplace`, `hyp` (None until a trainer sets it). `model[-1]` is the DDetect / DualDDetect head."""
 
     hyp = None
@@ -33,6 +33,7 @@ class DetectionModel(nn.Module):
         super().__init__()
         d, label, self.yaml_file = resolve_config(cfg)
         self.yaml = d
+        self.yaml_nc = d.get("nc")
         if nc is not None:
             if not isinstance(nc, int) or isinstance(nc, bool) or nc < 1:
                 raise ValueError(f"nc must be a positive integer, got {nc!r}")

@@ -74,6 +74,12 @@ def test_resume_of_a_stripped_checkpoint_refuses(tmp_path, gelan_mini):
     save_checkpoint(run / "weights" / "last.pt", build_model(gelan_mini, nc=2), epoch=-1)  # as after the strip
     with pytest.raises(TrainError, match="nothing to resume: this run finished"):
         train(parse_opt(["--resume", str(run / "weights" / "last.pt")]), log=lambda *a, **k: None)
+    # a plain state_dict (torch.save(model.state_dict())) never was a run: said so, not "this run finished"
+    torch.save(build_model(gelan_mini, nc=2).state_dict(), tmp_path / "sd.pt")
+    with pytest.raises(TrainError, match=r"sd.pt: a plain state_dict, not a training checkpoint: .* --weights "
+                                         r".*sd.pt --cfg") as e:
+        train(parse_opt(["--resume", str(tmp_path / "sd.pt")]), log=lambda *a, **k: None)
+    assert "finished" not in str(e.value)
     (tmp_path / "empty").mkdir()
     with pytest.raises(TrainError, match="no last.pt"):
         train(parse_opt(["--resume", "--project", str(tmp_path / "empty")]), log=lambda *a, **k: None)
@@ -179,6 +185,33 @@ def test_weights_transfer_from_another_class_count(data, opt, gelan_mini, tmp_pa
     assert torch.equal(w.float(), ssd["model.0.conv.weight"].half().float())
     head = [k for k in dst if k not in same]
     assert all(ck["model"][k].shape == dst[k].shape for k in head)
+
+
+def test_data_nc_overriding_the_model_yaml_is_logged(data, opt, gelan_mini, tmp_path):
+    """The data's nc wins over the yaml's (or the checkpoint's) nc, with the published line `Overriding model.yaml
+    nc=80 with nc=8` before the model summary; an equal nc logs nothing. --freeze 99 stops set-up right after the
+    model is built."""
+    from yolov9c import build_model
+    from yolov9c.data.dataset_yaml import load_data_config
+    from yolov9c.models.checkpoint import save_checkpoint
+
+    nc = load_data_config(data)["nc"]
+    assert nc != 80
+    save_checkpoint(tmp_path / "src.pt", build_model(gelan_mini, nc=80))
+    for extra, expect in ((), True), (("--weights", str(tmp_path / "src.pt"), "--cfg", ""), True), \
+                         (("--single-cls",), True):
+        lines = []
+        with pytest.raises(TrainError, match="--freeze 99"):
+            train(opt(tmp_path / "runs", "--freeze", "99", *extra), log=lambda *a, **k: lines.append(" ".join(a)))
+        want = f"Overriding model.yaml nc=80 with nc={1 if '--single-cls' in extra else nc}"
+        assert want in lines, lines
+        assert lines.index(want) < next(i for i, s in enumerate(lines) if " summary: " in s)
+    same = tmp_path / "same.yaml"
+    same.write_text(Path(gelan_mini).read_text().replace("nc: 80", f"nc: {nc}"))
+    lines = []
+    with pytest.raises(TrainError, match="--freeze 99"):
+        train(opt(tmp_path / "runs", "--freeze", "99", "--cfg", str(same)), log=lambda *a, **k: lines.append(str(a[0])))
+    assert not any("Overriding" in s for s in lines)
 
 
 def test_weights_without_cfg_build_the_checkpoints_model(data, gelan_mini, tmp_path):

@@ -77,6 +77,10 @@ def read_resume(cfg: RunConfig, log=print) -> Resumed:
         if not last.is_file():
             raise TrainError(f"--resume: no last.pt found ({cfg.resume})")
         ckpt = _read(last)
+        if ckpt.get("source") == "state_dict":  # no epoch, optimizer or options: it never was a run to continue
+            raise TrainError(f"--resume {last}: a plain state_dict, not a training checkpoint: it holds no epoch, "
+                             f"optimizer or options to continue; start a run from it with --weights {last} --cfg "
+                             f"MODEL.yaml")
     run = last.parent.parent  # the run whose options (opt.yaml) are resumed
     branching = last.name != "last.pt" and resumable(ckpt)  # weights/epochN.pt, an unstripped best.pt
     action = resume_action(None if branching else run, ckpt)  # a branch's folder is new: the checkpoint decides

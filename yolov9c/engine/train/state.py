@@ -479,6 +479,8 @@ def setup_model(state):
                          source=str(cfg.weights))
     else:
         model = _build(cfg.cfg, state.nc)
+    if model.yaml_nc != model.nc:  # the published line users read to see the data's class count won
+        log(f"Overriding model.yaml nc={model.yaml_nc} with nc={model.nc}")
     log(model_summary(model))  # as published at model build: GFLOPs at 640, before --freeze
     model = model.to(state.device, memory_format=state.memory_format)
     n_frozen = freeze(model, cfg.freeze)
