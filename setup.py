@@ -32,6 +32,7 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
+from setuptools.errors import PlatformError
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_ARCHS = ["75", "80", "86", "89", "90"]
@@ -186,6 +187,7 @@ class BuildExt(build_ext):
     """build_ext that first compiles kernels/*.cu with nvcc (in parallel) and links the objects in."""
 
     def build_extensions(self):
+        self.check_compiler()
         plan = PLAN
         ext = self.extensions[0]
         # A changed plan (CPU <-> CUDA, other arches) changes macros in the C files: rebuild them all.
@@ -200,6 +202,16 @@ class BuildExt(build_ext):
             ext.depends = list(ext.depends) + objects   # relink when a kernel object was rebuilt
         super().build_extensions()
         stamp.write_text(plan_text)
+
+    def check_compiler(self):
+        """One `error:` line naming the missing C compiler, instead of distutils' `[Errno 2] No such file or
+        directory: 'gcc'` after a compile command line."""
+        cc = (getattr(self.compiler, "compiler_so", None) or [None])[0]
+        if cc and shutil.which(cc) is None:
+            where = "$CC" if os.environ.get("CC") else "Python's build configuration"
+            raise PlatformError(f"yolov9c: no C compiler: {cc!r} (from {where}) was not found, and yolov9c._C is "
+                                f"C. Install one (Debian/Ubuntu: apt-get install gcc; Fedora: dnf install gcc) "
+                                f"or set CC to its path, then install again.")
 
     def compile_cuda(self, plan):
         sources = sorted((ROOT / "kernels").glob("*.cu"))

@@ -1,0 +1,27 @@
+"""What `pip install` says when the machine lacks what the build needs: no C compiler is one `error:` line naming
+the compiler it looked for and saying a C compiler is needed (not distutils' `[Errno 2] No such file or directory:
+'gcc'` after a command line). setup.py run directly, nothing compiled: a second or two each.
+
+Run: python -m pytest -q tests/package/test_install_errors.py
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def setup_py(args, tmp_path, **env):
+    return subprocess.run([sys.executable, "setup.py", *args], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "YOLOV9C_CUDA": "0", **env}, timeout=120)
+
+
+def test_no_c_compiler_is_one_clear_error(tmp_path):
+    r = setup_py(["-q", "build_ext", "--force", "--build-temp", str(tmp_path / "t"), "--build-lib",
+                  str(tmp_path / "l")], tmp_path, CC=str(tmp_path / "no-such-cc"))
+    assert r.returncode != 0
+    assert f"error: yolov9c: no C compiler: '{tmp_path / 'no-such-cc'}' (from $CC) was not found" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not list(tmp_path.rglob("*.so"))
+
