@@ -270,7 +270,12 @@ def make_extension(plan):
     if werror():
         c_args.append("-Werror")
     macros = [("YV_VERSION", f'"{version}"'), ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
-    import numpy
+    try:
+        import numpy
+    except ImportError:
+        raise RuntimeError("yolov9c: building yolov9c._C needs NumPy's C headers (numpy>=2.0, pyproject.toml's build "
+                           "requirement) and this Python has no numpy: `pip install 'numpy>=2.0'` first, or install "
+                           "without --no-build-isolation (pip then brings numpy itself)") from None
 
     # kernels/ holds yv_dtype.h (shared with the .cu files) and yv_kernels.h (the launcher prototypes).
     include_dirs = [str(ROOT / "csrc"), str(ROOT / "kernels"), numpy.get_include()]

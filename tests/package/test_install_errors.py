@@ -1,6 +1,7 @@
 """What `pip install` says when the machine lacks what the build needs: no C compiler is one `error:` line naming
 the compiler it looked for and saying a C compiler is needed (not distutils' `[Errno 2] No such file or directory:
-'gcc'` after a command line). setup.py run directly, nothing compiled: a second or two each.
+'gcc'` after a command line); no NumPy under --no-build-isolation names numpy>=2.0 and how to get it. setup.py run
+directly, nothing compiled: a second or two each.
 
 Run: python -m pytest -q tests/package/test_install_errors.py
 """
@@ -25,3 +26,12 @@ def test_no_c_compiler_is_one_clear_error(tmp_path):
     assert f"error: yolov9c: no C compiler: '{tmp_path / 'no-such-cc'}' (from $CC) was not found" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not list(tmp_path.rglob("*.so"))
 
+
+def test_no_numpy_names_the_build_requirement(tmp_path):
+    shim = tmp_path / "shim" / "numpy"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('No module named numpy (test shim)')\n")
+    r = setup_py(["--version"], tmp_path, PYTHONPATH=str(shim.parent))
+    assert r.returncode != 0
+    assert "yolov9c: building yolov9c._C needs NumPy's C headers (numpy>=2.0" in r.stderr, r.stderr
+    assert "pip install 'numpy>=2.0'" in r.stderr
