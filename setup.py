@@ -32,6 +32,7 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
+from setuptools.command.develop import develop
 from setuptools.errors import PlatformError
 
 ROOT = Path(__file__).resolve().parent
@@ -313,4 +314,17 @@ class BuildPy(build_py):
             shutil.copytree(ROOT / "configs", Path(self.build_lib) / "yolov9c" / "configs", dirs_exist_ok=True)
 
 
-setup(ext_modules=[make_extension(PLAN)], cmdclass={"build_ext": BuildExt, "build_py": BuildPy})
+class Develop(develop):
+    """`setup.py develop`, which pip < 21.3 runs for `pip install -e .`: setuptools hands it back to `pip install -e .
+    --use-pep517`, which fails inside old pip's build environment (`No module named pip`, a traceback); say so."""
+
+    def run(self):
+        out = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True).stdout
+        m = re.match(r"pip (\d+)\.(\d+)", out)
+        if m is None or (int(m[1]), int(m[2])) < (21, 3):
+            raise PlatformError("yolov9c: `pip install -e .` needs pip >= 21.3 (editable installs of a pyproject.toml "
+                                "project) and this pip is older: python -m pip install -U pip, then install again")
+        super().run()
+
+
+setup(ext_modules=[make_extension(PLAN)], cmdclass={"build_ext": BuildExt, "build_py": BuildPy, "develop": Develop})
