@@ -32,6 +32,8 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
+from setuptools.command.develop import develop
+from setuptools.errors import PlatformError
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_ARCHS = ["75", "80", "86", "89", "90"]
@@ -186,6 +188,7 @@ class BuildExt(build_ext):
     """build_ext that first compiles kernels/*.cu with nvcc (in parallel) and links the objects in."""
 
     def build_extensions(self):
+        self.check_compiler()
         plan = PLAN
         ext = self.extensions[0]
         # A changed plan (CPU <-> CUDA, other arches) changes macros in the C files: rebuild them all.
@@ -200,6 +203,16 @@ class BuildExt(build_ext):
             ext.depends = list(ext.depends) + objects   # relink when a kernel object was rebuilt
         super().build_extensions()
         stamp.write_text(plan_text)
+
+    def check_compiler(self):
+        """One `error:` line naming the missing C compiler, instead of distutils' `[Errno 2] No such file or
+        directory: 'gcc'` after a compile command line."""
+        cc = (getattr(self.compiler, "compiler_so", None) or [None])[0]
+        if cc and shutil.which(cc) is None:
+            where = "$CC" if os.environ.get("CC") else "Python's build configuration"
+            raise PlatformError(f"yolov9c: no C compiler: {cc!r} (from {where}) was not found, and yolov9c._C is "
+                                f"C. Install one (Debian/Ubuntu: apt-get install gcc; Fedora: dnf install gcc) "
+                                f"or set CC to its path, then install again.")
 
     def compile_cuda(self, plan):
         sources = sorted((ROOT / "kernels").glob("*.cu"))
@@ -258,7 +271,12 @@ def make_extension(plan):
     if werror():
         c_args.append("-Werror")
     macros = [("YV_VERSION", f'"{version}"'), ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
-    import numpy
+    try:
+        import numpy
+    except ImportError:
+        raise RuntimeError("yolov9c: building yolov9c._C needs NumPy's C headers (numpy>=2.0, pyproject.toml's build "
+                           "requirement) and this Python has no numpy: `pip install 'numpy>=2.0'` first, or install "
+                           "without --no-build-isolation (pip then brings numpy itself)") from None
 
     # kernels/ holds yv_dtype.h (shared with the .cu files) and yv_kernels.h (the launcher prototypes).
     include_dirs = [str(ROOT / "csrc"), str(ROOT / "kernels"), numpy.get_include()]
@@ -296,4 +314,17 @@ class BuildPy(build_py):
             shutil.copytree(ROOT / "configs", Path(self.build_lib) / "yolov9c" / "configs", dirs_exist_ok=True)
 
 
-setup(ext_modules=[make_extension(PLAN)], cmdclass={"build_ext": BuildExt, "build_py": BuildPy})
+class Develop(develop):
+    """`setup.py develop`, which pip < 21.3 runs for `pip install -e .`: setuptools hands it back to `pip install -e .
+    --use-pep517`, which fails inside old pip's build environment (`No module named pip`, a traceback); say so."""
+
+    def run(self):
+        out = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, text=True).stdout
+        m = re.match(r"pip (\d+)\.(\d+)", out)
+        if m is None or (int(m[1]), int(m[2])) < (21, 3):
+            raise PlatformError("yolov9c: `pip install -e .` needs pip >= 21.3 (editable installs of a pyproject.toml "
+                                "project) and this pip is older: python -m pip install -U pip, then install again")
+        super().run()
+
+
+setup(ext_modules=[make_extension(PLAN)], cmdclass={"build_ext": BuildExt, "build_py": BuildPy, "develop": Develop})

@@ -91,6 +91,32 @@ def test_wheel_carries_the_configs(tmp_path):
     assert not [n for n in names if "assets" in n or n.startswith("tests/")]  # the test data stays out
 
 
+def test_sdist_carries_what_the_build_needs(tmp_path):
+    """The sdist (MANIFEST.in) holds every C source and header, every CUDA kernel and every bundled config, and
+    build_py run inside the unpacked sdist writes yolov9c/configs/ (a sdist without configs/ does not build);
+    no tests/ or build/ files. setup.py sdist and build_py only: no compile, a few seconds."""
+    import tarfile
+
+    env = {**os.environ, "YOLOV9C_CUDA": "0"}
+    r = subprocess.run([sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path), "sdist",
+                        "--dist-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (sdist,) = tmp_path.glob("yolov9c-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+        tar.extractall(tmp_path / "src", filter="data")
+    wanted = {p.relative_to(REPO).as_posix() for d, exts in (("csrc", ".c .h"), ("kernels", ".cu .cuh .h"),
+                                                              ("configs", ".yaml"), ("yolov9c", ".py"))
+              for p in (REPO / d).rglob("*") if p.suffix in exts.split()}
+    assert {"kernels/nms.cu", "kernels/common.cuh", "configs/hyps/hyp.scratch-high.yaml"} <= wanted
+    assert not wanted - names, f"missing from the sdist: {sorted(wanted - names)}"
+    assert not [n for n in names if n.startswith(("tests/", "build/"))]
+    (src,) = (tmp_path / "src").iterdir()
+    r = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path / "lib")], cwd=src,
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "lib" / "yolov9c" / "configs" / "models" / "detect" / "yolov9-s.yaml").is_file()
+
 def test_published_paths_find_the_bundled_files(tmp_path, monkeypatch):
     """`--cfg models/detect/gelan-t.yaml` and `--hyp data/hyps/hyp.scratch-high.yaml` (the published forms)
     name the bundled files when no such file exists here; other missing paths stay errors."""
