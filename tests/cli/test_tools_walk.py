@@ -17,3 +17,16 @@ def test_memory_bad_batch_names_only_the_flag_given_wrong(capsys):
     assert main(["memory", "--cfg", "yolov9-s.yaml", "--img", "31", "--val-batch", "0"]) == 2
     assert capsys.readouterr().err == ("python -m yolov9c memory: error: --val-batch must be ≥ 1, got 0; "
                                        "--img must be ≥ 32, got 31\n")
+
+
+def test_memory_phases_of_a_backend_that_does_not_fit_are_not_printed(capsys):
+    """Before: with a budget below one image's step the phase line was still printed at batch 1, reading as a
+    plan (`torch train 0.53/0.58, ... validation 0.26/0.10 ...; whole run 0.58 reserved` under 0.10 GiB)."""
+    assert main(["memory", "--cfg", "yolov9-s.yaml", "--budget", "0.1G"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^torch +does not fit: even one image of 640² is predicted to need 0\.\d\d GiB$", out, re.M)
+    assert re.search(r"^torch +not predicted: the training step does not fit the budget \(above\)$", out, re.M), out
+    assert not re.search(r"^(c|torch) +train ", out, re.M), out
+    # a budget the step fits still gets its phases
+    assert main(["memory", "--cfg", "yolov9-s.yaml", "--budget", "7.5G"]) == 0
+    assert re.search(r"^torch +train 6\.21/6\.77, ", capsys.readouterr().out, re.M)

@@ -261,7 +261,10 @@ def _print_phases(args, costs):
         batch = args.batch
         if args.budget is not None:
             p = mp.plan(cost, args.budget, nominal=args.batch, img=args.img, graphs=held)
-            batch = p.batch if p.fits else 1
+            if not p.fits:  # phases at a batch that does not train would read as a plan (reserved < allocated)
+                print(f"{backend:<8} not predicted: the training step does not fit the budget (above)")
+                continue
+            batch = p.batch
         run = mph.phases(cost, vc, batch, val_batch, img=args.img, limit_gib=args.budget, chunks=chunks,
                          graph_count=mp.graphs_held(args.batch, batch))
         (ta, tr), (va, vr) = run.peaks["train"], run.peaks["validation"]
