@@ -30,3 +30,16 @@ def test_memory_phases_of_a_backend_that_does_not_fit_are_not_printed(capsys):
     # a budget the step fits still gets its phases
     assert main(["memory", "--cfg", "yolov9-s.yaml", "--budget", "7.5G"]) == 0
     assert re.search(r"^torch +train 6\.21/6\.77, ", capsys.readouterr().out, re.M)
+
+
+def test_published_yolov9_cf_is_named_unsupported_not_missing(capsys):
+    """Before: `--cfg yolov9-cf.yaml` (a published config) said "model config 'yolov9-cf.yaml' not found"."""
+    says = ("model config 'yolov9-cf.yaml' is a published config that yolov9c does not support: TripleDDetect "
+            "head; yolov9-c.yaml is its dual-head form (docs/api.md, Models)")
+    assert main(["info", "--cfg", "yolov9-cf.yaml"]) == 2
+    assert capsys.readouterr().err == f"python -m yolov9c info: error: {says}\n"
+    assert main(["memory", "--cfg", "yolov9-cf.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+    assert main(["info", "--cfg", "yolov9-nope.yaml"]) == 2  # an unknown name still lists the known ones
+    assert "not found: not a file and not one of gelan-c" in capsys.readouterr().err
