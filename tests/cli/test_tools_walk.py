@@ -43,3 +43,14 @@ def test_published_yolov9_cf_is_named_unsupported_not_missing(capsys):
     assert err.count("\n") == 1 and says in err, err
     assert main(["info", "--cfg", "yolov9-nope.yaml"]) == 2  # an unknown name still lists the known ones
     assert "not found: not a file and not one of gelan-c" in capsys.readouterr().err
+
+
+def test_info_weights_folder_or_published_name_says_so(tmp_path, capsys):
+    """Before: `info --weights FOLDER` said 'checkpoint not found: FOLDER', and `info --weights yolov9-c.pt` (the
+    documented example) did not say where the file comes from; export and convert already did both."""
+    (tmp_path / "best.pt").write_bytes(b"")
+    assert main(["info", "--weights", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"python -m yolov9c info: error: --weights {tmp_path}: a folder, not a "
+                                       f"checkpoint file: give a .pt file, e.g. {tmp_path / 'best.pt'}\n")
+    assert main(["info", "--weights", str(tmp_path / "yolov9-c.pt")]) == 2
+    assert "download it from https://github.com/WongKinYiu/yolov9/releases" in capsys.readouterr().err

@@ -106,8 +106,11 @@ def cmd_info(args) -> int:
 def _load(path: str):
     """Our DetectionModel from a checkpoint, with loader errors turned into CliError."""
     from yolov9c.models.checkpoint import CheckpointError
+    from yolov9c.models.published import weights_not_found
     from yolov9c.models.weights import load_model
 
+    if not Path(path).is_file():  # a folder, or a published name to download: said as export and convert say it
+        raise CliError(weights_not_found(path))
     try:
         return load_model(path)
     except FileNotFoundError as e:
