@@ -54,3 +54,24 @@ def test_info_weights_folder_or_published_name_says_so(tmp_path, capsys):
                                        f"checkpoint file: give a .pt file, e.g. {tmp_path / 'best.pt'}\n")
     assert main(["info", "--weights", str(tmp_path / "yolov9-c.pt")]) == 2
     assert "download it from https://github.com/WongKinYiu/yolov9/releases" in capsys.readouterr().err
+
+
+def test_convert_says_nothing_to_convert_and_which_gelan_fits(tmp_path, capsys):
+    """Before: a gelan checkpoint gave 'cannot re-parameterise ...: reparameterize: the source model's head is
+    DDetect, not DualDDetect', and yolov9-t into gelan-s 'target row 0 ([-1, 1, Conv, [32, 3, 2]]) does not
+    match source row 0 (...)'; now each says what to do. No output file either way."""
+    from yolov9c.models.checkpoint import save_checkpoint
+    from yolov9c.models.model import DetectionModel
+
+    gelan = save_checkpoint(tmp_path / "g.pt", DetectionModel("gelan-t", nc=2))
+    yolo = save_checkpoint(tmp_path / "y.pt", DetectionModel("yolov9-t", nc=2))
+    out = tmp_path / "out.pt"
+    assert main(["convert", "--weights", str(gelan), "--cfg", "gelan-t.yaml", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"python -m yolov9c convert: error: {gelan} holds a gelan-t model (DDetect head, no auxiliary branch): "
+        "nothing to convert; use it as it is (val.py, detect.py, export)")
+    assert main(["convert", "--weights", str(yolo), "--cfg", "gelan-s.yaml", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "python -m yolov9c convert: error: --cfg gelan-s.yaml does not match the checkpoint's yolov9-t: "
+        "use gelan-t.yaml")
+    assert not out.exists()

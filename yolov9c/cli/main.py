@@ -157,6 +157,15 @@ def cmd_convert(args) -> int:
     print(f"Loaded {src} ({ckpt.get('source')} checkpoint, {head} head, nc={model.nc}, "
           f"{'EMA' if ckpt.get('ema') else 'model'} weights): transferred {n}/{total} items")
 
+    stem, target = Path(model.yaml_file or "").stem, Path(args.cfg).stem
+    if head != "DualDDetect":
+        raise CliError(f"{src} holds a {stem or 'single-head'} model ({head} head, no auxiliary branch): nothing to "
+                       "convert; use it as it is (val.py, detect.py, export)")
+    import re
+    pair = re.fullmatch(r"yolov9(-[tsmce])?", stem), re.fullmatch(r"gelan(-[tsmce])?", target)
+    if all(pair) and pair[0].group(1) != pair[1].group(1):  # e.g. yolov9-t into gelan-s: say which one fits
+        raise CliError(f"--cfg {args.cfg} does not match the checkpoint's {stem}: use gelan{pair[0].group(1) or ''}.yaml")
+
     from yolov9c.models.reparam import reparameterize
     try:
         with torch.no_grad():
