@@ -75,3 +75,28 @@ def test_convert_says_nothing_to_convert_and_which_gelan_fits(tmp_path, capsys):
         "python -m yolov9c convert: error: --cfg gelan-s.yaml does not match the checkpoint's yolov9-t: "
         "use gelan-t.yaml")
     assert not out.exists()
+
+
+def test_export_opset_too_low_and_a_failed_export_are_one_line(tmp_path, capsys, monkeypatch):
+    """Before: `--opset 5` printed torch's whole traced graph (about 1000 lines on stdout, 45 more in the error
+    'line'); now it is refused up front, and any failed export's message is cut to torch's first line."""
+    import pytest
+    import torch
+
+    from yolov9c.models import export as ex
+    from yolov9c.models.model import DetectionModel
+
+    pytest.importorskip("onnx")
+    weights = tmp_path / "best.pt"
+    weights.write_bytes(b"not read: the opset is checked first")
+    assert main(["export", "--weights", str(weights), "--opset", "5"]) == 2
+    assert capsys.readouterr().err == ("python -m yolov9c export: error: --opset 5: the model exports at opset 9 "
+                                       "or later (default 17)\n")
+
+    def fails(*a, **k):
+        raise RuntimeError("Unsupported: ONNX export of operator X\nTorch IR graph:\n  %1 : Float(...)\n")
+    monkeypatch.setattr(torch.onnx, "export", fails)
+    with pytest.raises(ex.ExportError) as e:
+        ex.export_onnx(DetectionModel("gelan-t", nc=1).eval(), tmp_path / "m.onnx", imgsz=(64, 64))
+    assert str(e.value) == "ONNX export failed: Unsupported: ONNX export of operator X"
+    assert [p.name for p in tmp_path.iterdir()] == ["best.pt"]  # no .onnx, no temp file
