@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 FORMATS = ("onnx",)
+MIN_OPSET = 9  # torch's constant folding needs 9; opset 7 cannot export the upsampling
 EXIT_USAGE = 2
 
 
@@ -52,6 +53,8 @@ def _check_args(args):
         raise ValueError(f"--imgsz: one or two sizes of at least 32 expected, got {args.imgsz}")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.opset < MIN_OPSET:  # below it torch's exporter fails on this graph after printing the whole IR graph
+        raise ValueError(f"--opset {args.opset}: the model exports at opset {MIN_OPSET} or later (default 17)")
     if args.check < 0:
         raise ValueError(f"--check must be >= 0, got {args.check}")
     if not Path(args.weights).is_file():

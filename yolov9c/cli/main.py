@@ -106,8 +106,11 @@ def cmd_info(args) -> int:
 def _load(path: str):
     """Our DetectionModel from a checkpoint, with loader errors turned into CliError."""
     from yolov9c.models.checkpoint import CheckpointError
+    from yolov9c.models.published import weights_not_found
     from yolov9c.models.weights import load_model
 
+    if not Path(path).is_file():  # a folder, or a published name to download: said as export and convert say it
+        raise CliError(weights_not_found(path))
     try:
         return load_model(path)
     except FileNotFoundError as e:
@@ -153,6 +156,15 @@ def cmd_convert(args) -> int:
     head = type(model.model[-1]).__name__
     print(f"Loaded {src} ({ckpt.get('source')} checkpoint, {head} head, nc={model.nc}, "
           f"{'EMA' if ckpt.get('ema') else 'model'} weights): transferred {n}/{total} items")
+
+    stem, target = Path(model.yaml_file or "").stem, Path(args.cfg).stem
+    if head != "DualDDetect":
+        raise CliError(f"{src} holds a {stem or 'single-head'} model ({head} head, no auxiliary branch): nothing to "
+                       "convert; use it as it is (val.py, detect.py, export)")
+    import re
+    pair = re.fullmatch(r"yolov9(-[tsmce])?", stem), re.fullmatch(r"gelan(-[tsmce])?", target)
+    if all(pair) and pair[0].group(1) != pair[1].group(1):  # e.g. yolov9-t into gelan-s: say which one fits
+        raise CliError(f"--cfg {args.cfg} does not match the checkpoint's {stem}: use gelan{pair[0].group(1) or ''}.yaml")
 
     from yolov9c.models.reparam import reparameterize
     try:

@@ -165,9 +165,11 @@ def run(args):
     def err(msg):
         print(f"python -m yolov9c memory: error: {msg}", file=sys.stderr)
 
-    if args.batch < 1 or args.img < 32 or (args.val_batch is not None and args.val_batch < 1):
-        err(f"--batch and --val-batch must be ≥ 1 and --img ≥ 32, got {args.batch}, {args.val_batch} and "
-            f"{args.img}")
+    bad = [f"{flag} must be ≥ {low}, got {value}" for flag, value, low in
+           (("--batch", args.batch, 1), ("--val-batch", args.val_batch, 1), ("--img", args.img, 32))
+           if value is not None and value < low]  # only the flags given wrong: an unset --val-batch is no 'None'
+    if bad:
+        err("; ".join(bad))
         return 2
     if args.min_img is not None and args.min_img < 32:
         err(f"--min-img must be ≥ 32, got {args.min_img}")
@@ -259,7 +261,10 @@ def _print_phases(args, costs):
         batch = args.batch
         if args.budget is not None:
             p = mp.plan(cost, args.budget, nominal=args.batch, img=args.img, graphs=held)
-            batch = p.batch if p.fits else 1
+            if not p.fits:  # phases at a batch that does not train would read as a plan (reserved < allocated)
+                print(f"{backend:<8} not predicted: the training step does not fit the budget (above)")
+                continue
+            batch = p.batch
         run = mph.phases(cost, vc, batch, val_batch, img=args.img, limit_gib=args.budget, chunks=chunks,
                          graph_count=mp.graphs_held(args.batch, batch))
         (ta, tr), (va, vr) = run.peaks["train"], run.peaks["validation"]

@@ -117,7 +117,9 @@ def export_onnx(model: nn.Module, path, imgsz=(640, 640), batch: int = 1, opset:
         onnx.save(graph, tmp)
         os.replace(tmp, path)
     except (RuntimeError, ValueError, TypeError) as e:
-        raise ExportError(f"ONNX export failed: {e}") from e
+        # torch's message can carry the traced graph (hundreds of lines): its first line says what failed
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ExportError(f"ONNX export failed: {first}") from e
     except OSError as e:  # a read-only weights folder, a full disk: its reason, not the temp file's traceback
         raise ExportError(f"cannot write {path}: {e.strerror or e}") from None
     finally:

@@ -36,6 +36,9 @@ MODULES = {
     "nn.AvgPool2d": nn.AvgPool2d, "nn.ZeroPad2d": nn.ZeroPad2d, "nn.Dropout": nn.Dropout,
 }
 # (c1, c2, ...) modules whose output channel args[0] is width-scaled.
+# published models/detect yamls that are not bundled: named as such instead of 'not found'
+PUBLISHED_NOT_SUPPORTED = {"yolov9-cf": "TripleDDetect head; yolov9-c.yaml is its dual-head form",
+                           "yolov7-af": "YOLOv7 modules"}
 CONV_LIKE = {Conv, AConv, ADown, ELAN1, RepNCSPELAN4, SPPELAN, RepNCSP, RepNBottleneck, RepConvN}
 HEADS = {DDetect, DualDDetect}
 
@@ -57,6 +60,10 @@ def resolve_config(cfg):
     if not path.is_file():
         path = bundled_file(cfg, "model")
         if path is None:
+            stem = Path(str(cfg)).stem
+            if stem in PUBLISHED_NOT_SUPPORTED:
+                raise FileNotFoundError(f"model config '{cfg}' is a published config that yolov9c does not "
+                                        f"support: {PUBLISHED_NOT_SUPPORTED[stem]} (docs/api.md, Models)")
             known = ", ".join(Path(n).stem for n in bundled_names("model"))
             raise FileNotFoundError(f"model config '{cfg}' not found: not a file and not one of {known} "
                                     "(a bare name or models/detect/NAME.yaml)")
