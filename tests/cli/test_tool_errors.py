@@ -2,7 +2,7 @@
 naming what is wrong (and what to type instead), and the memory report says nothing it cannot stand behind.
 Cases from a walkthrough of the tools; each one failed before its fix. Through main(argv) in this process.
 
-Run: python -m pytest -q tests/cli/test_tools_walk.py
+Run: python -m pytest -q tests/cli/test_tool_errors.py
 """
 
 import re
