@@ -54,7 +54,8 @@
 #   augloader  bench_dataloader.py, CPU pipeline vs the augment op on CUDA, workers 4 8 16 (AUG_WORKERS),
 #              without and with --cache ram
 #   augtrain   bench_train.py, the real train_dual.py, c backend, workers 4 8 16, without and with --gpu-augment
-#              (AUG_CACHE=ram adds the pair with --cache ram); AUG_CPUS=0-3 runs augloader/augtrain on those cores
+#              (AUG_CACHE=ram adds the pair with --cache ram, AUG_PLAIN=0 leaves out the pair without);
+#              AUG_CPUS=0-3 runs augloader/augtrain on those cores
 #              only (taskset: the 4-core host of issue 57)
 #   augpub     the published train_dual.py (.dev/published) on the same 1024 images, workers 4 8 16
 #   bnab       the BN planar-vector kernels' A/B (NCHW: --no-channels-last): bench_step c with them, then built
@@ -236,7 +237,9 @@ GROUPS
                done; done; done ;;
     augtrain) [ -n "$DATA" ] && wait "$DATA"
               for m in ${TRAIN_MODELS:-yolov9-s yolov9-c}; do for w in ${AUG_WORKERS:-4 8 16}; do
-                for cache in "" ${AUG_CACHE:-}; do for g in "" --gpu-augment; do
+                for cache in $([ "${AUG_PLAIN:-1}" = 1 ] && echo none) ${AUG_CACHE:-}; do
+                  [ "$cache" = none ] && cache=
+                  for g in "" --gpu-augment; do
                   tag="augtrain_${m}_w${w}${cache:+_$cache}${g:+_gpuaug}"
                   stage "$tag" 110 100 ${AUG_CPUS:+taskset -c $AUG_CPUS} python3 benchmarks/bench_train.py --models "$m" \
                     --backends c --images 1024 --workers "$w" --timeout 95 --root /tmp/yolov9c_bench_train $g ${cache:+--cache $cache}
