@@ -1,10 +1,10 @@
 """The conv weights in the autocast dtype, cast once a forward instead of once a conv (extension.lean_host()).
 
     with casts.weights_cast(model, dtype):   # pgi.model_forward: one foreach copy of every conv weight and bias
-        ...                            # lazy convs read conv.cast(w, dtype): the kept copy, else w.to(dtype)
+        ...                                  # lazy convs call cast(w, dtype): the kept copy, else w.to(dtype)
 
-Under autocast every lazy conv casts its fp32 weight (and bias) to the compute dtype: ~400 casts a yolov9-s step,
-each a Python call, an allocation and a launch. With lean_host() the c model's training forward instead refreshes
+Under autocast every lazy conv call casts its fp32 weight (and bias) to the compute dtype, each cast a Python call,
+an allocation and a launch. With lean_host() the c model's training forward instead refreshes
 one kept copy per parameter (CastTable, made on first use, outside CUDA-graph capture) with one
 torch._foreach_copy_, and a recomputed segment's backward reads the table its forward read (segment.py), so the
 weights are cast once a forward, captured into a CUDA graph's forward as well. Values equal w.to(dtype) exactly:
