@@ -179,6 +179,9 @@ def test_lean_host_is_off_by_default(monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.parametrize("amp", [False, True])
 def test_cuda_lean_host_trains_bit_identically_with_one_workspace_per_stream(amp, monkeypatch):
+    # cuDNN's default float32 algorithms differ run to run (two default runs differ too): deterministic ones here
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
     base = shared_seeded_model("yolov9-t")
     default = _train(base, False, monkeypatch, device="cuda", amp=amp)
     bn_silu._WORKSPACES.clear()
