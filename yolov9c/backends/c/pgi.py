@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 
 import yolov9c.backends.c.layers as L
-from yolov9c.backends.c import casts
+from yolov9c.backends.c.casts import weights_cast
 from yolov9c.backends.c.conv import autocast_dtype
 from yolov9c.backends.c.lazy import Image
 from yolov9c.backends.c.segment import run_segment
@@ -273,7 +273,7 @@ def model_forward(self, x):
     sw = switches_of(self)
     g = graph(self) if self.training and torch.is_grad_enabled() and sw.aux_recompute else None
     # lean_host: every num_batches_tracked += 1 in one call, the conv weights cast in one
-    with L.counting_batches(), casts.weights_cast(self, amp):
+    with L.counting_batches(), weights_cast(self, amp):
         if g is None or not g.aux or not L.supported(self.model[-1]):
             return type(self).forward(self, x)
         return _forward_pgi(self, g, x, sw)

@@ -17,7 +17,7 @@ Test: python -m pytest -q tests/backends/test_backend_pgi.py
 
 import torch
 
-from yolov9c.backends.c import casts
+from yolov9c.backends.c.casts import current as current_casts, reading as reading_casts
 from yolov9c.backends.c.conv import autocast_dtype, direct_apply, inputs_kept
 from yolov9c.backends.c.layers import StatsTape, use_tape
 from yolov9c.backends.c.lazy import LeafIndex, Node
@@ -102,7 +102,7 @@ class _Call:
         self.tape, self.device_type = StatsTape(), device_type
         self.amp_dtype = autocast_dtype(device_type)
         self.amp = self.amp_dtype is not None
-        self.casts = casts.current()  # the recompute reads the weights its forward read
+        self.casts = current_casts()  # the recompute reads the weights its forward read
         self.out, self.new_ids = None, None
 
     def run(self, inputs):
@@ -137,7 +137,7 @@ class SegmentFunction(torch.autograd.Function):
         call.tape.pos = 0
         try:
             with torch.enable_grad(), torch.autocast(call.device_type, dtype=call.amp_dtype, enabled=call.amp), \
-                    inputs_kept(call.keep_inputs), casts.reading(call.casts):
+                    inputs_kept(call.keep_inputs), reading_casts(call.casts):
                 out = call.run(_fill(call.template, leaves, {}))
         finally:
             call.tape.pos = None
