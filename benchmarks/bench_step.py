@@ -23,11 +23,17 @@ step the next of 0.5, 1.0 and 1.5 × img), the epoch's last partial batch (2/3 o
 --ckpt (torch only: the c backend ignores it); the graph rows are keyed by shape, as the trainer's default
 (--no-graph-shapes: the fixed-shape graph, other shapes eager).
 Each configuration runs in its own subprocess. One JSON line per configuration; --markdown adds the table.
+--interleave CFG ... (eager, fixed shape; CFG: c, torch, c+lean = c with YOLOV9C_LEAN_HOST=1 during its steps): the
+configurations of each model in one process, one step of each in turn (each round starts one later), so a drift of
+the host falls on all alike: per configuration the median ms and host ms and `vs_first`, the median over rounds of
+its step time / the first configuration's in that round, with the quartiles (an A/B of 1-5 % that separate
+processes, swinging ±12 %, cannot resolve).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -57,6 +63,10 @@ PATHS = {
 }
 
 
+# --interleave configuration: (backend, environment set during its steps)
+INTERLEAVE = {"c": ("c", {}), "torch": ("torch", {}), "c+lean": ("c", {"YOLOV9C_LEAN_HOST": "1"})}
+
+
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", nargs="+", default=["yolov9-s", "yolov9-c"])
@@ -84,6 +94,9 @@ def build_parser():
     p.add_argument("--graph-shapes", action=argparse.BooleanOptionalAction, default=True,
                    help="the trainer's --graph-shapes in the graph rows (default on, as in the trainer: one graph per "
                         "input shape; --no-graph-shapes: the fixed-shape graph)")
+    p.add_argument("--interleave", nargs="+", choices=sorted(INTERLEAVE), metavar="CFG",
+                   help="eager configurations stepped in turn in one process (module docstring): " +
+                        ", ".join(sorted(INTERLEAVE)))
     p.add_argument("--one", nargs=4, metavar=("MODEL", "BACKEND", "MODE", "PATH"), help=argparse.SUPPRESS)
     return p
 
@@ -199,6 +212,79 @@ def run_one(model_name, backend, mode, path, args):
     return row
 
 
+@contextlib.contextmanager
+def _environ(values):
+    """Inside, os.environ holds `values` (switches read at every call, as extension.lean_host); restored after."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _quantile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def run_interleaved(model_name, configs, args, device="cuda"):
+    """The eager step of each configuration (INTERLEAVE) of `model_name` at the fixed shape, in one process, one
+    step of each per round; round r starts at configuration r mod n. After --warmup rounds, --steps timed rounds
+    (each step between synchronisations). Returns one row per configuration: step_ms / host_ms (medians),
+    vs_first = the median of its per-round step time / the first configuration's, vs_first_q = its quartiles.
+    Test: tests/benchmarks/test_bench_step.py."""
+    import torch
+
+    from yolov9c.engine.train.memory_plan import random_targets
+    from yolov9c.engine.train.step import EagerStep
+
+    cuda = torch.device(device).type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
+    runs = []
+    for name in configs:
+        backend, env = INTERLEAVE[name]
+        with _environ(env):
+            runs.append((name, env, _state(model_name, backend, args, "fixed", "eager", device), EagerStep()))
+    gen = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (args.batch, 3, args.img, args.img), dtype=torch.uint8, generator=gen)
+    images = images.to(device)
+    targets = random_targets(args.batch, args.boxes, args.nc, gen)
+    times = {name: [] for name in configs}
+    hosts = {name: [] for name in configs}
+    for r in range(args.warmup + args.steps):
+        for k in range(len(runs)):
+            name, env, state, step = runs[(r + k) % len(runs)]
+            imgs = images.contiguous(memory_format=state.memory_format).float() / 255
+            with _environ(env):
+                sync()
+                t0 = time.perf_counter()
+                step(state, imgs, targets, r)
+                host = time.perf_counter() - t0
+                sync()
+                wall = time.perf_counter() - t0
+            if r >= args.warmup:
+                times[name].append(wall)
+                hosts[name].append(host)
+    first = times[configs[0]]
+    rows = []
+    for name in configs:
+        ratios = [t / f for t, f in zip(times[name], first)]
+        rows.append({"model": model_name, "config": name, "mode": "eager", "path": "fixed", "interleaved": True,
+                     "batch": args.batch, "img": args.img, "rounds": args.steps, "status": "ok",
+                     "step_ms": round(1000 * _quantile(times[name], 0.5), 2),
+                     "host_ms": round(1000 * _quantile(hosts[name], 0.5), 2),
+                     "vs_first": round(_quantile(ratios, 0.5), 4),
+                     "vs_first_q": [round(_quantile(ratios, 0.25), 4), round(_quantile(ratios, 0.75), 4)],
+                     "gpu": torch.cuda.get_device_name(0) if cuda else "cpu"})
+    return rows
+
+
 def host_profile(one, steps, sync=lambda: None, top=25):
     """Where the host time of a step goes: `steps` calls of one() under cProfile, each started after sync() (the
     GPU idle, outside the profile). Returns (Python function calls per step, the `top` functions by own time as
@@ -297,6 +383,11 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.one:
         print(json.dumps(run_one(*args.one, args)), flush=True)
+        return
+    if args.interleave:
+        for m in args.models:
+            for row in run_interleaved(m, args.interleave, args):
+                print(json.dumps(row), flush=True)
         return
     rows = []
     for m in args.models:

@@ -100,3 +100,29 @@ def test_host_profile_reaches_the_child_process(monkeypatch):
     monkeypatch.setattr(bench_step.subprocess, "run", fake_run)
     bench_step.run_config(args, "yolov9-t", "c", "eager")
     assert bench_step.build_parser().parse_args(seen[0][2:]).host_profile == 3
+
+
+def test_interleave_steps_each_configuration_in_turn_with_its_switch_set_only_during_its_steps(monkeypatch):
+    from yolov9c.ops import extension
+
+    monkeypatch.delenv("YOLOV9C_LEAN_HOST", raising=False)
+    seen = []
+    real = bench_step._state
+
+    def spy_state(model, backend, args, path, mode, device):
+        state = real(model, backend, args, path, mode, device)
+        forward = state.model.forward
+        state.model.forward = lambda *a, **k: seen.append((backend, extension.lean_host())) or forward(*a, **k)
+        return state
+
+    monkeypatch.setattr(bench_step, "_state", spy_state)
+    args = bench_step.build_parser().parse_args(["--batch", "2", "--img", "64", "--steps", "3", "--warmup", "1",
+                                                 "--interleave", "c", "c+lean", "torch"])
+    rows = bench_step.run_interleaved("yolov9-t", args.interleave, args, device="cpu")
+    assert [r["config"] for r in rows] == ["c", "c+lean", "torch"]
+    assert rows[0]["vs_first"] == 1.0 and all(r["step_ms"] > 0 and r["rounds"] == 3 for r in rows)
+    assert all(r["vs_first_q"][0] <= r["vs_first"] <= r["vs_first_q"][1] for r in rows)
+    assert len(seen) == 4 * 3                                               # (warm-up + timed) rounds x configs
+    assert seen[:3] == [("c", False), ("c", True), ("torch", False)]        # round 0 from the first configuration
+    assert seen[3:6] == [("c", True), ("torch", False), ("c", False)]       # round 1 one later
+    assert "YOLOV9C_LEAN_HOST" not in bench_step.os.environ                 # restored
