@@ -23,7 +23,8 @@ step the next of 0.5, 1.0 and 1.5 × img), the epoch's last partial batch (2/3 o
 --ckpt (torch only: the c backend ignores it); the graph rows are keyed by shape, as the trainer's default
 (--no-graph-shapes: the fixed-shape graph, other shapes eager).
 Each configuration runs in its own subprocess. One JSON line per configuration; --markdown adds the table.
---interleave CFG ... (eager, fixed shape; CFG: c, torch, c+lean = c with YOLOV9C_LEAN_HOST=1 during its steps): the
+--interleave CFG ... (eager, fixed shape; CFG: c, torch, c+lean / c-lean = c with YOLOV9C_LEAN_HOST=1 / 0 during its
+steps): the
 configurations of each model in one process, one step of each in turn (each round starts one later), so a drift of
 the host falls on all alike: per configuration the median ms and host ms and `vs_first`, the median over rounds of
 its step time / the first configuration's in that round, with the quartiles (an A/B of 1-5 % that separate
@@ -64,7 +65,8 @@ PATHS = {
 
 
 # --interleave configuration: (backend, environment set during its steps)
-INTERLEAVE = {"c": ("c", {}), "torch": ("torch", {}), "c+lean": ("c", {"YOLOV9C_LEAN_HOST": "1"})}
+INTERLEAVE = {"c": ("c", {}), "torch": ("torch", {}), "c+lean": ("c", {"YOLOV9C_LEAN_HOST": "1"}),
+              "c-lean": ("c", {"YOLOV9C_LEAN_HOST": "0"})}
 
 
 def build_parser():

@@ -60,10 +60,10 @@
 #   augpub     the published train_dual.py (.dev/published) on the same 1024 images, workers 4 8 16
 #   bnab       the BN planar-vector kernels' A/B (NCHW: --no-channels-last): bench_step c with them, then built
 #              without them (-DYOLOV9C_NO_PLANAR_VEC), eager and graph rows, GPU time by group; the build restored
-#   leanab     issue 57 item 3: bench_step.py --interleave c c+lean torch, the eager step of yolov9-s (STEP_MODELS)
+#   leanab     issue 57 item 3: bench_step.py --interleave c-lean c torch, the eager step of yolov9-s (STEP_MODELS)
 #              at batch 16 and 64 (STEP_BATCHES), STEP_STEPS rounds (40) stepped in turn in one process (the host
 #              swings between processes); then (LEAN_TESTS=0: not) the CUDA cases of test_lean_host.py and the
-#              graph tests with YOLOV9C_LEAN_HOST=1
+#              graph tests (lean on: the default)
 #   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32, on $COCO (a data.yaml);
 #              GRADS_IMG, GRADS_BATCH (320, 16); GRADS_WEIGHTS=RUN/weights/last.pt: from a trained checkpoint (e.g. a
 #              detached accuracy run's); GRADS_MODES (default "fp16 fp32"; "assign": the two losses' assignments on
@@ -198,10 +198,10 @@ GROUPS
           tail -1 "$OUT/bnab_with.log"; tail -1 "$OUT/bnab_without.log" ;;
     leanab) for b in ${STEP_BATCHES:-16 64}; do   # one process a batch: c, c+lean, torch stepped in turn
               stage "leanab_b$b" 60 200 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s} \
-                --interleave c c+lean torch --steps ${STEP_STEPS:-40} --warmup 5 --batch "$b" --cudnn-benchmark
+                --interleave c-lean c torch --steps ${STEP_STEPS:-40} --warmup 5 --batch "$b" --cudnn-benchmark
               grep -h '"step_ms"' "$OUT/leanab_b$b.log" | cut -c1-200
             done
-            [ "${LEAN_TESTS:-1}" = 1 ] && { stage leanab_tests 60 180 env YOLOV9C_LEAN_HOST=1 "${PYT[@]}" \
+            [ "${LEAN_TESTS:-1}" = 1 ] && { stage leanab_tests 60 180 "${PYT[@]}" \
               tests/backends/test_lean_host.py tests/engine/train/test_graph_step.py tests/engine/train/test_graph_shapes.py
               tail -2 "$OUT/leanab_tests.log"; } ;;
     realacc) name=${ACC_NAME:-raccoon}; data=.dev/data_accuracy/$name/data.yaml; acc=runs/acc-$name

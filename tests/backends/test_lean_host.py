@@ -1,6 +1,6 @@
-"""YOLOV9C_LEAN_HOST=1 (extension.lean_host, off by default): the c step with its BatchNorm statistics written into
+"""extension.lean_host (on by default; YOLOV9C_LEAN_HOST=0 turns it off): the c step with its BatchNorm statistics written into
 vectors kept across steps, workspaces kept per stream, num_batches_tracked counted once a forward and the conv
-weights cast once a forward (casts.py) trains bit-identically to the default, makes fewer allocations and
+weights cast once a forward (casts.py) trains bit-identically to the plain path, makes fewer allocations and
 launches, and never writes vectors something holds.
 Run: python -m pytest -q tests/backends/test_lean_host.py (CUDA cases on a GPU)
 """
@@ -168,8 +168,10 @@ def test_counts_are_kept_when_the_forward_fails(monkeypatch):
     assert int(bns[2].num_batches_tracked) == 1
 
 
-def test_lean_host_is_off_by_default(monkeypatch):
+def test_lean_host_is_on_by_default_and_off_with_0(monkeypatch):
     monkeypatch.delenv("YOLOV9C_LEAN_HOST", raising=False)
+    assert extension.lean_host()
+    monkeypatch.setenv("YOLOV9C_LEAN_HOST", "0")
     assert not extension.lean_host()
     monkeypatch.setenv("YOLOV9C_LEAN_HOST", "1")
     assert extension.lean_host()

@@ -117,12 +117,12 @@ def test_interleave_steps_each_configuration_in_turn_with_its_switch_set_only_du
 
     monkeypatch.setattr(bench_step, "_state", spy_state)
     args = bench_step.build_parser().parse_args(["--batch", "2", "--img", "64", "--steps", "3", "--warmup", "1",
-                                                 "--interleave", "c", "c+lean", "torch"])
+                                                 "--interleave", "c-lean", "c+lean", "torch"])
     rows = bench_step.run_interleaved("yolov9-t", args.interleave, args, device="cpu")
-    assert [r["config"] for r in rows] == ["c", "c+lean", "torch"]
+    assert [r["config"] for r in rows] == ["c-lean", "c+lean", "torch"]
     assert rows[0]["vs_first"] == 1.0 and all(r["step_ms"] > 0 and r["rounds"] == 3 for r in rows)
     assert all(r["vs_first_q"][0] <= r["vs_first"] <= r["vs_first_q"][1] for r in rows)
     assert len(seen) == 4 * 3                                               # (warm-up + timed) rounds x configs
-    assert seen[:3] == [("c", False), ("c", True), ("torch", False)]        # round 0 from the first configuration
-    assert seen[3:6] == [("c", True), ("torch", False), ("c", False)]       # round 1 one later
+    assert seen[:3] == [("c", False), ("c", True), ("torch", True)]         # round 0 from the first configuration
+    assert seen[3:6] == [("c", True), ("torch", True), ("c", False)]        # round 1 one later (torch: the default)
     assert "YOLOV9C_LEAN_HOST" not in bench_step.os.environ                 # restored

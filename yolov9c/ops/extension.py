@@ -57,17 +57,16 @@ def fused_enabled():
 
 
 try:
-    _LEAN_KEY, _LEAN_ON = os.environ.encodekey("YOLOV9C_LEAN_HOST"), os.environ.encodevalue("1")
+    _LEAN_KEY, _LEAN_OFF = os.environ.encodekey("YOLOV9C_LEAN_HOST"), os.environ.encodevalue("0")
 except AttributeError:
-    _LEAN_KEY, _LEAN_ON = "YOLOV9C_LEAN_HOST", "1"
+    _LEAN_KEY, _LEAN_OFF = "YOLOV9C_LEAN_HOST", "0"
 
 
 def lean_host():
-    """True when YOLOV9C_LEAN_HOST=1 (off by default until a GPU A/B proves it; read at every call): the c
-    backend's eager step reuses its BatchNorm statistics vectors and kernel workspaces across steps, counts
-    num_batches_tracked and casts the conv weights to the autocast dtype once a forward (backends/c/casts.py):
+    """False when YOLOV9C_LEAN_HOST=0 (on by default; read at every call). On, the c backend's eager step reuses
+    its BatchNorm statistics vectors and kernel workspaces across steps, counts num_batches_tracked and casts the conv weights to the autocast dtype once a forward (backends/c/casts.py):
     fewer allocations and launches a step, bit-identical results."""
-    return _ENVIRON.get(_LEAN_KEY) == _LEAN_ON
+    return _ENVIRON.get(_LEAN_KEY) != _LEAN_OFF
 
 
 def dtype_code(dtype):
