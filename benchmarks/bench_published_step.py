@@ -194,7 +194,8 @@ def run_one(model_name, mode, args):
                last_loss=last_loss, ema_updates=step.ema.updates,
                weights_channels_last=_weights_channels_last(step.model))
     if args.profile and cuda:
-        row["gpu_ms"] = round(gpu_ms(lambda: step(images, targets), args.profile), 2)
+        gpu, launches = gpu_ms(lambda: step(images, targets), args.profile)[:2]  # (ms, launches, groups, top)
+        row.update(gpu_ms=round(gpu, 2), gpu_launches=launches)
     return row
 
 

@@ -205,8 +205,8 @@ def run_one(model_name, backend, mode, path, args):
                peak_reserved_gib=round(torch.cuda.max_memory_reserved() / GIB, 3), last_loss=losses[-1],
                graphed=mode == "graph" and bool(step.micro))
     if args.profile:
-        gpu, groups, top = _gpu_ms(one, args.profile)
-        row.update(gpu_ms=round(gpu, 2), gpu_ms_by_group=groups, top_kernels=top)
+        gpu, launches, groups, top = _gpu_ms(one, args.profile)
+        row.update(gpu_ms=round(gpu, 2), gpu_launches=launches, gpu_ms_by_group=groups, top_kernels=top)
     steps = getattr(args, "host_profile", 0)  # bench_memory.py's graph rows hand their own args (no such flag)
     if steps:
         calls, top = host_profile(one, steps, torch.cuda.synchronize)
@@ -331,17 +331,19 @@ def kernel_group(name):
 
 
 def _gpu_ms(one, steps):
-    """GPU time per step under torch.profiler (graph replays included): the sum of CUDA kernel times, the same
-    split by op group (KERNEL_GROUPS) and the 12 longest kernels, all in ms per step."""
+    """GPU time per step under torch.profiler (graph replays included): the sum of CUDA kernel times, the kernel
+    launches per step (a graph replay's kernels counted as launched), the time split by op group (KERNEL_GROUPS)
+    and the 12 longest kernels, all per step."""
     from gpu_timing import kernel_times
 
-    kernels = kernel_times(one, steps)
+    kernels = kernel_times(one, steps, counts=True)
     groups = {}
-    for name, ms in kernels:
+    for name, ms, _ in kernels:
         groups[kernel_group(name)] = groups.get(kernel_group(name), 0.0) + ms
     top = kernels[:12]
-    return (sum(ms for _, ms in kernels), {g: round(ms, 2) for g, ms in sorted(groups.items(), key=lambda g: -g[1])},
-            [[name[:90], round(ms, 2)] for name, ms in top])
+    return (sum(ms for _, ms, _ in kernels), round(sum(n for _, _, n in kernels)),
+            {g: round(ms, 2) for g, ms in sorted(groups.items(), key=lambda g: -g[1])},
+            [[name[:90], round(ms, 2)] for name, ms, _ in top])
 
 
 def run_config(args, model_name, backend, mode, path="fixed"):

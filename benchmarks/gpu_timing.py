@@ -73,10 +73,11 @@ def gpu_ms(fn, calls, reps, warmup, graph=True):
     return statistics.median(events_ms(fn, calls) / calls for _ in range(reps)), "loop"
 
 
-def kernel_times(fn, calls, cuda=True):
+def kernel_times(fn, calls, cuda=True, counts=False):
     """[(name, ms per call)], longest first, of what `calls` calls of fn run under torch.profiler: the CUDA
     kernels (the GPU spans of user annotations such as `Optimizer.step#SGD.step` left out: they would count
-    their kernels twice), or with cuda=False the CPU ops' self time (the CPU test's case)."""
+    their kernels twice), or with cuda=False the CPU ops' self time (the CPU test's case). counts=True: (name,
+    ms per call, runs per call) — for kernels, the launches a call makes (each costs the host a launch)."""
     from torch.profiler import ProfilerActivity, profile
 
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -88,11 +89,13 @@ def kernel_times(fn, calls, cuda=True):
     ka = prof.key_averages()
     if cuda:
         attr = "self_device_time_total" if hasattr(ka[0], "self_device_time_total") else "self_cuda_time_total"
-        rows = [(e.key, getattr(e, attr)) for e in ka
+        rows = [(e.key, getattr(e, attr), e.count) for e in ka
                 if e.device_type == torch.autograd.DeviceType.CUDA and "#" not in e.key]
     else:
-        rows = [(e.key, e.self_cpu_time_total) for e in ka if e.device_type == torch.autograd.DeviceType.CPU]
-    return sorted(((k, us / 1000 / calls) for k, us in rows if us > 0), key=lambda r: -r[1])
+        rows = [(e.key, e.self_cpu_time_total, e.count) for e in ka
+                if e.device_type == torch.autograd.DeviceType.CPU]
+    out = sorted(((k, us / 1000 / calls, n / calls) for k, us, n in rows if us > 0), key=lambda r: -r[1])
+    return out if counts else [(k, ms) for k, ms, _ in out]
 
 
 def emit(shape, layout, dtype, impl, name, timing, nbytes, copy_gbps):

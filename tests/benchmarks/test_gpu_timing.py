@@ -48,8 +48,8 @@ def test_kernel_times_per_call_longest_first(monkeypatch):
     class Event:
         device_type = torch.autograd.DeviceType.CPU
 
-        def __init__(self, key, self_cpu_time_total):
-            self.key, self.self_cpu_time_total = key, self_cpu_time_total
+        def __init__(self, key, self_cpu_time_total, count=6):
+            self.key, self.self_cpu_time_total, self.count = key, self_cpu_time_total, count
 
     class FixedProfile:   # totals in microseconds over all the calls; an op of zero time is left out
         def __init__(self, activities):
@@ -62,8 +62,8 @@ def test_kernel_times_per_call_longest_first(monkeypatch):
             return False
 
         def key_averages(self):
-            return [Event("aten::add", 600.0), Event("aten::mm", 6000.0), Event("aten::empty", 0.0),
-                    Event("aten::copy_", 1200.0)]
+            return [Event("aten::add", 600.0, 12), Event("aten::mm", 6000.0), Event("aten::empty", 0.0),
+                    Event("aten::copy_", 1200.0, 18)]
 
     with monkeypatch.context() as m:
         m.setattr(torch.profiler, "profile", FixedProfile)
@@ -71,6 +71,8 @@ def test_kernel_times_per_call_longest_first(monkeypatch):
         assert [n for n, _ in rows] == ["aten::mm", "aten::copy_", "aten::add"]
         assert [ms for _, ms in rows] == pytest.approx([1.0, 0.2, 0.1])   # ms per call: total / 1000 / 6
         assert dict(gpu_timing.kernel_times(lambda: None, 24, cuda=False))["aten::mm"] == pytest.approx(0.25)
+        counted = gpu_timing.kernel_times(lambda: None, 6, cuda=False, counts=True)
+        assert [(n, c) for n, _, c in counted] == [("aten::mm", 1.0), ("aten::copy_", 3.0), ("aten::add", 2.0)]
 
     torch.set_num_threads(1)
     a, b, c = torch.randn(64, 64), torch.randn(64, 64), torch.randn(4)
