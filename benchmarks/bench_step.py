@@ -23,8 +23,8 @@ step the next of 0.5, 1.0 and 1.5 × img), the epoch's last partial batch (2/3 o
 --ckpt (torch only: the c backend ignores it); the graph rows are keyed by shape, as the trainer's default
 (--no-graph-shapes: the fixed-shape graph, other shapes eager).
 Each configuration runs in its own subprocess. One JSON line per configuration; --markdown adds the table.
---interleave CFG ... (eager, fixed shape; CFG: c, torch, c+lean / c-lean = c with YOLOV9C_LEAN_HOST=1 / 0 during its
-steps): the
+--interleave CFG ... (eager, fixed shape; CFG: c, torch, or c+VAR=VALUE: c with that environment switch set during
+its steps, e.g. c+YOLOV9C_LEAN_HOST=0): the
 configurations of each model in one process, one step of each in turn (each round starts one later), so a drift of
 the host falls on all alike: per configuration the median ms and host ms and `vs_first`, the median over rounds of
 its step time / the first configuration's in that round, with the quartiles (an A/B of 1-5 % that separate
@@ -64,9 +64,14 @@ PATHS = {
 }
 
 
-# --interleave configuration: (backend, environment set during its steps)
-INTERLEAVE = {"c": ("c", {}), "torch": ("torch", {}), "c+lean": ("c", {"YOLOV9C_LEAN_HOST": "1"}),
-              "c-lean": ("c", {"YOLOV9C_LEAN_HOST": "0"})}
+def interleave_config(text):
+    """An --interleave configuration: BACKEND[+VAR=VALUE...] -> (backend, {VAR: VALUE}), the environment set
+    during its steps (switches read at every call, e.g. c+YOLOV9C_LEAN_HOST=0). argparse's type."""
+    backend, *pairs = text.split("+")
+    env = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+    if backend not in ("c", "torch") or len(env) != len(pairs) or not all(env):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected c or torch, then optionally +VAR=VALUE ...")
+    return backend, env
 
 
 def build_parser():
@@ -96,9 +101,9 @@ def build_parser():
     p.add_argument("--graph-shapes", action=argparse.BooleanOptionalAction, default=True,
                    help="the trainer's --graph-shapes in the graph rows (default on, as in the trainer: one graph per "
                         "input shape; --no-graph-shapes: the fixed-shape graph)")
-    p.add_argument("--interleave", nargs="+", choices=sorted(INTERLEAVE), metavar="CFG",
-                   help="eager configurations stepped in turn in one process (module docstring): " +
-                        ", ".join(sorted(INTERLEAVE)))
+    p.add_argument("--interleave", nargs="+", metavar="CFG",
+                   help="eager configurations stepped in turn in one process (module docstring): c, torch, "
+                        "c+VAR=VALUE (an environment switch set during its steps, e.g. c+YOLOV9C_LEAN_HOST=0)")
     p.add_argument("--one", nargs=4, metavar=("MODEL", "BACKEND", "MODE", "PATH"), help=argparse.SUPPRESS)
     return p
 
@@ -235,7 +240,7 @@ def _quantile(xs, q):
 
 
 def run_interleaved(model_name, configs, args, device="cuda"):
-    """The eager step of each configuration (INTERLEAVE) of `model_name` at the fixed shape, in one process, one
+    """The eager step of each configuration (interleave_config) of `model_name` at the fixed shape, in one process, one
     step of each per round; round r starts at configuration r mod n. After --warmup rounds, --steps timed rounds
     (each step between synchronisations). Returns one row per configuration: step_ms / host_ms (medians),
     vs_first = the median of its per-round step time / the first configuration's, vs_first_q = its quartiles.
@@ -250,7 +255,7 @@ def run_interleaved(model_name, configs, args, device="cuda"):
     torch.backends.cudnn.benchmark = bool(args.cudnn_benchmark)
     runs = []
     for name in configs:
-        backend, env = INTERLEAVE[name]
+        backend, env = interleave_config(name)
         with _environ(env):
             runs.append((name, env, _state(model_name, backend, args, "fixed", "eager", device), EagerStep()))
     gen = torch.Generator().manual_seed(0)

@@ -60,10 +60,9 @@
 #   augpub     the published train_dual.py (.dev/published) on the same 1024 images, workers 4 8 16
 #   bnab       the BN planar-vector kernels' A/B (NCHW: --no-channels-last): bench_step c with them, then built
 #              without them (-DYOLOV9C_NO_PLANAR_VEC), eager and graph rows, GPU time by group; the build restored
-#   leanab     issue 57 item 3: bench_step.py --interleave c-lean c torch, the eager step of yolov9-s (STEP_MODELS)
-#              at batch 16 and 64 (STEP_BATCHES), STEP_STEPS rounds (40) stepped in turn in one process (the host
-#              swings between processes); then (LEAN_TESTS=0: not) the CUDA cases of test_lean_host.py and the
-#              graph tests (lean on: the default)
+#   interleave bench_step.py --interleave: eager configurations of yolov9-s (STEP_MODELS) stepped in turn in one
+#              process (the host swings ±12 % between processes), STEP_INTERLEAVE (default "c torch"; a switch's A/B:
+#              e.g. "c+YOLOV9C_LEAN_HOST=0 c torch"), batch 16 and 64 (STEP_BATCHES), STEP_STEPS rounds (40)
 #   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32, on $COCO (a data.yaml);
 #              GRADS_IMG, GRADS_BATCH (320, 16); GRADS_WEIGHTS=RUN/weights/last.pt: from a trained checkpoint (e.g. a
 #              detached accuracy run's); GRADS_MODES (default "fp16 fp32"; "assign": the two losses' assignments on
@@ -196,14 +195,11 @@ GROUPS
             --steps 10 --warmup 5 --batch ${STEP_BATCH:-64} --profile 2 --timeout 140 --no-channels-last --cudnn-benchmark
           cp /tmp/with_vec.so "$so"; touch kernels/bn_silu.cuh
           tail -1 "$OUT/bnab_with.log"; tail -1 "$OUT/bnab_without.log" ;;
-    leanab) for b in ${STEP_BATCHES:-16 64}; do   # one process a batch: c, c+lean, torch stepped in turn
-              stage "leanab_b$b" 60 200 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s} \
-                --interleave c-lean c torch --steps ${STEP_STEPS:-40} --warmup 5 --batch "$b" --cudnn-benchmark
-              grep -h '"step_ms"' "$OUT/leanab_b$b.log" | cut -c1-200
-            done
-            [ "${LEAN_TESTS:-1}" = 1 ] && { stage leanab_tests 60 180 "${PYT[@]}" \
-              tests/backends/test_lean_host.py tests/engine/train/test_graph_step.py tests/engine/train/test_graph_shapes.py
-              tail -2 "$OUT/leanab_tests.log"; } ;;
+    interleave) for b in ${STEP_BATCHES:-16 64}; do   # one process a batch, the configurations stepped in turn
+                  stage "interleave_b$b" 60 200 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s} \
+                    --interleave ${STEP_INTERLEAVE:-c torch} --steps ${STEP_STEPS:-40} --warmup 5 --batch "$b" --cudnn-benchmark
+                  grep -h '"step_ms"' "$OUT/interleave_b$b.log" | cut -c1-200
+                done ;;
     realacc) name=${ACC_NAME:-raccoon}; data=.dev/data_accuracy/$name/data.yaml; acc=runs/acc-$name
              if [ ! -f "$data" ]; then echo "SKIP realacc (no $data: carry the converted dataset)"; continue; fi
              pub=(); [ -f .dev/published/train_dual.py ] && [ "${ACC_PUB:-1}" = 1 ] && pub=(--published .dev/published --python python3)

@@ -117,12 +117,25 @@ def test_interleave_steps_each_configuration_in_turn_with_its_switch_set_only_du
 
     monkeypatch.setattr(bench_step, "_state", spy_state)
     args = bench_step.build_parser().parse_args(["--batch", "2", "--img", "64", "--steps", "3", "--warmup", "1",
-                                                 "--interleave", "c-lean", "c+lean", "torch"])
+                                                 "--interleave", "c+YOLOV9C_LEAN_HOST=0", "c+YOLOV9C_LEAN_HOST=1", "torch"])
     rows = bench_step.run_interleaved("yolov9-t", args.interleave, args, device="cpu")
-    assert [r["config"] for r in rows] == ["c-lean", "c+lean", "torch"]
+    assert [r["config"] for r in rows] == ["c+YOLOV9C_LEAN_HOST=0", "c+YOLOV9C_LEAN_HOST=1", "torch"]
     assert rows[0]["vs_first"] == 1.0 and all(r["step_ms"] > 0 and r["rounds"] == 3 for r in rows)
     assert all(r["vs_first_q"][0] <= r["vs_first"] <= r["vs_first_q"][1] for r in rows)
     assert len(seen) == 4 * 3                                               # (warm-up + timed) rounds x configs
     assert seen[:3] == [("c", False), ("c", True), ("torch", True)]         # round 0 from the first configuration
     assert seen[3:6] == [("c", True), ("torch", True), ("c", False)]        # round 1 one later (torch: the default)
     assert "YOLOV9C_LEAN_HOST" not in bench_step.os.environ                 # restored
+
+
+@pytest.mark.parametrize("text, parsed", [("c", ("c", {})), ("torch", ("torch", {})),
+                                          ("c+YOLOV9C_LEAN_HOST=0", ("c", {"YOLOV9C_LEAN_HOST": "0"})),
+                                          ("c+A=1+B=x=y", ("c", {"A": "1", "B": "x=y"}))])
+def test_interleave_config_reads_the_backend_and_its_switches(text, parsed):
+    assert bench_step.interleave_config(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["cuda", "c+lean", "c+=1", "torch+X"])
+def test_interleave_config_refuses_what_it_cannot_set(text):
+    with pytest.raises(bench_step.argparse.ArgumentTypeError, match="expected c or torch"):
+        bench_step.interleave_config(text)
