@@ -186,6 +186,25 @@ def test_relative_root_falls_back_to_current_folder(tmp_path, monkeypatch):
     assert load_data_config(y)["path"] == str(root.resolve())
 
 
+def test_roboflow_export_layout(tmp_path):
+    # a Roboflow zip export: data.yaml beside train/ valid/ test/, each split given as '../<split>/images';
+    # as published, a '../x' that does not exist is read as 'x' (the roboflow: block is not ours to read)
+    root = tmp_path / "export"
+    for split in ("train", "valid", "test"):
+        _img(root / split / "images" / "a.jpg")
+    y = root / "data.yaml"
+    y.write_text("train: ../train/images\nval: ../valid/images\ntest: ../test/images\n\nnc: 2\n"
+                 "names: ['head', 'helmet']\n\nroboflow:\n  workspace: ws\n  version: 1\n"
+                 "  url: https://universe.roboflow.com/ws/p/dataset/1\n")
+    cfg = load_data_config(y)
+    assert [cfg[k] for k in ("train", "val", "test")] == [[str(root.resolve() / s / "images")]
+                                                          for s in ("train", "valid", "test")]
+    assert label_path_for(Path(cfg["val"][0]) / "a.jpg") == str(root.resolve() / "valid" / "labels" / "a.txt")
+    # a '../x' that exists is taken as written
+    _img(tmp_path / "train" / "images" / "b.jpg")
+    assert load_data_config(y)["train"] == [str(root.resolve() / "../train/images")]
+
+
 def test_label_pairing():
     assert label_path_for("/d/images/train/a.jpg") == "/d/labels/train/a.txt"
     # the LAST /images/ is replaced, as published

@@ -2,7 +2,8 @@
 
 Keys: `path` (dataset root; relative → against the yaml's folder, else the current folder as the published
 code does; absent → the yaml's folder), `train`, `val` (required), `test` (optional): each a folder, a `.txt`
-list of image paths or a list of those, relative to `path`; `names` (required, as published) as a list or an
+list of image paths or a list of those, relative to `path` (a `../x` that does not exist: `x`, as published,
+for Roboflow exports); `names` (required, as published) as a list or an
 int-keyed dict (0 … nc−1); `nc` (optional; must equal len(names)). `download` is ignored (no network access).
 `synthetic` or `synthetic:SEED` (and `None`, the default of the CLIs) resolves to the built-in synthetic
 dataset (yolov9c/data/synthetic.py), generated on first use into the cache folder.
@@ -88,8 +89,7 @@ def load_data_config(data, cache_dir=None):
         items = v if isinstance(v, (list, tuple)) else [v]
         paths = []
         for item in items:
-            p = Path(str(item)).expanduser()
-            p = p if p.is_absolute() else root_path / p
+            p = _split_path(str(item), root_path)
             if not p.exists():
                 raise DataConfigError(f"{where}: '{key}': path not found: {p}")
             paths.append(str(p))
@@ -121,6 +121,18 @@ def load_data_config(data, cache_dir=None):
     out["nc"] = len(names)
     out["names"] = names
     return out
+
+
+def _split_path(item, root):
+    """The path of one train/val/test entry: absolute as written, else under `root`. A relative `../x` that
+    does not exist is read as `x` under root, as published: Roboflow exports write `train: ../train/images`
+    in a data.yaml that sits beside train/. Returns a Path, not checked for existence."""
+    p = Path(item).expanduser()
+    if p.is_absolute():
+        return p
+    if not (root / p).exists() and item.startswith("../") and (root / item[3:]).exists():
+        return root / item[3:]
+    return root / p
 
 
 def _as_int(v, where, key):
