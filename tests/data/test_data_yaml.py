@@ -205,6 +205,23 @@ def test_roboflow_export_layout(tmp_path):
     assert load_data_config(y)["train"] == [str(root.resolve() / "../train/images")]
 
 
+def test_only_the_splits_a_run_reads_must_exist(tmp_path):
+    # published: check_dataset looks for val only, so training runs without the test images (coco.yaml's
+    # test-dev2017.txt) and val_dual.py without the train images; check-data (all splits) still stops
+    root = _tree(tmp_path / "ds")
+    y = _write(root / "d.yaml", {"train": "images/not_downloaded", "val": "images/val", "test": "test-dev.txt",
+                                 "names": ["a"]})
+    cfg = load_data_config(y, splits=("val",))
+    assert cfg["val"] == [str(root.resolve() / "images/val")]
+    assert cfg["train"] == [str(root.resolve() / "images/not_downloaded")]  # resolved, unchecked
+    with pytest.raises(DataConfigError, match="'test': path not found"):
+        load_data_config(y, splits=("val", "test"))
+    with pytest.raises(DataConfigError, match="'train': path not found"):
+        load_data_config(y, splits=("train", "val"))
+    with pytest.raises(DataConfigError, match="'train': path not found"):
+        load_data_config(y)
+
+
 def test_label_pairing():
     assert label_path_for("/d/images/train/a.jpg") == "/d/labels/train/a.txt"
     # the LAST /images/ is replaced, as published

@@ -29,10 +29,12 @@ def is_synthetic(data):
     return data is None or str(data) == "synthetic" or str(data).startswith("synthetic:")
 
 
-def load_data_config(data, cache_dir=None):
+def load_data_config(data, cache_dir=None, splits=("train", "val", "test")):
     """Resolve `data` (a yaml path, a dict in the yaml schema, 'synthetic[:SEED]' or None) to a dict:
-    path (str), train/val (lists of str paths that exist), test (list, possibly empty), nc (int),
-    names (list of str), yaml_file (str or '')."""
+    path (str), train/val (lists of str paths), test (list, possibly empty), nc (int), names (list of str),
+    yaml_file (str or ''). `splits`: those the caller reads, whose paths must exist (training: train and val;
+    val_dual.py: its task's split); the others' paths are resolved, not checked, as published (check_dataset
+    looks for val only), so a test list or train folder not downloaded stops nothing that does not read it."""
     if is_synthetic(data):
         seed = 0
         if data is not None and ":" in str(data):
@@ -90,7 +92,7 @@ def load_data_config(data, cache_dir=None):
         paths = []
         for item in items:
             p = _split_path(str(item), root_path)
-            if not p.exists():
+            if key in splits and not p.exists():
                 raise DataConfigError(f"{where}: '{key}': path not found: {p}")
             paths.append(str(p))
         out[key] = paths
