@@ -222,6 +222,25 @@ def test_only_the_splits_a_run_reads_must_exist(tmp_path):
         load_data_config(y)
 
 
+@pytest.mark.parametrize("cfg, key", [
+    ({"path": "../datasets/coco", "train": "train2017.txt", "val": "val2017.txt"}, "'path'"),
+    ({"train": "images/train", "val": "val2017.txt"}, "'val'"),
+])
+def test_a_dataset_to_download_says_to_get_it_first(tmp_path, cfg, key):
+    # published yamls (coco.yaml) carry a download: script, which we never run: the error says so
+    root = _tree(tmp_path / "ds")
+    y = _write(root / "coco.yaml", {**cfg, "names": ["a"], "download": "from utils.general import download\n"})
+    with pytest.raises(DataConfigError) as e:
+        load_data_config(y)
+    msg = str(e.value)
+    assert key in msg and msg.endswith("; this yaml's download: is not run here: get the dataset first (with the "
+                                       "published repo's script or by hand)"), msg
+    del cfg["val"]  # no download key: the plain message
+    with pytest.raises(DataConfigError) as e:
+        load_data_config(_write(root / "plain.yaml", {**cfg, "val": "images/nope", "names": ["a"]}))
+    assert "is not run here" not in str(e.value)
+
+
 def test_label_pairing():
     assert label_path_for("/d/images/train/a.jpg") == "/d/labels/train/a.txt"
     # the LAST /images/ is replaced, as published

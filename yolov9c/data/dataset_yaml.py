@@ -4,7 +4,8 @@ Keys: `path` (dataset root; relative → against the yaml's folder, else the cur
 code does; absent → the yaml's folder), `train`, `val` (required), `test` (optional): each a folder, a `.txt`
 list of image paths or a list of those, relative to `path` (a `../x` that does not exist: `x`, as published,
 for Roboflow exports); `names` (required, as published) as a list or an
-int-keyed dict (0 … nc−1); `nc` (optional; must equal len(names)). `download` is ignored (no network access).
+int-keyed dict (0 … nc−1); `nc` (optional; must equal len(names)). `download` is never run (no network access);
+a path not found then says to get the dataset first.
 `synthetic` or `synthetic:SEED` (and `None`, the default of the CLIs) resolves to the built-in synthetic
 dataset (yolov9c/data/synthetic.py), generated on first use into the cache folder.
 
@@ -67,6 +68,9 @@ def load_data_config(data, cache_dir=None, splits=("train", "val", "test")):
         where, base = str(f), f.resolve().parent
         yaml_file = str(f)
 
+    # a published yaml's download: script is never run; a path it would have made is not there yet
+    get_it = ("; this yaml's download: is not run here: get the dataset first (with the published repo's script "
+              "or by hand)") if cfg.get("download") else ""
     root = cfg.get("path")
     if root in (None, ""):
         root_path = base
@@ -77,7 +81,7 @@ def load_data_config(data, cache_dir=None, splits=("train", "val", "test")):
             cand = [base / root_path, Path.cwd() / root_path]
             root_path = next((c for c in cand if c.exists()), cand[0])
         if not root_path.is_dir():
-            raise DataConfigError(f"{where}: 'path': dataset root not found: {root_path}")
+            raise DataConfigError(f"{where}: 'path': dataset root not found: {root_path}{get_it}")
     root_path = root_path.resolve()
 
     out = {"path": str(root_path), "yaml_file": yaml_file}
@@ -93,7 +97,7 @@ def load_data_config(data, cache_dir=None, splits=("train", "val", "test")):
         for item in items:
             p = _split_path(str(item), root_path)
             if key in splits and not p.exists():
-                raise DataConfigError(f"{where}: '{key}': path not found: {p}")
+                raise DataConfigError(f"{where}: '{key}': path not found: {p}{get_it}")
             paths.append(str(p))
         out[key] = paths
 
