@@ -92,6 +92,22 @@ def test_val_dual_task_test_without_a_test_split(setup, tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
+def test_val_dual_without_the_train_images(setup, tmp_path, capsys):
+    # published: only val must exist (a COCO user downloads val2017 alone to validate)
+    import yaml
+
+    from yolov9c.cli.val import main
+
+    _, data, weights = setup
+    cfg = yaml.safe_load(open(data))
+    cfg.update(path=str(data.parent), train="images/not_downloaded")
+    y = tmp_path / "val_only.yaml"
+    y.write_text(yaml.safe_dump(cfg))
+    code = main(["--weights", str(weights), "--data", str(y), "--device", "cpu", "--img", "64", "--workers", "0",
+                 "--project", str(tmp_path / "runs")])
+    assert code == 0, capsys.readouterr().err
+
+
 def test_val_dual_missing_weights_script(setup, monkeypatch):
     root, _, _ = setup
     r = run_here(["--weights", "missing.pt", "--device", "cpu"], root, monkeypatch)

@@ -71,6 +71,20 @@ def test_bad_yaml_exits_2_naming_the_key(tmp_path, capsys):
     assert "error:" in err and "'val'" in err and "images/missing" in err
 
 
+def test_a_test_split_not_on_disk_is_one_line_not_an_unusable_yaml(tmp_path):
+    # training and val_dual.py --task val run without it (as published), so check-data says so and goes on
+    y = _ds(tmp_path)
+    cfg = yaml.safe_load(y.read_text())
+    cfg["test"] = "test-dev2017.txt"
+    y.write_text(yaml.safe_dump(cfg))
+    out = []
+    assert check_data(str(y), log=out.append, err=out.append) == 0
+    missing = [ln for ln in out if "test-dev2017.txt" in ln]
+    assert missing == [f"test: {tmp_path / 'test-dev2017.txt'} does not exist: not checked (training does not "
+                       f"read it; val_dual.py --task test does)"], out
+    assert "train: 2 images, 0 backgrounds, 1 corrupt" in out and out[-1] == "data usable"
+
+
 def test_module_entry_and_synthetic_default(tmp_path):
     # the default (no --data) is the synthetic set, generated into $YOLOV9C_CACHE
     env = dict(os.environ, YOLOV9C_CACHE=str(tmp_path),

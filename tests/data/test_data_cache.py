@@ -94,6 +94,27 @@ def test_corrupt_cache_file_is_rescanned(tmp_path):
     assert not r.from_cache and r.n_images == 4
 
 
+def _published_cache(f):  # what the published code leaves: np.save of a pickled dict, renamed to .cache
+    np.save(f, {"hash": "0", "version": 0.6, "msgs": [], "results": (4, 0, 0, 0, 4)}, allow_pickle=True)
+
+
+@pytest.mark.parametrize("write", [
+    _published_cache,
+    lambda f: np.save(f, np.arange(5)),  # a plain array: np.load returns an ndarray, not an archive
+    lambda f: np.save(f, np.array("yolov9c-labels-3")),
+    lambda f: np.savez(f, version=np.array("yolov9c-labels-1"), key=np.array("0")),  # an older yolov9c
+], ids=["published", "npy-array", "npy-str", "older-yolov9c"])
+def test_foreign_cache_file_is_rescanned_and_replaced(tmp_path, write):
+    im, lb = _dataset(tmp_path)
+    cache = tmp_path / "labels" / "train.cache"
+    with open(cache, "wb") as f:
+        write(f)
+    (lb / "0.txt").write_text("2 0.5 0.5 0.25 0.5\n")  # the labels of now, not of the foreign scan
+    r = _scan(im)
+    assert not r.from_cache and r.n_images == 4 and r.labels[0][0, 0] == 2
+    assert _scan(im).from_cache  # replaced by a cache of ours
+
+
 def test_missing_label_folder_is_not_called_unwritable(tmp_path):
     im, lb = _dataset(tmp_path)
     for f in lb.iterdir():

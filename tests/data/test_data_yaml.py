@@ -186,6 +186,61 @@ def test_relative_root_falls_back_to_current_folder(tmp_path, monkeypatch):
     assert load_data_config(y)["path"] == str(root.resolve())
 
 
+def test_roboflow_export_layout(tmp_path):
+    # a Roboflow zip export: data.yaml beside train/ valid/ test/, each split given as '../<split>/images';
+    # as published, a '../x' that does not exist is read as 'x' (the roboflow: block is not ours to read)
+    root = tmp_path / "export"
+    for split in ("train", "valid", "test"):
+        _img(root / split / "images" / "a.jpg")
+    y = root / "data.yaml"
+    y.write_text("train: ../train/images\nval: ../valid/images\ntest: ../test/images\n\nnc: 2\n"
+                 "names: ['head', 'helmet']\n\nroboflow:\n  workspace: ws\n  version: 1\n"
+                 "  url: https://universe.roboflow.com/ws/p/dataset/1\n")
+    cfg = load_data_config(y)
+    assert [cfg[k] for k in ("train", "val", "test")] == [[str(root.resolve() / s / "images")]
+                                                          for s in ("train", "valid", "test")]
+    assert label_path_for(Path(cfg["val"][0]) / "a.jpg") == str(root.resolve() / "valid" / "labels" / "a.txt")
+    # a '../x' that exists is taken as written
+    _img(tmp_path / "train" / "images" / "b.jpg")
+    assert load_data_config(y)["train"] == [str(root.resolve() / "../train/images")]
+
+
+def test_only_the_splits_a_run_reads_must_exist(tmp_path):
+    # published: check_dataset looks for val only, so training runs without the test images (coco.yaml's
+    # test-dev2017.txt) and val_dual.py without the train images; check-data (all splits) still stops
+    root = _tree(tmp_path / "ds")
+    y = _write(root / "d.yaml", {"train": "images/not_downloaded", "val": "images/val", "test": "test-dev.txt",
+                                 "names": ["a"]})
+    cfg = load_data_config(y, splits=("val",))
+    assert cfg["val"] == [str(root.resolve() / "images/val")]
+    assert cfg["train"] == [str(root.resolve() / "images/not_downloaded")]  # resolved, unchecked
+    with pytest.raises(DataConfigError, match="'test': path not found"):
+        load_data_config(y, splits=("val", "test"))
+    with pytest.raises(DataConfigError, match="'train': path not found"):
+        load_data_config(y, splits=("train", "val"))
+    with pytest.raises(DataConfigError, match="'train': path not found"):
+        load_data_config(y)
+
+
+@pytest.mark.parametrize("cfg, key", [
+    ({"path": "../datasets/coco", "train": "train2017.txt", "val": "val2017.txt"}, "'path'"),
+    ({"train": "images/train", "val": "val2017.txt"}, "'val'"),
+])
+def test_a_dataset_to_download_says_to_get_it_first(tmp_path, cfg, key):
+    # published yamls (coco.yaml) carry a download: script, which we never run: the error says so
+    root = _tree(tmp_path / "ds")
+    y = _write(root / "coco.yaml", {**cfg, "names": ["a"], "download": "from utils.general import download\n"})
+    with pytest.raises(DataConfigError) as e:
+        load_data_config(y)
+    msg = str(e.value)
+    assert key in msg and msg.endswith("; this yaml's download: is not run here: get the dataset first (with the "
+                                       "published repo's script or by hand)"), msg
+    del cfg["val"]  # no download key: the plain message
+    with pytest.raises(DataConfigError) as e:
+        load_data_config(_write(root / "plain.yaml", {**cfg, "val": "images/nope", "names": ["a"]}))
+    assert "is not run here" not in str(e.value)
+
+
 def test_label_pairing():
     assert label_path_for("/d/images/train/a.jpg") == "/d/labels/train/a.txt"
     # the LAST /images/ is replaced, as published

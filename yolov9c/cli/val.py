@@ -122,7 +122,8 @@ def run(opt, log=print):
     if opt.data is None:
         opt.data = data_from_checkpoint(ckpt, opt.weights[0], log)
     del ckpt
-    cfg = load_data_config(opt.data)
+    split = opt.task if opt.task in ("train", "test") else "val"
+    cfg = load_data_config(opt.data, splits=(split,))  # the others need not be on disk
     nc = 1 if opt.single_cls else cfg["nc"]
     head_nc = int(getattr(model.model[-1], "nc", nc))
     if head_nc != nc and not opt.single_cls:
@@ -131,7 +132,6 @@ def run(opt, log=print):
     model = model.to(device).fuse()
     names = ["item"] if opt.single_cls else cfg["names"]
     stride = max(int(model.stride.max()), 32)
-    split = opt.task if opt.task in ("train", "test") else "val"
     if split == "test" and not cfg.get("test"):  # not the val split's metrics under a test heading
         raise ValueError(f"--task test: {opt.data or 'synthetic'} has no 'test' split; add test: to the dataset "
                          f"yaml or use --task val")

@@ -2,8 +2,10 @@
 
 Keys: `path` (dataset root; relative → against the yaml's folder, else the current folder as the published
 code does; absent → the yaml's folder), `train`, `val` (required), `test` (optional): each a folder, a `.txt`
-list of image paths or a list of those, relative to `path`; `names` (required, as published) as a list or an
-int-keyed dict (0 … nc−1); `nc` (optional; must equal len(names)). `download` is ignored (no network access).
+list of image paths or a list of those, relative to `path` (a `../x` that does not exist: `x`, as published,
+for Roboflow exports); `names` (required, as published) as a list or an
+int-keyed dict (0 … nc−1); `nc` (optional; must equal len(names)). `download` is never run (no network access);
+a path not found then says to get the dataset first.
 `synthetic` or `synthetic:SEED` (and `None`, the default of the CLIs) resolves to the built-in synthetic
 dataset (yolov9c/data/synthetic.py), generated on first use into the cache folder.
 
@@ -28,10 +30,12 @@ def is_synthetic(data):
     return data is None or str(data) == "synthetic" or str(data).startswith("synthetic:")
 
 
-def load_data_config(data, cache_dir=None):
+def load_data_config(data, cache_dir=None, splits=("train", "val", "test")):
     """Resolve `data` (a yaml path, a dict in the yaml schema, 'synthetic[:SEED]' or None) to a dict:
-    path (str), train/val (lists of str paths that exist), test (list, possibly empty), nc (int),
-    names (list of str), yaml_file (str or '')."""
+    path (str), train/val (lists of str paths), test (list, possibly empty), nc (int), names (list of str),
+    yaml_file (str or ''). `splits`: those the caller reads, whose paths must exist (training: train and val;
+    val_dual.py: its task's split); the others' paths are resolved, not checked, as published (check_dataset
+    looks for val only), so a test list or train folder not downloaded stops nothing that does not read it."""
     if is_synthetic(data):
         seed = 0
         if data is not None and ":" in str(data):
@@ -64,6 +68,9 @@ def load_data_config(data, cache_dir=None):
         where, base = str(f), f.resolve().parent
         yaml_file = str(f)
 
+    # a published yaml's download: script is never run; a path it would have made is not there yet
+    get_it = ("; this yaml's download: is not run here: get the dataset first (with the published repo's script "
+              "or by hand)") if cfg.get("download") else ""
     root = cfg.get("path")
     if root in (None, ""):
         root_path = base
@@ -74,7 +81,7 @@ def load_data_config(data, cache_dir=None):
             cand = [base / root_path, Path.cwd() / root_path]
             root_path = next((c for c in cand if c.exists()), cand[0])
         if not root_path.is_dir():
-            raise DataConfigError(f"{where}: 'path': dataset root not found: {root_path}")
+            raise DataConfigError(f"{where}: 'path': dataset root not found: {root_path}{get_it}")
     root_path = root_path.resolve()
 
     out = {"path": str(root_path), "yaml_file": yaml_file}
@@ -88,10 +95,9 @@ def load_data_config(data, cache_dir=None):
         items = v if isinstance(v, (list, tuple)) else [v]
         paths = []
         for item in items:
-            p = Path(str(item)).expanduser()
-            p = p if p.is_absolute() else root_path / p
-            if not p.exists():
-                raise DataConfigError(f"{where}: '{key}': path not found: {p}")
+            p = _split_path(str(item), root_path)
+            if key in splits and not p.exists():
+                raise DataConfigError(f"{where}: '{key}': path not found: {p}{get_it}")
             paths.append(str(p))
         out[key] = paths
 
@@ -121,6 +127,18 @@ def load_data_config(data, cache_dir=None):
     out["nc"] = len(names)
     out["names"] = names
     return out
+
+
+def _split_path(item, root):
+    """The path of one train/val/test entry: absolute as written, else under `root`. A relative `../x` that
+    does not exist is read as `x` under root, as published: Roboflow exports write `train: ../train/images`
+    in a data.yaml that sits beside train/. Returns a Path, not checked for existence."""
+    p = Path(item).expanduser()
+    if p.is_absolute():
+        return p
+    if not (root / p).exists() and item.startswith("../") and (root / item[3:]).exists():
+        return root / item[3:]
+    return root / p
 
 
 def _as_int(v, where, key):

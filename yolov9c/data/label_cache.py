@@ -6,7 +6,8 @@ Format: a NumPy `.npz` (no pickle; read with allow_pickle=False, so a foreign ca
 `seg_points` (L,) int64 points per polygon (0: none), `segments` (P, 2) float32, `messages`, `counts` [images,
 backgrounds, corrupt, warnings], `version`, `key`.
 Invalidated when CACHE_VERSION changes or `key` differs (a hash of nc and of path, size and mtime of every image
-and label file: any edit, addition or removal rescans). An unwritable folder gives a warning (returned), never
+and label file: any edit, addition or removal rescans). A cache in another format (the published code's pickled
+dict, any `.npy`) is ignored and replaced. An unwritable folder gives a warning (returned), never
 an error. Written to `<cache>.<pid>.tmp` and renamed; a stale temp is removed by the next save.
 Test: python -m pytest -q tests/data/test_data_cache.py
 """
@@ -107,11 +108,15 @@ def save_label_cache(path, scan, key):
 
 def load_label_cache(path, key):
     """Read the cache at `path`; returns the fields of a ScanResult (yolov9c/data/scan.py) as a dict, or None
-    when it is missing, unreadable, of another version or for other files (key mismatch)."""
+    when it is missing, unreadable, of another format (the published pickled dict, any `.npy` array), of
+    another version or for other files (key mismatch)."""
     if path is None or not Path(path).is_file():
         return None
     try:
-        with np.load(path, allow_pickle=False) as z:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):  # a bare .npy array (nothing left open): not ours
+            return None
+        with z:
             if str(z["version"]) != CACHE_VERSION or str(z["key"]) != key:
                 return None
             n_labels = z["n_labels"]

@@ -91,6 +91,21 @@ def test_val_batch_is_twice_the_training_batch_and_dfl_stays_frozen(tmp_path):
     assert n_g < n_p and line.endswith("GFLOPs")
 
 
+def test_a_test_split_not_on_disk_does_not_stop_training(tmp_path, gelan_mini):
+    # published: training never reads test (coco.yaml names test-dev2017.txt, often not downloaded)
+    import yaml
+
+    data = synthetic_dataset(seed=3, root=tmp_path / "syn", n_train=4, n_val=2, imgsz=64)
+    cfg = yaml.safe_load(open(data))
+    cfg.update(path=str(data.parent), test="test-dev2017.txt")
+    y = tmp_path / "with_test.yaml"
+    y.write_text(yaml.safe_dump(cfg))
+    state = setup(parse_opt(["--data", str(y), "--cfg", gelan_mini, "--img", "64", "--batch", "2", "--workers",
+                             "0", "--noplots", "--device", "cpu", "--project", str(tmp_path / "runs")]),
+                  log=lambda *a, **k: None)
+    assert len(state.train_loader.dataset) == 4
+
+
 def test_freeze_turns_off_only_the_named_layers(tmp_path, gelan_mini):
     state = _setup(tmp_path, "--cfg", gelan_mini, "--batch", "2", "--freeze", "0", "2")
     frozen = {n for n, p in state.model.named_parameters() if not p.requires_grad}
