@@ -117,7 +117,6 @@ def test_list_file_of_any_extension_is_a_list(tmp_path, name):
     ({"val": "images/val", "names": ["a"]}, "'train'"),
     ({"train": "images/train", "val": "images/val", "test": "images/zzz", "names": ["a"]}, "'test'"),
     ({"path": "no/such/root", "train": "images/train", "val": "images/val", "names": ["a"]}, "'path'"),
-    ({"train": "images/train", "val": "images/val", "nc": 3, "names": ["a", "b"]}, "'nc'"),
     ({"train": "images/train", "val": "images/val"}, "'names'"),
     ({"train": "images/train", "val": "images/val", "names": {0: "a", 2: "c"}}, "'names'"),
     ({"train": "images/train", "val": "images/val", "nc": "many", "names": ["a"]}, "'nc'"),
@@ -254,3 +253,15 @@ def test_coco24_yaml():
     assert cfg["train"] == [str((COCO24 / "images" / "train").resolve())]  # `path: .` is the yaml's own folder
     jpgs = sorted(str(p) for p in Path(cfg["train"][0]).glob("*.jpg"))
     assert len(jpgs) >= 10 and collect_image_files(cfg["train"]) == jpgs
+
+
+def test_an_nc_that_is_not_the_number_of_names_gives_way_to_the_names_with_a_warning(tmp_path):
+    root = _tree(tmp_path / "ds")
+    y = _write(root / "d.yaml", {"train": "images/train", "val": "images/val", "nc": 80, "names": ["a", "b"]})
+    lines = []
+    cfg = load_data_config(y, log=lines.append)
+    assert cfg["nc"] == 2 and cfg["names"] == ["a", "b"]  # published: nc = len(names)
+    assert len(lines) == 1 and lines[0].startswith("WARNING: ") and "'nc' is 80" in lines[0] and "nc=2" in lines[0]
+    lines.clear()
+    _write(root / "d.yaml", {"train": "images/train", "val": "images/val", "nc": 2, "names": ["a", "b"]})
+    assert load_data_config(y, log=lines.append)["nc"] == 2 and lines == []

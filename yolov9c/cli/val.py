@@ -123,7 +123,7 @@ def run(opt, log=print):
         opt.data = data_from_checkpoint(ckpt, opt.weights[0], log)
     del ckpt
     split = opt.task if opt.task in ("train", "test") else "val"
-    cfg = load_data_config(opt.data, splits=(split,))  # the others need not be on disk
+    cfg = load_data_config(opt.data, splits=(split,), log=log)  # the others need not be on disk
     nc = 1 if opt.single_cls else cfg["nc"]
     head_nc = int(getattr(model.model[-1], "nc", nc))
     if head_nc != nc and not opt.single_cls:

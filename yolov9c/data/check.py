@@ -22,7 +22,7 @@ def check_data(data, label_cache=True, cache_dir=None, log=print, err=print):
     """Scan train, val (and test when given) of dataset `data` (yaml path, dict, 'synthetic[:SEED]' or None).
     Lines go through `log`, errors through `err`. Returns the exit code."""
     try:
-        cfg = load_data_config(data, cache_dir=cache_dir, splits=("train", "val"))
+        cfg = load_data_config(data, cache_dir=cache_dir, splits=("train", "val"), log=log)
     except DataConfigError as e:
         err(f"error: {e}")
         return EXIT_CONFIG

@@ -4,7 +4,8 @@ Keys: `path` (dataset root; relative → against the yaml's folder, else the cur
 code does; absent → the yaml's folder), `train`, `val` (required), `test` (optional): each a folder, a `.txt`
 list of image paths or a list of those, relative to `path` (a `../x` that does not exist: `x`, as published,
 for Roboflow exports); `names` (required, as published) as a list or an
-int-keyed dict (0 … nc−1); `nc` (optional; must equal len(names)). `download` is never run (no network access);
+int-keyed dict (0 … nc−1); `nc` (optional; as published the class count is len(names): an `nc` that
+differs is replaced, with a warning line). `download` is never run (no network access);
 a path not found then says to get the dataset first.
 `synthetic` or `synthetic:SEED` (and `None`, the default of the CLIs) resolves to the built-in synthetic
 dataset (yolov9c/data/synthetic.py), generated on first use into the cache folder.
@@ -30,12 +31,13 @@ def is_synthetic(data):
     return data is None or str(data) == "synthetic" or str(data).startswith("synthetic:")
 
 
-def load_data_config(data, cache_dir=None, splits=("train", "val", "test")):
+def load_data_config(data, cache_dir=None, splits=("train", "val", "test"), log=None):
     """Resolve `data` (a yaml path, a dict in the yaml schema, 'synthetic[:SEED]' or None) to a dict:
     path (str), train/val (lists of str paths), test (list, possibly empty), nc (int), names (list of str),
     yaml_file (str or ''). `splits`: those the caller reads, whose paths must exist (training: train and val;
     val_dual.py: its task's split); the others' paths are resolved, not checked, as published (check_dataset
-    looks for val only), so a test list or train folder not downloaded stops nothing that does not read it."""
+    looks for val only), so a test list or train folder not downloaded stops nothing that does not read it.
+    `log`: where a warning line goes (an `nc` that is not len(names)); None: not said."""
     if is_synthetic(data):
         seed = 0
         if data is not None and ":" in str(data):
@@ -122,8 +124,9 @@ def load_data_config(data, cache_dir=None, splits=("train", "val", "test")):
         raise DataConfigError(f"{where}: 'names' must be a list or an int-keyed dict")
     if not names:
         raise DataConfigError(f"{where}: 'names' is empty")
-    if nc is not None and _as_int(nc, where, "nc") != len(names):
-        raise DataConfigError(f"{where}: 'nc' is {nc} but 'names' has {len(names)} entries")
+    if nc is not None and _as_int(nc, where, "nc") != len(names) and log is not None:
+        log(f"WARNING: {where}: 'nc' is {nc} but 'names' has {len(names)} entries: using nc={len(names)}, as the "
+            f"published code does (set nc: {len(names)} or list every class in names)")
     out["nc"] = len(names)
     out["names"] = names
     return out

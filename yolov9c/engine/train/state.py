@@ -445,7 +445,7 @@ def setup_model(state):
     device, frozen layers, and the image size rounded to the grid."""
     cfg, log = state.cfg, state.log
     try:
-        state.data = load_data_config(cfg.data, splits=("train", "val"))  # test is never read in training
+        state.data = load_data_config(cfg.data, splits=("train", "val"), log=log)  # test is never read in training
     except (DataConfigError, FileNotFoundError) as e:
         raise TrainError(str(e)) from None
     state.nc = 1 if cfg.single_cls else int(state.data["nc"])
