@@ -165,6 +165,24 @@ def test_val_dual_task_speed_times_square_batches(setup, tmp_path, capsys):
     assert "at shape (4, 3, 64, 64)" in out, out[-300:]
 
 
+@pytest.mark.parametrize("extra, warned", [
+    (["--conf-thres", "0.01"], ["WARNING: confidence threshold 0.01 > 0.001 produces invalid results"]),
+    (["--save-hybrid"], ["WARNING: --save-hybrid will return high mAP from hybrid labels, not from predictions "
+                         "alone"]),
+    (["--conf-thres", "0.001"], []),
+    (["--conf-thres", "0.25", "--task", "speed"], []),  # published: speed sets 0.25 itself, no warning
+])
+def test_val_dual_warns_of_meaningless_metrics_as_published(setup, tmp_path, capsys, extra, warned):
+    from yolov9c.cli.val import main
+
+    _, data, weights = setup
+    code = main(["--weights", str(weights), "--data", str(data), "--device", "cpu", "--img", "64", "--batch", "4",
+                 "--workers", "0", "--project", str(tmp_path), *extra])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert [line for line in out.splitlines() if line.startswith("WARNING") and "no labels" not in line] == warned
+
+
 def test_val_dual_data_without_usable_images_leaves_no_empty_run_folder(setup, tmp_path, capsys):
     from yolov9c.cli.val import main
 

@@ -138,6 +138,11 @@ def run(opt, log=print):
     claimed = not (opt.exist_ok and (Path(opt.project) / opt.name).is_dir())
     save_dir = increment_path(Path(opt.project) / opt.name, exist_ok=opt.exist_ok, mkdir=True)
     conf, iou, plots = opt.conf_thres, opt.iou_thres, True
+    if opt.task in ("train", "val", "test"):  # published main(): mAP from these runs is not comparable
+        if opt.conf_thres > 0.001:
+            log(f"WARNING: confidence threshold {opt.conf_thres} > 0.001 produces invalid results")
+        if opt.save_hybrid:
+            log("WARNING: --save-hybrid will return high mAP from hybrid labels, not from predictions alone")
     if opt.task == "speed":
         conf, iou, plots = 0.25, 0.45, False
     sizes = list(range(256, 1536 + 128, 128)) if opt.task == "study" else [opt.imgsz]
