@@ -183,6 +183,23 @@ def test_val_dual_warns_of_meaningless_metrics_as_published(setup, tmp_path, cap
     assert [line for line in out.splitlines() if line.startswith("WARNING") and "no labels" not in line] == warned
 
 
+def test_val_dual_task_study_names_each_size_and_writes_one_row_per_size(setup, tmp_path, capsys):
+    # published: "Running study_<data>_<weights>.txt --imgsz N..." before each of 256, 384, ..., 1536
+    from yolov9c.cli.val import main
+
+    _, data, weights = setup
+    code = main(["--weights", str(weights), "--data", str(data), "--task", "study", "--device", "cpu",
+                 "--batch", "4", "--workers", "0", "--project", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    f = tmp_path / "exp" / f"study_{data.stem}_{weights.stem}.txt"
+    sizes = list(range(256, 1536 + 128, 128))
+    assert [line for line in out.splitlines() if line.startswith("Running ")] == \
+        [f"Running {f.name} --imgsz {n}..." for n in sizes]
+    rows = [line.split() for line in f.read_text().splitlines()]
+    assert [int(float(r[0])) for r in rows] == sizes and all(len(r) == 8 for r in rows)
+
+
 def test_val_dual_data_without_usable_images_leaves_no_empty_run_folder(setup, tmp_path, capsys):
     from yolov9c.cli.val import main
 
