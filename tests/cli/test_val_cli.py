@@ -153,16 +153,26 @@ def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, gelan_mini, t
     assert data_from_checkpoint({"opt": {"data": "synthetic:3"}}, "w.pt", said.append) == "synthetic:3"
 
 
-def test_val_dual_task_speed_times_square_batches(setup, tmp_path, capsys):
-    # published: --task speed loads imgsz x imgsz batches (rect off, pad 0); rect with pad 0.5 would give 96
+@pytest.mark.parametrize("task, batch_hw", [("speed", {(64, 64)}), ("val", {(96, 96)})])
+def test_val_dual_task_speed_times_square_batches(setup, tmp_path, capsys, monkeypatch, task, batch_hw):
+    # published: --task speed loads imgsz x imgsz batches (rect off, pad 0); rect with pad 0.5 gives 96. The
+    # speed line names (batch, 3, imgsz, imgsz) either way, as published, not the shape of the last batch.
     from yolov9c.cli.val import main
+    from yolov9c.engine.val import validator
 
+    seen, validate = set(), validator.validate
+
+    def spy(model, loader, **kw):
+        seen.update(tuple(imgs.shape[2:]) for imgs, *_ in loader)
+        return validate(model, loader, **kw)
+
+    monkeypatch.setattr(validator, "validate", spy)
     _, data, weights = setup
-    code = main(["--weights", str(weights), "--data", str(data), "--task", "speed", "--device", "cpu",
+    code = main(["--weights", str(weights), "--data", str(data), "--task", task, "--device", "cpu",
                  "--img", "64", "--batch", "4", "--workers", "0", "--project", str(tmp_path)])
     out = capsys.readouterr().out
-    assert code == 0
-    assert "at shape (4, 3, 64, 64)" in out, out[-300:]
+    assert code == 0 and seen == batch_hw
+    assert "per image at shape (4, 3, 64, 64)" in out, out[-300:]
 
 
 @pytest.mark.parametrize("extra, warned", [
