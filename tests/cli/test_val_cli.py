@@ -153,16 +153,61 @@ def test_val_dual_without_data_uses_the_checkpoints_dataset(setup, gelan_mini, t
     assert data_from_checkpoint({"opt": {"data": "synthetic:3"}}, "w.pt", said.append) == "synthetic:3"
 
 
-def test_val_dual_task_speed_times_square_batches(setup, tmp_path, capsys):
-    # published: --task speed loads imgsz x imgsz batches (rect off, pad 0); rect with pad 0.5 would give 96
+@pytest.mark.parametrize("task, batch_hw", [("speed", {(64, 64)}), ("val", {(96, 96)})])
+def test_val_dual_task_speed_times_square_batches(setup, tmp_path, capsys, monkeypatch, task, batch_hw):
+    # published: --task speed loads imgsz x imgsz batches (rect off, pad 0); rect with pad 0.5 gives 96. The
+    # speed line names (batch, 3, imgsz, imgsz) either way, as published, not the shape of the last batch.
+    from yolov9c.cli.val import main
+    from yolov9c.engine.val import validator
+
+    seen, validate = set(), validator.validate
+
+    def spy(model, loader, **kw):
+        seen.update(tuple(imgs.shape[2:]) for imgs, *_ in loader)
+        return validate(model, loader, **kw)
+
+    monkeypatch.setattr(validator, "validate", spy)
+    _, data, weights = setup
+    code = main(["--weights", str(weights), "--data", str(data), "--task", task, "--device", "cpu",
+                 "--img", "64", "--batch", "4", "--workers", "0", "--project", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and seen == batch_hw
+    assert "per image at shape (4, 3, 64, 64)" in out, out[-300:]
+
+
+@pytest.mark.parametrize("extra, warned", [
+    (["--conf-thres", "0.01"], ["WARNING: confidence threshold 0.01 > 0.001 produces invalid results"]),
+    (["--save-hybrid"], ["WARNING: --save-hybrid will return high mAP from hybrid labels, not from predictions "
+                         "alone"]),
+    (["--conf-thres", "0.001"], []),
+    (["--conf-thres", "0.25", "--task", "speed"], []),  # published: speed sets 0.25 itself, no warning
+])
+def test_val_dual_warns_of_meaningless_metrics_as_published(setup, tmp_path, capsys, extra, warned):
     from yolov9c.cli.val import main
 
     _, data, weights = setup
-    code = main(["--weights", str(weights), "--data", str(data), "--task", "speed", "--device", "cpu",
-                 "--img", "64", "--batch", "4", "--workers", "0", "--project", str(tmp_path)])
+    code = main(["--weights", str(weights), "--data", str(data), "--device", "cpu", "--img", "64", "--batch", "4",
+                 "--workers", "0", "--project", str(tmp_path), *extra])
     out = capsys.readouterr().out
     assert code == 0
-    assert "at shape (4, 3, 64, 64)" in out, out[-300:]
+    assert [line for line in out.splitlines() if line.startswith("WARNING") and "no labels" not in line] == warned
+
+
+def test_val_dual_task_study_names_each_size_and_writes_one_row_per_size(setup, tmp_path, capsys):
+    # published: "Running study_<data>_<weights>.txt --imgsz N..." before each of 256, 384, ..., 1536
+    from yolov9c.cli.val import main
+
+    _, data, weights = setup
+    code = main(["--weights", str(weights), "--data", str(data), "--task", "study", "--device", "cpu",
+                 "--batch", "4", "--workers", "0", "--project", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    f = tmp_path / "exp" / f"study_{data.stem}_{weights.stem}.txt"
+    sizes = list(range(256, 1536 + 128, 128))
+    assert [line for line in out.splitlines() if line.startswith("Running ")] == \
+        [f"Running {f.name} --imgsz {n}..." for n in sizes]
+    rows = [line.split() for line in f.read_text().splitlines()]
+    assert [int(float(r[0])) for r in rows] == sizes and all(len(r) == 8 for r in rows)
 
 
 def test_val_dual_data_without_usable_images_leaves_no_empty_run_folder(setup, tmp_path, capsys):

@@ -138,6 +138,11 @@ def run(opt, log=print):
     claimed = not (opt.exist_ok and (Path(opt.project) / opt.name).is_dir())
     save_dir = increment_path(Path(opt.project) / opt.name, exist_ok=opt.exist_ok, mkdir=True)
     conf, iou, plots = opt.conf_thres, opt.iou_thres, True
+    if opt.task in ("train", "val", "test"):  # published main(): mAP from these runs is not comparable
+        if opt.conf_thres > 0.001:
+            log(f"WARNING: confidence threshold {opt.conf_thres} > 0.001 produces invalid results")
+        if opt.save_hybrid:
+            log("WARNING: --save-hybrid will return high mAP from hybrid labels, not from predictions alone")
     if opt.task == "speed":
         conf, iou, plots = 0.25, 0.45, False
     sizes = list(range(256, 1536 + 128, 128)) if opt.task == "study" else [opt.imgsz]
@@ -146,8 +151,11 @@ def run(opt, log=print):
     json_name = f"{Path(opt.weights[0]).stem}_predictions.json"
     # published: --task speed times square imgsz x imgsz batches (no rect shapes, no padding)
     rect, pad = (False, 0.0) if opt.task == "speed" else (True, 0.5)
+    study_file = save_dir / f"study_{Path(str(opt.data or 'synthetic')).stem}_{Path(opt.weights[0]).stem}.txt"
     rows, result = [], None
     for imgsz in sizes:
+        if opt.task == "study":  # published: which size the block below is
+            log(f"Running {study_file.name} --imgsz {imgsz}...")
         data = DatasetConfig(augment=False, rect=rect, single_cls=opt.single_cls, stride=stride, pad=pad,
                              prefix=f"{split}: ", nc=cfg["nc"])
         with _removed_if_left_empty(save_dir, claimed):  # no usable images: no empty exp folder left behind
@@ -163,9 +171,8 @@ def run(opt, log=print):
         result = validate(model, loader, nc=nc, names=names, cfg=vcfg, log=log)
         rows.append([imgsz, result["mp"], result["mr"], result["map50"], result["map"], *result["speed"]])
     if opt.task == "study":
-        f = save_dir / f"study_{Path(str(opt.data or 'synthetic')).stem}_{Path(opt.weights[0]).stem}.txt"
-        f.write_text("".join(("%10.4g" * len(r)) % tuple(r) + "\n" for r in rows))
-        log(f"Saved {f}")
+        study_file.write_text("".join(("%10.4g" * len(r)) % tuple(r) + "\n" for r in rows))
+        log(f"Saved {study_file}")
     if opt.save_txt or opt.save_hybrid:
         n = len(list((save_dir / "labels").glob("*.txt")))
         log(f"{n} labels saved to {save_dir / 'labels'}")

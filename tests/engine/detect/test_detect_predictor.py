@@ -88,7 +88,7 @@ def test_perfect_model_labels_are_the_hand_computed_boxes(image_240x320, tmp_pat
     assert x[0, 0, 64, 10] == 1.0 and x[0, 2, 64, 10] == 0.0  # RGB order, scaled to [0, 1]
     assert r["save_dir"] == tmp_path / "runs" / "exp" and r["frames"] == 1 and r["detections"] == 3
     rows = _read_labels(r["save_dir"] / "labels" / "pic.txt")
-    assert [int(row[0]) for row in rows] == [1, 2, 3]  # by confidence
+    assert [int(row[0]) for row in rows] == [3, 2, 1]  # published: reversed(det), the least confident first
     for row in rows:
         assert row[1:] == pytest.approx(EXPECT[int(row[0])], abs=2e-6)
     assert (r["save_dir"] / "pic.png").is_file()
@@ -101,9 +101,22 @@ def test_perfect_model_labels_are_the_hand_computed_boxes(image_240x320, tmp_pat
     assert "1 labels saved to" in logs[-1]
 
 
+class OffPixelBoxes(FixedBoxes):
+    ROWS = ((80.3, 64.2, 40.5, 20.2, 1, 0.9), (20, 20, 16, 16, 2, 0.8))
+
+
+def test_label_rows_are_whole_pixel_boxes_least_confident_first(image_240x320, tmp_path):
+    # published detect_dual.py: det[:, :4] = scale_boxes(...).round(), then `for ... in reversed(det)`.
+    # Box 1: input xyxy (60.05, 54.1, 100.55, 74.3) → original (120.1, 100.2, 201.1, 140.6) → (120, 100, 201, 141)
+    r = detect(DetectConfig(source=image_240x320, imgsz=160, project=tmp_path, save_txt=True, save_conf=True),
+               model=OffPixelBoxes(), log=lambda s: None)
+    lines = (r["save_dir"] / "labels" / "pic.txt").read_text().splitlines()
+    assert lines[0].startswith("2 ") and lines[1] == "1 %g %g %g %g 0.9" % (321 / 640, 241 / 480, 81 / 320, 41 / 240)
+
+
 @pytest.mark.parametrize("kw, classes", [
-    ({"classes": [2, 3]}, [2, 3]), ({"agnostic_nms": True}, [1, 2]), ({"max_det": 1}, [1]),
-    ({"conf_thres": 0.05}, [1, 2, 3, 0]),
+    ({"classes": [2, 3]}, [3, 2]), ({"agnostic_nms": True}, [2, 1]), ({"max_det": 1}, [1]),
+    ({"conf_thres": 0.05}, [0, 3, 2, 1]),
 ])
 def test_filters(image_240x320, tmp_path, kw, classes):
     r = detect(DetectConfig(source=image_240x320, imgsz=160, project=tmp_path, save_txt=True, nosave=True, **kw),

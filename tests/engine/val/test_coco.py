@@ -170,8 +170,16 @@ def test_json_rows_rounding_and_ids():
     assert row["image_id"] == "cat_1" and row["category_id"] == 3
     assert image_id("a/000123.jpg") == 123
     assert len(set(coco80_to_coco91())) == 80 and coco80_to_coco91()[-1] == 90 and 12 not in coco80_to_coco91()
-    assert is_coco_val(["/d/coco/val2017.txt"]) and not is_coco_val(["/d/coco128/val2017.txt"])
     assert not is_coco_val(["/d/coco/images/val2017"]) and not is_coco_val(["/a/coco/val2017.txt"] * 2)
+
+
+@pytest.mark.parametrize("val, coco", [
+    ("/d/coco/val2017.txt", True), ("/data/coco2017/val2017.txt", True), ("/d/my_val2017.txt", True),
+    ("/d/coco/val2017", False), ("/d/coco/val.txt", False), ("/d/coco/val2017.txt.bak", False),
+])
+def test_coco_is_any_val_list_ending_in_val2017_txt(val, coco):
+    # published val_dual.py / train_dual.py: data['val'].endswith('val2017.txt'), whatever the folder is called
+    assert is_coco_val([val]) is coco
 
 
 def test_missing_annotations_message_not_crash(coco, tmp_path):

@@ -6,7 +6,7 @@ head's output (y[1] of DualDDetect, y of DDetect); single-label NMS (conf 0.25, 
 default); boxes scaled back to the original image. Outputs in `runs/detect/exp{N}`:
 - annotated images under the same name, videos as `<stem>.mp4` (mp4v), unless `nosave`;
 - with `save_txt`, `labels/<stem>.txt` (`_<frame>` for video frames): `class xc yc w h [conf]` rows normalised
-  to the original image (conf with `save_conf`);
+  to the original image (conf with `save_conf`) of the whole-pixel boxes, least confident first (as published);
 - with `save_crop`, `crops/<class name>/<stem>.jpg` (`<stem>2.jpg`, … for further boxes).
 One log line per image/frame (`image 1/3 path: 128x160 2 ellipses, <t>ms`), then the speed summary. An
 unreadable file gives one `WARNING: image 2/5 path: reason, skipped` line and the run goes on; the last line
@@ -187,6 +187,7 @@ def detect(cfg, model=None, log=print):
 
             det = det.float().cpu()
             scale_boxes(det, x.shape[2:], fr.img0.shape[:2])
+            det[:, :4] = det[:, :4].round()  # published: whole pixels for labels, crops and drawing
             n_det += len(det)
             msg = fr.describe() + f"{x.shape[2]}x{x.shape[3]} " + (_counts_text(det, names) if len(det) else
                                                                     "(no detections), ")
@@ -233,8 +234,11 @@ class _Outputs:
         self.label_files = set()
 
     def write(self, fr, det):
-        """Frame `fr` (sources.Frame) and its detections (n, 6) in original pixels."""
+        """Frame `fr` (sources.Frame) and its detections (n, 6) in original pixels, most confident first. They
+        are written least confident first (published reversed(det)): label rows and crop numbering in that
+        order, and the most confident box is drawn last, on top."""
         cfg, names, p = self.cfg, self.names, Path(fr.path)
+        det = det.flip(0)
         if cfg.save_txt and len(det):
             lf = self.save_dir / "labels" / (p.stem + (f"_{fr.frame}" if fr.is_video else "") + ".txt")
             with open(lf, "a") as f:  # append, as published (one file per image / frame)

@@ -2,12 +2,12 @@
 
     is_coco, anno_json, class_map, image_ids = coco_layout(cfg, split_paths)   # then json_rows, coco_evaluate
 
-As published, a dataset is COCO when its val list is `.../coco/val2017.txt`: predictions then use COCO's 91
-category ids (the 80 classes skip 12, 26, 29, 30, 45, 66, 68, 69, 71, 83) and the evaluated image ids are the
-numeric stems of every val image (images without predictions count as misses). Otherwise the class index is the
-category id and COCO evaluates every image of the annotations file (`<path>/annotations/instances_val2017.json`).
-Without annotations or without pycocotools / faster-coco-eval the predictions are still written and a message
-says why COCO's numbers are absent.
+As published, a dataset is COCO when its val list's path ends in `val2017.txt`, whatever its folder: predictions
+then use COCO's 91 category ids (the 80 classes skip 12, 26, 29, 30, 45, 66, 68, 69, 71, 83) and the evaluated
+image ids are the numeric stems of every val image (images without predictions count as misses). Otherwise the
+class index is the category id and COCO evaluates every image of the annotations file
+(`<path>/annotations/instances_val2017.json`). Without annotations or without pycocotools / faster-coco-eval the
+predictions are still written and a message says why COCO's numbers are absent.
 One row: {"image_id": int stem (or the stem string), "category_id": int, "bbox": [x, y, w, h] top-left corner
 in original-image pixels rounded to 3 decimals, "score": rounded to 5 decimals}.
 Test: python -m pytest -q tests/engine/val/test_coco.py
@@ -36,11 +36,9 @@ def image_id(path):
 
 
 def is_coco_val(val_paths):
-    """True when the val split is COCO's: one list file ending in coco/val2017.txt (the published test)."""
-    if len(val_paths) != 1:
-        return False
-    parts = Path(val_paths[0]).parts
-    return len(parts) >= 2 and parts[-2:] == ("coco", "val2017.txt")
+    """True when the val split is COCO's: one path ending in val2017.txt, in whatever folder (the published
+    val_dual.py and train_dual.py test `data['val'].endswith('val2017.txt')`)."""
+    return len(val_paths) == 1 and str(val_paths[0]).endswith("val2017.txt")
 
 
 def coco_layout(cfg, val_paths, im_files=()):

@@ -237,8 +237,7 @@ def validate(model, dataloader, *, nc, names, cfg=None, compute_loss=None, log=p
     speed = tuple(t.t / max(run.seen, 1) * 1e3 for t in dt)
     if not cfg.training:
         log(f"Speed: %.1fms pre-process, %.1fms inference, %.1fms NMS per image at shape "
-            f"{(dataloader.batch_size if hasattr(dataloader, 'batch_size') else '?', 3, *(shape or (0, 0)))}"
-            % speed)
+            f"{_nominal_shape(dataloader, shape)}" % speed)
     if cfg.plots and save_dir is not None:
         from yolov9c.engine.val.plots import plot_confusion_matrix, plot_metric_curves
 
@@ -255,6 +254,15 @@ def validate(model, dataloader, *, nc, names, cfg=None, compute_loss=None, log=p
     if save_dir is not None and not cfg.training:
         log(f"Results saved to {save_dir}")
     return result
+
+
+def _nominal_shape(dataloader, last_hw):
+    """(batch size, 3, imgsz, imgsz) for the speed line, as published: the loader's nominal size, not the shape
+    of its last rect batch (e.g. 480 × 672 at imgsz 640); a loader whose dataset has no int img_size gives
+    the last batch's (h, w)."""
+    imgsz = getattr(getattr(dataloader, "dataset", None), "img_size", None)
+    hw = (imgsz, imgsz) if isinstance(imgsz, int) else (last_hw or (0, 0))
+    return (getattr(dataloader, "batch_size", "?"), 3, *hw)
 
 
 class _Run:
