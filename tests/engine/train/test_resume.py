@@ -307,6 +307,7 @@ TAMPERED = [
     ("hyp: 5", "hyp: must be a hyp file name or a mapping of hyperparameters, got 5"),
     ("hyp: {lr0: abc}", "hyp: lr0: 'abc' is not a number"),
     ("data: 7", "data: must be a text, got 7"),
+    ("data: gone/data.yaml", "data: data yaml not found: gone/data.yaml (--resume reads the dataset from this file"),
     ("device: [0]", "device: must be a device text"),
     ("seed: x", "seed: must be an integer, got 'x'"),
     ("evolve: 3", "evolve: must be null in a training run's options, got 3"),

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import yaml
 
+from yolov9c.data.dataset_yaml import DataConfigError, is_synthetic, load_data_config
 from yolov9c.engine.run_dir import increment_path
 from yolov9c.engine.train.config import RESUME_OVERRIDES, RunConfig, opt_dict
 from yolov9c.engine.train.errors import TrainError
@@ -180,16 +181,25 @@ UNCHANGED = "nothing was trained or written"  # a refused resume: the run is as 
 def _stored_options(run, ckpt, last, cfg, log):
     """(RunConfig, source): the run's opt.yaml (else, missing, empty or broken, the options stored in last.pt,
     the source then) with the command line's RESUME_OVERRIDES, every value checked as the command line checks
-    it (RunConfig.from_dict, options.py). A refused value is a TrainError "<source>: <key>: <why>"."""
+    it (RunConfig.from_dict, options.py), and its dataset yaml still there and readable (--data is not taken
+    with --resume). A refused value is a TrainError "<source>: <key>: <why>"."""
     try:
         opt, source = read_opt(run), run / "opt.yaml"
     except RunFolderError:  # read again with the fallback: it says so, or raises its own error
         opt, source = read_opt(run, fallback=ckpt.get("opt"), log=log), last
     typed = {k: getattr(cfg, k) for k in RESUME_OVERRIDES if k in cfg.given}  # checked by the command line
     try:
-        return RunConfig.from_dict({**opt, **typed}, log=log, source=str(source)), source
+        stored = RunConfig.from_dict({**opt, **typed}, log=log, source=str(source))
     except OptionError as e:
         raise TrainError(f"{e}; {UNCHANGED}") from None
+    if not is_synthetic(stored.data):  # moved or deleted since: --data typed with --resume is not taken
+        try:
+            load_data_config(stored.data)
+        except (DataConfigError, OSError) as e:
+            fix = "put the dataset back" + (", or correct data: in it" if source.name == "opt.yaml" else "")
+            raise TrainError(f"{source}: data: {e} (--resume reads the dataset from this file, not from --data: "
+                             f"{fix}); {UNCHANGED}") from None
+    return stored, source
 
 
 def restore(state, resumed: Resumed):
