@@ -83,6 +83,12 @@ def test_resume_of_a_stripped_checkpoint_refuses(tmp_path, gelan_mini):
     (tmp_path / "empty").mkdir()
     with pytest.raises(TrainError, match="no last.pt"):
         train(parse_opt(["--resume", "--project", str(tmp_path / "empty")]), log=lambda *a, **k: None)
+    # the run folder (or its weights/) instead of the file: the error names the last.pt to give
+    for given in (run, run / "weights"):
+        with pytest.raises(TrainError) as e:
+            train(parse_opt(["--resume", str(given)]), log=lambda *a, **k: None)
+        assert str(e.value) == (f"--resume {given}: a folder, not a checkpoint; give the file: --resume "
+                                f"{run / 'weights' / 'last.pt'}")
 
 
 @pytest.fixture(scope="module")

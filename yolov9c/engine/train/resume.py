@@ -75,6 +75,10 @@ def read_resume(cfg: RunConfig, log=print) -> Resumed:
         last, ckpt = pick_latest(cfg.project, log)
     else:
         last = Path(cfg.resume)
+        if last.is_dir():  # the run folder (or its weights/) for the file in it
+            inside = next((p for p in (last / "weights" / "last.pt", last / "last.pt") if p.is_file()), None)
+            raise TrainError(f"--resume {last}: a folder, not a checkpoint; " + (
+                f"give the file: --resume {inside}" if inside else "it holds no weights/last.pt to give"))
         if not last.is_file():
             raise TrainError(f"--resume: no last.pt found ({cfg.resume})")
         ckpt = _read(last)
