@@ -81,8 +81,9 @@ def test_resume_of_a_stripped_checkpoint_refuses(tmp_path, gelan_mini):
         train(parse_opt(["--resume", str(tmp_path / "sd.pt")]), log=lambda *a, **k: None)
     assert "finished" not in str(e.value)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(TrainError, match="no last.pt"):
+    with pytest.raises(TrainError, match="no last.pt") as e:
         train(parse_opt(["--resume", "--project", str(tmp_path / "empty")]), log=lambda *a, **k: None)
+    assert str(e.value).endswith("nothing to resume: start the run without --resume"), str(e.value)
     # the run folder (or its weights/) instead of the file: the error names the last.pt to give
     for given in (run, run / "weights"):
         with pytest.raises(TrainError) as e:

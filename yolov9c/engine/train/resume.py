@@ -188,7 +188,7 @@ def pick_latest(project, log=print):
     if skipped:
         raise TrainError(f"--resume: every run under {root} finished ({len(skipped)}, newest {skipped[0]}); "
                          f"nothing to resume")
-    raise TrainError(f"--resume: no last.pt found (under {root})")
+    raise TrainError(f"--resume: no last.pt found (under {root}): nothing to resume: start the run without --resume")
 
 
 def _read(last):
