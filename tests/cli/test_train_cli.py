@@ -239,14 +239,34 @@ def test_sigusr1_prints_the_stacks_and_the_process_goes_on():
 
 
 def test_sigterm_stops_a_run_as_ctrl_c_does():
-    """stop_on_sigterm: SIGTERM raises KeyboardInterrupt in the main thread (the trainer's Ctrl-C path: the resume
+    """stop_on_signals: SIGTERM raises KeyboardInterrupt in the main thread (the trainer's Ctrl-C path: the resume
     line), where it would otherwise end the process with no word."""
-    code = ("import os, signal; from yolov9c.cli.train import stop_on_sigterm; stop_on_sigterm()\n"
+    code = ("import os, signal; from yolov9c.cli.train import stop_on_signals; stop_on_signals()\n"
             "try:\n    os.kill(os.getpid(), signal.SIGTERM)\n    import time; time.sleep(30)\n"
             "except KeyboardInterrupt:\n    print('interrupted')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert r.returncode == 0 and r.stdout.strip() == "interrupted", (r.returncode, r.stdout, r.stderr)
+
+
+def test_a_second_ctrl_c_while_the_run_stops_is_one_line_and_a_third_quits():
+    """A double Ctrl-C (or Ctrl-C then a scheduler's SIGTERM): the second signal came while the trainer closed
+    its loader workers after the first, and its KeyboardInterrupt replaced the trainer's, so the run that had a
+    last.pt ended with "interrupted before training started; nothing was saved". Now it does not interrupt the
+    clean-up, one line says the run is stopping, and a third signal quits at once (exit code 128 + signal)."""
+    code = ("import os, signal, time; from yolov9c.cli.train import stop_on_signals; stop_on_signals()\n"
+            "try:\n    os.kill(os.getpid(), signal.SIGINT); time.sleep(30)\n"
+            "except KeyboardInterrupt:\n    os.kill(os.getpid(), signal.SIGTERM); time.sleep(0.2)\n"
+            "    print('cleaned up', flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGINT); time.sleep(30); print('not reached')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.stdout.strip() == "cleaned up" and r.returncode == 128 + signal.SIGINT, (r.returncode, r.stdout,
+                                                                                       r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("train_dual.py: stopping") and "once more" in lines[0], lines
+    assert lines[1].startswith("train_dual.py: quit at once"), lines
 
 
 def test_the_c_switch_defaults_are_defined_once():

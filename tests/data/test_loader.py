@@ -301,7 +301,7 @@ def test_close_stops_the_workers_and_a_new_pass_gives_the_same_batches(cfg):
 
 
 def test_workers_leave_sigterm_to_a_training_process_that_handles_it():
-    """_worker_init ignores SIGTERM when the process it was forked from handles it (cli.train.stop_on_sigterm):
+    """_worker_init ignores SIGTERM when the process it was forked from handles it (cli.train.stop_on_signals):
     a scheduler's SIGTERM to the whole group then stops the run through its Ctrl-C path, which stops the workers,
     instead of killing them first; with the default disposition the worker keeps it."""
     import subprocess

@@ -367,6 +367,20 @@ def test_missing_and_garbage_files(tmp_path):
         ck.read_checkpoint(tmp_path / "list.pt")
 
 
+def test_a_truncated_checkpoint_is_named_in_our_words(tmp_path):
+    """A checkpoint cut short (an interrupted copy or download): one line naming the file and what to do, not
+    torch's "PytorchStreamReader failed ... internal miniz error" paragraph."""
+    whole = tmp_path / "last.pt"
+    torch.save({"format": "yolov9c", "version": 1, "model": {"w": torch.arange(20000.0)}}, whole)
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(ck.CheckpointError) as e:
+        ck.read_checkpoint(cut)
+    msg = str(e.value)
+    assert msg.startswith(f"{cut}: incomplete or damaged checkpoint") and "\n" not in msg, msg
+    assert "miniz" not in msg and "copy it again" in msg, msg
+
+
 def test_text_and_torchscript_files_are_named_in_our_words(tmp_path, capsys):
     # torch says "KeyError: 101" for a text file, and for a TorchScript archive advises weights_only=False,
     # which would run the file's code: our message says what the file is and what to give instead

@@ -231,7 +231,7 @@ def main(argv=None, prog="train_dual.py") -> int:
     dump_stacks_on_signal()
     world = len(_device_ids(cfg)) if _wants_ddp(cfg) else int(os.getenv("WORLD_SIZE", 1))
     if world == 1 and "RANK" not in os.environ:
-        stop_on_sigterm()
+        stop_on_signals(prog)
     cuda = torch.cuda.is_available() and str(cfg.device).strip().lower() != "cpu"
     why = batch_error(cfg.batch_size, world, cfg.mem_budget, cuda=cuda)  # set-up asks the same (batching.py)
     if why:
@@ -282,16 +282,31 @@ def refuse_before_ddp(prog, why) -> int:
     return 2
 
 
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt
-
-
-def stop_on_sigterm():
-    """SIGTERM (a scheduler's time limit or preemption, `kill PID`) stops a one-process run as Ctrl-C does: the
-    `interrupted; resume with --resume ...` line, the loaders stopped, an unsaved fresh run folder removed.
+def stop_on_signals(prog="train_dual.py"):
+    """Ctrl-C (SIGINT) and SIGTERM (a scheduler's time limit or preemption, `kill PID`) stop a one-process run
+    alike: the first raises KeyboardInterrupt (the trainer's path: `interrupted; resume with --resume ...`, the
+    loaders stopped, an unsaved fresh run folder removed). A second one while the run stops is one line and is
+    otherwise ignored: its KeyboardInterrupt would cut that clean-up short and replace the resume line with
+    "nothing was saved". A third quits at once (exit 128 + signal; checkpoints on disk are whole files).
     Not under DDP (torchrun stops its ranks with SIGTERM). Test: tests/cli/test_train_cli.py."""
-    if hasattr(signal, "SIGTERM"):
-        signal.signal(signal.SIGTERM, _sigterm)
+    received = []
+
+    def stop(signum, frame):
+        received.append(signum)
+        if len(received) == 1:
+            raise KeyboardInterrupt
+        name = signal.Signals(signum).name
+        if len(received) == 2:
+            print(f"{prog}: stopping: closing the run's files and loader workers ({name} once more quits at once)",
+                  file=sys.stderr, flush=True)
+            return
+        print(f"{prog}: quit at once on a third signal ({name}); checkpoints already written are whole",
+              file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+    for sig in ("SIGINT", "SIGTERM"):
+        if hasattr(signal, sig):
+            signal.signal(getattr(signal, sig), stop)
 
 
 def dump_stacks_on_signal():

@@ -219,7 +219,7 @@ def _worker_init(worker_id):
 
     random.seed(seed)
     cv2.setNumThreads(0)
-    if callable(signal.getsignal(signal.SIGTERM)):  # the training process stops on SIGTERM (cli.train.stop_on_sigterm)
+    if callable(signal.getsignal(signal.SIGTERM)):  # the training process stops on SIGTERM (cli.train.stop_on_signals)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # and stops its workers: a group's SIGTERM kills none first
 
 

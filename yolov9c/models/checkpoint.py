@@ -126,17 +126,21 @@ def strip_checkpoint(path: str | os.PathLike, out: str | os.PathLike | None = No
 
 def _unreadable(path: Path, e: Exception) -> str:
     """read_checkpoint's one-line message for a file torch.load refused with `e`: what the file is when that is
-    plain (a TorchScript archive, a text file), in our words (torch's own advice for TorchScript, to load it
-    with weights_only=False, would run the file's code). Test: tests/models/test_checkpoint.py."""
+    plain (a zip cut short, a TorchScript archive, a text file), in our words (torch's own advice for
+    TorchScript, to load it with weights_only=False, would run the file's code). Test:
+    tests/models/test_checkpoint.py."""
     import zipfile
 
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head.startswith(b"PK\x03\x04") and not zipfile.is_zipfile(path):  # torch.save's zip without its end
+        return (f"{path}: incomplete or damaged checkpoint (its zip archive is cut short, {path.stat().st_size} "
+                f"bytes: an interrupted copy or download); copy it again, or give another checkpoint")
     if zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as z:
             if any(n.endswith("constants.pkl") or "/code/" in n for n in z.namelist()):
                 return (f"{path}: a TorchScript archive (torch.jit.save), not a checkpoint; yolov9c reads "
                         f"torch.save files only: give the .pt that training wrote (ours or the published code's)")
-    with open(path, "rb") as f:
-        head = f.read(4096)
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError:

@@ -81,8 +81,15 @@ def test_resume_of_a_stripped_checkpoint_refuses(tmp_path, gelan_mini):
         train(parse_opt(["--resume", str(tmp_path / "sd.pt")]), log=lambda *a, **k: None)
     assert "finished" not in str(e.value)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(TrainError, match="no last.pt"):
+    with pytest.raises(TrainError, match="no last.pt") as e:
         train(parse_opt(["--resume", "--project", str(tmp_path / "empty")]), log=lambda *a, **k: None)
+    assert str(e.value).endswith("nothing to resume: start the run without --resume"), str(e.value)
+    # the run folder (or its weights/) instead of the file: the error names the last.pt to give
+    for given in (run, run / "weights"):
+        with pytest.raises(TrainError) as e:
+            train(parse_opt(["--resume", str(given)]), log=lambda *a, **k: None)
+        assert str(e.value) == (f"--resume {given}: a folder, not a checkpoint; give the file: --resume "
+                                f"{run / 'weights' / 'last.pt'}")
 
 
 @pytest.fixture(scope="module")
@@ -307,6 +314,7 @@ TAMPERED = [
     ("hyp: 5", "hyp: must be a hyp file name or a mapping of hyperparameters, got 5"),
     ("hyp: {lr0: abc}", "hyp: lr0: 'abc' is not a number"),
     ("data: 7", "data: must be a text, got 7"),
+    ("data: gone/data.yaml", "data: data yaml not found: gone/data.yaml (--resume reads the dataset from this file"),
     ("device: [0]", "device: must be a device text"),
     ("seed: x", "seed: must be an integer, got 'x'"),
     ("evolve: 3", "evolve: must be null in a training run's options, got 3"),

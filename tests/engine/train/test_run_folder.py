@@ -951,6 +951,25 @@ def test_resume_from_an_epoch_checkpoint_of_a_finished_run(args, tmp_path):
     assert after == {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
 
 
+def test_an_interrupted_run_moved_aside_by_exist_ok_resumes_in_a_new_folder(args, tmp_path):
+    """A run interrupted after epoch 0 of 2, then a new --exist-ok run in its folder (which moves its weights/ to
+    weights.1/ and results.csv to results.1.csv): --resume RUN/weights.1/last.pt continues the interrupted run
+    with its own options (the checkpoint's: opt.yaml is the new run's) in RUN-from-weights.1-last; RUN stays as
+    it is. Before: "nothing to resume: this run finished", judged from the new run's state."""
+    project = tmp_path / "runs"
+    run = train(parse_opt(args(project, "--epochs", "2")), stop_after_epoch=0, log=_quiet)["save_dir"]
+    assert train(parse_opt(args(project, "--exist-ok")), log=_quiet)["save_dir"] == run
+    aside = run / "weights.1" / "last.pt"
+    assert read_checkpoint(aside)["epoch"] == 0 and read_state(run)["phase"] == "done"
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    out = train(parse_opt(["--resume", str(aside)]), log=_quiet)
+    branch = project / f"{run.name}-from-weights.1-last"
+    assert out["save_dir"] == branch and out["epochs_done"] == 2
+    assert _epochs(branch) == [0, 1] and read_state(branch)["phase"] == "done"
+    assert yaml.safe_load((branch / "opt.yaml").read_text())["epochs"] == 2  # the interrupted run's, not 1
+    assert {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
 def test_branch_folder_is_used_again_until_it_saved_an_epoch(tmp_path):
     """resume.branch: a second --resume of the same epochN.pt whose first start failed before saving an epoch
     continues in the folder made then (its last.pt still the same file); once that folder saved an epoch, a new

@@ -250,6 +250,35 @@ def test_results_train_batch_and_labels_images(tmp_path):
     assert (over[30, 40:61] != 255).any(1).all() and (over[50, 20] != 255).any() and (over[50, 50] == 255).all()
 
 
+def test_a_plot_that_cannot_be_written_warns_and_keeps_the_old_file(tmp_path, monkeypatch):
+    """A full disk while a plot is written (results.png at the finish, labels.jpg at the start): a warning, the
+    run goes on, and the file is the old one or absent, never a torso (written atomically)."""
+    import errno
+    from matplotlib.figure import Figure
+
+    f = tmp_path / "results.csv"
+    for k in range(3):
+        R.append_row(f, [k] * len(R.COLUMNS))
+    old = R.plot_results(f).read_bytes()
+
+    def full_disk(self, fname, *a, **k):  # part of the file, then ENOSPC, as a full disk does
+        if hasattr(fname, "write"):
+            fname.write(b"\x89PNG torso")
+        else:
+            with open(fname, "wb") as fh:
+                fh.write(b"\x89PNG torso")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    with pytest.warns(UserWarning, match=r"results\.png.*(No space left on device|disk)") as w:
+        assert R.plot_results(f) is None
+    assert len(w) == 1 and (tmp_path / "results.png").read_bytes() == old
+    with pytest.warns(UserWarning) as w:
+        assert R.plot_labels([np.array([[0, .5, .5, .2, .2]])], ["a"], tmp_path / "labels.jpg") is None
+    assert [str(x.message).split()[0] for x in w] == ["labels.jpg", "labels_correlogram.jpg"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv", "results.png"]  # no torso, no temp
+
+
 def test_step_accumulates_then_steps(tmp_path):
     """setup() builds a RunState; train_step (the loop's state.step) accumulates gradients for `accumulate`
     micro-batches and only then takes one optimizer step and one EMA update (state.progress.last_opt_step = ni)."""

@@ -8,11 +8,15 @@ and ours: gpu_mem_peak_alloc, gpu_mem_reserved (GiB; 0 on the CPU), epoch_second
 The file survives any crash: every change writes the whole new file and renames it over the old one
 (append_row, drop_epochs_from), so a reader or a kill sees the old rows or the new ones, never a torn line.
 A line that is torn or malformed anyway (an older version appended in place) is dropped by the next change.
+The plots are written atomically too (save_figure); one that cannot be written (a full disk) is a warning.
 
 Test: python -m pytest -q tests/engine/train/test_train_parts.py -k results; tests/engine/train/test_run_folder.py
 """
 
 import csv
+import io
+import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -151,16 +155,30 @@ def results_figure(data, label="results"):
     return fig
 
 
-def plot_results(path):
-    """results.png next to results.csv (results_figure). Returns its path."""
+def save_figure(fig, path, dpi):
+    """Write matplotlib figure `fig` to `path` (format from its suffix) atomically, and close it. A plot never
+    ends a run: a write that fails (a full disk, no permission) leaves the old file or none, is one warning
+    naming the file, and returns None; else returns the path."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
+    try:
+        buf = io.BytesIO()
+        fig.savefig(buf, format=path.suffix.lstrip(".").lower(), dpi=dpi)
+        return atomic_write(path, buf.getvalue(), what=path.name)
+    except OSError as e:  # DiskFullError's own advice (--resume) is for checkpoints: only the cause here
+        why = os.strerror(e.errno) if e.errno else str(e)
+        warnings.warn(f"{path.name} not written ({why}: {path}); a plot only: the run goes on", stacklevel=3)
+        return None
+    finally:
+        plt.close(fig)
+
+
+def plot_results(path):
+    """results.png next to results.csv (results_figure). Returns its path (None: not written, save_figure)."""
+    path = Path(path)
     fig = results_figure(read_results(path), label=path.stem)
-    out = path.with_name("results.png")
-    fig.savefig(out, dpi=200)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path.with_name("results.png"), dpi=200)
 
 
 def _color(c):
@@ -216,7 +234,7 @@ def plot_labels(labels, names, path):
     """labels.jpg (2×2: class histogram, the boxes' sizes overlaid (box_overlay), box centres x-y, box sizes
     width-height) and labels_correlogram.jpg beside it (x, y, width, height: histograms on the diagonal, 2-D
     histograms below it), as published at the start of a run. labels: list of (k, 5) arrays [cls, xc, yc, w, h]
-    normalised (a dataset's labels). Returns the labels.jpg path."""
+    normalised (a dataset's labels). Returns the labels.jpg path (None: not written, save_figure)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -238,15 +256,15 @@ def plot_labels(labels, names, path):
         a.hist2d(lb[:, i], lb[:, j], bins=50, range=[[0, 1], [0, 1]], cmap="Blues")
         a.set_xlabel(xl)
         a.set_ylabel(yl)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    saved = save_figure(fig, path, dpi=120)
     plot_label_correlogram(lb, path.with_name("labels_correlogram.jpg"))
-    return path
+    return saved
 
 
 def plot_label_correlogram(lb, path):
     """labels_correlogram.jpg: x, y, width, height of every box of `lb` (k, 5) against each other (lower
-    triangle: 2-D histograms; diagonal: histograms; upper triangle empty). Returns the path."""
+    triangle: 2-D histograms; diagonal: histograms; upper triangle empty). Returns the path (None: not written,
+    save_figure)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -267,6 +285,4 @@ def plot_label_correlogram(lb, path):
                 a.set_xlabel(cols[j])
             if j == 0:
                 a.set_ylabel(cols[i])
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=100)

@@ -7,7 +7,8 @@
 checkpoint. read_resume picks the given last.pt or (bare --resume) the newest not-done last*.pt under --project;
 options: opt.yaml (or last.pt's when it is missing/broken) and the typed RESUME_OVERRIDES, checked by the
 command line's rules (options.py) before anything is written. A checkpoint other than the run's last.pt
-(weights/epochN.pt) continues in a new folder <run>-from-epochN; the run itself is never overwritten. Action
+(weights/epochN.pt; weights.N/*.pt, moved aside by a later --exist-ok run) continues in a new folder
+<run>-from-epochN (<run>-from-weights.N-last); the run itself is never overwritten. Action
 (run_folder.resume_action): "train", "finish" (only strip and validate), or "done" (TrainError). restore:
 optimizer, EMA (+ updates), GradScaler, epoch, best fitness, last metrics, the OOM micro-batch and the RNG
 states; opt.yaml is rewritten. Another --batch-size keeps the nominal batch unless --accumulate is given.
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 import yaml
 
+from yolov9c.data.dataset_yaml import DataConfigError, is_synthetic, load_data_config
 from yolov9c.engine.run_dir import increment_path
 from yolov9c.engine.train.config import RESUME_OVERRIDES, RunConfig, opt_dict
 from yolov9c.engine.train.errors import TrainError
@@ -74,6 +76,10 @@ def read_resume(cfg: RunConfig, log=print) -> Resumed:
         last, ckpt = pick_latest(cfg.project, log)
     else:
         last = Path(cfg.resume)
+        if last.is_dir():  # the run folder (or its weights/) for the file in it
+            inside = next((p for p in (last / "weights" / "last.pt", last / "last.pt") if p.is_file()), None)
+            raise TrainError(f"--resume {last}: a folder, not a checkpoint; " + (
+                f"give the file: --resume {inside}" if inside else "it holds no weights/last.pt to give"))
         if not last.is_file():
             raise TrainError(f"--resume: no last.pt found ({cfg.resume})")
         ckpt = _read(last)
@@ -82,13 +88,14 @@ def read_resume(cfg: RunConfig, log=print) -> Resumed:
                              f"optimizer or options to continue; start a run from it with --weights {last} --cfg "
                              f"MODEL.yaml")
     run = last.parent.parent  # the run whose options (opt.yaml) are resumed
-    branching = last.name != "last.pt" and resumable(ckpt)  # weights/epochN.pt, an unstripped best.pt
+    aside = moved_aside(last)  # weights.N/: the run's folder and opt.yaml now belong to a later run
+    branching = (last.name != "last.pt" or aside) and resumable(ckpt)  # also weights/epochN.pt, a best.pt
     action = resume_action(None if branching else run, ckpt)  # a branch's folder is new: the checkpoint decides
     if action == "done":
         raise TrainError(f"--resume {last}: nothing to resume: this run finished (stripped weights, final "
                          f"validation done); resume from one of its weights/epochN.pt (--save-period; it continues "
                          f"in a new run folder) or start a new run with --weights {last} to train it further")
-    stored, source = _stored_options(run, ckpt, last, cfg, log)
+    stored, source = _stored_options(None if aside else run, ckpt, last, cfg, log)
     unused = [k for k in cfg.given if k not in RESUME_OVERRIDES and k not in ("resume", "project", "local_rank")]
     if unused:  # as published these come from opt.yaml; say so rather than drop what was typed silently
         log(f"WARNING: --resume continues with the options in {source}: "
@@ -107,6 +114,13 @@ def read_resume(cfg: RunConfig, log=print) -> Resumed:
     return Resumed(cfg=stored, ckpt=ckpt, last=last, save_dir=last.parent.parent, action=action)
 
 
+def moved_aside(ckpt_path: Path) -> bool:
+    """Whether a checkpoint lies in RUN/weights.N/, where a later run into RUN (--exist-ok) moved the earlier
+    run's weights/ (run_folder.py); that run's results are RUN/results.N.csv, its options in the checkpoint."""
+    name = ckpt_path.parent.name
+    return name.startswith("weights.") and name[len("weights."):].isdigit()
+
+
 def resumable(ckpt):
     """Whether a checkpoint holds what a resume needs (optimizer, epoch): not a stripped last.pt / best.pt."""
     return ckpt.get("optimizer") is not None and int(ckpt.get("epoch", -1)) >= 0
@@ -119,10 +133,12 @@ def branch(src: Path, ckpt: dict, log=print) -> Path:
     checkpoint's epoch: its opt.yaml and hyp.yaml, its results.csv (the resume keeps the rows up to that epoch)
     and the checkpoint as weights/last.pt (a hard link: a branch whose last.pt is still it, from a start that
     failed, is used again) and as weights/best.pt (the branch's only epoch so far: a branch of the final epoch,
-    or one that never beats the run's best fitness, still ends by validating a best.pt). Returns that last.pt;
-    only the main process (RANK -1 or 0) writes."""
+    or one that never beats the run's best fitness, still ends by validating a best.pt). A checkpoint in
+    weights.N/ (moved_aside) branches to <run>-from-weights.N-<stem> with the options and hyp it stores and
+    results.N.csv. Returns that last.pt; only the main process (RANK -1 or 0) writes."""
     run = src.parent.parent
-    target = run.parent / f"{run.name}-from-{src.stem}"
+    aside = moved_aside(src)
+    target = run.parent / f"{run.name}-from-{f'{src.parent.name}-' if aside else ''}{src.stem}"
     if int(os.getenv("RANK", -1)) > 0:  # other DDP ranks write nothing; the name is only for their records
         return increment_path(target) / "weights" / "last.pt"
     for n in range(1, 100):  # a branch of this checkpoint that has not saved an epoch yet (a start that failed)
@@ -132,9 +148,17 @@ def branch(src: Path, ckpt: dict, log=print) -> Path:
             return last
     new = increment_path(target, mkdir=True)
     (new / "weights").mkdir()
-    for name in ("opt.yaml", "hyp.yaml", "results.csv"):  # real copies: results.csv is appended to in place
-        if (run / name).is_file():
-            atomic_write(new / name, (run / name).read_bytes(), what=name)
+    if aside:  # RUN's own files are a later run's: the options and hyp the checkpoint holds, results.N.csv
+        n = src.parent.name[len("weights."):]
+        for name, data in (("opt.yaml", ckpt.get("opt")), ("hyp.yaml", ckpt.get("hyp"))):
+            if isinstance(data, dict):
+                atomic_write(new / name, yaml.safe_dump(data, sort_keys=False), what=name)
+        sources = {"results.csv": run / f"results.{n}.csv"}
+    else:
+        sources = {name: run / name for name in ("opt.yaml", "hyp.yaml", "results.csv")}
+    for name, path in sources.items():  # real copies: results.csv is appended to in place
+        if path.is_file():
+            atomic_write(new / name, path.read_bytes(), what=name)
     atomic_copy(src, new / "weights" / "best.pt", what="best.pt")
     last = atomic_copy(src, new / "weights" / "last.pt", what="last.pt")
     log(f"--resume {src}: epoch {int(ckpt['epoch'])} of {run}; continuing in a new run folder {new} ({run} is "
@@ -164,7 +188,7 @@ def pick_latest(project, log=print):
     if skipped:
         raise TrainError(f"--resume: every run under {root} finished ({len(skipped)}, newest {skipped[0]}); "
                          f"nothing to resume")
-    raise TrainError(f"--resume: no last.pt found (under {root})")
+    raise TrainError(f"--resume: no last.pt found (under {root}): nothing to resume: start the run without --resume")
 
 
 def _read(last):
@@ -178,18 +202,35 @@ UNCHANGED = "nothing was trained or written"  # a refused resume: the run is as 
 
 
 def _stored_options(run, ckpt, last, cfg, log):
-    """(RunConfig, source): the run's opt.yaml (else, missing, empty or broken, the options stored in last.pt,
-    the source then) with the command line's RESUME_OVERRIDES, every value checked as the command line checks
-    it (RunConfig.from_dict, options.py). A refused value is a TrainError "<source>: <key>: <why>"."""
-    try:
-        opt, source = read_opt(run), run / "opt.yaml"
-    except RunFolderError:  # read again with the fallback: it says so, or raises its own error
-        opt, source = read_opt(run, fallback=ckpt.get("opt"), log=log), last
+    """(RunConfig, source): the run's opt.yaml (else, missing, empty or broken, or run None for a checkpoint
+    moved aside, the options stored in the checkpoint, the source then) with the command line's
+    RESUME_OVERRIDES, every value checked as the command line checks it (RunConfig.from_dict, options.py), and
+    its dataset yaml still there and readable (--data is not taken with --resume). A refused value is a
+    TrainError "<source>: <key>: <why>"."""
+    if run is None:  # moved aside (weights.N/): RUN/opt.yaml is a later run's
+        opt, source = ckpt.get("opt"), last
+        if not isinstance(opt, dict) or not opt:
+            raise TrainError(f"--resume {last}: the checkpoint stores no options, and {last.parent.parent}/opt.yaml "
+                             f"is a later run's; start a new run with --weights {last} instead")
+        opt = dict(opt)
+    else:
+        try:
+            opt, source = read_opt(run), run / "opt.yaml"
+        except RunFolderError:  # read again with the fallback: it says so, or raises its own error
+            opt, source = read_opt(run, fallback=ckpt.get("opt"), log=log), last
     typed = {k: getattr(cfg, k) for k in RESUME_OVERRIDES if k in cfg.given}  # checked by the command line
     try:
-        return RunConfig.from_dict({**opt, **typed}, log=log, source=str(source)), source
+        stored = RunConfig.from_dict({**opt, **typed}, log=log, source=str(source))
     except OptionError as e:
         raise TrainError(f"{e}; {UNCHANGED}") from None
+    if not is_synthetic(stored.data):  # moved or deleted since: --data typed with --resume is not taken
+        try:
+            load_data_config(stored.data)
+        except (DataConfigError, OSError) as e:
+            fix = "put the dataset back" + (", or correct data: in it" if source.name == "opt.yaml" else "")
+            raise TrainError(f"{source}: data: {e} (--resume reads the dataset from this file, not from --data: "
+                             f"{fix}); {UNCHANGED}") from None
+    return stored, source
 
 
 def restore(state, resumed: Resumed):
