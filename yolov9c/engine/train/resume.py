@@ -5,13 +5,12 @@
 
 `Resumed` is made before anything is built and applied once at the end of set-up; nothing else reads a
 checkpoint. read_resume picks the given last.pt or (bare --resume) the newest not-done last*.pt under --project;
-options: opt.yaml (or last.pt's when it is missing/broken) and the typed RESUME_OVERRIDES, checked by the
-command line's rules (options.py) before anything is written. A checkpoint other than the run's last.pt
-(weights/epochN.pt; weights.N/*.pt, moved aside by a later --exist-ok run) continues in a new folder
-<run>-from-epochN (<run>-from-weights.N-last); the run itself is never overwritten. Action (run_folder.
-resume_action): "train", "finish" (strip and validate), "done" (TrainError). restore: optimizer, EMA (+ updates),
-GradScaler, epoch, best fitness, last metrics, the OOM micro-batch, RNG states; opt.yaml is rewritten. Another
---batch-size keeps the nominal batch unless --accumulate is given.
+options: opt.yaml (or last.pt's when it is missing/broken) and the typed RESUME_OVERRIDES, checked by options.py's
+rules before anything is written. Another checkpoint (weights/epochN.pt; weights.N/*.pt, moved aside by a later
+--exist-ok run) continues in a new folder <run>-from-epochN (<run>-from-weights.N-last), never over the run.
+Action (run_folder.resume_action): "train", "finish" (strip and validate), "done" (TrainError). restore: optimizer,
+EMA (+ updates), GradScaler, epoch, best fitness, last metrics, the OOM micro-batch, RNG states; opt.yaml is
+rewritten. Another --batch-size keeps the nominal batch unless --accumulate is given.
 Invariant: an interrupted then resumed CPU run ends with the same weights as an uninterrupted one.
 Test: python -m pytest -q tests/engine/train/test_resume.py
 """
