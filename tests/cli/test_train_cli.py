@@ -149,6 +149,7 @@ def test_divergence_stop_parses_and_round_trips_through_opt_yaml(tmp_path):
     (["--freeze", "-2"], "integers >= 0"),
     (["--label-smoothing", "1"], "[0, 1)"),
     (["--cos-lr", "--fixed-lr"], "at most one"),
+    (["--quad", "--batch", "2"], "--quad makes one image of every 4: it needs --batch-size 4 or more, got 2"),
     (["--no-such-flag"], "unrecognized arguments"),
 ])
 def test_bad_values_are_argparse_errors(argv, says, capsys):

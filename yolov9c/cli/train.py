@@ -93,7 +93,7 @@ def build_parser(prog="train_dual.py") -> argparse.ArgumentParser:
     p.add_argument("--project", default="runs/train", help="save to project/name")
     p.add_argument("--name", default="exp", help="save to project/name ('cfg': the model yaml's stem)")
     p.add_argument("--exist-ok", action="store_true", help="existing project/name ok, do not increment")
-    p.add_argument("--quad", action="store_true", help="quad dataloader (loss x4)")
+    p.add_argument("--quad", action="store_true", help="quad batches: 4 images -> one of twice the side, loss x4")
     p.add_argument("--cos-lr", action="store_true", help="cosine LR scheduler")
     p.add_argument("--flat-cos-lr", action="store_true", help="flat cosine LR scheduler")
     p.add_argument("--fixed-lr", action="store_true", help="fixed LR scheduler")

@@ -76,6 +76,18 @@ def test_uint8_input_only_where_the_model_reads_it(tmp_path, gelan_mini, backend
     assert any(not torch.equal(a, p) for a, p in zip(before, state.model.parameters()))
 
 
+def test_quad_trains_on_quarter_batches_of_twice_the_size(tmp_path, gelan_mini):
+    """--quad (published: the loader's collate_fn4): every 4 images become one image of twice the side, so batch 4 at
+    64 px reaches the model as 1 image of 128 px (and the loss is x 4), not as 4 images of 64 px."""
+    state = _setup(tmp_path, "--cfg", gelan_mini, "--batch", "4", "--epochs", "1", "--backend", "torch", "--quad",
+                   n_train=8)
+    shapes = []
+    state.model.register_forward_pre_hook(lambda m, inputs: shapes.append(tuple(inputs[0].shape)))
+    stats = train_one_epoch(state, 0)
+    assert shapes and set(shapes) == {(1, 3, 128, 128)}, shapes
+    assert torch.isfinite(stats.mloss).all()
+
+
 def test_val_batch_is_twice_the_training_batch_and_dfl_stays_frozen(tmp_path):
     logs = []
     state = _setup(tmp_path, "--cfg", "yolov9-t.yaml", "--batch", "4", n_val=8, logs=logs)

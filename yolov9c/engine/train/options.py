@@ -232,6 +232,9 @@ def combination_error(cfg, name=str):
     if len(on) > 1:
         return (f"{', '.join(map(name, SCHEDULES[:-1]))} and {name(SCHEDULES[-1])} are alternatives: at most one "
                 f"may be on, got {' and '.join(map(name, on))}")
+    if cfg.quad and 0 < cfg.batch_size < 4:  # data/quad.py: published collate_fn4 would stack no image at all
+        return (f"{name('quad')} makes one image of every 4: it needs {name('batch_size')} 4 or more, got "
+                f"{cfg.batch_size}")
     if cfg.dynamic_img and (cfg.mem_budget is None or cfg.mem_budget == "auto"):
         return (f"{name('dynamic_img')} needs {name('mem_budget')} SIZE (it picks the image size that fits the "
                 f"budget; auto keeps the images and splits the batch)")

@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from yolov9c.data.image_weights import class_weights, image_weights
 from yolov9c.data.loader import close_loader
+from yolov9c.data.quad import quad
 from yolov9c.engine.progress import EpochClock, bar
 from yolov9c.engine.train import results as R
 from yolov9c.engine.train.config import RunConfig
@@ -179,6 +180,7 @@ def train_one_epoch(state: RunState, epoch):
     state.model.train()
     _epoch_sampling(state, epoch)
     ms_rng = np.random.default_rng([cfg.seed & 0xFFFFFFFF, epoch, 0x5CA1E])
+    quad_rng = np.random.default_rng([cfg.seed & 0xFFFFFFFF, epoch, 0x40AD]) if cfg.quad else None
     mloss = torch.zeros(3, device=state.device)
     n_finite = torch.zeros((), device=state.device)  # batches with finite losses (the means skip the others)
     state.optimizer.zero_grad()
@@ -195,6 +197,8 @@ def train_one_epoch(state: RunState, epoch):
     t0, images = time.time(), 0
     for i, (imgs, targets, _paths, _shapes) in pbar:
         ni = i + nb * epoch
+        if cfg.quad:  # 4 images -> one of twice the side (the published collate_fn4); the step's loss x 4
+            imgs, targets = quad(imgs, targets, quad_rng)
         if state.plots and ni < 3:
             R.plot_train_batch(imgs, targets, state.save_dir / f"train_batch{ni}.jpg", state.names)
         if ni <= state.nw:  # warm-up (the accumulation ramp: state.batching.accumulate_at, read by the step)
