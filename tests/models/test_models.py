@@ -216,9 +216,14 @@ def test_activation_key():
     convs = [m for m in model.modules() if type(m) is Conv]
     acts = [m.act for m in convs if not isinstance(m.act, nn.Identity)]
     assert len(acts) > 50 and all(type(a) is nn.ReLU for a in acts)
-    # act=False convs (inside RepConvN) stay linear; RepConvN keeps its own SiLU, as published
+    # act=False convs (inside RepConvN) stay linear; RepConvN takes the yaml's activation too (published
+    # parse_model sets Conv.default_act and RepConvN.default_act), one shared instance per class as there,
+    # so the summary's layer count (distinct modules) is the SiLU model's
     assert any(isinstance(m.act, nn.Identity) for m in convs)
-    assert all(type(m.act) is nn.SiLU for m in model.modules() if isinstance(m, RepConvN))
+    reps = [m.act for m in model.modules() if isinstance(m, RepConvN)]
+    assert reps and all(type(a) is nn.ReLU for a in reps)
+    assert len({id(a) for a in acts}) == 1 and len({id(a) for a in reps}) == 1 and acts[0] is not reps[0]
+    assert len(list(model.modules())) == len(list(DetectionModel("gelan-t").modules()))
     d["activation"] = "nn.LeakyReLU(0.1)"
     leaky = [m.act for m in DetectionModel(d).modules() if type(m) is Conv and not isinstance(m.act, nn.Identity)]
     assert all(type(a) is nn.LeakyReLU and a.negative_slope == 0.1 for a in leaky)
