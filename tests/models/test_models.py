@@ -17,7 +17,7 @@ from golden_weights import CONFIGS, GOLDEN_DIR, golden_lines
 from yolov9c.models.common import Conv, RepConvN
 from yolov9c.models.head import DDetect, DFL, DualDDetect
 from yolov9c.models.model import DetectionModel
-from yolov9c.models.parse import CONFIG_DIR, parse_activation, resolve_config
+from yolov9c.models.parse import CONFIG_DIR, parse_activation, resolve_config, row_text
 
 SUMMARY = json.loads((GOLDEN_DIR / "summary.json").read_text())
 
@@ -284,6 +284,19 @@ def test_bad_rows_name_the_row(cfg, i, row, why):
     assert why in msg, msg
     if "row " not in why:  # otherwise `why` names the row that detects the problem (a later consumer)
         assert f"row {i} (" in msg and str(row[2]) in msg, msg
+
+
+@pytest.mark.parametrize("row,why", [
+    ([[15, 18, 21], 1, "Segment", ["nc", 32, 256]], "module 'Segment' (segmentation head) of the published"),
+    ([[15, 18, 21], 1, "Panoptic", ["nc", 93, 32, 256]], "module 'Panoptic' (panoptic segmentation head)"),
+    ([[15, 18, 21], 1, "TripleDDetect", ["nc"]], "module 'TripleDDetect' (triple detection head of yolov9-cf)"),
+    ([[15, 18, 21], 1, "Detect", ["nc", "anchors"]], "module 'Detect' (YOLOv3-v7 module)"),
+])
+def test_published_modules_not_implemented_are_named_so(row, why):
+    """A published yaml this package cannot build (segment/, panoptic/, yolov9-cf, yolov7-af, hub/) says that
+    its module is a published one yolov9c does not implement, not that the name is unknown (a typo)."""
+    msg = _build_error(_with_row("gelan-t", 22, row))
+    assert msg.startswith(f"model config row 22 ({row_text(row)}): {why}") and "does not implement" in msg, msg
 
 
 def test_bad_row_message_format_from_file(tmp_path):
