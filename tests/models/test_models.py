@@ -16,6 +16,7 @@ import yaml
 from golden_weights import CONFIGS, GOLDEN_DIR, golden_lines
 from yolov9c.models.common import Conv, RepConvN
 from yolov9c.models.head import DDetect, DFL, DualDDetect
+from yolov9c.models.info import layer_table
 from yolov9c.models.model import DetectionModel
 from yolov9c.models.parse import CONFIG_DIR, parse_activation, resolve_config, row_text
 
@@ -224,6 +225,9 @@ def test_activation_key():
     assert reps and all(type(a) is nn.ReLU for a in reps)
     assert len({id(a) for a in acts}) == 1 and len({id(a) for a in reps}) == 1 and acts[0] is not reps[0]
     assert len(list(model.modules())) == len(list(DetectionModel("gelan-t").modules()))
+    # the published parse table's second line says which activation the yaml set (none without the key)
+    assert layer_table(model).splitlines()[1] == "activation: nn.ReLU()"
+    assert not layer_table(DetectionModel("gelan-t")).splitlines()[1].startswith("activation")
     d["activation"] = "nn.LeakyReLU(0.1)"
     leaky = [m.act for m in DetectionModel(d).modules() if type(m) is Conv and not isinstance(m.act, nn.Identity)]
     assert all(type(a) is nn.LeakyReLU and a.negative_slope == 0.1 for a in leaky)
