@@ -157,6 +157,15 @@ def test_config_sources(tmp_path):
         DetectionModel("yolov9-x")
 
 
+@pytest.mark.parametrize("name,says", [("models/segment/gelan-c-seg.yaml", "segmentation"),
+                                       ("models/panoptic/gelan-c-pan.yaml", "panoptic segmentation"),
+                                       ("yolov9-c-dseg", "segmentation")])
+def test_published_segmentation_configs_are_named_unsupported(name, says):
+    """The published segment/ and panoptic/ yamls, named as its README does, are not 'not found'."""
+    with pytest.raises(FileNotFoundError, match=f"is a published config that yolov9c does not support: {says}"):
+        DetectionModel(name)
+
+
 @pytest.mark.parametrize("name,base", [("gelan", "gelan-c"), ("yolov9", "yolov9-c")])
 def test_published_relu_variants_are_bundled(name, base):
     """The published models/detect/ also has gelan.yaml and yolov9.yaml: gelan-c / yolov9-c with ReLU activations

@@ -43,9 +43,13 @@ PUBLISHED_MODULES_NOT_IMPLEMENTED = {
     "Panoptic": "panoptic segmentation head", "TripleDDetect": "triple detection head of yolov9-cf",
     **dict.fromkeys(("MP", "SPPCSPC", "SPP", "Bottleneck", "Detect"), "YOLOv3-v7 module"),
 }
-# published models/detect yamls that are not bundled: named as such instead of 'not found'
+# published model yamls that are not bundled (models/detect, segment, panoptic): named as such, not 'not found'
 PUBLISHED_NOT_SUPPORTED = {"yolov9-cf": "TripleDDetect head; yolov9-c.yaml is its dual-head form",
-                           "yolov7-af": "YOLOv7 modules"}
+                           "yolov7-af": "YOLOv7 modules",
+                           **dict.fromkeys(("gelan-c-seg", "gelan-c-dseg", "yolov9-c-dseg", "yolov7-af-seg"),
+                                           "segmentation head; yolov9c trains detection models"),
+                           **dict.fromkeys(("gelan-c-pan", "yolov7-af-pan"),
+                                           "panoptic segmentation head; yolov9c trains detection models")}
 # (c1, c2, ...) modules whose output channel args[0] is width-scaled.
 CONV_LIKE = {Conv, AConv, ADown, ELAN1, RepNCSPELAN4, SPPELAN, RepNCSP, RepNBottleneck, RepConvN}
 HEADS = {DDetect, DualDDetect}
