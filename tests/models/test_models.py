@@ -16,8 +16,9 @@ import yaml
 from golden_weights import CONFIGS, GOLDEN_DIR, golden_lines
 from yolov9c.models.common import Conv, RepConvN
 from yolov9c.models.head import DDetect, DFL, DualDDetect
+from yolov9c.models.info import layer_table
 from yolov9c.models.model import DetectionModel
-from yolov9c.models.parse import CONFIG_DIR, parse_activation, resolve_config
+from yolov9c.models.parse import CONFIG_DIR, parse_activation, resolve_config, row_text
 
 SUMMARY = json.loads((GOLDEN_DIR / "summary.json").read_text())
 
@@ -156,6 +157,15 @@ def test_config_sources(tmp_path):
         DetectionModel("yolov9-x")
 
 
+@pytest.mark.parametrize("name,says", [("models/segment/gelan-c-seg.yaml", "segmentation"),
+                                       ("models/panoptic/gelan-c-pan.yaml", "panoptic segmentation"),
+                                       ("yolov9-c-dseg", "segmentation")])
+def test_published_segmentation_configs_are_named_unsupported(name, says):
+    """The published segment/ and panoptic/ yamls, named as its README does, are not 'not found'."""
+    with pytest.raises(FileNotFoundError, match=f"is a published config that yolov9c does not support: {says}"):
+        DetectionModel(name)
+
+
 @pytest.mark.parametrize("name,base", [("gelan", "gelan-c"), ("yolov9", "yolov9-c")])
 def test_published_relu_variants_are_bundled(name, base):
     """The published models/detect/ also has gelan.yaml and yolov9.yaml: gelan-c / yolov9-c with ReLU activations
@@ -216,9 +226,17 @@ def test_activation_key():
     convs = [m for m in model.modules() if type(m) is Conv]
     acts = [m.act for m in convs if not isinstance(m.act, nn.Identity)]
     assert len(acts) > 50 and all(type(a) is nn.ReLU for a in acts)
-    # act=False convs (inside RepConvN) stay linear; RepConvN keeps its own SiLU, as published
+    # act=False convs (inside RepConvN) stay linear; RepConvN takes the yaml's activation too (published
+    # parse_model sets Conv.default_act and RepConvN.default_act), one shared instance per class as there,
+    # so the summary's layer count (distinct modules) is the SiLU model's
     assert any(isinstance(m.act, nn.Identity) for m in convs)
-    assert all(type(m.act) is nn.SiLU for m in model.modules() if isinstance(m, RepConvN))
+    reps = [m.act for m in model.modules() if isinstance(m, RepConvN)]
+    assert reps and all(type(a) is nn.ReLU for a in reps)
+    assert len({id(a) for a in acts}) == 1 and len({id(a) for a in reps}) == 1 and acts[0] is not reps[0]
+    assert len(list(model.modules())) == len(list(DetectionModel("gelan-t").modules()))
+    # the published parse table's second line says which activation the yaml set (none without the key)
+    assert layer_table(model).splitlines()[1] == "activation: nn.ReLU()"
+    assert not layer_table(DetectionModel("gelan-t")).splitlines()[1].startswith("activation")
     d["activation"] = "nn.LeakyReLU(0.1)"
     leaky = [m.act for m in DetectionModel(d).modules() if type(m) is Conv and not isinstance(m.act, nn.Identity)]
     assert all(type(a) is nn.LeakyReLU and a.negative_slope == 0.1 for a in leaky)
@@ -279,6 +297,19 @@ def test_bad_rows_name_the_row(cfg, i, row, why):
     assert why in msg, msg
     if "row " not in why:  # otherwise `why` names the row that detects the problem (a later consumer)
         assert f"row {i} (" in msg and str(row[2]) in msg, msg
+
+
+@pytest.mark.parametrize("row,why", [
+    ([[15, 18, 21], 1, "Segment", ["nc", 32, 256]], "module 'Segment' (segmentation head) of the published"),
+    ([[15, 18, 21], 1, "Panoptic", ["nc", 93, 32, 256]], "module 'Panoptic' (panoptic segmentation head)"),
+    ([[15, 18, 21], 1, "TripleDDetect", ["nc"]], "module 'TripleDDetect' (triple detection head of yolov9-cf)"),
+    ([[15, 18, 21], 1, "Detect", ["nc", "anchors"]], "module 'Detect' (YOLOv3-v7 module)"),
+])
+def test_published_modules_not_implemented_are_named_so(row, why):
+    """A published yaml this package cannot build (segment/, panoptic/, yolov9-cf, yolov7-af, hub/) says that
+    its module is a published one yolov9c does not implement, not that the name is unknown (a typo)."""
+    msg = _build_error(_with_row("gelan-t", 22, row))
+    assert msg.startswith(f"model config row 22 ({row_text(row)}): {why}") and "does not implement" in msg, msg
 
 
 def test_bad_row_message_format_from_file(tmp_path):

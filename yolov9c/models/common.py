@@ -108,7 +108,7 @@ class RepConvN(nn.Module):
     fuse_convs() merges both branches into one biased 3×3 conv stored as `conv`.
     """
 
-    default_act = nn.SiLU()  # its own default: a yaml `activation:` changes Conv only, as published
+    default_act = nn.SiLU()  # its own default; a yaml `activation:` replaces it per model, as Conv's
 
     def __init__(self, c1, c2, k=3, s=1, p=1, g=1, d=1, act=True, bn=False, deploy=False):
         super().__init__()

@@ -142,9 +142,13 @@ def layer_table(model: nn.Module) -> str:
     published table prints them: channel modules `[c1, c2, ...]` (input channels first, c2 width-scaled),
     `nc` resolved, the head `[nc, [input channels]]`, `[None, 2, 'nearest']` for nn.Upsample (parse_model
     records them as `args`; a layer without that attribute shows its yaml row's arguments). n is the yaml
-    row's number."""
+    row's number. A yaml `activation:` key is printed under the header (`activation: nn.ReLU()`), as published."""
     rows = _yaml_rows(model)
     lines = [f"{'':>3}{'from':>18}{'n':>3}{'params':>10}  {'module':<40}{'arguments':<30}"]
+    yaml_dict = getattr(model, "yaml", None)
+    act = yaml_dict.get("activation") if isinstance(yaml_dict, dict) else None
+    if act:
+        lines.append(f"activation: {act}")
     layers = getattr(model, "model", None)
     if layers is None:
         return lines[0]

@@ -50,9 +50,12 @@ class DetectionModel(nn.Module):
                 make_act = parse_activation(act)
             except ValueError as e:
                 raise ValueError(f"{label}: {e}") from e
+            # as published parse_model's Conv.default_act and RepConvN.default_act swap: every layer built
+            # with act=True takes it, one shared instance per class (so the summary's layer count is unchanged)
+            shared = {Conv: make_act(), RepConvN: make_act()}
             for m in self.model.modules():
-                if type(m) is Conv and not isinstance(m.act, nn.Identity):
-                    m.act = make_act()  # as the published Conv.default_act swap: Conv only, not RepConvN
+                if type(m) in shared and m.act is type(m).default_act:
+                    m.act = shared[type(m)]
 
         # Strides from a zero probe (train mode, before the BN settings below, as published: the probe
         # therefore updates the running statistics with PyTorch's default BN momentum 0.1).

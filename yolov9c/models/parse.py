@@ -9,7 +9,8 @@ optional `ch` (input channels, default 3), and `backbone:` + `head:` lists of ro
 Channel rule (published parse_model): for the conv-like modules the output channel args[0] becomes
 ceil(args[0]·width_multiple/8)·8; no other argument is scaled; `number` n > 1 becomes
 max(round(n·depth_multiple), 1). A row that cannot work raises ValueError naming it, e.g.
-`yolov9-x.yaml row 12 ([-1, 1, Foo, [64]]): unknown module 'Foo'`.
+`yolov9-x.yaml row 12 ([-1, 1, Foo, [64]]): unknown module 'Foo'`; a published module this package does not
+implement (Segment, TripleDDetect, YOLOv7's MP, ...) is named as such.
 Tests: tests/models/test_models.py (`pytest tests/models/test_models.py -k yaml`).
 """
 
@@ -35,10 +36,21 @@ MODULES = {
     "nn.Upsample": nn.Upsample, "nn.Identity": nn.Identity, "nn.MaxPool2d": nn.MaxPool2d,
     "nn.AvgPool2d": nn.AvgPool2d, "nn.ZeroPad2d": nn.ZeroPad2d, "nn.Dropout": nn.Dropout,
 }
-# (c1, c2, ...) modules whose output channel args[0] is width-scaled.
-# published models/detect yamls that are not bundled: named as such instead of 'not found'
+# Module names of the published repository's other yamls (segment/, panoptic/, yolov9-cf, yolov7-af, hub/) that
+# this package does not implement: said so, instead of 'unknown module' (which reads as a typo).
+PUBLISHED_MODULES_NOT_IMPLEMENTED = {
+    "Segment": "segmentation head", "DSegment": "segmentation head", "DualDSegment": "segmentation head",
+    "Panoptic": "panoptic segmentation head", "TripleDDetect": "triple detection head of yolov9-cf",
+    **dict.fromkeys(("MP", "SPPCSPC", "SPP", "Bottleneck", "Detect"), "YOLOv3-v7 module"),
+}
+# published model yamls that are not bundled (models/detect, segment, panoptic): named as such, not 'not found'
 PUBLISHED_NOT_SUPPORTED = {"yolov9-cf": "TripleDDetect head; yolov9-c.yaml is its dual-head form",
-                           "yolov7-af": "YOLOv7 modules"}
+                           "yolov7-af": "YOLOv7 modules",
+                           **dict.fromkeys(("gelan-c-seg", "gelan-c-dseg", "yolov9-c-dseg", "yolov7-af-seg"),
+                                           "segmentation head; yolov9c trains detection models"),
+                           **dict.fromkeys(("gelan-c-pan", "yolov7-af-pan"),
+                                           "panoptic segmentation head; yolov9c trains detection models")}
+# (c1, c2, ...) modules whose output channel args[0] is width-scaled.
 CONV_LIKE = {Conv, AConv, ADown, ELAN1, RepNCSPELAN4, SPPELAN, RepNCSP, RepNBottleneck, RepConvN}
 HEADS = {DDetect, DualDDetect}
 
@@ -188,6 +200,10 @@ def parse_model(d, ch_in=3, label="model config"):
             raise rows.error(i, row, "a row must be [from, number, module, args]")
         f, n, mname, args = row
         # --- module name and arguments
+        if isinstance(mname, str) and mname in PUBLISHED_MODULES_NOT_IMPLEMENTED:
+            raise rows.error(i, row, f"module {mname!r} ({PUBLISHED_MODULES_NOT_IMPLEMENTED[mname]}) of the "
+                                     "published repository: yolov9c does not implement it (YOLOv9/GELAN "
+                                     "detection only)")
         if not isinstance(mname, str) or mname not in MODULES:
             raise rows.error(i, row, f"unknown module {mname!r}")
         m = MODULES[mname]

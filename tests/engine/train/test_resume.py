@@ -243,6 +243,15 @@ def test_weights_without_cfg_build_the_checkpoints_model(data, gelan_mini, tmp_p
     assert ck["model"].keys() == build_model(gelan_mini, nc=8).state_dict().keys()
 
 
+def test_empty_cfg_without_weights_asks_for_one_of_them(opt, tmp_path):
+    """--cfg '' and no --weights: the published "either --cfg or --weights must be specified", before any run
+    folder is made; not an error about a checkpoint the user never gave."""
+    with pytest.raises(TrainError) as e:
+        train(opt(tmp_path / "runs", "--cfg", ""), log=lambda *a, **k: None)
+    assert str(e.value).startswith("either --cfg or --weights must be given") and "stores no" not in str(e.value)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
 @pytest.mark.parametrize("damage", ["empty", "missing", "old"])
 def test_resume_survives_a_damaged_or_old_opt_yaml(interrupted, tmp_path, damage):
     """A 0-byte or missing opt.yaml (a kill while it was written) resumes from the options stored in last.pt;

@@ -477,6 +477,9 @@ def setup_model(state):
         model = _build(spec, state.nc)
         transfer_weights(model, {k: v.float() for k, v in sd.items()}, exclude=("anchor",) if cfg.cfg else (),
                          source=str(cfg.weights))
+    elif not cfg.cfg:  # published: "either --cfg or --weights must be specified"
+        raise TrainError("either --cfg or --weights must be given (--cfg '' builds the model a --weights "
+                         "checkpoint stores)")
     else:
         model = _build(cfg.cfg, state.nc)
     if model.yaml_nc != model.nc:  # the published line users read to see the data's class count won
