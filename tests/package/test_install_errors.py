@@ -3,12 +3,14 @@ the compiler it looked for and saying a C compiler is needed (not distutils' `[E
 'gcc'` after a command line); no NumPy under --no-build-isolation names numpy>=2.0 and how to get it; pip < 21.3's
 `pip install -e .` (setup.py develop) says to upgrade pip. setup.py run directly, nothing compiled: a second or two
 each. After `pip install .`, a script run inside the clone imports the clone's unbuilt yolov9c/: the error says so.
+A torch older than the declared minimum is refused by train_dual.py before training (about 5 s).
 
 Run: python -m pytest -q tests/package/test_install_errors.py
 """
 
 import importlib.machinery
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,3 +75,21 @@ def test_source_tree_hiding_an_installed_build_says_so(tmp_path):
     out = load_error()
     assert f"imported from {tree / 'yolov9c'}, a source tree without a built yolov9c._C" in out, out
     assert f"hides the yolov9c installed at {site / 'yolov9c'}" in out and "python -m yolov9c.cli.train" in out
+
+
+def test_torch_older_than_the_minimum_is_one_line_before_training(tmp_path):
+    """Walked: torch 2.1.2 and 2.3.1 import yolov9c and run val and detect, but training died mid set-up with an
+    AttributeError (torch.amp.GradScaler is 2.3's, Tensor._use_count, which --backend c uses, 2.4's); 2.4.1 trains
+    both backends. train_dual.py refuses an older torch first, and pyproject.toml and the README say the same."""
+    declared = re.search(r'"torch>=(\d+\.\d+)"', (REPO / "pyproject.toml").read_text())[1]
+    assert declared == "2.4" and f"any ≥ {declared})" in (REPO / "README.md").read_text()
+    args = ["--cfg", "gelan-t.yaml", "--img", "64", "--batch", "4", "--epochs", "1", "--device", "cpu", "--workers",
+            "0", "--noplots", "--project", str(tmp_path / "runs")]
+    code = ("import sys, torch\ntorch.__version__ = '2.3.1+cu121'\nfrom yolov9c.cli.train import main\n"
+            f"sys.exit(main({args!r}))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip() == ("train_dual.py: error: training needs torch >= 2.4 and this is torch 2.3.1+cu121: "
+                                "pip install -U 'torch>=2.4' (val and detect run on older torch)"), r.stderr
+    assert not (tmp_path / "runs").exists()
