@@ -21,6 +21,7 @@ import argparse
 import faulthandler
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -217,10 +218,28 @@ def parse_opt(argv=None, prog="train_dual.py") -> RunConfig:
     return cfg
 
 
+# The oldest torch that trains (pyproject.toml declares the same): the set-up makes torch.amp.GradScaler (2.3) and
+# --backend c reads Tensor._use_count (2.4); older ones fail there with an AttributeError. val and detect run on 2.0.
+TORCH_MIN = (2, 4)
+
+
+def torch_error(version):
+    """None when torch `version` ('2.4.1+cu121') can train, else why not (one line)."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None or (int(m[1]), int(m[2])) >= TORCH_MIN:
+        return None
+    need = ".".join(map(str, TORCH_MIN))
+    return (f"training needs torch >= {need} and this is torch {version}: pip install -U 'torch>={need}' "
+            f"(val and detect run on older torch)")
+
+
 def main(argv=None, prog="train_dual.py") -> int:
     """train_dual.py's main (train.py's with prog="train.py"): parse, then train. Returns the exit code (0 done,
     2 usage or input error); `prog` names the script in the usage line and the error prefix."""
     cfg = parse_opt(argv, prog)
+    if torch_error(torch.__version__):
+        print(f"{prog}: error: {torch_error(torch.__version__)}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # "Transferred X/Y items" and data messages
     if cfg.evolve is not None and cfg.evolve < 1:
         print(f"{prog}: error: --evolve {cfg.evolve}: the number of generations must be >= 1",

@@ -12,7 +12,10 @@ Test: python -m pytest -q tests/ops/test_build.py tests/ops/test_bindings.py
 
 import collections
 import contextlib
+import importlib.machinery
 import os
+import sys
+from pathlib import Path
 
 import torch
 
@@ -34,9 +37,23 @@ def load():
         try:
             from yolov9c import _C
         except ImportError as e:
-            raise ImportError(f"{_BUILD_HINT} ({e})") from e
+            raise ImportError(_not_built_message(e)) from e
         _module = _C
     return _module
+
+
+def _not_built_message(e):
+    """The build hint; when the yolov9c imported is a source tree without _C that shadows another yolov9c on
+    sys.path that has one (`pip install .`, then a script run from the clone: Python puts the script's or the
+    current directory first), say that instead, since building is then not what is missing."""
+    here = Path(__file__).resolve().parents[1]
+    for entry in sys.path:
+        pkg = Path(entry or os.getcwd()).resolve() / "yolov9c"
+        if pkg != here and any((pkg / f"_C{suffix}").is_file() for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+            return (f"yolov9c is imported from {here}, a source tree without a built yolov9c._C, which hides the "
+                    f"yolov9c installed at {pkg}: run from another directory (the installed entry points are "
+                    f"`python -m yolov9c.cli.train`, `.val`, `.detect`), or build this tree with `pip install -e .`")
+    return f"{_BUILD_HINT} ({e})"
 
 
 # os.environ (CPython's os._Environ) stores its entries in the dict os.environ._data, keys and values encoded
