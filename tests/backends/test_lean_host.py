@@ -1,7 +1,7 @@
-"""extension.lean_host (on by default; YOLOV9C_LEAN_HOST=0 turns it off): the c step with its BatchNorm statistics written into
-vectors kept across steps, workspaces kept per stream, num_batches_tracked counted once a forward and the conv
-weights cast once a forward (casts.py) trains bit-identically to the plain path, makes fewer allocations and
-launches, and never writes vectors something holds.
+"""extension.lean_host (on by default; YOLOV9C_LEAN_HOST=0 turns it off): the c step with its BatchNorm statistics
+written into vectors kept across steps, workspaces kept per stream, num_batches_tracked counted once a forward and
+the conv weights cast once a forward (casts.py) trains bit-identically to the plain path, makes fewer allocations
+and launches, and never writes vectors something holds.
 Run: python -m pytest -q tests/backends/test_lean_host.py (CUDA cases on a GPU)
 """
 

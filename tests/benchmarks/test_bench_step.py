@@ -116,8 +116,9 @@ def test_interleave_steps_each_configuration_in_turn_with_its_switch_set_only_du
         return state
 
     monkeypatch.setattr(bench_step, "_state", spy_state)
+    configs = ["c+YOLOV9C_LEAN_HOST=0", "c+YOLOV9C_LEAN_HOST=1", "torch"]
     args = bench_step.build_parser().parse_args(["--batch", "2", "--img", "64", "--steps", "3", "--warmup", "1",
-                                                 "--interleave", "c+YOLOV9C_LEAN_HOST=0", "c+YOLOV9C_LEAN_HOST=1", "torch"])
+                                                 "--interleave", *configs])
     rows = bench_step.run_interleaved("yolov9-t", args.interleave, args, device="cpu")
     assert [r["config"] for r in rows] == ["c+YOLOV9C_LEAN_HOST=0", "c+YOLOV9C_LEAN_HOST=1", "torch"]
     assert rows[0]["vs_first"] == 1.0 and all(r["step_ms"] > 0 and r["rounds"] == 3 for r in rows)

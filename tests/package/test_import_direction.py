@@ -203,7 +203,7 @@ def test_ops_modules_import_only_the_layers_below():
                 assert name.startswith(ALLOWED), f"{path.name} imports {name}"
             else:
                 assert name.split(".")[0] in ("torch", "numpy", "cv2", "typing", "os", "math", "numbers",
-                                              "collections", "contextlib", "importlib", "sys"), \
+                                              "collections", "contextlib", "importlib", "pathlib", "sys"), \
                     f"{path.name} imports {name}"
 
 

@@ -81,8 +81,9 @@ except AttributeError:
 
 def lean_host():
     """False when YOLOV9C_LEAN_HOST=0 (on by default; read at every call). On, the c backend's eager step reuses
-    its BatchNorm statistics vectors and kernel workspaces across steps, counts num_batches_tracked and casts the conv weights to the autocast dtype once a forward (backends/c/casts.py):
-    fewer allocations and launches a step, bit-identical results."""
+    its BatchNorm statistics vectors and kernel workspaces across steps, counts num_batches_tracked and casts the
+    conv weights to the autocast dtype once a forward (backends/c/casts.py): fewer allocations and launches a
+    step, bit-identical results. Test: tests/backends/test_lean_host.py."""
     return _ENVIRON.get(_LEAN_KEY) != _LEAN_OFF
 
 
