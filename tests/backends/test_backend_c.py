@@ -452,46 +452,27 @@ def test_shared_bn_backward_runs_once_per_output(monkeypatch):
             assert err(a, b) < 1e-6
 
 
-def test_autocast_dtype_reads_the_same_state_through_both_torch_apis():
-    """conv.autocast_dtype and conv.autocast_on: torch >= 2.4's API and the per-device one of torch 2.1-2.3
-    (deprecated, still present) agree, off and under CPU autocast (the c backend's compute dtype comes from it)."""
-    import warnings
-
+def test_autocast_dtype_reads_the_autocast_state():
+    """conv.autocast_dtype and conv.autocast_on (the c backend's compute dtype comes from them), off and under CPU
+    autocast."""
     from yolov9c.backends.c import conv
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the 2.1-2.3 functions warn as deprecated from 2.4 on
-        assert conv._autocast_dtype_2_1("cpu") is None and conv._autocast_dtype_2_1("cuda") is None
-        assert conv._autocast_on_2_1("cpu") is False
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            assert conv._autocast_dtype_2_1("cpu") == torch.bfloat16 and conv._autocast_dtype_2_1("cuda") is None
-            assert conv._autocast_on_2_1("cpu") is True and conv._autocast_on_2_1("cuda") is False
-            if hasattr(torch, "get_autocast_dtype"):
-                assert conv._autocast_dtype_2_4("cpu") == torch.bfloat16
-                assert conv._autocast_dtype_2_4("cuda") is None
-            assert conv.autocast_on("cpu") is True
     assert conv.autocast_dtype("cpu") is None and conv.autocast_on("cpu") is False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert conv.autocast_dtype("cpu") == torch.bfloat16 and conv.autocast_dtype("cuda") is None
+        assert conv.autocast_on("cpu") is True and conv.autocast_on("cuda") is False
+    assert conv.autocast_dtype("cpu") is None
 
 
-@pytest.mark.parametrize("api", ["2.1", "2.4"])
-def test_autocast_off_inside_the_function_through_both_torch_apis(monkeypatch, api):
+def test_autocast_off_inside_the_function(monkeypatch):
     """LazyConvFunction runs its convs with autocast off when it was on, and on again after, also when the inside
-    raises; with torch >= 2.4's setter and the per-device one of 2.1-2.3; without autocast it sets nothing."""
+    raises; without autocast it sets nothing."""
     import types
-    import warnings
 
     import torch.nn.functional as F
 
     from yolov9c.backends.c import conv
 
-    if api == "2.4" and not hasattr(torch, "get_autocast_dtype"):
-        pytest.skip("torch < 2.4")
-    if api == "2.4":
-        monkeypatch.setattr(conv, "set_autocast", torch.set_autocast_enabled)
-        monkeypatch.setattr(conv, "autocast_on", torch.is_autocast_enabled)
-    else:
-        monkeypatch.setattr(conv, "set_autocast", conv._set_autocast_2_1)
-        monkeypatch.setattr(conv, "autocast_on", conv._autocast_on_2_1)
     seen, fail = [], [False]
 
     def conv2d(*args):
@@ -503,20 +484,18 @@ def test_autocast_off_inside_the_function_through_both_torch_apis(monkeypatch, a
     monkeypatch.setattr(conv, "F", types.SimpleNamespace(conv2d=conv2d))
     c = nn.Conv2d(2, 3, 1)
     x = lazy.Plain(torch.randn(1, 2, 3, 3, requires_grad=True))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the 2.1-2.3 functions warn as deprecated from 2.4 on
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            (z,) = conv.lazy_conv(x, [c])
-            assert seen == [None] and z.dtype == torch.bfloat16
-            assert conv.autocast_dtype("cpu") == torch.bfloat16
-            fail[0] = True
-            with pytest.raises(KeyError):
-                conv.lazy_conv(x, [c])
-            assert conv.autocast_dtype("cpu") == torch.bfloat16
-        fail[0] = False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
         (z,) = conv.lazy_conv(x, [c])
-        assert seen[-1] is None and z.dtype == torch.float32
-        assert conv.autocast_dtype("cpu") is None
+        assert seen == [None] and z.dtype == torch.bfloat16
+        assert conv.autocast_dtype("cpu") == torch.bfloat16
+        fail[0] = True
+        with pytest.raises(KeyError):
+            conv.lazy_conv(x, [c])
+        assert conv.autocast_dtype("cpu") == torch.bfloat16
+    fail[0] = False
+    (z,) = conv.lazy_conv(x, [c])
+    assert seen[-1] is None and z.dtype == torch.float32
+    assert conv.autocast_dtype("cpu") is None
 
 
 def test_supported_follows_replaced_submodules():

@@ -67,41 +67,13 @@ class KeptInput:
         self.ev = ev
 
 
-def _autocast_dtype_2_4(device_type):
-    """The autocast dtype of `device_type` ('cuda', 'cpu') when autocast is on there, else None (torch >= 2.4)."""
+def autocast_dtype(device_type):
+    """The autocast dtype of `device_type` ('cuda', 'cpu') when autocast is on there, else None."""
     return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
-def _autocast_dtype_2_1(device_type):
-    """_autocast_dtype_2_4 through torch 2.1-2.3's per-device functions (deprecated since 2.4, still there)."""
-    if device_type == "cuda":
-        return torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
-    if device_type == "cpu":
-        return torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
-    return None
-
-
-def _autocast_on_2_1(device_type):
-    """torch.is_autocast_enabled(device_type) of torch >= 2.4 through torch 2.1-2.3's per-device functions."""
-    return _autocast_dtype_2_1(device_type) is not None
-
-
-def _set_autocast_2_1(device_type, enabled):
-    """torch.set_autocast_enabled(device_type, enabled) of torch >= 2.4 through torch 2.1-2.3's per-device
-    functions ('cuda', 'cpu': the devices autocast_dtype reads)."""
-    if device_type == "cuda":
-        torch.set_autocast_enabled(enabled)
-    elif device_type == "cpu":
-        torch.set_autocast_cpu_enabled(enabled)
-
-
-# autocast_dtype(device_type) -> dtype or None; autocast_on(device_type) -> bool; set_autocast(device_type, enabled):
-# on torch >= 2.4 the last two are torch's own functions (no Python frame per call: ~4 per lazy conv under AMP)
-if hasattr(torch, "get_autocast_dtype"):
-    autocast_dtype, autocast_on, set_autocast = \
-        _autocast_dtype_2_4, torch.is_autocast_enabled, torch.set_autocast_enabled
-else:
-    autocast_dtype, autocast_on, set_autocast = _autocast_dtype_2_1, _autocast_on_2_1, _set_autocast_2_1
+# torch's own functions (torch >= 2.4, the training minimum: cli/train.py TORCH_MIN): no Python frame per call
+autocast_on, set_autocast = torch.is_autocast_enabled, torch.set_autocast_enabled
 
 
 def direct_apply(fn):
