@@ -24,11 +24,14 @@ backends run one after the other in this process.
 adds the medians over them (ms per step) of wall_ms, of each group (conv2d_ms: torch.nn.functional.conv2d, the
 forward convs; conv_backward_ms: torch.ops.aten.convolution_backward, the c backend's conv backward; ext_ms: the
 yolov9c._C callables named bn_* or *pool*; foreach_ms: every torch._foreach_* function: optimizer, gradient
-clip, EMA) and of host_ms = wall − the groups' sum (host_min_ms: its least). Not reachable from Python, hence
+clip, EMA; alloc_ms: torch.empty/empty_like/zeros/zeros_like) and of host_ms = wall − the groups' sum (host_min_ms: its least). Not reachable from Python, hence
 counted as host: torch's own backward convs (autograd's C++ calls them: the torch backend's host_ms holds its
 conv backward), any compute op not listed, the wrappers' own cost. A call inside another wrapped call is not
 counted twice. Invariants: every group >= 0, host_ms <= wall_ms; on leaving compute_timed every patched
 attribute (_timed_attributes) is its original object again, so later modes and backends run unwrapped.
+--device cuda runs the step as bench_step.py does on the GPU machine (AMP, channels-last, cuDNN benchmark, each
+step ended by a synchronisation); the calls are asynchronous there, so each group's ms is the host time of its
+calls (dispatch, allocation, launch) and --profile's table is where the host time of a host-bound step goes.
 Test: dev/tests/test_host_step.py.
 """
 
@@ -63,21 +66,29 @@ from yolov9c.ops import extension  # noqa: E402
 
 
 def _runner(model, backend, args):
-    state = bench_step._state(model, backend, args, device="cpu")
+    state = bench_step._state(model, backend, args, device=args.device)
     for group in state.optimizer.param_groups:  # the optimizer step of a CUDA run (module docstring)
         group["foreach"] = True
     step = EagerStep()
     gen = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (args.batch, 3, args.img, args.img), dtype=torch.uint8, generator=gen)
-    targets = random_targets(args.batch, args.boxes, args.nc, gen)
+    images = images.to(args.device)
+    targets = random_targets(args.batch, args.boxes, args.nc, gen).to(args.device)
     ni = [0]
 
     def one():
         imgs = images.contiguous(memory_format=state.memory_format).float() / 255
         r = step(state, imgs, targets, ni[0])
         ni[0] += 1
+        _sync(args.device)
         return r
     return one
+
+
+def _sync(device):
+    """Wait for the device (CUDA: the step's kernels; a host-bound step has queued little beyond its host time)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def _function_classes(cls=torch.autograd.Function):
@@ -129,7 +140,7 @@ def _dispatches(one):
     return mode.counts, ext.calls
 
 
-GROUPS = ("conv2d", "conv_backward", "ext", "foreach")  # the compute groups of --host (module docstring)
+GROUPS = ("conv2d", "conv_backward", "ext", "foreach", "alloc")  # the compute groups of --host (module docstring)
 
 
 class _Clock:
@@ -175,6 +186,7 @@ def _timed_attributes():
     return [(torch.nn.functional, "conv2d", "conv2d"),
             (torch.ops.aten, "convolution_backward", "conv_backward"),
             *((torch, name, "foreach") for name in dir(torch) if name.startswith("_foreach_")),
+            *((torch, name, "alloc") for name in ("empty", "empty_like", "zeros", "zeros_like")),
             (extension, "_module", None)]
 
 
@@ -277,6 +289,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="cuda: the step as on the GPU machine (AMP, cuDNN benchmark); times are host times there")
     p.add_argument("--profile", type=int, default=0, help="steps under cProfile (0: none)")
     p.add_argument("--top", type=int, default=40, help="rows of each cProfile table")
     p.add_argument("--functions", action="store_true", help="autograd Function applies per step by class")
@@ -284,7 +298,7 @@ def main(argv=None):
     p.add_argument("--host", action="store_true",
                    help="host ms per step: wall minus the time inside the timed compute calls, and each group's ms")
     args = p.parse_args(argv)
-    args.cudnn_benchmark = False  # what bench_step's RunState reads (no cuDNN here)
+    args.cudnn_benchmark = args.device == "cuda"  # what bench_step's RunState reads
     torch.set_num_threads(args.threads)
     for m in args.models:
         for b in args.backends:
