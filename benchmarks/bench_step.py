@@ -116,7 +116,7 @@ def _state(model_name, backend, args, path="fixed", mode="eager", device="cuda")
     from yolov9c.api import build_model, make_loss
     from yolov9c.backends import apply
     from yolov9c.engine.train.batching import Batching
-    from yolov9c.engine.train.config import RunConfig
+    from yolov9c.engine.train.config import RunConfig, switch_overrides, switches
     from yolov9c.engine.train.ema import ModelEMA
     from yolov9c.engine.train.layer_ckpt import bn_buffers, checkpointed_forward
     from yolov9c.engine.train.optim import build_optimizer
@@ -134,7 +134,9 @@ def _state(model_name, backend, args, path="fixed", mode="eager", device="cuda")
     ema = ModelEMA(model)
     loss = make_loss(model, hyp, backend=backend)
     if backend != "torch":
-        out = apply(model, backend)
+        # the c switches as a training run takes them: the defaults, or the YOLOV9C_* variables that override them
+        sw = switches(switch_overrides(RunConfig(backend=backend), log=lambda *a: None))
+        out = apply(model, backend, sw)
         model = model if out is None else out
     ckpt = path == "ckpt" and backend == "torch"
     if ckpt:

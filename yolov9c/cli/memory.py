@@ -75,7 +75,7 @@ _MAIN_DEFAULT = 8  # backends/c/switches.DEFAULT.main_recompute (see add_switch_
 
 
 def add_switch_args(p):
-    """--aux-recompute, --main-recompute, --keep-inputs: the c backend's memory/time switches (RunConfig fields
+    """--aux-recompute, --main-recompute, --keep-inputs, --plain-stride: the c backend's memory/time switches (RunConfig fields
     of the same names; the YOLOV9C_* variables of docs/switches.md override them in a training run). Their
     defaults are backends/c/switches.DEFAULT's, written out so that this module imports no torch (a test pins
     them to DEFAULT)."""
@@ -90,6 +90,10 @@ def add_switch_args(p):
                    metavar="0|1", help="c backend: a re-run block keeps the conv inputs it rebuilt for their weight "
                                        "gradients (default 0; 1: one BN+SiLU pass less per re-run conv, a higher "
                                        "peak)")
+    p.add_argument("--plain-stride", type=_switch_type("plain_stride"), default=0, metavar="STRIDE",
+                   help="c backend: main layers whose input is at this stride or coarser run torch's own forward, "
+                        "their activations stored (default 0: none; 16: strides 16 and 32, fewer host calls for "
+                        "the eager step, more memory, not yet counted by the memory planner)")
 
 
 def add_parser(subparsers):
@@ -142,12 +146,12 @@ def _costs(args):
 
 def _switches(args):
     """The c backend's Switches of the flags; None for the defaults (nothing to count, and no torch import)."""
-    if (args.aux_recompute, args.main_recompute, args.keep_inputs) == (True, 8, False):
+    if (args.aux_recompute, args.main_recompute, args.keep_inputs, args.plain_stride) == (True, 8, False, 0):
         return None
     from yolov9c.backends.c.switches import Switches
 
     return Switches(aux_recompute=args.aux_recompute, main_recompute=args.main_recompute,
-                    keep_inputs=args.keep_inputs)
+                    keep_inputs=args.keep_inputs, plain_stride=args.plain_stride)
 
 
 def _has_cuda():
@@ -208,7 +212,9 @@ def run(args):
         sw = _switches(args)
         counted = not args.measure and sw is not None
         print(f"c backend: --aux-recompute {int(args.aux_recompute)} --main-recompute {args.main_recompute} "
-              f"--keep-inputs {int(args.keep_inputs)}" + (
+              f"--keep-inputs {int(args.keep_inputs)}"
+              + (f" --plain-stride {args.plain_stride} (its stored activations not counted)" if args.plain_stride
+                 else "") + (
                   f" ({switch_cost.per_image_gib(args.cfg, sw):+.4f} GiB per 640² image against the defaults, "
                   f"counted from the model graph)" if counted else ""))
     if not _has_cuda():
@@ -322,7 +328,7 @@ def _run_switches(args):
     from yolov9c.backends.c.switches import Switches
 
     return Switches(aux_recompute=args.aux_recompute, main_recompute=args.main_recompute,
-                    keep_inputs=args.keep_inputs)
+                    keep_inputs=args.keep_inputs, plain_stride=args.plain_stride)
 
 
 def _cost_of(args, cost, base):

@@ -76,10 +76,11 @@ def _until_step_line(lines):
 
 
 def test_flags_parse_to_the_config():
-    cfg = parse_opt(["--aux-recompute", "0", "--main-recompute", "16", "--keep-inputs"])
-    assert (cfg.aux_recompute, cfg.main_recompute, cfg.keep_inputs) == (False, 16, True)
+    cfg = parse_opt(["--aux-recompute", "0", "--main-recompute", "16", "--keep-inputs", "--plain-stride", "16"])
+    assert (cfg.aux_recompute, cfg.main_recompute, cfg.keep_inputs, cfg.plain_stride) == (False, 16, True, 16)
     d = parse_opt([])
-    assert (d.aux_recompute, d.main_recompute, d.keep_inputs) == (True, 8, False) == tuple(vars(Switches()).values())
+    assert (d.aux_recompute, d.main_recompute, d.keep_inputs, d.plain_stride) == (True, 8, False, 0) == \
+        tuple(vars(Switches()).values())
     assert parse_opt(["--keep-inputs", "0", "--aux-recompute"]).keep_inputs is False
 
 
@@ -88,6 +89,7 @@ def test_flags_parse_to_the_config():
     (["--keep-inputs", "yes"], "argument --keep-inputs: must be 0 or 1, got 'yes'"),
     (["--main-recompute", "-1"], "argument --main-recompute: must be a stride"),
     (["--main-recompute", "eight"], "argument --main-recompute: must be a stride"),
+    (["--plain-stride", "-16"], "argument --plain-stride: must be a stride"),
 ])
 def test_a_bad_flag_value_is_one_error_line(argv, says, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:

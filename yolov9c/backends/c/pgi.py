@@ -23,7 +23,7 @@ import torch.nn as nn
 import yolov9c.backends.c.layers as L
 from yolov9c.backends.c.casts import weights_cast
 from yolov9c.backends.c.conv import autocast_dtype
-from yolov9c.backends.c.lazy import Image
+from yolov9c.backends.c.lazy import Image, materialise_any
 from yolov9c.backends.c.segment import run_segment
 from yolov9c.backends.c.switches import DEFAULT
 from yolov9c.models.common import ELAN1, Conv, RepConvN, RepNCSPELAN4
@@ -192,6 +192,7 @@ class _Run:
 
     def __init__(self, g, x):
         self.vals, self.left = {-1: x}, dict(g.uses)
+        self.img_h = x.shape[2]
 
     def take(self, m):
         return _arg(m, self.vals)
@@ -203,28 +204,52 @@ class _Run:
                 del self.vals[j]
 
 
-def _segment(model, chain, run, keep_inputs, label=None):
+def _segment(model, chain, run, sw, label=None, recompute=True):
+    """A chain of layers as one recomputed segment (recompute, and every layer recomputable), else run as it
+    stands (plain_stride applies to each layer then)."""
     label = label or (f"segment {chain[0]}-{chain[-1]}" if len(chain) > 1 else f"segment {chain[0]}")
     _observe(label, None)
     layers = model.model
     mods = [layers[i] for i in chain]
     ext = sorted({j for i in chain for j in inputs_of(layers[i])} - set(chain))
     vals = {j: run.vals[j] for j in ext}
-    params = L.parameters_of(mods) if all(map(L.supported, mods)) and recomputable(mods) else None
+    params = L.parameters_of(mods) if recompute and all(map(L.supported, mods)) and recomputable(mods) else None
     if params:
-        out = run_segment(functools.partial(_run_chain, layers, chain), vals, params, keep_inputs)
+        out = run_segment(functools.partial(_run_chain, layers, chain), vals, params, sw.keep_inputs)
     else:
-        out = _run_chain_plain(layers, chain, vals)
+        out = _run_chain_plain(layers, chain, vals, sw.plain_stride, run.img_h)
     run.vals[chain[-1]] = out
     run.done(ext)
     _observe(label, out)
 
 
-def _run_chain_plain(layers, chain, vals):
+def _run_chain_plain(layers, chain, vals, plain, img_h):
     vals = dict(vals)
     for i in chain:
-        vals[i] = layers[i](_arg(layers[i], vals))
+        vals[i] = _layer(layers[i], _arg(layers[i], vals), plain, img_h)
     return vals[chain[-1]]
+
+
+def _layer(m, arg, plain, img_h):
+    """Layer m on arg: its c forward, or with plain_stride (switches.py) at that stride or coarser its torch forward
+    on the activated input."""
+    if plain and img_h >= plain * _finest(arg):
+        return type(m).forward(m, materialise_any(arg))
+    return m(arg)
+
+
+def _finest(arg):
+    """The height of a layer's finest input (a value, or lists and tuples of them: CBFuse reads CBLinear's)."""
+    return max(map(_finest, arg)) if isinstance(arg, (list, tuple)) else arg.shape[2]
+
+
+def _head_level(box, cls, x, plain, img_h):
+    """A head level (box and class branches on x): lazy, or with plain_stride at that stride or coarser as the
+    torch backend computes it, on x activated (its activations stored)."""
+    if plain and img_h >= plain * x.shape[2]:
+        x = materialise_any(x)
+        return torch.cat((box(x), cls(x)), 1)
+    return L.detect_level(box, cls, x)
 
 
 def _forward_pgi(model, g, x, sw):
@@ -234,30 +259,32 @@ def _forward_pgi(model, g, x, sw):
     hin = inputs_of(head)
     run = _Run(g, x)
     d1 = [None] * nl
-    limit, img_h, keep = sw.main_recompute, x.shape[2], sw.keep_inputs
+    limit, img_h, aux, plain = sw.main_recompute, x.shape[2], sw.aux_recompute, sw.plain_stride
     for kind, what in g.steps:
         if kind == "layer":
             m = layers[what]
             arg = run.take(m)
-            if what in g.blocks and limit > 0 and img_h <= limit * arg.shape[2]:
-                _segment(model, [what], run, keep, f"{what} {type(m).__name__} (recomputed)")
+            if aux and what in g.blocks and limit > 0 and img_h <= limit * arg.shape[2]:
+                _segment(model, [what], run, sw, f"{what} {type(m).__name__} (recomputed)")
             else:
-                run.vals[what] = m(arg)
+                run.vals[what] = _layer(m, arg, plain, img_h)
                 run.done(inputs_of(m))
         elif kind == "segment":
-            _segment(model, what, run, keep)
+            _segment(model, what, run, sw, recompute=aux)
         else:  # an auxiliary head level
             k = what
             mods = [head.cv2[k], head.cv3[k]]
             vals = {"x": run.vals[hin[k]]}
             _observe(f"aux head {k}", None)
-            d1[k] = run_segment(functools.partial(_level, head, k), vals, L.parameters_of(mods), keep) \
-                if recomputable(mods) else _level(head, k, vals)
+            if aux and recomputable(mods):
+                d1[k] = run_segment(functools.partial(_level, head, k), vals, L.parameters_of(mods), sw.keep_inputs)
+            else:
+                d1[k] = _head_level(head.cv2[k], head.cv3[k], vals["x"], plain, img_h)
             _observe(f"aux head {k}", d1[k])
     d2 = []
     for k in range(nl):
         _observe(f"main head {k}", None)
-        d2.append(L.detect_level(head.cv4[k], head.cv5[k], run.vals[hin[nl + k]]))
+        d2.append(_head_level(head.cv4[k], head.cv5[k], run.vals[hin[nl + k]], plain, img_h))
         _observe(f"main head {k}", d2[k])
     return [d1, d2]
 
@@ -271,7 +298,7 @@ def model_forward(self, x):
             return type(self).forward(self, x.float() / 255)
         x = Image(x)
     sw = switches_of(self)
-    g = graph(self) if self.training and torch.is_grad_enabled() and sw.aux_recompute else None
+    g = graph(self) if self.training and torch.is_grad_enabled() and (sw.aux_recompute or sw.plain_stride) else None
     # lean_host: every num_batches_tracked += 1 in one call, the conv weights cast in one
     with L.counting_batches(), weights_cast(self, amp):
         if g is None or not g.aux or not L.supported(self.model[-1]):

@@ -11,6 +11,10 @@
   recomputed segments (8: strides 4 and 8; 4: stride 4 only; 0: none).
 - keep_inputs: a segment's backward recompute keeps each conv input it rebuilt for that conv's own backward
   (conv.inputs_kept): one BN+SiLU pass less per recomputed conv, a higher peak (benchmarks/RESULTS.md §16).
+- plain_stride: main layers (and main head levels) whose finest input is at this stride or coarser run their torch
+  forward on the activated input, storing what the torch backend stores (3x a lazy layer's bytes, at the coarse
+  strides where maps are small) for a fraction of the lazy path's host calls: the eager step's speed (16: strides
+  16 and 32; 0: none, the default). The auxiliary branch stays lazy.
 The trainer reads them from the run's options (RunConfig: --aux-recompute, --main-recompute, --keep-inputs) and
 passes them down; nothing below reads the environment. Test: python -m pytest -q tests/backends/test_backend_pgi.py
 """
@@ -25,6 +29,7 @@ class Switches:
     aux_recompute: bool = True
     main_recompute: int = 8  # a stride: blocks whose input is at this stride or finer; 0 = none
     keep_inputs: bool = False
+    plain_stride: int = 0  # a stride: main layers whose input is at this stride or coarser run torch's forward
 
 
 DEFAULT = Switches()
@@ -35,7 +40,7 @@ def parse_switch(name, text):
     """The value of switch `name` (a Switches field) from its text: 0 or 1 for aux_recompute and keep_inputs, an
     integer >= 0 (a stride) for main_recompute. ValueError saying what is allowed otherwise."""
     text = str(text).strip()
-    if name == "main_recompute":
+    if name in ("main_recompute", "plain_stride"):
         try:
             value = int(text)
         except ValueError:

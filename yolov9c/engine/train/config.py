@@ -33,10 +33,11 @@ from yolov9c.engine.train.memory_plan import MIN_IMG
 RESUME_OVERRIDES = ("batch_size", "accumulate", "workers", "cache", "device", "pin_memory", "amp", "ckpt",
                     "gpu_augment", "val_period", "noplots", "backend", "channels_last", "max_nonfinite", "cuda_graph",
                     "graph_shapes", "cudnn_benchmark", "divergence_stop",
-                    "mem_budget", "mem_cap", "val_chunks", "aux_recompute", "main_recompute", "keep_inputs")
+                    "mem_budget", "mem_cap", "val_chunks", "aux_recompute", "main_recompute", "keep_inputs",
+                    "plain_stride")
 # the c backend's switches (backends/c/switches.py) and the environment variables that override them
 SWITCH_ENV = {"aux_recompute": "YOLOV9C_AUX_RECOMPUTE", "main_recompute": "YOLOV9C_MAIN_RECOMPUTE",
-              "keep_inputs": "YOLOV9C_KEEP_INPUTS"}
+              "keep_inputs": "YOLOV9C_KEEP_INPUTS", "plain_stride": "YOLOV9C_PLAIN_STRIDE"}
 
 
 class ConfigError(ValueError):
@@ -97,6 +98,7 @@ class RunConfig:
     aux_recompute: bool = SWITCH_DEFAULTS.aux_recompute  # c backend: the PGI auxiliary branch re-run in backward
     main_recompute: int = SWITCH_DEFAULTS.main_recompute  # c backend: main blocks at this stride or finer re-run
     keep_inputs: bool = SWITCH_DEFAULTS.keep_inputs  # c backend: a re-run segment keeps its conv inputs
+    plain_stride: int = SWITCH_DEFAULTS.plain_stride  # c backend: main layers this coarse run torch's forward
     val_period: int = 1  # validate every N epochs (and always the last)
     pin_memory: bool | None = None  # None: the PIN_MEMORY environment variable (default true)
     gpu_augment: bool = False  # workers only decode; the augment op makes the batch's pixels on the training device

@@ -196,7 +196,7 @@ CHECKS = {
     "channels_last": _optional(_FLAG, "the backend's default"),
     "accumulate": _optional(_at_least(1), "the nominal-64 rule"), "amp": _FLAG, "ckpt": _FLAG,
     "aux_recompute": _switch("aux_recompute"), "main_recompute": _switch("main_recompute"),
-    "keep_inputs": _switch("keep_inputs"),
+    "keep_inputs": _switch("keep_inputs"), "plain_stride": _switch("plain_stride"),
     "val_period": _at_least(1), "pin_memory": _optional(_FLAG, "the PIN_MEMORY variable"), "gpu_augment": _FLAG,
     "mosaic": _optional(_PROBABILITY, "the hyp file's"), "mixup": _optional(_PROBABILITY, "the hyp file's"),
     "deterministic": _FLAG, "max_nonfinite": _at_least(0), "divergence_stop": _FLAG, "cuda_graph": _FLAG,

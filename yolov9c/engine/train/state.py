@@ -756,7 +756,8 @@ def setup_execution(state):
     sw = switches(cfg)
     log(f"backend: {cfg.backend}{', channels-last' if cfg.channels_last else ''}"
         + (f"; --aux-recompute {int(sw.aux_recompute)} --main-recompute {sw.main_recompute} --keep-inputs "
-           f"{int(sw.keep_inputs)}" if cfg.backend == "c" else ""))
+           f"{int(sw.keep_inputs)}" + (f" --plain-stride {sw.plain_stride}" if sw.plain_stride else "")
+           if cfg.backend == "c" else ""))
     if cfg.backend != "torch":
         model = _apply_backend(model, cfg.backend, sw)
     elif sw != type(sw)():
