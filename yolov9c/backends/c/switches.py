@@ -1,12 +1,10 @@
 """The c backend's memory/time switches: what a training step recomputes in backward and what it keeps.
 
-    sw = Switches(aux_recompute=True, main_recompute=8, keep_inputs=False)   # the defaults
-    apply(model, "c", sw)        # yolov9c.backends.apply → c.install: the model's forward reads model.c_switches
+    apply(model, "c", Switches())   # the defaults; c.install: the model's forward reads model.c_switches
     parse_switch("main_recompute", "4")   # 4: a value as --main-recompute and YOLOV9C_MAIN_RECOMPUTE write it
 
 - aux_recompute: the PGI auxiliary branch keeps only its inputs and segment outputs and is re-run in backward
-  (pgi.py). Off: every auxiliary z is stored (more memory, less time); the main blocks are then stored too, since
-  both run through the same recomputed forward.
+  (pgi.py). Off: every auxiliary z is stored (more memory, less time), and the main blocks too.
 - main_recompute: main backbone blocks (RepNCSPELAN4, ELAN1) whose input is at this stride or finer are one-layer
   recomputed segments (8: strides 4 and 8; 4: stride 4 only; 0: none).
 - keep_inputs: a segment's backward recompute keeps each conv input it rebuilt for that conv's own backward
