@@ -93,7 +93,7 @@ def add_switch_args(p):
     p.add_argument("--plain-stride", type=_switch_type("plain_stride"), default=0, metavar="STRIDE",
                    help="c backend: main layers whose input is at this stride or coarser run torch's own forward, "
                         "their activations stored (default 0: none; 16: strides 16 and 32, fewer host calls for "
-                        "the eager step, more memory, not yet counted by the memory planner)")
+                        "the eager step, more memory)")
 
 
 def add_parser(subparsers):
@@ -213,8 +213,7 @@ def run(args):
         counted = not args.measure and sw is not None
         print(f"c backend: --aux-recompute {int(args.aux_recompute)} --main-recompute {args.main_recompute} "
               f"--keep-inputs {int(args.keep_inputs)}"
-              + (f" --plain-stride {args.plain_stride} (its stored activations not counted)" if args.plain_stride
-                 else "") + (
+              + (f" --plain-stride {args.plain_stride}" if args.plain_stride else "") + (
                   f" ({switch_cost.per_image_gib(args.cfg, sw):+.4f} GiB per 640² image against the defaults, "
                   f"counted from the model graph)" if counted else ""))
     if not _has_cuda():

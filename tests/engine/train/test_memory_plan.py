@@ -213,6 +213,8 @@ def test_switches_change_the_estimate():
     aux0, main0, main4, main32, keep = per.values()
     assert aux0 > main0 > main4 > base.per_image_gib > main32 and keep > base.per_image_gib, per
     assert aux0 > 1.5 * base.per_image_gib  # the auxiliary branch is about half of yolov9-c's z (DESIGN.md)
+    plain = [mp.cost_for("yolov9-c", "c", Switches(plain_stride=s)).per_image_gib for s in (8, 16, 32)]
+    assert mp.cost_for("yolov9-c", "torch").per_image_gib > plain[0] > plain[1] > plain[2] > base.per_image_gib
     assert all(mp.cost_for("yolov9-c", "c", sw).fixed_gib == base.fixed_gib for sw in per)
     assert "for the switches (counted)" in mp.cost_for("yolov9-c", "c", Switches(keep_inputs=True)).source
     assert mp.cost_for("yolov9-c", "torch", Switches(aux_recompute=False)) == mp.cost_for("yolov9-c", "torch")
@@ -226,7 +228,9 @@ def test_switches_change_the_estimate():
 
 
 @pytest.mark.parametrize("sw", [Switches(aux_recompute=False), Switches(main_recompute=0),
-                                Switches(main_recompute=4)], ids=["aux0", "main0", "main4"])
+                                Switches(main_recompute=4), Switches(plain_stride=16),
+                                Switches(aux_recompute=False, plain_stride=16)],
+                         ids=["aux0", "main0", "main4", "plain16", "aux0-plain16"])
 def test_switch_cost_counts_what_the_c_backend_stores(sw):
     """The counted change (fp16 per 640² image) against the bytes the c backend's forward really stores under
     each switch (saved-tensor hooks, yolov9-t, 2 × 64², fp32): within 5 % (measured 1.002-1.016)."""

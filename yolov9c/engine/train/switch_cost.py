@@ -6,7 +6,7 @@
 memory_plan.COSTS are steps measured under the default Switches. Other switches add (or remove) what they make a
 step keep, in fp16 under AMP (2 B per element), counted from one no-grad forward of the model at 128² (scaled to
 640² by the pixel count) over the units of backends/c/pgi.Graph: the auxiliary chains and head levels, and the
-main blocks at stride <= main_recompute. A recomputed unit stores only its output, a stored one every conv output
+main blocks at stride <= main_recompute; plain_stride's stored activations by saved-tensor hooks (plain_bytes). A recomputed unit stores only its output, a stored one every conv output
 (z); aux_recompute off stores every unit, main blocks included (one mechanism). keep_inputs holds the conv inputs
 of one unit's backward at once: the largest unit's is added, an upper bound (that backward may not be at the
 step's peak). Without a DualDDetect head nothing is recomputed: the switches change nothing.
@@ -105,11 +105,47 @@ def _held(cfg, sw):
     return held + kept
 
 
+@functools.lru_cache(maxsize=None)
+def plain_bytes(cfg, sw):
+    """Bytes per 640² image that switches `sw` store beyond the same switches with plain_stride 0: the activations
+    of the layers it runs through torch's forward, less the lazy values they replace. Counted by saved-tensor
+    hooks (distinct storages, parameters and input excluded) in one CPU float32 training forward of the c model at
+    COUNT_IMG² (batch 2), floating-point bytes halved (fp16 under AMP); 0 without plain_stride."""
+    if not sw.plain_stride:
+        return 0.0
+    import copy
+
+    import torch
+
+    from yolov9c.backends.c import install  # (not backends.apply: no note about the c backend on the CPU)
+    from yolov9c.models.model import DetectionModel
+
+    base = DetectionModel(cfg, nc=80).train()
+    x = torch.rand(2, 3, COUNT_IMG, COUNT_IMG, generator=torch.Generator().manual_seed(0))
+    stored = []
+    for s in (sw, dataclasses.replace(sw, plain_stride=0)):
+        model = copy.deepcopy(base)
+        install(model, s)
+        skip = {p.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
+        seen = {}
+
+        def pack(t):
+            st = t.untyped_storage()
+            if st.data_ptr() not in skip:
+                seen[st.data_ptr()] = st.nbytes() / (2 if t.is_floating_point() else 1)
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(x)
+        stored.append(sum(seen.values()))
+    return (stored[0] - stored[1]) / 2 * (REF_IMG / COUNT_IMG) ** 2
+
+
 def per_image_gib(cfg, switches):
     """GiB per 640² image that `switches` add to a step of `cfg` under the default switches (negative: less)."""
     from yolov9c.backends.c.switches import DEFAULT
 
-    return (_held(cfg, switches) - _held(cfg, DEFAULT)) * BYTES / GIB
+    return ((_held(cfg, switches) - _held(cfg, DEFAULT)) * BYTES + plain_bytes(cfg, switches)) / GIB
 
 
 def adjust(cost, cfg, switches):
