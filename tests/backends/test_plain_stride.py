@@ -8,6 +8,8 @@ finest input is at that stride or coarser run their torch forward on the activat
 - It takes effect: the lazy path's calls fall (fewer BN/SiLU kernel calls and lazy conv Functions at 16 than the
   default; with the auxiliary branch stored and plain_stride 1 every layer runs torch's forward: no BN/SiLU call).
 - Off (0, the default) is the step as before: the same calls as Switches() itself.
+- CUDA (marked cuda): under AMP its gradients are as close to the torch backend's as the lazy step's, and its
+  peak rises by 0.5-1.5x what switch_cost.plain_bytes counts.
 Run: python -m pytest -q tests/backends/test_plain_stride.py
 """
 
@@ -89,3 +91,47 @@ def test_every_layer_plain_runs_no_lazy_kernel_and_off_is_the_default():
                      ("all", Switches(aux_recompute=False, plain_stride=1))):
         calls[name] = _step(apply(copy.deepcopy(base), "c", sw), x)[4]
     assert calls["default"] == calls["off"] > calls["16"] > calls["all"] == 0, calls
+
+
+def _cuda_step(base, sw, x, tg):
+    """(parameter gradients, peak allocated bytes above the start less the gradients) of one AMP training step of a
+    copy of base on CUDA, channels-last (the c backend with `sw`, or the torch backend when sw is None)."""
+    m = copy.deepcopy(base).cuda().to(memory_format=torch.channels_last).train()
+    if sw is not None:
+        apply(m, "c", sw)
+    loss_fn = make_loss(m, backend="torch" if sw is None else "c")
+    inp = x if sw is not None else x.float() / 255
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss, _ = loss_fn(m(inp), tg)
+        loss.sum().backward()
+
+    step()  # warm-up: cuDNN choices, lazily created handles
+    for p in m.parameters():
+        p.grad = None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    grads = [p.grad.float() for p in m.parameters()]
+    return grads, torch.cuda.max_memory_allocated() - before - sum(g.numel() * 4 for g in grads)
+
+
+@pytest.mark.cuda
+def test_plain_stride_cuda_amp_gradients_and_counted_memory():
+    """yolov9-s, 8 × 320², AMP: plain_stride 16's gradients are as close to the torch backend's as the lazy step's
+    (within 2x + 1e-3), and its peak rises by 0.5-1.5x what switch_cost counts for it."""
+    from yolov9c.engine.train import switch_cost
+
+    torch.manual_seed(0)
+    base = shared_seeded_model("yolov9-s", nc=80)  # as switch_cost counts it
+    x = torch.randint(0, 256, (8, 3, 320, 320), dtype=torch.uint8, generator=torch.Generator().manual_seed(3)).cuda()
+    tg = TARGETS.cuda()
+    ref, _ = _cuda_step(base, None, x, tg)
+    lazy, lazy_peak = _cuda_step(base, Switches(), x, tg)
+    plain, plain_peak = _cuda_step(base, Switches(plain_stride=16), x, tg)
+    assert _err(_cat(plain), _cat(ref)) <= 2 * _err(_cat(lazy), _cat(ref)) + 1e-3
+    counted = switch_cost.plain_bytes("yolov9-s", Switches(plain_stride=16)) * 8 * (320 / 640) ** 2
+    assert 0.5 * counted <= plain_peak - lazy_peak <= 1.5 * counted, (plain_peak - lazy_peak, counted)
