@@ -1,7 +1,8 @@
 """The c backend's plain_stride switch (backends/c/switches.py, pgi.py): main layers and main head levels whose
 finest input is at that stride or coarser run their torch forward on the activated input.
 
-- Same results: with plain_stride 16 (with the auxiliary branch recomputed, and stored) the head maps, the loss,
+- Same results: with plain_stride 16 (the auxiliary branch recomputed, and stored; gelan-t: no PGI head, the layer
+  loop) the head maps, the loss,
   every parameter gradient and every BN buffer are as close to a float64 copy as the default c step's (within 8x
   its error + 1e-5, the bound test_backend_c.py holds c to against torch), and num_batches_tracked counts one
   update per step.
@@ -42,7 +43,7 @@ def _step(m, x):
         out = m(x)
         loss, _ = make_loss(m)(out, TARGETS)
         loss.backward()
-    maps = [t.detach() for level in out for t in level]
+    maps = [t.detach() for level in out for t in (level if isinstance(level, list) else [level])]
     return (maps, loss.detach(), [p.grad for p in m.parameters()], [b.detach().clone() for b in m.buffers()],
             sum(v for k, v in n.calls.items() if k.startswith("bn_")))
 
@@ -55,8 +56,8 @@ def _err(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
-@pytest.mark.parametrize("cfg", ["yolov9-t", "yolov9-c"])
-@pytest.mark.parametrize("aux", [True, False])
+@pytest.mark.parametrize("cfg, aux", [("yolov9-t", True), ("yolov9-t", False), ("yolov9-c", True),
+                                      ("yolov9-c", False), ("gelan-t", True)])
 def test_plain_stride_as_close_to_float64_as_the_lazy_step(cfg, aux):
     base = shared_seeded_model(cfg)
     x = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))

@@ -3,16 +3,15 @@
     c.install(model, sw)      # model.forward = model_forward (and every layer's forward, layers.py)
     model(imgs_uint8)         # a uint8 batch is read as imgs / 255 by its first convs (lazy.Image)
 
-Auxiliary layers are read off the layer graph: those whose outputs reach only
-the DualDDetect head's auxiliary inputs. In training they run as recomputed segments (segment.py): chains of
+Auxiliary layers are read off the layer graph: those whose outputs reach only the DualDDetect head's auxiliary inputs. In training they run as recomputed segments (segment.py): chains of
 layers each read only by the next (_chains), one segment per auxiliary head level; a segment keeps only its
 result and is re-run and back-propagated at once in backward. Each auxiliary step runs as soon as its inputs
 exist, so autograd back-propagates the main neck first and an image-only segment last, which keeps the peak low.
 Main backbone blocks (RepNCSPELAN4, ELAN1) at stride <= main_recompute are one-layer segments too (the switches:
 switches.py, model.c_switches). Results do not depend on the order (same inputs; each BatchNorm updates once).
-Plain layer loop when not training / no grad, the head is not a c-runnable DualDDetect, or aux_recompute is off;
-a segment with a non-recomputable layer (torch fallback, non-SiLU act) runs plain.
-Test: python -m pytest -q tests/backends/test_backend_pgi.py
+Plain layer loop when not training / no grad, the head is not a c-runnable DualDDetect, or aux_recompute is off
+(unless plain_stride: then this walk, or _forward_layers for a DDetect model); a segment with a non-recomputable
+layer runs plain. Test: python -m pytest -q tests/backends/test_backend_pgi.py tests/backends/test_plain_stride.py
 """
 
 import functools
@@ -27,7 +26,7 @@ from yolov9c.backends.c.lazy import Image, materialise_any
 from yolov9c.backends.c.segment import run_segment
 from yolov9c.backends.c.switches import DEFAULT
 from yolov9c.models.common import ELAN1, Conv, RepConvN, RepNCSPELAN4
-from yolov9c.models.head import DualDDetect
+from yolov9c.models.head import DDetect, DualDDetect
 
 
 STEP_HOOKS = []  # callables (label, value) run before (value None) and after each auxiliary segment and head
@@ -302,5 +301,23 @@ def model_forward(self, x):
     # lean_host: every num_batches_tracked += 1 in one call, the conv weights cast in one
     with L.counting_batches(), weights_cast(self, amp):
         if g is None or not g.aux or not L.supported(self.model[-1]):
+            if sw.plain_stride and self.training and torch.is_grad_enabled() and type(self.model[-1]) is DDetect \
+                    and L.supported(self.model[-1]):
+                return _forward_layers(self, x, sw.plain_stride)
             return type(self).forward(self, x)
         return _forward_pgi(self, g, x, sw)
+
+
+def _forward_layers(model, x, plain):
+    """DetectionModel.forward's layer loop with plain_stride (a model with a DDetect head: gelan-*): each layer and
+    head level through _layer / _head_level."""
+    img_h, y = x.shape[2], []
+    layers = model.model
+    for m in layers[:-1]:
+        if m.f != -1:
+            x = y[m.f] if isinstance(m.f, int) else [x if j == -1 else y[j] for j in m.f]
+        x = _layer(m, x, plain, img_h)
+        y.append(x if m.i in model.save else None)
+    head = layers[-1]
+    xs = [x if j == -1 else y[j] for j in head.f] if not isinstance(head.f, int) else [y[head.f]]
+    return [_head_level(head.cv2[k], head.cv3[k], xs[k], plain, img_h) for k in range(head.nl)]

@@ -9,7 +9,7 @@ step keep, in fp16 under AMP (2 B per element), counted from one no-grad forward
 main blocks at stride <= main_recompute; plain_stride's stored activations by saved-tensor hooks (plain_bytes). A recomputed unit stores only its output, a stored one every conv output
 (z); aux_recompute off stores every unit, main blocks included (one mechanism). keep_inputs holds the conv inputs
 of one unit's backward at once: the largest unit's is added, an upper bound (that backward may not be at the
-step's peak). Without a DualDDetect head nothing is recomputed: the switches change nothing.
+step's peak). Without a DualDDetect head nothing is recomputed: only plain_stride changes something.
 Test: python -m pytest -q tests/engine/train/test_memory_plan.py -k switch
 """
 
