@@ -1,5 +1,6 @@
-"""What autograd saves for backward in a forward pass, counted through saved-tensor hooks: the helper of the
-memory tests (tests/backends/test_memory_contract.py, tests/backends/test_backend_pgi.py)."""
+"""What autograd saves for backward in a forward pass, counted through saved-tensor hooks, and the CUDA peak of a
+step: the helpers of the memory tests (tests/backends/test_memory_contract.py, test_backend_pgi.py,
+test_plain_stride.py)."""
 
 import torch
 
@@ -21,3 +22,19 @@ def saved_bytes(model, x, count_output=True):
     if not count_output:
         seen.pop(out.untyped_storage().data_ptr(), None)
     return sum(seen.values()), out
+
+
+def cuda_step_peak(step, params):
+    """(step()'s result, its peak allocated CUDA bytes above what was allocated before it, less params' float32
+    gradients) for the second call of step(): the first is a warm-up (cuDNN choices, lazily created handles),
+    after which params' gradients are cleared."""
+    step()
+    for p in params:
+        p.grad = None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = step()
+    torch.cuda.synchronize()
+    grads = sum(p.grad.numel() * 4 for p in params if p.grad is not None)
+    return out, torch.cuda.max_memory_allocated() - before - grads

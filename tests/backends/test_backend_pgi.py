@@ -41,7 +41,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from saved_tensors import saved_bytes
+from saved_tensors import cuda_step_peak, saved_bytes
 from seeded_models import seeded_model, shared_seeded_model
 from yolov9c.api import build_model, make_loss
 from yolov9c.backends import accepts_uint8, apply
@@ -343,16 +343,8 @@ def _cuda_peak(cfg, switches, x):
         loss.sum().backward()
         return sum(t.numel() * t.element_size() for t in flat(out))
 
-    step()  # warm-up: cuDNN choices, lazily created handles
-    for p in m.parameters():
-        p.grad = None
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    head = step()
-    torch.cuda.synchronize()
-    grads = sum(p.grad.numel() * 4 for p in m.parameters() if p.grad is not None)
-    return torch.cuda.max_memory_allocated() - before - grads, head
+    head, peak = cuda_step_peak(step, list(m.parameters()))
+    return peak, head
 
 
 @pytest.mark.cuda

@@ -19,6 +19,7 @@ import copy
 import pytest
 import torch
 
+from saved_tensors import cuda_step_peak
 from seeded_models import shared_seeded_model
 from yolov9c.api import make_loss
 from yolov9c.backends import apply
@@ -29,11 +30,8 @@ TARGETS = torch.tensor([[0, 1, 0.5, 0.5, 0.3, 0.4], [1, 2, 0.3, 0.6, 0.2, 0.25],
 
 
 @pytest.fixture(autouse=True)
-def _threads():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def _one_thread(one_thread):
+    """conftest's one_thread for every test here."""
 
 
 def _step(m, x):
@@ -108,16 +106,9 @@ def _cuda_step(base, sw, x, tg):
             loss, _ = loss_fn(m(inp), tg)
         loss.sum().backward()
 
-    step()  # warm-up: cuDNN choices, lazily created handles
-    for p in m.parameters():
-        p.grad = None
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step()
-    torch.cuda.synchronize()
-    grads = [p.grad.float() for p in m.parameters()]
-    return grads, torch.cuda.max_memory_allocated() - before - sum(g.numel() * 4 for g in grads)
+    params = list(m.parameters())
+    _, peak = cuda_step_peak(step, params)
+    return [p.grad.float() for p in params], peak
 
 
 @pytest.mark.cuda
