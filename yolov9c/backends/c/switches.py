@@ -9,8 +9,8 @@
   recomputed segments (8: strides 4 and 8; 4: stride 4 only; 0: none).
 - keep_inputs: a segment's backward recompute keeps each conv input it rebuilt for that conv's own backward
   (conv.inputs_kept): one BN+SiLU pass less per recomputed conv, a higher peak (benchmarks/RESULTS.md §16).
-- plain_stride: in a model with the PGI head (pgi.py), layers and head levels not recomputed whose finest input
-  is at this stride or coarser run their torch forward (activations stored) for fewer host calls (16: 16, 32).
+- plain_stride: layers and head levels not recomputed whose finest input is at this stride or coarser run their
+  torch forward (activations stored) for fewer host calls (16: strides 16, 32; pgi.py).
 The trainer passes them down from the run's options (RunConfig); nothing below reads the environment.
 Test: python -m pytest -q tests/backends/test_backend_pgi.py tests/backends/test_plain_stride.py
 """
