@@ -63,6 +63,10 @@
 #   interleave bench_step.py --interleave: eager configurations of yolov9-s (STEP_MODELS) stepped in turn in one
 #              process (the host swings ±12 % between processes), STEP_INTERLEAVE (default "c torch"; a switch's A/B:
 #              e.g. "c+YOLOV9C_LEAN_HOST=0 c torch"), batch 16 and 64 (STEP_BATCHES), STEP_STEPS rounds (40)
+#   plainab    issue 57 item 3, --plain-stride: the interleave part with PLAIN_INTERLEAVE (default c, c at plain stride
+#              16 and 8, 16 with the auxiliary branch stored, torch), then the eager c step's peak at batch 64 per
+#              setting (PLAIN_STRIDES, default "0 16 8"; a bench_step.py process each, YOLOV9C_PLAIN_STRIDE), then
+#              the CUDA tests of tests/backends/test_plain_stride.py
 #   grads      fidelity/backend_grads.py, c against torch gradients, fp16 and float32, on $COCO (a data.yaml);
 #              GRADS_IMG, GRADS_BATCH (320, 16); GRADS_WEIGHTS=RUN/weights/last.pt: from a trained checkpoint (e.g. a
 #              detached accuracy run's); GRADS_MODES (default "fp16 fp32"; "assign": the two losses' assignments on
@@ -200,6 +204,18 @@ GROUPS
                     --interleave ${STEP_INTERLEAVE:-c torch} --steps ${STEP_STEPS:-40} --warmup 5 --batch "$b" --cudnn-benchmark
                   grep -h '"step_ms"' "$OUT/interleave_b$b.log" | cut -c1-200
                 done ;;
+    plainab) for b in ${STEP_BATCHES:-16 64}; do
+               stage "plainab_b$b" 60 200 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s} --interleave \
+                 ${PLAIN_INTERLEAVE:-c c+YOLOV9C_PLAIN_STRIDE=16 c+YOLOV9C_PLAIN_STRIDE=8 c+YOLOV9C_PLAIN_STRIDE=16+YOLOV9C_AUX_RECOMPUTE=0 torch} \
+                 --steps ${STEP_STEPS:-40} --warmup 5 --batch "$b" --cudnn-benchmark
+               grep -h '"step_ms"' "$OUT/plainab_b$b.log" | cut -c1-200
+             done
+             for s in ${PLAIN_STRIDES:-0 16 8}; do
+               stage "plainmem_$s" 60 120 env YOLOV9C_PLAIN_STRIDE="$s" python3 benchmarks/bench_step.py --models yolov9-s \
+                 --backends c --modes eager --steps 3 --warmup 3 --batch 64 --profile 0 --cudnn-benchmark
+               grep -h '"peak_reserved_gib"' "$OUT/plainmem_$s.log" | cut -c1-300
+             done
+             stage plaintests 60 150 "${PYT[@]}" tests/backends/test_plain_stride.py; tail -3 "$OUT/plaintests.log" ;;
     realacc) name=${ACC_NAME:-raccoon}; data=.dev/data_accuracy/$name/data.yaml; acc=runs/acc-$name
              if [ ! -f "$data" ]; then echo "SKIP realacc (no $data: carry the converted dataset)"; continue; fi
              pub=(); [ -f .dev/published/train_dual.py ] && [ "${ACC_PUB:-1}" = 1 ] && pub=(--published .dev/published --python python3)
