@@ -7,7 +7,8 @@
 The step is the trainer's own (yolov9c.engine.train.step.EagerStep, graph_shapes.ShapeGraphStep, and with
 --no-graph-shapes graph_step.GraphStep) on a RunState
 built here as setup() builds it for a fresh run: DetectionModel → channels-last on CUDA → the optimizer of
-build_optimizer (SGD, Nesterov, three groups) → EMA → GradScaler → the loss of the backend → the backend.
+build_optimizer (SGD, Nesterov, three groups) → EMA → GradScaler → the loss of the backend → the backend (c: its
+switches as a run takes them, the YOLOV9C_* variables of docs/switches.md included, e.g. YOLOV9C_PLAIN_STRIDE=16).
 accumulate = 1 (batch 64 = the nominal batch): every step is forward, loss, scaled backward, unscale, clip,
 optimizer step, scaler update, EMA update. Inputs: random uint8 images (on the device, turned float/255 in
 the memory format as prepare_batch does) and --boxes random boxes per image (host targets, as the loader
@@ -24,7 +25,7 @@ step the next of 0.5, 1.0 and 1.5 × img), the epoch's last partial batch (2/3 o
 (--no-graph-shapes: the fixed-shape graph, other shapes eager).
 Each configuration runs in its own subprocess. One JSON line per configuration; --markdown adds the table.
 --interleave CFG ... (eager, fixed shape; CFG: c, torch, or c+VAR=VALUE: c with that environment switch set during
-its steps, e.g. c+YOLOV9C_LEAN_HOST=0): the
+its steps and while it is built, e.g. c+YOLOV9C_LEAN_HOST=0, c+YOLOV9C_PLAIN_STRIDE=16): the
 configurations of each model in one process, one step of each in turn (each round starts one later), so a drift of
 the host falls on all alike: per configuration the median ms and host ms and `vs_first`, the median over rounds of
 its step time / the first configuration's in that round, with the quartiles (an A/B of 1-5 % that separate
