@@ -232,6 +232,8 @@ def from_published(raw: dict, path) -> dict:
         best_fitness = to_plain(best_fitness, "best_fitness")
     except TypeError:
         best_fitness = None
+    if isinstance(best_fitness, list) and len(best_fitness) == 1:  # an unstripped last.pt: fitness()'s (1,) array
+        best_fitness = float(best_fitness[0])
     return {
         "format": FORMAT,
         "version": VERSION,
