@@ -213,6 +213,20 @@ def test_results_csv_format(tmp_path):
     assert out.name == "results.png" and out.stat().st_size > 1000
 
 
+def test_results_csv_of_the_published_14_columns_is_widened(tmp_path):
+    """A published run's results.csv (14 columns) resumed here: its rows stay, padded with nan, next to ours."""
+    f = tmp_path / "results.csv"
+    published = R.COLUMNS[:14]
+    f.write_text(",".join("%20s" % c for c in published) + "\n" + ",".join("%20.5g" % v for v in range(14)) + "\n")
+    R.append_row(f, [1] + [0.5] * (len(R.COLUMNS) - 1))
+    R.append_row(f, [2] + [0.25] * (len(R.COLUMNS) - 1))
+    assert R.epochs_in(f) == [0, 1, 2]
+    data = R.read_results(f)
+    assert list(data) == list(R.COLUMNS)
+    np.testing.assert_array_equal(data["x/lr2"], [13, 0.5, 0.25])
+    assert np.isnan(data["epoch_seconds"][0]) and data["epoch_seconds"][2] == 0.25
+
+
 def test_results_png_has_smoothed_lines_and_a_legend():
     # as published: every panel shows the values and a Gaussian-smoothed line; the second panel has a legend
     y = np.array([0.0, 0.0, 0.0, 10.0, 0.0, 0.0, 0.0, 0.0])

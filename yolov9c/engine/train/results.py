@@ -8,6 +8,7 @@ and ours: gpu_mem_peak_alloc, gpu_mem_reserved (GiB; 0 on the CPU), epoch_second
 The file survives any crash: every change writes the whole new file and renames it over the old one
 (append_row, drop_epochs_from), so a reader or a kill sees the old rows or the new ones, never a torn line.
 A line that is torn or malformed anyway (an older version appended in place) is dropped by the next change.
+A results.csv of fewer columns (a published run's 14) gets ours at the next row, its rows padded with nan.
 The plots are written atomically too (save_figure); one that cannot be written (a full disk) is a warning.
 
 Test: python -m pytest -q tests/engine/train/test_train_parts.py -k results; tests/engine/train/test_run_folder.py
@@ -76,7 +77,20 @@ def append_row(path, values):
     if len(values) != len(COLUMNS):
         raise ValueError(f"results row has {len(values)} values, expected {len(COLUMNS)}")
     header, rows = read_rows(path)
+    if header is not None and header != _header_line():
+        header, rows = _widened(header, rows)
     _write(path, header, rows + [(int(values[0]), _row_line(values))])
+
+
+def _widened(header, rows):
+    """(header, rows) of a results.csv with fewer columns than ours, its header a prefix of COLUMNS (the
+    published 14, or an older version's): our header, each row padded with nan (not recorded), so that the rows
+    still parse once ours follow; read_rows would drop the old rows as malformed. Another header: as it is."""
+    names = [c.strip() for c in header.split(",")]
+    if len(names) >= len(COLUMNS) or names != list(COLUMNS[:len(names)]):
+        return header, rows
+    pad = ("," + "%20.5g" % float("nan")) * (len(COLUMNS) - len(names))
+    return _header_line(), [(e, line.rstrip("\n") + pad + "\n") for e, line in rows]
 
 
 def epochs_in(path):
