@@ -478,3 +478,61 @@ def test_resume_restores_no_divergence_stop_and_the_command_line_overrides_it(in
     quiet = dict(log=lambda *a: None)
     assert R.read_resume(parse_opt(["--resume", str(last)]), **quiet).cfg.divergence_stop is False
     assert R.read_resume(parse_opt(["--resume", str(last), "--divergence-stop"]), **quiet).cfg.divergence_stop is True
+
+
+# the options of the published parse_opt (train_dual.py:438-487), the keys of its opt.yaml with 'save_dir'
+PUBLISHED_OPT_KEYS = (
+    "weights", "cfg", "data", "hyp", "epochs", "batch_size", "imgsz", "rect", "resume", "nosave", "noval",
+    "noautoanchor", "noplots", "evolve", "bucket", "cache", "image_weights", "device", "multi_scale", "single_cls",
+    "optimizer", "sync_bn", "workers", "project", "name", "exist_ok", "quad", "cos_lr", "flat_cos_lr", "fixed_lr",
+    "label_smoothing", "patience", "freeze", "save_period", "seed", "local_rank", "min_items", "close_mosaic",
+    "entity", "upload_dataset", "bbox_interval", "artifact_alias", "save_dir")
+
+
+@pytest.mark.parametrize("hyp", ["dict", "file of another machine"])
+def test_resume_of_a_published_run_folder(interrupted, gelan_mini, tmp_path, hyp):
+    """A run folder of the published train_dual.py after epoch 0 of 2: last.pt with pickled model objects and a
+    numpy best_fitness, an opt.yaml of the published keys only (hyp a dict, or the path of a hyp file that is
+    not here: the checkpoint's hyp is used), a 14-column results.csv. `--resume last.pt` trains epoch 1 and
+    finishes: results.csv keeps epoch 0's row and adds epoch 1's."""
+    import shutil
+    import sys
+
+    import numpy as np
+    import yaml
+
+    from inprocess import call
+    from yolov9c import build_model
+    from yolov9c.cli.train import main
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "models"))  # tests/models/test_checkpoint.py
+    from test_checkpoint import PublishedLayout
+
+    ours = _load(interrupted / "weights" / "last.pt")
+    model, ema = build_model(gelan_mini, nc=ours["nc"]), build_model(gelan_mini, nc=ours["nc"])
+    model.load_state_dict({k: v.float() for k, v in ours["model"].items()})
+    ema.load_state_dict({k: v.float() for k, v in ours["ema"].items()})
+    for m in (model, ema):  # the published ModelEMA.update_attr copies these onto the EMA before each save
+        m.names, m.hyp = ours["names"], ours["hyp"]
+    run = tmp_path / "runs" / "train" / "exp"
+    (run / "weights").mkdir(parents=True)
+    stored = yaml.safe_load((interrupted / "opt.yaml").read_text())
+    opt = {k: stored.get(k) for k in PUBLISHED_OPT_KEYS}
+    opt.update(save_dir="/home/someone/yolov9/runs/train/exp", local_rank=-1, evolve=None, resume=False,
+               hyp=ours["hyp"] if hyp == "dict" else "/home/someone/yolov9/data/hyps/hyp.custom.yaml")
+    PublishedLayout(tmp_path / "layout").save(
+        run / "weights" / "last.pt", model, ema=ema, half=True,
+        extra={"epoch": 0, "best_fitness": np.array([0.5]), "updates": ours["updates"],
+               "optimizer": ours["optimizer"], "opt": opt})
+    (run / "opt.yaml").write_text(yaml.safe_dump(opt, sort_keys=False))
+    shutil.copy(interrupted / "hyp.yaml", run / "hyp.yaml")
+    head, row0 = (interrupted / "results.csv").read_text().splitlines()[:2]
+    (run / "results.csv").write_text(",".join(head.split(",")[:14]) + "\n" + ",".join(row0.split(",")[:14]) + "\n")
+
+    r = call(main, ["--resume", str(run / "weights" / "last.pt")])
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"Resuming training from {run / 'weights' / 'last.pt'} from epoch 1 to 2 total epochs" in r.stdout
+    rows = (run / "results.csv").read_text().splitlines()
+    assert [row.split(",")[0].strip() for row in rows[1:]] == ["0", "1"]
+    assert rows[1].split(",")[:14] == row0.split(",")[:14]
+    assert _load(run / "weights" / "last.pt")["epoch"] == -1  # finished and stripped

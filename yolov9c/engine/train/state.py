@@ -352,18 +352,19 @@ def setup_run_folder(state, prog="train_dual.py"):
             raise TrainError(f"--resume {resumed.last}: nothing to resume: this run finished (final validation "
                              f"done)")
         state.finish_only = action == "finish"
-    try:
-        hyp_file = resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else None
-        hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup, log=log)
-        missing = [k for k in TRAIN_KEYS if k not in hyp]  # the optimizer's, LR's, warm-up's (data/hyp.py: the rest)
-        if missing:
-            raise KeyError(f"hyp lacks training keys: {', '.join(missing)}")
-    except (FileNotFoundError, ValueError) as e:  # the message names the file (and line)
-        raise TrainError(f"--hyp: {e}") from None
-    except KeyError as e:
-        raise TrainError(f"--hyp {hyp_file or '(dict)'}: {e.args[0]}") from None
     if resumed is not None and resumed.hyp is not None:
-        hyp = resumed.hyp  # the run's own values
+        hyp = resumed.hyp  # the run's own values; opt.yaml's hyp (a file of another machine, maybe) is not read
+    else:
+        try:
+            hyp_file = resolve_hyp(cfg.hyp) if isinstance(cfg.hyp, str) else None
+            hyp = augment_hyp(hyp_file if hyp_file else cfg.hyp, mosaic=cfg.mosaic, mixup=cfg.mixup, log=log)
+            missing = [k for k in TRAIN_KEYS if k not in hyp]  # the optimizer's, LR's, warm-up's (data/hyp.py: rest)
+            if missing:
+                raise KeyError(f"hyp lacks training keys: {', '.join(missing)}")
+        except (FileNotFoundError, ValueError) as e:  # the message names the file (and line)
+            raise TrainError(f"--hyp: {e}") from None
+        except KeyError as e:
+            raise TrainError(f"--hyp {hyp_file or '(dict)'}: {e.args[0]}") from None
     hyp["anchor_t"] = 5.0  # forced as published (anchor-free heads do not read it)
     if state.main:
         if state.evolving:
