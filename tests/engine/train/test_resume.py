@@ -504,6 +504,7 @@ def test_resume_of_a_published_run_folder(interrupted, gelan_mini, tmp_path, hyp
     from inprocess import call
     from yolov9c import build_model
     from yolov9c.cli.train import main
+    from yolov9c.engine.train import results
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "models"))  # tests/models/test_checkpoint.py
     from test_checkpoint import PublishedLayout
@@ -534,5 +535,6 @@ def test_resume_of_a_published_run_folder(interrupted, gelan_mini, tmp_path, hyp
     assert f"Resuming training from {run / 'weights' / 'last.pt'} from epoch 1 to 2 total epochs" in r.stdout
     rows = (run / "results.csv").read_text().splitlines()
     assert [row.split(",")[0].strip() for row in rows[1:]] == ["0", "1"]
+    assert results.epochs_in(run / "results.csv") == [0, 1]  # both rows parse under the (widened) header
     assert rows[1].split(",")[:14] == row0.split(",")[:14]
     assert _load(run / "weights" / "last.pt")["epoch"] == -1  # finished and stripped
