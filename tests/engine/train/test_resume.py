@@ -194,6 +194,27 @@ def test_weights_transfer_from_another_class_count(data, opt, gelan_mini, tmp_pa
     assert all(ck["model"][k].shape == dst[k].shape for k in head)
 
 
+def test_weights_of_an_unstripped_checkpoint_are_its_model_not_its_ema(data, opt, gelan_mini, tmp_path):
+    """--weights last.pt of an unfinished run (model and EMA both stored): training starts from ckpt['model'], the
+    raw weights, as the published train_dual.py (`csd = ckpt['model'].float().state_dict()`), not from the EMA."""
+    import copy
+
+    from yolov9c import build_model
+    from yolov9c.models.checkpoint import save_checkpoint
+
+    src = build_model(gelan_mini, nc=8)
+    ema = copy.deepcopy(src)
+    with torch.no_grad():
+        for p in ema.parameters():
+            p.mul_(0.5)  # another set of weights: which one was read shows in a frozen layer
+    save_checkpoint(tmp_path / "last.pt", src, ema=ema, epoch=3)
+    out = train(opt(tmp_path, "--weights", str(tmp_path / "last.pt"), "--epochs", "2", "--freeze", "10"),
+                stop_after_epoch=0, log=lambda *a, **k: None)
+    w = _load(out["save_dir"] / "weights" / "last.pt")["model"]["model.0.conv.weight"].float()  # frozen
+    assert torch.equal(w, src.state_dict()["model.0.conv.weight"].half().float())
+    assert not torch.equal(w, ema.state_dict()["model.0.conv.weight"].half().float())
+
+
 def test_data_nc_overriding_the_model_yaml_is_logged(data, opt, gelan_mini, tmp_path):
     """The data's nc wins over the yaml's (or the checkpoint's) nc, with the published line `Overriding model.yaml
     nc=80 with nc=8` before the model summary; an equal nc logs nothing. --freeze 99 stops set-up right after the

@@ -469,7 +469,7 @@ def setup_model(state):
             raise TrainError(f"--weights {cfg.weights} stores no model yaml: give --cfg")
         if not cfg.cfg:
             log(f"model: the one {cfg.weights} stores (--cfg builds another)")
-        sd = wck.get("ema") or wck.get("model")
+        sd = wck.get("model") or wck.get("ema")  # the raw weights of an unstripped file, as published
         bad = nonfinite_names(sd)
         if bad:  # else the first steps are skipped and the run stops blaming lr0 and the data
             raise TrainError(f"--weights {nonfinite_text(cfg.weights, bad)}: weights of a diverged run cannot be "
