@@ -185,6 +185,20 @@ def test_relative_root_falls_back_to_current_folder(tmp_path, monkeypatch):
     assert load_data_config(y)["path"] == str(root.resolve())
 
 
+def test_a_missing_relative_root_names_both_places_looked_in(tmp_path, monkeypatch):
+    # `path: datasets/x` is looked for beside the yaml, then in the current folder: the error names both
+    ydir = tmp_path / "cfgs"
+    ydir.mkdir()
+    y = _write(ydir / "x.yaml", {"path": "datasets/x", "train": "images/train", "val": "images/val", "names": ["a"]})
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.chdir(run)
+    with pytest.raises(DataConfigError) as e:
+        load_data_config(y)
+    assert str(e.value).endswith(f"'path': dataset root not found: {(ydir / 'datasets' / 'x').resolve()} nor "
+                                 f"{(run / 'datasets' / 'x').resolve()}"), str(e.value)
+
+
 def test_roboflow_export_layout(tmp_path):
     # a Roboflow zip export: data.yaml beside train/ valid/ test/, each split given as '../<split>/images';
     # as published, a '../x' that does not exist is read as 'x' (the roboflow: block is not ours to read)

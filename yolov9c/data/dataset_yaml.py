@@ -78,12 +78,14 @@ def load_data_config(data, cache_dir=None, splits=("train", "val", "test"), log=
         root_path = base
     else:
         root_path = Path(str(root)).expanduser()
+        cand = [root_path]
         if not root_path.is_absolute():
             # the yaml's folder first (our convention), the current folder as a fallback (published)
             cand = [base / root_path, Path.cwd() / root_path]
             root_path = next((c for c in cand if c.exists()), cand[0])
         if not root_path.is_dir():
-            raise DataConfigError(f"{where}: 'path': dataset root not found: {root_path}{get_it}")
+            tried = " nor ".join(dict.fromkeys(str(c.resolve()) for c in cand))  # both places looked in
+            raise DataConfigError(f"{where}: 'path': dataset root not found: {tried}{get_it}")
     root_path = root_path.resolve()
 
     out = {"path": str(root_path), "yaml_file": yaml_file}
