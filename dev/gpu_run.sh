@@ -206,7 +206,8 @@ GROUPS
                 done ;;
     plainab) for b in ${STEP_BATCHES:-16 64}; do
                stage "plainab_b$b" 60 200 python3 benchmarks/bench_step.py --models ${STEP_MODELS:-yolov9-s} --interleave \
-                 ${PLAIN_INTERLEAVE:-c c+YOLOV9C_PLAIN_STRIDE=16 c+YOLOV9C_PLAIN_STRIDE=8 c+YOLOV9C_PLAIN_STRIDE=16+YOLOV9C_AUX_RECOMPUTE=0 torch} \
+                 ${PLAIN_INTERLEAVE:-c c+YOLOV9C_PLAIN_STRIDE=16 c+YOLOV9C_PLAIN_STRIDE=8 \
+                 c+YOLOV9C_PLAIN_STRIDE=16+YOLOV9C_AUX_RECOMPUTE=0 torch} \
                  --steps ${STEP_STEPS:-40} --warmup 5 --batch "$b" --cudnn-benchmark
                grep -h '"step_ms"' "$OUT/plainab_b$b.log" | cut -c1-200
              done

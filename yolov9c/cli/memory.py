@@ -75,10 +75,10 @@ _MAIN_DEFAULT = 8  # backends/c/switches.DEFAULT.main_recompute (see add_switch_
 
 
 def add_switch_args(p):
-    """--aux-recompute, --main-recompute, --keep-inputs, --plain-stride: the c backend's memory/time switches (RunConfig fields
-    of the same names; the YOLOV9C_* variables of docs/switches.md override them in a training run). Their
-    defaults are backends/c/switches.DEFAULT's, written out so that this module imports no torch (a test pins
-    them to DEFAULT)."""
+    """--aux-recompute, --main-recompute, --keep-inputs, --plain-stride: the c backend's memory/time switches
+    (RunConfig fields of the same names; the YOLOV9C_* variables of docs/switches.md override them in a training
+    run). Their defaults are backends/c/switches.DEFAULT's, written out so that this module imports no torch (a
+    test pins them to DEFAULT)."""
     p.add_argument("--aux-recompute", type=_switch_type("aux_recompute"), nargs="?", const=True, default=True,
                    metavar="0|1", help="c backend: re-run the PGI auxiliary branch in backward instead of storing "
                                        "it (default 1; 0: stored, more memory, less time, and no backbone block "

@@ -3,10 +3,11 @@
     c.install(model, sw)      # model.forward = model_forward (and every layer's forward, layers.py)
     model(imgs_uint8)         # a uint8 batch is read as imgs / 255 by its first convs (lazy.Image)
 
-Auxiliary layers are read off the layer graph: those whose outputs reach only the DualDDetect head's auxiliary inputs. In training they run as recomputed segments (segment.py): chains of
-layers each read only by the next (_chains), one segment per auxiliary head level; a segment keeps only its
-result and is re-run and back-propagated at once in backward. Each auxiliary step runs as soon as its inputs
-exist, so autograd back-propagates the main neck first and an image-only segment last, which keeps the peak low.
+Auxiliary layers are read off the layer graph: those whose outputs reach only the DualDDetect head's auxiliary
+inputs. In training they run as recomputed segments (segment.py): chains of layers each read only by the next
+(_chains), one segment per auxiliary head level; a segment keeps only its result and is re-run and back-propagated
+at once in backward. Each auxiliary step runs as soon as its inputs exist, so autograd back-propagates the main
+neck first and an image-only segment last, which keeps the peak low.
 Main backbone blocks (RepNCSPELAN4, ELAN1) at stride <= main_recompute are one-layer segments too (the switches:
 switches.py, model.c_switches). Results do not depend on the order (same inputs; each BatchNorm updates once).
 Plain layer loop when not training / no grad, the head is not a c-runnable DualDDetect, or aux_recompute is off

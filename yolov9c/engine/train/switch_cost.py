@@ -6,10 +6,11 @@
 memory_plan.COSTS are steps measured under the default Switches. Other switches add (or remove) what they make a
 step keep, in fp16 under AMP (2 B per element), counted from one no-grad forward of the model at 128² (scaled to
 640² by the pixel count) over the units of backends/c/pgi.Graph: the auxiliary chains and head levels, and the
-main blocks at stride <= main_recompute; plain_stride's stored activations by saved-tensor hooks (plain_bytes). A recomputed unit stores only its output, a stored one every conv output
-(z); aux_recompute off stores every unit, main blocks included (one mechanism). keep_inputs holds the conv inputs
-of one unit's backward at once: the largest unit's is added, an upper bound (that backward may not be at the
-step's peak). Without a DualDDetect head nothing is recomputed: only plain_stride changes something.
+main blocks at stride <= main_recompute; plain_stride's stored activations by saved-tensor hooks (plain_bytes).
+A recomputed unit stores only its output, a stored one every conv output (z); aux_recompute off stores every
+unit, main blocks included (one mechanism). keep_inputs holds the conv inputs of one unit's backward at once: the
+largest unit's is added, an upper bound (that backward may not be at the step's peak). Without a DualDDetect head
+nothing is recomputed: only plain_stride changes something.
 Test: python -m pytest -q tests/engine/train/test_memory_plan.py -k switch
 """
 
