@@ -250,6 +250,20 @@ def test_switch_cost_counts_what_the_c_backend_stores(sw):
     assert counted > 0 and abs(measured / counted - 1) < 0.05, (measured, counted)
 
 
+def test_plain_stride_count_keeps_the_random_state_and_counts_under_no_grad():
+    """switch_cost.plain_bytes builds a model to count on: the caller's random state is as it was (a run's seeded
+    initialisation does not move), and inside torch.no_grad() it still counts what the step stores."""
+    from yolov9c.engine.train import switch_cost
+
+    switch_cost.plain_bytes.cache_clear()
+    torch.manual_seed(5)
+    want = torch.rand(3)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        counted = switch_cost.plain_bytes("yolov9-t", Switches(plain_stride=32))
+    assert counted > 0 and torch.equal(torch.rand(3), want)
+
+
 def test_cli_memory_takes_the_switches(capsys):
     assert cli_main(["memory", "--cfg", "yolov9-c", "--backend", "c", "--budget", "8G"]) == 0
     out = capsys.readouterr().out

@@ -121,7 +121,8 @@ def plain_bytes(cfg, sw):
     from yolov9c.backends.c import install  # (not backends.apply: no note about the c backend on the CPU)
     from yolov9c.models.model import DetectionModel
 
-    base = DetectionModel(cfg, nc=80).train()
+    with torch.random.fork_rng(devices=[]):  # the run's own random state is left as it was
+        base = DetectionModel(cfg, nc=80).train()
     x = torch.rand(2, 3, COUNT_IMG, COUNT_IMG, generator=torch.Generator().manual_seed(0))
     stored = []
     for s in (sw, dataclasses.replace(sw, plain_stride=0)):
@@ -136,8 +137,8 @@ def plain_bytes(cfg, sw):
                 seen[st.data_ptr()] = st.nbytes() / (2 if t.is_floating_point() else 1)
             return t
 
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            model(x)
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(x)  # (grad on: a caller inside no_grad would otherwise count nothing)
         stored.append(sum(seen.values()))
     return (stored[0] - stored[1]) / 2 * (REF_IMG / COUNT_IMG) ** 2
 
